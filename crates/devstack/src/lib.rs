@@ -1,0 +1,115 @@
+//! The local stack: everything `make run` does beyond starting the emulators.
+
+use std::time::Duration;
+
+use aws_sdk_kinesis::types::StreamStatus;
+use thiserror::Error;
+use tidemark_store::{ClientSettings, StoreError};
+
+#[derive(Debug, Error)]
+pub enum DevstackError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("Kinesis {operation} failed: {message}")]
+    Kinesis {
+        operation: &'static str,
+        message: String,
+    },
+    #[error("stream {0} did not become active")]
+    StreamTimeout(String),
+}
+
+/// Where the local stack lives; every field has DESIGN §7's default and an env override.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    pub table: String,
+    pub stream: String,
+    pub stream_shards: i32,
+    pub dynamodb_endpoint: String,
+    pub kinesis_endpoint: String,
+}
+
+impl LocalConfig {
+    pub fn from_env() -> Self {
+        let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+        let ddb_port = var("TIDEMARK_DYNAMODB_PORT", "8000");
+        let kin_port = var("TIDEMARK_KINESIS_PORT", "4567");
+        LocalConfig {
+            table: var("TABLE_NAME", tidemark_schema::TABLE.default_name),
+            stream: var("STREAM_NAME", "tidemark-readings"),
+            stream_shards: var("STREAM_SHARDS", "2").parse().unwrap_or(2),
+            dynamodb_endpoint: var(
+                "TIDEMARK_DYNAMODB_ENDPOINT",
+                &format!("http://127.0.0.1:{ddb_port}"),
+            ),
+            kinesis_endpoint: var(
+                "TIDEMARK_KINESIS_ENDPOINT",
+                &format!("http://127.0.0.1:{kin_port}"),
+            ),
+        }
+    }
+
+    pub async fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
+        tidemark_store::dynamodb_client(&ClientSettings::local(&self.dynamodb_endpoint)).await
+    }
+
+    pub async fn kinesis(&self) -> aws_sdk_kinesis::Client {
+        let shared =
+            tidemark_store::sdk_config(&ClientSettings::local(&self.kinesis_endpoint)).await;
+        let conf = aws_sdk_kinesis::config::Builder::from(&shared)
+            .endpoint_url(&self.kinesis_endpoint)
+            .build();
+        aws_sdk_kinesis::Client::from_conf(conf)
+    }
+}
+
+/// Creates the table (from the schema's definition) and the Kinesis stream if they do not
+/// exist yet, and waits until both are active. Safe to run any number of times.
+pub async fn bootstrap(cfg: &LocalConfig) -> Result<(), DevstackError> {
+    let ddb = cfg.dynamodb().await;
+    tidemark_store::create_table(&ddb, &cfg.table, &tidemark_schema::TABLE).await?;
+    let kin = cfg.kinesis().await;
+    create_stream(&kin, &cfg.stream, cfg.stream_shards).await
+}
+
+/// Creates a Kinesis stream unless it exists, then waits for it to be active.
+pub async fn create_stream(
+    kin: &aws_sdk_kinesis::Client,
+    name: &str,
+    shards: i32,
+) -> Result<(), DevstackError> {
+    let err = |operation| {
+        move |e: aws_sdk_kinesis::Error| DevstackError::Kinesis {
+            operation,
+            message: e.to_string(),
+        }
+    };
+    match kin
+        .create_stream()
+        .stream_name(name)
+        .shard_count(shards)
+        .send()
+        .await
+    {
+        Ok(_) => {}
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_in_use_exception()) => {}
+        Err(e) => return Err(err("CreateStream")(e.into())),
+    }
+    for _ in 0..300 {
+        let d = kin
+            .describe_stream_summary()
+            .stream_name(name)
+            .send()
+            .await
+            .map_err(|e| err("DescribeStreamSummary")(e.into()))?;
+        if d.stream_description_summary()
+            .is_some_and(|s| *s.stream_status() == StreamStatus::Active)
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(DevstackError::StreamTimeout(name.to_owned()))
+}

@@ -1,0 +1,560 @@
+//! The items of the table, as serde types. The store turns them into DynamoDB items with
+//! `serde_dynamo`; attribute names are the camelCase field names below (keys excepted).
+//!
+//! Readings are kept small (keys, a metric map, optional metadata, `ttl`): they are most of
+//! the writes, and an item under 1 KB costs one write unit.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, MetricName, Severity};
+use crate::keys::{self, EntityKey, KeyError};
+use crate::shard::ShardHistory;
+use crate::time::{Bucket, Day, Timestamp};
+
+/// Attribute names used in update and condition expressions. A unit test checks they are the
+/// names serde writes, so an expression can never name an attribute that does not exist.
+pub mod field {
+    pub const DEVICE_ID: &str = "deviceId";
+    pub const STATUS: &str = "status";
+    pub const CREATED_AT: &str = "createdAt";
+    pub const UPDATED_AT: &str = "updatedAt";
+    pub const LAST_SEEN_AT: &str = "lastSeenAt";
+    pub const LATEST: &str = "latest";
+    pub const THRESHOLDS: &str = "thresholds";
+    pub const METRICS: &str = "metrics";
+    pub const METADATA: &str = "metadata";
+    pub const FIRST_AT: &str = "firstAt";
+    pub const LAST_AT: &str = "lastAt";
+    pub const APPLIED: &str = "applied";
+    pub const VERSION: &str = "version";
+    pub const STATE: &str = "state";
+    pub const EPOCHS: &str = "epochs";
+}
+
+/// A reading as devices send it and the API returns it (after validation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub device_id: DeviceId,
+    pub timestamp: Timestamp,
+    pub metrics: BTreeMap<MetricName, f64>,
+    pub metadata: Option<Map<String, Value>>,
+}
+
+impl Reading {
+    /// The flat JSON shape of DESIGN §6: `{"deviceId","timestamp",<metric>:n…,"metadata"?}`.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("deviceId".into(), Value::String(self.device_id.to_string()));
+        m.insert(
+            "timestamp".into(),
+            Value::String(self.timestamp.to_string()),
+        );
+        for (k, v) in &self.metrics {
+            m.insert(k.to_string(), number(*v));
+        }
+        if let Some(md) = &self.metadata {
+            m.insert("metadata".into(), Value::Object(md.clone()));
+        }
+        Value::Object(m)
+    }
+}
+
+/// A JSON number for a finite f64, integral values without a fraction (`45`, not `45.0`).
+pub fn number(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        Value::from(v as i64)
+    } else {
+        serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
+    }
+}
+
+/// `DEVICE#<id>[#S<n>]` / `READING#<ts>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadingItem {
+    pub pk: String,
+    pub sk: String,
+    pub metrics: BTreeMap<MetricName, f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
+    /// Epoch seconds after which DynamoDB may delete the item.
+    pub ttl: i64,
+}
+
+impl ReadingItem {
+    pub fn new(r: &Reading, shard: Option<u16>, retention_days: u32) -> Self {
+        ReadingItem {
+            pk: keys::reading_pk(&r.device_id, shard),
+            sk: keys::reading_sk(r.timestamp),
+            metrics: r.metrics.clone(),
+            metadata: r.metadata.clone(),
+            ttl: r.timestamp.ttl_after_days(retention_days),
+        }
+    }
+
+    /// The reading back, with its device, shard and time taken from the key.
+    pub fn to_reading(&self) -> Result<(Reading, Option<u16>), KeyError> {
+        match EntityKey::parse(&self.pk, &self.sk)? {
+            EntityKey::Reading { device, shard, at } => Ok((
+                Reading {
+                    device_id: device,
+                    timestamp: at,
+                    metrics: self.metrics.clone(),
+                    metadata: self.metadata.clone(),
+                },
+                shard,
+            )),
+            _ => Err(KeyError {
+                pk: self.pk.clone(),
+                sk: self.sk.clone(),
+                reason: "not a reading key".into(),
+            }),
+        }
+    }
+
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        self.ttl < now.epoch_seconds()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceType {
+    Sensor,
+    Gateway,
+    Actuator,
+}
+
+/// Alert bounds for one metric: below `min` or above `max` is a breach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Threshold {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    pub severity: Severity,
+}
+
+/// The newest reading of a device, kept on its device item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LatestReading {
+    pub timestamp: Timestamp,
+    pub metrics: BTreeMap<MetricName, f64>,
+}
+
+/// `DEVICE#<id>` / `#METADATA`, indexed by status in GSI1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceItem {
+    pub pk: String,
+    pub sk: String,
+    pub gsi1pk: String,
+    pub gsi1sk: String,
+    pub device_id: DeviceId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub device_type: Option<DeviceType>,
+    pub status: DeviceStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub thresholds: BTreeMap<MetricName, Threshold>,
+    pub created_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<LatestReading>,
+}
+
+impl DeviceItem {
+    /// A fresh device with keys for `status` (unsharded status key).
+    pub fn new(device_id: DeviceId, status: DeviceStatus, created_at: Timestamp) -> Self {
+        DeviceItem {
+            pk: keys::device_pk(&device_id),
+            sk: keys::DEVICE_METADATA_SK.to_owned(),
+            gsi1pk: keys::status_gsi1pk(status, None),
+            gsi1sk: keys::device_gsi1sk(&device_id),
+            device_id,
+            name: None,
+            device_type: None,
+            status,
+            location: None,
+            firmware: None,
+            thresholds: BTreeMap::new(),
+            created_at,
+            updated_at: None,
+            last_seen_at: None,
+            latest: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertState {
+    Open,
+    Acknowledged,
+    Resolved,
+}
+
+/// `DEVICE#<id>` / `ALERT#<alertId>`; while not resolved also in GSI1 under
+/// `ALERT_SEVERITY#<severity>` / `ALERT#<alertId>` (AP6). Resolving removes the GSI1 keys, so
+/// the index holds only alerts someone may still need to act on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertItem {
+    pub pk: String,
+    pub sk: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi1pk: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi1sk: Option<String>,
+    pub device_id: DeviceId,
+    pub alert_id: AlertId,
+    pub metric: MetricName,
+    pub rule: AlertRule,
+    pub severity: Severity,
+    pub state: AlertState,
+    pub message: String,
+    /// The most extreme value seen while the alert was open.
+    pub value: f64,
+    pub threshold: f64,
+    pub breach_count: u64,
+    pub opened_at: Timestamp,
+    pub last_breach_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+}
+
+/// count, sum, min, max of one metric in one bucket; the average is derived.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub count: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    pub fn of(v: f64) -> Self {
+        Stats {
+            count: 1,
+            sum: v,
+            min: v,
+            max: v,
+        }
+    }
+
+    pub fn merge(&mut self, o: &Stats) {
+        self.count += o.count;
+        self.sum += o.sum;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+    }
+
+    pub fn avg(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+}
+
+/// `DEVICE#<id>` / `AGG#hourly#<hour>` or `AGG#daily#<day>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregateItem {
+    pub pk: String,
+    pub sk: String,
+    pub metrics: BTreeMap<MetricName, Stats>,
+    pub first_at: Timestamp,
+    pub last_at: Timestamp,
+    /// Per source partition key, the highest stream sequence number already applied
+    /// (decimal string; compare as integers). What makes replays harmless.
+    #[serde(default)]
+    pub applied: BTreeMap<String, String>,
+    /// Optimistic-concurrency counter for conditional writes.
+    #[serde(default)]
+    pub version: u64,
+}
+
+impl AggregateItem {
+    pub fn key_for(device: &DeviceId, bucket: Bucket) -> keys::Key {
+        EntityKey::Aggregate {
+            device: device.clone(),
+            bucket,
+        }
+        .key()
+    }
+}
+
+/// Why a Kinesis record was quarantined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuarantineReason {
+    NotJson,
+    NotObjectOrArray,
+    InvalidDeviceId,
+    InvalidTimestamp,
+    TimestampInFuture,
+    TimestampTooOld,
+    InvalidMetric,
+    TooManyMetrics,
+    ArrayTooLong,
+    PayloadTooLarge,
+    UnknownDevice,
+}
+
+impl QuarantineReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuarantineReason::NotJson => "not_json",
+            QuarantineReason::NotObjectOrArray => "not_object_or_array",
+            QuarantineReason::InvalidDeviceId => "invalid_device_id",
+            QuarantineReason::InvalidTimestamp => "invalid_timestamp",
+            QuarantineReason::TimestampInFuture => "timestamp_in_future",
+            QuarantineReason::TimestampTooOld => "timestamp_too_old",
+            QuarantineReason::InvalidMetric => "invalid_metric",
+            QuarantineReason::TooManyMetrics => "too_many_metrics",
+            QuarantineReason::ArrayTooLong => "array_too_long",
+            QuarantineReason::PayloadTooLarge => "payload_too_large",
+            QuarantineReason::UnknownDevice => "unknown_device",
+        }
+    }
+}
+
+/// `QUARANTINE#<day>#<n>` / `<received>#<sequence>`: a bad record, kept with its raw bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantineItem {
+    pub pk: String,
+    pub sk: String,
+    pub reason: QuarantineReason,
+    pub message: String,
+    pub received_at: Timestamp,
+    pub sequence_number: String,
+    pub partition_key: String,
+    /// Size of the original record in bytes, even when `payload` is truncated.
+    pub size: u64,
+    /// The record's bytes, truncated to [`QuarantineItem::MAX_PAYLOAD`].
+    #[serde(with = "serde_bytes_as_binary")]
+    pub payload: Vec<u8>,
+    pub ttl: i64,
+}
+
+impl QuarantineItem {
+    /// Keeps the item well under DynamoDB's 400 KB limit whatever the record's size.
+    pub const MAX_PAYLOAD: usize = 64 * 1024;
+    pub const RETENTION_DAYS: u32 = 14;
+
+    /// Which of the day's partitions a record goes to (stable for the same sequence number,
+    /// so a replay rewrites the same item).
+    pub fn partition_for(sequence: &str) -> u16 {
+        let h = sequence
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        (h % u32::from(keys::QUARANTINE_PARTITIONS)) as u16
+    }
+
+    pub fn key_for(day: Day, received: Timestamp, sequence: &str) -> keys::Key {
+        EntityKey::Quarantine {
+            day,
+            partition: Self::partition_for(sequence),
+            received,
+            sequence: sequence.to_owned(),
+        }
+        .key()
+    }
+}
+
+/// Binary (`B`) attribute for raw bytes rather than a list of numbers.
+mod serde_bytes_as_binary {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(b)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(b) = a.next_element::<u8>()? {
+                    out.push(b);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// `CONFIG` / `SHARDS#<id>`: a device's shard-count history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardConfigItem {
+    pub pk: String,
+    pub sk: String,
+    pub epochs: ShardHistory,
+}
+
+impl ShardConfigItem {
+    pub fn new(device: &DeviceId, epochs: ShardHistory) -> Self {
+        let k = EntityKey::ShardConfig(device.clone()).key();
+        ShardConfigItem {
+            pk: k.pk,
+            sk: k.sk,
+            epochs,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn sample_reading() -> Reading {
+        Reading {
+            device_id: DeviceId::new("sensor_01").unwrap(),
+            timestamp: ts("2026-04-20T14:00:00Z"),
+            metrics: [("temperature", 22.4), ("humidity", 45.0), ("battery", 87.0)]
+                .into_iter()
+                .map(|(k, v)| (MetricName::new(k).unwrap(), v))
+                .collect(),
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn reading_item_matches_the_sample_row_of_design_9() {
+        let item = ReadingItem::new(&sample_reading(), None, 30);
+        assert_eq!(item.pk, "DEVICE#sensor_01");
+        assert_eq!(item.sk, "READING#2026-04-20T14:00:00.000Z");
+        assert_eq!(
+            item.ttl,
+            ts("2026-04-20T14:00:00Z").epoch_seconds() + 30 * 86_400
+        );
+        let (back, shard) = item.to_reading().unwrap();
+        assert_eq!(back, sample_reading());
+        assert_eq!(shard, None);
+    }
+
+    #[test]
+    fn reading_json_is_flat_with_normalised_time() {
+        assert_eq!(
+            sample_reading().to_json(),
+            json!({"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00.000Z",
+                   "temperature":22.4,"humidity":45,"battery":87})
+        );
+    }
+
+    #[test]
+    fn field_constants_are_the_serialised_names() {
+        let mut d = DeviceItem::new(
+            DeviceId::new("sensor_01").unwrap(),
+            DeviceStatus::Active,
+            ts("2026-04-20T14:00:00Z"),
+        );
+        d.updated_at = Some(d.created_at);
+        d.last_seen_at = Some(d.created_at);
+        d.latest = Some(LatestReading {
+            timestamp: d.created_at,
+            metrics: BTreeMap::new(),
+        });
+        d.thresholds.insert(
+            MetricName::new("temperature").unwrap(),
+            Threshold {
+                min: None,
+                max: Some(30.0),
+                severity: Severity::Critical,
+            },
+        );
+        let v = serde_json::to_value(&d).unwrap();
+        for f in [
+            field::DEVICE_ID,
+            field::STATUS,
+            field::CREATED_AT,
+            field::UPDATED_AT,
+            field::LAST_SEEN_AT,
+            field::LATEST,
+            field::THRESHOLDS,
+        ] {
+            assert!(v.get(f).is_some(), "device item has no {f}: {v}");
+        }
+        let a = AggregateItem {
+            pk: String::new(),
+            sk: String::new(),
+            metrics: BTreeMap::new(),
+            first_at: d.created_at,
+            last_at: d.created_at,
+            applied: BTreeMap::new(),
+            version: 0,
+        };
+        let v = serde_json::to_value(&a).unwrap();
+        for f in [
+            field::METRICS,
+            field::FIRST_AT,
+            field::LAST_AT,
+            field::APPLIED,
+            field::VERSION,
+        ] {
+            assert!(v.get(f).is_some(), "aggregate item has no {f}: {v}");
+        }
+        let s = serde_json::to_value(ShardConfigItem::new(
+            &DeviceId::new("x").unwrap(),
+            ShardHistory::default(),
+        ))
+        .unwrap();
+        assert!(s.get(field::EPOCHS).is_some());
+    }
+
+    #[test]
+    fn stats_merge_and_average() {
+        let mut s = Stats::of(1.0);
+        s.merge(&Stats::of(3.0));
+        assert_eq!(
+            (s.count, s.sum, s.min, s.max, s.avg()),
+            (2, 4.0, 1.0, 3.0, 2.0)
+        );
+    }
+
+    #[test]
+    fn quarantine_partition_is_stable_and_in_range() {
+        let seq = "49590338271490256608559692538361571095921575989136588898";
+        let p = QuarantineItem::partition_for(seq);
+        assert!(p < keys::QUARANTINE_PARTITIONS);
+        assert_eq!(p, QuarantineItem::partition_for(seq));
+    }
+}

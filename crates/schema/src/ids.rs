@@ -1,0 +1,322 @@
+//! Validated identifiers. A value of these types is always safe to put in a key.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+
+use crate::time::Timestamp;
+
+/// Why an identifier was rejected; every variant names the offending value and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum IdError {
+    #[error("{kind} must not be empty")]
+    Empty { kind: &'static str },
+    #[error("{kind} {value:?} is {len} characters long; the limit is {max}")]
+    TooLong {
+        kind: &'static str,
+        value: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("{kind} {value:?} has {found:?} at position {position}; allowed: {allowed}")]
+    BadChar {
+        kind: &'static str,
+        value: String,
+        found: char,
+        position: usize,
+        allowed: &'static str,
+    },
+    #[error("{kind} {value:?} is not one of: {allowed}")]
+    NotAllowed {
+        kind: &'static str,
+        value: String,
+        allowed: &'static str,
+    },
+}
+
+fn check(
+    kind: &'static str,
+    value: &str,
+    max: usize,
+    allowed: &'static str,
+    ok: impl Fn(usize, char) -> bool,
+) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::Empty { kind });
+    }
+    let len = value.chars().count();
+    if len > max {
+        return Err(IdError::TooLong {
+            kind,
+            value: value.to_owned(),
+            len,
+            max,
+        });
+    }
+    if let Some((position, found)) = value.chars().enumerate().find(|&(i, c)| !ok(i, c)) {
+        return Err(IdError::BadChar {
+            kind,
+            value: value.to_owned(),
+            found,
+            position,
+            allowed,
+        });
+    }
+    Ok(())
+}
+
+macro_rules! string_newtype {
+    ($name:ident) => {
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(s: String) -> Result<Self, IdError> {
+                Self::new(&s)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+                Self::new(&s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+/// A device ID: 1–128 characters of `[A-Za-z0-9_.:-]`. `#` can never occur, so no device ID
+/// can produce a key belonging to another entity or another device.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceId(String);
+
+impl DeviceId {
+    pub const MAX_LEN: usize = 128;
+    pub const ALLOWED: &'static str = "A-Z a-z 0-9 _ . : -";
+
+    pub fn new(s: &str) -> Result<Self, IdError> {
+        check("device ID", s, Self::MAX_LEN, Self::ALLOWED, |_, c| {
+            c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')
+        })?;
+        Ok(DeviceId(s.to_owned()))
+    }
+}
+string_newtype!(DeviceId);
+
+/// A metric name: a letter then up to 63 of `[A-Za-z0-9_]`, and not a reserved reading field.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MetricName(String);
+
+impl MetricName {
+    pub const MAX_LEN: usize = 64;
+    /// Top-level reading fields that are never metrics.
+    pub const RESERVED: [&'static str; 3] = ["deviceId", "timestamp", "metadata"];
+
+    pub fn new(s: &str) -> Result<Self, IdError> {
+        check(
+            "metric name",
+            s,
+            Self::MAX_LEN,
+            "a letter, then A-Z a-z 0-9 _",
+            |i, c| c.is_ascii_alphabetic() || (i > 0 && (c.is_ascii_digit() || c == '_')),
+        )?;
+        if Self::RESERVED.contains(&s) {
+            return Err(IdError::NotAllowed {
+                kind: "metric name",
+                value: s.to_owned(),
+                allowed: "any name but deviceId, timestamp, metadata",
+            });
+        }
+        Ok(MetricName(s.to_owned()))
+    }
+}
+string_newtype!(MetricName);
+
+macro_rules! keyword_enum {
+    ($(#[$m:meta])* $name:ident, $kind:literal, { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(s: &str) -> Result<Self, IdError> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(IdError::NotAllowed {
+                        kind: $kind,
+                        value: s.to_owned(),
+                        allowed: concat!($($text, " "),+),
+                    }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+keyword_enum!(
+    /// Lifecycle status of a device; indexed in GSI1 (access pattern AP2).
+    DeviceStatus, "device status", {
+    Active => "active",
+    Inactive => "inactive",
+    Maintenance => "maintenance",
+});
+
+keyword_enum!(
+    /// Alert severity; open alerts are indexed by it in GSI1 (access pattern AP6).
+    Severity, "severity", {
+    Info => "info",
+    Warning => "warning",
+    Critical => "critical",
+});
+
+keyword_enum!(
+    /// Which side of a threshold was crossed.
+    AlertRule, "alert rule", {
+    Min => "min",
+    Max => "max",
+});
+
+/// An alert ID: `<opened at, compact>-<metric>-<rule>`, e.g.
+/// `20260420T140000000Z-temperature-max`. It sorts by opening time, and the same breach
+/// (same reading time, metric and rule) always yields the same ID, so a replay can never open
+/// a second alert.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AlertId(String);
+
+impl AlertId {
+    pub fn for_breach(opened_at: Timestamp, metric: &MetricName, rule: AlertRule) -> Self {
+        AlertId(format!(
+            "{}-{}-{}",
+            opened_at.to_compact_string(),
+            metric,
+            rule
+        ))
+    }
+
+    pub fn new(s: &str) -> Result<Self, IdError> {
+        Self::parts(s).map(|_| AlertId(s.to_owned()))
+    }
+
+    /// The opening time, metric and rule the ID was made from.
+    pub fn parts(s: &str) -> Result<(Timestamp, MetricName, AlertRule), IdError> {
+        let bad = || IdError::NotAllowed {
+            kind: "alert ID",
+            value: s.to_owned(),
+            allowed: "<YYYYMMDDTHHMMSSfffZ>-<metric>-<min|max>",
+        };
+        let mut it = s.splitn(3, '-');
+        let (Some(t), Some(m), Some(r)) = (it.next(), it.next(), it.next()) else {
+            return Err(bad());
+        };
+        let t = Timestamp::parse_compact(t).map_err(|_| bad())?;
+        let m = MetricName::new(m).map_err(|_| bad())?;
+        let r = AlertRule::parse(r).map_err(|_| bad())?;
+        Ok((t, m, r))
+    }
+
+    pub fn opened_at(&self) -> Timestamp {
+        Self::parts(&self.0).map(|p| p.0).unwrap_or(Timestamp::MIN)
+    }
+}
+string_newtype!(AlertId);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_ids_follow_the_rule_and_errors_name_it() {
+        assert!(DeviceId::new("sensor_01").is_ok());
+        assert!(DeviceId::new("a.b:c-d_E9").is_ok());
+        assert!(DeviceId::new(&"x".repeat(128)).is_ok());
+
+        assert_eq!(DeviceId::new(""), Err(IdError::Empty { kind: "device ID" }));
+        let long = "x".repeat(129);
+        assert!(matches!(
+            DeviceId::new(&long),
+            Err(IdError::TooLong { len: 129, .. })
+        ));
+        for (bad, ch) in [("a#b", '#'), ("a/b", '/'), ("a b", ' '), ("sensé", 'é')] {
+            let err = DeviceId::new(bad).unwrap_err();
+            assert!(
+                matches!(&err, IdError::BadChar { found, .. } if *found == ch),
+                "{bad}: {err}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains(bad) && msg.contains("allowed"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn metric_names_exclude_reserved_fields() {
+        assert!(MetricName::new("temperature").is_ok());
+        assert!(MetricName::new("co2_ppm").is_ok());
+        assert!(MetricName::new("timestamp").is_err());
+        assert!(MetricName::new("9lives").is_err());
+        assert!(MetricName::new("a-b").is_err());
+    }
+
+    #[test]
+    fn alert_ids_are_deterministic_and_sort_by_time() {
+        let m = MetricName::new("temperature").unwrap();
+        let t1 = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap();
+        let t2 = Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap();
+        let a = AlertId::for_breach(t1, &m, AlertRule::Max);
+        assert_eq!(a.as_str(), "20260420T140000000Z-temperature-max");
+        assert_eq!(a, AlertId::for_breach(t1, &m, AlertRule::Max));
+        assert!(a < AlertId::for_breach(t2, &m, AlertRule::Max));
+        assert_eq!(AlertId::new(a.as_str()).unwrap(), a);
+        assert_eq!(a.opened_at(), t1);
+        assert!(AlertId::new("garbage").is_err());
+    }
+
+    #[test]
+    fn keywords_parse_and_print() {
+        assert_eq!(DeviceStatus::parse("active").unwrap(), DeviceStatus::Active);
+        assert_eq!(Severity::Critical.to_string(), "critical");
+        assert!(Severity::parse("CRITICAL").is_err());
+    }
+}

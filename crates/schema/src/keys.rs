@@ -1,0 +1,408 @@
+//! Every key of the table, built and parsed in one place (DESIGN §2).
+//!
+//! `#` separates key parts. No validated ID or label can contain `#`, so parsing is exact and
+//! no input can build a key that parses as another entity.
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::ids::{AlertId, DeviceId, DeviceStatus, Severity};
+use crate::time::{Bucket, Day, Period, Timestamp};
+
+pub const DEVICE_PREFIX: &str = "DEVICE#";
+pub const DEVICE_METADATA_SK: &str = "#METADATA";
+pub const READING_PREFIX: &str = "READING#";
+pub const ALERT_PREFIX: &str = "ALERT#";
+pub const AGG_PREFIX: &str = "AGG#";
+pub const QUARANTINE_PREFIX: &str = "QUARANTINE#";
+pub const CONFIG_PK: &str = "CONFIG";
+pub const SHARDS_PREFIX: &str = "SHARDS#";
+pub const DEVICE_STATUS_PREFIX: &str = "DEVICE_STATUS#";
+pub const ALERT_SEVERITY_PREFIX: &str = "ALERT_SEVERITY#";
+/// Marks a hot device's reading shard in its partition key: `DEVICE#<id>#S<n>`.
+pub const SHARD_MARK: &str = "#S";
+
+/// Quarantined records of a day are spread over this many partitions, so a burst of bad
+/// records cannot make one partition hot; listing a day queries each of them.
+pub const QUARANTINE_PARTITIONS: u16 = 4;
+
+/// A primary key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub pk: String,
+    pub sk: String,
+}
+
+impl Key {
+    fn new(pk: String, sk: impl Into<String>) -> Self {
+        Key { pk, sk: sk.into() }
+    }
+}
+
+/// Why a key did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("key pk={pk:?} sk={sk:?} is not a Tidemark key: {reason}")]
+pub struct KeyError {
+    pub pk: String,
+    pub sk: String,
+    pub reason: String,
+}
+
+/// What an item's primary key says it is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EntityKey {
+    Device(DeviceId),
+    /// `shard` is `None` for the device's own partition, `Some(n)` for `DEVICE#<id>#S<n>`.
+    Reading {
+        device: DeviceId,
+        shard: Option<u16>,
+        at: Timestamp,
+    },
+    Alert {
+        device: DeviceId,
+        alert: AlertId,
+    },
+    Aggregate {
+        device: DeviceId,
+        bucket: Bucket,
+    },
+    Quarantine {
+        day: Day,
+        partition: u16,
+        received: Timestamp,
+        sequence: String,
+    },
+    ShardConfig(DeviceId),
+}
+
+impl EntityKey {
+    pub fn key(&self) -> Key {
+        match self {
+            EntityKey::Device(d) => Key::new(device_pk(d), DEVICE_METADATA_SK),
+            EntityKey::Reading { device, shard, at } => {
+                Key::new(reading_pk(device, *shard), reading_sk(*at))
+            }
+            EntityKey::Alert { device, alert } => Key::new(device_pk(device), alert_sk(alert)),
+            EntityKey::Aggregate { device, bucket } => {
+                Key::new(device_pk(device), aggregate_sk(*bucket))
+            }
+            EntityKey::Quarantine {
+                day,
+                partition,
+                received,
+                sequence,
+            } => Key::new(
+                quarantine_pk(*day, *partition),
+                quarantine_sk(*received, sequence),
+            ),
+            EntityKey::ShardConfig(d) => Key::new(CONFIG_PK.to_owned(), shard_config_sk(d)),
+        }
+    }
+
+    pub fn parse(pk: &str, sk: &str) -> Result<EntityKey, KeyError> {
+        let err = |reason: &str| KeyError {
+            pk: pk.to_owned(),
+            sk: sk.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if pk == CONFIG_PK {
+            let id = sk
+                .strip_prefix(SHARDS_PREFIX)
+                .ok_or_else(|| err("config sort key must start with SHARDS#"))?;
+            return DeviceId::new(id)
+                .map(EntityKey::ShardConfig)
+                .map_err(|e| err(&e.to_string()));
+        }
+        if let Some(rest) = pk.strip_prefix(QUARANTINE_PREFIX) {
+            let (day, n) = rest
+                .split_once('#')
+                .ok_or_else(|| err("quarantine pk is QUARANTINE#<day>#<n>"))?;
+            let day = Day::parse(day).map_err(|e| err(&e.to_string()))?;
+            let partition = parse_small(n).ok_or_else(|| err("bad quarantine partition"))?;
+            if partition >= QUARANTINE_PARTITIONS {
+                return Err(err("quarantine partition out of range"));
+            }
+            let (received, sequence) = sk
+                .split_once('#')
+                .ok_or_else(|| err("quarantine sk is <received>#<sequence>"))?;
+            let received = Timestamp::parse_canonical(received).map_err(|e| err(&e.to_string()))?;
+            if !valid_sequence(sequence) {
+                return Err(err("sequence number must be decimal digits"));
+            }
+            return Ok(EntityKey::Quarantine {
+                day,
+                partition,
+                received,
+                sequence: sequence.to_owned(),
+            });
+        }
+        let rest = pk
+            .strip_prefix(DEVICE_PREFIX)
+            .ok_or_else(|| err("unknown partition key prefix"))?;
+        let (id, shard) = match rest.split_once(SHARD_MARK) {
+            Some((id, n)) => (
+                id,
+                Some(parse_small(n).ok_or_else(|| err("bad shard number"))?),
+            ),
+            None => (rest, None),
+        };
+        let device = DeviceId::new(id).map_err(|e| err(&e.to_string()))?;
+        if let Some(ts) = sk.strip_prefix(READING_PREFIX) {
+            let at = Timestamp::parse_canonical(ts).map_err(|e| err(&e.to_string()))?;
+            return Ok(EntityKey::Reading { device, shard, at });
+        }
+        if shard.is_some() {
+            return Err(err("only readings live in shard partitions"));
+        }
+        if sk == DEVICE_METADATA_SK {
+            return Ok(EntityKey::Device(device));
+        }
+        if let Some(a) = sk.strip_prefix(ALERT_PREFIX) {
+            let alert = AlertId::new(a).map_err(|e| err(&e.to_string()))?;
+            return Ok(EntityKey::Alert { device, alert });
+        }
+        if let Some(rest) = sk.strip_prefix(AGG_PREFIX) {
+            let (period, label) = rest
+                .split_once('#')
+                .ok_or_else(|| err("aggregate sk is AGG#<period>#<bucket>"))?;
+            let period = Period::parse(period).ok_or_else(|| err("unknown period"))?;
+            let bucket = Bucket::parse(period, label).map_err(|e| err(&e.to_string()))?;
+            return Ok(EntityKey::Aggregate { device, bucket });
+        }
+        Err(err("unknown sort key"))
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} / {}", self.pk, self.sk)
+    }
+}
+
+fn parse_small(s: &str) -> Option<u16> {
+    // Canonical decimal only, so a key has exactly one spelling.
+    if s.is_empty() || s.len() > 5 || (s.len() > 1 && s.starts_with('0')) {
+        return None;
+    }
+    if !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Kinesis sequence numbers are decimal strings (up to 128 digits).
+pub fn valid_sequence(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_digit())
+}
+
+pub fn device_pk(d: &DeviceId) -> String {
+    format!("{DEVICE_PREFIX}{d}")
+}
+
+/// The partition a reading is written to: the device's own, or shard `n` of a hot device.
+pub fn reading_pk(d: &DeviceId, shard: Option<u16>) -> String {
+    match shard {
+        None => device_pk(d),
+        Some(n) => format!("{DEVICE_PREFIX}{d}{SHARD_MARK}{n}"),
+    }
+}
+
+pub fn reading_sk(at: Timestamp) -> String {
+    format!("{READING_PREFIX}{at}")
+}
+
+pub fn alert_sk(a: &AlertId) -> String {
+    format!("{ALERT_PREFIX}{a}")
+}
+
+/// Prefix shared by every aggregate sort key of one period, for range queries.
+pub fn aggregate_sk_prefix(p: Period) -> String {
+    format!("{AGG_PREFIX}{}#", p.as_str())
+}
+
+pub fn aggregate_sk(b: Bucket) -> String {
+    format!("{}{}", aggregate_sk_prefix(b.period()), b.label())
+}
+
+pub fn quarantine_pk(day: Day, partition: u16) -> String {
+    format!("{QUARANTINE_PREFIX}{day}#{partition}")
+}
+
+pub fn quarantine_sk(received: Timestamp, sequence: &str) -> String {
+    format!("{received}#{sequence}")
+}
+
+pub fn shard_config_sk(d: &DeviceId) -> String {
+    format!("{SHARDS_PREFIX}{d}")
+}
+
+/// GSI1 partition of devices with a status; `shard` spreads a large fleet over several keys.
+pub fn status_gsi1pk(status: DeviceStatus, shard: Option<u16>) -> String {
+    match shard {
+        None => format!("{DEVICE_STATUS_PREFIX}{status}"),
+        Some(n) => format!("{DEVICE_STATUS_PREFIX}{status}#{n}"),
+    }
+}
+
+/// GSI1 sort key of a device: `DEVICE#<id>`, the same text as its partition key.
+pub fn device_gsi1sk(d: &DeviceId) -> String {
+    device_pk(d)
+}
+
+pub fn severity_gsi1pk(s: Severity) -> String {
+    format!("{ALERT_SEVERITY_PREFIX}{s}")
+}
+
+pub fn alert_gsi1sk(a: &AlertId) -> String {
+    alert_sk(a)
+}
+
+/// Parses a GSI1 device-status key back to its status and shard.
+pub fn parse_status_gsi1pk(s: &str) -> Option<(DeviceStatus, Option<u16>)> {
+    let rest = s.strip_prefix(DEVICE_STATUS_PREFIX)?;
+    match rest.split_once('#') {
+        Some((st, n)) => Some((DeviceStatus::parse(st).ok()?, Some(parse_small(n)?))),
+        None => Some((DeviceStatus::parse(rest).ok()?, None)),
+    }
+}
+
+pub fn parse_severity_gsi1pk(s: &str) -> Option<Severity> {
+    Severity::parse(s.strip_prefix(ALERT_SEVERITY_PREFIX)?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{AlertRule, MetricName};
+
+    fn dev() -> DeviceId {
+        DeviceId::new("sensor_01").unwrap()
+    }
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+    fn round_trip(k: EntityKey) -> Key {
+        let key = k.key();
+        assert_eq!(EntityKey::parse(&key.pk, &key.sk).unwrap(), k, "{key}");
+        key
+    }
+
+    #[test]
+    fn device_key_matches_design() {
+        let k = round_trip(EntityKey::Device(dev()));
+        assert_eq!(
+            (k.pk.as_str(), k.sk.as_str()),
+            ("DEVICE#sensor_01", "#METADATA")
+        );
+        assert_eq!(
+            status_gsi1pk(DeviceStatus::Active, None),
+            "DEVICE_STATUS#active"
+        );
+        assert_eq!(
+            status_gsi1pk(DeviceStatus::Active, Some(3)),
+            "DEVICE_STATUS#active#3"
+        );
+        assert_eq!(device_gsi1sk(&dev()), "DEVICE#sensor_01");
+        assert_eq!(
+            parse_status_gsi1pk("DEVICE_STATUS#active#3"),
+            Some((DeviceStatus::Active, Some(3)))
+        );
+    }
+
+    #[test]
+    fn reading_keys_match_design() {
+        let at = ts("2026-04-20T14:00:00Z");
+        let k = round_trip(EntityKey::Reading {
+            device: dev(),
+            shard: None,
+            at,
+        });
+        assert_eq!(k.pk, "DEVICE#sensor_01");
+        assert_eq!(k.sk, "READING#2026-04-20T14:00:00.000Z");
+        let k = round_trip(EntityKey::Reading {
+            device: dev(),
+            shard: Some(2),
+            at,
+        });
+        assert_eq!(k.pk, "DEVICE#sensor_01#S2");
+    }
+
+    #[test]
+    fn alert_keys_match_design() {
+        let id = AlertId::for_breach(
+            ts("2026-04-20T14:00:00Z"),
+            &MetricName::new("temperature").unwrap(),
+            AlertRule::Max,
+        );
+        let k = round_trip(EntityKey::Alert {
+            device: dev(),
+            alert: id.clone(),
+        });
+        assert_eq!(k.pk, "DEVICE#sensor_01");
+        assert_eq!(k.sk, "ALERT#20260420T140000000Z-temperature-max");
+        assert_eq!(
+            severity_gsi1pk(Severity::Critical),
+            "ALERT_SEVERITY#critical"
+        );
+        assert_eq!(
+            alert_gsi1sk(&id),
+            "ALERT#20260420T140000000Z-temperature-max"
+        );
+    }
+
+    #[test]
+    fn aggregate_keys_match_design() {
+        let t = ts("2026-04-20T14:37:00Z");
+        let k = round_trip(EntityKey::Aggregate {
+            device: dev(),
+            bucket: Period::Hourly.bucket(t),
+        });
+        assert_eq!(k.sk, "AGG#hourly#2026-04-20T14:00:00Z");
+        let k = round_trip(EntityKey::Aggregate {
+            device: dev(),
+            bucket: Period::Daily.bucket(t),
+        });
+        assert_eq!(k.sk, "AGG#daily#2026-04-20");
+        assert!(k.sk.starts_with(&aggregate_sk_prefix(Period::Daily)));
+    }
+
+    #[test]
+    fn quarantine_and_config_keys_match_design() {
+        let received = ts("2026-04-20T14:00:00.123Z");
+        let k = round_trip(EntityKey::Quarantine {
+            day: received.day(),
+            partition: 1,
+            received,
+            sequence: "49590338271490256608559692538361571095921575989136588898".into(),
+        });
+        assert_eq!(k.pk, "QUARANTINE#2026-04-20#1");
+        assert_eq!(
+            k.sk,
+            "2026-04-20T14:00:00.123Z#49590338271490256608559692538361571095921575989136588898"
+        );
+        let k = round_trip(EntityKey::ShardConfig(dev()));
+        assert_eq!(
+            (k.pk.as_str(), k.sk.as_str()),
+            ("CONFIG", "SHARDS#sensor_01")
+        );
+    }
+
+    #[test]
+    fn foreign_and_malformed_keys_are_rejected() {
+        for (pk, sk) in [
+            ("USER#1", "#METADATA"),
+            ("DEVICE#a#b", "#METADATA"),
+            ("DEVICE#sensor_01#S1", "#METADATA"),
+            ("DEVICE#sensor_01#S01", "READING#2026-04-20T14:00:00.000Z"),
+            ("DEVICE#sensor_01", "READING#2026-04-20T14:00:00Z"),
+            ("DEVICE#sensor_01", "AGG#weekly#2026-04-20"),
+            ("DEVICE#sensor_01", "OTHER"),
+            ("QUARANTINE#2026-04-20#9", "2026-04-20T14:00:00.000Z#1"),
+            ("CONFIG", "OTHER#x"),
+            ("DEVICE#", "#METADATA"),
+        ] {
+            assert!(EntityKey::parse(pk, sk).is_err(), "{pk} / {sk}");
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The contract of Tidemark's single DynamoDB table.
+//!
+//! Every key, prefix, GSI name and attribute name is built and parsed here and nowhere else,
+//! so no other crate can write an item another entity could mistake for its own. The crate is
+//! pure (no AWS SDK): the store converts these types to items with `serde_dynamo`.
+
+pub mod entities;
+pub mod ids;
+pub mod keys;
+pub mod shard;
+pub mod table;
+pub mod time;
+
+pub use entities::*;
+pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, IdError, MetricName, Severity};
+pub use keys::{EntityKey, Key, KeyError};
+pub use shard::{ShardHistory, ShardHistoryError, shard_for};
+pub use table::{TABLE, TableDefinition};
+pub use time::{Bucket, Day, Period, Timestamp, TimestampError};

@@ -1,0 +1,102 @@
+//! The table definition as data. The store creates local tables from it, and a test checks
+//! that `template.yaml` declares the same thing, so the two can never drift.
+
+/// Attribute names of the table. Only these spellings are used anywhere.
+pub mod attr {
+    pub const PK: &str = "pk";
+    pub const SK: &str = "sk";
+    pub const GSI1PK: &str = "gsi1pk";
+    pub const GSI1SK: &str = "gsi1sk";
+    pub const TTL: &str = "ttl";
+}
+
+pub const GSI1: &str = "GSI1";
+
+/// DynamoDB scalar attribute type of a key attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// `S`
+    String,
+}
+
+impl KeyType {
+    pub fn code(self) -> &'static str {
+        match self {
+            KeyType::String => "S",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyAttribute {
+    pub name: &'static str,
+    pub kind: KeyType,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexDefinition {
+    pub name: &'static str,
+    pub partition_key: KeyAttribute,
+    pub sort_key: KeyAttribute,
+    /// `ALL`: the API reads devices and alerts whole from the index.
+    pub projection: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableDefinition {
+    pub default_name: &'static str,
+    pub partition_key: KeyAttribute,
+    pub sort_key: KeyAttribute,
+    pub global_secondary_indexes: &'static [IndexDefinition],
+    pub ttl_attribute: &'static str,
+    /// The aggregator needs old images to tell a corrected reading from a new one.
+    pub stream_view_type: &'static str,
+}
+
+impl TableDefinition {
+    /// Every attribute that is a key of the table or an index (the AttributeDefinitions).
+    pub fn key_attributes(&self) -> Vec<KeyAttribute> {
+        let mut out = vec![self.partition_key, self.sort_key];
+        for gsi in self.global_secondary_indexes {
+            for a in [gsi.partition_key, gsi.sort_key] {
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+        out
+    }
+}
+
+const fn s(name: &'static str) -> KeyAttribute {
+    KeyAttribute {
+        name,
+        kind: KeyType::String,
+    }
+}
+
+/// Tidemark's one table (DESIGN §2).
+pub const TABLE: TableDefinition = TableDefinition {
+    default_name: "tidemark",
+    partition_key: s(attr::PK),
+    sort_key: s(attr::SK),
+    global_secondary_indexes: &[IndexDefinition {
+        name: GSI1,
+        partition_key: s(attr::GSI1PK),
+        sort_key: s(attr::GSI1SK),
+        projection: "ALL",
+    }],
+    ttl_attribute: attr::TTL,
+    stream_view_type: "NEW_AND_OLD_IMAGES",
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_attributes_are_the_four_string_keys() {
+        let names: Vec<_> = TABLE.key_attributes().iter().map(|a| a.name).collect();
+        assert_eq!(names, ["pk", "sk", "gsi1pk", "gsi1sk"]);
+    }
+}

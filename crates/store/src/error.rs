@@ -1,0 +1,54 @@
+use aws_sdk_dynamodb::error::SdkError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("item conversion failed: {0}")]
+    Conversion(#[from] serde_dynamo::Error),
+    #[error("DynamoDB {operation} failed: {source}")]
+    Dynamo {
+        operation: &'static str,
+        #[source]
+        source: Box<aws_sdk_dynamodb::Error>,
+    },
+    /// A request the SDK refused to build (a bug in how we built it, never input).
+    #[error("invalid {operation} request: {message}")]
+    Request {
+        operation: &'static str,
+        message: String,
+    },
+    #[error("table {table} was not {state} after {seconds} s")]
+    Timeout {
+        table: String,
+        state: &'static str,
+        seconds: u64,
+    },
+}
+
+impl StoreError {
+    /// Adapts an SDK error of any DynamoDB operation, naming the operation.
+    pub fn sdk<E, R>(operation: &'static str) -> impl FnOnce(SdkError<E, R>) -> StoreError
+    where
+        aws_sdk_dynamodb::Error: From<SdkError<E, R>>,
+    {
+        move |e| StoreError::Dynamo {
+            operation,
+            source: Box::new(aws_sdk_dynamodb::Error::from(e)),
+        }
+    }
+
+    /// The service error, when there is one (to tell a failed condition from an outage).
+    pub fn dynamo(&self) -> Option<&aws_sdk_dynamodb::Error> {
+        match self {
+            StoreError::Dynamo { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    pub fn is_conditional_check_failed(&self) -> bool {
+        matches!(
+            self.dynamo(),
+            Some(aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_))
+        )
+    }
+}

@@ -1,0 +1,12 @@
+//! DynamoDB access for Tidemark: the client (DynamoDB Local or AWS), item conversion through
+//! `serde_dynamo`, and table creation from the schema crate's definition.
+
+pub mod client;
+pub mod error;
+pub mod items;
+pub mod table;
+
+pub use client::{ClientSettings, dynamodb_client, sdk_config};
+pub use error::StoreError;
+pub use items::{Item, from_item, to_item};
+pub use table::{create_table, delete_table};

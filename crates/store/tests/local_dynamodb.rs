@@ -1,0 +1,177 @@
+//! The store against a real DynamoDB Local, started by the project's own script.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use tidemark_schema::table::{GSI1, attr};
+use tidemark_schema::*;
+use tidemark_store::{from_item, to_item};
+use tidemark_testkit::TestTable;
+
+fn ts(s: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(s).unwrap()
+}
+
+fn sample_reading() -> Reading {
+    Reading {
+        device_id: DeviceId::new("sensor_01").unwrap(),
+        timestamp: ts("2026-04-20T14:00:00Z"),
+        metrics: [("temperature", 22.4), ("humidity", 45.0), ("battery", 87.0)]
+            .into_iter()
+            .map(|(k, v)| (MetricName::new(k).unwrap(), v))
+            .collect(),
+        metadata: Some(
+            serde_json::json!({"fw": "2.1.0"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn created_table_has_the_schema_definition() {
+    let t = TestTable::new("store-def").await;
+    let d = t
+        .client
+        .describe_table()
+        .table_name(&t.name)
+        .send()
+        .await
+        .unwrap();
+    let table = d.table().unwrap();
+    let keys: Vec<_> = table
+        .key_schema()
+        .iter()
+        .map(|k| (k.attribute_name(), k.key_type().as_str()))
+        .collect();
+    assert_eq!(keys, [(attr::PK, "HASH"), (attr::SK, "RANGE")]);
+    let gsi = &table.global_secondary_indexes()[0];
+    assert_eq!(gsi.index_name(), Some(GSI1));
+    let stream = table.stream_specification().unwrap();
+    assert!(stream.stream_enabled());
+    assert_eq!(
+        stream.stream_view_type().unwrap().as_str(),
+        TABLE.stream_view_type
+    );
+    let ttl = t
+        .client
+        .describe_time_to_live()
+        .table_name(&t.name)
+        .send()
+        .await
+        .unwrap();
+    let ttl = ttl.time_to_live_description().unwrap();
+    assert_eq!(ttl.attribute_name(), Some(TABLE.ttl_attribute));
+}
+
+#[tokio::test]
+async fn creating_an_existing_table_is_a_no_op() {
+    let t = TestTable::new("store-twice").await;
+    tidemark_store::create_table(&t.client, &t.name, &TABLE)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_reading_round_trips_through_the_table() {
+    let t = TestTable::new("store-reading").await;
+    let item = ReadingItem::new(&sample_reading(), None, 30);
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(to_item(&item).unwrap()))
+        .send()
+        .await
+        .unwrap();
+    let got = t
+        .client
+        .get_item()
+        .table_name(&t.name)
+        .key(attr::PK, AttributeValue::S("DEVICE#sensor_01".into()))
+        .key(
+            attr::SK,
+            AttributeValue::S("READING#2026-04-20T14:00:00.000Z".into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let raw = got.item().unwrap().clone();
+    assert_eq!(raw["ttl"], AttributeValue::N(item.ttl.to_string()));
+    assert!(matches!(raw["metrics"], AttributeValue::M(_)));
+    let back: ReadingItem = from_item(raw).unwrap();
+    assert_eq!(back, item);
+    assert_eq!(back.to_reading().unwrap().0, sample_reading());
+}
+
+#[tokio::test]
+async fn a_device_is_found_by_status_in_gsi1() {
+    let t = TestTable::new("store-gsi").await;
+    let d = DeviceItem::new(
+        DeviceId::new("sensor_01").unwrap(),
+        DeviceStatus::Active,
+        ts("2026-04-20T14:00:00Z"),
+    );
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(to_item(&d).unwrap()))
+        .send()
+        .await
+        .unwrap();
+    let q = t
+        .client
+        .query()
+        .table_name(&t.name)
+        .index_name(GSI1)
+        .key_condition_expression("#pk = :pk")
+        .expression_attribute_names("#pk", attr::GSI1PK)
+        .expression_attribute_values(":pk", AttributeValue::S("DEVICE_STATUS#active".into()))
+        .send()
+        .await
+        .unwrap();
+    let items: Vec<DeviceItem> = q
+        .items()
+        .iter()
+        .map(|i| from_item(i.clone()).unwrap())
+        .collect();
+    assert_eq!(items, vec![d]);
+}
+
+#[tokio::test]
+async fn quarantine_payload_is_stored_as_binary() {
+    let t = TestTable::new("store-quarantine").await;
+    let received = ts("2026-04-20T14:00:00.123Z");
+    let k = QuarantineItem::key_for(received.day(), received, "4959");
+    let q = QuarantineItem {
+        pk: k.pk,
+        sk: k.sk,
+        reason: QuarantineReason::NotJson,
+        message: "expected value at line 1 column 1".into(),
+        received_at: received,
+        sequence_number: "4959".into(),
+        partition_key: "sensor_01".into(),
+        size: 3,
+        payload: vec![0xff, 0x00, 0x7b],
+        ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
+    };
+    let item = to_item(&q).unwrap();
+    assert!(matches!(item["payload"], AttributeValue::B(_)));
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    let got = t
+        .client
+        .get_item()
+        .table_name(&t.name)
+        .key(attr::PK, AttributeValue::S(q.pk.clone()))
+        .key(attr::SK, AttributeValue::S(q.sk.clone()))
+        .send()
+        .await
+        .unwrap();
+    let back: QuarantineItem = from_item(got.item.unwrap()).unwrap();
+    assert_eq!(back, q);
+}

@@ -1,0 +1,192 @@
+//! Test harness for Tidemark's integration tests.
+//!
+//! Starts DynamoDB Local and kinesis-mock through `scripts/services.sh` (the same script
+//! `make run` uses) unless they already answer, once per test process; the script's lock
+//! makes concurrent test processes share one start. Every test gets its own uniquely named
+//! table or stream, deleted when the guard drops, so tests never see each other's data.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tidemark_store::ClientSettings;
+
+/// Where the local services listen.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub dynamodb_endpoint: String,
+    pub kinesis_endpoint: String,
+}
+
+fn port(var: &str, default: u16) -> u16 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn answers(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
+}
+
+/// The workspace root (the folder holding `scripts/`).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root exists")
+}
+
+/// Starts or reuses the local services; panics with the script's output if they cannot start.
+pub fn services() -> &'static Services {
+    static S: OnceLock<Services> = OnceLock::new();
+    S.get_or_init(|| {
+        let ddb = port("TIDEMARK_DYNAMODB_PORT", 8000);
+        let kin = port("TIDEMARK_KINESIS_PORT", 4567);
+        if !(answers(ddb) && answers(kin)) {
+            let out = std::process::Command::new("bash")
+                .arg(workspace_root().join("scripts/services.sh"))
+                .arg("start")
+                .output()
+                .expect("run scripts/services.sh");
+            assert!(
+                out.status.success(),
+                "could not start the local services:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Services {
+            dynamodb_endpoint: format!("http://127.0.0.1:{ddb}"),
+            kinesis_endpoint: format!("http://127.0.0.1:{kin}"),
+        }
+    })
+}
+
+/// A name no other test (in this or another process) uses: `<label>-<pid>-<n>-<nanos>`.
+pub fn unique_name(label: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{label}-{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn dynamodb_settings() -> ClientSettings {
+    ClientSettings::local(services().dynamodb_endpoint.clone())
+}
+
+pub async fn dynamodb() -> aws_sdk_dynamodb::Client {
+    tidemark_store::dynamodb_client(&dynamodb_settings()).await
+}
+
+pub async fn kinesis() -> aws_sdk_kinesis::Client {
+    let endpoint = services().kinesis_endpoint.clone();
+    let shared = tidemark_store::sdk_config(&ClientSettings::local(endpoint.clone())).await;
+    let conf = aws_sdk_kinesis::config::Builder::from(&shared)
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_kinesis::Client::from_conf(conf)
+}
+
+/// Runs a cleanup future to completion from `Drop`, whatever runtime (if any) is current.
+fn block_on_cleanup<F: std::future::Future<Output = ()> + Send + 'static>(f: F) {
+    let _ = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(f);
+        }
+    })
+    .join();
+}
+
+/// A table of Tidemark's schema, unique to one test, deleted on drop.
+pub struct TestTable {
+    pub name: String,
+    pub client: aws_sdk_dynamodb::Client,
+}
+
+impl TestTable {
+    pub async fn new(label: &str) -> TestTable {
+        let client = dynamodb().await;
+        let name = unique_name(label);
+        tidemark_store::create_table(&client, &name, &tidemark_schema::TABLE)
+            .await
+            .unwrap_or_else(|e| panic!("create table {name}: {e}"));
+        TestTable { name, client }
+    }
+}
+
+impl Drop for TestTable {
+    fn drop(&mut self) {
+        if std::env::var_os("TIDEMARK_KEEP_TABLES").is_some() {
+            return;
+        }
+        let name = self.name.clone();
+        block_on_cleanup(async move {
+            let client = dynamodb().await;
+            let _ = client.delete_table().table_name(name).send().await;
+        });
+    }
+}
+
+/// A Kinesis stream unique to one test, active on return, deleted on drop.
+pub struct TestStream {
+    pub name: String,
+    pub client: aws_sdk_kinesis::Client,
+}
+
+impl TestStream {
+    pub async fn new(label: &str, shards: i32) -> TestStream {
+        let client = kinesis().await;
+        let name = unique_name(label);
+        client
+            .create_stream()
+            .stream_name(&name)
+            .shard_count(shards)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create stream {name}: {e:?}"));
+        for _ in 0..300 {
+            let d = client
+                .describe_stream_summary()
+                .stream_name(&name)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("describe stream {name}: {e:?}"));
+            let status = d
+                .stream_description_summary()
+                .map(|s| s.stream_status().clone());
+            if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
+                return TestStream { name, client };
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("stream {name} did not become active");
+    }
+}
+
+impl Drop for TestStream {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        block_on_cleanup(async move {
+            let client = kinesis().await;
+            let _ = client
+                .delete_stream()
+                .stream_name(name)
+                .enforce_consumer_deletion(true)
+                .send()
+                .await;
+        });
+    }
+}

