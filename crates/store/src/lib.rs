@@ -2,6 +2,7 @@
 //! `serde_dynamo`, and table creation from the schema crate's definition.
 
 pub mod client;
+pub mod emf;
 pub mod error;
 pub mod items;
 pub mod table;
