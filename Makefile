@@ -2,7 +2,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test services stop status clean-local
+# AWS SAM CLI and cargo-lambda live in .venv/ (installed from PyPI on first use).
+TOOLS = $(shell scripts/sam-tools.sh)
+export SAM_CLI_TELEMETRY = 0
+export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
+
+.PHONY: run test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api
 
 ## run: start DynamoDB Local and kinesis-mock, create the table and the stream, print endpoints
 run:
@@ -27,3 +32,27 @@ status:
 ## clean-local: stop the emulators and remove their installation under .local/
 clean-local: stop
 	rm -rf .local
+
+## validate: sam validate --lint (cfn-lint included)
+validate:
+	PATH="$(TOOLS):$$PATH" sam validate --lint
+
+## build: sam build: the three functions as arm64 `bootstrap` binaries under .aws-sam/
+build:
+	PATH="$(TOOLS):$$PATH" sam build --beta-features
+
+## deploy: build, then a guided deploy into the AWS account of your credentials
+deploy: build
+	PATH="$(TOOLS):$$PATH" sam deploy --guided
+
+## watch: serve the functions locally for `make invoke-*` (cargo lambda watch)
+watch:
+	PATH="$(TOOLS):$$PATH" cargo lambda watch
+
+## invoke-<function>: send the sample events in events/ to a running `make watch`
+invoke-ingest:
+	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-ingest --data-file events/kinesis-readings.json
+invoke-aggregator:
+	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-aggregator --data-file events/ddb-stream-readings.json
+invoke-api:
+	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-api --data-file events/apigw-get-device.json
