@@ -1,6 +1,7 @@
 //! DynamoDB access for Tidemark: the client (DynamoDB Local or AWS), item conversion through
 //! `serde_dynamo`, and table creation from the schema crate's definition.
 
+pub mod batch;
 pub mod client;
 pub mod emf;
 pub mod error;
