@@ -7,7 +7,7 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api
+.PHONY: run test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api heat
 
 ## run: start DynamoDB Local and kinesis-mock, create the table and the stream, print endpoints
 run:
@@ -56,3 +56,7 @@ invoke-aggregator:
 	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-aggregator --data-file events/ddb-stream-readings.json
 invoke-api:
 	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-api --data-file events/apigw-get-device.json
+
+## heat: partition-heat simulator: hottest partition key's writes/s with and without sharding
+heat:
+	$(CARGO) run --quiet -p tidemark-schema --example partition_heat -- $(HEAT_ARGS)
