@@ -32,6 +32,11 @@ pub mod field {
     pub const VERSION: &str = "version";
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
+    pub const OPEN_ALERTS: &str = "openAlerts";
+    pub const VALUE: &str = "value";
+    pub const BREACH_COUNT: &str = "breachCount";
+    pub const LAST_BREACH_AT: &str = "lastBreachAt";
+    pub const RESOLVED_AT: &str = "resolvedAt";
 }
 
 /// A reading as devices send it and the API returns it (after validation).
@@ -174,6 +179,11 @@ pub struct DeviceItem {
     pub last_seen_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest: Option<LatestReading>,
+    /// The alert currently open (or acknowledged) per [`DeviceItem::alert_slot`]: how the
+    /// aggregator finds the one open alert of a (metric, rule) without a query. Written only
+    /// by the aggregator, together with `lastSeenAt`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub open_alerts: BTreeMap<String, AlertId>,
 }
 
 impl DeviceItem {
@@ -195,7 +205,13 @@ impl DeviceItem {
             updated_at: None,
             last_seen_at: None,
             latest: None,
+            open_alerts: BTreeMap::new(),
         }
+    }
+
+    /// The `openAlerts` map key of a (metric, rule): `temperature-max`.
+    pub fn alert_slot(metric: &MetricName, rule: AlertRule) -> String {
+        format!("{metric}-{rule}")
     }
 }
 
@@ -316,9 +332,27 @@ pub enum QuarantineReason {
     ArrayTooLong,
     PayloadTooLarge,
     UnknownDevice,
+    /// `metadata` is not an object, or too large or too deep to store (DynamoDB refuses
+    /// items over 400 KB and nesting over 32 levels; one bad item would fail a whole batch).
+    InvalidMetadata,
 }
 
 impl QuarantineReason {
+    pub const ALL: &'static [QuarantineReason] = &[
+        QuarantineReason::NotJson,
+        QuarantineReason::NotObjectOrArray,
+        QuarantineReason::InvalidDeviceId,
+        QuarantineReason::InvalidTimestamp,
+        QuarantineReason::TimestampInFuture,
+        QuarantineReason::TimestampTooOld,
+        QuarantineReason::InvalidMetric,
+        QuarantineReason::TooManyMetrics,
+        QuarantineReason::ArrayTooLong,
+        QuarantineReason::PayloadTooLarge,
+        QuarantineReason::UnknownDevice,
+        QuarantineReason::InvalidMetadata,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             QuarantineReason::NotJson => "not_json",
@@ -332,6 +366,7 @@ impl QuarantineReason {
             QuarantineReason::ArrayTooLong => "array_too_long",
             QuarantineReason::PayloadTooLarge => "payload_too_large",
             QuarantineReason::UnknownDevice => "unknown_device",
+            QuarantineReason::InvalidMetadata => "invalid_metadata",
         }
     }
 }
@@ -493,6 +528,14 @@ mod tests {
             timestamp: d.created_at,
             metrics: BTreeMap::new(),
         });
+        d.open_alerts.insert(
+            DeviceItem::alert_slot(&MetricName::new("temperature").unwrap(), AlertRule::Max),
+            AlertId::for_breach(
+                d.created_at,
+                &MetricName::new("temperature").unwrap(),
+                AlertRule::Max,
+            ),
+        );
         d.thresholds.insert(
             MetricName::new("temperature").unwrap(),
             Threshold {
@@ -510,6 +553,7 @@ mod tests {
             field::LAST_SEEN_AT,
             field::LATEST,
             field::THRESHOLDS,
+            field::OPEN_ALERTS,
         ] {
             assert!(v.get(f).is_some(), "device item has no {f}: {v}");
         }
@@ -538,6 +582,42 @@ mod tests {
         ))
         .unwrap();
         assert!(s.get(field::EPOCHS).is_some());
+    }
+
+    #[test]
+    fn alert_field_constants_are_the_serialised_names() {
+        let t = ts("2026-04-20T14:00:00Z");
+        let m = MetricName::new("temperature").unwrap();
+        let a = AlertItem {
+            pk: String::new(),
+            sk: String::new(),
+            gsi1pk: None,
+            gsi1sk: None,
+            device_id: DeviceId::new("sensor_01").unwrap(),
+            alert_id: AlertId::for_breach(t, &m, AlertRule::Max),
+            metric: m,
+            rule: AlertRule::Max,
+            severity: Severity::Critical,
+            state: AlertState::Open,
+            message: String::new(),
+            value: 31.0,
+            threshold: 30.0,
+            breach_count: 1,
+            opened_at: t,
+            last_breach_at: t,
+            acknowledged_at: None,
+            resolved_at: Some(t),
+        };
+        let v = serde_json::to_value(&a).unwrap();
+        for f in [
+            field::STATE,
+            field::VALUE,
+            field::BREACH_COUNT,
+            field::LAST_BREACH_AT,
+            field::RESOLVED_AT,
+        ] {
+            assert!(v.get(f).is_some(), "alert item has no {f}: {v}");
+        }
     }
 
     #[test]

@@ -1,0 +1,263 @@
+//! Ingest settings, from the function's environment (see `template.yaml`) or built in tests.
+
+use std::time::Duration;
+
+use thiserror::Error;
+use tidemark_store::batch::RetryPolicy;
+
+/// What to do with a reading from a device that has no Device item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownDevices {
+    /// Store the reading; ingest does nothing extra. The device is registered by the
+    /// aggregator's device update, which sets `createdAt`, `status` and the GSI1 keys with
+    /// `if_not_exists` and so costs no extra write unit (DESIGN §5). A conditional put here
+    /// would pay a write unit per device per container even when the device exists.
+    Register,
+    /// Quarantine records naming a device that is not registered (reason `unknown_device`).
+    /// Existence is checked with `BatchGetItem`, answers cached per container for
+    /// [`IngestConfig::device_cache_ttl`], so a steady fleet costs almost no reads.
+    Quarantine,
+}
+
+impl UnknownDevices {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "register" => Some(UnknownDevices::Register),
+            "quarantine" => Some(UnknownDevices::Quarantine),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("environment variable {name}={value:?} is invalid: {expected}")]
+pub struct ConfigError {
+    pub name: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+/// Everything the ingest handler can be told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestConfig {
+    /// `TABLE_NAME` (default `tidemark`).
+    pub table_name: String,
+    /// `RETENTION_DAYS` (30): reading TTL, and the oldest reading accepted.
+    pub retention_days: u32,
+    /// `MAX_FUTURE_SECONDS` (300): how far ahead of the clock a reading may be (device clocks
+    /// drift; a reading far in the future would sit at the top of "latest" for days).
+    pub max_future: Duration,
+    /// `UNKNOWN_DEVICES` (`register` | `quarantine`).
+    pub unknown_devices: UnknownDevices,
+    /// `MAX_IN_FLIGHT` (4): concurrent `BatchWriteItem` calls.
+    pub max_in_flight: usize,
+    /// `MAX_METRICS` (32, DESIGN §3).
+    pub max_metrics: usize,
+    /// `MAX_ARRAY_LEN` (1000): readings in one record.
+    pub max_array_len: usize,
+    /// `MAX_PAYLOAD_BYTES` (1 MiB, Kinesis' own record limit).
+    pub max_payload_bytes: usize,
+    /// `MAX_METADATA_BYTES` (1024): keeps a reading item near the 1 KB of one write unit and
+    /// far from DynamoDB's 400 KB item limit.
+    pub max_metadata_bytes: usize,
+    /// `SHARD_CACHE_SECONDS` (30): how long the hot-device shard counts are trusted. A shard
+    /// change must take effect later than now + this + `MAX_FUTURE_SECONDS`, so no container
+    /// still holding the old count writes a reading of the new epoch.
+    pub shard_cache_ttl: Duration,
+    /// `DEVICE_CACHE_SECONDS` (60): how long an existence answer is trusted in quarantine mode.
+    pub device_cache_ttl: Duration,
+    /// `DEADLINE_MARGIN_MS` (500): time kept back before the invocation deadline to report.
+    pub deadline_margin: Duration,
+    /// `RETRY_BASE_MS` (25) and `RETRY_MAX_MS` (2000): backoff of re-sent writes.
+    pub retry: RetryPolicy,
+}
+
+impl IngestConfig {
+    /// The defaults of DESIGN §3/§4 for `table_name` (what tests start from).
+    pub fn new(table_name: impl Into<String>) -> Self {
+        IngestConfig {
+            table_name: table_name.into(),
+            retention_days: 30,
+            max_future: Duration::from_secs(300),
+            unknown_devices: UnknownDevices::Register,
+            max_in_flight: 4,
+            max_metrics: 32,
+            max_array_len: 1000,
+            max_payload_bytes: 1024 * 1024,
+            max_metadata_bytes: 1024,
+            shard_cache_ttl: Duration::from_secs(30),
+            device_cache_ttl: Duration::from_secs(60),
+            deadline_margin: Duration::from_millis(500),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `get` (the environment, or a map in tests); unset or empty
+    /// variables keep their defaults, malformed ones are an error rather than a guess.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let table = get(tidemark_store::client::TABLE_NAME_ENV)
+            .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned());
+        let mut c = IngestConfig::new(table);
+        fn num<T: std::str::FromStr>(
+            name: &'static str,
+            v: Option<String>,
+            expected: &'static str,
+            ok: impl Fn(&T) -> bool,
+        ) -> Result<Option<T>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(s) => match s.trim().parse::<T>() {
+                    Ok(n) if ok(&n) => Ok(Some(n)),
+                    _ => Err(ConfigError {
+                        name,
+                        value: s,
+                        expected,
+                    }),
+                },
+            }
+        }
+        let pos = "a whole number of at least 1";
+        let nonneg = "a whole number";
+        if let Some(n) = num("RETENTION_DAYS", get("RETENTION_DAYS"), pos, |n: &u32| {
+            *n >= 1
+        })? {
+            c.retention_days = n;
+        }
+        if let Some(n) = num(
+            "MAX_FUTURE_SECONDS",
+            get("MAX_FUTURE_SECONDS"),
+            nonneg,
+            |_: &u64| true,
+        )? {
+            c.max_future = Duration::from_secs(n);
+        }
+        if let Some(v) = get("UNKNOWN_DEVICES") {
+            c.unknown_devices = UnknownDevices::parse(&v).ok_or(ConfigError {
+                name: "UNKNOWN_DEVICES",
+                value: v,
+                expected: "register or quarantine",
+            })?;
+        }
+        if let Some(n) = num("MAX_IN_FLIGHT", get("MAX_IN_FLIGHT"), pos, |n: &usize| {
+            *n >= 1
+        })? {
+            c.max_in_flight = n;
+        }
+        if let Some(n) = num("MAX_METRICS", get("MAX_METRICS"), pos, |n: &usize| *n >= 1)? {
+            c.max_metrics = n;
+        }
+        if let Some(n) = num("MAX_ARRAY_LEN", get("MAX_ARRAY_LEN"), pos, |n: &usize| {
+            *n >= 1
+        })? {
+            c.max_array_len = n;
+        }
+        if let Some(n) = num(
+            "MAX_PAYLOAD_BYTES",
+            get("MAX_PAYLOAD_BYTES"),
+            pos,
+            |n: &usize| *n >= 1,
+        )? {
+            c.max_payload_bytes = n;
+        }
+        if let Some(n) = num(
+            "MAX_METADATA_BYTES",
+            get("MAX_METADATA_BYTES"),
+            nonneg,
+            |_: &usize| true,
+        )? {
+            c.max_metadata_bytes = n;
+        }
+        if let Some(n) = num(
+            "SHARD_CACHE_SECONDS",
+            get("SHARD_CACHE_SECONDS"),
+            nonneg,
+            |_: &u64| true,
+        )? {
+            c.shard_cache_ttl = Duration::from_secs(n);
+        }
+        if let Some(n) = num(
+            "DEVICE_CACHE_SECONDS",
+            get("DEVICE_CACHE_SECONDS"),
+            nonneg,
+            |_: &u64| true,
+        )? {
+            c.device_cache_ttl = Duration::from_secs(n);
+        }
+        if let Some(n) = num(
+            "DEADLINE_MARGIN_MS",
+            get("DEADLINE_MARGIN_MS"),
+            nonneg,
+            |_: &u64| true,
+        )? {
+            c.deadline_margin = Duration::from_millis(n);
+        }
+        if let Some(n) = num("RETRY_BASE_MS", get("RETRY_BASE_MS"), pos, |n: &u64| {
+            *n >= 1
+        })? {
+            c.retry.base_delay = Duration::from_millis(n);
+        }
+        if let Some(n) = num("RETRY_MAX_MS", get("RETRY_MAX_MS"), pos, |n: &u64| *n >= 1)? {
+            c.retry.max_delay = Duration::from_millis(n);
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(pairs: &[(&str, &str)]) -> Result<IngestConfig, ConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        IngestConfig::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let c = from(&[]).unwrap();
+        assert_eq!(c, IngestConfig::new("tidemark"));
+        assert_eq!(c.retention_days, 30);
+        assert_eq!(c.max_future, Duration::from_secs(300));
+        assert_eq!(c.unknown_devices, UnknownDevices::Register);
+        assert_eq!(c.max_metrics, 32);
+    }
+
+    #[test]
+    fn environment_overrides_defaults() {
+        let c = from(&[
+            ("TABLE_NAME", "t1"),
+            ("RETENTION_DAYS", "7"),
+            ("MAX_FUTURE_SECONDS", "60"),
+            ("UNKNOWN_DEVICES", "Quarantine"),
+            ("MAX_IN_FLIGHT", "8"),
+        ])
+        .unwrap();
+        assert_eq!(c.table_name, "t1");
+        assert_eq!(c.retention_days, 7);
+        assert_eq!(c.max_future, Duration::from_secs(60));
+        assert_eq!(c.unknown_devices, UnknownDevices::Quarantine);
+        assert_eq!(c.max_in_flight, 8);
+    }
+
+    #[test]
+    fn malformed_settings_are_errors_not_guesses() {
+        for (k, v) in [
+            ("RETENTION_DAYS", "0"),
+            ("RETENTION_DAYS", "thirty"),
+            ("UNKNOWN_DEVICES", "drop"),
+            ("MAX_IN_FLIGHT", "-1"),
+        ] {
+            let e = from(&[(k, v)]).unwrap_err();
+            assert_eq!(e.name, k);
+        }
+    }
+}

@@ -1,0 +1,596 @@
+//! Kinesis record bytes → validated readings (DESIGN §3). Pure: no I/O, the clock is a
+//! parameter, so every bound is testable to the millisecond.
+//!
+//! A record holds one reading (a JSON object) or several (an array of objects). A record
+//! holding any invalid reading is rejected *whole*: the raw bytes are what is quarantined, and
+//! they belong to the record, so keeping half of a record would store some readings twice
+//! (once as items, once inside the quarantined bytes) and make a re-submission after a fix
+//! ambiguous.
+//!
+//! Top-level fields other than `deviceId`, `timestamp` and `metadata` are metrics and must be
+//! finite numbers: a device sending `"status":"ok"` learns about it from the quarantine
+//! rather than losing the field silently; free-form data belongs under `metadata`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::{Map, Value};
+use tidemark_schema::{DeviceId, MetricName, QuarantineReason, Reading, ReadingItem, Timestamp};
+use tidemark_store::{Item, StoreError};
+
+use crate::config::IngestConfig;
+
+/// Why a record cannot be stored as readings: the quarantine reason and a message for the
+/// person reading the quarantine (it names the reading, the field and the rule).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: QuarantineReason,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(reason: QuarantineReason, message: impl Into<String>) -> Self {
+        Rejection {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// DynamoDB numbers lie in 1E-130..=9.99…E+125 (in magnitude) and a larger or smaller f64 is
+/// refused with a `ValidationException` that would fail the whole `BatchWriteItem`.
+const DYNAMO_MAX: f64 = 9.999_999_999_999_999e125;
+const DYNAMO_MIN_POSITIVE: f64 = 1e-130;
+/// DynamoDB allows 32 levels of nesting; the reading item puts metadata one level down.
+const MAX_METADATA_DEPTH: usize = 16;
+
+const MS_PER_DAY: i64 = 86_400_000;
+
+fn storable_number(v: f64) -> bool {
+    v.is_finite() && (v == 0.0 || (DYNAMO_MIN_POSITIVE..=DYNAMO_MAX).contains(&v.abs()))
+}
+
+/// Decodes and validates one record's data at `now`.
+pub fn decode_record(
+    bytes: &[u8],
+    now: Timestamp,
+    config: &IngestConfig,
+) -> Result<Vec<Reading>, Rejection> {
+    if bytes.len() > config.max_payload_bytes {
+        return Err(Rejection::new(
+            QuarantineReason::PayloadTooLarge,
+            format!(
+                "record is {} bytes; the limit is {}",
+                bytes.len(),
+                config.max_payload_bytes
+            ),
+        ));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| Rejection::new(QuarantineReason::NotJson, format!("not JSON: {e}")))?;
+    let bounds = Bounds::new(now, config);
+    match value {
+        Value::Object(obj) => Ok(vec![reading(obj, &bounds, config)?]),
+        Value::Array(items) => {
+            if items.is_empty() {
+                return Err(Rejection::new(
+                    QuarantineReason::NotObjectOrArray,
+                    "an empty array holds no reading",
+                ));
+            }
+            if items.len() > config.max_array_len {
+                return Err(Rejection::new(
+                    QuarantineReason::ArrayTooLong,
+                    format!(
+                        "array of {} readings; the limit is {}",
+                        items.len(),
+                        config.max_array_len
+                    ),
+                ));
+            }
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                match item {
+                    Value::Object(obj) => out.push(reading(obj, &bounds, config).map_err(|r| {
+                        Rejection::new(r.reason, format!("reading {i}: {}", r.message))
+                    })?),
+                    other => {
+                        return Err(Rejection::new(
+                            QuarantineReason::NotObjectOrArray,
+                            format!("reading {i} is {}, not an object", kind(&other)),
+                        ));
+                    }
+                }
+            }
+            Ok(out)
+        }
+        other => Err(Rejection::new(
+            QuarantineReason::NotObjectOrArray,
+            format!(
+                "a record is a reading object or an array of them, not {}",
+                kind(&other)
+            ),
+        )),
+    }
+}
+
+/// The accepted time window, computed once per record.
+struct Bounds {
+    now: Timestamp,
+    latest_ms: i64,
+    earliest_ms: i64,
+}
+
+impl Bounds {
+    fn new(now: Timestamp, c: &IngestConfig) -> Self {
+        let now_ms = now.epoch_millis();
+        Bounds {
+            now,
+            latest_ms: now_ms.saturating_add(c.max_future.as_millis().min(i64::MAX as u128) as i64),
+            earliest_ms: now_ms.saturating_sub(i64::from(c.retention_days) * MS_PER_DAY),
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Keeps messages short even when the offending value is huge.
+fn clip(s: &str) -> String {
+    const MAX: usize = 80;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+fn reading(
+    mut obj: Map<String, Value>,
+    bounds: &Bounds,
+    config: &IngestConfig,
+) -> Result<Reading, Rejection> {
+    let device_id = match obj.get("deviceId") {
+        Some(Value::String(s)) => DeviceId::new(s).map_err(|e| {
+            Rejection::new(
+                QuarantineReason::InvalidDeviceId,
+                clip(&e.to_string()).to_string(),
+            )
+        })?,
+        Some(v) => {
+            return Err(Rejection::new(
+                QuarantineReason::InvalidDeviceId,
+                format!("deviceId is {}, not a string", kind(v)),
+            ));
+        }
+        None => {
+            return Err(Rejection::new(
+                QuarantineReason::InvalidDeviceId,
+                "deviceId is missing",
+            ));
+        }
+    };
+    let timestamp = match obj.get("timestamp") {
+        Some(Value::String(s)) => Timestamp::parse_flexible(s).map_err(|e| {
+            Rejection::new(QuarantineReason::InvalidTimestamp, clip(&e.to_string()))
+        })?,
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .and_then(|ms| Timestamp::from_epoch_millis(ms).ok())
+            .ok_or_else(|| {
+                Rejection::new(
+                    QuarantineReason::InvalidTimestamp,
+                    format!("timestamp {n} is not whole epoch milliseconds in 1970..=9999"),
+                )
+            })?,
+        Some(v) => {
+            return Err(Rejection::new(
+                QuarantineReason::InvalidTimestamp,
+                format!(
+                    "timestamp is {}, not an RFC 3339 string or epoch milliseconds",
+                    kind(v)
+                ),
+            ));
+        }
+        None => {
+            return Err(Rejection::new(
+                QuarantineReason::InvalidTimestamp,
+                "timestamp is missing",
+            ));
+        }
+    };
+    let ms = timestamp.epoch_millis();
+    if ms > bounds.latest_ms {
+        return Err(Rejection::new(
+            QuarantineReason::TimestampInFuture,
+            format!(
+                "timestamp {timestamp} is more than {} s after the ingest clock ({})",
+                config.max_future.as_secs(),
+                bounds.now
+            ),
+        ));
+    }
+    if ms < bounds.earliest_ms {
+        return Err(Rejection::new(
+            QuarantineReason::TimestampTooOld,
+            format!(
+                "timestamp {timestamp} is older than the {}-day retention (ingest clock {})",
+                config.retention_days, bounds.now
+            ),
+        ));
+    }
+    let metadata = match obj.remove("metadata") {
+        None => None,
+        Some(Value::Object(m)) => {
+            check_metadata(&m, config)?;
+            Some(m)
+        }
+        Some(v) => {
+            return Err(Rejection::new(
+                QuarantineReason::InvalidMetadata,
+                format!("metadata is {}, not an object", kind(&v)),
+            ));
+        }
+    };
+    let metric_count = obj.len() - 2;
+    if metric_count > config.max_metrics {
+        return Err(Rejection::new(
+            QuarantineReason::TooManyMetrics,
+            format!(
+                "{metric_count} metrics; the limit is {}",
+                config.max_metrics
+            ),
+        ));
+    }
+    let mut metrics = BTreeMap::new();
+    for (name, v) in &obj {
+        if name == "deviceId" || name == "timestamp" {
+            continue;
+        }
+        let value = match v {
+            Value::Number(n) => n.as_f64().filter(|f| storable_number(*f)).ok_or_else(|| {
+                Rejection::new(
+                    QuarantineReason::InvalidMetric,
+                    format!(
+                        "metric {:?} is {n}, outside the storable range (finite, magnitude 1e-130..1e126)",
+                        clip(name)
+                    ),
+                )
+            })?,
+            other => {
+                return Err(Rejection::new(
+                    QuarantineReason::InvalidMetric,
+                    format!(
+                        "metric {:?} is {}; metrics are finite numbers (other data goes under metadata)",
+                        clip(name),
+                        kind(other)
+                    ),
+                ));
+            }
+        };
+        let name = MetricName::new(name)
+            .map_err(|e| Rejection::new(QuarantineReason::InvalidMetric, clip(&e.to_string())))?;
+        metrics.insert(name, value);
+    }
+    Ok(Reading {
+        device_id,
+        timestamp,
+        metrics,
+        metadata,
+    })
+}
+
+fn check_metadata(m: &Map<String, Value>, config: &IngestConfig) -> Result<(), Rejection> {
+    fn walk(v: &Value, depth: usize, size: &mut usize) -> Result<(), String> {
+        if depth > MAX_METADATA_DEPTH {
+            return Err(format!("nested deeper than {MAX_METADATA_DEPTH} levels"));
+        }
+        match v {
+            Value::Null | Value::Bool(_) => *size += 1,
+            Value::Number(n) => {
+                *size += 8;
+                if !n.as_f64().is_some_and(storable_number) {
+                    return Err(format!("number {n} is outside DynamoDB's range"));
+                }
+            }
+            Value::String(s) => *size += s.len(),
+            Value::Array(a) => {
+                *size += 3;
+                for x in a {
+                    walk(x, depth + 1, size)?;
+                }
+            }
+            Value::Object(o) => {
+                *size += 3;
+                for (k, x) in o {
+                    *size += k.len();
+                    walk(x, depth + 1, size)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut size = 0;
+    let mut r = Ok(());
+    for (k, v) in m {
+        size += k.len();
+        r = walk(v, 1, &mut size);
+        if r.is_err() {
+            break;
+        }
+    }
+    r.and_then(|()| {
+        if size > config.max_metadata_bytes {
+            Err(format!(
+                "about {size} bytes; the limit is {}",
+                config.max_metadata_bytes
+            ))
+        } else {
+            Ok(())
+        }
+    })
+    .map_err(|e| Rejection::new(QuarantineReason::InvalidMetadata, format!("metadata: {e}")))
+}
+
+/// The DynamoDB item of a reading written to `shard` (`None`: the device's own partition).
+pub fn reading_item(
+    reading: &Reading,
+    shard: Option<u16>,
+    retention_days: u32,
+) -> Result<Item, StoreError> {
+    tidemark_store::to_item(&ReadingItem::new(reading, shard, retention_days))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn now() -> Timestamp {
+        Timestamp::parse_rfc3339("2026-04-20T14:05:00Z").unwrap()
+    }
+
+    fn cfg() -> IngestConfig {
+        IngestConfig::new("t")
+    }
+
+    fn decode(s: &str) -> Result<Vec<Reading>, Rejection> {
+        decode_record(s.as_bytes(), now(), &cfg())
+    }
+
+    #[test]
+    fn the_design_sample_decodes_to_one_normalised_reading() {
+        let r = decode(
+            r#"{"deviceId":"sensor_01","timestamp":"2026-04-20T19:30:00+05:30",
+                "temperature":22.4,"humidity":45,"pressure":1013.2,"battery":87,
+                "metadata":{"fw":"2.1.0"}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.len(), 1);
+        let r = &r[0];
+        assert_eq!(r.device_id.as_str(), "sensor_01");
+        assert_eq!(r.timestamp.to_string(), "2026-04-20T14:00:00.000Z");
+        assert_eq!(r.metrics.len(), 4);
+        assert_eq!(r.metrics[&MetricName::new("humidity").unwrap()], 45.0);
+        assert_eq!(r.metadata.as_ref().unwrap()["fw"], "2.1.0");
+    }
+
+    #[test]
+    fn arrays_and_epoch_milliseconds_are_accepted() {
+        let r = decode(
+            r#"[{"deviceId":"a","timestamp":1776693600000,"t":1},
+                {"deviceId":"b","timestamp":"1776693660000","t":2}]"#,
+        )
+        .unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].timestamp.to_string(), "2026-04-20T14:00:00.000Z");
+        assert_eq!(r[1].timestamp.to_string(), "2026-04-20T14:01:00.000Z");
+    }
+
+    #[test]
+    fn a_reading_without_metrics_is_still_a_reading() {
+        // A heartbeat: the device is alive even with nothing to report.
+        let r = decode(r#"{"deviceId":"a","timestamp":"2026-04-20T14:00:00Z"}"#).unwrap();
+        assert!(r[0].metrics.is_empty());
+    }
+
+    #[test]
+    fn every_quarantine_reason_of_decoding() {
+        use QuarantineReason::*;
+        let many: String = (0..33).map(|i| format!(r#","m{i}":1"#)).collect();
+        let too_many = format!(r#"{{"deviceId":"a","timestamp":"2026-04-20T14:00:00Z"{many}}}"#);
+        let long_array = format!(
+            "[{}]",
+            vec![r#"{"deviceId":"a","timestamp":"2026-04-20T14:00:00Z"}"#; 1001].join(",")
+        );
+        let ok_ts = r#""timestamp":"2026-04-20T14:00:00Z""#;
+        let cases: Vec<(String, QuarantineReason)> = vec![
+            ("Hello World".into(), NotJson),
+            (r#"{"deviceId":"a""#.into(), NotJson),
+            ("".into(), NotJson),
+            ("42".into(), NotObjectOrArray),
+            (r#""text""#.into(), NotObjectOrArray),
+            ("[]".into(), NotObjectOrArray),
+            (
+                format!(r#"[{{"deviceId":"a",{ok_ts}}}, 5]"#),
+                NotObjectOrArray,
+            ),
+            (format!(r#"{{{ok_ts}}}"#), InvalidDeviceId),
+            (format!(r#"{{"deviceId":7,{ok_ts}}}"#), InvalidDeviceId),
+            (format!(r#"{{"deviceId":"a#b",{ok_ts}}}"#), InvalidDeviceId),
+            (format!(r#"{{"deviceId":"",{ok_ts}}}"#), InvalidDeviceId),
+            (
+                format!(r#"{{"deviceId":"{}",{ok_ts}}}"#, "x".repeat(129)),
+                InvalidDeviceId,
+            ),
+            (r#"{"deviceId":"a"}"#.into(), InvalidTimestamp),
+            (
+                r#"{"deviceId":"a","timestamp":"yesterday"}"#.into(),
+                InvalidTimestamp,
+            ),
+            (
+                r#"{"deviceId":"a","timestamp":"2026-04-20T14:00:00"}"#.into(),
+                InvalidTimestamp,
+            ),
+            (
+                r#"{"deviceId":"a","timestamp":-5}"#.into(),
+                InvalidTimestamp,
+            ),
+            (
+                r#"{"deviceId":"a","timestamp":1.5}"#.into(),
+                InvalidTimestamp,
+            ),
+            (
+                r#"{"deviceId":"a","timestamp":true}"#.into(),
+                InvalidTimestamp,
+            ),
+            (
+                r#"{"deviceId":"a","timestamp":"2026-04-20T14:10:00.001Z"}"#.into(),
+                TimestampInFuture,
+            ),
+            (
+                r#"{"deviceId":"a","timestamp":"2026-03-21T14:04:59.999Z"}"#.into(),
+                TimestampTooOld,
+            ),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"t":"hot"}}"#),
+                InvalidMetric,
+            ),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"t":null}}"#),
+                InvalidMetric,
+            ),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"t":{{"v":1}}}}"#),
+                InvalidMetric,
+            ),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"t":1e200}}"#),
+                InvalidMetric,
+            ),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"t":1e-200}}"#),
+                InvalidMetric,
+            ),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"bad-name":1}}"#),
+                InvalidMetric,
+            ),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"9lives":1}}"#),
+                InvalidMetric,
+            ),
+            (too_many, TooManyMetrics),
+            (long_array, ArrayTooLong),
+            (
+                format!(r#"{{"deviceId":"a",{ok_ts},"metadata":"fw 2"}}"#),
+                InvalidMetadata,
+            ),
+            (
+                format!(
+                    r#"{{"deviceId":"a",{ok_ts},"metadata":{{"x":"{}"}}}}"#,
+                    "y".repeat(2000)
+                ),
+                InvalidMetadata,
+            ),
+            (
+                format!(
+                    r#"{{"deviceId":"a",{ok_ts},"metadata":{{"x":{}1{}}}}}"#,
+                    "[".repeat(20),
+                    "]".repeat(20)
+                ),
+                InvalidMetadata,
+            ),
+        ];
+        for (input, want) in cases {
+            let got = decode(&input);
+            assert_eq!(
+                got.as_ref().map_err(|r| r.reason),
+                Err(want),
+                "input {}",
+                clip(&input)
+            );
+            assert!(!got.unwrap_err().message.is_empty());
+        }
+        let mut small = cfg();
+        small.max_payload_bytes = 10;
+        assert_eq!(
+            decode_record(br#"{"deviceId":"a"}"#, now(), &small)
+                .unwrap_err()
+                .reason,
+            PayloadTooLarge
+        );
+    }
+
+    #[test]
+    fn time_bounds_are_inclusive_and_configurable() {
+        // GIVEN the clock at 14:05:00 and the default 5 min / 30 days
+        let at = |ts: &str| format!(r#"{{"deviceId":"a","timestamp":"{ts}"}}"#);
+        assert!(decode(&at("2026-04-20T14:10:00.000Z")).is_ok());
+        assert!(decode(&at("2026-03-21T14:05:00.000Z")).is_ok());
+        // WHEN the bounds are tightened THEN the same readings fall outside
+        let mut c = cfg();
+        c.max_future = Duration::from_secs(0);
+        c.retention_days = 1;
+        let r = |s: String| decode_record(s.as_bytes(), now(), &c).map_err(|r| r.reason);
+        assert_eq!(
+            r(at("2026-04-20T14:05:00.001Z")),
+            Err(QuarantineReason::TimestampInFuture)
+        );
+        assert_eq!(
+            r(at("2026-04-19T14:04:59.999Z")),
+            Err(QuarantineReason::TimestampTooOld)
+        );
+    }
+
+    #[test]
+    fn one_bad_reading_rejects_the_whole_record_and_says_which() {
+        let r = decode(
+            r#"[{"deviceId":"a","timestamp":"2026-04-20T14:00:00Z","t":1},
+                {"deviceId":"a","timestamp":"2026-04-20T14:00:01Z","t":"x"}]"#,
+        )
+        .unwrap_err();
+        assert_eq!(r.reason, QuarantineReason::InvalidMetric);
+        assert!(r.message.starts_with("reading 1:"), "{}", r.message);
+    }
+
+    #[test]
+    fn messages_stay_short_for_huge_values() {
+        let r = decode(&format!(
+            r#"{{"deviceId":"{}#","timestamp":"2026-04-20T14:00:00Z"}}"#,
+            "x".repeat(100_000)
+        ))
+        .unwrap_err();
+        assert!(r.message.chars().count() < 200, "{}", r.message.len());
+    }
+
+    #[test]
+    fn reading_item_has_keys_ttl_and_metrics() {
+        let r = &decode(r#"{"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00Z","t":1.5}"#)
+            .unwrap()[0];
+        let item = reading_item(r, Some(3), 30).unwrap();
+        use aws_sdk_dynamodb::types::AttributeValue as A;
+        assert_eq!(item["pk"], A::S("DEVICE#sensor_01#S3".into()));
+        assert_eq!(item["sk"], A::S("READING#2026-04-20T14:00:00.000Z".into()));
+        assert_eq!(
+            item["ttl"],
+            A::N((r.timestamp.epoch_seconds() + 30 * 86_400).to_string())
+        );
+        assert!(matches!(&item["metrics"], A::M(m) if m["t"] == A::N("1.5".into())));
+    }
+}

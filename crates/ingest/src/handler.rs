@@ -1,0 +1,438 @@
+//! The ingest handler: a Kinesis batch → reading items and quarantine items → the table, with
+//! a partial-batch response that never skips an unwritten record.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use thiserror::Error;
+use tidemark_schema::{
+    DeviceId, QuarantineItem, QuarantineReason, Reading, ShardHistory, Timestamp,
+};
+use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingPut, WriteReport};
+use tidemark_store::emf::Metrics;
+use tidemark_store::{Item, StoreError};
+
+use crate::config::{IngestConfig, UnknownDevices};
+use crate::decode::{Rejection, decode_record, reading_item};
+use crate::lookups::{Clock, DeviceDirectory, DynamoLookups, ShardConfigSource, SystemClock};
+
+#[derive(Debug, Error)]
+pub enum IngestError {
+    /// The hot-device shard counts could not be read and none are cached: writing now could
+    /// put a reading in the wrong partition, so the batch is retried instead.
+    #[error("could not read the shard configuration: {0}")]
+    ShardConfig(#[source] StoreError),
+    #[error("could not check which devices are registered: {0}")]
+    DeviceLookup(#[source] StoreError),
+    /// An item could not be converted (a bug, never input: input is validated first).
+    #[error("could not build an item: {0}")]
+    Item(#[source] StoreError),
+}
+
+/// Counts of one batch: logged as JSON and emitted as EMF.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    pub records: u64,
+    pub readings: u64,
+    pub quarantined: u64,
+    pub quarantined_by_reason: BTreeMap<QuarantineReason, u64>,
+    /// Items (readings and quarantine) durably written.
+    pub written: u64,
+    /// Reading items superseded by a later one with the same key in this batch.
+    pub duplicates: u64,
+    pub calls: u64,
+    pub retries: u64,
+    pub unprocessed: u64,
+    pub throttled: u64,
+    /// Items not written when the invocation gave up (their records are reported).
+    pub failed_items: u64,
+    /// The sequence number reported in `batchItemFailures`, if any.
+    pub failed_from: Option<String>,
+}
+
+impl BatchStats {
+    pub fn metrics(&self) -> Metrics {
+        let mut m = Metrics::new("ingest")
+            .count("Records", self.records)
+            .count("Readings", self.readings)
+            .count("Quarantined", self.quarantined)
+            .count("ItemsWritten", self.written)
+            .count("Duplicates", self.duplicates)
+            .count("WriteCalls", self.calls)
+            .count("Retries", self.retries)
+            .count("Unprocessed", self.unprocessed)
+            .count("Throttled", self.throttled)
+            .count("FailedItems", self.failed_items)
+            .count("FailedBatches", u64::from(self.failed_from.is_some()));
+        for (reason, n) in &self.quarantined_by_reason {
+            m = m.count(&format!("Quarantined.{}", reason.as_str()), *n);
+        }
+        m
+    }
+
+    fn log(&self, error: Option<&str>) {
+        let by_reason: BTreeMap<&str, u64> = self
+            .quarantined_by_reason
+            .iter()
+            .map(|(r, n)| (r.as_str(), *n))
+            .collect();
+        let by_reason = serde_json::to_string(&by_reason).unwrap_or_default();
+        if let Some(seq) = &self.failed_from {
+            tracing::warn!(
+                records = self.records,
+                readings = self.readings,
+                written = self.written,
+                duplicates = self.duplicates,
+                quarantined = self.quarantined,
+                quarantined_by_reason = %by_reason,
+                retries = self.retries,
+                unprocessed = self.unprocessed,
+                throttled = self.throttled,
+                failed_items = self.failed_items,
+                failed_from = %seq,
+                error = error.unwrap_or(""),
+                "ingest batch partly written; Kinesis resumes at failed_from"
+            );
+        } else {
+            tracing::info!(
+                records = self.records,
+                readings = self.readings,
+                written = self.written,
+                duplicates = self.duplicates,
+                quarantined = self.quarantined,
+                quarantined_by_reason = %by_reason,
+                retries = self.retries,
+                unprocessed = self.unprocessed,
+                throttled = self.throttled,
+                "ingest batch written"
+            );
+        }
+    }
+}
+
+struct ShardSnapshot {
+    loaded: Instant,
+    histories: Arc<HashMap<DeviceId, ShardHistory>>,
+}
+
+/// Above this many cached existence answers the cache starts over (a bound on memory for a
+/// container that sees an unbounded fleet).
+const DEVICE_CACHE_MAX: usize = 200_000;
+/// A message longer than this is cut: messages name values, and values can be huge.
+const MAX_MESSAGE_CHARS: usize = 1000;
+
+/// The ingest function. Build once per container (it holds the caches), call
+/// [`Ingest::handle`] per batch. Type parameters are the store operations and the clock, so
+/// tests swap any of them; [`Ingest::new`] wires DynamoDB and the system clock.
+pub struct Ingest<
+    W = aws_sdk_dynamodb::Client,
+    S = DynamoLookups,
+    D = DynamoLookups,
+    C = SystemClock,
+> {
+    config: IngestConfig,
+    writer: BatchWriter<W>,
+    shard_source: S,
+    devices: D,
+    clock: C,
+    shard_cache: Mutex<Option<ShardSnapshot>>,
+    device_cache: Mutex<HashMap<DeviceId, (bool, Instant)>>,
+}
+
+impl Ingest {
+    pub fn new(client: aws_sdk_dynamodb::Client, config: IngestConfig) -> Self {
+        let lookups = DynamoLookups::new(client.clone(), config.table_name.clone());
+        Ingest::from_parts(config, client, lookups.clone(), lookups, SystemClock)
+    }
+}
+
+impl<W, S, D, C> Ingest<W, S, D, C>
+where
+    W: BatchWriteApi,
+    S: ShardConfigSource,
+    D: DeviceDirectory,
+    C: Clock,
+{
+    pub fn from_parts(
+        config: IngestConfig,
+        writes: W,
+        shard_source: S,
+        devices: D,
+        clock: C,
+    ) -> Self {
+        let writer = BatchWriter::new(
+            writes,
+            config.table_name.clone(),
+            config.max_in_flight,
+            config.retry,
+        );
+        Ingest {
+            config,
+            writer,
+            shard_source,
+            devices,
+            clock,
+            shard_cache: Mutex::new(None),
+            device_cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &IngestConfig {
+        &self.config
+    }
+
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Handles one batch, logging its counts and printing them as an EMF line. Must return by
+    /// `deadline` (the invocation's; [`IngestConfig::deadline_margin`] is kept back).
+    ///
+    /// `Ok` with `batchItemFailures` naming the earliest record not fully written when writes
+    /// fail past their retries (records before it are durable, so the event source mapping
+    /// resumes there and skips nothing); `Err` when nothing could be attempted (shard counts
+    /// or device registry unreadable), which makes Lambda retry the batch.
+    pub async fn handle(
+        &self,
+        event: KinesisEvent,
+        deadline: Instant,
+    ) -> Result<KinesisEventResponse, IngestError> {
+        let (response, stats) = self.process(&event, deadline).await?;
+        stats.metrics().emit();
+        Ok(response)
+    }
+
+    /// [`Ingest::handle`] without the EMF line (the log line is written), returning the counts.
+    pub async fn process(
+        &self,
+        event: &KinesisEvent,
+        deadline: Instant,
+    ) -> Result<(KinesisEventResponse, BatchStats), IngestError> {
+        let now = self.clock.now();
+        let records = &event.records;
+        let mut stats = BatchStats {
+            records: records.len() as u64,
+            ..BatchStats::default()
+        };
+        let mut decoded: Vec<Result<Vec<Reading>, Rejection>> = records
+            .iter()
+            .map(|r| decode_record(&r.kinesis.data, now, &self.config))
+            .collect();
+        if self.config.unknown_devices == UnknownDevices::Quarantine {
+            self.quarantine_unknown_devices(&mut decoded).await?;
+        }
+        let shards = self.shard_histories().await?;
+
+        let mut puts = Vec::with_capacity(records.len());
+        for (i, (record, d)) in records.iter().zip(decoded).enumerate() {
+            match d {
+                Ok(readings) => {
+                    for r in readings {
+                        let shard = shards
+                            .get(&r.device_id)
+                            .and_then(|h| h.shard_at(r.timestamp));
+                        let item = reading_item(&r, shard, self.config.retention_days)
+                            .map_err(IngestError::Item)?;
+                        puts.push(PendingPut { tag: i, item });
+                        stats.readings += 1;
+                    }
+                }
+                Err(rejection) => {
+                    stats.quarantined += 1;
+                    *stats
+                        .quarantined_by_reason
+                        .entry(rejection.reason)
+                        .or_default() += 1;
+                    let item = quarantine_item(record, &rejection).map_err(IngestError::Item)?;
+                    puts.push(PendingPut { tag: i, item });
+                }
+            }
+        }
+
+        let write_by = deadline
+            .checked_sub(self.config.deadline_margin)
+            .unwrap_or(deadline);
+        let report = self
+            .writer
+            .write_all(puts, tokio::time::Instant::from_std(write_by))
+            .await;
+        let mut response = KinesisEventResponse::default();
+        if let Some(first) = report.earliest_failed_tag() {
+            let seq = records[first].kinesis.sequence_number.clone();
+            response.add_failure(seq.clone());
+            stats.failed_from = Some(seq);
+        }
+        absorb(&mut stats, &report);
+        stats.log(report.last_error.as_deref());
+        Ok((response, stats))
+    }
+
+    /// The shard histories of hot devices, refreshed after [`IngestConfig::shard_cache_ttl`].
+    /// A failed refresh keeps using the previous answer (a shard change is announced ahead
+    /// of its effective time, see the config) and fails only when there is none.
+    async fn shard_histories(&self) -> Result<Arc<HashMap<DeviceId, ShardHistory>>, IngestError> {
+        let cached = {
+            let guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
+            guard.as_ref().map(|s| (s.loaded, s.histories.clone()))
+        };
+        if let Some((loaded, h)) = &cached
+            && loaded.elapsed() < self.config.shard_cache_ttl
+        {
+            return Ok(h.clone());
+        }
+        match self.shard_source.load_shard_configs().await {
+            Ok(items) => {
+                let histories: Arc<HashMap<_, _>> = Arc::new(
+                    items
+                        .into_iter()
+                        .filter_map(|item| {
+                            let Ok(tidemark_schema::EntityKey::ShardConfig(id)) =
+                                tidemark_schema::EntityKey::parse(&item.pk, &item.sk)
+                            else {
+                                return None;
+                            };
+                            Some((id, item.epochs))
+                        })
+                        .collect(),
+                );
+                let mut guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
+                *guard = Some(ShardSnapshot {
+                    loaded: Instant::now(),
+                    histories: histories.clone(),
+                });
+                Ok(histories)
+            }
+            Err(e) => match cached {
+                Some((_, h)) => {
+                    tracing::warn!(error = %e, "shard configuration refresh failed; using the cached one");
+                    Ok(h)
+                }
+                None => Err(IngestError::ShardConfig(e)),
+            },
+        }
+    }
+
+    /// Replaces every record naming an unregistered device with an `unknown_device` rejection.
+    async fn quarantine_unknown_devices(
+        &self,
+        decoded: &mut [Result<Vec<Reading>, Rejection>],
+    ) -> Result<(), IngestError> {
+        let ttl = self.config.device_cache_ttl;
+        let mut wanted: HashSet<&DeviceId> = HashSet::new();
+        for d in decoded.iter().flatten() {
+            wanted.extend(d.iter().map(|r| &r.device_id));
+        }
+        let mut known: HashMap<DeviceId, bool> = HashMap::with_capacity(wanted.len());
+        let mut ask = Vec::new();
+        {
+            let cache = self.device_cache.lock().unwrap_or_else(|p| p.into_inner());
+            for id in wanted {
+                match cache.get(id) {
+                    Some((exists, at)) if at.elapsed() < ttl => {
+                        known.insert(id.clone(), *exists);
+                    }
+                    _ => ask.push(id.clone()),
+                }
+            }
+        }
+        if !ask.is_empty() {
+            let found = self
+                .devices
+                .existing_devices(&ask)
+                .await
+                .map_err(IngestError::DeviceLookup)?;
+            let now = Instant::now();
+            let mut cache = self.device_cache.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.len() + ask.len() > DEVICE_CACHE_MAX {
+                cache.clear();
+            }
+            for id in ask {
+                let exists = found.contains(&id);
+                cache.insert(id.clone(), (exists, now));
+                known.insert(id, exists);
+            }
+        }
+        for d in decoded.iter_mut() {
+            let unknown = match d {
+                Ok(readings) => readings
+                    .iter()
+                    .find(|r| !known.get(&r.device_id).copied().unwrap_or(false))
+                    .map(|r| r.device_id.clone()),
+                Err(_) => None,
+            };
+            if let Some(id) = unknown {
+                *d = Err(Rejection::new(
+                    QuarantineReason::UnknownDevice,
+                    format!("device {id} is not registered (UNKNOWN_DEVICES=quarantine)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn absorb(stats: &mut BatchStats, r: &WriteReport) {
+    stats.written = r.written as u64;
+    stats.duplicates = r.duplicates as u64;
+    stats.calls = r.calls;
+    stats.retries = r.retries;
+    stats.unprocessed = r.unprocessed;
+    stats.throttled = r.throttled;
+    stats.failed_items = r.failed_tags.len() as u64;
+}
+
+/// The arrival time Kinesis stamped on the record: the same on every delivery, so a replayed
+/// batch rewrites the very same quarantine item.
+pub fn arrival_time(record: &KinesisEventRecord) -> Timestamp {
+    Timestamp::from_epoch_millis(
+        record
+            .kinesis
+            .approximate_arrival_timestamp
+            .timestamp_millis(),
+    )
+    .unwrap_or(Timestamp::MIN)
+}
+
+/// The quarantine item of a rejected record: raw bytes truncated at
+/// [`QuarantineItem::MAX_PAYLOAD`] (64 KiB) with the original size kept, reason, message,
+/// partition key, sequence number, arrival time, and a 14-day TTL from arrival. Every field
+/// comes from the record and the rejection, none from the clock, so replays are identical.
+pub fn quarantine_item(
+    record: &KinesisEventRecord,
+    rejection: &Rejection,
+) -> Result<Item, StoreError> {
+    let k = &record.kinesis;
+    let received = arrival_time(record);
+    let key = QuarantineItem::key_for(received.day(), received, &k.sequence_number);
+    let mut message = rejection.message.clone();
+    if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        message.truncate(cut);
+        message.push('…');
+    }
+    let data: &[u8] = &k.data;
+    tidemark_store::to_item(&QuarantineItem {
+        pk: key.pk,
+        sk: key.sk,
+        reason: rejection.reason,
+        message,
+        received_at: received,
+        sequence_number: k.sequence_number.clone(),
+        partition_key: k.partition_key.clone(),
+        size: data.len() as u64,
+        payload: data[..data.len().min(QuarantineItem::MAX_PAYLOAD)].to_vec(),
+        ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
+    })
+}
+
+/// How long is left until `deadline_epoch_ms` (a Lambda context's deadline), as an
+/// [`Instant`]; a deadline already past gives now.
+pub fn deadline_from_epoch_millis(deadline_epoch_ms: u64) -> Instant {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Instant::now() + Duration::from_millis(deadline_epoch_ms.saturating_sub(now_ms))
+}

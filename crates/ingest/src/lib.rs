@@ -1,0 +1,24 @@
+//! Tidemark's ingest function (DESIGN §3–§4): Kinesis records → validated readings → one
+//! DynamoDB table, bad records quarantined with their raw bytes, and a partial-batch response
+//! that never lets the event source mapping skip an unwritten record.
+//!
+//! - [`decode_record`]: pure decoding and validation of one record.
+//! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
+//!   [`DeviceDirectory`]) and a [`Clock`]; [`Ingest::new`] wires them to DynamoDB.
+//! - The `tidemark-ingest` binary is a thin Lambda wrapper around [`Ingest::handle`].
+//!
+//! [`BatchWriteApi`]: tidemark_store::batch::BatchWriteApi
+
+pub mod config;
+pub mod decode;
+pub mod handler;
+pub mod lookups;
+
+pub use config::{ConfigError, IngestConfig, UnknownDevices};
+pub use decode::{Rejection, decode_record, reading_item};
+pub use handler::{
+    BatchStats, Ingest, IngestError, arrival_time, deadline_from_epoch_millis, quarantine_item,
+};
+pub use lookups::{
+    Clock, DeviceDirectory, DynamoLookups, FixedClock, ShardConfigSource, SystemClock,
+};
