@@ -245,6 +245,33 @@ pub fn status_gsi1pk(status: DeviceStatus, shard: Option<u16>) -> String {
     }
 }
 
+/// The status-key shard of a device when a fleet spreads each status over `shards` GSI1
+/// partitions (`DEVICE_STATUS#<status>#<n>`); `None` (the plain key) below two. Stable for a
+/// device, so a status change moves it between partitions of the same `n`.
+pub fn status_shard_for(d: &DeviceId, shards: u16) -> Option<u16> {
+    (shards > 1).then(|| {
+        // FNV-1a: stable across platforms and releases, unlike `DefaultHasher`.
+        let h = d.as_str().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        (h % u64::from(shards)) as u16
+    })
+}
+
+/// GSI1 partition key of a device with `status` in a fleet of `shards` status shards.
+pub fn device_status_gsi1pk(d: &DeviceId, status: DeviceStatus, shards: u16) -> String {
+    status_gsi1pk(status, status_shard_for(d, shards))
+}
+
+/// Every GSI1 partition holding devices of `status` (what a listing must query).
+pub fn status_gsi1pks(status: DeviceStatus, shards: u16) -> Vec<String> {
+    if shards > 1 {
+        (0..shards).map(|n| status_gsi1pk(status, Some(n))).collect()
+    } else {
+        vec![status_gsi1pk(status, None)]
+    }
+}
+
 /// GSI1 sort key of a device: `DEVICE#<id>`, the same text as its partition key.
 pub fn device_gsi1sk(d: &DeviceId) -> String {
     device_pk(d)
@@ -308,6 +335,23 @@ mod tests {
             parse_status_gsi1pk("DEVICE_STATUS#active#3"),
             Some((DeviceStatus::Active, Some(3)))
         );
+    }
+
+    #[test]
+    fn status_shards_spread_devices_and_listing_covers_them() {
+        assert_eq!(status_shard_for(&dev(), 1), None);
+        let pks = status_gsi1pks(DeviceStatus::Active, 4);
+        assert_eq!(pks.len(), 4);
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..400 {
+            let d = DeviceId::new(&format!("sensor_{i}")).unwrap();
+            let pk = device_status_gsi1pk(&d, DeviceStatus::Active, 4);
+            assert!(pks.contains(&pk), "{pk}");
+            assert_eq!(pk, device_status_gsi1pk(&d, DeviceStatus::Active, 4));
+            seen.insert(pk);
+        }
+        assert_eq!(seen.len(), 4);
+        assert_eq!(status_gsi1pks(DeviceStatus::Active, 1), ["DEVICE_STATUS#active"]);
     }
 
     #[test]
