@@ -1,4 +1,10 @@
 //! The local stack: everything `make run` does beyond starting the emulators.
+//!
+//! - [`esm`]: emulated event-source mappings (Kinesis → ingest, DynamoDB Streams → aggregator);
+//! - [`bootstrap`]: the table and the stream, from the same definition the template uses.
+
+pub mod esm;
+pub mod simulator;
 
 use std::time::Duration;
 
@@ -51,6 +57,16 @@ impl LocalConfig {
 
     pub async fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
         tidemark_store::dynamodb_client(&ClientSettings::local(&self.dynamodb_endpoint)).await
+    }
+
+    /// DynamoDB Streams is served on the DynamoDB endpoint.
+    pub async fn dynamodb_streams(&self) -> aws_sdk_dynamodbstreams::Client {
+        let shared =
+            tidemark_store::sdk_config(&ClientSettings::local(&self.dynamodb_endpoint)).await;
+        let conf = aws_sdk_dynamodbstreams::config::Builder::from(&shared)
+            .endpoint_url(&self.dynamodb_endpoint)
+            .build();
+        aws_sdk_dynamodbstreams::Client::from_conf(conf)
     }
 
     pub async fn kinesis(&self) -> aws_sdk_kinesis::Client {

@@ -1,0 +1,265 @@
+//! DynamoDB Streams → function: the source side of a DynamoDB stream event-source mapping.
+
+use std::future::Future;
+
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+use super::{
+    BatchFunction, EsmError, EventSource, FunctionError, Invocation, LOCAL_REGION, Page, ShardInfo,
+    Start,
+};
+
+/// A function fed by a DynamoDB stream mapping (the aggregator, or a fake in tests).
+pub trait StreamHandler: Send + Sync + 'static {
+    fn handle(
+        &self,
+        event: Event,
+    ) -> impl Future<Output = Result<DynamoDbEventResponse, FunctionError>> + Send;
+}
+
+impl<H: StreamHandler> BatchFunction<EventRecord> for H {
+    async fn invoke(&self, records: Vec<EventRecord>) -> Invocation {
+        let mut event = Event::default();
+        event.records = records;
+        match self.handle(event).await {
+            Ok(r) if r.batch_item_failures.is_empty() => Invocation::Success,
+            Ok(r) => Invocation::ItemFailures(
+                r.batch_item_failures
+                    .into_iter()
+                    .map(|f| f.item_identifier)
+                    .collect(),
+            ),
+            Err(e) => Invocation::Error(e),
+        }
+    }
+}
+
+fn err(operation: &'static str) -> impl FnOnce(String) -> EsmError {
+    move |message| EsmError::Source {
+        service: "DynamoDB Streams",
+        operation,
+        message,
+    }
+}
+
+/// The stream of a table (DynamoDB Local serves it on the DynamoDB endpoint).
+pub struct DynamoDbStreamSource {
+    client: aws_sdk_dynamodbstreams::Client,
+    arn: String,
+}
+
+impl DynamoDbStreamSource {
+    /// The table's latest stream.
+    pub async fn for_table(
+        dynamodb: &aws_sdk_dynamodb::Client,
+        streams: aws_sdk_dynamodbstreams::Client,
+        table: &str,
+    ) -> Result<Self, EsmError> {
+        let d = dynamodb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| {
+                err("DescribeTable")(
+                    aws_sdk_dynamodb::error::DisplayErrorContext(aws_sdk_dynamodb::Error::from(e))
+                        .to_string(),
+                )
+            })?;
+        let arn = d
+            .table()
+            .and_then(|t| t.latest_stream_arn())
+            .ok_or_else(|| EsmError::NoStream(table.to_owned()))?;
+        Ok(DynamoDbStreamSource {
+            client: streams,
+            arn: arn.to_owned(),
+        })
+    }
+
+    /// The record as Lambda puts it in the event: the wire JSON of the stream record, parsed
+    /// by `aws_lambda_events` exactly as it parses a real invocation payload.
+    pub fn event_record(
+        arn: &str,
+        r: &aws_sdk_dynamodbstreams::types::Record,
+    ) -> Result<EventRecord, serde_json::Error> {
+        let mut change = Map::new();
+        if let Some(d) = r.dynamodb() {
+            if let Some(t) = d.approximate_creation_date_time() {
+                change.insert("ApproximateCreationDateTime".into(), json!(t.as_secs_f64()));
+            }
+            for (k, img) in [
+                ("Keys", d.keys()),
+                ("NewImage", d.new_image()),
+                ("OldImage", d.old_image()),
+            ] {
+                if let Some(img) = img {
+                    change.insert(k.into(), wire_item(img));
+                }
+            }
+            change.insert("SequenceNumber".into(), json!(d.sequence_number()));
+            change.insert("SizeBytes".into(), json!(d.size_bytes().unwrap_or(0)));
+            if let Some(v) = d.stream_view_type() {
+                change.insert("StreamViewType".into(), json!(v.as_str()));
+            }
+        }
+        let mut rec = json!({
+            "eventID": r.event_id().unwrap_or_default(),
+            "eventName": r.event_name().map(|n| n.as_str()).unwrap_or_default(),
+            "eventVersion": r.event_version().unwrap_or("1.1"),
+            "eventSource": "aws:dynamodb",
+            "awsRegion": r.aws_region().unwrap_or(LOCAL_REGION),
+            "dynamodb": change,
+            "eventSourceARN": arn,
+        });
+        if let (Some(id), Some(m)) = (r.user_identity(), rec.as_object_mut()) {
+            m.insert(
+                "userIdentity".into(),
+                json!({"type": id.r#type(), "principalId": id.principal_id()}),
+            );
+        }
+        serde_json::from_value(rec)
+    }
+}
+
+fn wire_item(item: &std::collections::HashMap<String, AttributeValue>) -> Value {
+    Value::Object(
+        item.iter()
+            .map(|(k, v)| (k.clone(), wire_value(v)))
+            .collect(),
+    )
+}
+
+/// DynamoDB's JSON wire form of a value (`{"S": "…"}`, `{"N": "…"}`, …).
+fn wire_value(v: &AttributeValue) -> Value {
+    let b64 =
+        |b: &aws_smithy_types::Blob| base64::engine::general_purpose::STANDARD.encode(b.as_ref());
+    match v {
+        AttributeValue::S(s) => json!({"S": s}),
+        AttributeValue::N(n) => json!({"N": n}),
+        AttributeValue::B(b) => json!({"B": b64(b)}),
+        AttributeValue::Bool(b) => json!({"BOOL": b}),
+        AttributeValue::Null(b) => json!({"NULL": b}),
+        AttributeValue::Ss(v) => json!({"SS": v}),
+        AttributeValue::Ns(v) => json!({"NS": v}),
+        AttributeValue::Bs(v) => json!({"BS": v.iter().map(b64).collect::<Vec<_>>()}),
+        AttributeValue::L(v) => json!({"L": v.iter().map(wire_value).collect::<Vec<_>>()}),
+        AttributeValue::M(m) => json!({"M": wire_item(m)}),
+        _ => json!({"NULL": true}),
+    }
+}
+
+impl EventSource for DynamoDbStreamSource {
+    type Record = EventRecord;
+
+    fn arn(&self) -> &str {
+        &self.arn
+    }
+
+    fn batch_info_key(&self) -> &'static str {
+        "DDBStreamBatchInfo"
+    }
+
+    fn max_read(&self) -> usize {
+        1_000
+    }
+
+    async fn shards(&self) -> Result<Vec<ShardInfo>, EsmError> {
+        let mut out = Vec::new();
+        let mut last: Option<String> = None;
+        loop {
+            let d = self
+                .client
+                .describe_stream()
+                .stream_arn(&self.arn)
+                .set_exclusive_start_shard_id(last.clone())
+                .send()
+                .await
+                .map_err(|e| {
+                    err("DescribeStream")(
+                        aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
+                    )
+                })?;
+            let Some(desc) = d.stream_description() else {
+                return Ok(out);
+            };
+            out.extend(desc.shards().iter().filter_map(|s| {
+                Some(ShardInfo {
+                    id: s.shard_id()?.to_owned(),
+                    parent: s.parent_shard_id().map(str::to_owned),
+                    adjacent_parent: None,
+                })
+            }));
+            last = desc.last_evaluated_shard_id().map(str::to_owned);
+            if last.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn iterator(&self, shard: &str, start: &Start) -> Result<Option<String>, EsmError> {
+        let req = self
+            .client
+            .get_shard_iterator()
+            .stream_arn(&self.arn)
+            .shard_id(shard);
+        let req = match start {
+            Start::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            Start::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+            Start::After(seq) => req
+                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .sequence_number(seq),
+        };
+        let out = req.send().await.map_err(|e| {
+            err("GetShardIterator")(
+                aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
+            )
+        })?;
+        Ok(out.shard_iterator().map(str::to_owned))
+    }
+
+    async fn read(
+        &self,
+        _shard: &str,
+        iterator: &str,
+        limit: usize,
+    ) -> Result<Page<EventRecord>, EsmError> {
+        let out = self
+            .client
+            .get_records()
+            .shard_iterator(iterator)
+            .limit(i32::try_from(limit).unwrap_or(1_000))
+            .send()
+            .await
+            .map_err(|e| {
+                err("GetRecords")(
+                    aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
+                )
+            })?;
+        let mut records = Vec::with_capacity(out.records().len());
+        for r in out.records() {
+            records.push(Self::event_record(&self.arn, r).map_err(|e| {
+                err("GetRecords")(format!("record not convertible to a Lambda event: {e}"))
+            })?);
+        }
+        Ok(Page {
+            records,
+            next: out.next_shard_iterator().map(str::to_owned),
+            millis_behind: None,
+        })
+    }
+
+    fn sequence(record: &EventRecord) -> &str {
+        record.change.sequence_number.as_deref().unwrap_or_default()
+    }
+
+    fn arrival_millis(record: &EventRecord) -> i64 {
+        record
+            .change
+            .approximate_creation_date_time
+            .timestamp_millis()
+    }
+}

@@ -1,0 +1,600 @@
+//! A simulated device fleet: readings as real devices send them, warts included.
+//!
+//! Each device walks its metrics (temperature, humidity, pressure, battery) around a home
+//! value, now and then breaches a threshold, and sends at its own pace with jitter. The send
+//! path misbehaves like a real one: some readings arrive late (after newer ones), some twice,
+//! and a few records are malformed. Everything comes from one seeded RNG, so a seed fixes the
+//! whole run and a test can recompute what the pipeline should have stored.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use tidemark_schema::Timestamp;
+use tokio::sync::watch;
+
+use crate::DevstackError;
+use crate::esm::stop_requested;
+
+/// The fleet's shape and how badly its network behaves.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub devices: usize,
+    pub readings_per_minute: f64,
+    /// ± fraction of the interval each send may drift by.
+    pub jitter: f64,
+    pub seed: u64,
+    /// Device IDs are `<prefix><nnn>`.
+    pub device_prefix: String,
+    /// Chance a reading starts a threshold breach (a temperature spike or battery sag).
+    pub breach_probability: f64,
+    /// Chance a reading is held back and sent after newer ones.
+    pub late_probability: f64,
+    /// Chance a reading is sent twice.
+    pub duplicate_probability: f64,
+    /// Chance, per reading, of an extra malformed record.
+    pub malformed_probability: f64,
+    /// Chance a device batches two readings in one record (a JSON array).
+    pub array_probability: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            devices: 20,
+            readings_per_minute: 6.0,
+            jitter: 0.2,
+            seed: 7,
+            device_prefix: "sensor_".into(),
+            breach_probability: 0.01,
+            late_probability: 0.03,
+            duplicate_probability: 0.02,
+            malformed_probability: 0.005,
+            array_probability: 0.05,
+        }
+    }
+}
+
+impl SimConfig {
+    /// `TIDEMARK_SIM_DEVICES`, `TIDEMARK_SIM_RATE` (readings/minute/device), `TIDEMARK_SIM_SEED`.
+    pub fn from_env() -> Self {
+        let d = SimConfig::default();
+        let get = |k: &str| std::env::var(k).ok();
+        SimConfig {
+            devices: get("TIDEMARK_SIM_DEVICES")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d.devices),
+            readings_per_minute: get("TIDEMARK_SIM_RATE")
+                .and_then(|v| v.parse().ok())
+                .filter(|r: &f64| *r > 0.0)
+                .unwrap_or(d.readings_per_minute),
+            seed: get("TIDEMARK_SIM_SEED")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d.seed),
+            ..d
+        }
+    }
+
+    fn interval_ms(&self) -> f64 {
+        60_000.0 / self.readings_per_minute.max(0.001)
+    }
+}
+
+/// What a record is, so tests know what the pipeline should make of it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordKind {
+    /// Valid readings (one, or several for an array record).
+    Readings(Vec<Value>),
+    /// A second copy of a record already sent.
+    Duplicate(Vec<Value>),
+    /// Bad input that ingest must quarantine, with the reason it is bad.
+    Malformed(&'static str),
+}
+
+/// One Kinesis record, ready for PutRecords.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub partition_key: String,
+    pub data: Vec<u8>,
+    pub kind: RecordKind,
+    /// When the device meant to send it (late records are sent after this).
+    pub due: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+struct Device {
+    id: String,
+    next_due: f64,
+    temperature: f64,
+    temperature_home: f64,
+    humidity: f64,
+    pressure: f64,
+    battery: f64,
+    /// Remaining readings of a current breach.
+    breach_left: u32,
+    breach_kind: u8,
+}
+
+/// The fleet: deterministic for a seed.
+pub struct Fleet {
+    cfg: SimConfig,
+    rng: StdRng,
+    devices: Vec<Device>,
+    /// Held-back records and when to release them (epoch ms).
+    held: Vec<(i64, Outgoing)>,
+}
+
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+impl Fleet {
+    /// A fleet whose first readings are due from `start` on, spread over one interval.
+    pub fn new(cfg: SimConfig, start: Timestamp) -> Self {
+        let mut rng = StdRng::seed_from_u64(cfg.seed);
+        let interval = cfg.interval_ms();
+        let devices = (0..cfg.devices)
+            .map(|i| {
+                let home = rng.random_range(18.0..24.0);
+                Device {
+                    id: format!("{}{:03}", cfg.device_prefix, i + 1),
+                    next_due: start.epoch_millis() as f64 + rng.random_range(0.0..interval),
+                    temperature: home,
+                    temperature_home: home,
+                    humidity: rng.random_range(35.0..55.0),
+                    pressure: rng.random_range(1005.0..1020.0),
+                    battery: rng.random_range(60.0..100.0),
+                    breach_left: 0,
+                    breach_kind: 0,
+                }
+            })
+            .collect();
+        Fleet {
+            cfg,
+            rng,
+            devices,
+            held: Vec::new(),
+        }
+    }
+
+    pub fn device_ids(&self) -> Vec<String> {
+        self.devices.iter().map(|d| d.id.clone()).collect()
+    }
+
+    /// Everything to send up to `now`, in send order.
+    pub fn tick(&mut self, now: Timestamp) -> Vec<Outgoing> {
+        let now_ms = now.epoch_millis();
+        let mut out: Vec<(i64, Outgoing)> = Vec::new();
+        for i in 0..self.devices.len() {
+            while self.devices[i].next_due <= now_ms as f64 {
+                let due = self.devices[i].next_due as i64;
+                self.emit(i, due, &mut out);
+                let jitter = self.cfg.jitter.clamp(0.0, 0.9);
+                let factor = 1.0 + self.rng.random_range(-jitter..=jitter);
+                self.devices[i].next_due += self.cfg.interval_ms() * factor;
+            }
+        }
+        // Release held-back records whose time has come.
+        let (ready, still): (Vec<_>, Vec<_>) =
+            self.held.drain(..).partition(|(at, _)| *at <= now_ms);
+        self.held = still;
+        out.extend(ready);
+        out.sort_by_key(|(at, _)| *at);
+        out.into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// Everything still held back, as if the network caught up.
+    pub fn flush(&mut self) -> Vec<Outgoing> {
+        let mut held = std::mem::take(&mut self.held);
+        held.sort_by_key(|(at, _)| *at);
+        held.into_iter().map(|(_, o)| o).collect()
+    }
+
+    fn reading(&mut self, i: usize, at: Timestamp) -> Value {
+        let rng = &mut self.rng;
+        let d = &mut self.devices[i];
+        // Mean-reverting walks: small steps, pulled back towards home.
+        d.temperature += rng.random_range(-0.3..0.3) + (d.temperature_home - d.temperature) * 0.1;
+        d.humidity = (d.humidity + rng.random_range(-1.0..1.0)).clamp(5.0, 95.0);
+        d.pressure += rng.random_range(-0.5..0.5) + (1013.0 - d.pressure) * 0.05;
+        d.battery = (d.battery - rng.random_range(0.0..0.05)).max(5.0);
+        if d.breach_left == 0 && rng.random_bool(self.cfg.breach_probability.clamp(0.0, 1.0)) {
+            d.breach_left = rng.random_range(1..=3);
+            d.breach_kind = rng.random_range(0..2);
+        }
+        let (mut temperature, mut battery) = (d.temperature, d.battery);
+        if d.breach_left > 0 {
+            d.breach_left -= 1;
+            if d.breach_kind == 0 {
+                temperature = rng.random_range(41.0..48.0);
+            } else {
+                battery = rng.random_range(1.0..4.0);
+            }
+        }
+        json!({
+            "deviceId": d.id,
+            "timestamp": at.to_string(),
+            "temperature": round1(temperature),
+            "humidity": round1(d.humidity),
+            "pressure": round1(d.pressure),
+            "battery": battery.round(),
+            "metadata": {"fw": "2.1.0"},
+        })
+    }
+
+    fn emit(&mut self, i: usize, due_ms: i64, out: &mut Vec<(i64, Outgoing)>) {
+        let Ok(at) = Timestamp::from_epoch_millis(due_ms) else {
+            return;
+        };
+        let key = self.devices[i].id.clone();
+        let mut readings = vec![self.reading(i, at)];
+        if self
+            .rng
+            .random_bool(self.cfg.array_probability.clamp(0.0, 1.0))
+        {
+            // The device buffered: a second reading half an interval later, in one record.
+            let later = due_ms + (self.cfg.interval_ms() / 2.0) as i64;
+            if let Ok(t2) = Timestamp::from_epoch_millis(later) {
+                readings.push(self.reading(i, t2));
+            }
+        }
+        let body = if readings.len() == 1 {
+            readings[0].clone()
+        } else {
+            Value::Array(readings.clone())
+        };
+        let rec = Outgoing {
+            partition_key: key.clone(),
+            data: body.to_string().into_bytes(),
+            kind: RecordKind::Readings(readings.clone()),
+            due: at,
+        };
+        let interval = self.cfg.interval_ms() as i64;
+        if self
+            .rng
+            .random_bool(self.cfg.late_probability.clamp(0.0, 1.0))
+        {
+            let delay = self.rng.random_range(interval..=interval * 3);
+            self.held.push((due_ms + delay, rec.clone()));
+        } else {
+            out.push((due_ms, rec.clone()));
+        }
+        if self
+            .rng
+            .random_bool(self.cfg.duplicate_probability.clamp(0.0, 1.0))
+        {
+            let delay = self.rng.random_range(0..=interval);
+            let dup = Outgoing {
+                kind: RecordKind::Duplicate(readings),
+                ..rec
+            };
+            self.held.push((due_ms + delay, dup));
+        }
+        if self
+            .rng
+            .random_bool(self.cfg.malformed_probability.clamp(0.0, 1.0))
+        {
+            let (data, why) = self.malformed(&key, at);
+            out.push((
+                due_ms,
+                Outgoing {
+                    partition_key: key,
+                    data,
+                    kind: RecordKind::Malformed(why),
+                    due: at,
+                },
+            ));
+        }
+    }
+
+    fn malformed(&mut self, device: &str, at: Timestamp) -> (Vec<u8>, &'static str) {
+        match self.rng.random_range(0..4) {
+            0 => (
+                format!("{{\"deviceId\":\"{device}\",\"timestamp\":\"{at}\",\"temper").into_bytes(),
+                "not_json",
+            ),
+            1 => (
+                json!({"deviceId": "bad#device", "timestamp": at.to_string(), "temperature": 20.0})
+                    .to_string()
+                    .into_bytes(),
+                "invalid_device_id",
+            ),
+            2 => {
+                let future = at.plus_millis(3_600_000).unwrap_or(at);
+                (
+                    json!({"deviceId": device, "timestamp": future.to_string(), "temperature": 20.0})
+                        .to_string()
+                        .into_bytes(),
+                    "timestamp_in_future",
+                )
+            }
+            _ => (
+                json!({"deviceId": device, "timestamp": at.to_string(), "temperature": "hot"})
+                    .to_string()
+                    .into_bytes(),
+                "invalid_metric",
+            ),
+        }
+    }
+}
+
+/// Counters of a running simulator.
+#[derive(Debug, Default)]
+pub struct SimStats {
+    pub records: AtomicU64,
+    pub readings: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub malformed: AtomicU64,
+    pub put_retries: AtomicU64,
+}
+
+impl SimStats {
+    fn count(&self, batch: &[Outgoing]) {
+        for o in batch {
+            self.records.fetch_add(1, Ordering::Relaxed);
+            match &o.kind {
+                RecordKind::Readings(r) => {
+                    self.readings.fetch_add(r.len() as u64, Ordering::Relaxed);
+                }
+                RecordKind::Duplicate(_) => {
+                    self.duplicates.fetch_add(1, Ordering::Relaxed);
+                }
+                RecordKind::Malformed(_) => {
+                    self.malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Sends records with PutRecords (500 a call, Kinesis' limit), resending the entries Kinesis
+/// rejected (throttling) until all are in.
+pub async fn put_records(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    records: &[Outgoing],
+    stats: &SimStats,
+) -> Result<(), DevstackError> {
+    for chunk in records.chunks(500) {
+        let mut pending: Vec<&Outgoing> = chunk.iter().collect();
+        let mut attempt = 0u32;
+        while !pending.is_empty() {
+            let entries = pending
+                .iter()
+                .map(|o| {
+                    PutRecordsRequestEntry::builder()
+                        .partition_key(&o.partition_key)
+                        .data(Blob::new(o.data.clone()))
+                        .build()
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| DevstackError::Kinesis {
+                    operation: "PutRecords",
+                    message: e.to_string(),
+                })?;
+            let out = kinesis
+                .put_records()
+                .stream_name(stream)
+                .set_records(Some(entries))
+                .send()
+                .await
+                .map_err(|e| DevstackError::Kinesis {
+                    operation: "PutRecords",
+                    message: aws_sdk_kinesis::error::DisplayErrorContext(e).to_string(),
+                })?;
+            if out.failed_record_count().unwrap_or(0) == 0 {
+                break;
+            }
+            pending = pending
+                .into_iter()
+                .zip(out.records())
+                .filter(|(_, r)| r.error_code().is_some())
+                .map(|(o, _)| o)
+                .collect();
+            attempt += 1;
+            stats.put_retries.fetch_add(1, Ordering::Relaxed);
+            if attempt > 10 {
+                return Err(DevstackError::Kinesis {
+                    operation: "PutRecords",
+                    message: format!("{} records still rejected after 10 retries", pending.len()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
+        }
+    }
+    Ok(())
+}
+
+/// The distinct valid readings among `sent`, keyed by (device, timestamp): what the table must
+/// hold afterwards (duplicates and late copies collapse into one, as in the table).
+pub fn expected_readings(sent: &[Outgoing]) -> BTreeMap<(String, String), Value> {
+    let mut out = BTreeMap::new();
+    for o in sent {
+        if let RecordKind::Readings(rs) | RecordKind::Duplicate(rs) = &o.kind {
+            for r in rs {
+                let dev = r["deviceId"].as_str().unwrap_or_default().to_owned();
+                let ts = r["timestamp"].as_str().unwrap_or_default().to_owned();
+                out.insert((dev, ts), r.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Where progress lines get the pipeline's side from (records the ingest mapping has taken).
+pub type Progress = Arc<dyn Fn() -> Option<(u64, i64)> + Send + Sync>;
+
+/// Runs the fleet in real time until `shutdown`, printing progress every few seconds.
+/// `pipeline` (optional) returns (records ingested, arrival ms of the newest one).
+pub async fn run(
+    cfg: SimConfig,
+    kinesis: aws_sdk_kinesis::Client,
+    stream: String,
+    stats: Arc<SimStats>,
+    pipeline: Option<Progress>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), DevstackError> {
+    let mut fleet = Fleet::new(cfg, Timestamp::now());
+    let started = std::time::Instant::now();
+    let mut last_print = std::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    while !stop_requested(&shutdown) {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => continue,
+        }
+        let batch = fleet.tick(Timestamp::now());
+        if !batch.is_empty() {
+            if let Err(e) = put_records(&kinesis, &stream, &batch, &stats).await {
+                tracing::warn!(error = %e, "simulator could not send; will retry with new readings");
+                continue;
+            }
+            stats.count(&batch);
+        }
+        if last_print.elapsed() >= Duration::from_secs(5) {
+            last_print = std::time::Instant::now();
+            eprintln!(
+                "{}",
+                progress_line(&stats, started.elapsed(), pipeline.as_ref())
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `sim: 1234 records (4.1/s) · 1250 readings · 25 dup · 6 malformed | ingested 1230 · lag 0.8 s`
+pub fn progress_line(stats: &SimStats, elapsed: Duration, pipeline: Option<&Progress>) -> String {
+    let records = stats.records.load(Ordering::Relaxed);
+    let rate = records as f64 / elapsed.as_secs_f64().max(0.001);
+    let mut line = format!(
+        "sim: {records} records ({rate:.1}/s) · {} readings · {} duplicates · {} malformed",
+        stats.readings.load(Ordering::Relaxed),
+        stats.duplicates.load(Ordering::Relaxed),
+        stats.malformed.load(Ordering::Relaxed),
+    );
+    if let Some((ingested, newest)) = pipeline.and_then(|p| p()) {
+        let backlog = records.saturating_sub(ingested);
+        let lag = if backlog == 0 || newest == 0 {
+            0.0
+        } else {
+            (Timestamp::now().epoch_millis() - newest).max(0) as f64 / 1000.0
+        };
+        line.push_str(&format!(
+            " | ingested {ingested} · backlog {backlog} · lag {lag:.1} s"
+        ));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: i64) -> Timestamp {
+        Timestamp::from_epoch_millis(ms).unwrap()
+    }
+
+    const START: i64 = 1_776_693_600_000; // 2026-04-20T14:00:00Z
+
+    #[test]
+    fn the_same_seed_makes_the_same_fleet_and_records() {
+        let cfg = SimConfig {
+            devices: 5,
+            ..SimConfig::default()
+        };
+        let mut a = Fleet::new(cfg.clone(), t(START));
+        let mut b = Fleet::new(cfg, t(START));
+        let end = t(START + 10 * 60_000);
+        assert_eq!(a.tick(end), b.tick(end));
+        assert_eq!(a.flush(), b.flush());
+    }
+
+    #[test]
+    fn each_device_sends_about_its_rate() {
+        // GIVEN 10 devices at 6 readings a minute, no arrays
+        let cfg = SimConfig {
+            devices: 10,
+            readings_per_minute: 6.0,
+            array_probability: 0.0,
+            ..SimConfig::default()
+        };
+        let mut f = Fleet::new(cfg, t(START));
+        // WHEN ten minutes pass
+        let mut sent = f.tick(t(START + 10 * 60_000));
+        sent.extend(f.flush());
+        // THEN each device sent close to 60 readings
+        let readings = expected_readings(&sent);
+        for id in f.device_ids() {
+            let n = readings.keys().filter(|(d, _)| *d == id).count();
+            assert!((50..=70).contains(&n), "{id} sent {n}");
+        }
+    }
+
+    #[test]
+    fn misbehaviour_shows_up_in_a_long_run() {
+        let cfg = SimConfig {
+            devices: 50,
+            breach_probability: 0.02,
+            ..SimConfig::default()
+        };
+        let mut f = Fleet::new(cfg, t(START));
+        let mut sent = f.tick(t(START + 30 * 60_000));
+        sent.extend(f.flush());
+        let dups = sent
+            .iter()
+            .filter(|o| matches!(o.kind, RecordKind::Duplicate(_)))
+            .count();
+        let bad = sent
+            .iter()
+            .filter(|o| matches!(o.kind, RecordKind::Malformed(_)))
+            .count();
+        let arrays = sent
+            .iter()
+            .filter(|o| matches!(&o.kind, RecordKind::Readings(r) if r.len() > 1))
+            .count();
+        let out_of_order = sent
+            .windows(2)
+            .any(|w| w[0].partition_key == w[1].partition_key && w[0].due > w[1].due)
+            || {
+                // per device, a later send with an earlier reading time
+                let mut last: BTreeMap<&str, Timestamp> = BTreeMap::new();
+                sent.iter().any(|o| {
+                    let prev = last.insert(&o.partition_key, o.due);
+                    prev.is_some_and(|p| p > o.due)
+                })
+            };
+        let hot = expected_readings(&sent)
+            .values()
+            .any(|r| r["temperature"].as_f64().unwrap() > 40.0);
+        assert!(dups > 0 && bad > 0 && arrays > 0, "{dups} {bad} {arrays}");
+        assert!(out_of_order, "some reading must arrive after a newer one");
+        assert!(hot, "some reading must breach the temperature threshold");
+    }
+
+    #[test]
+    fn valid_readings_are_what_ingest_accepts() {
+        let mut f = Fleet::new(SimConfig::default(), t(START));
+        for o in f.tick(t(START + 5 * 60_000)) {
+            if let RecordKind::Readings(rs) = o.kind {
+                let v: Value = serde_json::from_slice(&o.data).unwrap();
+                let parsed = if rs.len() == 1 {
+                    vec![v]
+                } else {
+                    v.as_array().unwrap().clone()
+                };
+                assert_eq!(parsed, rs);
+                for r in rs {
+                    tidemark_schema::DeviceId::new(r["deviceId"].as_str().unwrap()).unwrap();
+                    Timestamp::parse_flexible(r["timestamp"].as_str().unwrap()).unwrap();
+                    assert!((0.0..=100.0).contains(&r["battery"].as_f64().unwrap()));
+                }
+            }
+        }
+    }
+}
