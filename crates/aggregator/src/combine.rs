@@ -1,0 +1,391 @@
+//! Combining a batch: every reading change of the batch folded into the aggregate items it
+//! touches, so each item gets one conditional write per batch, never one per reading.
+//!
+//! Exactly once: an item keeps, per source partition key, the highest stream sequence number
+//! it applied (`applied`). Records of one partition key reach the aggregator in sequence
+//! order (one shard, one invocation at a time), so "apply only what is newer than the
+//! watermark" makes any replay, bisection or regrouping of already-applied records a no-op.
+//!
+//! Corrections and user deletes are applied as exact deltas on `count` and `sum`; only the
+//! extremes they may have removed (`min`, `max`, `firstAt`, `lastAt`) are recomputed from the
+//! raw readings. A full recompute of the bucket would not be exact: the table already holds
+//! readings whose INSERT records are still ahead in the stream, and those would later be
+//! counted a second time. Extremes are idempotent, so taking them from the table is safe.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, MetricName, Period, Stats, Timestamp};
+
+use crate::records::{Change, StreamChange, cmp_seq};
+
+/// What one record does to one aggregate item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    Add(BTreeMap<MetricName, f64>),
+    Remove(BTreeMap<MetricName, f64>),
+    Replace {
+        old: BTreeMap<MetricName, f64>,
+        new: BTreeMap<MetricName, f64>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contribution {
+    pub index: usize,
+    pub source_pk: String,
+    pub seq: String,
+    pub at: Timestamp,
+    pub delta: Delta,
+}
+
+/// Everything a batch does to one aggregate item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregatePlan {
+    pub key: Key,
+    pub device: DeviceId,
+    pub bucket: Bucket,
+    /// In stream order.
+    pub contributions: Vec<Contribution>,
+}
+
+impl AggregatePlan {
+    /// The first record of the batch behind this item (where a retry must start).
+    pub fn first_index(&self) -> usize {
+        self.contributions
+            .iter()
+            .map(|c| c.index)
+            .min()
+            .unwrap_or(0)
+    }
+}
+
+/// Groups the batch's changes by aggregate item (hourly and daily of each reading's time).
+pub fn plan(changes: &[StreamChange]) -> Vec<AggregatePlan> {
+    let mut plans: BTreeMap<Key, AggregatePlan> = BTreeMap::new();
+    for sc in changes {
+        let (img, delta) = match &sc.change {
+            Change::Insert(i) => (i, Delta::Add(i.metrics.clone())),
+            Change::Delete(i) => (i, Delta::Remove(i.metrics.clone())),
+            Change::Correct { old, new } => (
+                new,
+                Delta::Replace {
+                    old: old.metrics.clone(),
+                    new: new.metrics.clone(),
+                },
+            ),
+        };
+        for period in [Period::Hourly, Period::Daily] {
+            let bucket = period.bucket(img.at);
+            let key = AggregateItem::key_for(&img.device, bucket);
+            plans
+                .entry(key.clone())
+                .or_insert_with(|| AggregatePlan {
+                    key,
+                    device: img.device.clone(),
+                    bucket,
+                    contributions: Vec::new(),
+                })
+                .contributions
+                .push(Contribution {
+                    index: sc.index,
+                    source_pk: img.pk.clone(),
+                    seq: sc.seq.clone(),
+                    at: img.at,
+                    delta: delta.clone(),
+                });
+        }
+    }
+    let mut out: Vec<_> = plans.into_values().collect();
+    for p in &mut out {
+        p.contributions.sort_by(|a, b| cmp_seq(&a.seq, &b.seq));
+    }
+    out
+}
+
+/// Which extremes must be taken from the raw readings after applying deltas.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recompute {
+    pub metrics: BTreeSet<MetricName>,
+    pub times: bool,
+}
+
+impl Recompute {
+    pub fn is_empty(&self) -> bool {
+        self.metrics.is_empty() && !self.times
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub item: AggregateItem,
+    /// Records applied now (0: everything was already applied, nothing to write).
+    pub applied: usize,
+    /// Readings added (INSERTs), for metrics.
+    pub readings_added: usize,
+    pub recompute: Recompute,
+}
+
+/// `current` with the plan's records newer than its watermarks applied, `version` bumped.
+pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
+    let mut item = current.cloned().unwrap_or_else(|| AggregateItem {
+        pk: plan.key.pk.clone(),
+        sk: plan.key.sk.clone(),
+        metrics: BTreeMap::new(),
+        first_at: Timestamp::MAX,
+        last_at: Timestamp::MIN,
+        applied: BTreeMap::new(),
+        version: 0,
+    });
+    let mut applied = 0;
+    let mut readings_added = 0;
+    let mut recompute = Recompute::default();
+    for c in &plan.contributions {
+        let newer = item
+            .applied
+            .get(&c.source_pk)
+            .is_none_or(|w| cmp_seq(&c.seq, w).is_gt());
+        if !newer {
+            continue;
+        }
+        applied += 1;
+        match &c.delta {
+            Delta::Add(m) => {
+                readings_added += 1;
+                add(&mut item, m);
+                item.first_at = item.first_at.min(c.at);
+                item.last_at = item.last_at.max(c.at);
+            }
+            Delta::Remove(m) => {
+                remove(&mut item, m, &mut recompute);
+                if c.at <= item.first_at || c.at >= item.last_at {
+                    recompute.times = true;
+                }
+            }
+            Delta::Replace { old, new } => {
+                remove(&mut item, old, &mut recompute);
+                add(&mut item, new);
+            }
+        }
+        item.applied.insert(c.source_pk.clone(), c.seq.clone());
+    }
+    if item.first_at > item.last_at {
+        // Only removals reached an item we never saw: keep times meaningful.
+        let at = plan.contributions.first().map_or(Timestamp::MIN, |c| c.at);
+        item.first_at = at;
+        item.last_at = at;
+    }
+    if applied > 0 {
+        item.version = current.map_or(0, |c| c.version) + 1;
+    }
+    Applied {
+        item,
+        applied,
+        readings_added,
+        recompute,
+    }
+}
+
+fn add(item: &mut AggregateItem, m: &BTreeMap<MetricName, f64>) {
+    for (name, v) in m {
+        item.metrics
+            .entry(name.clone())
+            .and_modify(|s| s.merge(&Stats::of(*v)))
+            .or_insert_with(|| Stats::of(*v));
+    }
+}
+
+fn remove(item: &mut AggregateItem, m: &BTreeMap<MetricName, f64>, r: &mut Recompute) {
+    for (name, v) in m {
+        let Some(s) = item.metrics.get_mut(name) else {
+            continue;
+        };
+        if s.count <= 1 {
+            item.metrics.remove(name);
+            r.metrics.remove(name);
+            continue;
+        }
+        s.count -= 1;
+        s.sum -= v;
+        if *v <= s.min || *v >= s.max {
+            r.metrics.insert(name.clone());
+        }
+    }
+}
+
+/// Sets the extremes `r` names from the bucket's raw readings (what the table holds now).
+pub fn fix_extremes(
+    item: &mut AggregateItem,
+    r: &Recompute,
+    readings: &[(Timestamp, BTreeMap<MetricName, f64>)],
+) {
+    for name in &r.metrics {
+        let vals = readings.iter().filter_map(|(_, m)| m.get(name).copied());
+        let (lo, hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+        if let Some(s) = item.metrics.get_mut(name)
+            && lo <= hi
+        {
+            s.min = lo;
+            s.max = hi;
+        }
+    }
+    if r.times
+        && let (Some(first), Some(last)) = (
+            readings.iter().map(|(t, _)| *t).min(),
+            readings.iter().map(|(t, _)| *t).max(),
+        )
+    {
+        item.first_at = first;
+        item.last_at = last;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::Image;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+    fn m(pairs: &[(&str, f64)]) -> BTreeMap<MetricName, f64> {
+        pairs
+            .iter()
+            .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+            .collect()
+    }
+    fn img(at: &str, t: f64) -> Image {
+        Image {
+            pk: "DEVICE#d1".into(),
+            device: DeviceId::new("d1").unwrap(),
+            at: ts(at),
+            metrics: m(&[("t", t)]),
+        }
+    }
+    fn insert(i: usize, seq: u64, at: &str, t: f64) -> StreamChange {
+        StreamChange {
+            index: i,
+            seq: format!("{seq:021}"),
+            change: Change::Insert(img(at, t)),
+        }
+    }
+    fn stats(item: &AggregateItem) -> Stats {
+        item.metrics[&MetricName::new("t").unwrap()]
+    }
+
+    #[test]
+    fn a_batch_becomes_one_plan_per_touched_item() {
+        // GIVEN readings in two hours of one day WHEN planned THEN 2 hourly + 1 daily items
+        let changes = vec![
+            insert(0, 1, "2026-04-20T13:59:00Z", 1.0),
+            insert(1, 2, "2026-04-20T14:00:00Z", 2.0),
+            insert(2, 3, "2026-04-20T14:01:00Z", 3.0),
+        ];
+        let plans = plan(&changes);
+        let sks: Vec<_> = plans.iter().map(|p| p.key.sk.as_str()).collect();
+        assert_eq!(
+            sks,
+            [
+                "AGG#daily#2026-04-20",
+                "AGG#hourly#2026-04-20T13:00:00Z",
+                "AGG#hourly#2026-04-20T14:00:00Z"
+            ]
+        );
+        let daily = apply(None, &plans[0]);
+        assert_eq!(daily.applied, 3);
+        let s = stats(&daily.item);
+        assert_eq!((s.count, s.sum, s.min, s.max), (3, 6.0, 1.0, 3.0));
+        assert_eq!(daily.item.first_at, ts("2026-04-20T13:59:00Z"));
+        assert_eq!(daily.item.last_at, ts("2026-04-20T14:01:00Z"));
+        assert_eq!(daily.item.version, 1);
+    }
+
+    #[test]
+    fn replayed_and_regrouped_records_apply_once() {
+        let all = vec![
+            insert(0, 10, "2026-04-20T14:00:00Z", 1.0),
+            insert(1, 11, "2026-04-20T14:01:00Z", 2.0),
+            insert(2, 12, "2026-04-20T14:02:00Z", 4.0),
+        ];
+        // first half, then the whole batch again (bisection then replay)
+        let p1 = plan(&all[..2]);
+        let a1 = apply(None, &p1[1]);
+        let p2 = plan(&all);
+        let a2 = apply(Some(&a1.item), &p2[1]);
+        assert_eq!(a2.applied, 1);
+        let a3 = apply(Some(&a2.item), &p2[1]);
+        assert_eq!(a3.applied, 0, "a full replay changes nothing");
+        let s = stats(&a2.item);
+        assert_eq!((s.count, s.sum, s.min, s.max), (3, 7.0, 1.0, 4.0));
+    }
+
+    #[test]
+    fn watermarks_compare_numerically_across_lengths() {
+        let mut a = insert(0, 0, "2026-04-20T14:00:00Z", 1.0);
+        a.seq = "99".into();
+        let mut b = insert(1, 0, "2026-04-20T14:01:00Z", 2.0);
+        b.seq = "100".into();
+        let first = apply(None, &plan(&[a])[1]);
+        let second = apply(Some(&first.item), &plan(&[b])[1]);
+        assert_eq!(second.applied, 1, "100 is newer than 99");
+    }
+
+    #[test]
+    fn a_correction_is_an_exact_delta_and_flags_a_lost_extreme() {
+        let p = plan(&[
+            insert(0, 1, "2026-04-20T14:00:00Z", 1.0),
+            insert(1, 2, "2026-04-20T14:01:00Z", 9.0),
+        ]);
+        let base = apply(None, &p[1]).item;
+        let fix = StreamChange {
+            index: 0,
+            seq: format!("{:021}", 3),
+            change: Change::Correct {
+                old: img("2026-04-20T14:01:00Z", 9.0),
+                new: img("2026-04-20T14:01:00Z", 5.0),
+            },
+        };
+        let a = apply(Some(&base), &plan(&[fix])[1]);
+        let s = stats(&a.item);
+        assert_eq!((s.count, s.sum), (2, 6.0));
+        assert!(a.recompute.metrics.contains(&MetricName::new("t").unwrap()));
+        assert!(!a.recompute.times, "a correction keeps the reading's time");
+        let mut item = a.item;
+        fix_extremes(
+            &mut item,
+            &a.recompute,
+            &[
+                (ts("2026-04-20T14:00:00Z"), m(&[("t", 1.0)])),
+                (ts("2026-04-20T14:01:00Z"), m(&[("t", 5.0)])),
+            ],
+        );
+        let s = stats(&item);
+        assert_eq!((s.min, s.max), (1.0, 5.0));
+    }
+
+    #[test]
+    fn a_delete_of_the_last_reading_recomputes_last_at() {
+        let p = plan(&[
+            insert(0, 1, "2026-04-20T14:00:00Z", 1.0),
+            insert(1, 2, "2026-04-20T14:05:00Z", 3.0),
+        ]);
+        let base = apply(None, &p[1]).item;
+        let del = StreamChange {
+            index: 0,
+            seq: format!("{:021}", 3),
+            change: Change::Delete(img("2026-04-20T14:05:00Z", 3.0)),
+        };
+        let a = apply(Some(&base), &plan(&[del])[1]);
+        assert!(a.recompute.times);
+        let mut item = a.item;
+        fix_extremes(
+            &mut item,
+            &a.recompute,
+            &[(ts("2026-04-20T14:00:00Z"), m(&[("t", 1.0)]))],
+        );
+        let s = stats(&item);
+        assert_eq!((s.count, s.sum, s.min, s.max), (1, 1.0, 1.0, 1.0));
+        assert_eq!(item.last_at, ts("2026-04-20T14:00:00Z"));
+    }
+}

@@ -1,0 +1,94 @@
+use std::collections::BTreeMap;
+
+use tidemark_schema::{MetricName, Threshold};
+
+use crate::AggregatorError;
+
+/// Environment variable with the default thresholds, JSON:
+/// `{"temperature":{"max":30,"severity":"critical"},"battery":{"min":15,"severity":"warning"}}`.
+pub const DEFAULT_THRESHOLDS_ENV: &str = "DEFAULT_THRESHOLDS";
+/// Environment variable bounding how many item writes one invocation keeps in flight.
+pub const WRITE_CONCURRENCY_ENV: &str = "WRITE_CONCURRENCY";
+
+#[derive(Debug, Clone)]
+pub struct AggregatorConfig {
+    pub table_name: String,
+    /// Per metric, used when a device item has no threshold of its own for that metric.
+    pub default_thresholds: BTreeMap<MetricName, Threshold>,
+    /// How often one item is re-read and rewritten after a conditional-write conflict.
+    pub max_attempts: u32,
+    pub write_concurrency: usize,
+}
+
+impl AggregatorConfig {
+    /// A configuration for `table_name` with no default thresholds (tests, tools).
+    pub fn new(table_name: impl Into<String>) -> Self {
+        AggregatorConfig {
+            table_name: table_name.into(),
+            default_thresholds: BTreeMap::new(),
+            max_attempts: 10,
+            write_concurrency: 16,
+        }
+    }
+
+    pub fn with_default_thresholds(mut self, t: BTreeMap<MetricName, Threshold>) -> Self {
+        self.default_thresholds = t;
+        self
+    }
+
+    /// `TABLE_NAME` (default `tidemark`), `DEFAULT_THRESHOLDS` (JSON, optional),
+    /// `WRITE_CONCURRENCY` (optional).
+    pub fn from_env() -> Result<Self, AggregatorError> {
+        let table = std::env::var(tidemark_store::client::TABLE_NAME_ENV)
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned());
+        let mut c = AggregatorConfig::new(table);
+        if let Ok(json) = std::env::var(DEFAULT_THRESHOLDS_ENV)
+            && !json.trim().is_empty()
+        {
+            c.default_thresholds = parse_thresholds(&json)?;
+        }
+        if let Ok(n) = std::env::var(WRITE_CONCURRENCY_ENV) {
+            c.write_concurrency = n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                AggregatorError::Config(format!(
+                    "{WRITE_CONCURRENCY_ENV}={n:?} is not a positive integer"
+                ))
+            })?;
+        }
+        Ok(c)
+    }
+}
+
+/// Parses thresholds JSON (`{metric: {min?, max?, severity}}`), rejecting unknown fields so a
+/// typo (`"maxx"`) fails the deployment instead of silently never alerting.
+pub fn parse_thresholds(json: &str) -> Result<BTreeMap<MetricName, Threshold>, AggregatorError> {
+    let t: BTreeMap<MetricName, Threshold> = serde_json::from_str(json)
+        .map_err(|e| AggregatorError::Config(format!("{DEFAULT_THRESHOLDS_ENV}: {e}")))?;
+    for (m, th) in &t {
+        if th.min.is_none() && th.max.is_none() {
+            return Err(AggregatorError::Config(format!(
+                "{DEFAULT_THRESHOLDS_ENV}: threshold of {m} has neither min nor max"
+            )));
+        }
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_parse_and_typos_are_rejected() {
+        let t = parse_thresholds(
+            r#"{"temperature":{"max":30,"severity":"critical"},"battery":{"min":15,"severity":"warning"}}"#,
+        )
+        .unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[&MetricName::new("temperature").unwrap()].max, Some(30.0));
+        assert!(parse_thresholds(r#"{"temperature":{"maxx":30,"severity":"critical"}}"#).is_err());
+        assert!(parse_thresholds(r#"{"temperature":{"severity":"critical"}}"#).is_err());
+        assert!(parse_thresholds("not json").is_err());
+    }
+}

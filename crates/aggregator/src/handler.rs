@@ -1,0 +1,485 @@
+//! One invocation: classify the records, combine them per item, read every item once, write
+//! each changed item once (conditionally, re-reading and retrying on conflict), and report
+//! the first record behind any item that could not be written as the batch item failure.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use futures::StreamExt;
+use tidemark_schema::{
+    AggregateItem, AlertId, AlertItem, AlertState, DeviceId, DeviceItem, LatestReading, MetricName,
+    Timestamp,
+};
+use tidemark_store::emf::Metrics;
+
+use crate::alerts::{self, AlertPlan, AlertWrite};
+use crate::combine::{self, AggregatePlan};
+use crate::records::{Change, Ignored, StreamChange, classify, cmp_seq};
+use crate::store::{DeviceUpdate, DynamoStore, Store, Written};
+use crate::{AggregatorConfig, AggregatorError};
+
+/// What one invocation did (logged, emitted as EMF, returned to tests and benchmarks).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    pub records_seen: u64,
+    pub records_ignored: u64,
+    /// New readings added to aggregates (each counted once per aggregate item it reached
+    /// is not what this is: one per INSERT applied to its hourly item).
+    pub readings_aggregated: u64,
+    pub items_written: u64,
+    pub conflicts_retried: u64,
+    pub alerts_opened: u64,
+    pub alerts_resolved: u64,
+    /// Write request units DynamoDB reported for this invocation's writes.
+    pub write_units: f64,
+    pub failed_items: u64,
+}
+
+impl Report {
+    pub fn metrics(&self) -> Metrics {
+        Metrics::new("aggregator")
+            .count("RecordsSeen", self.records_seen)
+            .count("RecordsIgnored", self.records_ignored)
+            .count("ReadingsAggregated", self.readings_aggregated)
+            .count("ItemsWritten", self.items_written)
+            .count("ConflictsRetried", self.conflicts_retried)
+            .count("AlertsOpened", self.alerts_opened)
+            .count("AlertsResolved", self.alerts_resolved)
+            .count("WriteUnits", self.write_units.ceil() as u64)
+            .count("FailedItems", self.failed_items)
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    readings_aggregated: AtomicU64,
+    items_written: AtomicU64,
+    conflicts_retried: AtomicU64,
+    alerts_opened: AtomicU64,
+    alerts_resolved: AtomicU64,
+    /// Thousandths of a write unit.
+    write_milli_units: AtomicU64,
+}
+
+impl Counters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+    fn written(&self, units: f64) {
+        Self::add(&self.items_written, 1);
+        Self::add(&self.write_milli_units, (units * 1000.0).round() as u64);
+    }
+}
+
+/// A reading of one device in this batch, as the device item and alerts see it.
+#[derive(Debug, Clone)]
+struct Observation {
+    at: Timestamp,
+    seq: String,
+    metrics: BTreeMap<MetricName, f64>,
+}
+
+#[derive(Debug, Clone)]
+struct DevicePlan {
+    device: DeviceId,
+    first_index: usize,
+    /// Sorted by time, one per timestamp (the newest record's values).
+    readings: Vec<Observation>,
+}
+
+fn device_plans(changes: &[StreamChange]) -> Vec<DevicePlan> {
+    let mut by_device: BTreeMap<DeviceId, (usize, BTreeMap<Timestamp, Observation>)> =
+        BTreeMap::new();
+    for sc in changes {
+        let img = match &sc.change {
+            Change::Insert(i) => i,
+            Change::Correct { new, .. } => new,
+            Change::Delete(_) => continue,
+        };
+        let (first, obs) = by_device
+            .entry(img.device.clone())
+            .or_insert((sc.index, BTreeMap::new()));
+        *first = (*first).min(sc.index);
+        let newer = obs
+            .get(&img.at)
+            .is_none_or(|o| cmp_seq(&sc.seq, &o.seq).is_gt());
+        if newer {
+            obs.insert(
+                img.at,
+                Observation {
+                    at: img.at,
+                    seq: sc.seq.clone(),
+                    metrics: img.metrics.clone(),
+                },
+            );
+        }
+    }
+    by_device
+        .into_iter()
+        .map(|(device, (first_index, obs))| DevicePlan {
+            device,
+            first_index,
+            readings: obs.into_values().collect(),
+        })
+        .collect()
+}
+
+/// The aggregator over a store (DynamoDB in production, fakes in unit tests).
+pub struct Aggregator<S = DynamoStore> {
+    store: S,
+    config: AggregatorConfig,
+}
+
+impl Aggregator<DynamoStore> {
+    pub fn new(client: aws_sdk_dynamodb::Client, config: AggregatorConfig) -> Self {
+        let store = DynamoStore::new(client, config.table_name.clone());
+        Aggregator { store, config }
+    }
+}
+
+impl<S: Store> Aggregator<S> {
+    pub fn with_store(store: S, config: AggregatorConfig) -> Self {
+        Aggregator { store, config }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn config(&self) -> &AggregatorConfig {
+        &self.config
+    }
+
+    /// The Lambda handler: never fails on input; a store failure becomes a partial batch
+    /// failure from the first record of the items it left unwritten.
+    pub async fn handle(&self, event: Event) -> Result<DynamoDbEventResponse, AggregatorError> {
+        let (response, report) = self.process(&event).await;
+        tracing::info!(
+            records_seen = report.records_seen,
+            records_ignored = report.records_ignored,
+            readings_aggregated = report.readings_aggregated,
+            items_written = report.items_written,
+            conflicts_retried = report.conflicts_retried,
+            alerts_opened = report.alerts_opened,
+            alerts_resolved = report.alerts_resolved,
+            write_units = report.write_units,
+            failed_items = report.failed_items,
+            "batch aggregated"
+        );
+        report.metrics().emit();
+        Ok(response)
+    }
+
+    /// [`Aggregator::handle`] without logging, returning what was done.
+    pub async fn process(&self, event: &Event) -> (DynamoDbEventResponse, Report) {
+        let mut report = Report {
+            records_seen: event.records.len() as u64,
+            ..Default::default()
+        };
+        let mut changes = Vec::new();
+        for (i, rec) in event.records.iter().enumerate() {
+            match classify(i, rec) {
+                Ok(c) => changes.push(c),
+                Err(why) => {
+                    report.records_ignored += 1;
+                    if let Ignored::Malformed(reason) = &why {
+                        tracing::warn!(event_id = %rec.event_id, %reason, "record ignored");
+                    } else {
+                        tracing::debug!(event_id = %rec.event_id, reason = ?why, "record ignored");
+                    }
+                }
+            }
+        }
+        let agg_plans = combine::plan(&changes);
+        let dev_plans = device_plans(&changes);
+        let counters = Counters::default();
+        let mut failed: Vec<usize> = Vec::new();
+
+        let agg_keys: Vec<_> = agg_plans.iter().map(|p| p.key.clone()).collect();
+        let dev_ids: Vec<_> = dev_plans.iter().map(|p| p.device.clone()).collect();
+        let (aggs, devs) = futures::join!(
+            async {
+                if agg_keys.is_empty() {
+                    Ok(HashMap::new())
+                } else {
+                    self.store.get_aggregates(&agg_keys).await
+                }
+            },
+            async {
+                if dev_ids.is_empty() {
+                    Ok(HashMap::new())
+                } else {
+                    self.store.get_devices(&dev_ids).await
+                }
+            }
+        );
+        match (aggs, devs) {
+            (Ok(aggs), Ok(devs)) => {
+                let n = self.config.write_concurrency.max(1);
+                let agg_writes = futures::stream::iter(agg_plans.iter())
+                    .map(|p| {
+                        let current = aggs.get(&p.key).cloned();
+                        let counters = &counters;
+                        async move {
+                            (
+                                p.first_index(),
+                                &p.key,
+                                self.write_aggregate(p, current, counters).await,
+                            )
+                        }
+                    })
+                    .buffer_unordered(n)
+                    .collect::<Vec<_>>();
+                let dev_writes = futures::stream::iter(dev_plans.iter())
+                    .map(|p| {
+                        let current = devs.get(&p.device).cloned();
+                        let counters = &counters;
+                        async move {
+                            (
+                                p.first_index,
+                                p.device.to_string(),
+                                self.write_device(p, current, counters).await,
+                            )
+                        }
+                    })
+                    .buffer_unordered(n)
+                    .collect::<Vec<_>>();
+                let (agg_results, dev_results) = futures::join!(agg_writes, dev_writes);
+                for (first, key, r) in agg_results {
+                    if let Err(e) = r {
+                        tracing::error!(item = %key, error = %e, "aggregate not written");
+                        failed.push(first);
+                    }
+                }
+                for (first, device, r) in dev_results {
+                    if let Err(e) = r {
+                        tracing::error!(%device, error = %e, "device not updated");
+                        failed.push(first);
+                    }
+                }
+            }
+            (a, d) => {
+                let e = a
+                    .err()
+                    .or(d.err())
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                tracing::error!(error = %e, "reading the batch's items failed");
+                failed.extend(changes.iter().map(|c| c.index).min());
+            }
+        }
+
+        report.readings_aggregated = counters.readings_aggregated.load(Ordering::Relaxed);
+        report.items_written = counters.items_written.load(Ordering::Relaxed);
+        report.conflicts_retried = counters.conflicts_retried.load(Ordering::Relaxed);
+        report.alerts_opened = counters.alerts_opened.load(Ordering::Relaxed);
+        report.alerts_resolved = counters.alerts_resolved.load(Ordering::Relaxed);
+        report.write_units = counters.write_milli_units.load(Ordering::Relaxed) as f64 / 1000.0;
+        report.failed_items = failed.len() as u64;
+
+        let mut response = DynamoDbEventResponse::default();
+        // Lambda restarts the shard from the lowest reported record; everything before it
+        // is done, everything after it is harmless to see again.
+        if let Some(first) = failed.into_iter().min() {
+            let mut f = DynamoDbBatchItemFailure::default();
+            f.item_identifier = event.records[first].change.sequence_number.clone();
+            response.batch_item_failures.push(f);
+        }
+        (response, report)
+    }
+
+    async fn write_aggregate(
+        &self,
+        plan: &AggregatePlan,
+        mut current: Option<AggregateItem>,
+        counters: &Counters,
+    ) -> Result<(), AggregatorError> {
+        let mut extremes: Option<Vec<(Timestamp, BTreeMap<MetricName, f64>)>> = None;
+        for _ in 0..self.config.max_attempts {
+            let applied = combine::apply(current.as_ref(), plan);
+            if applied.applied == 0 {
+                return Ok(());
+            }
+            let mut item = applied.item;
+            if !applied.recompute.is_empty() {
+                if extremes.is_none() {
+                    let last = plan
+                        .bucket
+                        .end_exclusive()
+                        .minus_millis(1)
+                        .unwrap_or(Timestamp::MAX);
+                    extremes = Some(
+                        self.store
+                            .readings_between(&plan.device, plan.bucket.start(), last)
+                            .await?,
+                    );
+                }
+                if let Some(r) = &extremes {
+                    combine::fix_extremes(&mut item, &applied.recompute, r);
+                }
+            }
+            match self
+                .store
+                .put_aggregate(&item, current.as_ref().map(|c| c.version))
+                .await?
+            {
+                Written::Ok { units } => {
+                    counters.written(units);
+                    if plan.bucket.period() == tidemark_schema::Period::Hourly {
+                        Counters::add(&counters.readings_aggregated, applied.readings_added as u64);
+                    }
+                    return Ok(());
+                }
+                Written::Conflict => {
+                    Counters::add(&counters.conflicts_retried, 1);
+                    current = self
+                        .store
+                        .get_aggregates(std::slice::from_ref(&plan.key))
+                        .await?
+                        .remove(&plan.key);
+                }
+            }
+        }
+        Err(AggregatorError::Contended {
+            key: plan.key.to_string(),
+            attempts: self.config.max_attempts,
+        })
+    }
+
+    async fn reread_device(&self, d: &DeviceId) -> Result<Option<DeviceItem>, AggregatorError> {
+        Ok(self
+            .store
+            .get_devices(std::slice::from_ref(d))
+            .await?
+            .remove(d))
+    }
+
+    async fn write_device(
+        &self,
+        plan: &DevicePlan,
+        mut dev: Option<DeviceItem>,
+        counters: &Counters,
+    ) -> Result<(), AggregatorError> {
+        let Some(newest) = plan.readings.last() else {
+            return Ok(());
+        };
+        let mut known: HashMap<AlertId, AlertItem> = HashMap::new();
+        for _ in 0..self.config.max_attempts {
+            let last_seen = dev.as_ref().and_then(|d| d.last_seen_at);
+            let moves = match last_seen {
+                None => true,
+                Some(l) if newest.at > l => true,
+                // A correction of the latest reading itself.
+                Some(l) if newest.at == l => {
+                    dev.as_ref()
+                        .and_then(|d| d.latest.as_ref())
+                        .map(|x| &x.metrics)
+                        != Some(&newest.metrics)
+                }
+                Some(_) => false,
+            };
+            if !moves {
+                return Ok(());
+            }
+            let fresh: Vec<(Timestamp, &BTreeMap<MetricName, f64>)> = plan
+                .readings
+                .iter()
+                .filter(|o| last_seen.is_none_or(|l| o.at > l))
+                .map(|o| (o.at, &o.metrics))
+                .collect();
+            let open_before = dev
+                .as_ref()
+                .map(|d| d.open_alerts.clone())
+                .unwrap_or_default();
+            let thresholds =
+                alerts::effective_thresholds(dev.as_ref(), &self.config.default_thresholds);
+            let alert_plan = if fresh.is_empty() || thresholds.is_empty() {
+                AlertPlan {
+                    open_alerts: open_before.clone(),
+                    ..Default::default()
+                }
+            } else {
+                let missing: Vec<AlertId> = open_before
+                    .values()
+                    .filter(|id| !known.contains_key(*id))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    known.extend(self.store.get_alerts(&plan.device, &missing).await?);
+                }
+                alerts::evaluate(&plan.device, &thresholds, &open_before, &known, &fresh)
+            };
+
+            let mut conflict = false;
+            for w in &alert_plan.writes {
+                match self.store.write_alert(w).await? {
+                    Written::Ok { units } => {
+                        counters.written(units);
+                        let (created, after) = match w {
+                            AlertWrite::Create(a) => (true, a),
+                            AlertWrite::Update { after, .. } => (false, after),
+                        };
+                        if created {
+                            Counters::add(&counters.alerts_opened, 1);
+                        }
+                        if after.state == AlertState::Resolved {
+                            Counters::add(&counters.alerts_resolved, 1);
+                        }
+                    }
+                    Written::Conflict => {
+                        conflict = true;
+                        break;
+                    }
+                }
+            }
+            if !conflict {
+                let update = DeviceUpdate {
+                    device: plan.device.clone(),
+                    expected_last_seen: last_seen,
+                    last_seen_at: last_seen.map_or(newest.at, |l| l.max(newest.at)),
+                    latest: LatestReading {
+                        timestamp: newest.at,
+                        metrics: newest.metrics.clone(),
+                    },
+                    open_alerts: (alert_plan.open_alerts != open_before)
+                        .then(|| alert_plan.open_alerts.clone()),
+                    now: Timestamp::now(),
+                };
+                match self.store.update_device(&update).await? {
+                    Written::Ok { units } => {
+                        counters.written(units);
+                        return Ok(());
+                    }
+                    Written::Conflict => conflict = true,
+                }
+            }
+            if conflict {
+                // Someone else moved this device on: start over from what the table holds,
+                // with fresh copies of every alert this attempt touched or knew.
+                Counters::add(&counters.conflicts_retried, 1);
+                dev = self.reread_device(&plan.device).await?;
+                let mut ids: Vec<AlertId> = known.keys().cloned().collect();
+                ids.extend(alert_plan.writes.iter().map(|w| match w {
+                    AlertWrite::Create(a) => a.alert_id.clone(),
+                    AlertWrite::Update { after, .. } => after.alert_id.clone(),
+                }));
+                if let Some(d) = &dev {
+                    ids.extend(d.open_alerts.values().cloned());
+                }
+                ids.sort();
+                ids.dedup();
+                known = if ids.is_empty() {
+                    HashMap::new()
+                } else {
+                    self.store.get_alerts(&plan.device, &ids).await?
+                };
+            }
+        }
+        Err(AggregatorError::Contended {
+            key: plan.device.to_string(),
+            attempts: self.config.max_attempts,
+        })
+    }
+}
