@@ -68,6 +68,12 @@ pub async fn create_table(
                 .projection(
                     Projection::builder()
                         .projection_type(ProjectionType::from(gsi.projection))
+                        .set_non_key_attributes((!gsi.non_key_attributes.is_empty()).then(|| {
+                            gsi.non_key_attributes
+                                .iter()
+                                .map(|a| (*a).to_owned())
+                                .collect()
+                        }))
                         .build(),
                 )
                 .build()

@@ -46,6 +46,11 @@ async fn created_table_has_the_schema_definition() {
     assert_eq!(keys, [(attr::PK, "HASH"), (attr::SK, "RANGE")]);
     let gsi = &table.global_secondary_indexes()[0];
     assert_eq!(gsi.index_name(), Some(GSI1));
+    let projected = gsi.projection().unwrap().non_key_attributes();
+    assert_eq!(
+        projected,
+        TABLE.global_secondary_indexes[0].non_key_attributes
+    );
     let stream = table.stream_specification().unwrap();
     assert!(stream.stream_enabled());
     assert_eq!(
