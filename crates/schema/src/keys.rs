@@ -266,7 +266,9 @@ pub fn device_status_gsi1pk(d: &DeviceId, status: DeviceStatus, shards: u16) -> 
 /// Every GSI1 partition holding devices of `status` (what a listing must query).
 pub fn status_gsi1pks(status: DeviceStatus, shards: u16) -> Vec<String> {
     if shards > 1 {
-        (0..shards).map(|n| status_gsi1pk(status, Some(n))).collect()
+        (0..shards)
+            .map(|n| status_gsi1pk(status, Some(n)))
+            .collect()
     } else {
         vec![status_gsi1pk(status, None)]
     }
@@ -351,7 +353,10 @@ mod tests {
             seen.insert(pk);
         }
         assert_eq!(seen.len(), 4);
-        assert_eq!(status_gsi1pks(DeviceStatus::Active, 1), ["DEVICE_STATUS#active"]);
+        assert_eq!(
+            status_gsi1pks(DeviceStatus::Active, 1),
+            ["DEVICE_STATUS#active"]
+        );
     }
 
     #[test]

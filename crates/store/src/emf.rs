@@ -64,7 +64,9 @@ mod tests {
 
     #[test]
     fn emf_document_declares_every_value() {
-        let m = Metrics::new("ingest").count("Records", 3).count("Quarantined", 1);
+        let m = Metrics::new("ingest")
+            .count("Records", 3)
+            .count("Quarantined", 1);
         let v = m.to_json(1_776_693_600_000);
         assert_eq!(v["Function"], "ingest");
         assert_eq!(v["Records"], 3.0);
