@@ -1,0 +1,220 @@
+//! What the API needs to know besides the request: table, cursor key, retention, clock.
+
+use std::fmt;
+
+use thiserror::Error;
+use tidemark_schema::Timestamp;
+use tidemark_store::client::{DYNAMODB_ENDPOINT_ENV, TABLE_NAME_ENV};
+
+/// HMAC key for pagination cursors (at least [`MIN_SECRET_LEN`] bytes).
+pub const CURSOR_SECRET_ENV: &str = "CURSOR_SECRET";
+/// Days a reading is kept (must match ingest's `ttl`), default 30.
+pub const RETENTION_DAYS_ENV: &str = "RETENTION_DAYS";
+/// How many GSI1 status keys a status is spread over (`DEVICE_STATUS#<status>#<n>`), default 1.
+pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
+
+pub const MIN_SECRET_LEN: usize = 32;
+
+/// Used only against a local endpoint, where cursors protect nothing worth a secret. Never
+/// used on Lambda: there a missing secret stops the function from starting (see
+/// [`ApiConfig::from_env`]), because a known key would let anyone forge cursors.
+const DEV_CURSOR_SECRET: &[u8] = b"tidemark-local-development-cursor-key-not-a-secret";
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error(
+        "{CURSOR_SECRET_ENV} is not set; it is required outside local development \
+         (set it to at least {MIN_SECRET_LEN} random bytes)"
+    )]
+    MissingCursorSecret,
+    #[error("{CURSOR_SECRET_ENV} is {0} bytes; it must be at least {MIN_SECRET_LEN}")]
+    ShortCursorSecret(usize),
+    #[error("{var}={value:?} is not valid: {rule}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        rule: &'static str,
+    },
+}
+
+/// Where "now" comes from: the system clock, or a fixed instant for tests and fixtures
+/// (the DESIGN §9 sample data is from April 2026 and would otherwise be expired).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    System,
+    Fixed(Timestamp),
+}
+
+impl Clock {
+    pub fn now(self) -> Timestamp {
+        match self {
+            Clock::System => Timestamp::now(),
+            Clock::Fixed(t) => t,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ApiConfig {
+    pub table_name: String,
+    cursor_secret: Vec<u8>,
+    pub retention_days: u32,
+    pub status_shards: u16,
+    /// Largest accepted request body; device items stay small because the aggregator
+    /// rewrites them every batch (an item over 1 KB costs two write units).
+    pub max_body_bytes: usize,
+    pub clock: Clock,
+}
+
+impl fmt::Debug for ApiConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiConfig")
+            .field("table_name", &self.table_name)
+            .field("cursor_secret", &"<redacted>")
+            .field("retention_days", &self.retention_days)
+            .field("status_shards", &self.status_shards)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl ApiConfig {
+    pub const DEFAULT_RETENTION_DAYS: u32 = 30;
+    pub const DEFAULT_MAX_BODY: usize = 16 * 1024;
+
+    /// A configuration for `table` with the local development key and system clock (tests,
+    /// benchmarks, the local server).
+    pub fn new(table_name: impl Into<String>) -> Self {
+        ApiConfig {
+            table_name: table_name.into(),
+            cursor_secret: DEV_CURSOR_SECRET.to_vec(),
+            retention_days: Self::DEFAULT_RETENTION_DAYS,
+            status_shards: 1,
+            max_body_bytes: Self::DEFAULT_MAX_BODY,
+            clock: Clock::System,
+        }
+    }
+
+    pub fn with_now(mut self, now: Timestamp) -> Self {
+        self.clock = Clock::Fixed(now);
+        self
+    }
+
+    pub fn with_cursor_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.cursor_secret = secret.into();
+        self
+    }
+
+    pub fn cursor_secret(&self) -> &[u8] {
+        &self.cursor_secret
+    }
+
+    /// From the environment. Without `CURSOR_SECRET` it refuses (a Lambda then fails its
+    /// init and never serves a forgeable cursor) unless `TIDEMARK_DYNAMODB_ENDPOINT` says
+    /// this is a local stack, where a fixed development key is used.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// [`ApiConfig::from_env`] over any variable source (testable without touching the
+    /// process environment).
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut c = ApiConfig::new(
+            var(TABLE_NAME_ENV).unwrap_or_else(|| tidemark_schema::TABLE.default_name.into()),
+        );
+        match var(CURSOR_SECRET_ENV) {
+            Some(s) if s.len() < MIN_SECRET_LEN => {
+                return Err(ConfigError::ShortCursorSecret(s.len()));
+            }
+            Some(s) => c.cursor_secret = s.into_bytes(),
+            None if var(DYNAMODB_ENDPOINT_ENV).is_some() => {}
+            None => return Err(ConfigError::MissingCursorSecret),
+        }
+        if let Some(v) = var(RETENTION_DAYS_ENV) {
+            c.retention_days = v
+                .parse()
+                .ok()
+                .filter(|d| (1..=36_500).contains(d))
+                .ok_or(ConfigError::Invalid {
+                    var: RETENTION_DAYS_ENV,
+                    value: v,
+                    rule: "whole days, 1..=36500",
+                })?;
+        }
+        if let Some(v) = var(STATUS_SHARDS_ENV) {
+            c.status_shards = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or(ConfigError::Invalid {
+                    var: STATUS_SHARDS_ENV,
+                    value: v,
+                    rule: "1..=64",
+                })?;
+        }
+        Ok(c)
+    }
+
+    /// The oldest reading time that is not expired at `now`.
+    pub fn retention_start(&self, now: Timestamp) -> Timestamp {
+        now.minus_millis(i64::from(self.retention_days) * 86_400_000)
+            .unwrap_or(Timestamp::MIN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn lambda_without_a_cursor_secret_refuses_to_start() {
+        assert_eq!(
+            ApiConfig::from_lookup(lookup(&[("TABLE_NAME", "t")])).unwrap_err(),
+            ConfigError::MissingCursorSecret
+        );
+    }
+
+    #[test]
+    fn local_stack_without_a_secret_uses_the_development_key() {
+        let c = ApiConfig::from_lookup(lookup(&[(
+            "TIDEMARK_DYNAMODB_ENDPOINT",
+            "http://127.0.0.1:8000",
+        )]))
+        .unwrap();
+        assert_eq!(c.table_name, "tidemark");
+        assert_eq!(c.cursor_secret(), DEV_CURSOR_SECRET);
+    }
+
+    #[test]
+    fn short_secrets_and_bad_numbers_are_rejected() {
+        assert_eq!(
+            ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET", "short")])).unwrap_err(),
+            ConfigError::ShortCursorSecret(5)
+        );
+        let secret = "k".repeat(32);
+        assert!(
+            ApiConfig::from_lookup(lookup(&[
+                ("CURSOR_SECRET", &secret),
+                ("RETENTION_DAYS", "0")
+            ]))
+            .is_err()
+        );
+        let c = ApiConfig::from_lookup(lookup(&[
+            ("CURSOR_SECRET", &secret),
+            ("STATUS_SHARDS", "4"),
+        ]))
+        .unwrap();
+        assert_eq!((c.status_shards, c.cursor_secret()), (4, secret.as_bytes()));
+        assert!(!format!("{c:?}").contains(&secret));
+    }
+}

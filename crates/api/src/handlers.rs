@@ -1,0 +1,673 @@
+//! One function per route. Each validates everything before touching the store.
+
+use std::collections::HashMap;
+
+use futures::future::try_join_all;
+use http::StatusCode;
+use lambda_http::Request;
+use serde_json::{Value, json};
+use tidemark_schema::table::attr;
+use tidemark_schema::{
+    AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, Period,
+    ShardConfigItem, ShardHistory, Severity, Timestamp, keys,
+};
+use tidemark_store::Item;
+
+use crate::App;
+use crate::cursor::CursorState;
+use crate::error::ApiError;
+use crate::merge::{Source, merged_page};
+use crate::render;
+use crate::request::{Params, path_segments, query_pairs};
+use crate::routes::{Route, resolve};
+use crate::store::{AckOutcome, QuerySpec, SkRange, Store};
+use crate::validate;
+
+type Reply = (StatusCode, Value);
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
+/// The label of a partition that is not sharded, in cursors.
+const WHOLE: &str = "-";
+
+/// `true` when the item's `ttl` (epoch seconds) has passed: DynamoDB deletes expired items
+/// only eventually (up to days later), so reads drop them themselves.
+fn expired(item: &Item, now: Timestamp) -> bool {
+    item.get(attr::TTL)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse::<i64>().ok())
+        .is_some_and(|ttl| ttl < now.epoch_seconds())
+}
+
+fn shard_label(shard: Option<u16>) -> String {
+    shard.map_or_else(|| WHOLE.to_owned(), |n| n.to_string())
+}
+
+fn parse_shard_label(label: &str) -> Option<Option<u16>> {
+    if label == WHOLE {
+        return Some(None);
+    }
+    label
+        .parse::<u16>()
+        .ok()
+        .filter(|n| *n < tidemark_schema::shard::MAX_SHARDS)
+        .map(Some)
+}
+
+fn list(items: Vec<Value>, cursor: Option<String>) -> Reply {
+    (StatusCode::OK, json!({"items": items, "cursor": cursor}))
+}
+
+fn bad_cursor() -> ApiError {
+    ApiError::bad("cursor", "not a cursor returned by this query; start again without one")
+}
+
+fn device_not_found(id: &DeviceId) -> ApiError {
+    ApiError::NotFound(format!("device {id} is not registered"))
+}
+
+impl<S: Store> App<S> {
+    pub(crate) async fn dispatch(&self, req: &Request) -> Result<Reply, ApiError> {
+        let segments = path_segments(req)?;
+        let m = resolve(req.method(), &segments)?;
+        let pairs = query_pairs(req)?;
+        let id = || validate::device_id(&m.params[0]);
+        let p = |allowed: &[&str]| Params::new(pairs.clone(), allowed);
+        match m.route {
+            Route::GetDevice => {
+                p(&[])?;
+                self.get_device(id()?).await
+            }
+            Route::PutDevice => {
+                p(&[])?;
+                self.put_device(id()?, req.body().as_ref()).await
+            }
+            Route::ListDevices => {
+                self.list_devices(&p(&["status", "limit", "cursor"])?)
+                    .await
+            }
+            Route::Readings => {
+                let params = p(&["from", "to", "limit", "cursor", "order"])?;
+                self.readings(id()?, &params).await
+            }
+            Route::LatestReading => {
+                p(&[])?;
+                self.latest_reading(id()?).await
+            }
+            Route::LatestOfDevices => self.latest_of_devices(&p(&["ids"])?).await,
+            Route::DeviceAlerts => {
+                let params = p(&["limit", "cursor"])?;
+                self.device_alerts(id()?, &params).await
+            }
+            Route::AckAlert => {
+                p(&[])?;
+                let alert = validate::alert_id(&m.params[1])?;
+                self.ack(id()?, alert).await
+            }
+            Route::Alerts => {
+                self.alerts(&p(&["severity", "state", "limit", "cursor"])?)
+                    .await
+            }
+            Route::Aggregates => {
+                let params = p(&["period", "from", "to", "limit", "cursor", "order"])?;
+                self.aggregates(id()?, &params).await
+            }
+            Route::Quarantine => self.quarantine(&p(&["day", "limit", "cursor"])?).await,
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        self.config.clock.now()
+    }
+
+    /// Opens the cursor (if any) or starts every partition; then reads one merged page.
+    /// `spec_for` maps a partition label to its query, `None` for a label this query never
+    /// makes (only a bug could sign one; treated as a bad cursor).
+    async fn page(
+        &self,
+        scope: &str,
+        start: Start,
+        spec_for: impl Fn(&str) -> Option<QuerySpec>,
+        limit: usize,
+        keep: impl Fn(&Item) -> bool,
+    ) -> Result<(Vec<Item>, Option<String>), ApiError> {
+        let (range, parts) = match start {
+            Start::Fresh { range, labels } => {
+                (range, labels.into_iter().map(|l| (l, None)).collect())
+            }
+            Start::Resume(state) => (state.range, state.parts),
+        };
+        let mut sources = Vec::with_capacity(parts.len());
+        for (label, after) in parts {
+            let spec = spec_for(&label).ok_or_else(bad_cursor)?;
+            if after
+                .as_ref()
+                .is_some_and(|a| a.len() != spec.position_attrs().len())
+            {
+                return Err(bad_cursor());
+            }
+            sources.push(Source { label, spec, after });
+        }
+        let page = merged_page(&self.store, sources, limit, keep).await?;
+        let cursor = (!page.rest.is_empty()).then(|| {
+            self.cursor.seal(
+                scope,
+                &CursorState {
+                    range,
+                    parts: page.rest,
+                },
+            )
+        });
+        Ok((page.items, cursor))
+    }
+
+    fn open(&self, scope: &str, p: &Params) -> Result<Option<CursorState>, ApiError> {
+        p.get("cursor")
+            .map(|c| self.cursor.open(scope, c))
+            .transpose()
+    }
+
+    async fn device_exists(&self, id: &DeviceId) -> Result<bool, ApiError> {
+        Ok(self
+            .store
+            .get(EntityKey::Device(id.clone()).key(), false)
+            .await?
+            .is_some())
+    }
+
+    async fn get_device(&self, id: DeviceId) -> Result<Reply, ApiError> {
+        let item = self
+            .store
+            .get(EntityKey::Device(id.clone()).key(), true)
+            .await?
+            .ok_or_else(|| device_not_found(&id))?;
+        Ok((StatusCode::OK, render::device_item(item)?))
+    }
+
+    async fn put_device(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
+        if body.len() > self.config.max_body_bytes {
+            return Err(ApiError::PayloadTooLarge {
+                size: body.len(),
+                limit: self.config.max_body_bytes,
+            });
+        }
+        let reg = validate::registration(id, body, self.config.status_shards)?;
+        let now = self.now();
+        let d: DeviceItem = self.store.put_device(&reg, now).await?;
+        // `createdAt` is set only when absent, so it equals this write's time only for a new
+        // device.
+        let status = if d.created_at == now && d.updated_at == Some(now) {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Ok((status, render::device(&d)?))
+    }
+
+    async fn list_devices(&self, p: &Params) -> Result<Reply, ApiError> {
+        let limit = validate::limit(p)?;
+        let status = p
+            .get("status")
+            .map(|s| DeviceStatus::parse(s).map_err(|e| ApiError::bad("status", e.to_string())))
+            .transpose()?;
+        let scope = format!("devices|{}", status.map_or("-", |s| s.as_str()));
+        // Devices may sit under the plain status key (registered before status sharding, or
+        // by the pipeline) or under one of its shards: list them all, merged by device ID.
+        let shards = self.config.status_shards;
+        let shard_labels = |st: DeviceStatus| {
+            let mut v = vec![st.as_str().to_owned()];
+            if shards > 1 {
+                v.extend((0..shards).map(|n| format!("{st}#{n}")));
+            }
+            v
+        };
+        let start = match self.open(&scope, p)? {
+            Some(s) => Start::Resume(s),
+            None => Start::Fresh {
+                range: None,
+                labels: status
+                    .map_or(DeviceStatus::ALL.to_vec(), |s| vec![s])
+                    .into_iter()
+                    .flat_map(shard_labels)
+                    .collect(),
+            },
+        };
+        let spec_for = |label: &str| {
+            let (st, n) = match label.split_once('#') {
+                Some((st, n)) => (st, Some(n.parse::<u16>().ok()?)),
+                None => (label, None),
+            };
+            let st = DeviceStatus::parse(st).ok()?;
+            Some(QuerySpec::gsi1(
+                keys::status_gsi1pk(st, n),
+                SkRange::BeginsWith(keys::DEVICE_PREFIX.to_owned()),
+                true,
+            ))
+        };
+        let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
+        let items = items
+            .into_iter()
+            .map(render::device_item)
+            .collect::<Result<_, _>>()?;
+        Ok(list(items, cursor))
+    }
+
+    /// The shard history and whether the device is registered, in one BatchGetItem.
+    async fn shards_of(&self, id: &DeviceId) -> Result<(ShardHistory, bool), ApiError> {
+        let cfg_key = EntityKey::ShardConfig(id.clone()).key();
+        let dev_key = EntityKey::Device(id.clone()).key();
+        let items = self
+            .store
+            .batch_get(vec![cfg_key.clone(), dev_key.clone()])
+            .await?;
+        let mut history = ShardHistory::default();
+        let mut exists = false;
+        for item in items {
+            let sk = item.get(attr::SK).and_then(|v| v.as_s().ok());
+            if sk == Some(&cfg_key.sk) {
+                let c: ShardConfigItem = tidemark_store::from_item(item)?;
+                history = c.epochs;
+            } else if sk == Some(&dev_key.sk) {
+                exists = true;
+            }
+        }
+        Ok((history, exists))
+    }
+
+    /// Readings of a range (AP3), across every shard the device had over it.
+    ///
+    /// Expired readings: a reading's `ttl` is its time plus the retention, so every reading
+    /// older than `now - retention` is expired and every newer one is not. The key condition
+    /// starts at that instant, so DynamoDB never reads the expired ones; the check after the
+    /// read only catches readings written under a shorter retention, a small minority, which
+    /// is why it is not the "filter that throws most items away" DESIGN §6 forbids.
+    async fn readings(&self, id: DeviceId, p: &Params) -> Result<Reply, ApiError> {
+        let limit = validate::limit(p)?;
+        let forward = validate::order(p, true)?;
+        let scope = format!(
+            "readings|{id}|{}|{}",
+            validate::range_scope(p)?,
+            if forward { "asc" } else { "desc" }
+        );
+        let now = self.now();
+        let (start, (from, to)) = match self.open(&scope, p)? {
+            Some(state) => {
+                let r = resume_range(&state)?;
+                (Start::Resume(state), r)
+            }
+            None => {
+                let (from, to) = validate::range(p, now, HOUR_MS)?;
+                let (history, exists) = self.shards_of(&id).await?;
+                if !exists {
+                    return Err(device_not_found(&id));
+                }
+                let lo = from.max(self.config.retention_start(now));
+                let labels = if lo > to {
+                    Vec::new()
+                } else {
+                    history
+                        .shards_over(lo, to)
+                        .into_iter()
+                        .map(shard_label)
+                        .collect()
+                };
+                (
+                    Start::Fresh {
+                        range: Some((from.to_string(), to.to_string())),
+                        labels,
+                    },
+                    (from, to),
+                )
+            }
+        };
+        let lo = from.max(self.config.retention_start(now));
+        if lo > to {
+            return Ok(list(Vec::new(), None));
+        }
+        let spec_for = |label: &str| {
+            let shard = parse_shard_label(label)?;
+            Some(QuerySpec::table(
+                keys::reading_pk(&id, shard),
+                SkRange::Between(keys::reading_sk(lo), keys::reading_sk(to)),
+                forward,
+            ))
+        };
+        let (items, cursor) = self
+            .page(&scope, start, spec_for, limit, |it| !expired(it, now))
+            .await?;
+        let items = items
+            .into_iter()
+            .map(render::reading)
+            .collect::<Result<_, _>>()?;
+        Ok(list(items, cursor))
+    }
+
+    /// The newest unexpired reading (AP4): a consistent, newest-first query of one item on
+    /// every shard that may hold an unexpired reading, in parallel.
+    async fn latest_reading(&self, id: DeviceId) -> Result<Reply, ApiError> {
+        let now = self.now();
+        let (history, exists) = self.shards_of(&id).await?;
+        if !exists {
+            return Err(device_not_found(&id));
+        }
+        let lo = self.config.retention_start(now);
+        let specs: Vec<QuerySpec> = history
+            .shards_over(lo, Timestamp::MAX)
+            .into_iter()
+            .map(|shard| QuerySpec {
+                consistent: true,
+                ..QuerySpec::table(
+                    keys::reading_pk(&id, shard),
+                    SkRange::Between(keys::reading_sk(lo), keys::reading_sk(Timestamp::MAX)),
+                    false,
+                )
+            })
+            .collect();
+        let pages = try_join_all(specs.iter().map(|s| self.store.query(s, None, 1))).await?;
+        let newest = pages
+            .into_iter()
+            .flat_map(|p| p.items)
+            .filter(|it| !expired(it, now))
+            .max_by(|a, b| {
+                let sk = |i: &Item| i.get(attr::SK).and_then(|v| v.as_s().ok()).cloned();
+                sk(a).cmp(&sk(b))
+            })
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "device {id} has no readings in the last {} days",
+                    self.config.retention_days
+                ))
+            })?;
+        Ok((StatusCode::OK, render::reading(newest)?))
+    }
+
+    /// Latest reading of up to 100 devices from their device items, one BatchGetItem.
+    async fn latest_of_devices(&self, p: &Params) -> Result<Reply, ApiError> {
+        let raw = p
+            .get("ids")
+            .ok_or_else(|| ApiError::bad("ids", "required: a comma-separated list of device IDs"))?;
+        let mut ids: Vec<DeviceId> = Vec::new();
+        for part in raw.split(',') {
+            let id = DeviceId::new(part).map_err(|e| ApiError::bad("ids", e.to_string()))?;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        if ids.len() > validate::MAX_IDS {
+            return Err(ApiError::bad(
+                "ids",
+                format!("{} IDs; at most {} at once", ids.len(), validate::MAX_IDS),
+            ));
+        }
+        let items = self
+            .store
+            .batch_get(
+                ids.iter()
+                    .map(|id| EntityKey::Device(id.clone()).key())
+                    .collect(),
+            )
+            .await?;
+        let mut by_id: HashMap<DeviceId, DeviceItem> = HashMap::new();
+        for item in items {
+            let d: DeviceItem = tidemark_store::from_item(item)?;
+            by_id.insert(d.device_id.clone(), d);
+        }
+        let oldest = self.config.retention_start(self.now());
+        let out = ids
+            .iter()
+            .filter_map(|id| {
+                let latest = by_id.get(id)?.latest.as_ref()?;
+                (latest.timestamp >= oldest).then(|| {
+                    tidemark_schema::Reading {
+                        device_id: id.clone(),
+                        timestamp: latest.timestamp,
+                        metrics: latest.metrics.clone(),
+                        metadata: None,
+                    }
+                    .to_json()
+                })
+            })
+            .collect();
+        Ok(list(out, None))
+    }
+
+    /// Alerts of one device, newest first (AP5): alert IDs start with their opening time.
+    async fn device_alerts(&self, id: DeviceId, p: &Params) -> Result<Reply, ApiError> {
+        let limit = validate::limit(p)?;
+        let scope = format!("device-alerts|{id}");
+        let start = match self.open(&scope, p)? {
+            Some(s) => Start::Resume(s),
+            None => {
+                if !self.device_exists(&id).await? {
+                    return Err(device_not_found(&id));
+                }
+                Start::whole()
+            }
+        };
+        let spec_for = |label: &str| {
+            (label == WHOLE).then(|| {
+                QuerySpec::table(
+                    keys::device_pk(&id),
+                    SkRange::BeginsWith(keys::ALERT_PREFIX.to_owned()),
+                    false,
+                )
+            })
+        };
+        let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
+        let items = items
+            .into_iter()
+            .map(render::alert)
+            .collect::<Result<_, _>>()?;
+        Ok(list(items, cursor))
+    }
+
+    async fn ack(&self, id: DeviceId, alert: tidemark_schema::AlertId) -> Result<Reply, ApiError> {
+        match self.store.acknowledge(&id, &alert, self.now()).await? {
+            AckOutcome::Acknowledged(item) => Ok((StatusCode::OK, render::alert(item)?)),
+            AckOutcome::Resolved => Err(ApiError::Conflict(format!(
+                "alert {alert} of device {id} is already resolved; only open alerts can be \
+                 acknowledged"
+            ))),
+            AckOutcome::Missing => Err(ApiError::NotFound(format!(
+                "device {id} has no alert {alert}"
+            ))),
+        }
+    }
+
+    /// Unresolved alerts fleet-wide (AP6), newest first, from GSI1.
+    ///
+    /// Only open and acknowledged alerts are in the index (resolving removes the keys), so
+    /// `state=resolved` is a 400 rather than a Scan: resolved alerts are listed per device.
+    /// `state=open|acknowledged` filters within the index, where both states are alerts still
+    /// needing attention, so the filter drops a minority, never the bulk of the table.
+    async fn alerts(&self, p: &Params) -> Result<Reply, ApiError> {
+        let limit = validate::limit(p)?;
+        let severity = p
+            .get("severity")
+            .map(|s| Severity::parse(s).map_err(|e| ApiError::bad("severity", e.to_string())))
+            .transpose()?;
+        let state = match p.get("state") {
+            None => None,
+            Some("open") => Some(AlertState::Open),
+            Some("acknowledged") => Some(AlertState::Acknowledged),
+            Some("resolved") => {
+                return Err(ApiError::bad(
+                    "state",
+                    "resolved alerts are not indexed fleet-wide; list a device's alerts \
+                     (GET /devices/{id}/alerts) to see resolved ones",
+                ));
+            }
+            Some(s) => {
+                return Err(ApiError::bad(
+                    "state",
+                    format!("{s:?} is not one of: open, acknowledged"),
+                ));
+            }
+        };
+        let state_str = state.map(|s| match s {
+            AlertState::Open => "open",
+            AlertState::Acknowledged => "acknowledged",
+            AlertState::Resolved => "resolved",
+        });
+        let scope = format!(
+            "alerts|{}|{}",
+            severity.map_or("-", |s| s.as_str()),
+            state_str.unwrap_or("-")
+        );
+        let start = match self.open(&scope, p)? {
+            Some(s) => Start::Resume(s),
+            None => Start::Fresh {
+                range: None,
+                labels: severity
+                    .map_or(Severity::ALL.to_vec(), |s| vec![s])
+                    .into_iter()
+                    .map(|s| s.as_str().to_owned())
+                    .collect(),
+            },
+        };
+        let spec_for = |label: &str| {
+            let sev = Severity::parse(label).ok()?;
+            Some(QuerySpec {
+                filter_eq: state_str.map(|s| (tidemark_schema::field::STATE, s.to_owned())),
+                ..QuerySpec::gsi1(
+                    keys::severity_gsi1pk(sev),
+                    SkRange::BeginsWith(keys::ALERT_PREFIX.to_owned()),
+                    false,
+                )
+            })
+        };
+        let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
+        let items = items
+            .into_iter()
+            .map(render::alert)
+            .collect::<Result<_, _>>()?;
+        Ok(list(items, cursor))
+    }
+
+    /// Hourly or daily rollups of a range (AP7): buckets whose start lies in `[from, to]`,
+    /// widened to the buckets holding `from` and `to`.
+    async fn aggregates(&self, id: DeviceId, p: &Params) -> Result<Reply, ApiError> {
+        let limit = validate::limit(p)?;
+        let forward = validate::order(p, true)?;
+        let period = match p.get("period") {
+            None => Period::Hourly,
+            Some(s) => Period::parse(s).ok_or_else(|| {
+                ApiError::bad("period", format!("{s:?} is not one of: hourly, daily"))
+            })?,
+        };
+        let default_span = match period {
+            Period::Hourly => DAY_MS,
+            Period::Daily => 30 * DAY_MS,
+        };
+        let scope = format!(
+            "aggregates|{id}|{}|{}|{}",
+            period.as_str(),
+            validate::range_scope(p)?,
+            if forward { "asc" } else { "desc" }
+        );
+        let (start, (from, to)) = match self.open(&scope, p)? {
+            Some(state) => {
+                let r = resume_range(&state)?;
+                (Start::Resume(state), r)
+            }
+            None => {
+                let (from, to) = validate::range(p, self.now(), default_span)?;
+                if !self.device_exists(&id).await? {
+                    return Err(device_not_found(&id));
+                }
+                (
+                    Start::Fresh {
+                        range: Some((from.to_string(), to.to_string())),
+                        labels: vec![WHOLE.to_owned()],
+                    },
+                    (from, to),
+                )
+            }
+        };
+        let spec_for = |label: &str| {
+            (label == WHOLE).then(|| {
+                QuerySpec::table(
+                    keys::device_pk(&id),
+                    SkRange::Between(
+                        keys::aggregate_sk(period.bucket(from)),
+                        keys::aggregate_sk(period.bucket(to)),
+                    ),
+                    forward,
+                )
+            })
+        };
+        let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
+        let items = items
+            .into_iter()
+            .map(render::aggregate)
+            .collect::<Result<_, _>>()?;
+        Ok(list(items, cursor))
+    }
+
+    /// Quarantined records of a UTC day (default today), oldest first, merged over the
+    /// day's partitions.
+    async fn quarantine(&self, p: &Params) -> Result<Reply, ApiError> {
+        let limit = validate::limit(p)?;
+        let now = self.now();
+        let day = match p.get("day") {
+            None => now.day(),
+            Some(s) => tidemark_schema::Day::parse(s)
+                .map_err(|e| ApiError::bad("day", format!("{e} (expected YYYY-MM-DD)")))?,
+        };
+        let scope = format!("quarantine|{day}");
+        let start = match self.open(&scope, p)? {
+            Some(s) => Start::Resume(s),
+            None => Start::Fresh {
+                range: None,
+                labels: (0..keys::QUARANTINE_PARTITIONS)
+                    .map(|n| n.to_string())
+                    .collect(),
+            },
+        };
+        let spec_for = |label: &str| {
+            let n = label
+                .parse::<u16>()
+                .ok()
+                .filter(|n| *n < keys::QUARANTINE_PARTITIONS)?;
+            Some(QuerySpec::table(
+                keys::quarantine_pk(day, n),
+                SkRange::All,
+                true,
+            ))
+        };
+        let (items, cursor) = self
+            .page(&scope, start, spec_for, limit, |it| !expired(it, now))
+            .await?;
+        let items = items
+            .into_iter()
+            .map(render::quarantined)
+            .collect::<Result<_, _>>()?;
+        Ok(list(items, cursor))
+    }
+}
+
+/// Where a list starts: fresh (every partition from its beginning) or from a cursor.
+enum Start {
+    Fresh {
+        range: Option<(String, String)>,
+        labels: Vec<String>,
+    },
+    Resume(CursorState),
+}
+
+impl Start {
+    fn whole() -> Self {
+        Start::Fresh {
+            range: None,
+            labels: vec![WHOLE.to_owned()],
+        }
+    }
+}
+
+/// The range a cursor fixed on its first page.
+fn resume_range(state: &CursorState) -> Result<(Timestamp, Timestamp), ApiError> {
+    let (f, t) = state.range.as_ref().ok_or_else(bad_cursor)?;
+    let from = Timestamp::parse_canonical(f).map_err(|_| bad_cursor())?;
+    let to = Timestamp::parse_canonical(t).map_err(|_| bad_cursor())?;
+    Ok((from, to))
+}

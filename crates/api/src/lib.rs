@@ -1,0 +1,104 @@
+//! Tidemark's HTTP API (DESIGN §6): one Lambda behind an API Gateway HTTP API (payload v2).
+//!
+//! [`App::handle`] turns any request into a JSON response and never fails: bad input is a
+//! 400 naming the parameter, unknown routes 404, wrong methods 405, conflicts 409, and store
+//! failures a 500/503 whose details go only to the log. Every route is one GetItem,
+//! BatchGetItem or Query per partition; lists page with signed cursors ([`cursor`]) and read
+//! several partitions in one global order when a list spans them ([`merge`]).
+
+pub mod config;
+pub mod cursor;
+pub mod error;
+mod handlers;
+pub mod memory;
+pub mod merge;
+pub mod render;
+pub mod request;
+pub mod routes;
+pub mod store;
+pub mod validate;
+
+use std::time::Instant;
+
+use http::{HeaderValue, StatusCode, header};
+use lambda_http::{Body, Request, Response};
+use serde_json::Value;
+
+pub use config::{ApiConfig, Clock, ConfigError};
+pub use error::ApiError;
+pub use routes::{Route, routes};
+pub use store::{DynamoStore, Store};
+
+use crate::cursor::CursorKey;
+
+/// The API: a store, the configuration and the cursor key.
+pub struct App<S = DynamoStore> {
+    store: S,
+    config: ApiConfig,
+    cursor: CursorKey,
+}
+
+impl App<DynamoStore> {
+    pub fn new(client: aws_sdk_dynamodb::Client, config: ApiConfig) -> Self {
+        let store = DynamoStore::new(client, config.table_name.clone());
+        App::with_store(store, config)
+    }
+}
+
+impl<S: Store> App<S> {
+    pub fn with_store(store: S, config: ApiConfig) -> Self {
+        let cursor = CursorKey::new(config.cursor_secret());
+        App {
+            store,
+            config,
+            cursor,
+        }
+    }
+
+    pub fn config(&self) -> &ApiConfig {
+        &self.config
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Answers one request. Never errors: every failure is a JSON error response.
+    pub async fn handle(&self, req: Request) -> Response<Body> {
+        let started = Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let result = self.dispatch(&req).await;
+        let (status, body, allow) = match result {
+            Ok((status, body)) => (status, body, None),
+            Err(e) => {
+                let status = e.status();
+                if status.is_server_error() {
+                    tracing::error!(%method, %path, error = ?e, "request failed");
+                } else {
+                    tracing::info!(%method, %path, status = status.as_u16(), error = %e, "request rejected");
+                }
+                let allow = match &e {
+                    ApiError::MethodNotAllowed { allowed, .. } => Some(allowed.clone()),
+                    _ => None,
+                };
+                (status, e.body(), allow)
+            }
+        };
+        tracing::debug!(%method, %path, status = status.as_u16(), micros = started.elapsed().as_micros() as u64, "handled");
+        json_response(status, &body, allow)
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value, allow: Option<String>) -> Response<Body> {
+    let mut resp = Response::new(Body::Text(body.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(v) = allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
+        resp.headers_mut().insert(header::ALLOW, v);
+    }
+    resp
+}

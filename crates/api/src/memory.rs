@@ -1,0 +1,200 @@
+//! An in-memory store with DynamoDB's query semantics (key condition, order, `Limit`,
+//! `ExclusiveStartKey`, filter after limit, GSI1 with sparse keys), for handler unit tests and
+//! for benchmarking the handler's own time. It can also cut pages short, like DynamoDB's
+//! 1 MB limit does, to exercise resumption.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use tidemark_schema::table::attr;
+use tidemark_schema::{AlertId, DeviceId, DeviceItem, EntityKey, Key, Timestamp, field};
+use tidemark_store::{Item, StoreError};
+
+use crate::store::{
+    AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, GetStore, Page, QuerySpec,
+    QueryStore, alert_state, device_update,
+};
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    items: Mutex<BTreeMap<(String, String), Item>>,
+    /// When set, no query page holds more than this many evaluated items.
+    page_cap: Option<usize>,
+}
+
+fn text(item: &Item, a: &str) -> Option<String> {
+    item.get(a).and_then(|v| v.as_s().ok()).cloned()
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Pages end after `cap` evaluated items even below the limit (like the 1 MB cap).
+    pub fn with_page_cap(mut self, cap: usize) -> Self {
+        self.page_cap = Some(cap.max(1));
+        self
+    }
+
+    pub fn put(&self, item: Item) {
+        let k = (
+            text(&item, attr::PK).unwrap_or_default(),
+            text(&item, attr::SK).unwrap_or_default(),
+        );
+        self.lock().insert(k, item);
+    }
+
+    pub fn put_entity<T: serde::Serialize>(&self, v: &T) -> Result<(), StoreError> {
+        self.put(tidemark_store::to_item(v)?);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Item>> {
+        self.items.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl QueryStore for MemoryStore {
+    async fn query(
+        &self,
+        spec: &QuerySpec,
+        start: Option<Item>,
+        limit: i32,
+    ) -> Result<Page, StoreError> {
+        let pos_of = |it: &Item| -> Vec<String> {
+            spec.position_attrs()
+                .iter()
+                .map(|a| text(it, a).unwrap_or_default())
+                .collect()
+        };
+        let mut matching: Vec<Item> = self
+            .lock()
+            .values()
+            .filter(|it| text(it, spec.partition_attr()).as_deref() == Some(&spec.partition))
+            .filter(|it| text(it, spec.sort_attr()).is_some_and(|s| spec.in_range(&s)))
+            .cloned()
+            .collect();
+        matching.sort_by_key(|it| pos_of(it));
+        if !spec.forward {
+            matching.reverse();
+        }
+        if let Some(start) = start {
+            let sp = pos_of(&start);
+            matching.retain(|it| {
+                let p = pos_of(it);
+                if spec.forward { p > sp } else { p < sp }
+            });
+        }
+        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
+        let cap = self.page_cap.map_or(limit, |c| c.min(limit));
+        let more = matching.len() > cap || (matching.len() == cap && cap == limit);
+        matching.truncate(cap);
+        let last_key = if more {
+            matching.last().map(|it| {
+                let mut k: Item = [attr::PK, attr::SK]
+                    .iter()
+                    .chain(spec.index.map(|_| [attr::GSI1PK, attr::GSI1SK].iter()).into_iter().flatten())
+                    .filter_map(|a| it.get(*a).map(|v| (a.to_string(), v.clone())))
+                    .collect();
+                k.retain(|_, v| v.is_s());
+                k
+            })
+        } else {
+            None
+        };
+        if let Some((a, v)) = &spec.filter_eq {
+            matching.retain(|it| text(it, a).as_deref() == Some(v.as_str()));
+        }
+        Ok(Page {
+            items: matching,
+            last_key,
+        })
+    }
+}
+
+impl GetStore for MemoryStore {
+    async fn get(&self, key: Key, _consistent: bool) -> Result<Option<Item>, StoreError> {
+        Ok(self.lock().get(&(key.pk, key.sk)).cloned())
+    }
+
+    async fn batch_get(&self, keys: Vec<Key>) -> Result<Vec<Item>, StoreError> {
+        let items = self.lock();
+        Ok(keys
+            .into_iter()
+            .filter_map(|k| items.get(&(k.pk, k.sk)).cloned())
+            .collect())
+    }
+}
+
+impl DeviceWriter for MemoryStore {
+    async fn put_device(
+        &self,
+        reg: &DeviceRegistration,
+        now: Timestamp,
+    ) -> Result<DeviceItem, StoreError> {
+        // Apply the same update the DynamoDB store sends, so the fake cannot drift from it.
+        let u = device_update(reg, now)?;
+        let key = EntityKey::Device(reg.device_id.clone()).key();
+        let mut items = self.lock();
+        let mut item = items
+            .get(&(key.pk.clone(), key.sk.clone()))
+            .cloned()
+            .unwrap_or_default();
+        item.insert(attr::PK.into(), AttributeValue::S(key.pk.clone()));
+        item.insert(attr::SK.into(), AttributeValue::S(key.sk.clone()));
+        let (set, remove) = match u.expression.split_once(" REMOVE ") {
+            Some((s, r)) => (s, r),
+            None => (u.expression.as_str(), ""),
+        };
+        for clause in set.trim_start_matches("SET ").split(", ") {
+            let Some((n, v)) = clause.split_once(" = ") else {
+                continue;
+            };
+            let name = u.names[n].clone();
+            if let Some(inner) = v.strip_prefix("if_not_exists(") {
+                let p = inner.trim_end_matches(')').rsplit(", ").next().unwrap_or("");
+                if !item.contains_key(&name) {
+                    item.insert(name, u.values[p].clone());
+                }
+            } else {
+                item.insert(name, u.values[v].clone());
+            }
+        }
+        for n in remove.split(", ").filter(|n| !n.is_empty()) {
+            item.remove(&u.names[n]);
+        }
+        items.insert((key.pk, key.sk), item.clone());
+        tidemark_store::from_item(item)
+    }
+}
+
+impl AlertAcker for MemoryStore {
+    async fn acknowledge(
+        &self,
+        device: &DeviceId,
+        alert: &AlertId,
+        now: Timestamp,
+    ) -> Result<AckOutcome, StoreError> {
+        let k = EntityKey::Alert {
+            device: device.clone(),
+            alert: alert.clone(),
+        }
+        .key();
+        let mut items = self.lock();
+        let Some(item) = items.get_mut(&(k.pk, k.sk)) else {
+            return Ok(AckOutcome::Missing);
+        };
+        if alert_state(item) == Some(tidemark_schema::AlertState::Resolved) {
+            return Ok(AckOutcome::Resolved);
+        }
+        item.insert(
+            field::STATE.into(),
+            AttributeValue::S("acknowledged".into()),
+        );
+        item.entry("acknowledgedAt".into())
+            .or_insert_with(|| AttributeValue::S(now.to_string()));
+        Ok(AckOutcome::Acknowledged(item.clone()))
+    }
+}

@@ -1,0 +1,104 @@
+//! Items to the JSON shapes of DESIGN §6 (camelCase, keys never shown).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Value, json};
+use tidemark_schema::table::attr;
+use tidemark_schema::{
+    AggregateItem, AlertItem, DeviceItem, EntityKey, QuarantineItem, ReadingItem, number,
+};
+use tidemark_store::Item;
+
+use crate::error::ApiError;
+
+/// Integral numbers as integers (`30`, not `30.0`), as readings print them.
+pub fn normalize(v: &mut Value) {
+    match v {
+        Value::Number(n) => {
+            if !n.is_i64()
+                && !n.is_u64()
+                && let Some(f) = n.as_f64()
+            {
+                *v = number(f);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(normalize),
+        Value::Object(m) => m.values_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+fn without_keys(v: Value) -> Value {
+    let mut v = v;
+    if let Value::Object(m) = &mut v {
+        for k in [attr::PK, attr::SK, attr::GSI1PK, attr::GSI1SK, attr::TTL] {
+            m.remove(k);
+        }
+    }
+    normalize(&mut v);
+    v
+}
+
+fn corrupt(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Corrupt(e.to_string())
+}
+
+pub fn device(d: &DeviceItem) -> Result<Value, ApiError> {
+    Ok(without_keys(serde_json::to_value(d).map_err(corrupt)?))
+}
+
+pub fn device_item(item: Item) -> Result<Value, ApiError> {
+    device(&tidemark_store::from_item(item)?)
+}
+
+pub fn alert(item: Item) -> Result<Value, ApiError> {
+    let a: AlertItem = tidemark_store::from_item(item)?;
+    Ok(without_keys(serde_json::to_value(&a).map_err(corrupt)?))
+}
+
+pub fn reading(item: Item) -> Result<Value, ApiError> {
+    let r: ReadingItem = tidemark_store::from_item(item)?;
+    let (reading, _shard) = r.to_reading().map_err(corrupt)?;
+    Ok(reading.to_json())
+}
+
+pub fn aggregate(item: Item) -> Result<Value, ApiError> {
+    let a: AggregateItem = tidemark_store::from_item(item)?;
+    let EntityKey::Aggregate { device, bucket } =
+        EntityKey::parse(&a.pk, &a.sk).map_err(corrupt)?
+    else {
+        return Err(corrupt(format!("{} / {} is not an aggregate", a.pk, a.sk)));
+    };
+    let metrics: Map<String, Value> = a
+        .metrics
+        .iter()
+        .map(|(m, s)| {
+            (
+                m.to_string(),
+                json!({"count": s.count, "sum": number(s.sum), "min": number(s.min),
+                       "max": number(s.max), "avg": number(s.avg())}),
+            )
+        })
+        .collect();
+    Ok(json!({
+        "deviceId": device,
+        "period": bucket.period().as_str(),
+        "start": bucket.start().to_string(),
+        "metrics": metrics,
+        "firstAt": a.first_at,
+        "lastAt": a.last_at,
+    }))
+}
+
+pub fn quarantined(item: Item) -> Result<Value, ApiError> {
+    let q: QuarantineItem = tidemark_store::from_item(item)?;
+    Ok(json!({
+        "reason": q.reason.as_str(),
+        "message": q.message,
+        "receivedAt": q.received_at,
+        "sequenceNumber": q.sequence_number,
+        "partitionKey": q.partition_key,
+        "size": q.size,
+        "payload": STANDARD.encode(&q.payload),
+    }))
+}

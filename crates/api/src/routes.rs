@@ -1,0 +1,124 @@
+//! The route table (DESIGN §6). `openapi.yaml` must list exactly these; a test checks it.
+
+use http::Method;
+
+use crate::error::ApiError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    ListDevices,
+    PutDevice,
+    GetDevice,
+    Readings,
+    LatestReading,
+    LatestOfDevices,
+    DeviceAlerts,
+    AckAlert,
+    Alerts,
+    Aggregates,
+    Quarantine,
+}
+
+const TABLE: &[(Method, &str, Route)] = &[
+    (Method::GET, "/devices", Route::ListDevices),
+    (Method::PUT, "/devices/{id}", Route::PutDevice),
+    (Method::GET, "/devices/{id}", Route::GetDevice),
+    (Method::GET, "/devices/{id}/readings", Route::Readings),
+    (Method::GET, "/devices/{id}/readings/latest", Route::LatestReading),
+    (Method::GET, "/latest", Route::LatestOfDevices),
+    (Method::GET, "/devices/{id}/alerts", Route::DeviceAlerts),
+    (
+        Method::POST,
+        "/devices/{id}/alerts/{alertId}/ack",
+        Route::AckAlert,
+    ),
+    (Method::GET, "/alerts", Route::Alerts),
+    (Method::GET, "/devices/{id}/aggregates", Route::Aggregates),
+    (Method::GET, "/quarantine", Route::Quarantine),
+];
+
+/// Every (method, path template) the API serves.
+pub fn routes() -> Vec<(Method, &'static str)> {
+    TABLE.iter().map(|(m, p, _)| (m.clone(), *p)).collect()
+}
+
+/// A matched route with its path parameters in template order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matched {
+    pub route: Route,
+    pub template: &'static str,
+    pub params: Vec<String>,
+}
+
+fn match_template(template: &str, segments: &[String]) -> Option<Vec<String>> {
+    let parts: Vec<&str> = template.trim_start_matches('/').split('/').collect();
+    if parts.len() != segments.len() {
+        return None;
+    }
+    let mut params = Vec::new();
+    for (p, s) in parts.iter().zip(segments) {
+        if p.starts_with('{') {
+            params.push(s.clone());
+        } else if p != s {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+/// 404 when no template matches the path, 405 (naming the allowed methods) when one matches
+/// but not with this method.
+pub fn resolve(method: &Method, segments: &[String]) -> Result<Matched, ApiError> {
+    let mut allowed = Vec::new();
+    for (m, template, route) in TABLE {
+        if let Some(params) = match_template(template, segments) {
+            if m == method {
+                return Ok(Matched {
+                    route: *route,
+                    template,
+                    params,
+                });
+            }
+            allowed.push(m.as_str());
+        }
+    }
+    let path = format!("/{}", segments.join("/"));
+    if allowed.is_empty() {
+        Err(ApiError::NotFound(format!("no route for {path}")))
+    } else {
+        Err(ApiError::MethodNotAllowed {
+            method: method.to_string(),
+            path,
+            allowed: allowed.join(", "),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(p: &str) -> Vec<String> {
+        p.trim_start_matches('/').split('/').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn literal_segments_win_only_where_they_match() {
+        let m = resolve(&Method::GET, &segs("/devices/s1/readings/latest")).unwrap();
+        assert_eq!((m.route, m.params), (Route::LatestReading, vec!["s1".into()]));
+        let m = resolve(&Method::POST, &segs("/devices/s1/alerts/a1/ack")).unwrap();
+        assert_eq!(m.params, vec!["s1".to_string(), "a1".to_string()]);
+    }
+
+    #[test]
+    fn unknown_paths_are_404_and_wrong_methods_405() {
+        assert!(matches!(
+            resolve(&Method::GET, &segs("/nope")),
+            Err(ApiError::NotFound(_))
+        ));
+        match resolve(&Method::DELETE, &segs("/devices/s1")) {
+            Err(ApiError::MethodNotAllowed { allowed, .. }) => assert_eq!(allowed, "PUT, GET"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

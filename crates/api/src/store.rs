@@ -1,0 +1,509 @@
+//! The store operations the API needs, one small trait each, and their DynamoDB
+//! implementation. Handlers see only these traits, so they run the same against DynamoDB
+//! Local, AWS, or the in-memory store of [`crate::memory`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
+use serde_json::Value;
+use tidemark_schema::table::{GSI1, attr};
+use tidemark_schema::{
+    AlertId, AlertState, DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key,
+    MetricName, Threshold, Timestamp, field, keys,
+};
+use tidemark_store::{Item, StoreError};
+
+/// A sort-key condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkRange {
+    /// Inclusive on both ends.
+    Between(String, String),
+    BeginsWith(String),
+    /// The whole partition.
+    All,
+}
+
+/// One partition of the table or of GSI1, read in sort-key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuerySpec {
+    /// `None` for the table, `Some(GSI1)` for the index.
+    pub index: Option<&'static str>,
+    /// The value of `pk` (table) or `gsi1pk` (index).
+    pub partition: String,
+    pub range: SkRange,
+    pub forward: bool,
+    pub consistent: bool,
+    /// Keep only items whose string attribute equals the value. Applied by DynamoDB after
+    /// the key condition and the limit, so a page may come back short; used only where the
+    /// filter drops a minority (see the alerts route).
+    pub filter_eq: Option<(&'static str, String)>,
+}
+
+impl QuerySpec {
+    pub fn table(partition: String, range: SkRange, forward: bool) -> Self {
+        QuerySpec {
+            index: None,
+            partition,
+            range,
+            forward,
+            consistent: false,
+            filter_eq: None,
+        }
+    }
+
+    pub fn gsi1(partition: String, range: SkRange, forward: bool) -> Self {
+        QuerySpec {
+            index: Some(GSI1),
+            ..Self::table(partition, range, forward)
+        }
+    }
+
+    pub fn partition_attr(&self) -> &'static str {
+        if self.index.is_some() {
+            attr::GSI1PK
+        } else {
+            attr::PK
+        }
+    }
+
+    pub fn sort_attr(&self) -> &'static str {
+        if self.index.is_some() {
+            attr::GSI1SK
+        } else {
+            attr::SK
+        }
+    }
+
+    /// The attributes (besides the partition attribute) that identify a position: the sort
+    /// key, and for the index also the table key (index sort keys need not be unique).
+    pub fn position_attrs(&self) -> &'static [&'static str] {
+        if self.index.is_some() {
+            &[attr::GSI1SK, attr::PK, attr::SK]
+        } else {
+            &[attr::SK]
+        }
+    }
+
+    /// The position of an item of this partition, or `None` if it lacks a key attribute.
+    pub fn position_of(&self, item: &Item) -> Option<Vec<String>> {
+        self.position_attrs()
+            .iter()
+            .map(|a| item.get(*a).and_then(|v| v.as_s().ok()).cloned())
+            .collect()
+    }
+
+    /// The `ExclusiveStartKey` resuming after `position`.
+    pub fn start_key(&self, position: &[String]) -> Option<Item> {
+        let attrs = self.position_attrs();
+        if position.len() != attrs.len() {
+            return None;
+        }
+        let mut k: Item = attrs
+            .iter()
+            .zip(position)
+            .map(|(a, v)| (a.to_string(), AttributeValue::S(v.clone())))
+            .collect();
+        k.insert(
+            self.partition_attr().to_owned(),
+            AttributeValue::S(self.partition.clone()),
+        );
+        Some(k)
+    }
+
+    /// Whether `sk` (a sort-key value) satisfies the range.
+    pub fn in_range(&self, sk: &str) -> bool {
+        match &self.range {
+            SkRange::Between(lo, hi) => lo.as_str() <= sk && sk <= hi.as_str(),
+            SkRange::BeginsWith(p) => sk.starts_with(p.as_str()),
+            SkRange::All => true,
+        }
+    }
+}
+
+/// One page of a Query.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    pub items: Vec<Item>,
+    /// `LastEvaluatedKey`: more may follow after it.
+    pub last_key: Option<Item>,
+}
+
+pub trait QueryStore {
+    fn query(
+        &self,
+        spec: &QuerySpec,
+        start: Option<Item>,
+        limit: i32,
+    ) -> impl Future<Output = Result<Page, StoreError>> + Send;
+}
+
+pub trait GetStore {
+    fn get(
+        &self,
+        key: Key,
+        consistent: bool,
+    ) -> impl Future<Output = Result<Option<Item>, StoreError>> + Send;
+
+    /// Every existing item of `keys` (any order), however many calls that takes; keys the
+    /// service leaves unprocessed are retried.
+    fn batch_get(&self, keys: Vec<Key>)
+    -> impl Future<Output = Result<Vec<Item>, StoreError>> + Send;
+}
+
+/// The user-settable part of a device (the body of `PUT /devices/{id}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceRegistration {
+    pub device_id: DeviceId,
+    pub name: Option<String>,
+    pub device_type: Option<DeviceType>,
+    pub status: DeviceStatus,
+    pub location: Option<Value>,
+    pub firmware: Option<String>,
+    pub thresholds: std::collections::BTreeMap<MetricName, Threshold>,
+    /// GSI1 status partition for the device (`DEVICE_STATUS#<status>[#<n>]`).
+    pub status_shard: Option<u16>,
+}
+
+pub trait DeviceWriter {
+    /// Creates or replaces the registration, keeping `createdAt` (set once) and what the
+    /// pipeline maintains (`lastSeenAt`, `latest`); returns the item as written.
+    fn put_device(
+        &self,
+        reg: &DeviceRegistration,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<DeviceItem, StoreError>> + Send;
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AckOutcome {
+    /// Acknowledged now or earlier; the alert as stored.
+    Acknowledged(Item),
+    /// Already resolved: nothing to acknowledge.
+    Resolved,
+    Missing,
+}
+
+pub trait AlertAcker {
+    fn acknowledge(
+        &self,
+        device: &DeviceId,
+        alert: &AlertId,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<AckOutcome, StoreError>> + Send;
+}
+
+/// Everything the handlers use.
+pub trait Store: QueryStore + GetStore + DeviceWriter + AlertAcker + Send + Sync {}
+impl<T: QueryStore + GetStore + DeviceWriter + AlertAcker + Send + Sync> Store for T {}
+
+/// The DynamoDB implementation of every store trait.
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoStore {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn key_item(k: &Key) -> Item {
+    HashMap::from([
+        (attr::PK.to_owned(), s(k.pk.clone())),
+        (attr::SK.to_owned(), s(k.sk.clone())),
+    ])
+}
+
+fn request_err(operation: &'static str) -> impl FnOnce(String) -> StoreError {
+    move |message| StoreError::Request { operation, message }
+}
+
+/// Most attempts at a BatchGetItem whose keys keep coming back unprocessed.
+const BATCH_GET_ATTEMPTS: u32 = 8;
+
+impl QueryStore for DynamoStore {
+    async fn query(
+        &self,
+        spec: &QuerySpec,
+        start: Option<Item>,
+        limit: i32,
+    ) -> Result<Page, StoreError> {
+        let mut names = HashMap::from([
+            ("#p".to_owned(), spec.partition_attr().to_owned()),
+            ("#s".to_owned(), spec.sort_attr().to_owned()),
+        ]);
+        let mut values = HashMap::from([(":p".to_owned(), s(spec.partition.clone()))]);
+        let cond = match &spec.range {
+            SkRange::Between(lo, hi) => {
+                values.insert(":lo".into(), s(lo.clone()));
+                values.insert(":hi".into(), s(hi.clone()));
+                "#p = :p AND #s BETWEEN :lo AND :hi"
+            }
+            SkRange::BeginsWith(prefix) => {
+                values.insert(":pre".into(), s(prefix.clone()));
+                "#p = :p AND begins_with(#s, :pre)"
+            }
+            SkRange::All => {
+                names.remove("#s");
+                "#p = :p"
+            }
+        };
+        let mut req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .set_index_name(spec.index.map(str::to_owned))
+            .key_condition_expression(cond)
+            .scan_index_forward(spec.forward)
+            .consistent_read(spec.consistent)
+            .limit(limit.max(1))
+            .set_exclusive_start_key(start);
+        if let Some((a, v)) = &spec.filter_eq {
+            names.insert("#f".into(), (*a).to_owned());
+            values.insert(":f".into(), s(v.clone()));
+            req = req.filter_expression("#f = :f");
+        }
+        let out = req
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await
+            .map_err(StoreError::sdk("Query"))?;
+        Ok(Page {
+            items: out.items.unwrap_or_default(),
+            last_key: out.last_evaluated_key.filter(|k| !k.is_empty()),
+        })
+    }
+}
+
+impl GetStore for DynamoStore {
+    async fn get(&self, key: Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&key)))
+            .consistent_read(consistent)
+            .send()
+            .await
+            .map_err(StoreError::sdk("GetItem"))?;
+        Ok(out.item)
+    }
+
+    async fn batch_get(&self, keys: Vec<Key>) -> Result<Vec<Item>, StoreError> {
+        let mut found = Vec::with_capacity(keys.len());
+        let mut unique = keys;
+        unique.sort();
+        unique.dedup();
+        for chunk in unique.chunks(100) {
+            let mut pending = KeysAndAttributes::builder()
+                .set_keys(Some(chunk.iter().map(key_item).collect()))
+                .build()
+                .map_err(|e| request_err("BatchGetItem")(e.to_string()))?;
+            let mut attempt = 0;
+            loop {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, pending)
+                    .send()
+                    .await
+                    .map_err(StoreError::sdk("BatchGetItem"))?;
+                if let Some(mut r) = out.responses {
+                    found.extend(r.remove(&self.table).unwrap_or_default());
+                }
+                match out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys().is_empty())
+                {
+                    None => break,
+                    Some(rest) => {
+                        attempt += 1;
+                        if attempt >= BATCH_GET_ATTEMPTS {
+                            return Err(request_err("BatchGetItem")(format!(
+                                "{} keys still unprocessed after {attempt} attempts",
+                                rest.keys().len()
+                            )));
+                        }
+                        tokio::time::sleep(backoff(attempt)).await;
+                        pending = rest;
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Exponential backoff with full jitter: 25 ms, 50 ms, … capped at 1 s.
+pub fn backoff(attempt: u32) -> Duration {
+    let cap = 25u64.saturating_mul(1 << attempt.min(6)).min(1000);
+    Duration::from_millis(rand::random_range(cap / 2..=cap))
+}
+
+impl DeviceWriter for DynamoStore {
+    async fn put_device(
+        &self,
+        reg: &DeviceRegistration,
+        now: Timestamp,
+    ) -> Result<DeviceItem, StoreError> {
+        let u = device_update(reg, now)?;
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(
+                &EntityKey::Device(reg.device_id.clone()).key(),
+            )))
+            .update_expression(u.expression)
+            .set_expression_attribute_names(Some(u.names))
+            .set_expression_attribute_values(Some(u.values))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .map_err(StoreError::sdk("UpdateItem"))?;
+        tidemark_store::from_item(out.attributes.unwrap_or_default())
+    }
+}
+
+/// An UpdateItem expression with its placeholders.
+pub struct Update {
+    pub expression: String,
+    pub names: HashMap<String, String>,
+    pub values: HashMap<String, AttributeValue>,
+}
+
+/// `SET` the registration, keys and `updatedAt`; `createdAt` only if absent; `REMOVE`
+/// optional fields the registration leaves out (PUT replaces the registration, never
+/// what the pipeline maintains).
+pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update, StoreError> {
+    let mut names = HashMap::new();
+    let mut values = HashMap::new();
+    let mut set = Vec::new();
+    let mut remove = Vec::new();
+    let mut put = |name: &str, v: Option<AttributeValue>| {
+        let n = format!("#a{}", names.len());
+        names.insert(n.clone(), name.to_owned());
+        match v {
+            Some(v) => {
+                let p = format!(":v{}", values.len());
+                values.insert(p.clone(), v);
+                set.push(format!("{n} = {p}"));
+            }
+            None => remove.push(n),
+        }
+    };
+    put(
+        attr::GSI1PK,
+        Some(s(keys::status_gsi1pk(reg.status, reg.status_shard))),
+    );
+    put(
+        attr::GSI1SK,
+        Some(s(keys::device_gsi1sk(&reg.device_id))),
+    );
+    put(field::DEVICE_ID, Some(s(reg.device_id.to_string())));
+    put(field::STATUS, Some(s(reg.status.as_str())));
+    put("name", reg.name.clone().map(s));
+    put(
+        "type",
+        reg.device_type.map(|t| av(&t)).transpose()?,
+    );
+    put("location", reg.location.as_ref().map(av).transpose()?);
+    put("firmware", reg.firmware.clone().map(s));
+    put(
+        field::THRESHOLDS,
+        if reg.thresholds.is_empty() {
+            None
+        } else {
+            Some(av(&reg.thresholds)?)
+        },
+    );
+    put(field::UPDATED_AT, Some(s(now.to_string())));
+    let created = format!("#a{}", names.len());
+    names.insert(created.clone(), field::CREATED_AT.to_owned());
+    let now_p = format!(":v{}", values.len());
+    values.insert(now_p.clone(), s(now.to_string()));
+    set.push(format!("{created} = if_not_exists({created}, {now_p})"));
+    let mut expression = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    Ok(Update {
+        expression,
+        names,
+        values,
+    })
+}
+
+/// Any serde value as an attribute value.
+fn av<T: serde::Serialize + ?Sized>(v: &T) -> Result<AttributeValue, StoreError> {
+    Ok(serde_dynamo::to_attribute_value(v)?)
+}
+
+impl AlertAcker for DynamoStore {
+    async fn acknowledge(
+        &self,
+        device: &DeviceId,
+        alert: &AlertId,
+        now: Timestamp,
+    ) -> Result<AckOutcome, StoreError> {
+        let key = EntityKey::Alert {
+            device: device.clone(),
+            alert: alert.clone(),
+        }
+        .key();
+        let res = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&key)))
+            .condition_expression("attribute_exists(#pk) AND #st <> :resolved")
+            .update_expression("SET #st = :ack, #at = if_not_exists(#at, :now)")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#st", field::STATE)
+            .expression_attribute_names("#at", "acknowledgedAt")
+            .expression_attribute_values(":resolved", s("resolved"))
+            .expression_attribute_values(":ack", s("acknowledged"))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .map_err(StoreError::sdk("UpdateItem"));
+        match res {
+            Ok(out) => Ok(AckOutcome::Acknowledged(
+                out.attributes.unwrap_or_default(),
+            )),
+            Err(e) if e.is_conditional_check_failed() => {
+                // Missing or resolved: one consistent read tells which.
+                Ok(match self.get(key, true).await? {
+                    None => AckOutcome::Missing,
+                    Some(_) => AckOutcome::Resolved,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The state an alert item says it is in (for the fake and for tests).
+pub fn alert_state(item: &Item) -> Option<AlertState> {
+    match item.get(field::STATE).and_then(|v| v.as_s().ok())?.as_str() {
+        "open" => Some(AlertState::Open),
+        "acknowledged" => Some(AlertState::Acknowledged),
+        "resolved" => Some(AlertState::Resolved),
+        _ => None,
+    }
+}

@@ -1,0 +1,308 @@
+//! Parameter and body validation. Every error names the parameter (or body field path) and
+//! the rule, and is a 400: bad input never reaches DynamoDB and never becomes a 500.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tidemark_schema::{
+    AlertId, DeviceId, DeviceStatus, DeviceType, MetricName, Threshold, Timestamp,
+};
+
+use crate::error::ApiError;
+use crate::request::Params;
+use crate::store::DeviceRegistration;
+
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 1000;
+/// `GET /latest` takes at most this many IDs (one BatchGetItem).
+pub const MAX_IDS: usize = 100;
+pub const MAX_THRESHOLDS: usize = 32;
+
+pub fn device_id(raw: &str) -> Result<DeviceId, ApiError> {
+    DeviceId::new(raw).map_err(|e| ApiError::bad("id", e.to_string()))
+}
+
+pub fn alert_id(raw: &str) -> Result<AlertId, ApiError> {
+    AlertId::new(raw).map_err(|e| ApiError::bad("alertId", e.to_string()))
+}
+
+pub fn limit(p: &Params) -> Result<usize, ApiError> {
+    match p.get("limit") {
+        None => Ok(DEFAULT_LIMIT),
+        Some(s) => s
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad(
+                    "limit",
+                    format!("{s:?} is not a whole number from 1 to {MAX_LIMIT}"),
+                )
+            }),
+    }
+}
+
+/// `asc` or `desc`, `default` when absent; returns "scan forward".
+pub fn order(p: &Params, default_forward: bool) -> Result<bool, ApiError> {
+    match p.get("order") {
+        None => Ok(default_forward),
+        Some("asc") => Ok(true),
+        Some("desc") => Ok(false),
+        Some(o) => Err(ApiError::bad(
+            "order",
+            format!("{o:?} is not one of: asc, desc"),
+        )),
+    }
+}
+
+pub fn time(p: &Params, name: &str) -> Result<Option<Timestamp>, ApiError> {
+    p.get(name)
+        .map(|s| {
+            Timestamp::parse_flexible(s).map_err(|e| {
+                ApiError::bad(name, format!("{e} (or give epoch milliseconds)"))
+            })
+        })
+        .transpose()
+}
+
+/// `from`/`to` with defaults: `to` is now, `from` is `to` minus `default_span_ms`.
+pub fn range(
+    p: &Params,
+    now: Timestamp,
+    default_span_ms: i64,
+) -> Result<(Timestamp, Timestamp), ApiError> {
+    let from = time(p, "from")?;
+    let to = time(p, "to")?;
+    let to = to.unwrap_or(now);
+    let from = from.unwrap_or_else(|| to.minus_millis(default_span_ms).unwrap_or(Timestamp::MIN));
+    if from > to {
+        return Err(ApiError::bad(
+            "from",
+            format!("from ({from}) is after to ({to})"),
+        ));
+    }
+    Ok((from, to))
+}
+
+/// The raw range parameters as they bind a cursor: normalised when given, `-` when not.
+pub fn range_scope(p: &Params) -> Result<String, ApiError> {
+    let part = |name| -> Result<String, ApiError> {
+        Ok(time(p, name)?.map_or_else(|| "-".to_owned(), |t| t.to_string()))
+    };
+    Ok(format!("{}|{}", part("from")?, part("to")?))
+}
+
+/// The body of `PUT /devices/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DeviceBody {
+    device_id: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "type")]
+    device_type: Option<String>,
+    status: Option<String>,
+    location: Option<Value>,
+    firmware: Option<String>,
+    thresholds: Option<Map<String, Value>>,
+}
+
+fn keyword<T: for<'de> Deserialize<'de>>(
+    param: &str,
+    value: &str,
+    allowed: &str,
+) -> Result<T, ApiError> {
+    serde_json::from_value(Value::String(value.to_owned()))
+        .map_err(|_| ApiError::bad(param, format!("{value:?} is not one of: {allowed}")))
+}
+
+fn text(param: &str, v: &str, max: usize) -> Result<String, ApiError> {
+    let n = v.chars().count();
+    if n == 0 || n > max {
+        return Err(ApiError::bad(param, format!("must be 1 to {max} characters")));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(ApiError::bad(param, "must not contain control characters"));
+    }
+    Ok(v.to_owned())
+}
+
+/// `{"lat","lon"}` in degrees, optional `alt` (metres) and `site` label, nothing else.
+fn location(v: Value) -> Result<Value, ApiError> {
+    let Value::Object(m) = v else {
+        return Err(ApiError::bad(
+            "location",
+            "must be an object {\"lat\",\"lon\",\"alt\"?,\"site\"?}",
+        ));
+    };
+    for k in m.keys() {
+        if !["lat", "lon", "alt", "site"].contains(&k.as_str()) {
+            return Err(ApiError::bad(
+                format!("location.{k}"),
+                "unknown field; allowed: lat, lon, alt, site",
+            ));
+        }
+    }
+    let num = |k: &str, lo: f64, hi: f64, required: bool| -> Result<(), ApiError> {
+        match m.get(k) {
+            None if !required => Ok(()),
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|x| (lo..=hi).contains(&x)) => {
+                Ok(())
+            }
+            _ => Err(ApiError::bad(
+                format!("location.{k}"),
+                format!("must be a number from {lo} to {hi}"),
+            )),
+        }
+    };
+    num("lat", -90.0, 90.0, true)?;
+    num("lon", -180.0, 180.0, true)?;
+    num("alt", -11_000.0, 100_000.0, false)?;
+    if let Some(site) = m.get("site") {
+        match site {
+            Value::String(s) => {
+                text("location.site", s, 128)?;
+            }
+            _ => return Err(ApiError::bad("location.site", "must be a string")),
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+fn firmware(v: &str) -> Result<String, ApiError> {
+    if v.is_empty()
+        || v.len() > 64
+        || !v
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'+' | b'-'))
+    {
+        return Err(ApiError::bad(
+            "firmware",
+            "must be 1 to 64 characters of A-Z a-z 0-9 . _ + -",
+        ));
+    }
+    Ok(v.to_owned())
+}
+
+fn thresholds(m: Map<String, Value>) -> Result<BTreeMap<MetricName, Threshold>, ApiError> {
+    if m.len() > MAX_THRESHOLDS {
+        return Err(ApiError::bad(
+            "thresholds",
+            format!("at most {MAX_THRESHOLDS} metrics"),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for (k, v) in m {
+        let param = format!("thresholds.{k}");
+        let metric = MetricName::new(&k).map_err(|e| ApiError::bad(&param, e.to_string()))?;
+        let t: Threshold = serde_json::from_value(v).map_err(|e| {
+            ApiError::bad(
+                &param,
+                format!("{e}; expected {{\"min\"?: number, \"max\"?: number, \"severity\": info|warning|critical}}"),
+            )
+        })?;
+        match (t.min, t.max) {
+            (None, None) => {
+                return Err(ApiError::bad(&param, "needs min, max, or both"));
+            }
+            (Some(lo), Some(hi)) if lo >= hi => {
+                return Err(ApiError::bad(&param, "min must be below max"));
+            }
+            _ => {}
+        }
+        out.insert(metric, t);
+    }
+    Ok(out)
+}
+
+/// Parses and validates a registration body for device `id`.
+pub fn registration(
+    id: DeviceId,
+    body: &[u8],
+    status_shards: u16,
+) -> Result<DeviceRegistration, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad("body", "a JSON object is required"));
+    }
+    let b: DeviceBody = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad("body", format!("not a valid device: {e}")))?;
+    if let Some(d) = &b.device_id
+        && d != id.as_str()
+    {
+        return Err(ApiError::bad(
+            "deviceId",
+            format!("{d:?} differs from the ID in the path ({id})"),
+        ));
+    }
+    let status = match &b.status {
+        None => DeviceStatus::Active,
+        Some(s) => DeviceStatus::parse(s).map_err(|e| ApiError::bad("status", e.to_string()))?,
+    };
+    let device_type = b
+        .device_type
+        .as_deref()
+        .map(|t| keyword::<DeviceType>("type", t, "sensor, gateway, actuator"))
+        .transpose()?;
+    let status_shard = tidemark_schema::keys::status_shard_for(&id, status_shards);
+    Ok(DeviceRegistration {
+        device_id: id,
+        name: b.name.as_deref().map(|n| text("name", n, 128)).transpose()?,
+        device_type,
+        status,
+        location: b.location.map(location).transpose()?,
+        firmware: b.firmware.as_deref().map(firmware).transpose()?,
+        thresholds: b.thresholds.map(thresholds).transpose()?.unwrap_or_default(),
+        status_shard,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(body: &str) -> Result<DeviceRegistration, ApiError> {
+        registration(DeviceId::new("sensor_01").unwrap(), body.as_bytes(), 1)
+    }
+
+    fn param_of(r: Result<DeviceRegistration, ApiError>) -> String {
+        match r {
+            Err(ApiError::BadRequest { param, .. }) => param,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_full_registration_is_accepted() {
+        let r = reg(r#"{"name":"Warehouse Temp A","type":"sensor","status":"maintenance",
+            "location":{"lat":52.5,"lon":13.4,"site":"Hall 3"},"firmware":"2.1.0",
+            "thresholds":{"temperature":{"max":30,"severity":"critical"}}}"#)
+        .unwrap();
+        assert_eq!(r.status, DeviceStatus::Maintenance);
+        assert_eq!(r.device_type, Some(DeviceType::Sensor));
+        assert_eq!(r.thresholds.len(), 1);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        for (body, param) in [
+            (r#"{"type":"toaster"}"#, "type"),
+            (r#"{"status":"broken"}"#, "status"),
+            (r#"{"location":{"lat":91,"lon":0}}"#, "location.lat"),
+            (r#"{"location":{"lat":1,"lon":0,"x":1}}"#, "location.x"),
+            (r#"{"location":"here"}"#, "location"),
+            (r#"{"firmware":"v 1"}"#, "firmware"),
+            (r#"{"name":""}"#, "name"),
+            (r#"{"thresholds":{"temperature":{"severity":"critical"}}}"#, "thresholds.temperature"),
+            (r#"{"thresholds":{"t":{"min":5,"max":1,"severity":"info"}}}"#, "thresholds.t"),
+            (r#"{"thresholds":{"t":{"max":1,"severity":"loud"}}}"#, "thresholds.t"),
+            (r#"{"thresholds":{"9t":{"max":1,"severity":"info"}}}"#, "thresholds.9t"),
+            (r#"{"deviceId":"other"}"#, "deviceId"),
+            (r#"{"colour":"red"}"#, "body"),
+            (r#"{"name":"x""#, "body"),
+            ("", "body"),
+            ("[]", "body"),
+        ] {
+            assert_eq!(param_of(reg(body)), param, "{body}");
+        }
+    }
+}
