@@ -1,0 +1,299 @@
+//! Shared helpers of the ingest tests: events, a fixed clock, table scans, and store fakes.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_sdk_dynamodb::types::AttributeValue;
+use base64::Engine;
+use serde_json::json;
+use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
+use tidemark_schema::{DeviceId, ShardConfigItem, Timestamp};
+use tidemark_store::batch::{BatchCallError, BatchWriteApi};
+use tidemark_store::{Item, StoreError};
+
+/// The clock of every test: five minutes after the DESIGN sample readings.
+pub fn now() -> Timestamp {
+    ts("2026-04-20T14:05:00Z")
+}
+
+pub fn ts(s: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(s).unwrap()
+}
+
+pub fn dev(s: &str) -> DeviceId {
+    DeviceId::new(s).unwrap()
+}
+
+pub fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// An event file: `events/…` of the workspace or `tests/fixtures/…` of this crate.
+pub fn load_event(relative: &str) -> KinesisEvent {
+    let candidates = [root().join("../..").join(relative), root().join(relative)];
+    for p in candidates {
+        if let Ok(bytes) = std::fs::read(&p) {
+            return serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{} is not a Kinesis event: {e}", p.display()));
+        }
+    }
+    panic!("no event file {relative}");
+}
+
+/// The sequence number of the `i`-th record of [`event_of`]: 56 digits, increasing.
+pub fn seq(i: usize) -> String {
+    format!("4959033827149025660855969253836157109592157598{i:010}")
+}
+
+/// A Kinesis event of raw payloads, arriving one millisecond apart from 14:04:00.
+pub fn event_of<B: AsRef<[u8]>>(payloads: &[B]) -> KinesisEvent {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let records: Vec<_> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            json!({
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": format!("pk-{}", i % 7),
+                    "sequenceNumber": seq(i),
+                    "data": b64.encode(p.as_ref()),
+                    "approximateArrivalTimestamp":
+                        (ts("2026-04-20T14:04:00Z").epoch_millis() + i as i64) as f64 / 1000.0,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": format!("shardId-000000000000:{}", seq(i)),
+                "eventName": "aws:kinesis:record",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/tidemark-readings",
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).unwrap()
+}
+
+pub fn reading_json(device: &str, at: &str, temperature: f64) -> String {
+    json!({"deviceId": device, "timestamp": at, "temperature": temperature}).to_string()
+}
+
+pub fn config(table: &str) -> IngestConfig {
+    let mut c = IngestConfig::new(table);
+    c.deadline_margin = Duration::ZERO;
+    c.retry.base_delay = Duration::from_millis(1);
+    c.retry.max_delay = Duration::from_millis(20);
+    c
+}
+
+pub type LocalIngest<W = aws_sdk_dynamodb::Client> =
+    Ingest<W, DynamoLookups, DynamoLookups, FixedClock>;
+
+/// The handler against a DynamoDB Local table, writing through `writes`.
+pub fn local_ingest<W: BatchWriteApi>(
+    client: &aws_sdk_dynamodb::Client,
+    config: IngestConfig,
+    writes: W,
+) -> LocalIngest<W> {
+    let lookups = DynamoLookups::new(client.clone(), config.table_name.clone());
+    Ingest::from_parts(
+        config,
+        writes,
+        lookups.clone(),
+        lookups,
+        FixedClock::new(now()),
+    )
+}
+
+/// Every item of the table, in key order.
+pub async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Vec<Item> {
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        out.extend(page.items.unwrap_or_default());
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => break,
+        }
+    }
+    out.sort_by_key(|i| (s(i, "pk"), s(i, "sk")));
+    out
+}
+
+pub fn s(item: &Item, name: &str) -> String {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => v.clone(),
+        Some(AttributeValue::N(v)) => v.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+pub async fn get(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    pk: &str,
+    sk: &str,
+) -> Option<Item> {
+    client
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(pk.into()))
+        .key("sk", AttributeValue::S(sk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+}
+
+fn key_of(item: &Item) -> (String, String) {
+    (s(item, "pk"), s(item, "sk"))
+}
+
+/// Wraps a real writer and misbehaves the way DynamoDB does under load: the first
+/// `throttle_calls` calls fail with a throttling error, the next `stingy_calls` calls write
+/// only half of their items and return the rest as unprocessed, and items of partition
+/// `poison_pk` are never written (always returned unprocessed).
+pub struct Flaky<A> {
+    pub inner: A,
+    pub throttle_calls: AtomicUsize,
+    pub stingy_calls: AtomicUsize,
+    pub poison_pk: Option<String>,
+    pub calls: AtomicUsize,
+}
+
+impl<A> Flaky<A> {
+    pub fn new(inner: A) -> Self {
+        Flaky {
+            inner,
+            throttle_calls: AtomicUsize::new(0),
+            stingy_calls: AtomicUsize::new(0),
+            poison_pk: None,
+            calls: AtomicUsize::new(0),
+        }
+    }
+}
+
+fn take_one(n: &AtomicUsize) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+        .is_ok()
+}
+
+impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
+    async fn put_batch(&self, table: &str, items: Vec<Item>) -> Result<Vec<Item>, BatchCallError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if take_one(&self.throttle_calls) {
+            return Err(BatchCallError {
+                retryable: true,
+                error: StoreError::Request {
+                    operation: "BatchWriteItem",
+                    message: "ProvisionedThroughputExceededException (injected)".into(),
+                },
+            });
+        }
+        let (poisoned, mut items): (Vec<Item>, Vec<Item>) = items
+            .into_iter()
+            .partition(|i| self.poison_pk.as_deref() == Some(s(i, "pk").as_str()));
+        let mut left = poisoned;
+        if take_one(&self.stingy_calls) {
+            let keep = items.len() / 2;
+            left.extend(items.split_off(keep));
+        }
+        if !items.is_empty() {
+            left.extend(self.inner.put_batch(table, items).await?);
+        }
+        Ok(left)
+    }
+}
+
+/// An in-memory table for unit tests of the handler, counting every operation.
+#[derive(Default)]
+pub struct MemoryStore {
+    pub items: Mutex<HashMap<(String, String), Item>>,
+    pub shard_configs: Mutex<Vec<ShardConfigItem>>,
+    pub devices: Mutex<HashSet<DeviceId>>,
+    pub fail_shard_loads: std::sync::atomic::AtomicBool,
+    pub shard_loads: AtomicUsize,
+    pub device_lookups: AtomicUsize,
+    pub devices_asked: AtomicUsize,
+    pub write_calls: AtomicUsize,
+    /// Writes fail with a permanent error when set.
+    pub refuse_writes: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryStore {
+    pub fn len(&self) -> usize {
+        self.items.lock().unwrap().len()
+    }
+}
+
+impl BatchWriteApi for &MemoryStore {
+    async fn put_batch(&self, _: &str, items: Vec<Item>) -> Result<Vec<Item>, BatchCallError> {
+        self.write_calls.fetch_add(1, Ordering::SeqCst);
+        assert!(items.len() <= 25, "BatchWriteItem takes at most 25 items");
+        let keys: HashSet<_> = items.iter().map(key_of).collect();
+        assert_eq!(
+            keys.len(),
+            items.len(),
+            "DynamoDB refuses duplicate keys in one call"
+        );
+        if self.refuse_writes.load(Ordering::SeqCst) {
+            return Err(BatchCallError {
+                retryable: false,
+                error: StoreError::Request {
+                    operation: "BatchWriteItem",
+                    message: "ValidationException (injected)".into(),
+                },
+            });
+        }
+        let mut t = self.items.lock().unwrap();
+        for i in items {
+            t.insert(key_of(&i), i);
+        }
+        Ok(Vec::new())
+    }
+}
+
+impl tidemark_ingest::ShardConfigSource for &MemoryStore {
+    async fn load_shard_configs(&self) -> Result<Vec<ShardConfigItem>, StoreError> {
+        self.shard_loads.fetch_add(1, Ordering::SeqCst);
+        if self.fail_shard_loads.load(Ordering::SeqCst) {
+            return Err(StoreError::Request {
+                operation: "Query",
+                message: "injected outage".into(),
+            });
+        }
+        Ok(self.shard_configs.lock().unwrap().clone())
+    }
+}
+
+impl tidemark_ingest::DeviceDirectory for &MemoryStore {
+    async fn existing_devices(&self, ids: &[DeviceId]) -> Result<HashSet<DeviceId>, StoreError> {
+        self.device_lookups.fetch_add(1, Ordering::SeqCst);
+        self.devices_asked.fetch_add(ids.len(), Ordering::SeqCst);
+        let d = self.devices.lock().unwrap();
+        Ok(ids.iter().filter(|i| d.contains(i)).cloned().collect())
+    }
+}
+
+pub type MemoryIngest<'a> = Ingest<&'a MemoryStore, &'a MemoryStore, &'a MemoryStore, FixedClock>;
+
+pub fn memory_ingest(store: &MemoryStore, config: IngestConfig) -> MemoryIngest<'_> {
+    Ingest::from_parts(config, store, store, store, FixedClock::new(now()))
+}

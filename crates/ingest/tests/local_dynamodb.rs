@@ -1,0 +1,452 @@
+//! The ingest handler against DynamoDB Local: what lands in the table, byte for byte.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
+use common::*;
+use tidemark_ingest::UnknownDevices;
+use tidemark_schema::keys::{reading_pk, reading_sk};
+use tidemark_schema::{
+    DeviceItem, DeviceStatus, QuarantineItem, QuarantineReason, ReadingItem, ShardConfigItem,
+    ShardHistory,
+};
+use tidemark_store::{from_item, to_item};
+use tidemark_testkit::TestTable;
+
+fn failures(r: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<String> {
+    r.batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone().unwrap_or_default())
+        .collect()
+}
+
+fn quarantined(items: &[tidemark_store::Item]) -> Vec<QuarantineItem> {
+    let mut q: Vec<QuarantineItem> = items
+        .iter()
+        .filter(|i| s(i, "pk").starts_with("QUARANTINE#"))
+        .map(|i| from_item(i.clone()).unwrap())
+        .collect();
+    q.sort_by(|a, b| a.sequence_number.cmp(&b.sequence_number));
+    q
+}
+
+fn readings(items: &[tidemark_store::Item]) -> Vec<ReadingItem> {
+    items
+        .iter()
+        .filter(|i| s(i, "sk").starts_with("READING#"))
+        .map(|i| from_item(i.clone()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_aws_fixture_event_is_quarantined_and_the_batch_succeeds() {
+    // GIVEN the aws_lambda_events example: two records whose data is "Hello World"
+    let t = TestTable::new("ingest-fixture").await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let event = load_event("tests/fixtures/example-kinesis-event.json");
+
+    // WHEN it is handled
+    let resp = ingest.handle(event.clone(), soon()).await.unwrap();
+
+    // THEN nothing fails, and both records are kept whole with reason, origin and arrival
+    assert!(failures(&resp).is_empty());
+    let q = quarantined(&scan(&t.client, &t.name).await);
+    assert_eq!(q.len(), 2);
+    for (item, record) in q.iter().zip(&event.records) {
+        assert_eq!(item.reason, QuarantineReason::NotJson);
+        assert_eq!(item.payload, b"Hello World");
+        assert_eq!(item.size, 11);
+        assert_eq!(item.partition_key, "s1");
+        assert_eq!(item.sequence_number, record.kinesis.sequence_number);
+        assert_eq!(
+            item.received_at.epoch_millis(),
+            record
+                .kinesis
+                .approximate_arrival_timestamp
+                .timestamp_millis()
+        );
+        assert_eq!(
+            item.ttl,
+            item.received_at
+                .ttl_after_days(QuarantineItem::RETENTION_DAYS)
+        );
+        let key = QuarantineItem::key_for(
+            item.received_at.day(),
+            item.received_at,
+            &item.sequence_number,
+        );
+        assert_eq!((item.pk.clone(), item.sk.clone()), (key.pk, key.sk));
+    }
+    assert_eq!(q[0].received_at.to_string(), "2016-12-02T01:18:43.477Z");
+}
+
+#[tokio::test]
+async fn readings_of_several_devices_and_arrays_are_stored_normalised_with_ttl() {
+    let t = TestTable::new("ingest-readings").await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let (resp, stats) = ingest
+        .process(&load_event("events/kinesis-readings.json"), soon())
+        .await
+        .unwrap();
+    assert!(failures(&resp).is_empty());
+    assert_eq!(
+        (stats.records, stats.readings, stats.quarantined),
+        (5, 7, 0)
+    );
+    assert_eq!(stats.written, 7);
+
+    let items = scan(&t.client, &t.name).await;
+    let stored: BTreeMap<(String, String), ReadingItem> = readings(&items)
+        .into_iter()
+        .map(|r| ((r.pk.clone(), r.sk.clone()), r))
+        .collect();
+    assert_eq!(
+        items.len(),
+        7,
+        "only readings: no device item, no side writes"
+    );
+    let keys: Vec<_> = stored.keys().cloned().collect();
+    let want: Vec<(String, String)> = [
+        ("DEVICE#gateway_07", "READING#2026-04-20T14:00:30.500Z"),
+        ("DEVICE#sensor_01", "READING#2026-04-20T14:00:00.000Z"),
+        ("DEVICE#sensor_01", "READING#2026-04-20T14:01:00.000Z"),
+        ("DEVICE#sensor_02", "READING#2026-04-20T13:58:00.000Z"),
+        ("DEVICE#sensor_02", "READING#2026-04-20T13:59:00.000Z"),
+        ("DEVICE#sensor_02", "READING#2026-04-20T14:00:00.000Z"),
+        ("DEVICE#sensor_03", "READING#2026-04-20T14:00:30.000Z"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(keys, want);
+
+    // The DESIGN §9 sample row, as DynamoDB holds it.
+    let raw = get(
+        &t.client,
+        &t.name,
+        "DEVICE#sensor_01",
+        "READING#2026-04-20T14:00:00.000Z",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        raw["ttl"],
+        AttributeValue::N((ts("2026-04-20T14:00:00Z").epoch_seconds() + 30 * 86_400).to_string())
+    );
+    let AttributeValue::M(m) = &raw["metrics"] else {
+        panic!("metrics is a map: {raw:?}")
+    };
+    assert_eq!(m["temperature"], AttributeValue::N("22.4".into()));
+    assert_eq!(m["humidity"], AttributeValue::N("45".into()));
+    let (r, shard) = stored[&want[1]].to_reading().unwrap();
+    assert_eq!(shard, None);
+    assert_eq!(r.metadata.unwrap()["fw"], "2.1.0");
+    assert_eq!(r.metrics.len(), 4);
+}
+
+#[tokio::test]
+async fn every_bad_record_is_quarantined_with_its_reason_and_good_ones_still_land() {
+    let t = TestTable::new("ingest-bad").await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let event = load_event("events/kinesis-bad-records.json");
+    let (resp, stats) = ingest.process(&event, soon()).await.unwrap();
+    assert!(
+        failures(&resp).is_empty(),
+        "bad input never fails the batch"
+    );
+
+    use QuarantineReason::*;
+    let expected = [
+        NotJson,
+        NotObjectOrArray,
+        InvalidDeviceId,
+        InvalidTimestamp,
+        TimestampInFuture,
+        TimestampTooOld,
+        InvalidMetric,
+        TooManyMetrics,
+        ArrayTooLong,
+        InvalidMetadata,
+    ];
+    let items = scan(&t.client, &t.name).await;
+    let q = quarantined(&items);
+    assert_eq!(q.len(), expected.len());
+    for ((item, want), record) in q.iter().zip(expected).zip(&event.records) {
+        assert_eq!(item.reason, want, "{}", item.message);
+        assert_eq!(item.sequence_number, record.kinesis.sequence_number);
+        assert_eq!(item.payload, record.kinesis.data.0, "raw bytes kept");
+        assert!(!item.message.is_empty());
+    }
+    assert_eq!(stats.quarantined, expected.len() as u64);
+    // The last record is valid and is stored despite the ten bad ones before it.
+    let r = readings(&items);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].sk, "READING#2026-04-20T14:02:00.000Z");
+}
+
+#[tokio::test]
+async fn oversized_payloads_are_truncated_with_their_original_size_kept() {
+    let t = TestTable::new("ingest-large").await;
+    let mut c = config(&t.name);
+    c.max_payload_bytes = 100 * 1024;
+    let ingest = local_ingest(&t.client, c, t.client.clone());
+    let big = format!(
+        r#"{{"deviceId":"a","timestamp":"2026-04-20T14:00:00Z","metadata":{{"blob":"{}"}}}}"#,
+        "x".repeat(150 * 1024)
+    );
+    let (resp, _) = ingest
+        .process(&event_of(&[big.clone()]), soon())
+        .await
+        .unwrap();
+    assert!(failures(&resp).is_empty());
+    let q = quarantined(&scan(&t.client, &t.name).await);
+    assert_eq!(q[0].reason, QuarantineReason::PayloadTooLarge);
+    assert_eq!(q[0].size, big.len() as u64);
+    assert_eq!(q[0].payload.len(), QuarantineItem::MAX_PAYLOAD);
+    assert_eq!(q[0].payload, big.as_bytes()[..QuarantineItem::MAX_PAYLOAD]);
+}
+
+#[tokio::test]
+async fn quarantine_mode_rejects_unregistered_devices_and_passes_registered_ones() {
+    let t = TestTable::new("ingest-unknown").await;
+    let device = DeviceItem::new(
+        dev("sensor_01"),
+        DeviceStatus::Active,
+        ts("2026-01-01T00:00:00Z"),
+    );
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(to_item(&device).unwrap()))
+        .send()
+        .await
+        .unwrap();
+    let mut c = config(&t.name);
+    c.unknown_devices = UnknownDevices::Quarantine;
+    let ingest = local_ingest(&t.client, c, t.client.clone());
+    let e = event_of(&[
+        reading_json("sensor_01", "2026-04-20T14:00:00Z", 1.0),
+        format!(
+            "[{},{}]",
+            reading_json("sensor_01", "2026-04-20T14:01:00Z", 1.0),
+            reading_json("ghost_9", "2026-04-20T14:01:00Z", 1.0)
+        ),
+    ]);
+    let (resp, stats) = ingest.process(&e, soon()).await.unwrap();
+    assert!(failures(&resp).is_empty());
+    assert_eq!(stats.readings, 1);
+    let items = scan(&t.client, &t.name).await;
+    let q = quarantined(&items);
+    assert_eq!(q.len(), 1);
+    assert_eq!(q[0].reason, QuarantineReason::UnknownDevice);
+    assert_eq!(
+        q[0].sequence_number,
+        seq(1),
+        "the whole record, both readings"
+    );
+    assert_eq!(readings(&items).len(), 1);
+}
+
+#[tokio::test]
+async fn a_replayed_batch_leaves_the_table_byte_for_byte_identical() {
+    let t = TestTable::new("ingest-replay").await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let good = load_event("events/kinesis-readings.json");
+    let bad = load_event("events/kinesis-bad-records.json");
+    ingest.process(&good, soon()).await.unwrap();
+    ingest.process(&bad, soon()).await.unwrap();
+    let before = scan(&t.client, &t.name).await;
+    assert_eq!(before.len(), 7 + 10 + 1);
+
+    // WHEN the batches are delivered again, whole and bisected, in another container
+    let other = local_ingest(&t.client, config(&t.name), t.client.clone());
+    other.process(&bad, soon()).await.unwrap();
+    let mut half = good.clone();
+    half.records.truncate(2);
+    other.process(&half, soon()).await.unwrap();
+    other.process(&good, soon()).await.unwrap();
+
+    // THEN not one attribute changed
+    assert_eq!(scan(&t.client, &t.name).await, before);
+}
+
+#[tokio::test]
+async fn hot_device_readings_go_to_the_shard_of_their_time() {
+    let t = TestTable::new("ingest-hot").await;
+    let history = ShardHistory::default()
+        .with_change(ts("2026-04-20T14:00:00Z"), 4)
+        .unwrap();
+    let config_item = ShardConfigItem::new(&dev("hot_01"), history.clone());
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(to_item(&config_item).unwrap()))
+        .send()
+        .await
+        .unwrap();
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let times = [
+        "2026-04-20T13:59:59.999Z",
+        "2026-04-20T14:00:00.000Z",
+        "2026-04-20T14:00:00.001Z",
+        "2026-04-20T14:00:00.002Z",
+        "2026-04-20T14:00:00.003Z",
+        "2026-04-20T14:00:00.004Z",
+        "2026-04-20T14:00:00.005Z",
+    ];
+    let payloads: Vec<String> = times
+        .iter()
+        .map(|at| reading_json("hot_01", at, 1.0))
+        .chain([reading_json("cold_01", "2026-04-20T14:00:00Z", 1.0)])
+        .collect();
+    let (resp, _) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
+    assert!(failures(&resp).is_empty());
+    let mut used = std::collections::BTreeSet::new();
+    for at in times {
+        let at = ts(at);
+        let shard = history.shard_at(at);
+        used.insert(shard);
+        let pk = reading_pk(&dev("hot_01"), shard);
+        assert!(
+            get(&t.client, &t.name, &pk, &reading_sk(at))
+                .await
+                .is_some(),
+            "{at} not in {pk}"
+        );
+    }
+    assert!(
+        used.contains(&None),
+        "before the change: the device's own partition"
+    );
+    assert!(used.len() > 2, "after it: spread over shards {used:?}");
+    assert!(
+        get(
+            &t.client,
+            &t.name,
+            "DEVICE#cold_01",
+            "READING#2026-04-20T14:00:00.000Z"
+        )
+        .await
+        .is_some()
+    );
+    assert_eq!(scan(&t.client, &t.name).await.len(), 1 + times.len() + 1);
+}
+
+fn many_records(n: usize, devices: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let at = ts("2026-04-20T13:00:00Z")
+                .plus_millis(i as i64 * 250)
+                .unwrap();
+            reading_json(
+                &format!("dev_{:03}", i % devices),
+                &at.to_string(),
+                i as f64,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn unprocessed_items_and_throttling_are_retried_with_nothing_lost() {
+    let t = TestTable::new("ingest-flaky").await;
+    let flaky = Flaky::new(t.client.clone());
+    flaky.throttle_calls.store(3, Ordering::SeqCst);
+    flaky.stingy_calls.store(8, Ordering::SeqCst);
+    let ingest = local_ingest(&t.client, config(&t.name), flaky);
+    let payloads = many_records(500, 20);
+    let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
+    assert!(failures(&resp).is_empty());
+    assert_eq!(stats.throttled, 3);
+    assert!(stats.unprocessed >= 8, "{stats:?}");
+    assert!(stats.retries >= 11, "{stats:?}");
+    assert_eq!(stats.written, 500);
+    let items = scan(&t.client, &t.name).await;
+    assert_eq!(readings(&items).len(), 500, "nothing lost");
+}
+
+#[tokio::test]
+async fn a_persisting_failure_reports_the_earliest_record_not_fully_written() {
+    // GIVEN writes of one partition that never succeed, first touched by record 20
+    let t = TestTable::new("ingest-poison").await;
+    let mut flaky = Flaky::new(t.client.clone());
+    flaky.poison_pk = Some("DEVICE#poison".into());
+    let ingest = local_ingest(&t.client, config(&t.name), flaky);
+    let mut payloads = many_records(60, 5);
+    payloads[20] = format!(
+        "[{},{}]",
+        reading_json("dev_000", "2026-04-20T14:03:00Z", 1.0),
+        reading_json("poison", "2026-04-20T14:03:00Z", 1.0)
+    );
+    payloads[41] = reading_json("poison", "2026-04-20T14:04:00Z", 1.0);
+    let event = event_of(&payloads);
+
+    // WHEN the batch runs out of time retrying
+    let deadline = Instant::now() + Duration::from_millis(800);
+    let (resp, stats) = ingest.process(&event, deadline).await.unwrap();
+
+    // THEN exactly record 20 is reported, and every record before it is durable
+    assert_eq!(failures(&resp), [seq(20)]);
+    assert_eq!(stats.failed_items, 2);
+    assert!(
+        Instant::now() < deadline + Duration::from_millis(500),
+        "kept to the deadline"
+    );
+    let items = scan(&t.client, &t.name).await;
+    let stored: std::collections::HashSet<(String, String)> =
+        items.iter().map(|i| (s(i, "pk"), s(i, "sk"))).collect();
+    for (i, p) in payloads.iter().enumerate().take(20) {
+        let v: serde_json::Value = serde_json::from_str(p).unwrap();
+        let key = (
+            format!("DEVICE#{}", v["deviceId"].as_str().unwrap()),
+            format!("READING#{}", ts(v["timestamp"].as_str().unwrap())),
+        );
+        assert!(stored.contains(&key), "record {i} not durable");
+    }
+    // WHEN the mapping resumes from the reported record with the store healthy again
+    let healthy = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let mut rest = event.clone();
+    rest.records.drain(..20);
+    let resp = healthy.handle(rest, soon()).await.unwrap();
+    // THEN everything is there, once
+    assert!(failures(&resp).is_empty());
+    assert_eq!(readings(&scan(&t.client, &t.name).await).len(), 61);
+}
+
+#[tokio::test]
+async fn a_10000_record_batch_goes_through() {
+    let t = TestTable::new("ingest-10k").await;
+    let mut c = config(&t.name);
+    c.max_in_flight = 8;
+    let ingest = local_ingest(&t.client, c, t.client.clone());
+    let event = event_of(&many_records(10_000, 100));
+    let (resp, stats) = ingest
+        .process(&event, Instant::now() + Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(failures(&resp).is_empty());
+    assert_eq!(stats.written, 10_000);
+    let mut count = 0;
+    let mut start = None;
+    loop {
+        let page = t
+            .client
+            .scan()
+            .table_name(&t.name)
+            .select(Select::Count)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        count += page.count;
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => break,
+        }
+    }
+    assert_eq!(count, 10_000);
+}
