@@ -1,0 +1,248 @@
+//! Shared helpers: the DESIGN §9 sample data, items written straight through the schema
+//! types, and requests built the way the local server builds them (plain `http::Request`).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+use lambda_http::{Body, Request};
+use serde_json::Value;
+use tidemark_api::{ApiConfig, App};
+use tidemark_schema::{
+    AggregateItem, AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus,
+    DeviceType, MetricName, Period, Reading, ReadingItem, Severity, Stats, Timestamp,
+};
+use tidemark_testkit::TestTable;
+
+pub fn ts(s: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(s).unwrap()
+}
+
+pub fn dev(s: &str) -> DeviceId {
+    DeviceId::new(s).unwrap()
+}
+
+pub fn metric(s: &str) -> MetricName {
+    MetricName::new(s).unwrap()
+}
+
+/// "Now" for every test: an hour after the sample readings, so they are neither in the
+/// future nor expired.
+pub fn now() -> Timestamp {
+    ts("2026-04-20T15:00:00Z")
+}
+
+pub fn app(t: &TestTable) -> App {
+    App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(now()))
+}
+
+pub async fn put<T: serde::Serialize>(t: &TestTable, v: &T) {
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(tidemark_store::to_item(v).unwrap()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Writes many items, 25 per BatchWriteItem, retrying unprocessed ones.
+pub async fn put_all<T: serde::Serialize>(t: &TestTable, items: &[T]) {
+    for chunk in items.chunks(25) {
+        let mut reqs: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|v| {
+                WriteRequest::builder()
+                    .put_request(
+                        PutRequest::builder()
+                            .set_item(Some(tidemark_store::to_item(v).unwrap()))
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+            })
+            .collect();
+        while !reqs.is_empty() {
+            let out = t
+                .client
+                .batch_write_item()
+                .request_items(&t.name, reqs)
+                .send()
+                .await
+                .unwrap();
+            reqs = out
+                .unprocessed_items
+                .and_then(|mut u| u.remove(&t.name))
+                .unwrap_or_default();
+        }
+    }
+}
+
+pub fn sample_device() -> DeviceItem {
+    let mut d = DeviceItem::new(
+        dev("sensor_01"),
+        DeviceStatus::Active,
+        ts("2026-04-01T09:00:00Z"),
+    );
+    d.name = Some("Warehouse Temp A".into());
+    d.device_type = Some(DeviceType::Sensor);
+    d.firmware = Some("2.1.0".into());
+    d
+}
+
+pub fn reading(device: &str, at: Timestamp, m: &[(&str, f64)]) -> Reading {
+    Reading {
+        device_id: dev(device),
+        timestamp: at,
+        metrics: m.iter().map(|(k, v)| (metric(k), *v)).collect(),
+        metadata: None,
+    }
+}
+
+pub fn sample_readings() -> Vec<Reading> {
+    vec![
+        reading(
+            "sensor_01",
+            ts("2026-04-20T14:00:00Z"),
+            &[("temperature", 22.4), ("humidity", 45.0), ("battery", 87.0)],
+        ),
+        reading(
+            "sensor_01",
+            ts("2026-04-20T14:01:00Z"),
+            &[("temperature", 22.5), ("humidity", 44.0), ("battery", 87.0)],
+        ),
+    ]
+}
+
+pub fn sample_alert_id() -> AlertId {
+    AlertId::for_breach(
+        ts("2026-04-20T14:30:00Z"),
+        &metric("temperature"),
+        AlertRule::Max,
+    )
+}
+
+pub fn sample_alert() -> AlertItem {
+    let id = sample_alert_id();
+    let k = tidemark_schema::EntityKey::Alert {
+        device: dev("sensor_01"),
+        alert: id.clone(),
+    }
+    .key();
+    AlertItem {
+        pk: k.pk,
+        sk: k.sk,
+        gsi1pk: Some(tidemark_schema::keys::severity_gsi1pk(Severity::Critical)),
+        gsi1sk: Some(tidemark_schema::keys::alert_gsi1sk(&id)),
+        device_id: dev("sensor_01"),
+        alert_id: id,
+        metric: metric("temperature"),
+        rule: AlertRule::Max,
+        severity: Severity::Critical,
+        state: AlertState::Open,
+        message: "temperature above 30".into(),
+        value: 31.5,
+        threshold: 30.0,
+        breach_count: 2,
+        opened_at: ts("2026-04-20T14:30:00Z"),
+        last_breach_at: ts("2026-04-20T14:31:00Z"),
+        acknowledged_at: None,
+        resolved_at: None,
+    }
+}
+
+pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) -> AggregateItem {
+    let bucket = period.bucket(at);
+    let k = AggregateItem::key_for(&dev(device), bucket);
+    let mut metrics: BTreeMap<MetricName, Stats> = BTreeMap::new();
+    for r in rs {
+        for (m, v) in &r.metrics {
+            metrics
+                .entry(m.clone())
+                .and_modify(|s| s.merge(&Stats::of(*v)))
+                .or_insert_with(|| Stats::of(*v));
+        }
+    }
+    AggregateItem {
+        pk: k.pk,
+        sk: k.sk,
+        metrics,
+        first_at: rs.first().unwrap().timestamp,
+        last_at: rs.last().unwrap().timestamp,
+        applied: BTreeMap::from([("shardId-0".into(), "100".into())]),
+        version: 3,
+    }
+}
+
+/// A table holding every row of DESIGN §9.
+pub async fn sample_table(label: &str) -> TestTable {
+    let t = TestTable::new(label).await;
+    put(&t, &sample_device()).await;
+    for r in sample_readings() {
+        put(&t, &ReadingItem::new(&r, None, 30)).await;
+    }
+    put(&t, &sample_alert()).await;
+    let rs = sample_readings();
+    put(&t, &aggregate("sensor_01", Period::Hourly, rs[0].timestamp, &rs)).await;
+    put(&t, &aggregate("sensor_01", Period::Daily, rs[0].timestamp, &rs)).await;
+    t
+}
+
+pub fn request(method: &str, uri: &str, body: &str) -> Request {
+    let body = if body.is_empty() {
+        Body::Empty
+    } else {
+        Body::Text(body.to_owned())
+    };
+    http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(body)
+        .unwrap()
+}
+
+pub async fn call<S: tidemark_api::Store>(
+    app: &App<S>,
+    method: &str,
+    uri: &str,
+    body: &str,
+) -> (u16, Value) {
+    let resp = app.handle(request(method, uri, body)).await;
+    let status = resp.status().as_u16();
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/json",
+        "{method} {uri}"
+    );
+    let v: Value = serde_json::from_slice(resp.body().as_ref())
+        .unwrap_or_else(|e| panic!("{method} {uri}: body is not JSON: {e}"));
+    (status, v)
+}
+
+pub async fn get<S: tidemark_api::Store>(app: &App<S>, uri: &str) -> (u16, Value) {
+    call(app, "GET", uri, "").await
+}
+
+/// Follows cursors to the end; returns every item and the number of pages.
+pub async fn walk<S: tidemark_api::Store>(app: &App<S>, uri: &str) -> (Vec<Value>, usize) {
+    let mut items = Vec::new();
+    let mut pages = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let u = match &cursor {
+            None => uri.to_owned(),
+            Some(c) => format!("{uri}&cursor={c}"),
+        };
+        let (status, body) = get(app, &u).await;
+        assert_eq!(status, 200, "{u}: {body}");
+        pages += 1;
+        items.extend(body["items"].as_array().unwrap().iter().cloned());
+        match body["cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+        assert!(pages < 10_000, "cursor never ends");
+    }
+    (items, pages)
+}

@@ -1,0 +1,587 @@
+//! The API against DynamoDB Local: every access pattern of DESIGN §9 with its exact JSON,
+//! pagination across pages and shards, and a table of bad inputs.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use tidemark_api::{ApiConfig, App};
+use tidemark_schema::{
+    AlertState, DeviceStatus, QuarantineItem, QuarantineReason, ReadingItem, ShardConfigItem,
+    ShardHistory, Severity,
+};
+use tidemark_testkit::TestTable;
+
+fn sample_device_json() -> Value {
+    json!({"deviceId":"sensor_01","name":"Warehouse Temp A","type":"sensor","status":"active",
+           "firmware":"2.1.0","createdAt":"2026-04-01T09:00:00.000Z"})
+}
+
+fn sample_alert_json() -> Value {
+    json!({"deviceId":"sensor_01","alertId":"20260420T143000000Z-temperature-max",
+           "metric":"temperature","rule":"max","severity":"critical","state":"open",
+           "message":"temperature above 30","value":31.5,"threshold":30,"breachCount":2,
+           "openedAt":"2026-04-20T14:30:00.000Z","lastBreachAt":"2026-04-20T14:31:00.000Z"})
+}
+
+#[tokio::test]
+async fn ap1_device_by_id_returns_the_item_without_keys() {
+    let t = sample_table("api-ap1").await;
+    let app = app(&t);
+    assert_eq!(
+        get(&app, "/devices/sensor_01").await,
+        (200, sample_device_json())
+    );
+    let (status, body) = get(&app, "/devices/nobody").await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "not_found");
+}
+
+#[tokio::test]
+async fn ap2_devices_by_status() {
+    let t = sample_table("api-ap2").await;
+    let mut other = sample_device();
+    other.device_id = dev("sensor_02");
+    other.pk = tidemark_schema::keys::device_pk(&other.device_id);
+    other.gsi1sk = tidemark_schema::keys::device_gsi1sk(&other.device_id);
+    other.status = DeviceStatus::Maintenance;
+    other.gsi1pk = tidemark_schema::keys::status_gsi1pk(DeviceStatus::Maintenance, None);
+    put(&t, &other).await;
+    let app = app(&t);
+    assert_eq!(
+        get(&app, "/devices?status=active").await,
+        (200, json!({"items":[sample_device_json()],"cursor":null}))
+    );
+    // Without a status: every status, merged in device-ID order.
+    let (_, all) = get(&app, "/devices").await;
+    let ids: Vec<&str> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["deviceId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["sensor_01", "sensor_02"]);
+}
+
+#[tokio::test]
+async fn ap3_readings_in_a_range_flat_with_normalised_times() {
+    let t = sample_table("api-ap3").await;
+    let app = app(&t);
+    let expected = json!({"items":[
+        {"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00.000Z","temperature":22.4,"humidity":45,"battery":87},
+        {"deviceId":"sensor_01","timestamp":"2026-04-20T14:01:00.000Z","temperature":22.5,"humidity":44,"battery":87}
+    ],"cursor":null});
+    assert_eq!(
+        get(
+            &app,
+            "/devices/sensor_01/readings?from=2026-04-20T16:00:00%2B02:00&to=2026-04-20T14:59:59Z"
+        )
+        .await,
+        (200, expected.clone())
+    );
+    // Defaults: the last hour before now (15:00), ascending.
+    assert_eq!(
+        get(&app, "/devices/sensor_01/readings").await,
+        (200, expected)
+    );
+    // Epoch milliseconds, descending, limit 1 → a cursor to the second.
+    let (_, page) = get(
+        &app,
+        "/devices/sensor_01/readings?from=1776693600000&to=1776697200000&order=desc&limit=1",
+    )
+    .await;
+    assert_eq!(page["items"][0]["timestamp"], "2026-04-20T14:01:00.000Z");
+    assert!(page["cursor"].is_string());
+}
+
+#[tokio::test]
+async fn ap4_latest_reading() {
+    let t = sample_table("api-ap4").await;
+    let app = app(&t);
+    assert_eq!(
+        get(&app, "/devices/sensor_01/readings/latest").await,
+        (
+            200,
+            json!({"deviceId":"sensor_01","timestamp":"2026-04-20T14:01:00.000Z",
+                   "temperature":22.5,"humidity":44,"battery":87})
+        )
+    );
+}
+
+#[tokio::test]
+async fn ap5_alerts_of_a_device_newest_first_and_acknowledge() {
+    let t = sample_table("api-ap5").await;
+    let mut older = sample_alert();
+    older.alert_id = tidemark_schema::AlertId::for_breach(
+        ts("2026-04-20T10:00:00Z"),
+        &metric("humidity"),
+        tidemark_schema::AlertRule::Min,
+    );
+    older.sk = tidemark_schema::keys::alert_sk(&older.alert_id);
+    older.metric = metric("humidity");
+    older.state = AlertState::Resolved;
+    older.gsi1pk = None;
+    older.gsi1sk = None;
+    older.resolved_at = Some(ts("2026-04-20T11:00:00Z"));
+    put(&t, &older).await;
+    let app = app(&t);
+    let (status, body) = get(&app, "/devices/sensor_01/alerts").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["items"][0], sample_alert_json());
+    assert_eq!(body["items"][1]["state"], "resolved");
+    assert_eq!(body["items"][1]["resolvedAt"], "2026-04-20T11:00:00.000Z");
+    assert_eq!(body["cursor"], Value::Null);
+
+    let ack = "/devices/sensor_01/alerts/20260420T143000000Z-temperature-max/ack";
+    let mut acked = sample_alert_json();
+    acked["state"] = json!("acknowledged");
+    acked["acknowledgedAt"] = json!("2026-04-20T15:00:00.000Z");
+    assert_eq!(call(&app, "POST", ack, "").await, (200, acked.clone()));
+    // Acknowledging twice is harmless: same alert, same acknowledgement time.
+    assert_eq!(call(&app, "POST", ack, "").await, (200, acked));
+    let resolved = format!(
+        "/devices/sensor_01/alerts/{}/ack",
+        older.alert_id.as_str()
+    );
+    let (status, body) = call(&app, "POST", &resolved, "").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")));
+    let missing = "/devices/sensor_01/alerts/20200101T000000000Z-temperature-max/ack";
+    assert_eq!(call(&app, "POST", missing, "").await.0, 404);
+}
+
+#[tokio::test]
+async fn ap6_open_alerts_of_a_severity_fleet_wide() {
+    let t = sample_table("api-ap6").await;
+    let app = app(&t);
+    let expected = json!({"items":[sample_alert_json()],"cursor":null});
+    assert_eq!(
+        get(&app, "/alerts?severity=critical&state=open").await,
+        (200, expected.clone())
+    );
+    assert_eq!(get(&app, "/alerts").await, (200, expected));
+    assert_eq!(
+        get(&app, "/alerts?severity=warning").await,
+        (200, json!({"items":[],"cursor":null}))
+    );
+    assert_eq!(
+        get(&app, "/alerts?severity=critical&state=acknowledged").await,
+        (200, json!({"items":[],"cursor":null}))
+    );
+    let (status, body) = get(&app, "/alerts?state=resolved").await;
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("invalid state"));
+}
+
+#[tokio::test]
+async fn ap7_hourly_and_daily_aggregates() {
+    let t = sample_table("api-ap7").await;
+    let app = app(&t);
+    let metrics = json!({
+        "battery":{"count":2,"sum":174,"min":87,"max":87,"avg":87},
+        "humidity":{"count":2,"sum":89,"min":44,"max":45,"avg":44.5},
+        "temperature":{"count":2,"sum":44.9,"min":22.4,"max":22.5,"avg":22.45}
+    });
+    let (status, body) = get(
+        &app,
+        "/devices/sensor_01/aggregates?period=hourly&from=2026-04-20T00:00:00Z&to=2026-04-20T23:59:59Z",
+    )
+    .await;
+    assert_eq!(status, 200);
+    // 22.4 + 22.5 in binary floating point is 44.9 only to within an ulp.
+    let t_sum = body["items"][0]["metrics"]["temperature"]["sum"].as_f64().unwrap();
+    assert!((t_sum - 44.9).abs() < 1e-9);
+    let mut body = body;
+    body["items"][0]["metrics"]["temperature"]["sum"] = json!(44.9);
+    body["items"][0]["metrics"]["temperature"]["avg"] = json!(22.45);
+    assert_eq!(
+        body,
+        json!({"items":[{"deviceId":"sensor_01","period":"hourly","start":"2026-04-20T14:00:00.000Z",
+            "metrics":metrics,"firstAt":"2026-04-20T14:00:00.000Z","lastAt":"2026-04-20T14:01:00.000Z"}],
+            "cursor":null})
+    );
+    let (_, daily) = get(
+        &app,
+        "/devices/sensor_01/aggregates?period=daily&from=2026-04-20T00:00:00Z&to=2026-04-20T00:00:00Z",
+    )
+    .await;
+    assert_eq!(daily["items"][0]["start"], "2026-04-20T00:00:00.000Z");
+    assert_eq!(daily["items"][0]["period"], "daily");
+    assert_eq!(daily["items"][0]["metrics"]["battery"]["count"], 2);
+}
+
+#[tokio::test]
+async fn put_device_sets_created_once_updates_every_write_and_moves_status_partition() {
+    let t = TestTable::new("api-put").await;
+    let app = App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(now()));
+    let body = r#"{"name":"Dock door","type":"actuator","status":"active","firmware":"1.0.0",
+        "location":{"lat":52.5,"lon":13.4},
+        "thresholds":{"temperature":{"max":30,"severity":"critical"}}}"#;
+    let (status, created) = call(&app, "PUT", "/devices/door_1", body).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        created,
+        json!({"deviceId":"door_1","name":"Dock door","type":"actuator","status":"active",
+               "firmware":"1.0.0","location":{"lat":52.5,"lon":13.4},
+               "thresholds":{"temperature":{"max":30,"severity":"critical"}},
+               "createdAt":"2026-04-20T15:00:00.000Z","updatedAt":"2026-04-20T15:00:00.000Z"})
+    );
+    // A later write: createdAt stays, updatedAt moves, the status changes partition, and
+    // fields left out of the PUT are removed.
+    let later = App::new(
+        t.client.clone(),
+        ApiConfig::new(&t.name).with_now(ts("2026-04-21T08:00:00Z")),
+    );
+    let (status, updated) = call(
+        &later,
+        "PUT",
+        "/devices/door_1",
+        r#"{"name":"Dock door","type":"actuator","status":"maintenance"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        updated,
+        json!({"deviceId":"door_1","name":"Dock door","type":"actuator","status":"maintenance",
+               "createdAt":"2026-04-20T15:00:00.000Z","updatedAt":"2026-04-21T08:00:00.000Z"})
+    );
+    assert_eq!(get(&later, "/devices/door_1").await.1, updated);
+    assert_eq!(
+        get(&later, "/devices?status=active").await.1["items"],
+        json!([])
+    );
+    assert_eq!(
+        get(&later, "/devices?status=maintenance").await.1["items"][0]["deviceId"],
+        "door_1"
+    );
+}
+
+/// 2,500 readings one second apart, walked by cursor with several page sizes.
+#[tokio::test]
+async fn a_2500_reading_range_walks_every_reading_once_in_order_both_ways() {
+    let t = TestTable::new("api-walk").await;
+    put(&t, &sample_device()).await;
+    let base = ts("2026-04-20T14:00:00Z");
+    let items: Vec<ReadingItem> = (0..2500)
+        .map(|i| {
+            let r = reading(
+                "sensor_01",
+                base.plus_millis(i * 1000).unwrap(),
+                &[("n", i as f64)],
+            );
+            ReadingItem::new(&r, None, 30)
+        })
+        .collect();
+    put_all(&t, &items).await;
+    let app = app(&t);
+    let range = "from=2026-04-20T14:00:00Z&to=2026-04-20T15:00:00Z";
+    let expected: Vec<i64> = (0..2500).collect();
+    for (order, limit) in [("asc", 100), ("desc", 100), ("asc", 1000), ("desc", 333)] {
+        let (got, pages) = walk(
+            &app,
+            &format!("/devices/sensor_01/readings?{range}&order={order}&limit={limit}"),
+        )
+        .await;
+        let ns: Vec<i64> = got.iter().map(|r| r["n"].as_i64().unwrap()).collect();
+        let mut want = expected.clone();
+        if order == "desc" {
+            want.reverse();
+        }
+        assert_eq!(ns, want, "{order} limit {limit}");
+        assert_eq!(pages, 2500usize.div_ceil(limit), "{order} limit {limit}");
+    }
+}
+
+/// A hot device whose shard count changed twice inside the range: unsharded, then 4
+/// shards, then 2. Every reading comes back once, in order, across pages, both ways.
+#[tokio::test]
+async fn a_sharded_device_merges_its_shards_across_pages_both_ways() {
+    let t = TestTable::new("api-shards").await;
+    put(&t, &sample_device()).await;
+    let base = ts("2026-04-20T14:00:00Z");
+    let history = ShardHistory::default()
+        .with_change(base.plus_millis(100_000).unwrap(), 4)
+        .unwrap()
+        .with_change(base.plus_millis(400_000).unwrap(), 2)
+        .unwrap();
+    put(&t, &ShardConfigItem::new(&dev("sensor_01"), history.clone())).await;
+    // 600 readings 997 ms apart (so consecutive readings land on varied shards).
+    let readings: Vec<ReadingItem> = (0..600)
+        .map(|i| {
+            let at = base.plus_millis(i * 997).unwrap();
+            let r = reading("sensor_01", at, &[("n", i as f64)]);
+            ReadingItem::new(&r, history.shard_at(at), 30)
+        })
+        .collect();
+    let partitions: std::collections::BTreeSet<&str> =
+        readings.iter().map(|r| r.pk.as_str()).collect();
+    assert_eq!(partitions.len(), 5, "{partitions:?}");
+    put_all(&t, &readings).await;
+    let app = app(&t);
+    for order in ["asc", "desc"] {
+        let (got, pages) = walk(
+            &app,
+            &format!(
+                "/devices/sensor_01/readings?from=2026-04-20T14:00:00Z&to=2026-04-20T14:59:59Z&order={order}&limit=37"
+            ),
+        )
+        .await;
+        let ns: Vec<i64> = got.iter().map(|r| r["n"].as_i64().unwrap()).collect();
+        let mut want: Vec<i64> = (0..600).collect();
+        if order == "desc" {
+            want.reverse();
+        }
+        assert_eq!(ns, want, "{order}");
+        assert_eq!(pages, 600usize.div_ceil(37));
+    }
+    // Latest asks every live shard.
+    let (_, latest) = get(&app, "/devices/sensor_01/readings/latest").await;
+    assert_eq!(latest["n"], 599);
+}
+
+#[tokio::test]
+async fn expired_readings_are_never_returned() {
+    let t = TestTable::new("api-ttl").await;
+    put(&t, &sample_device()).await;
+    // Written with a 1-day retention: at "now" + 2 days they are expired, though the API's
+    // retention (30 days) would still cover them: only the ttl check can drop them.
+    for r in sample_readings() {
+        put(&t, &ReadingItem::new(&r, None, 1)).await;
+    }
+    let later = App::new(
+        t.client.clone(),
+        ApiConfig::new(&t.name).with_now(ts("2026-04-22T15:00:00Z")),
+    );
+    assert_eq!(
+        get(
+            &later,
+            "/devices/sensor_01/readings?from=2026-04-20T00:00:00Z"
+        )
+        .await,
+        (200, json!({"items":[],"cursor":null}))
+    );
+    assert_eq!(get(&later, "/devices/sensor_01/readings/latest").await.0, 404);
+}
+
+#[tokio::test]
+async fn latest_of_many_devices_in_request_order() {
+    let t = TestTable::new("api-latest").await;
+    for (id, at, v) in [
+        ("a", "2026-04-20T14:10:00Z", 1.0),
+        ("b", "2026-04-20T14:20:00Z", 2.0),
+    ] {
+        let mut d = sample_device();
+        d.device_id = dev(id);
+        d.pk = tidemark_schema::keys::device_pk(&d.device_id);
+        d.gsi1sk = tidemark_schema::keys::device_gsi1sk(&d.device_id);
+        d.latest = Some(tidemark_schema::LatestReading {
+            timestamp: ts(at),
+            metrics: [(metric("t"), v)].into_iter().collect(),
+        });
+        d.last_seen_at = Some(ts(at));
+        put(&t, &d).await;
+    }
+    let app = app(&t);
+    assert_eq!(
+        get(&app, "/latest?ids=b,unknown,a,b").await,
+        (
+            200,
+            json!({"items":[
+                {"deviceId":"b","timestamp":"2026-04-20T14:20:00.000Z","t":2},
+                {"deviceId":"a","timestamp":"2026-04-20T14:10:00.000Z","t":1}
+            ],"cursor":null})
+        )
+    );
+    let many: Vec<String> = (0..101).map(|i| format!("d{i}")).collect();
+    assert_eq!(
+        get(&app, &format!("/latest?ids={}", many.join(","))).await.0,
+        400
+    );
+    let hundred: Vec<String> = (0..100).map(|i| format!("d{i}")).collect();
+    assert_eq!(
+        get(&app, &format!("/latest?ids={}", hundred.join(","))).await,
+        (200, json!({"items":[],"cursor":null}))
+    );
+}
+
+#[tokio::test]
+async fn quarantine_of_a_day_merges_its_partitions_with_base64_payloads() {
+    let t = TestTable::new("api-quarantine").await;
+    let day = ts("2026-04-20T00:00:00Z").day();
+    let mut expected = Vec::new();
+    for i in 0..30u64 {
+        let received = ts("2026-04-20T14:00:00Z").plus_millis(i as i64 * 1000).unwrap();
+        let seq = format!("4959033827149025660855969253836157109592157598913658{i:04}");
+        let k = QuarantineItem::key_for(day, received, &seq);
+        put(
+            &t,
+            &QuarantineItem {
+                pk: k.pk,
+                sk: k.sk,
+                reason: QuarantineReason::NotJson,
+                message: "expected value at line 1 column 1".into(),
+                received_at: received,
+                sequence_number: seq.clone(),
+                partition_key: "sensor_01".into(),
+                size: 3,
+                payload: b"\x00{x".to_vec(),
+                ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
+            },
+        )
+        .await;
+        expected.push(seq);
+    }
+    let app = app(&t);
+    let (_, first) = get(&app, "/quarantine?day=2026-04-20&limit=1").await;
+    assert_eq!(
+        first["items"][0],
+        json!({"reason":"not_json","message":"expected value at line 1 column 1",
+               "receivedAt":"2026-04-20T14:00:00.000Z","sequenceNumber":expected[0],
+               "partitionKey":"sensor_01","size":3,"payload":"AHt4"})
+    );
+    let (all, _) = walk(&app, "/quarantine?day=2026-04-20&limit=7").await;
+    let seqs: Vec<&str> = all
+        .iter()
+        .map(|q| q["sequenceNumber"].as_str().unwrap())
+        .collect();
+    assert_eq!(seqs, expected);
+}
+
+#[tokio::test]
+async fn cursors_are_bound_to_their_query() {
+    let t = sample_table("api-cursor").await;
+    let app = app(&t);
+    let q = "/devices/sensor_01/readings?from=2026-04-20T14:00:00Z&to=2026-04-20T15:00:00Z&limit=1";
+    let (_, page) = get(&app, q).await;
+    let cursor = page["cursor"].as_str().unwrap().to_owned();
+    // The same query continues.
+    let (status, next) = get(&app, &format!("{q}&cursor={cursor}")).await;
+    assert_eq!((status, next["items"][0]["timestamp"].as_str()), (200, Some("2026-04-20T14:01:00.000Z")));
+    // Any other query, an altered cursor, or another key: 400 naming the cursor.
+    let mut altered = cursor.clone().into_bytes();
+    altered[3] = if altered[3] == b'A' { b'B' } else { b'A' };
+    let altered = String::from_utf8(altered).unwrap();
+    for uri in [
+        format!("{q}&order=desc&cursor={cursor}"),
+        format!("/devices/sensor_01/readings?from=2026-04-20T14:00:01Z&to=2026-04-20T15:00:00Z&limit=1&cursor={cursor}"),
+        format!("/devices/sensor_02/readings?from=2026-04-20T14:00:00Z&to=2026-04-20T15:00:00Z&limit=1&cursor={cursor}"),
+        format!("/devices/sensor_01/alerts?cursor={cursor}"),
+        format!("/alerts?cursor={cursor}"),
+        format!("{q}&cursor={altered}"),
+    ] {
+        let (status, body) = get(&app, &uri).await;
+        assert_eq!(status, 400, "{uri}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().starts_with("invalid cursor"), "{body}");
+    }
+    let other_key = App::new(
+        t.client.clone(),
+        ApiConfig::new(&t.name)
+            .with_now(now())
+            .with_cursor_secret(b"another key, another deployment".to_vec()),
+    );
+    assert_eq!(get(&other_key, &format!("{q}&cursor={cursor}")).await.0, 400);
+}
+
+#[tokio::test]
+async fn bad_inputs_are_4xx_naming_the_parameter() {
+    let t = sample_table("api-bad").await;
+    let app = app(&t);
+    let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(20_000));
+    let r = "/devices/sensor_01/readings";
+    let cases: Vec<(&str, String, &str, u16, &str)> = vec![
+        ("GET", format!("{r}?from=2026-04-20T15:00:00Z&to=2026-04-20T14:00:00Z"), "", 400, "from"),
+        ("GET", format!("{r}?limit=0"), "", 400, "limit"),
+        ("GET", format!("{r}?limit=5000"), "", 400, "limit"),
+        ("GET", format!("{r}?limit=ten"), "", 400, "limit"),
+        ("GET", format!("{r}?cursor=garbage"), "", 400, "cursor"),
+        ("GET", format!("{r}?cursor=e30.AAAAAAAAAAAAAAAAAAAAAA"), "", 400, "cursor"),
+        ("GET", format!("{r}?from=yesterday"), "", 400, "from"),
+        ("GET", format!("{r}?to=-5"), "", 400, "to"),
+        ("GET", format!("{r}?order=sideways"), "", 400, "order"),
+        ("GET", format!("{r}?colour=red"), "", 400, "colour"),
+        ("GET", format!("{r}?limit=1&limit=2"), "", 400, "limit"),
+        ("GET", "/devices/a%23b".into(), "", 400, "id"),
+        ("GET", "/devices/a%23b/readings".into(), "", 400, "id"),
+        ("PUT", "/devices/DEVICE%23x%23S1".into(), "{}", 400, "id"),
+        ("GET", format!("/devices/{}", "x".repeat(129)), "", 400, "id"),
+        ("GET", "/devices/%zz".into(), "", 400, "path"),
+        ("GET", "/devices/sensor_01/aggregates?period=weekly".into(), "", 400, "period"),
+        ("PUT", "/devices/sensor_01".into(), "{\"name\":", 400, "body"),
+        ("PUT", "/devices/sensor_01".into(), "", 400, "body"),
+        ("PUT", "/devices/sensor_01".into(), "{\"type\":\"toaster\"}", 400, "type"),
+        ("PUT", "/devices/sensor_01".into(), "{\"status\":\"gone\"}", 400, "status"),
+        ("PUT", "/devices/sensor_01".into(), &big, 413, ""),
+        ("GET", "/devices?status=lost".into(), "", 400, "status"),
+        ("GET", "/alerts?severity=apocalyptic".into(), "", 400, "severity"),
+        ("GET", "/alerts?state=sleeping".into(), "", 400, "state"),
+        ("GET", "/latest".into(), "", 400, "ids"),
+        ("GET", "/latest?ids=a,,b".into(), "", 400, "ids"),
+        ("GET", "/latest?ids=a%23b".into(), "", 400, "ids"),
+        ("GET", "/quarantine?day=2026-02-30".into(), "", 400, "day"),
+        ("POST", "/devices/sensor_01/alerts/not-an-alert/ack".into(), "", 400, "alertId"),
+        ("GET", "/devices/sensor_01/readings/oldest".into(), "", 404, ""),
+        ("GET", "/nothing/here".into(), "", 404, ""),
+        ("DELETE", "/devices/sensor_01".into(), "", 405, ""),
+        ("POST", "/devices/sensor_01/readings".into(), "", 405, ""),
+        ("GET", "/devices/unknown_device/readings".into(), "", 404, ""),
+        ("GET", "/devices/unknown_device/alerts".into(), "", 404, ""),
+        ("GET", "/devices/unknown_device/aggregates".into(), "", 404, ""),
+    ];
+    for (method, uri, body, status, param) in cases {
+        let (got, resp) = call(&app, method, &uri, body).await;
+        assert_eq!(got, status, "{method} {uri}: {resp}");
+        let err = &resp["error"];
+        assert!(err["code"].is_string(), "{resp}");
+        let msg = err["message"].as_str().unwrap();
+        if !param.is_empty() {
+            assert!(msg.starts_with(&format!("invalid {param}:")), "{method} {uri}: {msg}");
+        }
+        assert!(!msg.contains(&t.name), "table name leaked: {msg}");
+    }
+    let resp = app.handle(request("DELETE", "/devices/sensor_01", "")).await;
+    assert_eq!(resp.headers()["allow"], "PUT, GET");
+}
+
+#[tokio::test]
+async fn store_failures_are_500_without_internal_details() {
+    // GIVEN a table that does not exist
+    let client = tidemark_testkit::dynamodb().await;
+    let app = App::new(client, ApiConfig::new("no-such-table-anywhere").with_now(now()));
+    let (status, body) = get(&app, "/devices/sensor_01").await;
+    assert_eq!(status, 500);
+    assert_eq!(
+        body,
+        json!({"error":{"code":"internal","message":"internal error"}})
+    );
+}
+
+#[tokio::test]
+async fn device_alerts_page_newest_first() {
+    let t = TestTable::new("api-alert-pages").await;
+    put(&t, &sample_device()).await;
+    let base = ts("2026-04-20T00:00:00Z");
+    let mut alerts = Vec::new();
+    for i in 0..25 {
+        let mut a = sample_alert();
+        a.opened_at = base.plus_millis(i * 60_000).unwrap();
+        a.alert_id = tidemark_schema::AlertId::for_breach(
+            a.opened_at,
+            &metric("temperature"),
+            tidemark_schema::AlertRule::Max,
+        );
+        a.sk = tidemark_schema::keys::alert_sk(&a.alert_id);
+        a.gsi1sk = Some(tidemark_schema::keys::alert_gsi1sk(&a.alert_id));
+        a.severity = if i % 2 == 0 { Severity::Critical } else { Severity::Warning };
+        a.gsi1pk = Some(tidemark_schema::keys::severity_gsi1pk(a.severity));
+        alerts.push(a);
+    }
+    put_all(&t, &alerts).await;
+    let app = app(&t);
+    let want: Vec<String> = alerts.iter().rev().map(|a| a.alert_id.to_string()).collect();
+    let (got, pages) = walk(&app, "/devices/sensor_01/alerts?limit=4").await;
+    let ids: Vec<&str> = got.iter().map(|a| a["alertId"].as_str().unwrap()).collect();
+    assert_eq!((ids, pages), (want.iter().map(String::as_str).collect(), 7));
+    // Fleet-wide over both severities, merged newest first.
+    let (got, _) = walk(&app, "/alerts?limit=3&state=open").await;
+    let ids: Vec<&str> = got.iter().map(|a| a["alertId"].as_str().unwrap()).collect();
+    assert_eq!(ids, want.iter().map(String::as_str).collect::<Vec<_>>());
+}
