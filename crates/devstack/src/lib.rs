@@ -1,9 +1,14 @@
 //! The local stack: everything `make run` does beyond starting the emulators.
 //!
+//! - [`bootstrap`]: the table and the stream, from the same definition the template uses;
 //! - [`esm`]: emulated event-source mappings (Kinesis → ingest, DynamoDB Streams → aggregator);
-//! - [`bootstrap`]: the table and the stream, from the same definition the template uses.
+//! - [`http_api`]: API Gateway's stand-in on loopback, in front of the API function;
+//! - [`simulator`]: a device fleet publishing to Kinesis;
+//! - [`pipeline`]: all of it wired together (`tidemark-devstack run`, the end-to-end test).
 
 pub mod esm;
+pub mod http_api;
+pub mod pipeline;
 pub mod simulator;
 
 use std::time::Duration;
@@ -23,6 +28,10 @@ pub enum DevstackError {
     },
     #[error("stream {0} did not become active")]
     StreamTimeout(String),
+    #[error(transparent)]
+    Mapping(#[from] esm::EsmError),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// Where the local stack lives; every field has DESIGN §7's default and an env override.

@@ -1,28 +1,193 @@
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-use tidemark_devstack::{LocalConfig, bootstrap};
+use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::simulator::{self, SimConfig, SimStats};
+use tidemark_devstack::{DevstackError, LocalConfig, bootstrap};
+use tokio::sync::watch;
 
-const USAGE: &str = "usage: tidemark-devstack bootstrap";
+const USAGE: &str = "usage: tidemark-devstack <command>
+
+  run        the whole pipeline: table and stream, ingest and aggregator behind emulated
+             event-source mappings, the HTTP API on 127.0.0.1, and a simulated fleet
+             (TIDEMARK_SIM=0 turns the fleet off)
+  simulate   only the simulated fleet, publishing to the Kinesis stream (any endpoint)
+  bootstrap  only create the table and the stream, then print the endpoints";
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,tidemark_devstack=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cfg = LocalConfig::from_env();
-    match std::env::args().nth(1).as_deref() {
-        Some("bootstrap") => match bootstrap(&cfg).await {
-            Ok(()) => {
-                print_endpoints(&cfg);
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("tidemark-devstack: {e}");
-                ExitCode::FAILURE
-            }
-        },
+    let result = match std::env::args().nth(1).as_deref() {
+        Some("bootstrap") => bootstrap(&cfg).await.map(|()| print_endpoints(&cfg)),
+        Some("run") => run(cfg).await,
+        Some("simulate") => simulate(cfg).await,
         _ => {
             eprintln!("{USAGE}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tidemark-devstack: {e}");
+            ExitCode::FAILURE
         }
     }
+}
+
+/// A receiver that turns true on Ctrl-C (or SIGTERM).
+fn stop_on_signal() -> (watch::Sender<bool>, watch::Receiver<bool>) {
+    let (tx, rx) = watch::channel(false);
+    let signal = tx.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            if let Ok(mut term) = signal(SignalKind::terminate()) {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            } else {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("\nstopping…");
+        let _ = signal.send(true);
+    });
+    (tx, rx)
+}
+
+fn sim_enabled() -> bool {
+    !matches!(
+        std::env::var("TIDEMARK_SIM").as_deref(),
+        Ok("0" | "false" | "off" | "no")
+    )
+}
+
+async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
+    let pcfg = PipelineConfig::from_env(cfg.clone())?;
+    let functions = pcfg.functions.clone();
+    let pipeline = Pipeline::start(pcfg).await?;
+    let (_keep, mut stop) = stop_on_signal();
+
+    let sim = sim_enabled().then(SimConfig::from_env);
+    print_banner(&cfg, &pipeline, &functions, sim.as_ref());
+
+    let mut sim_task = None;
+    if let Some(sim_cfg) = sim {
+        let ingest = pipeline.ingest.clone();
+        let progress: simulator::Progress = Arc::new(move || {
+            Some((
+                ingest.delivered(),
+                ingest
+                    .last_arrival_millis
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ))
+        });
+        let kinesis = cfg.kinesis().await;
+        let stats = Arc::new(SimStats::default());
+        sim_task = Some(tokio::spawn(simulator::run(
+            sim_cfg,
+            kinesis,
+            cfg.stream.clone(),
+            stats,
+            Some(progress),
+            stop.clone(),
+        )));
+    }
+    let _ = stop.wait_for(|s| *s).await;
+    if let Some(t) = sim_task {
+        match t.await {
+            Ok(Err(e)) => eprintln!("simulator: {e}"),
+            Err(e) => eprintln!("simulator: {e}"),
+            Ok(Ok(())) => {}
+        }
+    }
+    // In-flight invocations finish; a second Ctrl-C is not needed, but do not hang forever.
+    if tokio::time::timeout(Duration::from_secs(30), pipeline.stop())
+        .await
+        .is_err()
+    {
+        eprintln!("tidemark-devstack: gave up waiting for in-flight invocations");
+    }
+    eprintln!("stopped. The emulators keep running (`make stop` stops them).");
+    Ok(())
+}
+
+async fn simulate(cfg: LocalConfig) -> Result<(), DevstackError> {
+    let sim = SimConfig::from_env();
+    let kinesis = cfg.kinesis().await;
+    eprintln!(
+        "simulating {} devices at {} readings/minute into {} on {} (Ctrl-C stops)",
+        sim.devices, sim.readings_per_minute, cfg.stream, cfg.kinesis_endpoint
+    );
+    let (_keep, stop) = stop_on_signal();
+    simulator::run(
+        sim,
+        kinesis,
+        cfg.stream.clone(),
+        Arc::new(SimStats::default()),
+        None,
+        stop,
+    )
+    .await
+}
+
+fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Option<&SimConfig>) {
+    let api = format!("http://{}", p.api_addr);
+    let functions = match functions {
+        Functions::InProcess => "in process".to_owned(),
+        Functions::Invoke { url, .. } => format!("via the Invoke API at {url}"),
+    };
+    let fleet = match sim {
+        Some(s) => format!(
+            "{} devices ({}001…), {} readings/minute each",
+            s.devices, s.device_prefix, s.readings_per_minute
+        ),
+        None => "off (TIDEMARK_SIM=0)".to_owned(),
+    };
+    let device = sim
+        .map(|s| format!("{}001", s.device_prefix))
+        .unwrap_or_else(|| "sensor_01".into());
+    println!(
+        "Tidemark is running.\n\
+         \n  API              {api}\
+         \n  DynamoDB Local   {ddb}   table  {table}\
+         \n  Kinesis (mock)   {kin}   stream {stream} ({shards} shards)\
+         \n  functions        ingest, aggregator {functions}\
+         \n  simulated fleet  {fleet}\
+         \n\nTry:\
+         \n  curl {api}/devices/{device}/readings/latest\
+         \n  curl '{api}/devices/{device}/readings?limit=5&order=desc'\
+         \n  curl '{api}/devices/{device}/aggregates?period=hourly'\
+         \n  curl '{api}/alerts?severity=critical&state=open'\
+         \n  curl '{api}/latest?ids={device},{device2}'\
+         \n  curl {api}/quarantine\
+         \n\nPublish your own readings with any AWS SDK or CLI (dummy credentials, us-east-1):\
+         \n  aws kinesis put-record --endpoint-url {kin} --stream-name {stream} \\\
+         \n      --partition-key sensor_01 --cli-binary-format raw-in-base64-out \\\
+         \n      --data '{{\"deviceId\":\"sensor_01\",\"timestamp\":\"'$(date -u +%FT%TZ)'\",\"temperature\":22.4}}'\
+         \n\nCtrl-C stops.\n",
+        ddb = cfg.dynamodb_endpoint,
+        kin = cfg.kinesis_endpoint,
+        table = cfg.table,
+        stream = cfg.stream,
+        shards = cfg.stream_shards,
+        device2 = sim
+            .map(|s| format!("{}002", s.device_prefix))
+            .unwrap_or_else(|| "sensor_02".into()),
+    );
 }
 
 fn print_endpoints(cfg: &LocalConfig) {

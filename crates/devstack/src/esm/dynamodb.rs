@@ -46,6 +46,22 @@ fn err(operation: &'static str) -> impl FnOnce(String) -> EsmError {
     }
 }
 
+/// The service's error code and message, or the whole context for transport errors.
+fn describe<E, R>(e: aws_sdk_dynamodbstreams::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_dynamodbstreams::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match e.as_service_error() {
+        Some(s) => format!(
+            "{}: {}",
+            s.code().unwrap_or("ServiceError"),
+            s.message().unwrap_or_default()
+        ),
+        None => aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
+    }
+}
+
 /// The stream of a table (DynamoDB Local serves it on the DynamoDB endpoint).
 pub struct DynamoDbStreamSource {
     client: aws_sdk_dynamodbstreams::Client,
@@ -178,11 +194,7 @@ impl EventSource for DynamoDbStreamSource {
                 .set_exclusive_start_shard_id(last.clone())
                 .send()
                 .await
-                .map_err(|e| {
-                    err("DescribeStream")(
-                        aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
-                    )
-                })?;
+                .map_err(|e| err("DescribeStream")(describe(e)))?;
             let Some(desc) = d.stream_description() else {
                 return Ok(out);
             };

@@ -39,10 +39,14 @@ impl<H: KinesisHandler> BatchFunction<KinesisEventRecord> for H {
 }
 
 fn err(operation: &'static str) -> impl FnOnce(aws_sdk_kinesis::Error) -> EsmError {
+    use aws_sdk_kinesis::error::ProvideErrorMetadata;
     move |e| EsmError::Source {
         service: "Kinesis",
         operation,
-        message: aws_sdk_kinesis::error::DisplayErrorContext(e).to_string(),
+        message: match (e.code(), e.message()) {
+            (Some(code), msg) => format!("{code}: {}", msg.unwrap_or_default()),
+            _ => aws_sdk_kinesis::error::DisplayErrorContext(e).to_string(),
+        },
     }
 }
 

@@ -51,6 +51,13 @@ pub enum EsmError {
     NoStream(String),
 }
 
+impl EsmError {
+    /// The stream no longer holds the records asked for (`TrimmedDataAccessException`).
+    pub fn is_trimmed(&self) -> bool {
+        matches!(self, EsmError::Source { message, .. } if message.starts_with("TrimmedDataAccessException"))
+    }
+}
+
 /// A function error as the mapping sees it: the message goes to the log and the on-failure
 /// record, never anywhere the function's caller could act on it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -392,8 +399,15 @@ impl<S: EventSource, F: BatchFunction<S::Record>> ShardPoller<S, F> {
                 Err(e) => {
                     // Expired or invalid iterator, throttling, emulator restart: start again
                     // from the checkpoint, dropping what was read after it.
-                    tracing::warn!(shard = %self.shard, error = %e, "GetRecords failed; re-reading from the checkpoint");
                     buf.clear();
+                    if e.is_trimmed() {
+                        // The records after the checkpoint are gone (retention): like Lambda,
+                        // carry on from the oldest record still there.
+                        tracing::warn!(shard = %self.shard, error = %e, "records trimmed; continuing at the trim horizon");
+                        checkpoint = None;
+                    } else {
+                        tracing::warn!(shard = %self.shard, error = %e, "GetRecords failed; re-reading from the checkpoint");
+                    }
                     window_start = None;
                     fresh = true;
                     if self

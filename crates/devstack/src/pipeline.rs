@@ -1,0 +1,273 @@
+//! The whole pipeline on one machine: the two mappings with their functions and the local
+//! HTTP API, over one table and one stream. `tidemark-devstack run` and the end-to-end test
+//! both start it from here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::esm::{
+    BatchFunction, DynamoDbStreamSource, EventSource, FunctionError, HttpFunction, KinesisHandler,
+    KinesisSource, Mapping, MappingConfig, MappingStats, StreamHandler,
+};
+use crate::{DevstackError, LocalConfig, http_api};
+
+/// Lambda's timeout for the functions in `template.yaml`: the handlers get the same deadline.
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The ingest function, in process.
+pub struct InProcessIngest(pub tidemark_ingest::Ingest);
+
+impl KinesisHandler for InProcessIngest {
+    async fn handle(&self, event: KinesisEvent) -> Result<KinesisEventResponse, FunctionError> {
+        // `process` rather than `handle`: the same work without the EMF line on stdout, which
+        // only CloudWatch reads and which would drown the terminal.
+        self.0
+            .process(&event, Instant::now() + FUNCTION_TIMEOUT)
+            .await
+            .map(|(response, _stats)| response)
+            .map_err(FunctionError::new)
+    }
+}
+
+/// The aggregator function, in process.
+pub struct InProcessAggregator(pub Arc<tidemark_aggregator::Aggregator>);
+
+impl StreamHandler for InProcessAggregator {
+    async fn handle(&self, event: Event) -> Result<DynamoDbEventResponse, FunctionError> {
+        // The aggregator's future is fine for Lambda's runtime, which does not need `Send`,
+        // but rustc cannot prove it `Send` (higher-ranked lifetimes in its write fan-out), so
+        // it runs on a blocking thread of this runtime instead of on a spawned task.
+        let agg = self.0.clone();
+        let (response, report) = tokio::task::spawn_blocking(move || {
+            tokio::runtime::Handle::current().block_on(async { agg.process(&event).await })
+        })
+        .await
+        .map_err(|e| FunctionError(format!("aggregator panicked: {e}")))?;
+        tracing::debug!(?report, "batch aggregated");
+        Ok(response)
+    }
+}
+
+/// Where the functions run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Functions {
+    /// In this process (the default).
+    InProcess,
+    /// Behind the Lambda Invoke API at this URL (`cargo lambda watch`), by function name.
+    Invoke {
+        url: String,
+        ingest: String,
+        aggregator: String,
+    },
+}
+
+/// Everything the pipeline needs to know.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    pub local: LocalConfig,
+    /// 0 picks a free port.
+    pub api_port: u16,
+    pub functions: Functions,
+    pub ingest: MappingConfig,
+    pub aggregator: MappingConfig,
+    /// `DEFAULT_THRESHOLDS` of the aggregator, JSON (`{}` for none).
+    pub default_thresholds: String,
+}
+
+impl PipelineConfig {
+    /// `make run`'s settings: the template's mappings with short batching windows, so what
+    /// the simulator sends shows up in the API within seconds.
+    pub fn from_env(local: LocalConfig) -> Result<Self, DevstackError> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let api_port = match var("TIDEMARK_API_PORT") {
+            Some(p) => p.parse().map_err(|_| {
+                DevstackError::Config(format!("TIDEMARK_API_PORT={p:?} is not a port"))
+            })?,
+            None => 3000,
+        };
+        let functions = match var("TIDEMARK_INVOKE_URL") {
+            Some(url) => Functions::Invoke {
+                url,
+                ingest: var("TIDEMARK_INGEST_FUNCTION").unwrap_or_else(|| "tidemark-ingest".into()),
+                aggregator: var("TIDEMARK_AGGREGATOR_FUNCTION")
+                    .unwrap_or_else(|| "tidemark-aggregator".into()),
+            },
+            None => Functions::InProcess,
+        };
+        let seconds = |k: &str, d: f64| -> Result<Duration, DevstackError> {
+            match var(k) {
+                None => Ok(Duration::from_secs_f64(d)),
+                Some(v) => v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| (0.0..=300.0).contains(s))
+                    .map(Duration::from_secs_f64)
+                    .ok_or_else(|| {
+                        DevstackError::Config(format!("{k}={v:?} is not 0..300 seconds"))
+                    }),
+            }
+        };
+        let on_failure = PathBuf::from(
+            var("TIDEMARK_ONFAILURE_DIR").unwrap_or_else(|| ".local/onfailure".into()),
+        );
+        let ingest = MappingConfig {
+            batch_size: 500,
+            batching_window: seconds("TIDEMARK_INGEST_WINDOW", 1.0)?,
+            max_retries: Some(10),
+            on_failure_dir: Some(on_failure.join("ingest")),
+            ..MappingConfig::new("tidemark-ingest")
+        };
+        let aggregator = MappingConfig {
+            batch_size: 1000,
+            batching_window: seconds("TIDEMARK_AGGREGATOR_WINDOW", 2.0)?,
+            max_retries: Some(10),
+            on_failure_dir: Some(on_failure.join("aggregator")),
+            ..MappingConfig::new("tidemark-aggregator")
+        };
+        Ok(PipelineConfig {
+            local,
+            api_port,
+            functions,
+            ingest,
+            aggregator,
+            default_thresholds: var("DEFAULT_THRESHOLDS").unwrap_or_else(|| {
+                r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#.into()
+            }),
+        })
+    }
+}
+
+/// A running pipeline. Dropping it without [`Pipeline::stop`] aborts the tasks.
+pub struct Pipeline {
+    pub api_addr: SocketAddr,
+    pub ingest: Arc<MappingStats>,
+    pub aggregator: Arc<MappingStats>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Pipeline {
+    /// Creates the table and stream if needed and starts the mappings and the API.
+    pub async fn start(cfg: PipelineConfig) -> Result<Pipeline, DevstackError> {
+        crate::bootstrap(&cfg.local).await?;
+        let ddb = cfg.local.dynamodb().await;
+        let table = cfg.local.table.clone();
+        let kinesis_source = KinesisSource::new(cfg.local.kinesis().await, &cfg.local.stream)
+            .await
+            .map_err(DevstackError::Mapping)?;
+        let stream_source =
+            DynamoDbStreamSource::for_table(&ddb, cfg.local.dynamodb_streams().await, &table)
+                .await
+                .map_err(DevstackError::Mapping)?;
+        let (stop, rx) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+
+        let (ingest, aggregator) = match &cfg.functions {
+            Functions::InProcess => {
+                let ingest_fn = InProcessIngest(tidemark_ingest::Ingest::new(
+                    ddb.clone(),
+                    tidemark_ingest::IngestConfig::new(table.clone()),
+                ));
+                let thresholds =
+                    tidemark_aggregator::config::parse_thresholds(&cfg.default_thresholds)
+                        .map_err(|e| DevstackError::Config(e.to_string()))?;
+                let agg_fn = InProcessAggregator(Arc::new(tidemark_aggregator::Aggregator::new(
+                    ddb.clone(),
+                    tidemark_aggregator::AggregatorConfig::new(table.clone())
+                        .with_default_thresholds(thresholds),
+                )));
+                (
+                    spawn(
+                        &mut tasks,
+                        kinesis_source,
+                        ingest_fn,
+                        cfg.ingest.clone(),
+                        &rx,
+                    ),
+                    spawn(
+                        &mut tasks,
+                        stream_source,
+                        agg_fn,
+                        cfg.aggregator.clone(),
+                        &rx,
+                    ),
+                )
+            }
+            Functions::Invoke {
+                url,
+                ingest,
+                aggregator,
+            } => {
+                let ingest_fn = HttpFunction::new(url, ingest)
+                    .map_err(|e| DevstackError::Config(e.to_string()))?;
+                let agg_fn = HttpFunction::new(url, aggregator)
+                    .map_err(|e| DevstackError::Config(e.to_string()))?;
+                (
+                    spawn(
+                        &mut tasks,
+                        kinesis_source,
+                        ingest_fn,
+                        cfg.ingest.clone(),
+                        &rx,
+                    ),
+                    spawn(
+                        &mut tasks,
+                        stream_source,
+                        agg_fn,
+                        cfg.aggregator.clone(),
+                        &rx,
+                    ),
+                )
+            }
+        };
+
+        let api = tidemark_api::App::new(ddb.clone(), tidemark_api::ApiConfig::new(table.clone()));
+        let (listener, api_addr) = http_api::bind(cfg.api_port).await.map_err(|e| {
+            DevstackError::Config(format!("cannot listen on 127.0.0.1:{}: {e}", cfg.api_port))
+        })?;
+        tasks.spawn(http_api::serve(listener, Arc::new(api), rx.clone()));
+        Ok(Pipeline {
+            api_addr,
+            ingest,
+            aggregator,
+            stop,
+            tasks,
+        })
+    }
+
+    /// A receiver that turns true when the pipeline stops (for companions like the simulator).
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// Stops polling and serving; invocations in flight finish first.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+fn spawn<S, F>(
+    tasks: &mut JoinSet<()>,
+    source: S,
+    function: F,
+    config: MappingConfig,
+    rx: &watch::Receiver<bool>,
+) -> Arc<MappingStats>
+where
+    S: EventSource,
+    F: BatchFunction<S::Record>,
+{
+    let mapping = Mapping::new(source, function, config);
+    let stats = mapping.stats();
+    tasks.spawn(mapping.run(rx.clone()));
+    stats
+}
