@@ -47,7 +47,7 @@ impl std::error::Error for Rejection {}
 
 /// DynamoDB numbers lie in 1E-130..=9.99…E+125 (in magnitude) and a larger or smaller f64 is
 /// refused with a `ValidationException` that would fail the whole `BatchWriteItem`.
-const DYNAMO_MAX: f64 = 9.999_999_999_999_999e125;
+const DYNAMO_LIMIT: f64 = 1e126;
 const DYNAMO_MIN_POSITIVE: f64 = 1e-130;
 /// DynamoDB allows 32 levels of nesting; the reading item puts metadata one level down.
 const MAX_METADATA_DEPTH: usize = 16;
@@ -55,7 +55,8 @@ const MAX_METADATA_DEPTH: usize = 16;
 const MS_PER_DAY: i64 = 86_400_000;
 
 fn storable_number(v: f64) -> bool {
-    v.is_finite() && (v == 0.0 || (DYNAMO_MIN_POSITIVE..=DYNAMO_MAX).contains(&v.abs()))
+    let a = v.abs();
+    v.is_finite() && (v == 0.0 || (DYNAMO_MIN_POSITIVE..DYNAMO_LIMIT).contains(&a))
 }
 
 /// Decodes and validates one record's data at `now`.

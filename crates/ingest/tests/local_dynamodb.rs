@@ -199,7 +199,7 @@ async fn oversized_payloads_are_truncated_with_their_original_size_kept() {
         "x".repeat(150 * 1024)
     );
     let (resp, _) = ingest
-        .process(&event_of(&[big.clone()]), soon())
+        .process(&event_of(std::slice::from_ref(&big)), soon())
         .await
         .unwrap();
     assert!(failures(&resp).is_empty());
@@ -449,4 +449,51 @@ async fn a_10000_record_batch_goes_through() {
         }
     }
     assert_eq!(count, 10_000);
+}
+
+#[tokio::test]
+async fn numbers_at_the_edges_of_dynamodb_range_are_stored_and_beyond_them_quarantined() {
+    // A number DynamoDB refuses would fail a whole BatchWriteItem call, again on every retry.
+    let t = TestTable::new("ingest-numbers").await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let edge = [
+        9.999_999_999_999_99e125,
+        -9.999_999_999_999_99e125,
+        1.5e-130,
+        -2e-130,
+        0.0,
+    ];
+    let mut payloads: Vec<String> = edge
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::json!({"deviceId": "edge", "timestamp": 1_776_693_600_000_i64 + i as i64,
+                "v": v, "metadata": {"n": v, "deep": [[[{"x": v}]]]}})
+            .to_string()
+        })
+        .collect();
+    payloads.push(r#"{"deviceId":"edge","timestamp":"2026-04-20T14:00:01Z","v":1e126}"#.into());
+    payloads.push(r#"{"deviceId":"edge","timestamp":"2026-04-20T14:00:01Z","v":1e-131}"#.into());
+    let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
+    assert!(failures(&resp).is_empty(), "{stats:?}");
+    assert_eq!(stats.readings, edge.len() as u64);
+    assert_eq!(
+        stats
+            .quarantined_by_reason
+            .get(&QuarantineReason::InvalidMetric),
+        Some(&2)
+    );
+    let items = scan(&t.client, &t.name).await;
+    let stored: Vec<f64> = readings(&items)
+        .iter()
+        .map(|r| r.metrics.values().next().copied().unwrap())
+        .collect();
+    // serde_json (without `float_roundtrip`) may parse extreme exponents 1 ulp off.
+    for (got, want) in stored.iter().zip(edge) {
+        assert!(
+            *got == want || ((got - want) / want).abs() < 1e-15,
+            "{got} != {want}"
+        );
+    }
+    assert_eq!(stored.len(), edge.len());
 }
