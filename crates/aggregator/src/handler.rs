@@ -412,49 +412,42 @@ impl<S: Store> Aggregator<S> {
                 alerts::evaluate(&plan.device, &thresholds, &open_before, &known, &fresh)
             };
 
-            let mut conflict = false;
-            for w in &alert_plan.writes {
-                match self.store.write_alert(w).await? {
-                    Written::Ok { units } => {
-                        counters.written(units);
-                        let (created, after) = match w {
-                            AlertWrite::Create(a) => (true, a),
-                            AlertWrite::Update { after, .. } => (false, after),
+            let update = DeviceUpdate {
+                device: plan.device.clone(),
+                expected_last_seen: last_seen,
+                last_seen_at: last_seen.map_or(newest.at, |l| l.max(newest.at)),
+                latest: LatestReading {
+                    timestamp: newest.at,
+                    metrics: newest.metrics.clone(),
+                },
+                open_alerts: (alert_plan.open_alerts != open_before)
+                    .then(|| alert_plan.open_alerts.clone()),
+                now: Timestamp::now(),
+            };
+            let conflict = match self
+                .store
+                .commit_device(&update, &alert_plan.writes)
+                .await?
+            {
+                Written::Ok { units } => {
+                    counters.written(units);
+                    for w in &alert_plan.writes {
+                        Counters::add(&counters.items_written, 1);
+                        let after = match w {
+                            AlertWrite::Create(a) => {
+                                Counters::add(&counters.alerts_opened, 1);
+                                a
+                            }
+                            AlertWrite::Update { after, .. } => after,
                         };
-                        if created {
-                            Counters::add(&counters.alerts_opened, 1);
-                        }
                         if after.state == AlertState::Resolved {
                             Counters::add(&counters.alerts_resolved, 1);
                         }
                     }
-                    Written::Conflict => {
-                        conflict = true;
-                        break;
-                    }
+                    return Ok(());
                 }
-            }
-            if !conflict {
-                let update = DeviceUpdate {
-                    device: plan.device.clone(),
-                    expected_last_seen: last_seen,
-                    last_seen_at: last_seen.map_or(newest.at, |l| l.max(newest.at)),
-                    latest: LatestReading {
-                        timestamp: newest.at,
-                        metrics: newest.metrics.clone(),
-                    },
-                    open_alerts: (alert_plan.open_alerts != open_before)
-                        .then(|| alert_plan.open_alerts.clone()),
-                    now: Timestamp::now(),
-                };
-                match self.store.update_device(&update).await? {
-                    Written::Ok { units } => {
-                        counters.written(units);
-                        return Ok(());
-                    }
-                    Written::Conflict => conflict = true,
-                }
-            }
+                Written::Conflict => true,
+            };
             if conflict {
                 // Someone else moved this device on: start over from what the table holds,
                 // with fresh copies of every alert this attempt touched or knew.

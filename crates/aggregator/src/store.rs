@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
@@ -59,10 +61,14 @@ pub trait DeviceStore {
         ids: &[DeviceId],
     ) -> impl Future<Output = Result<HashMap<DeviceId, DeviceItem>, StoreError>> + Send;
     /// Sets `lastSeenAt`/`latest` (and `openAlerts`) if `lastSeenAt` is still as read,
-    /// registering an unknown device on the way (`if_not_exists`, no extra write).
-    fn update_device(
+    /// registering an unknown device on the way (`if_not_exists`, no extra write), together
+    /// with the alert writes it decided, atomically: the device's `lastSeenAt` is the
+    /// watermark that makes alerts exactly once, so it must never move without them (or
+    /// they without it). Without alert writes this is one plain UpdateItem.
+    fn commit_device(
         &self,
         u: &DeviceUpdate,
+        alerts: &[AlertWrite],
     ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 }
 
@@ -72,10 +78,6 @@ pub trait AlertStore {
         device: &DeviceId,
         ids: &[AlertId],
     ) -> impl Future<Output = Result<HashMap<AlertId, AlertItem>, StoreError>> + Send;
-    fn write_alert(
-        &self,
-        w: &AlertWrite,
-    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 }
 
 pub trait ReadingStore {
@@ -264,6 +266,140 @@ impl AggregateStore for DynamoStore {
     }
 }
 
+/// One write's expressions, usable as a single request or as a transaction item.
+#[derive(Default)]
+struct Expr {
+    update: String,
+    condition: String,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    fn name(mut self, k: &str, v: &str) -> Self {
+        self.names.insert(k.to_owned(), v.to_owned());
+        self
+    }
+    fn value(mut self, k: &str, v: AttributeValue) -> Self {
+        self.values.insert(k.to_owned(), v);
+        self
+    }
+}
+
+fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
+    let mut set = vec![
+        "#seen = :seen",
+        "#latest = :latest",
+        "#created = if_not_exists(#created, :now)",
+        "#status = if_not_exists(#status, :status)",
+        "#id = if_not_exists(#id, :id)",
+        "#g1pk = if_not_exists(#g1pk, :g1pk)",
+        "#g1sk = if_not_exists(#g1sk, :g1sk)",
+    ];
+    let mut e = Expr::default()
+        .name("#seen", field::LAST_SEEN_AT)
+        .name("#latest", field::LATEST)
+        .name("#created", field::CREATED_AT)
+        .name("#status", field::STATUS)
+        .name("#id", field::DEVICE_ID)
+        .name("#g1pk", attr::GSI1PK)
+        .name("#g1sk", attr::GSI1SK)
+        .value(":seen", av(&u.last_seen_at)?)
+        .value(":latest", av(&u.latest)?)
+        .value(":now", av(&u.now)?)
+        .value(":status", av(&DeviceStatus::Active)?)
+        .value(":id", av(&u.device)?)
+        .value(":g1pk", s(keys::status_gsi1pk(DeviceStatus::Active, None)))
+        .value(":g1sk", s(keys::device_gsi1sk(&u.device)));
+    if let Some(open) = &u.open_alerts {
+        set.push("#open = :open");
+        e = e
+            .name("#open", field::OPEN_ALERTS)
+            .value(":open", av(open)?);
+    }
+    e.condition = match u.expected_last_seen {
+        None => "attribute_not_exists(#seen)".to_owned(),
+        Some(t) => {
+            e = e.value(":expected", av(&t)?);
+            "#seen = :expected".to_owned()
+        }
+    };
+    e.update = format!("SET {}", set.join(", "));
+    Ok(e)
+}
+
+/// Only what the aggregator owns: an acknowledgement the API wrote meanwhile is kept, and
+/// the condition on the alert's state time rejects a racing evaluator.
+fn alert_update_expr(before: &AlertItem, after: &AlertItem) -> Result<Expr, StoreError> {
+    let mut set = vec!["#value = :value", "#count = :count", "#last = :last"];
+    let mut e = Expr::default()
+        .name("#value", field::VALUE)
+        .name("#count", field::BREACH_COUNT)
+        .name("#last", field::LAST_BREACH_AT)
+        .name("#resolved", field::RESOLVED_AT)
+        .value(":value", av(&after.value)?)
+        .value(":count", av(&after.breach_count)?)
+        .value(":last", av(&after.last_breach_at)?)
+        .value(":before", av(&before.last_breach_at)?);
+    e.condition = "#last = :before AND attribute_not_exists(#resolved)".to_owned();
+    let mut remove = String::new();
+    if let Some(r) = after.resolved_at {
+        set.push("#resolved = :resolved");
+        set.push("#state = :state");
+        e = e
+            .name("#state", field::STATE)
+            .name("#g1pk", attr::GSI1PK)
+            .name("#g1sk", attr::GSI1SK)
+            .value(":resolved", av(&r)?)
+            .value(":state", av(&after.state)?);
+        remove = " REMOVE #g1pk, #g1sk".to_owned();
+    }
+    e.update = format!("SET {}{remove}", set.join(", "));
+    Ok(e)
+}
+
+fn build<T, E: std::fmt::Display>(r: Result<T, E>, op: &'static str) -> Result<T, StoreError> {
+    r.map_err(|e| request_err(op, e))
+}
+
+impl DynamoStore {
+    fn transact_item(&self, w: &AlertWrite) -> Result<TransactWriteItem, StoreError> {
+        const OP: &str = "TransactWriteItems";
+        Ok(match w {
+            AlertWrite::Create(a) => TransactWriteItem::builder()
+                .put(build(
+                    Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(to_item(a)?))
+                        .condition_expression("attribute_not_exists(#pk)")
+                        .expression_attribute_names("#pk", attr::PK)
+                        .build(),
+                    OP,
+                )?)
+                .build(),
+            AlertWrite::Update { before, after } => {
+                let e = alert_update_expr(before, after)?;
+                TransactWriteItem::builder()
+                    .update(build(
+                        Update::builder()
+                            .table_name(&self.table)
+                            .set_key(Some(key_item(&Key {
+                                pk: after.pk.clone(),
+                                sk: after.sk.clone(),
+                            })))
+                            .update_expression(e.update)
+                            .condition_expression(e.condition)
+                            .set_expression_attribute_names(Some(e.names))
+                            .set_expression_attribute_values(Some(e.values))
+                            .build(),
+                        OP,
+                    )?)
+                    .build()
+            }
+        })
+    }
+}
+
 impl DeviceStore for DynamoStore {
     async fn get_devices(
         &self,
@@ -282,57 +418,78 @@ impl DeviceStore for DynamoStore {
         Ok(out)
     }
 
-    async fn update_device(&self, u: &DeviceUpdate) -> Result<Written, StoreError> {
-        let key = EntityKey::Device(u.device.clone()).key();
-        let mut set = vec![
-            "#seen = :seen",
-            "#latest = :latest",
-            "#created = if_not_exists(#created, :now)",
-            "#status = if_not_exists(#status, :status)",
-            "#id = if_not_exists(#id, :id)",
-            "#g1pk = if_not_exists(#g1pk, :g1pk)",
-            "#g1sk = if_not_exists(#g1sk, :g1sk)",
-        ];
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&key)))
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-            .expression_attribute_names("#seen", field::LAST_SEEN_AT)
-            .expression_attribute_names("#latest", field::LATEST)
-            .expression_attribute_names("#created", field::CREATED_AT)
-            .expression_attribute_names("#status", field::STATUS)
-            .expression_attribute_names("#id", field::DEVICE_ID)
-            .expression_attribute_names("#g1pk", attr::GSI1PK)
-            .expression_attribute_names("#g1sk", attr::GSI1SK)
-            .expression_attribute_values(":seen", av(&u.last_seen_at)?)
-            .expression_attribute_values(":latest", av(&u.latest)?)
-            .expression_attribute_values(":now", av(&u.now)?)
-            .expression_attribute_values(":status", av(&DeviceStatus::Active)?)
-            .expression_attribute_values(":id", av(&u.device)?)
-            .expression_attribute_values(
-                ":g1pk",
-                s(keys::status_gsi1pk(DeviceStatus::Active, None)),
-            )
-            .expression_attribute_values(":g1sk", s(keys::device_gsi1sk(&u.device)));
-        if let Some(open) = &u.open_alerts {
-            set.push("#open = :open");
-            req = req
-                .expression_attribute_names("#open", field::OPEN_ALERTS)
-                .expression_attribute_values(":open", av(open)?);
+    async fn commit_device(
+        &self,
+        u: &DeviceUpdate,
+        alerts: &[AlertWrite],
+    ) -> Result<Written, StoreError> {
+        let key = key_item(&EntityKey::Device(u.device.clone()).key());
+        let e = device_expr(u)?;
+        if alerts.is_empty() {
+            let r = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key))
+                .update_expression(e.update)
+                .condition_expression(e.condition)
+                .set_expression_attribute_names(Some(e.names))
+                .set_expression_attribute_values(Some(e.values))
+                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+                .send()
+                .await
+                .map_err(StoreError::sdk("UpdateItem"));
+            return conditional(r, |o| units(o.consumed_capacity()));
         }
-        req = match u.expected_last_seen {
-            None => req.condition_expression("attribute_not_exists(#seen)"),
-            Some(t) => req
-                .condition_expression("#seen = :expected")
-                .expression_attribute_values(":expected", av(&t)?),
-        };
-        let req = req.update_expression(format!("SET {}", set.join(", ")));
-        conditional(
-            req.send().await.map_err(StoreError::sdk("UpdateItem")),
-            |o| units(o.consumed_capacity()),
-        )
+        let mut items = vec![
+            TransactWriteItem::builder()
+                .update(build(
+                    Update::builder()
+                        .table_name(&self.table)
+                        .set_key(Some(key))
+                        .update_expression(e.update)
+                        .condition_expression(e.condition)
+                        .set_expression_attribute_names(Some(e.names))
+                        .set_expression_attribute_values(Some(e.values))
+                        .build(),
+                    "TransactWriteItems",
+                )?)
+                .build(),
+        ];
+        for w in alerts {
+            items.push(self.transact_item(w)?);
+        }
+        let r = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await
+            .map_err(StoreError::sdk("TransactWriteItems"));
+        match r {
+            Ok(o) => Ok(Written::Ok {
+                units: o
+                    .consumed_capacity()
+                    .iter()
+                    .map(|c| c.capacity_units().unwrap_or(0.0))
+                    .sum(),
+            }),
+            // A failed condition or a concurrent transaction on one of the items: re-read
+            // and decide again.
+            Err(e)
+                if matches!(
+                    e.dynamo(),
+                    Some(
+                        aws_sdk_dynamodb::Error::TransactionCanceledException(_)
+                            | aws_sdk_dynamodb::Error::TransactionConflictException(_)
+                    )
+                ) =>
+            {
+                Ok(Written::Conflict)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -359,64 +516,6 @@ impl AlertStore for DynamoStore {
             out.insert(a.alert_id.clone(), a);
         }
         Ok(out)
-    }
-
-    async fn write_alert(&self, w: &AlertWrite) -> Result<Written, StoreError> {
-        match w {
-            AlertWrite::Create(a) => {
-                let req = self
-                    .client
-                    .put_item()
-                    .table_name(&self.table)
-                    .set_item(Some(to_item(a)?))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-                    .condition_expression("attribute_not_exists(#pk)")
-                    .expression_attribute_names("#pk", attr::PK);
-                conditional(req.send().await.map_err(StoreError::sdk("PutItem")), |o| {
-                    units(o.consumed_capacity())
-                })
-            }
-            AlertWrite::Update { before, after } => {
-                // Only what the aggregator owns: an acknowledgement the API wrote meanwhile
-                // is kept, and the condition on the state time rejects a racing evaluator.
-                let mut set = vec!["#value = :value", "#count = :count", "#last = :last"];
-                let mut req = self
-                    .client
-                    .update_item()
-                    .table_name(&self.table)
-                    .set_key(Some(key_item(&Key {
-                        pk: after.pk.clone(),
-                        sk: after.sk.clone(),
-                    })))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-                    .expression_attribute_names("#value", field::VALUE)
-                    .expression_attribute_names("#count", field::BREACH_COUNT)
-                    .expression_attribute_names("#last", field::LAST_BREACH_AT)
-                    .expression_attribute_names("#resolved", field::RESOLVED_AT)
-                    .expression_attribute_values(":value", av(&after.value)?)
-                    .expression_attribute_values(":count", av(&after.breach_count)?)
-                    .expression_attribute_values(":last", av(&after.last_breach_at)?)
-                    .expression_attribute_values(":before", av(&before.last_breach_at)?)
-                    .condition_expression("#last = :before AND attribute_not_exists(#resolved)");
-                let mut expr = String::new();
-                if let Some(r) = after.resolved_at {
-                    set.push("#resolved = :resolved");
-                    set.push("#state = :state");
-                    req = req
-                        .expression_attribute_names("#state", field::STATE)
-                        .expression_attribute_names("#g1pk", attr::GSI1PK)
-                        .expression_attribute_names("#g1sk", attr::GSI1SK)
-                        .expression_attribute_values(":resolved", av(&r)?)
-                        .expression_attribute_values(":state", av(&after.state)?);
-                    expr = " REMOVE #g1pk, #g1sk".to_owned();
-                }
-                let req = req.update_expression(format!("SET {}{expr}", set.join(", ")));
-                conditional(
-                    req.send().await.map_err(StoreError::sdk("UpdateItem")),
-                    |o| units(o.consumed_capacity()),
-                )
-            }
-        }
     }
 }
 

@@ -1,0 +1,267 @@
+//! Shared test helpers: stream records built from real item images, raw readings written to
+//! DynamoDB Local, and the aggregates recomputed from raw readings to compare against.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord, UserIdentity};
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+use tidemark_aggregator::{Aggregator, AggregatorConfig};
+use tidemark_schema::{
+    AggregateItem, Bucket, DeviceId, MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
+    keys,
+};
+use tidemark_testkit::TestTable;
+
+pub fn ts(s: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(s).unwrap()
+}
+
+pub fn dev(id: &str) -> DeviceId {
+    DeviceId::new(id).unwrap()
+}
+
+pub fn metrics(pairs: &[(&str, f64)]) -> BTreeMap<MetricName, f64> {
+    pairs
+        .iter()
+        .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+        .collect()
+}
+
+pub fn reading(device: &str, at: &str, pairs: &[(&str, f64)]) -> ReadingItem {
+    reading_at(&dev(device), ts(at), metrics(pairs), None)
+}
+
+pub fn reading_at(
+    device: &DeviceId,
+    at: Timestamp,
+    m: BTreeMap<MetricName, f64>,
+    shard: Option<u16>,
+) -> ReadingItem {
+    ReadingItem::new(
+        &Reading {
+            device_id: device.clone(),
+            timestamp: at,
+            metrics: m,
+            metadata: None,
+        },
+        shard,
+        30,
+    )
+}
+
+fn image<T: Serialize>(v: &T) -> serde_dynamo::Item {
+    serde_dynamo::to_item(v).unwrap()
+}
+
+#[derive(Serialize)]
+struct KeyOnly<'a> {
+    pk: &'a str,
+    sk: &'a str,
+}
+
+/// A DynamoDB stream with `shards` shards, each handing out increasing 21-digit sequence
+/// numbers as DynamoDB Local does. A partition key always maps to the same shard.
+pub struct StreamSim {
+    next: Vec<u128>,
+}
+
+impl StreamSim {
+    pub fn new(shards: usize) -> Self {
+        StreamSim {
+            next: (0..shards as u128)
+                .map(|s| (s + 1) * 100_000_000_000_000_000 + 1)
+                .collect(),
+        }
+    }
+
+    fn shard_of(&self, pk: &str) -> usize {
+        pk.bytes()
+            .fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize))
+            % self.next.len()
+    }
+
+    fn record(
+        &mut self,
+        name: &str,
+        pk: &str,
+        sk: &str,
+        new: Option<&ReadingItem>,
+        old: Option<&ReadingItem>,
+    ) -> EventRecord {
+        let shard = self.shard_of(pk);
+        let seq = self.next[shard];
+        self.next[shard] += 1 + (seq % 7) as u128 * 13;
+        let mut change = StreamRecord::default();
+        change.keys = image(&KeyOnly { pk, sk });
+        if let Some(n) = new {
+            change.new_image = image(n);
+        }
+        if let Some(o) = old {
+            change.old_image = image(o);
+        }
+        change.sequence_number = Some(format!("{seq:021}"));
+        change.size_bytes = 200;
+        change.stream_view_type =
+            Some(aws_lambda_events::event::dynamodb::StreamViewType::NewAndOldImages);
+        let mut r = EventRecord::default();
+        r.aws_region = "us-east-1".into();
+        r.change = change;
+        r.event_id = format!("{shard}-{seq}");
+        r.event_name = name.into();
+        r.event_source = Some("aws:dynamodb".into());
+        r.event_version = Some("1.1".into());
+        r.event_source_arn = Some(
+            "arn:aws:dynamodb:us-east-1:000000000000:table/tidemark/stream/2026-04-20T00:00:00.000"
+                .into(),
+        );
+        r
+    }
+
+    pub fn insert(&mut self, r: &ReadingItem) -> EventRecord {
+        self.record("INSERT", &r.pk, &r.sk, Some(r), None)
+    }
+
+    pub fn modify(&mut self, old: &ReadingItem, new: &ReadingItem) -> EventRecord {
+        self.record("MODIFY", &new.pk, &new.sk, Some(new), Some(old))
+    }
+
+    pub fn user_remove(&mut self, old: &ReadingItem) -> EventRecord {
+        self.record("REMOVE", &old.pk, &old.sk, None, Some(old))
+    }
+
+    pub fn ttl_remove(&mut self, old: &ReadingItem) -> EventRecord {
+        let mut r = self.record("REMOVE", &old.pk, &old.sk, None, Some(old));
+        let mut u = UserIdentity::default();
+        u.type_ = "Service".into();
+        u.principal_id = "dynamodb.amazonaws.com".into();
+        r.user_identity = Some(u);
+        r
+    }
+}
+
+pub fn event(records: Vec<EventRecord>) -> Event {
+    let mut e = Event::default();
+    e.records = records;
+    e
+}
+
+pub fn aggregator(t: &TestTable) -> Aggregator {
+    Aggregator::new(t.client.clone(), AggregatorConfig::new(&t.name))
+}
+
+pub async fn put_readings(t: &TestTable, items: &[ReadingItem]) {
+    for r in items {
+        t.client
+            .put_item()
+            .table_name(&t.name)
+            .set_item(Some(tidemark_store::to_item(r).unwrap()))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+pub async fn delete_reading(t: &TestTable, r: &ReadingItem) {
+    t.client
+        .delete_item()
+        .table_name(&t.name)
+        .key("pk", AttributeValue::S(r.pk.clone()))
+        .key("sk", AttributeValue::S(r.sk.clone()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// What an aggregate item must hold: stats per metric, first and last reading time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expected {
+    pub metrics: BTreeMap<MetricName, Stats>,
+    pub first_at: Timestamp,
+    pub last_at: Timestamp,
+}
+
+/// Every aggregate recomputed from raw readings, keyed by (pk, sk) of the aggregate item.
+pub fn recompute(readings: &[ReadingItem]) -> BTreeMap<(String, String), Expected> {
+    let mut out: BTreeMap<(String, String), Expected> = BTreeMap::new();
+    for r in readings {
+        let (reading, _) = r.to_reading().unwrap();
+        for p in [Period::Hourly, Period::Daily] {
+            let k = AggregateItem::key_for(&reading.device_id, p.bucket(reading.timestamp));
+            let e = out.entry((k.pk, k.sk)).or_insert(Expected {
+                metrics: BTreeMap::new(),
+                first_at: reading.timestamp,
+                last_at: reading.timestamp,
+            });
+            e.first_at = e.first_at.min(reading.timestamp);
+            e.last_at = e.last_at.max(reading.timestamp);
+            for (m, v) in &reading.metrics {
+                e.metrics
+                    .entry(m.clone())
+                    .and_modify(|s| s.merge(&Stats::of(*v)))
+                    .or_insert_with(|| Stats::of(*v));
+            }
+        }
+    }
+    out
+}
+
+/// Every aggregate item of `devices` in the table.
+pub async fn stored_aggregates(
+    t: &TestTable,
+    devices: &[DeviceId],
+) -> BTreeMap<(String, String), AggregateItem> {
+    let mut out = BTreeMap::new();
+    for d in devices {
+        let mut start = None;
+        loop {
+            let resp = t
+                .client
+                .query()
+                .table_name(&t.name)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :agg)")
+                .expression_attribute_values(":pk", AttributeValue::S(keys::device_pk(d)))
+                .expression_attribute_values(":agg", AttributeValue::S(keys::AGG_PREFIX.into()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .unwrap();
+            for i in resp.items.unwrap_or_default() {
+                let a: AggregateItem = tidemark_store::from_item(i).unwrap();
+                out.insert((a.pk.clone(), a.sk.clone()), a);
+            }
+            start = resp.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Asserts the table's aggregates are exactly those recomputed from `readings`.
+pub async fn assert_exact(t: &TestTable, devices: &[DeviceId], readings: &[ReadingItem]) {
+    let want = recompute(readings);
+    let got = stored_aggregates(t, devices).await;
+    let got_view: BTreeMap<_, _> = got
+        .iter()
+        .map(|(k, a)| {
+            (
+                k.clone(),
+                Expected {
+                    metrics: a.metrics.clone(),
+                    first_at: a.first_at,
+                    last_at: a.last_at,
+                },
+            )
+        })
+        .collect();
+    assert_eq!(got_view, want);
+}
+
+pub fn bucket_key(device: &str, b: Bucket) -> (String, String) {
+    let k = AggregateItem::key_for(&dev(device), b);
+    (k.pk, k.sk)
+}
