@@ -7,10 +7,23 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api heat
+.PHONY: run bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api heat
 
-## run: start DynamoDB Local and kinesis-mock, create the table and the stream, print endpoints
+## run: the whole pipeline locally: emulators, table and stream, ingest and aggregator behind
+## emulated event-source mappings, the API on 127.0.0.1:3000, a simulated fleet (TIDEMARK_SIM=0
+## turns it off). Ctrl-C stops it, and stops the emulators only if this run started them.
 run:
+	@before="$$(scripts/services.sh status)"; \
+	scripts/services.sh start || exit $$?; \
+	trap ':' INT TERM; \
+	$(CARGO) run --quiet -p tidemark-devstack -- run; rc=$$?; \
+	for s in dynamodb-local kinesis-mock; do \
+	  if grep -q "^$$s: stopped" <<<"$$before"; then scripts/services.sh stop $$s; fi; \
+	done; \
+	exit $$rc
+
+## bootstrap: start the emulators, create the table and the stream, print the endpoints
+bootstrap:
 	scripts/services.sh start
 	$(CARGO) run --quiet -p tidemark-devstack -- bootstrap
 
