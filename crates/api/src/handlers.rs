@@ -72,47 +72,23 @@ impl<S: Store> App<S> {
         let m = resolve(req.method(), &segments)?;
         let pairs = query_pairs(req)?;
         let id = || validate::device_id(&m.params[0]);
-        let p = |allowed: &[&str]| Params::new(pairs.clone(), allowed);
+        let p = Params::new(pairs, m.query)?;
+        let p = &p;
         match m.route {
-            Route::GetDevice => {
-                p(&[])?;
-                self.get_device(id()?).await
-            }
-            Route::PutDevice => {
-                p(&[])?;
-                self.put_device(id()?, req.body().as_ref()).await
-            }
-            Route::ListDevices => {
-                self.list_devices(&p(&["status", "limit", "cursor"])?)
-                    .await
-            }
-            Route::Readings => {
-                let params = p(&["from", "to", "limit", "cursor", "order"])?;
-                self.readings(id()?, &params).await
-            }
-            Route::LatestReading => {
-                p(&[])?;
-                self.latest_reading(id()?).await
-            }
-            Route::LatestOfDevices => self.latest_of_devices(&p(&["ids"])?).await,
-            Route::DeviceAlerts => {
-                let params = p(&["limit", "cursor"])?;
-                self.device_alerts(id()?, &params).await
-            }
+            Route::GetDevice => self.get_device(id()?).await,
+            Route::PutDevice => self.put_device(id()?, req.body().as_ref()).await,
+            Route::ListDevices => self.list_devices(p).await,
+            Route::Readings => self.readings(id()?, p).await,
+            Route::LatestReading => self.latest_reading(id()?).await,
+            Route::LatestOfDevices => self.latest_of_devices(p).await,
+            Route::DeviceAlerts => self.device_alerts(id()?, p).await,
             Route::AckAlert => {
-                p(&[])?;
                 let alert = validate::alert_id(&m.params[1])?;
                 self.ack(id()?, alert).await
             }
-            Route::Alerts => {
-                self.alerts(&p(&["severity", "state", "limit", "cursor"])?)
-                    .await
-            }
-            Route::Aggregates => {
-                let params = p(&["period", "from", "to", "limit", "cursor", "order"])?;
-                self.aggregates(id()?, &params).await
-            }
-            Route::Quarantine => self.quarantine(&p(&["day", "limit", "cursor"])?).await,
+            Route::Alerts => self.alerts(p).await,
+            Route::Aggregates => self.aggregates(id()?, p).await,
+            Route::Quarantine => self.quarantine(p).await,
         }
     }
 

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 pub use config::{ApiConfig, Clock, ConfigError};
 pub use error::ApiError;
-pub use routes::{Route, routes};
+pub use routes::{Route, query_parameters, routes};
 pub use store::{DynamoStore, Store};
 
 use crate::cursor::CursorKey;

@@ -19,27 +19,42 @@ pub enum Route {
     Quarantine,
 }
 
-const TABLE: &[(Method, &str, Route)] = &[
-    (Method::GET, "/devices", Route::ListDevices),
-    (Method::PUT, "/devices/{id}", Route::PutDevice),
-    (Method::GET, "/devices/{id}", Route::GetDevice),
-    (Method::GET, "/devices/{id}/readings", Route::Readings),
-    (Method::GET, "/devices/{id}/readings/latest", Route::LatestReading),
-    (Method::GET, "/latest", Route::LatestOfDevices),
-    (Method::GET, "/devices/{id}/alerts", Route::DeviceAlerts),
+/// (method, path template, route, query parameters it takes).
+const TABLE: &[(Method, &str, Route, &[&str])] = &[
+    (Method::GET, "/devices", Route::ListDevices, &["status", "limit", "cursor"]),
+    (Method::PUT, "/devices/{id}", Route::PutDevice, &[]),
+    (Method::GET, "/devices/{id}", Route::GetDevice, &[]),
     (
-        Method::POST,
-        "/devices/{id}/alerts/{alertId}/ack",
-        Route::AckAlert,
+        Method::GET,
+        "/devices/{id}/readings",
+        Route::Readings,
+        &["from", "to", "limit", "cursor", "order"],
     ),
-    (Method::GET, "/alerts", Route::Alerts),
-    (Method::GET, "/devices/{id}/aggregates", Route::Aggregates),
-    (Method::GET, "/quarantine", Route::Quarantine),
+    (Method::GET, "/devices/{id}/readings/latest", Route::LatestReading, &[]),
+    (Method::GET, "/latest", Route::LatestOfDevices, &["ids"]),
+    (Method::GET, "/devices/{id}/alerts", Route::DeviceAlerts, &["limit", "cursor"]),
+    (Method::POST, "/devices/{id}/alerts/{alertId}/ack", Route::AckAlert, &[]),
+    (Method::GET, "/alerts", Route::Alerts, &["severity", "state", "limit", "cursor"]),
+    (
+        Method::GET,
+        "/devices/{id}/aggregates",
+        Route::Aggregates,
+        &["period", "from", "to", "limit", "cursor", "order"],
+    ),
+    (Method::GET, "/quarantine", Route::Quarantine, &["day", "limit", "cursor"]),
 ];
 
 /// Every (method, path template) the API serves.
 pub fn routes() -> Vec<(Method, &'static str)> {
-    TABLE.iter().map(|(m, p, _)| (m.clone(), *p)).collect()
+    TABLE.iter().map(|(m, p, _, _)| (m.clone(), *p)).collect()
+}
+
+/// The query parameters a route takes (any other is a 400), for the OpenAPI check.
+pub fn query_parameters(method: &Method, template: &str) -> Option<&'static [&'static str]> {
+    TABLE
+        .iter()
+        .find(|(m, p, _, _)| m == method && *p == template)
+        .map(|(_, _, _, q)| *q)
 }
 
 /// A matched route with its path parameters in template order.
@@ -48,6 +63,8 @@ pub struct Matched {
     pub route: Route,
     pub template: &'static str,
     pub params: Vec<String>,
+    /// The query parameters the route takes.
+    pub query: &'static [&'static str],
 }
 
 fn match_template(template: &str, segments: &[String]) -> Option<Vec<String>> {
@@ -70,13 +87,14 @@ fn match_template(template: &str, segments: &[String]) -> Option<Vec<String>> {
 /// but not with this method.
 pub fn resolve(method: &Method, segments: &[String]) -> Result<Matched, ApiError> {
     let mut allowed = Vec::new();
-    for (m, template, route) in TABLE {
+    for (m, template, route, query) in TABLE {
         if let Some(params) = match_template(template, segments) {
             if m == method {
                 return Ok(Matched {
                     route: *route,
                     template,
                     params,
+                    query,
                 });
             }
             allowed.push(m.as_str());
