@@ -128,6 +128,21 @@ async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
 async fn simulate(cfg: LocalConfig) -> Result<(), DevstackError> {
     let sim = SimConfig::from_env();
     let kinesis = cfg.kinesis().await;
+    // Fail fast and clearly rather than warn on every send.
+    kinesis
+        .describe_stream_summary()
+        .stream_name(&cfg.stream)
+        .send()
+        .await
+        .map_err(|e| DevstackError::Kinesis {
+            operation: "DescribeStreamSummary",
+            message: format!(
+                "stream {} on {}: {} (create it with `make bootstrap`)",
+                cfg.stream,
+                cfg.kinesis_endpoint,
+                aws_sdk_kinesis::error::DisplayErrorContext(e)
+            ),
+        })?;
     eprintln!(
         "simulating {} devices at {} readings/minute into {} on {} (Ctrl-C stops)",
         sim.devices, sim.readings_per_minute, cfg.stream, cfg.kinesis_endpoint

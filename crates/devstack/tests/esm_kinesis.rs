@@ -1,7 +1,7 @@
 //! The emulated Kinesis mapping against kinesis-mock, with fake functions: ordering, batching,
 //! partial-failure checkpoints, bisection, retries and the on-failure record.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ fn payloads(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i:03}")).collect()
 }
 
-fn config(dir: &PathBuf) -> MappingConfig {
+fn config(dir: &Path) -> MappingConfig {
     MappingConfig {
         batch_size: 100,
         batching_window: Duration::from_millis(300),
@@ -110,7 +110,7 @@ fn config(dir: &PathBuf) -> MappingConfig {
         retry_backoff: Duration::from_millis(10),
         shard_refresh: Duration::from_millis(500),
         max_retries: Some(2),
-        on_failure_dir: Some(dir.clone()),
+        on_failure_dir: Some(dir.to_path_buf()),
         ..MappingConfig::new("fake")
     }
 }

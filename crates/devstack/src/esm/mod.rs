@@ -462,10 +462,10 @@ impl<S: EventSource, F: BatchFunction<S::Record>> ShardPoller<S, F> {
             let outcome = self.function.invoke(batch.clone()).await;
             let failure = match outcome {
                 Invocation::Success => None,
+                // Without ReportBatchItemFailures the response body means nothing to Lambda.
                 Invocation::ItemFailures(ids)
                     if !cfg.report_batch_item_failures || ids.is_empty() =>
                 {
-                    let _ = ids;
                     None
                 }
                 Invocation::ItemFailures(ids) => {

@@ -1,0 +1,448 @@
+//! The whole pipeline through Kinesis: simulated fleet → Kinesis → ingest → table → stream →
+//! aggregator → table → local HTTP API, checked only through HTTP against a recomputation of
+//! what the simulator sent.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tidemark_devstack::LocalConfig;
+use tidemark_devstack::esm::{MappingConfig, read_on_failure_records};
+use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::simulator::{Fleet, Outgoing, RecordKind, SimConfig, SimStats, put_records};
+use tidemark_schema::{Period, Timestamp};
+use tidemark_testkit::{TestStream, TestTable, services, unique_name};
+
+const THRESHOLDS: &str =
+    r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;
+
+async fn get(addr: SocketAddr, path_and_query: &str) -> (u16, Value) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(path_and_query)
+        .header(http::header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("{path_and_query}: not JSON ({e}): {body:?}"));
+    (status, json)
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Every item of a paginated list.
+async fn all_items(addr: SocketAddr, path: &str) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let url = match &cursor {
+            Some(c) => format!("{path}{sep}cursor={}", encode(c)),
+            None => path.to_owned(),
+        };
+        let (status, body) = get(addr, &url).await;
+        assert_eq!(status, 200, "{url}: {body}");
+        items.extend(body["items"].as_array().unwrap().iter().cloned());
+        match body["cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return items,
+        }
+    }
+}
+
+/// A reading with every number as f64, so `71` and `71.0` compare equal.
+fn normalised(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), normalised(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+const METRICS: [&str; 4] = ["temperature", "humidity", "pressure", "battery"];
+
+#[derive(Debug, Clone, PartialEq)]
+struct Bucket {
+    count: u64,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+/// (device, period, bucket start) → metric → stats, from the distinct readings sent.
+fn recompute(
+    readings: &BTreeMap<(String, String), Value>,
+) -> BTreeMap<(String, String, String), BTreeMap<String, Bucket>> {
+    let mut out: BTreeMap<(String, String, String), BTreeMap<String, Bucket>> = BTreeMap::new();
+    for ((device, ts), r) in readings {
+        let t = Timestamp::parse_flexible(ts).unwrap();
+        for period in [Period::Hourly, Period::Daily] {
+            let start = period.bucket(t).start().to_string();
+            let b = out
+                .entry((device.clone(), period.as_str().to_owned(), start))
+                .or_default();
+            for m in METRICS {
+                let v = r[m].as_f64().unwrap();
+                b.entry(m.to_owned())
+                    .and_modify(|s| {
+                        s.count += 1;
+                        s.sum += v;
+                        s.min = s.min.min(v);
+                        s.max = s.max.max(v);
+                    })
+                    .or_insert(Bucket {
+                        count: 1,
+                        sum: v,
+                        min: v,
+                        max: v,
+                    });
+            }
+        }
+    }
+    out
+}
+
+fn same_stats(want: &BTreeMap<String, Bucket>, got: &Value) -> bool {
+    want.iter().all(|(m, w)| {
+        let g = &got[m.as_str()];
+        g["count"].as_u64() == Some(w.count)
+            && g["min"].as_f64() == Some(w.min)
+            && g["max"].as_f64() == Some(w.max)
+            && g["sum"]
+                .as_f64()
+                .is_some_and(|s| (s - w.sum).abs() <= 1e-6 * w.sum.abs().max(1.0))
+    }) && got.as_object().map(|o| o.len()) == Some(want.len())
+}
+
+/// Polls `f` until it finds something (30 s at most).
+async fn eventually<T, F, Fut>(f: F) -> Option<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..120 {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
+    // GIVEN a fresh table and stream, and the pipeline running over them
+    let table = TestTable::new("e2e").await;
+    let stream = TestStream::new("e2e", 2).await;
+    let s = services();
+    let local = LocalConfig {
+        table: table.name.clone(),
+        stream: stream.name.clone(),
+        stream_shards: 2,
+        dynamodb_endpoint: s.dynamodb_endpoint.clone(),
+        kinesis_endpoint: s.kinesis_endpoint.clone(),
+    };
+    let on_failure = std::env::temp_dir().join(unique_name("e2e-onfailure"));
+    let fast = |name: &str, batch: usize, window_ms: u64| MappingConfig {
+        batch_size: batch,
+        batching_window: Duration::from_millis(window_ms),
+        poll_interval: Duration::from_millis(100),
+        shard_refresh: Duration::from_secs(1),
+        max_retries: Some(10),
+        on_failure_dir: Some(on_failure.join(name)),
+        ..MappingConfig::new(name)
+    };
+    let pipeline = Pipeline::start(PipelineConfig {
+        local,
+        api_port: 0,
+        functions: Functions::InProcess,
+        ingest: fast("ingest", 100, 300),
+        aggregator: fast("aggregator", 1000, 500),
+        default_thresholds: THRESHOLDS.into(),
+    })
+    .await
+    .unwrap();
+    let api = pipeline.api_addr;
+
+    // AND a seeded fleet's last five minutes of readings, misbehaviour included
+    let now = Timestamp::now();
+    let start = now.minus_millis(5 * 60_000).unwrap();
+    let cfg = SimConfig {
+        devices: 4,
+        readings_per_minute: 6.0,
+        seed: 20260420,
+        breach_probability: 0.06,
+        late_probability: 0.08,
+        duplicate_probability: 0.08,
+        malformed_probability: 0.06,
+        array_probability: 0.08,
+        ..SimConfig::default()
+    };
+    let mut fleet = Fleet::new(cfg, start);
+    let mut sent: Vec<Outgoing> = fleet.tick(now);
+    sent.extend(fleet.flush());
+    let readings = tidemark_devstack::simulator::expected_readings(&sent);
+    let malformed: Vec<&str> = sent
+        .iter()
+        .filter_map(|o| match o.kind {
+            RecordKind::Malformed(why) => Some(why),
+            _ => None,
+        })
+        .collect();
+    // The seed was chosen so every kind of trouble occurs; guard against a simulator change.
+    assert!(!malformed.is_empty(), "the run must hold malformed records");
+    assert!(
+        sent.iter()
+            .any(|o| matches!(o.kind, RecordKind::Duplicate(_)))
+    );
+    let breaching = |m: &str, bad: &dyn Fn(f64) -> bool| -> BTreeSet<String> {
+        readings
+            .iter()
+            .filter(|(_, r)| bad(r[m].as_f64().unwrap()))
+            .map(|((d, _), _)| d.clone())
+            .collect()
+    };
+    let hot = breaching("temperature", &|v| v > 35.0);
+    let flat = breaching("battery", &|v| v < 10.0);
+    assert!(
+        !hot.is_empty() || !flat.is_empty(),
+        "the run must breach a threshold"
+    );
+
+    // WHEN the fleet's records go into Kinesis
+    put_records(&stream.client, &stream.name, &sent, &SimStats::default())
+        .await
+        .unwrap();
+
+    // THEN, once the pipeline has caught up, the API serves exactly what was sent
+    let expected = recompute(&readings);
+    let devices: BTreeSet<String> = readings.keys().map(|(d, _)| d.clone()).collect();
+    let from = encode(&start.minus_millis(3_600_000).unwrap().to_string());
+    let to = encode(&now.plus_millis(3_600_000).unwrap().to_string());
+    let t0 = std::time::Instant::now();
+    let mut last_mismatch = String::new();
+    let mut caught_up = false;
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if pipeline.ingest.delivered() < sent.len() as u64 {
+            last_mismatch = format!(
+                "ingest has taken {} of {}",
+                pipeline.ingest.delivered(),
+                sent.len()
+            );
+            continue;
+        }
+        let mut ok = true;
+        for d in &devices {
+            for period in ["hourly", "daily"] {
+                let got = all_items(
+                    api,
+                    &format!("/devices/{d}/aggregates?period={period}&from={from}&to={to}"),
+                )
+                .await;
+                let want: Vec<_> = expected
+                    .iter()
+                    .filter(|((dev, p, _), _)| dev == d && p == period)
+                    .collect();
+                let matches = got.len() == want.len()
+                    && want.iter().all(|((_, _, start), stats)| {
+                        got.iter().any(|g| {
+                            g["start"] == start.as_str() && same_stats(stats, &g["metrics"])
+                        })
+                    });
+                if !matches {
+                    last_mismatch = format!("{d} {period}: want {want:?}\ngot {got:?}");
+                    ok = false;
+                    break;
+                }
+            }
+            if !ok {
+                break;
+            }
+        }
+        if ok {
+            caught_up = true;
+            break;
+        }
+    }
+    assert!(
+        caught_up,
+        "aggregates never matched the recomputation: {last_mismatch}"
+    );
+    eprintln!(
+        "{} records, {} readings: caught up after {:?} ({} ingest, {} aggregator records)",
+        sent.len(),
+        readings.len(),
+        t0.elapsed(),
+        pipeline.ingest.delivered(),
+        pipeline.aggregator.delivered()
+    );
+
+    // Readings: every distinct reading, once, as sent (late and duplicate sends collapse).
+    for d in &devices {
+        let got = all_items(
+            api,
+            &format!("/devices/{d}/readings?from={from}&to={to}&limit=50"),
+        )
+        .await;
+        let got: Vec<Value> = got.iter().map(normalised).collect();
+        let want: Vec<Value> = readings
+            .iter()
+            .filter(|((dev, _), _)| dev == d)
+            .map(|(_, r)| normalised(r))
+            .collect();
+        assert_eq!(got, want, "readings of {d}");
+        // The latest reading is the newest by reading time, whatever the arrival order.
+        let (status, latest) = get(api, &format!("/devices/{d}/readings/latest")).await;
+        assert_eq!(status, 200);
+        assert_eq!(normalised(&latest), *want.last().unwrap(), "latest of {d}");
+    }
+
+    // Alerts from the fleet: only devices that breached a threshold alert on it, with a peak
+    // taken from their breaching readings. (Which breaches alert also depends on arrival
+    // order: a late reading never flips an alert, so no more is asserted per device.)
+    let mut alerted = 0;
+    for d in &devices {
+        let alerts = all_items(api, &format!("/devices/{d}/alerts")).await;
+        for (metric, severity, breached) in [
+            ("temperature", "critical", &hot),
+            ("battery", "warning", &flat),
+        ] {
+            let mine: Vec<&Value> = alerts.iter().filter(|a| a["metric"] == metric).collect();
+            if !breached.contains(d) {
+                assert!(mine.is_empty(), "{d} never breached {metric}: {mine:?}");
+            }
+            for a in mine {
+                alerted += 1;
+                assert_eq!(a["severity"], severity);
+                let v = a["value"].as_f64().unwrap();
+                let sent_values: Vec<f64> = readings
+                    .iter()
+                    .filter(|((dev, _), _)| dev == d)
+                    .map(|(_, r)| r[metric].as_f64().unwrap())
+                    .collect();
+                assert!(sent_values.contains(&v), "alert value {v} was sent by {d}");
+                assert!(if metric == "temperature" {
+                    v > 35.0
+                } else {
+                    v < 10.0
+                });
+            }
+        }
+    }
+    assert!(alerted > 0, "the fleet's breaches raised alerts");
+    eprintln!("readings and alerts checked after {:?}", t0.elapsed());
+
+    // Quarantine: each malformed record, kept with its reason; nothing else.
+    let mut days = BTreeSet::new();
+    days.insert(Timestamp::now().day().to_string());
+    days.insert(now.day().to_string());
+    let mut reasons: Vec<String> = Vec::new();
+    let mut seqs = BTreeSet::new();
+    for day in days {
+        for q in all_items(api, &format!("/quarantine?day={day}")).await {
+            if seqs.insert(q["sequenceNumber"].as_str().unwrap().to_owned()) {
+                reasons.push(q["reason"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    reasons.sort();
+    let mut want: Vec<String> = malformed.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(reasons, want);
+
+    // AND a fresh breach through Kinesis opens an alert that the next normal reading resolves
+    let device = devices.iter().next().unwrap().clone();
+    let newest = readings
+        .keys()
+        .map(|(_, ts)| Timestamp::parse_flexible(ts).unwrap())
+        .max()
+        .unwrap();
+    let t1 = newest.plus_millis(1_000).unwrap();
+    let t2 = newest.plus_millis(2_000).unwrap();
+    let send = |t: Timestamp, temperature: f64| {
+        Outgoing {
+        partition_key: device.clone(),
+        data: serde_json::json!({"deviceId": device, "timestamp": t.to_string(), "temperature": temperature})
+            .to_string()
+            .into_bytes(),
+        kind: RecordKind::Readings(vec![]),
+        due: t,
+    }
+    };
+    put_records(
+        &stream.client,
+        &stream.name,
+        &[send(t1, 50.5)],
+        &SimStats::default(),
+    )
+    .await
+    .unwrap();
+    let opened = eventually(|| async {
+        all_items(api, "/alerts?severity=critical&state=open")
+            .await
+            .into_iter()
+            .find(|a| {
+                a["deviceId"] == device.as_str() && a["lastBreachAt"] == t1.to_string().as_str()
+            })
+    })
+    .await
+    .expect("the breach opened an alert");
+    assert_eq!(opened["value"], 50.5);
+    assert_eq!(opened["state"], "open");
+    put_records(
+        &stream.client,
+        &stream.name,
+        &[send(t2, 21.0)],
+        &SimStats::default(),
+    )
+    .await
+    .unwrap();
+    let id = opened["alertId"].as_str().unwrap().to_owned();
+    let resolved = eventually(|| async {
+        all_items(api, &format!("/devices/{device}/alerts"))
+            .await
+            .into_iter()
+            .find(|a| a["alertId"] == id.as_str() && a["state"] == "resolved")
+    })
+    .await
+    .expect("the normal reading resolved the alert");
+    assert_eq!(resolved["resolvedAt"], t2.to_string().as_str());
+    assert!(
+        !all_items(api, "/alerts?severity=critical&state=open")
+            .await
+            .iter()
+            .any(|a| a["alertId"] == id.as_str())
+    );
+
+    eprintln!("alert lifecycle checked after {:?}", t0.elapsed());
+    // AND nothing was given up on
+    assert!(read_on_failure_records(&on_failure.join("ingest")).is_empty());
+    assert!(read_on_failure_records(&on_failure.join("aggregator")).is_empty());
+    assert_eq!(
+        pipeline.ingest.discarded() + pipeline.aggregator.discarded(),
+        0
+    );
+    pipeline.stop().await;
+}
