@@ -413,3 +413,73 @@ async fn events_carry_what_lambda_puts_in_a_kinesis_event() {
         "arrival time is recent: {age} ms"
     );
 }
+
+#[tokio::test]
+async fn a_child_shard_is_read_only_after_its_parent_is_drained() {
+    // GIVEN records in a shard that is then resharded, and more records of the same key in
+    // its children
+    let stream = TestStream::new("esm-lineage", 1).await;
+    let dir = failure_dir();
+    let before = payloads("a", 6);
+    put(&stream, "a", &before).await;
+    stream
+        .client
+        .update_shard_count()
+        .stream_name(&stream.name)
+        .target_shard_count(2)
+        .scaling_type(aws_sdk_kinesis::types::ScalingType::UniformScaling)
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        let d = stream
+            .client
+            .describe_stream_summary()
+            .stream_name(&stream.name)
+            .send()
+            .await
+            .unwrap();
+        if d.stream_description_summary().unwrap().stream_status()
+            == &aws_sdk_kinesis::types::StreamStatus::Active
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = payloads("b", 6);
+    put(&stream, "a", &after).await;
+    let shards = stream
+        .client
+        .list_shards()
+        .stream_name(&stream.name)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        shards
+            .shards()
+            .iter()
+            .any(|s| s.parent_shard_id().is_some()),
+        "the emulator made child shards"
+    );
+
+    // WHEN a slow function reads them in small batches
+    let f = Fake::new(|_, _| {
+        std::thread::sleep(Duration::from_millis(30));
+        Ok(KinesisEventResponse::default())
+    });
+    let cfg = MappingConfig {
+        batch_size: 2,
+        batching_window: Duration::ZERO,
+        ..config(&dir)
+    };
+    let run = start(&stream, f.clone(), cfg).await;
+    run.wait_for("all twelve", |s| s.delivered() == 12).await;
+    run.stop().await;
+
+    // THEN every record of the parent came before any record of a child
+    let all: Vec<String> = f.calls().concat();
+    let mut want = before.clone();
+    want.extend(after);
+    assert_eq!(all, want);
+}
