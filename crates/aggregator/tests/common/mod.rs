@@ -152,14 +152,34 @@ pub fn aggregator(t: &TestTable) -> Aggregator {
 }
 
 pub async fn put_readings(t: &TestTable, items: &[ReadingItem]) {
-    for r in items {
-        t.client
-            .put_item()
-            .table_name(&t.name)
-            .set_item(Some(tidemark_store::to_item(r).unwrap()))
-            .send()
-            .await
-            .unwrap();
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    for chunk in items.chunks(25) {
+        let mut reqs: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|r| {
+                WriteRequest::builder()
+                    .put_request(
+                        PutRequest::builder()
+                            .set_item(Some(tidemark_store::to_item(r).unwrap()))
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+            })
+            .collect();
+        while !reqs.is_empty() {
+            let out = t
+                .client
+                .batch_write_item()
+                .request_items(&t.name, reqs)
+                .send()
+                .await
+                .unwrap();
+            reqs = out
+                .unprocessed_items
+                .and_then(|mut u| u.remove(&t.name))
+                .unwrap_or_default();
+        }
     }
 }
 
