@@ -14,6 +14,10 @@
 //!
 //! Checkpoints live in memory: a restart starts from the configured starting position again,
 //! which is harmless because every handler is idempotent.
+//!
+//! Not emulated: `ParallelizationFactor` (one poller per shard is the strictest ordering the
+//! real one allows, per partition key and per shard alike), `MaximumRecordAgeInSeconds`
+//! (local streams are young), tumbling windows and filters (Tidemark uses neither).
 
 pub mod dynamodb;
 pub mod invoke;
