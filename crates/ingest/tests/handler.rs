@@ -197,3 +197,16 @@ fn batch_counts_become_emf_metrics_named_per_reason() {
     assert_eq!(v["Quarantined.not_json"], 1.0);
     assert_eq!(v["FailedBatches"], 0.0);
 }
+
+#[test]
+fn the_handler_can_be_shared_across_tasks() {
+    // The local pipeline runs one handler per Kinesis shard on a multi-threaded runtime.
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: T) {}
+    let store = MemoryStore::default();
+    let ingest = memory_ingest(&store, config("t"));
+    send_sync(&ingest);
+    send(ingest.handle(event_of(&["{}"]), soon()));
+    fn dynamo_handler_is_send_sync<T: Send + Sync>() {}
+    dynamo_handler_is_send_sync::<tidemark_ingest::Ingest>();
+}
