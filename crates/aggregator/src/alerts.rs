@@ -19,9 +19,12 @@ use tidemark_schema::{
 #[derive(Debug, Clone, PartialEq)]
 pub enum AlertWrite {
     /// A new alert (may already be resolved when the same batch ended the breach).
-    Create(AlertItem),
+    Create(Box<AlertItem>),
     /// An existing alert moved on; the write is conditional on `before`'s state time.
-    Update { before: AlertItem, after: AlertItem },
+    Update {
+        before: Box<AlertItem>,
+        after: Box<AlertItem>,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -163,8 +166,11 @@ pub fn evaluate(
                             resolve(&mut a, *at);
                             plan.resolved += 1;
                             plan.writes.push(match before {
-                                Some(before) => AlertWrite::Update { before, after: a },
-                                None => AlertWrite::Create(a),
+                                Some(before) => AlertWrite::Update {
+                                    before: Box::new(before),
+                                    after: Box::new(a),
+                                },
+                                None => AlertWrite::Create(Box::new(a)),
                             });
                         }
                     }
@@ -193,10 +199,10 @@ pub fn evaluate(
                 Some((before, a)) => {
                     plan.open_alerts.insert(slot, a.alert_id.clone());
                     match before {
-                        None => plan.writes.push(AlertWrite::Create(a)),
+                        None => plan.writes.push(AlertWrite::Create(Box::new(a))),
                         Some(b) if b != a => plan.writes.push(AlertWrite::Update {
-                            before: b,
-                            after: a,
+                            before: Box::new(b),
+                            after: Box::new(a),
                         }),
                         Some(_) => {}
                     }
@@ -250,7 +256,7 @@ mod tests {
     }
     fn created(p: &AlertPlan) -> AlertItem {
         match &p.writes[0] {
-            AlertWrite::Create(a) => a.clone(),
+            AlertWrite::Create(a) => (**a).clone(),
             w => panic!("expected a create, got {w:?}"),
         }
     }

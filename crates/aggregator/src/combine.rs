@@ -18,6 +18,9 @@ use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, MetricName, Period, 
 
 use crate::records::{Change, StreamChange, cmp_seq};
 
+/// The raw readings of one bucket: time and metric values.
+pub type BucketReadings = Vec<(Timestamp, BTreeMap<MetricName, f64>)>;
+
 /// What one record does to one aggregate item.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delta {

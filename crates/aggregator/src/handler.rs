@@ -15,7 +15,7 @@ use tidemark_schema::{
 use tidemark_store::emf::Metrics;
 
 use crate::alerts::{self, AlertPlan, AlertWrite};
-use crate::combine::{self, AggregatePlan};
+use crate::combine::{self, AggregatePlan, BucketReadings};
 use crate::records::{Change, Ignored, StreamChange, classify, cmp_seq};
 use crate::store::{DeviceUpdate, DynamoStore, Store, Written};
 use crate::{AggregatorConfig, AggregatorError};
@@ -296,7 +296,7 @@ impl<S: Store> Aggregator<S> {
         mut current: Option<AggregateItem>,
         counters: &Counters,
     ) -> Result<(), AggregatorError> {
-        let mut extremes: Option<Vec<(Timestamp, BTreeMap<MetricName, f64>)>> = None;
+        let mut extremes: Option<BucketReadings> = None;
         for _ in 0..self.config.max_attempts {
             let applied = combine::apply(current.as_ref(), plan);
             if applied.applied == 0 {
@@ -474,5 +474,165 @@ impl<S: Store> Aggregator<S> {
             key: plan.device.to_string(),
             attempts: self.config.max_attempts,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeStore;
+    use aws_lambda_events::event::dynamodb::{EventRecord, StreamRecord};
+    use tidemark_schema::{Period, Reading, ReadingItem};
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn insert(seq: u64, device: &str, at: &str, v: f64) -> EventRecord {
+        let item = ReadingItem::new(
+            &Reading {
+                device_id: DeviceId::new(device).unwrap(),
+                timestamp: ts(at),
+                metrics: BTreeMap::from([(MetricName::new("t").unwrap(), v)]),
+                metadata: None,
+            },
+            None,
+            30,
+        );
+        let mut c = StreamRecord::default();
+        c.keys = serde_dynamo::to_item(serde_json::json!({"pk": item.pk, "sk": item.sk})).unwrap();
+        c.new_image = serde_dynamo::to_item(&item).unwrap();
+        c.sequence_number = Some(format!("{seq:021}"));
+        let mut r = EventRecord::default();
+        r.event_name = "INSERT".into();
+        r.change = c;
+        r
+    }
+
+    fn event(records: Vec<EventRecord>) -> Event {
+        let mut e = Event::default();
+        e.records = records;
+        e
+    }
+
+    fn hourly(store: &FakeStore, device: &str, at: &str) -> Option<AggregateItem> {
+        let k = AggregateItem::key_for(
+            &DeviceId::new(device).unwrap(),
+            Period::Hourly.bucket(ts(at)),
+        );
+        store.aggregates.lock().unwrap().get(&k).cloned()
+    }
+
+    fn count(a: &AggregateItem) -> u64 {
+        a.metrics[&MetricName::new("t").unwrap()].count
+    }
+
+    fn batch() -> Vec<EventRecord> {
+        vec![
+            insert(1, "d1", "2026-04-20T14:00:00Z", 1.0),
+            insert(2, "d2", "2026-04-20T14:00:00Z", 2.0),
+            insert(3, "d1", "2026-04-20T14:01:00Z", 3.0),
+            insert(4, "d2", "2026-04-20T14:01:00Z", 4.0),
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_lost_race_is_retried_from_a_fresh_read() {
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        agg.process(&event(batch()[..2].to_vec())).await;
+        agg.store().conflicts.store(2, Ordering::SeqCst);
+        let (resp, report) = agg.process(&event(batch())).await;
+        assert!(resp.batch_item_failures.is_empty());
+        assert_eq!(report.conflicts_retried, 2);
+        assert_eq!(
+            count(&hourly(agg.store(), "d1", "2026-04-20T14:00:00Z").unwrap()),
+            2
+        );
+        assert_eq!(
+            count(&hourly(agg.store(), "d2", "2026-04-20T14:00:00Z").unwrap()),
+            2
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_item_fails_the_batch_from_its_first_record_and_the_retry_is_exact() {
+        // GIVEN an outage on the hourly items (the daily ones still write)
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let store_ok_for = |agg: &Aggregator<FakeStore>, f: Option<&str>| {
+            *agg.store().failing.lock().unwrap() = f.map(str::to_owned);
+        };
+        store_ok_for(&agg, Some("hourly"));
+        let (resp, report) = agg.process(&event(batch())).await;
+        // THEN Lambda is told to retry from the first record behind a failed item
+        assert_eq!(resp.batch_item_failures.len(), 1);
+        assert_eq!(
+            resp.batch_item_failures[0].item_identifier.as_deref(),
+            Some("000000000000000000001")
+        );
+        assert!(report.failed_items >= 2);
+        // WHEN the batch is retried after the outage THEN nothing is counted twice
+        store_ok_for(&agg, None);
+        let (resp, _) = agg.process(&event(batch())).await;
+        assert!(resp.batch_item_failures.is_empty());
+        for d in ["d1", "d2"] {
+            assert_eq!(
+                count(&hourly(agg.store(), d, "2026-04-20T14:00:00Z").unwrap()),
+                2
+            );
+            let k = AggregateItem::key_for(
+                &DeviceId::new(d).unwrap(),
+                Period::Daily.bucket(ts("2026-04-20T14:00:00Z")),
+            );
+            let daily = agg.store().aggregates.lock().unwrap()[&k].clone();
+            assert_eq!(count(&daily), 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn records_that_are_not_readings_are_ignored_not_failed() {
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let mut foreign = insert(9, "d1", "2026-04-20T14:00:00Z", 1.0);
+        foreign.change.keys = serde_dynamo::to_item(serde_json::json!({"id": "x"})).unwrap();
+        foreign.change.new_image = foreign.change.keys.clone();
+        let mut no_seq = insert(10, "d1", "2026-04-20T14:00:00Z", 1.0);
+        no_seq.change.sequence_number = None;
+        let (resp, report) = agg.process(&event(vec![foreign, no_seq])).await;
+        assert!(resp.batch_item_failures.is_empty());
+        assert_eq!((report.records_ignored, report.items_written), (2, 0));
+    }
+
+    #[tokio::test]
+    async fn the_device_moves_once_per_batch_and_never_back() {
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let (_, r) = agg.process(&event(batch())).await;
+        assert_eq!(
+            r.items_written,
+            2 * 2 + 2,
+            "hourly+daily per device, one device write each"
+        );
+        let late = insert(5, "d1", "2026-04-20T13:00:00Z", 9.0);
+        let (_, r) = agg.process(&event(vec![late])).await;
+        assert_eq!(
+            r.items_written, 2,
+            "the late reading's hourly and daily, not the device"
+        );
+        let d = agg.store().devices.lock().unwrap()[&DeviceId::new("d1").unwrap()].clone();
+        assert_eq!(d.last_seen_at, Some(ts("2026-04-20T14:01:00Z")));
+    }
+
+    #[test]
+    fn emf_names_every_count_the_issue_asks_for() {
+        let v = Report::default().metrics().to_json(0);
+        for name in [
+            "RecordsSeen",
+            "ReadingsAggregated",
+            "ItemsWritten",
+            "ConflictsRetried",
+            "AlertsOpened",
+            "AlertsResolved",
+        ] {
+            assert!(v.get(name).is_some(), "{name}");
+        }
+        assert_eq!(v["Function"], "aggregator");
     }
 }

@@ -17,6 +17,8 @@ pub mod alerts;
 pub mod combine;
 pub mod config;
 pub mod error;
+#[cfg(test)]
+mod fake;
 pub mod handler;
 pub mod records;
 pub mod store;

@@ -12,11 +12,12 @@ use aws_sdk_dynamodb::types::{
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
-    LatestReading, MetricName, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field, keys,
+    LatestReading, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field, keys,
 };
 use tidemark_store::{Item, StoreError, from_item, to_item};
 
 use crate::alerts::AlertWrite;
+use crate::combine::BucketReadings;
 
 /// How a conditional write ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,7 +89,7 @@ pub trait ReadingStore {
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
-    ) -> impl Future<Output = Result<Vec<(Timestamp, BTreeMap<MetricName, f64>)>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<BucketReadings, StoreError>> + Send;
 }
 
 /// All four, for the handler.
@@ -525,7 +526,7 @@ impl ReadingStore for DynamoStore {
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
-    ) -> Result<Vec<(Timestamp, BTreeMap<MetricName, f64>)>, StoreError> {
+    ) -> Result<BucketReadings, StoreError> {
         let shards = self.shard_history(device).await?.shards_over(from, to);
         let mut out = Vec::new();
         for shard in shards {

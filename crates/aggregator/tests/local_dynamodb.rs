@@ -353,7 +353,7 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
     let r = |at: &str, v: f64| reading("sensor_01", at, &[("temperature", v)]);
 
     // WHEN a breach arrives THEN one alert opens, indexed under its severity
-    let b1 = vec![
+    let b1 = [
         r("2026-04-20T14:00:00Z", 25.0),
         r("2026-04-20T14:01:00Z", 31.0),
     ];
@@ -450,7 +450,7 @@ async fn default_thresholds_apply_to_devices_without_their_own() {
         AggregatorConfig::new(&t.name).with_default_thresholds(thresholds()),
     );
     let mut s = StreamSim::new(1);
-    let rs = vec![reading(
+    let rs = [reading(
         "fresh",
         "2026-04-20T14:00:00Z",
         &[("temperature", 40.0)],

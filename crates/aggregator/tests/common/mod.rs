@@ -92,7 +92,7 @@ impl StreamSim {
     ) -> EventRecord {
         let shard = self.shard_of(pk);
         let seq = self.next[shard];
-        self.next[shard] += 1 + (seq % 7) as u128 * 13;
+        self.next[shard] += 1 + (seq % 7) * 13;
         let mut change = StreamRecord::default();
         change.keys = image(&KeyOnly { pk, sk });
         if let Some(n) = new {
