@@ -463,7 +463,16 @@ impl<S: EventSource, F: BatchFunction<S::Record>> ShardPoller<S, F> {
         let mut queue: VecDeque<(Vec<S::Record>, u32)> = VecDeque::from([(records, 0)]);
         while let Some((batch, attempts)) = queue.pop_front() {
             self.stats.invocations.fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
             let outcome = self.function.invoke(batch.clone()).await;
+            tracing::debug!(
+                function = %cfg.function_name,
+                shard = %self.shard,
+                records = batch.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "invoked"
+            );
+
             let failure = match outcome {
                 Invocation::Success => None,
                 // Without ReportBatchItemFailures the response body means nothing to Lambda.
