@@ -132,26 +132,24 @@ impl ApiConfig {
             None => return Err(ConfigError::MissingCursorSecret),
         }
         if let Some(v) = var(RETENTION_DAYS_ENV) {
-            c.retention_days = v
-                .parse()
-                .ok()
-                .filter(|d| (1..=36_500).contains(d))
-                .ok_or(ConfigError::Invalid {
+            c.retention_days = v.parse().ok().filter(|d| (1..=36_500).contains(d)).ok_or(
+                ConfigError::Invalid {
                     var: RETENTION_DAYS_ENV,
                     value: v,
                     rule: "whole days, 1..=36500",
-                })?;
+                },
+            )?;
         }
         if let Some(v) = var(STATUS_SHARDS_ENV) {
-            c.status_shards = v
-                .parse()
-                .ok()
-                .filter(|n| (1..=64).contains(n))
-                .ok_or(ConfigError::Invalid {
-                    var: STATUS_SHARDS_ENV,
-                    value: v,
-                    rule: "1..=64",
-                })?;
+            c.status_shards =
+                v.parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or(ConfigError::Invalid {
+                        var: STATUS_SHARDS_ENV,
+                        value: v,
+                        rule: "1..=64",
+                    })?;
         }
         Ok(c)
     }

@@ -93,7 +93,10 @@ mod tests {
     fn state() -> CursorState {
         CursorState {
             range: Some(("a".into(), "b".into())),
-            parts: vec![("S1".into(), Some(vec!["READING#x".into()])), ("S2".into(), None)],
+            parts: vec![
+                ("S1".into(), Some(vec!["READING#x".into()])),
+                ("S2".into(), None),
+            ],
         }
     }
 
@@ -103,7 +106,11 @@ mod tests {
         let c = k.seal("readings|d|asc", &state());
         assert_eq!(k.open("readings|d|asc", &c).unwrap(), state());
         assert!(k.open("readings|d|desc", &c).is_err());
-        assert!(CursorKey::new(b"key two").open("readings|d|asc", &c).is_err());
+        assert!(
+            CursorKey::new(b"key two")
+                .open("readings|d|asc", &c)
+                .is_err()
+        );
     }
 
     #[test]

@@ -8,8 +8,8 @@ use lambda_http::Request;
 use serde_json::{Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, Period,
-    ShardConfigItem, ShardHistory, Severity, Timestamp, keys,
+    AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, Period, Severity, ShardConfigItem,
+    ShardHistory, Timestamp, keys,
 };
 use tidemark_store::Item;
 
@@ -59,7 +59,10 @@ fn list(items: Vec<Value>, cursor: Option<String>) -> Reply {
 }
 
 fn bad_cursor() -> ApiError {
-    ApiError::bad("cursor", "not a cursor returned by this query; start again without one")
+    ApiError::bad(
+        "cursor",
+        "not a cursor returned by this query; start again without one",
+    )
 }
 
 fn device_not_found(id: &DeviceId) -> ApiError {
@@ -169,15 +172,13 @@ impl<S: Store> App<S> {
         }
         let reg = validate::registration(id, body, self.config.status_shards)?;
         let now = self.now();
-        let d: DeviceItem = self.store.put_device(&reg, now).await?;
-        // `createdAt` is set only when absent, so it equals this write's time only for a new
-        // device.
-        let status = if d.created_at == now && d.updated_at == Some(now) {
+        let put = self.store.put_device(&reg, now).await?;
+        let status = if put.created {
             StatusCode::CREATED
         } else {
             StatusCode::OK
         };
-        Ok((status, render::device(&d)?))
+        Ok((status, render::device(&put.device)?))
     }
 
     async fn list_devices(&self, p: &Params) -> Result<Reply, ApiError> {
@@ -359,9 +360,9 @@ impl<S: Store> App<S> {
 
     /// Latest reading of up to 100 devices from their device items, one BatchGetItem.
     async fn latest_of_devices(&self, p: &Params) -> Result<Reply, ApiError> {
-        let raw = p
-            .get("ids")
-            .ok_or_else(|| ApiError::bad("ids", "required: a comma-separated list of device IDs"))?;
+        let raw = p.get("ids").ok_or_else(|| {
+            ApiError::bad("ids", "required: a comma-separated list of device IDs")
+        })?;
         let mut ids: Vec<DeviceId> = Vec::new();
         for part in raw.split(',') {
             let id = DeviceId::new(part).map_err(|e| ApiError::bad("ids", e.to_string()))?;

@@ -8,11 +8,11 @@ use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
-use tidemark_schema::{AlertId, DeviceId, DeviceItem, EntityKey, Key, Timestamp, field};
+use tidemark_schema::{AlertId, DeviceId, EntityKey, Key, Timestamp, field};
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, GetStore, Page, QuerySpec,
+    AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice, QuerySpec,
     QueryStore, alert_state, device_update,
 };
 
@@ -95,7 +95,12 @@ impl QueryStore for MemoryStore {
             matching.last().map(|it| {
                 let mut k: Item = [attr::PK, attr::SK]
                     .iter()
-                    .chain(spec.index.map(|_| [attr::GSI1PK, attr::GSI1SK].iter()).into_iter().flatten())
+                    .chain(
+                        spec.index
+                            .map(|_| [attr::GSI1PK, attr::GSI1SK].iter())
+                            .into_iter()
+                            .flatten(),
+                    )
                     .filter_map(|a| it.get(*a).map(|v| (a.to_string(), v.clone())))
                     .collect();
                 k.retain(|_, v| v.is_s());
@@ -133,40 +138,23 @@ impl DeviceWriter for MemoryStore {
         &self,
         reg: &DeviceRegistration,
         now: Timestamp,
-    ) -> Result<DeviceItem, StoreError> {
-        // Apply the same update the DynamoDB store sends, so the fake cannot drift from it.
+    ) -> Result<PutDevice, StoreError> {
         let u = device_update(reg, now)?;
         let key = EntityKey::Device(reg.device_id.clone()).key();
         let mut items = self.lock();
-        let mut item = items
-            .get(&(key.pk.clone(), key.sk.clone()))
-            .cloned()
-            .unwrap_or_default();
-        item.insert(attr::PK.into(), AttributeValue::S(key.pk.clone()));
-        item.insert(attr::SK.into(), AttributeValue::S(key.sk.clone()));
-        let (set, remove) = match u.expression.split_once(" REMOVE ") {
-            Some((s, r)) => (s, r),
-            None => (u.expression.as_str(), ""),
-        };
-        for clause in set.trim_start_matches("SET ").split(", ") {
-            let Some((n, v)) = clause.split_once(" = ") else {
-                continue;
-            };
-            let name = u.names[n].clone();
-            if let Some(inner) = v.strip_prefix("if_not_exists(") {
-                let p = inner.trim_end_matches(')').rsplit(", ").next().unwrap_or("");
-                if !item.contains_key(&name) {
-                    item.insert(name, u.values[p].clone());
-                }
-            } else {
-                item.insert(name, u.values[v].clone());
-            }
-        }
-        for n in remove.split(", ").filter(|n| !n.is_empty()) {
-            item.remove(&u.names[n]);
-        }
-        items.insert((key.pk, key.sk), item.clone());
-        tidemark_store::from_item(item)
+        let k = (key.pk.clone(), key.sk.clone());
+        let created = !items.contains_key(&k);
+        let item = items.entry(k).or_insert_with(|| {
+            Item::from([
+                (attr::PK.to_owned(), AttributeValue::S(key.pk)),
+                (attr::SK.to_owned(), AttributeValue::S(key.sk)),
+            ])
+        });
+        u.apply(item);
+        Ok(PutDevice {
+            device: tidemark_store::from_item(item.clone())?,
+            created,
+        })
     }
 }
 
@@ -193,7 +181,7 @@ impl AlertAcker for MemoryStore {
             field::STATE.into(),
             AttributeValue::S("acknowledged".into()),
         );
-        item.entry("acknowledgedAt".into())
+        item.entry(field::ACKNOWLEDGED_AT.into())
             .or_insert_with(|| AttributeValue::S(now.to_string()));
         Ok(AckOutcome::Acknowledged(item.clone()))
     }

@@ -92,7 +92,10 @@ pub async fn merged_page<S: QueryStore + Sync>(
             .await?;
             for (i, page) in dry.into_iter().zip(pages) {
                 let st = &mut states[i];
-                let last_item_pos = page.items.last().and_then(|it| st.source.spec.position_of(it));
+                let last_item_pos = page
+                    .items
+                    .last()
+                    .and_then(|it| st.source.spec.position_of(it));
                 st.more = page.last_key.is_some();
                 st.fetched_to = match &page.last_key {
                     Some(k) => st.source.spec.position_of(k).or(last_item_pos),
@@ -102,7 +105,8 @@ pub async fn merged_page<S: QueryStore + Sync>(
                     // A LastEvaluatedKey we cannot resume from: stop rather than loop.
                     st.more = false;
                 }
-                st.buffer.extend(page.items.into_iter().filter(|it| keep(it)));
+                st.buffer
+                    .extend(page.items.into_iter().filter(|it| keep(it)));
                 if st.buffer.is_empty() && st.fetched_to.is_some() {
                     st.source.after = st.fetched_to.clone();
                 }

@@ -23,7 +23,10 @@ pub fn path_segments(req: &Request) -> Result<Vec<String>, ApiError> {
         return Ok(Vec::new());
     }
     path.split('/')
-        .map(|seg| percent_decode(seg, false).ok_or_else(|| ApiError::bad("path", "malformed percent-encoding or not UTF-8")))
+        .map(|seg| {
+            percent_decode(seg, false)
+                .ok_or_else(|| ApiError::bad("path", "malformed percent-encoding or not UTF-8"))
+        })
         .collect()
 }
 
@@ -35,7 +38,8 @@ pub fn query_pairs(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
             .filter(|p| !p.is_empty())
             .map(|p| {
                 let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                let bad = || ApiError::bad("query string", "malformed percent-encoding or not UTF-8");
+                let bad =
+                    || ApiError::bad("query string", "malformed percent-encoding or not UTF-8");
                 Ok((
                     percent_decode(k, true).ok_or_else(bad)?,
                     percent_decode(v, true).ok_or_else(bad)?,
@@ -45,7 +49,11 @@ pub fn query_pairs(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
         // A request built without a query in its URI may still carry lambda_http's map.
         _ => Ok(req
             .query_string_parameters_ref()
-            .map(|m| m.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect()
+            })
             .unwrap_or_default()),
     }
 }
@@ -137,12 +145,16 @@ mod tests {
     fn parameters_are_known_and_unique() {
         let p = |v: &[(&str, &str)]| {
             Params::new(
-                v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+                v.iter()
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect(),
                 &["from", "to"],
             )
         };
         assert_eq!(p(&[("from", "1")]).unwrap().get("from"), Some("1"));
-        assert!(matches!(p(&[("form", "1")]), Err(ApiError::BadRequest { param, .. }) if param == "form"));
+        assert!(
+            matches!(p(&[("form", "1")]), Err(ApiError::BadRequest { param, .. }) if param == "form")
+        );
         assert!(p(&[("from", "1"), ("from", "2")]).is_err());
     }
 }

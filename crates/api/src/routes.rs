@@ -21,7 +21,12 @@ pub enum Route {
 
 /// (method, path template, route, query parameters it takes).
 const TABLE: &[(Method, &str, Route, &[&str])] = &[
-    (Method::GET, "/devices", Route::ListDevices, &["status", "limit", "cursor"]),
+    (
+        Method::GET,
+        "/devices",
+        Route::ListDevices,
+        &["status", "limit", "cursor"],
+    ),
     (Method::PUT, "/devices/{id}", Route::PutDevice, &[]),
     (Method::GET, "/devices/{id}", Route::GetDevice, &[]),
     (
@@ -30,18 +35,43 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Route::Readings,
         &["from", "to", "limit", "cursor", "order"],
     ),
-    (Method::GET, "/devices/{id}/readings/latest", Route::LatestReading, &[]),
+    (
+        Method::GET,
+        "/devices/{id}/readings/latest",
+        Route::LatestReading,
+        &[],
+    ),
     (Method::GET, "/latest", Route::LatestOfDevices, &["ids"]),
-    (Method::GET, "/devices/{id}/alerts", Route::DeviceAlerts, &["limit", "cursor"]),
-    (Method::POST, "/devices/{id}/alerts/{alertId}/ack", Route::AckAlert, &[]),
-    (Method::GET, "/alerts", Route::Alerts, &["severity", "state", "limit", "cursor"]),
+    (
+        Method::GET,
+        "/devices/{id}/alerts",
+        Route::DeviceAlerts,
+        &["limit", "cursor"],
+    ),
+    (
+        Method::POST,
+        "/devices/{id}/alerts/{alertId}/ack",
+        Route::AckAlert,
+        &[],
+    ),
+    (
+        Method::GET,
+        "/alerts",
+        Route::Alerts,
+        &["severity", "state", "limit", "cursor"],
+    ),
     (
         Method::GET,
         "/devices/{id}/aggregates",
         Route::Aggregates,
         &["period", "from", "to", "limit", "cursor", "order"],
     ),
-    (Method::GET, "/quarantine", Route::Quarantine, &["day", "limit", "cursor"]),
+    (
+        Method::GET,
+        "/quarantine",
+        Route::Quarantine,
+        &["day", "limit", "cursor"],
+    ),
 ];
 
 /// Every (method, path template) the API serves.
@@ -117,13 +147,19 @@ mod tests {
     use super::*;
 
     fn segs(p: &str) -> Vec<String> {
-        p.trim_start_matches('/').split('/').map(str::to_owned).collect()
+        p.trim_start_matches('/')
+            .split('/')
+            .map(str::to_owned)
+            .collect()
     }
 
     #[test]
     fn literal_segments_win_only_where_they_match() {
         let m = resolve(&Method::GET, &segs("/devices/s1/readings/latest")).unwrap();
-        assert_eq!((m.route, m.params), (Route::LatestReading, vec!["s1".into()]));
+        assert_eq!(
+            (m.route, m.params),
+            (Route::LatestReading, vec!["s1".into()])
+        );
         let m = resolve(&Method::POST, &segs("/devices/s1/alerts/a1/ack")).unwrap();
         assert_eq!(m.params, vec!["s1".to_string(), "a1".to_string()]);
     }

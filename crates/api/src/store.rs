@@ -149,8 +149,10 @@ pub trait GetStore {
 
     /// Every existing item of `keys` (any order), however many calls that takes; keys the
     /// service leaves unprocessed are retried.
-    fn batch_get(&self, keys: Vec<Key>)
-    -> impl Future<Output = Result<Vec<Item>, StoreError>> + Send;
+    fn batch_get(
+        &self,
+        keys: Vec<Key>,
+    ) -> impl Future<Output = Result<Vec<Item>, StoreError>> + Send;
 }
 
 /// The user-settable part of a device (the body of `PUT /devices/{id}`).
@@ -167,6 +169,13 @@ pub struct DeviceRegistration {
     pub status_shard: Option<u16>,
 }
 
+/// A device as written, and whether the write created it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PutDevice {
+    pub device: DeviceItem,
+    pub created: bool,
+}
+
 pub trait DeviceWriter {
     /// Creates or replaces the registration, keeping `createdAt` (set once) and what the
     /// pipeline maintains (`lastSeenAt`, `latest`); returns the item as written.
@@ -174,7 +183,7 @@ pub trait DeviceWriter {
         &self,
         reg: &DeviceRegistration,
         now: Timestamp,
-    ) -> impl Future<Output = Result<DeviceItem, StoreError>> + Send;
+    ) -> impl Future<Output = Result<PutDevice, StoreError>> + Send;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -359,8 +368,9 @@ impl DeviceWriter for DynamoStore {
         &self,
         reg: &DeviceRegistration,
         now: Timestamp,
-    ) -> Result<DeviceItem, StoreError> {
-        let u = device_update(reg, now)?;
+    ) -> Result<PutDevice, StoreError> {
+        let update = device_update(reg, now)?;
+        let (expression, names, values) = update.expression();
         let out = self
             .client
             .update_item()
@@ -368,61 +378,109 @@ impl DeviceWriter for DynamoStore {
             .set_key(Some(key_item(
                 &EntityKey::Device(reg.device_id.clone()).key(),
             )))
-            .update_expression(u.expression)
-            .set_expression_attribute_names(Some(u.names))
-            .set_expression_attribute_values(Some(u.values))
-            .return_values(ReturnValue::AllNew)
+            .update_expression(expression)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            // The old image tells a new device from an update; the new one is the old one
+            // with the update applied, exactly as DynamoDB applied it.
+            .return_values(ReturnValue::AllOld)
             .send()
             .await
             .map_err(StoreError::sdk("UpdateItem"))?;
-        tidemark_store::from_item(out.attributes.unwrap_or_default())
+        let created = out.attributes.as_ref().is_none_or(|a| a.is_empty());
+        let mut item = out.attributes.unwrap_or_default();
+        let key = EntityKey::Device(reg.device_id.clone()).key();
+        item.extend(key_item(&key));
+        update.apply(&mut item);
+        Ok(PutDevice {
+            device: tidemark_store::from_item(item)?,
+            created,
+        })
     }
 }
 
-/// An UpdateItem expression with its placeholders.
+/// The attribute changes of a device registration, as data (the DynamoDB store renders
+/// them as one UpdateItem expression; the in-memory store applies them directly).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Update {
-    pub expression: String,
-    pub names: HashMap<String, String>,
-    pub values: HashMap<String, AttributeValue>,
+    pub set: Vec<(&'static str, AttributeValue)>,
+    /// Set only when the attribute is absent (`if_not_exists`).
+    pub set_if_absent: Vec<(&'static str, AttributeValue)>,
+    pub remove: Vec<&'static str>,
+}
+
+impl Update {
+    /// `(UpdateExpression, names, values)` with a placeholder for every name and value.
+    pub fn expression(
+        &self,
+    ) -> (
+        String,
+        HashMap<String, String>,
+        HashMap<String, AttributeValue>,
+    ) {
+        let mut names = HashMap::new();
+        let mut values = HashMap::new();
+        let mut set = Vec::new();
+        for (i, (a, v)) in self.set.iter().enumerate() {
+            names.insert(format!("#s{i}"), (*a).to_owned());
+            values.insert(format!(":s{i}"), v.clone());
+            set.push(format!("#s{i} = :s{i}"));
+        }
+        for (i, (a, v)) in self.set_if_absent.iter().enumerate() {
+            names.insert(format!("#n{i}"), (*a).to_owned());
+            values.insert(format!(":n{i}"), v.clone());
+            set.push(format!("#n{i} = if_not_exists(#n{i}, :n{i})"));
+        }
+        let mut expr = format!("SET {}", set.join(", "));
+        if !self.remove.is_empty() {
+            let mut rm = Vec::new();
+            for (i, a) in self.remove.iter().enumerate() {
+                names.insert(format!("#r{i}"), (*a).to_owned());
+                rm.push(format!("#r{i}"));
+            }
+            expr.push_str(&format!(" REMOVE {}", rm.join(", ")));
+        }
+        (expr, names, values)
+    }
+
+    /// What DynamoDB does with this update to `item`.
+    pub fn apply(&self, item: &mut Item) {
+        for (a, v) in &self.set {
+            item.insert((*a).to_owned(), v.clone());
+        }
+        for (a, v) in &self.set_if_absent {
+            item.entry((*a).to_owned()).or_insert_with(|| v.clone());
+        }
+        for a in &self.remove {
+            item.remove(*a);
+        }
+    }
 }
 
 /// `SET` the registration, keys and `updatedAt`; `createdAt` only if absent; `REMOVE`
 /// optional fields the registration leaves out (PUT replaces the registration, never
 /// what the pipeline maintains).
 pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update, StoreError> {
-    let mut names = HashMap::new();
-    let mut values = HashMap::new();
-    let mut set = Vec::new();
-    let mut remove = Vec::new();
-    let mut put = |name: &str, v: Option<AttributeValue>| {
-        let n = format!("#a{}", names.len());
-        names.insert(n.clone(), name.to_owned());
-        match v {
-            Some(v) => {
-                let p = format!(":v{}", values.len());
-                values.insert(p.clone(), v);
-                set.push(format!("{n} = {p}"));
-            }
-            None => remove.push(n),
-        }
+    let mut u = Update {
+        set: Vec::new(),
+        set_if_absent: vec![(field::CREATED_AT, s(now.to_string()))],
+        remove: Vec::new(),
+    };
+    let mut put = |name: &'static str, v: Option<AttributeValue>| match v {
+        Some(v) => u.set.push((name, v)),
+        None => u.remove.push(name),
     };
     put(
         attr::GSI1PK,
         Some(s(keys::status_gsi1pk(reg.status, reg.status_shard))),
     );
-    put(
-        attr::GSI1SK,
-        Some(s(keys::device_gsi1sk(&reg.device_id))),
-    );
+    put(attr::GSI1SK, Some(s(keys::device_gsi1sk(&reg.device_id))));
     put(field::DEVICE_ID, Some(s(reg.device_id.to_string())));
     put(field::STATUS, Some(s(reg.status.as_str())));
-    put("name", reg.name.clone().map(s));
-    put(
-        "type",
-        reg.device_type.map(|t| av(&t)).transpose()?,
-    );
-    put("location", reg.location.as_ref().map(av).transpose()?);
-    put("firmware", reg.firmware.clone().map(s));
+    put(field::NAME, reg.name.clone().map(s));
+    put(field::TYPE, reg.device_type.map(|t| av(&t)).transpose()?);
+    put(field::LOCATION, reg.location.as_ref().map(av).transpose()?);
+    put(field::FIRMWARE, reg.firmware.clone().map(s));
     put(
         field::THRESHOLDS,
         if reg.thresholds.is_empty() {
@@ -432,20 +490,7 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
         },
     );
     put(field::UPDATED_AT, Some(s(now.to_string())));
-    let created = format!("#a{}", names.len());
-    names.insert(created.clone(), field::CREATED_AT.to_owned());
-    let now_p = format!(":v{}", values.len());
-    values.insert(now_p.clone(), s(now.to_string()));
-    set.push(format!("{created} = if_not_exists({created}, {now_p})"));
-    let mut expression = format!("SET {}", set.join(", "));
-    if !remove.is_empty() {
-        expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
-    }
-    Ok(Update {
-        expression,
-        names,
-        values,
-    })
+    Ok(u)
 }
 
 /// Any serde value as an attribute value.
@@ -474,7 +519,7 @@ impl AlertAcker for DynamoStore {
             .update_expression("SET #st = :ack, #at = if_not_exists(#at, :now)")
             .expression_attribute_names("#pk", attr::PK)
             .expression_attribute_names("#st", field::STATE)
-            .expression_attribute_names("#at", "acknowledgedAt")
+            .expression_attribute_names("#at", field::ACKNOWLEDGED_AT)
             .expression_attribute_values(":resolved", s("resolved"))
             .expression_attribute_values(":ack", s("acknowledged"))
             .expression_attribute_values(":now", s(now.to_string()))
@@ -483,9 +528,7 @@ impl AlertAcker for DynamoStore {
             .await
             .map_err(StoreError::sdk("UpdateItem"));
         match res {
-            Ok(out) => Ok(AckOutcome::Acknowledged(
-                out.attributes.unwrap_or_default(),
-            )),
+            Ok(out) => Ok(AckOutcome::Acknowledged(out.attributes.unwrap_or_default())),
             Err(e) if e.is_conditional_check_failed() => {
                 // Missing or resolved: one consistent read tells which.
                 Ok(match self.get(key, true).await? {

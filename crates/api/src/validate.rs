@@ -59,9 +59,8 @@ pub fn order(p: &Params, default_forward: bool) -> Result<bool, ApiError> {
 pub fn time(p: &Params, name: &str) -> Result<Option<Timestamp>, ApiError> {
     p.get(name)
         .map(|s| {
-            Timestamp::parse_flexible(s).map_err(|e| {
-                ApiError::bad(name, format!("{e} (or give epoch milliseconds)"))
-            })
+            Timestamp::parse_flexible(s)
+                .map_err(|e| ApiError::bad(name, format!("{e} (or give epoch milliseconds)")))
         })
         .transpose()
 }
@@ -119,7 +118,10 @@ fn keyword<T: for<'de> Deserialize<'de>>(
 fn text(param: &str, v: &str, max: usize) -> Result<String, ApiError> {
     let n = v.chars().count();
     if n == 0 || n > max {
-        return Err(ApiError::bad(param, format!("must be 1 to {max} characters")));
+        return Err(ApiError::bad(
+            param,
+            format!("must be 1 to {max} characters"),
+        ));
     }
     if v.chars().any(char::is_control) {
         return Err(ApiError::bad(param, "must not contain control characters"));
@@ -146,9 +148,7 @@ fn location(v: Value) -> Result<Value, ApiError> {
     let num = |k: &str, lo: f64, hi: f64, required: bool| -> Result<(), ApiError> {
         match m.get(k) {
             None if !required => Ok(()),
-            Some(Value::Number(n)) if n.as_f64().is_some_and(|x| (lo..=hi).contains(&x)) => {
-                Ok(())
-            }
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|x| (lo..=hi).contains(&x)) => Ok(()),
             _ => Err(ApiError::bad(
                 format!("location.{k}"),
                 format!("must be a number from {lo} to {hi}"),
@@ -246,12 +246,20 @@ pub fn registration(
     let status_shard = tidemark_schema::keys::status_shard_for(&id, status_shards);
     Ok(DeviceRegistration {
         device_id: id,
-        name: b.name.as_deref().map(|n| text("name", n, 128)).transpose()?,
+        name: b
+            .name
+            .as_deref()
+            .map(|n| text("name", n, 128))
+            .transpose()?,
         device_type,
         status,
         location: b.location.map(location).transpose()?,
         firmware: b.firmware.as_deref().map(firmware).transpose()?,
-        thresholds: b.thresholds.map(thresholds).transpose()?.unwrap_or_default(),
+        thresholds: b
+            .thresholds
+            .map(thresholds)
+            .transpose()?
+            .unwrap_or_default(),
         status_shard,
     })
 }
@@ -273,9 +281,11 @@ mod tests {
 
     #[test]
     fn a_full_registration_is_accepted() {
-        let r = reg(r#"{"name":"Warehouse Temp A","type":"sensor","status":"maintenance",
+        let r = reg(
+            r#"{"name":"Warehouse Temp A","type":"sensor","status":"maintenance",
             "location":{"lat":52.5,"lon":13.4,"site":"Hall 3"},"firmware":"2.1.0",
-            "thresholds":{"temperature":{"max":30,"severity":"critical"}}}"#)
+            "thresholds":{"temperature":{"max":30,"severity":"critical"}}}"#,
+        )
         .unwrap();
         assert_eq!(r.status, DeviceStatus::Maintenance);
         assert_eq!(r.device_type, Some(DeviceType::Sensor));
@@ -292,10 +302,22 @@ mod tests {
             (r#"{"location":"here"}"#, "location"),
             (r#"{"firmware":"v 1"}"#, "firmware"),
             (r#"{"name":""}"#, "name"),
-            (r#"{"thresholds":{"temperature":{"severity":"critical"}}}"#, "thresholds.temperature"),
-            (r#"{"thresholds":{"t":{"min":5,"max":1,"severity":"info"}}}"#, "thresholds.t"),
-            (r#"{"thresholds":{"t":{"max":1,"severity":"loud"}}}"#, "thresholds.t"),
-            (r#"{"thresholds":{"9t":{"max":1,"severity":"info"}}}"#, "thresholds.9t"),
+            (
+                r#"{"thresholds":{"temperature":{"severity":"critical"}}}"#,
+                "thresholds.temperature",
+            ),
+            (
+                r#"{"thresholds":{"t":{"min":5,"max":1,"severity":"info"}}}"#,
+                "thresholds.t",
+            ),
+            (
+                r#"{"thresholds":{"t":{"max":1,"severity":"loud"}}}"#,
+                "thresholds.t",
+            ),
+            (
+                r#"{"thresholds":{"9t":{"max":1,"severity":"info"}}}"#,
+                "thresholds.9t",
+            ),
             (r#"{"deviceId":"other"}"#, "deviceId"),
             (r#"{"colour":"red"}"#, "body"),
             (r#"{"name":"x""#, "body"),

@@ -43,7 +43,10 @@ async fn sample_events_are_served() {
     let app = app(&t);
 
     let (status, device) = invoke(&app, event("apigw-get-device.json")).await;
-    assert_eq!((status, device["name"].as_str()), (200, Some("Warehouse Temp A")));
+    assert_eq!(
+        (status, device["name"].as_str()),
+        (200, Some("Warehouse Temp A"))
+    );
 
     // A named stage ("prod") in the raw path is ignored.
     let (status, readings) = invoke(&app, event("apigw-list-readings.json")).await;
@@ -52,15 +55,27 @@ async fn sample_events_are_served() {
     assert_eq!(readings["cursor"], Value::Null);
 
     let (status, latest) = invoke(&app, event("apigw-latest-reading.json")).await;
-    assert_eq!((status, latest["timestamp"].as_str()), (200, Some("2026-04-20T14:01:00.000Z")));
+    assert_eq!(
+        (status, latest["timestamp"].as_str()),
+        (200, Some("2026-04-20T14:01:00.000Z"))
+    );
 
     let (status, alerts) = invoke(&app, event("apigw-fleet-alerts.json")).await;
-    assert_eq!((status, alerts["items"][0]["state"].as_str()), (200, Some("open")));
+    assert_eq!(
+        (status, alerts["items"][0]["state"].as_str()),
+        (200, Some("open"))
+    );
 
     let (status, created) = invoke(&app, event("apigw-put-device.json")).await;
-    assert_eq!((status, created["deviceId"].as_str()), (201, Some("sensor_02")));
+    assert_eq!(
+        (status, created["deviceId"].as_str()),
+        (201, Some("sensor_02"))
+    );
     assert_eq!(created["location"]["site"], "Hall 3");
 
     let (status, acked) = invoke(&app, event("apigw-ack-alert.json")).await;
-    assert_eq!((status, acked["state"].as_str()), (200, Some("acknowledged")));
+    assert_eq!(
+        (status, acked["state"].as_str()),
+        (200, Some("acknowledged"))
+    );
 }

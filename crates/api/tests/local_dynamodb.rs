@@ -7,8 +7,8 @@ use common::*;
 use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
-    AlertState, DeviceStatus, QuarantineItem, QuarantineReason, ReadingItem, ShardConfigItem,
-    ShardHistory, Severity,
+    AlertState, DeviceStatus, QuarantineItem, QuarantineReason, ReadingItem, Severity,
+    ShardConfigItem, ShardHistory,
 };
 use tidemark_testkit::TestTable;
 
@@ -139,12 +139,12 @@ async fn ap5_alerts_of_a_device_newest_first_and_acknowledge() {
     assert_eq!(call(&app, "POST", ack, "").await, (200, acked.clone()));
     // Acknowledging twice is harmless: same alert, same acknowledgement time.
     assert_eq!(call(&app, "POST", ack, "").await, (200, acked));
-    let resolved = format!(
-        "/devices/sensor_01/alerts/{}/ack",
-        older.alert_id.as_str()
-    );
+    let resolved = format!("/devices/sensor_01/alerts/{}/ack", older.alert_id.as_str());
     let (status, body) = call(&app, "POST", &resolved, "").await;
-    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("conflict"))
+    );
     let missing = "/devices/sensor_01/alerts/20200101T000000000Z-temperature-max/ack";
     assert_eq!(call(&app, "POST", missing, "").await.0, 404);
 }
@@ -169,7 +169,12 @@ async fn ap6_open_alerts_of_a_severity_fleet_wide() {
     );
     let (status, body) = get(&app, "/alerts?state=resolved").await;
     assert_eq!(status, 400);
-    assert!(body["error"]["message"].as_str().unwrap().starts_with("invalid state"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid state")
+    );
 }
 
 #[tokio::test]
@@ -188,7 +193,9 @@ async fn ap7_hourly_and_daily_aggregates() {
     .await;
     assert_eq!(status, 200);
     // 22.4 + 22.5 in binary floating point is 44.9 only to within an ulp.
-    let t_sum = body["items"][0]["metrics"]["temperature"]["sum"].as_f64().unwrap();
+    let t_sum = body["items"][0]["metrics"]["temperature"]["sum"]
+        .as_f64()
+        .unwrap();
     assert!((t_sum - 44.9).abs() < 1e-9);
     let mut body = body;
     body["items"][0]["metrics"]["temperature"]["sum"] = json!(44.9);
@@ -303,7 +310,11 @@ async fn a_sharded_device_merges_its_shards_across_pages_both_ways() {
         .unwrap()
         .with_change(base.plus_millis(400_000).unwrap(), 2)
         .unwrap();
-    put(&t, &ShardConfigItem::new(&dev("sensor_01"), history.clone())).await;
+    put(
+        &t,
+        &ShardConfigItem::new(&dev("sensor_01"), history.clone()),
+    )
+    .await;
     // 600 readings 997 ms apart (so consecutive readings land on varied shards).
     let readings: Vec<ReadingItem> = (0..600)
         .map(|i| {
@@ -359,7 +370,10 @@ async fn expired_readings_are_never_returned() {
         .await,
         (200, json!({"items":[],"cursor":null}))
     );
-    assert_eq!(get(&later, "/devices/sensor_01/readings/latest").await.0, 404);
+    assert_eq!(
+        get(&later, "/devices/sensor_01/readings/latest").await.0,
+        404
+    );
 }
 
 #[tokio::test]
@@ -393,7 +407,9 @@ async fn latest_of_many_devices_in_request_order() {
     );
     let many: Vec<String> = (0..101).map(|i| format!("d{i}")).collect();
     assert_eq!(
-        get(&app, &format!("/latest?ids={}", many.join(","))).await.0,
+        get(&app, &format!("/latest?ids={}", many.join(",")))
+            .await
+            .0,
         400
     );
     let hundred: Vec<String> = (0..100).map(|i| format!("d{i}")).collect();
@@ -409,7 +425,9 @@ async fn quarantine_of_a_day_merges_its_partitions_with_base64_payloads() {
     let day = ts("2026-04-20T00:00:00Z").day();
     let mut expected = Vec::new();
     for i in 0..30u64 {
-        let received = ts("2026-04-20T14:00:00Z").plus_millis(i as i64 * 1000).unwrap();
+        let received = ts("2026-04-20T14:00:00Z")
+            .plus_millis(i as i64 * 1000)
+            .unwrap();
         let seq = format!("4959033827149025660855969253836157109592157598913658{i:04}");
         let k = QuarantineItem::key_for(day, received, &seq);
         put(
@@ -455,22 +473,35 @@ async fn cursors_are_bound_to_their_query() {
     let cursor = page["cursor"].as_str().unwrap().to_owned();
     // The same query continues.
     let (status, next) = get(&app, &format!("{q}&cursor={cursor}")).await;
-    assert_eq!((status, next["items"][0]["timestamp"].as_str()), (200, Some("2026-04-20T14:01:00.000Z")));
+    assert_eq!(
+        (status, next["items"][0]["timestamp"].as_str()),
+        (200, Some("2026-04-20T14:01:00.000Z"))
+    );
     // Any other query, an altered cursor, or another key: 400 naming the cursor.
     let mut altered = cursor.clone().into_bytes();
     altered[3] = if altered[3] == b'A' { b'B' } else { b'A' };
     let altered = String::from_utf8(altered).unwrap();
     for uri in [
         format!("{q}&order=desc&cursor={cursor}"),
-        format!("/devices/sensor_01/readings?from=2026-04-20T14:00:01Z&to=2026-04-20T15:00:00Z&limit=1&cursor={cursor}"),
-        format!("/devices/sensor_02/readings?from=2026-04-20T14:00:00Z&to=2026-04-20T15:00:00Z&limit=1&cursor={cursor}"),
+        format!(
+            "/devices/sensor_01/readings?from=2026-04-20T14:00:01Z&to=2026-04-20T15:00:00Z&limit=1&cursor={cursor}"
+        ),
+        format!(
+            "/devices/sensor_02/readings?from=2026-04-20T14:00:00Z&to=2026-04-20T15:00:00Z&limit=1&cursor={cursor}"
+        ),
         format!("/devices/sensor_01/alerts?cursor={cursor}"),
         format!("/alerts?cursor={cursor}"),
         format!("{q}&cursor={altered}"),
     ] {
         let (status, body) = get(&app, &uri).await;
         assert_eq!(status, 400, "{uri}: {body}");
-        assert!(body["error"]["message"].as_str().unwrap().starts_with("invalid cursor"), "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid cursor"),
+            "{body}"
+        );
     }
     let other_key = App::new(
         t.client.clone(),
@@ -478,7 +509,10 @@ async fn cursors_are_bound_to_their_query() {
             .with_now(now())
             .with_cursor_secret(b"another key, another deployment".to_vec()),
     );
-    assert_eq!(get(&other_key, &format!("{q}&cursor={cursor}")).await.0, 400);
+    assert_eq!(
+        get(&other_key, &format!("{q}&cursor={cursor}")).await.0,
+        400
+    );
 }
 
 #[tokio::test]
@@ -488,12 +522,24 @@ async fn bad_inputs_are_4xx_naming_the_parameter() {
     let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(20_000));
     let r = "/devices/sensor_01/readings";
     let cases: Vec<(&str, String, &str, u16, &str)> = vec![
-        ("GET", format!("{r}?from=2026-04-20T15:00:00Z&to=2026-04-20T14:00:00Z"), "", 400, "from"),
+        (
+            "GET",
+            format!("{r}?from=2026-04-20T15:00:00Z&to=2026-04-20T14:00:00Z"),
+            "",
+            400,
+            "from",
+        ),
         ("GET", format!("{r}?limit=0"), "", 400, "limit"),
         ("GET", format!("{r}?limit=5000"), "", 400, "limit"),
         ("GET", format!("{r}?limit=ten"), "", 400, "limit"),
         ("GET", format!("{r}?cursor=garbage"), "", 400, "cursor"),
-        ("GET", format!("{r}?cursor=e30.AAAAAAAAAAAAAAAAAAAAAA"), "", 400, "cursor"),
+        (
+            "GET",
+            format!("{r}?cursor=e30.AAAAAAAAAAAAAAAAAAAAAA"),
+            "",
+            400,
+            "cursor",
+        ),
         ("GET", format!("{r}?from=yesterday"), "", 400, "from"),
         ("GET", format!("{r}?to=-5"), "", 400, "to"),
         ("GET", format!("{r}?order=sideways"), "", 400, "order"),
@@ -502,29 +548,89 @@ async fn bad_inputs_are_4xx_naming_the_parameter() {
         ("GET", "/devices/a%23b".into(), "", 400, "id"),
         ("GET", "/devices/a%23b/readings".into(), "", 400, "id"),
         ("PUT", "/devices/DEVICE%23x%23S1".into(), "{}", 400, "id"),
-        ("GET", format!("/devices/{}", "x".repeat(129)), "", 400, "id"),
+        (
+            "GET",
+            format!("/devices/{}", "x".repeat(129)),
+            "",
+            400,
+            "id",
+        ),
         ("GET", "/devices/%zz".into(), "", 400, "path"),
-        ("GET", "/devices/sensor_01/aggregates?period=weekly".into(), "", 400, "period"),
-        ("PUT", "/devices/sensor_01".into(), "{\"name\":", 400, "body"),
+        (
+            "GET",
+            "/devices/sensor_01/aggregates?period=weekly".into(),
+            "",
+            400,
+            "period",
+        ),
+        (
+            "PUT",
+            "/devices/sensor_01".into(),
+            "{\"name\":",
+            400,
+            "body",
+        ),
         ("PUT", "/devices/sensor_01".into(), "", 400, "body"),
-        ("PUT", "/devices/sensor_01".into(), "{\"type\":\"toaster\"}", 400, "type"),
-        ("PUT", "/devices/sensor_01".into(), "{\"status\":\"gone\"}", 400, "status"),
+        (
+            "PUT",
+            "/devices/sensor_01".into(),
+            "{\"type\":\"toaster\"}",
+            400,
+            "type",
+        ),
+        (
+            "PUT",
+            "/devices/sensor_01".into(),
+            "{\"status\":\"gone\"}",
+            400,
+            "status",
+        ),
         ("PUT", "/devices/sensor_01".into(), &big, 413, ""),
         ("GET", "/devices?status=lost".into(), "", 400, "status"),
-        ("GET", "/alerts?severity=apocalyptic".into(), "", 400, "severity"),
+        (
+            "GET",
+            "/alerts?severity=apocalyptic".into(),
+            "",
+            400,
+            "severity",
+        ),
         ("GET", "/alerts?state=sleeping".into(), "", 400, "state"),
         ("GET", "/latest".into(), "", 400, "ids"),
         ("GET", "/latest?ids=a,,b".into(), "", 400, "ids"),
         ("GET", "/latest?ids=a%23b".into(), "", 400, "ids"),
         ("GET", "/quarantine?day=2026-02-30".into(), "", 400, "day"),
-        ("POST", "/devices/sensor_01/alerts/not-an-alert/ack".into(), "", 400, "alertId"),
-        ("GET", "/devices/sensor_01/readings/oldest".into(), "", 404, ""),
+        (
+            "POST",
+            "/devices/sensor_01/alerts/not-an-alert/ack".into(),
+            "",
+            400,
+            "alertId",
+        ),
+        (
+            "GET",
+            "/devices/sensor_01/readings/oldest".into(),
+            "",
+            404,
+            "",
+        ),
         ("GET", "/nothing/here".into(), "", 404, ""),
         ("DELETE", "/devices/sensor_01".into(), "", 405, ""),
         ("POST", "/devices/sensor_01/readings".into(), "", 405, ""),
-        ("GET", "/devices/unknown_device/readings".into(), "", 404, ""),
+        (
+            "GET",
+            "/devices/unknown_device/readings".into(),
+            "",
+            404,
+            "",
+        ),
         ("GET", "/devices/unknown_device/alerts".into(), "", 404, ""),
-        ("GET", "/devices/unknown_device/aggregates".into(), "", 404, ""),
+        (
+            "GET",
+            "/devices/unknown_device/aggregates".into(),
+            "",
+            404,
+            "",
+        ),
     ];
     for (method, uri, body, status, param) in cases {
         let (got, resp) = call(&app, method, &uri, body).await;
@@ -533,11 +639,16 @@ async fn bad_inputs_are_4xx_naming_the_parameter() {
         assert!(err["code"].is_string(), "{resp}");
         let msg = err["message"].as_str().unwrap();
         if !param.is_empty() {
-            assert!(msg.starts_with(&format!("invalid {param}:")), "{method} {uri}: {msg}");
+            assert!(
+                msg.starts_with(&format!("invalid {param}:")),
+                "{method} {uri}: {msg}"
+            );
         }
         assert!(!msg.contains(&t.name), "table name leaked: {msg}");
     }
-    let resp = app.handle(request("DELETE", "/devices/sensor_01", "")).await;
+    let resp = app
+        .handle(request("DELETE", "/devices/sensor_01", ""))
+        .await;
     assert_eq!(resp.headers()["allow"], "PUT, GET");
 }
 
@@ -545,7 +656,10 @@ async fn bad_inputs_are_4xx_naming_the_parameter() {
 async fn store_failures_are_500_without_internal_details() {
     // GIVEN a table that does not exist
     let client = tidemark_testkit::dynamodb().await;
-    let app = App::new(client, ApiConfig::new("no-such-table-anywhere").with_now(now()));
+    let app = App::new(
+        client,
+        ApiConfig::new("no-such-table-anywhere").with_now(now()),
+    );
     let (status, body) = get(&app, "/devices/sensor_01").await;
     assert_eq!(status, 500);
     assert_eq!(
@@ -570,13 +684,21 @@ async fn device_alerts_page_newest_first() {
         );
         a.sk = tidemark_schema::keys::alert_sk(&a.alert_id);
         a.gsi1sk = Some(tidemark_schema::keys::alert_gsi1sk(&a.alert_id));
-        a.severity = if i % 2 == 0 { Severity::Critical } else { Severity::Warning };
+        a.severity = if i % 2 == 0 {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
         a.gsi1pk = Some(tidemark_schema::keys::severity_gsi1pk(a.severity));
         alerts.push(a);
     }
     put_all(&t, &alerts).await;
     let app = app(&t);
-    let want: Vec<String> = alerts.iter().rev().map(|a| a.alert_id.to_string()).collect();
+    let want: Vec<String> = alerts
+        .iter()
+        .rev()
+        .map(|a| a.alert_id.to_string())
+        .collect();
     let (got, pages) = walk(&app, "/devices/sensor_01/alerts?limit=4").await;
     let ids: Vec<&str> = got.iter().map(|a| a["alertId"].as_str().unwrap()).collect();
     assert_eq!((ids, pages), (want.iter().map(String::as_str).collect(), 7));

@@ -56,7 +56,12 @@ fn every_operation_documents_its_parameters_and_errors() {
             .and_then(Value::as_sequence)
             .into_iter()
             .flatten()
-            .chain(op.get("parameters").and_then(Value::as_sequence).into_iter().flatten());
+            .chain(
+                op.get("parameters")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten(),
+            );
         for p in declared {
             let p = resolve(&spec, p);
             let name = p["name"].as_str().unwrap().to_owned();
@@ -71,7 +76,10 @@ fn every_operation_documents_its_parameters_and_errors() {
             .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
             .map(str::to_owned)
             .collect();
-        assert_eq!(path_params, template_params, "{method} {path}: path parameters");
+        assert_eq!(
+            path_params, template_params,
+            "{method} {path}: path parameters"
+        );
         let taken: BTreeSet<String> = tidemark_api::query_parameters(&method, path)
             .unwrap()
             .iter()

@@ -33,7 +33,16 @@ pub fn now() -> Timestamp {
     ts("2026-04-20T15:00:00Z")
 }
 
+/// Logs of the handler (errors carry the store's details there) in the test output.
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("tidemark_api=info"))
+        .try_init();
+}
+
 pub fn app(t: &TestTable) -> App {
+    init_logs();
     App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(now()))
 }
 
@@ -184,8 +193,16 @@ pub async fn sample_table(label: &str) -> TestTable {
     }
     put(&t, &sample_alert()).await;
     let rs = sample_readings();
-    put(&t, &aggregate("sensor_01", Period::Hourly, rs[0].timestamp, &rs)).await;
-    put(&t, &aggregate("sensor_01", Period::Daily, rs[0].timestamp, &rs)).await;
+    put(
+        &t,
+        &aggregate("sensor_01", Period::Hourly, rs[0].timestamp, &rs),
+    )
+    .await;
+    put(
+        &t,
+        &aggregate("sensor_01", Period::Daily, rs[0].timestamp, &rs),
+    )
+    .await;
     t
 }
 
