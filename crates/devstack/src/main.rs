@@ -43,29 +43,34 @@ async fn main() -> ExitCode {
     }
 }
 
-/// A receiver that turns true on Ctrl-C (or SIGTERM).
+/// A receiver that turns true on Ctrl-C (or SIGTERM); a second one quits at once.
 fn stop_on_signal() -> (watch::Sender<bool>, watch::Receiver<bool>) {
     let (tx, rx) = watch::channel(false);
     let signal = tx.clone();
     tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            if let Ok(mut term) = signal(SignalKind::terminate()) {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            } else {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        eprintln!("\nstopping…");
+        interrupted().await;
+        eprintln!("\nstopping: letting invocations in flight finish (Ctrl-C again to quit now)…");
         let _ = signal.send(true);
+        interrupted().await;
+        eprintln!("quit.");
+        std::process::exit(130);
     });
     (tx, rx)
+}
+
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn sim_enabled() -> bool {
@@ -114,14 +119,17 @@ async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
             Ok(Ok(())) => {}
         }
     }
-    // In-flight invocations finish; a second Ctrl-C is not needed, but do not hang forever.
+    // Invocations in flight finish (their records are not checkpointed otherwise, so the next
+    // run would replay them: harmless, the handlers are idempotent, but slower).
     if tokio::time::timeout(Duration::from_secs(30), pipeline.stop())
         .await
         .is_err()
     {
-        eprintln!("tidemark-devstack: gave up waiting for in-flight invocations");
+        eprintln!("gave up waiting for invocations in flight after 30 s; quit.");
+        // Dropping the runtime under a still-running invocation only makes it log errors.
+        std::process::exit(1);
     }
-    eprintln!("stopped. The emulators keep running (`make stop` stops them).");
+    eprintln!("stopped.");
     Ok(())
 }
 

@@ -404,7 +404,10 @@ impl<S: EventSource, F: BatchFunction<S::Record>> ShardPoller<S, F> {
                     // Expired or invalid iterator, throttling, emulator restart: start again
                     // from the checkpoint, dropping what was read after it.
                     buf.clear();
-                    if e.is_trimmed() {
+                    if e.is_trimmed() && checkpoint.is_none() {
+                        // DynamoDB Local says this of a new, still empty shard: just read again.
+                        tracing::debug!(shard = %self.shard, error = %e, "shard not readable yet");
+                    } else if e.is_trimmed() {
                         // The records after the checkpoint are gone (retention): like Lambda,
                         // carry on from the oldest record still there.
                         tracing::warn!(shard = %self.shard, error = %e, "records trimmed; continuing at the trim horizon");
@@ -462,6 +465,10 @@ impl<S: EventSource, F: BatchFunction<S::Record>> ShardPoller<S, F> {
         // (batch, retries used so far), processed front first so order is kept.
         let mut queue: VecDeque<(Vec<S::Record>, u32)> = VecDeque::from([(records, 0)]);
         while let Some((batch, attempts)) = queue.pop_front() {
+            if self.stopping() {
+                // Not checkpointed: a later run reads these records again.
+                return;
+            }
             self.stats.invocations.fetch_add(1, Ordering::Relaxed);
             let started = Instant::now();
             let outcome = self.function.invoke(batch.clone()).await;
