@@ -275,3 +275,114 @@ impl EventSource for DynamoDbStreamSource {
             .timestamp_millis()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use aws_sdk_dynamodbstreams::types::{
+        Identity, OperationType, Record, StreamRecord, StreamViewType,
+    };
+
+    use super::*;
+
+    #[test]
+    fn a_ttl_deletion_keeps_its_user_identity_and_old_image() {
+        // GIVEN the stream record DynamoDB writes when TTL deletes a reading
+        let old = HashMap::from([
+            ("pk".to_owned(), AttributeValue::S("DEVICE#d1".into())),
+            (
+                "sk".to_owned(),
+                AttributeValue::S("READING#2026-04-20T14:00:00.000Z".into()),
+            ),
+            (
+                "metrics".to_owned(),
+                AttributeValue::M(HashMap::from([(
+                    "temperature".to_owned(),
+                    AttributeValue::N("22.4".into()),
+                )])),
+            ),
+            ("ttl".to_owned(), AttributeValue::N("1779285600".into())),
+            ("flags".to_owned(), AttributeValue::Ss(vec!["a".into()])),
+            (
+                "raw".to_owned(),
+                AttributeValue::B(aws_smithy_types::Blob::new(b"\x00\x01".to_vec())),
+            ),
+            ("gone".to_owned(), AttributeValue::Null(true)),
+        ]);
+        let rec = Record::builder()
+            .event_id("e1")
+            .event_name(OperationType::Remove)
+            .event_version("1.1")
+            .aws_region("us-east-1")
+            .dynamodb(
+                StreamRecord::builder()
+                    .approximate_creation_date_time(aws_smithy_types::DateTime::from_secs(
+                        1_776_693_600,
+                    ))
+                    .set_keys(Some(HashMap::from([
+                        ("pk".to_owned(), old["pk"].clone()),
+                        ("sk".to_owned(), old["sk"].clone()),
+                    ])))
+                    .set_old_image(Some(old))
+                    .sequence_number("000000000000000000123")
+                    .size_bytes(120)
+                    .stream_view_type(StreamViewType::NewAndOldImages)
+                    .build(),
+            )
+            .user_identity(
+                Identity::builder()
+                    .r#type("Service")
+                    .principal_id("dynamodb.amazonaws.com")
+                    .build(),
+            )
+            .build();
+        // WHEN it becomes a Lambda event record
+        let e = DynamoDbStreamSource::event_record("arn:stream", &rec).unwrap();
+        // THEN it reads like the one Lambda delivers
+        assert_eq!(e.event_name, "REMOVE");
+        assert_eq!(e.event_source_arn.as_deref(), Some("arn:stream"));
+        let who = e
+            .user_identity
+            .expect("TTL deletions carry a user identity");
+        assert_eq!(
+            (who.type_.as_str(), who.principal_id.as_str()),
+            ("Service", "dynamodb.amazonaws.com")
+        );
+        assert_eq!(
+            e.change.sequence_number.as_deref(),
+            Some("000000000000000000123")
+        );
+        assert_eq!(e.change.size_bytes, 120);
+        assert_eq!(
+            e.change.approximate_creation_date_time.timestamp(),
+            1_776_693_600
+        );
+        assert!(e.change.new_image.is_empty());
+        #[derive(serde::Deserialize)]
+        struct Old {
+            metrics: HashMap<String, f64>,
+            ttl: i64,
+        }
+        let old: Old = serde_dynamo::from_item(e.change.old_image.clone()).unwrap();
+        assert_eq!(old.metrics["temperature"], 22.4);
+        assert_eq!(old.ttl, 1_779_285_600);
+        let wire = serde_json::to_value(&e.change.old_image).unwrap();
+        assert_eq!(wire["raw"], json!({"B": "AAE="}));
+        assert_eq!(wire["flags"], json!({"SS": ["a"]}));
+        assert_eq!(wire["gone"], json!({"NULL": true}));
+        assert_eq!(e.change.keys.len(), 2);
+    }
+
+    #[test]
+    fn an_insert_has_no_user_identity() {
+        let rec = Record::builder()
+            .event_id("e2")
+            .event_name(OperationType::Insert)
+            .dynamodb(StreamRecord::builder().sequence_number("5").build())
+            .build();
+        let e = DynamoDbStreamSource::event_record("arn", &rec).unwrap();
+        assert_eq!(e.event_name, "INSERT");
+        assert!(e.user_identity.is_none());
+    }
+}
