@@ -7,6 +7,9 @@ use crate::AggregatorError;
 /// Environment variable with the default thresholds, JSON:
 /// `{"temperature":{"max":30,"severity":"critical"},"battery":{"min":15,"severity":"warning"}}`.
 pub const DEFAULT_THRESHOLDS_ENV: &str = "DEFAULT_THRESHOLDS";
+/// Environment variable with the number of GSI1 status shards (the API's setting, the same
+/// value: a device this function registers must land where the API lists it).
+pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
 /// Environment variable bounding how many item writes one invocation keeps in flight.
 pub const WRITE_CONCURRENCY_ENV: &str = "WRITE_CONCURRENCY";
 
@@ -18,6 +21,8 @@ pub struct AggregatorConfig {
     /// How often one item is re-read and rewritten after a conditional-write conflict.
     pub max_attempts: u32,
     pub write_concurrency: usize,
+    /// GSI1 status shards of the fleet (1: `DEVICE_STATUS#<status>` unsharded).
+    pub status_shards: u16,
 }
 
 impl AggregatorConfig {
@@ -28,6 +33,7 @@ impl AggregatorConfig {
             default_thresholds: BTreeMap::new(),
             max_attempts: 10,
             write_concurrency: 16,
+            status_shards: 1,
         }
     }
 
@@ -37,7 +43,7 @@ impl AggregatorConfig {
     }
 
     /// `TABLE_NAME` (default `tidemark`), `DEFAULT_THRESHOLDS` (JSON, optional),
-    /// `WRITE_CONCURRENCY` (optional).
+    /// `WRITE_CONCURRENCY` and `STATUS_SHARDS` (optional).
     pub fn from_env() -> Result<Self, AggregatorError> {
         let table = std::env::var(tidemark_store::client::TABLE_NAME_ENV)
             .ok()
@@ -53,6 +59,13 @@ impl AggregatorConfig {
             c.write_concurrency = n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
                 AggregatorError::Config(format!(
                     "{WRITE_CONCURRENCY_ENV}={n:?} is not a positive integer"
+                ))
+            })?;
+        }
+        if let Ok(n) = std::env::var(STATUS_SHARDS_ENV) {
+            c.status_shards = n.parse::<u16>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                AggregatorError::Config(format!(
+                    "{STATUS_SHARDS_ENV}={n:?} is not a positive integer"
                 ))
             })?;
         }

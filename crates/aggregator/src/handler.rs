@@ -9,8 +9,8 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use futures::StreamExt;
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, AlertState, DeviceId, DeviceItem, LatestReading, MetricName,
-    Timestamp,
+    AggregateItem, AlertId, AlertItem, AlertState, DeviceId, DeviceItem, DeviceStatus,
+    LatestReading, MetricName, Timestamp, keys,
 };
 use tidemark_store::emf::Metrics;
 
@@ -423,6 +423,11 @@ impl<S: Store> Aggregator<S> {
                 open_alerts: (alert_plan.open_alerts != open_before)
                     .then(|| alert_plan.open_alerts.clone()),
                 now: Timestamp::now(),
+                status_gsi1pk: keys::device_status_gsi1pk(
+                    &plan.device,
+                    DeviceStatus::Active,
+                    self.config.status_shards,
+                ),
             };
             let conflict = match self
                 .store

@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
 };
+use futures::StreamExt;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
@@ -40,6 +41,8 @@ pub struct DeviceUpdate {
     pub open_alerts: Option<BTreeMap<String, AlertId>>,
     /// `createdAt` of a device this write registers.
     pub now: Timestamp,
+    /// GSI1 status key of a device this write registers (active, in its status shard).
+    pub status_gsi1pk: String,
 }
 
 pub trait AggregateStore {
@@ -165,47 +168,60 @@ impl DynamoStore {
         &self.client
     }
 
-    /// Consistent BatchGetItem of any number of keys, retrying unprocessed keys.
+    /// Consistent BatchGetItem of any number of keys (100 a call, several calls in flight),
+    /// retrying unprocessed keys.
     async fn batch_get(&self, keys: &[Key]) -> Result<HashMap<Key, Item>, StoreError> {
-        let mut out = HashMap::new();
-        let mut unique: Vec<&Key> = keys.iter().collect();
+        let mut unique: Vec<Key> = keys.to_vec();
         unique.sort();
         unique.dedup();
-        for chunk in unique.chunks(100) {
-            let mut pending = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(chunk.iter().map(|k| key_item(k)).collect()))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| request_err("BatchGetItem", e))?,
-            );
-            let mut attempt = 0u32;
-            while let Some(req) = pending.take() {
-                let resp = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, req)
-                    .send()
-                    .await
-                    .map_err(StoreError::sdk("BatchGetItem"))?;
-                for item in resp
-                    .responses
+        let chunks: Vec<Vec<Key>> = unique.chunks(100).map(<[Key]>::to_vec).collect();
+        let parts: Vec<Result<Vec<Item>, StoreError>> =
+            futures::stream::iter(chunks.into_iter().map(|c| self.batch_get_chunk(c)))
+                .buffer_unordered(8)
+                .collect()
+                .await;
+        let mut out = HashMap::new();
+        for part in parts {
+            for item in part? {
+                if let Some(k) = item_key(&item) {
+                    out.insert(k, item);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn batch_get_chunk(&self, chunk: Vec<Key>) -> Result<Vec<Item>, StoreError> {
+        let mut out = Vec::new();
+        let mut pending = Some(
+            KeysAndAttributes::builder()
+                .set_keys(Some(chunk.iter().map(key_item).collect()))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| request_err("BatchGetItem", e))?,
+        );
+        let mut attempt = 0u32;
+        while let Some(req) = pending.take() {
+            let resp = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, req)
+                .send()
+                .await
+                .map_err(StoreError::sdk("BatchGetItem"))?;
+            out.extend(
+                resp.responses
                     .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    if let Some(k) = item_key(&item) {
-                        out.insert(k, item);
-                    }
-                }
-                pending = resp
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .filter(|k| !k.keys().is_empty());
-                if pending.is_some() {
-                    attempt += 1;
-                    let ms = 25u64 << attempt.min(8);
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                }
+                    .unwrap_or_default(),
+            );
+            pending = resp
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.table))
+                .filter(|k| !k.keys().is_empty());
+            if pending.is_some() {
+                attempt += 1;
+                let ms = 25u64 << attempt.min(8);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
             }
         }
         Ok(out)
@@ -310,7 +326,7 @@ fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
         .value(":now", av(&u.now)?)
         .value(":status", av(&DeviceStatus::Active)?)
         .value(":id", av(&u.device)?)
-        .value(":g1pk", s(keys::status_gsi1pk(DeviceStatus::Active, None)))
+        .value(":g1pk", s(&u.status_gsi1pk))
         .value(":g1sk", s(keys::device_gsi1sk(&u.device)));
     if let Some(open) = &u.open_alerts {
         set.push("#open = :open");
