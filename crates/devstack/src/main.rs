@@ -135,7 +135,13 @@ async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
 
 async fn simulate(cfg: LocalConfig) -> Result<(), DevstackError> {
     let sim = SimConfig::from_env();
-    let kinesis = cfg.kinesis().await;
+    // `TIDEMARK_KINESIS_ENDPOINT=aws`: the real service, with the usual credential chain.
+    let kinesis = if cfg.kinesis_endpoint == "aws" {
+        let shared = tidemark_store::sdk_config(&tidemark_store::ClientSettings::default()).await;
+        aws_sdk_kinesis::Client::new(&shared)
+    } else {
+        cfg.kinesis().await
+    };
     // Fail fast and clearly rather than warn on every send.
     kinesis
         .describe_stream_summary()
@@ -148,7 +154,7 @@ async fn simulate(cfg: LocalConfig) -> Result<(), DevstackError> {
                 "stream {} on {}: {} (create it with `make bootstrap`)",
                 cfg.stream,
                 cfg.kinesis_endpoint,
-                aws_sdk_kinesis::error::DisplayErrorContext(e)
+                aws_sdk_kinesis::Error::from(e)
             ),
         })?;
     eprintln!(

@@ -386,7 +386,7 @@ pub async fn put_records(
                 .await
                 .map_err(|e| DevstackError::Kinesis {
                     operation: "PutRecords",
-                    message: aws_sdk_kinesis::error::DisplayErrorContext(e).to_string(),
+                    message: aws_sdk_kinesis::Error::from(e).to_string(),
                 })?;
             if out.failed_record_count().unwrap_or(0) == 0 {
                 break;
