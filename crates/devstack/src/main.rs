@@ -49,7 +49,7 @@ fn stop_on_signal() -> (watch::Sender<bool>, watch::Receiver<bool>) {
     let signal = tx.clone();
     tokio::spawn(async move {
         interrupted().await;
-        eprintln!("\nstopping: letting invocations in flight finish (Ctrl-C again to quit now)…");
+        eprintln!("\nstopping… (Ctrl-C again to quit now)");
         let _ = signal.send(true);
         interrupted().await;
         eprintln!("quit.");
