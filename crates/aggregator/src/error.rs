@@ -7,9 +7,6 @@ pub enum AggregatorError {
     Config(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// An item of ours that does not hold what we write (never input: a bug or a hand edit).
-    #[error("item {key} is corrupt: {reason}")]
-    Corrupt { key: String, reason: String },
     #[error("item {key} still conflicted after {attempts} attempts")]
     Contended { key: String, attempts: u32 },
 }

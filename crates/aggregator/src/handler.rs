@@ -218,24 +218,28 @@ impl<S: Store> Aggregator<S> {
         match (aggs, devs) {
             (Ok(aggs), Ok(devs)) => {
                 let n = self.config.write_concurrency.max(1);
-                let agg_writes = futures::stream::iter(agg_plans.iter())
-                    .map(|p| {
+                // Indexes, not borrowed items, feed the streams: closures over `&T` would make
+                // the handler future !Send (a rustc limitation with higher-ranked lifetimes),
+                // and runtimes that spawn it need Send.
+                let (agg_plans, dev_plans, counters) = (&agg_plans, &dev_plans, &counters);
+                let agg_writes = futures::stream::iter(0..agg_plans.len())
+                    .map(|i| {
+                        let p = &agg_plans[i];
                         let current = aggs.get(&p.key).cloned();
-                        let counters = &counters;
                         async move {
                             (
                                 p.first_index(),
-                                &p.key,
+                                p.key.to_string(),
                                 self.write_aggregate(p, current, counters).await,
                             )
                         }
                     })
                     .buffer_unordered(n)
                     .collect::<Vec<_>>();
-                let dev_writes = futures::stream::iter(dev_plans.iter())
-                    .map(|p| {
+                let dev_writes = futures::stream::iter(0..dev_plans.len())
+                    .map(|i| {
+                        let p = &dev_plans[i];
                         let current = devs.get(&p.device).cloned();
-                        let counters = &counters;
                         async move {
                             (
                                 p.first_index,
@@ -623,6 +627,20 @@ mod tests {
         );
         let d = agg.store().devices.lock().unwrap()[&DeviceId::new("d1").unwrap()].clone();
         assert_eq!(d.last_seen_at, Some(ts("2026-04-20T14:01:00Z")));
+    }
+
+    #[test]
+    fn the_dynamodb_handler_future_is_send_for_spawning_runtimes() {
+        fn assert_send<T: Send>(_: &T) {}
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        let agg = Aggregator::new(
+            aws_sdk_dynamodb::Client::from_conf(conf),
+            AggregatorConfig::new("t"),
+        );
+        let fut = agg.handle(Event::default());
+        assert_send(&fut);
     }
 
     #[test]
