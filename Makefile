@@ -7,7 +7,7 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api heat
+.PHONY: run bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api heat bench
 
 ## run: the whole pipeline locally: emulators, table and stream, ingest and aggregator behind
 ## emulated event-source mappings, the API on 127.0.0.1:3000, a simulated fleet (TIDEMARK_SIM=0
@@ -73,3 +73,9 @@ invoke-api:
 ## heat: partition-heat simulator: hottest partition key's writes/s with and without sharding
 heat:
 	$(CARGO) run --quiet -p tidemark-schema --example partition_heat -- $(HEAT_ARGS)
+
+## bench: cost and speed on the local stack, side by side with the textbook design; writes
+## bench/REPORT.md and bench/report.json (BENCH_ARGS=--quick for small fleets, see --help)
+bench:
+	scripts/services.sh start
+	$(CARGO) run --release -p tidemark-bench -- $(BENCH_ARGS)

@@ -1,0 +1,422 @@
+//! A metering HTTP proxy between one function's DynamoDB client and DynamoDB Local.
+//!
+//! The handlers stay untouched: the proxy adds `"ReturnConsumedCapacity":"INDEXES"` to every
+//! request body that accepts it and sums the `ConsumedCapacity` DynamoDB answers with, table
+//! and GSI units apart. DynamoDB Local does not verify SigV4 signatures, so rewriting a signed
+//! body is safe there (and only there). One proxy per function attributes the units.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::client::conn::http1::SendRequest;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+
+/// What an operation's capacity units are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Write,
+    Read,
+}
+
+const WRITES: [&str; 5] = [
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "BatchWriteItem",
+    "TransactWriteItems",
+];
+const READS: [&str; 6] = [
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+    "Scan",
+    "TransactGetItems",
+    "ExecuteStatement",
+];
+
+/// The operation named by an `X-Amz-Target` header (`DynamoDB_20120810.PutItem`) and whether
+/// it is metered; `None` for operations without capacity (DescribeTable, streams, …).
+pub fn operation(target: &str) -> Option<(&str, Kind)> {
+    let op = target.rsplit('.').next()?;
+    if WRITES.contains(&op) {
+        Some((op, Kind::Write))
+    } else if READS.contains(&op) && op != "ExecuteStatement" {
+        Some((op, Kind::Read))
+    } else {
+        None
+    }
+}
+
+/// The request body with `ReturnConsumedCapacity` set to `INDEXES` (replacing whatever the
+/// caller asked for: `INDEXES` reports a superset of `TOTAL`). `None` if the body is not a
+/// JSON object, in which case it is forwarded unchanged.
+pub fn rewrite_request(body: &[u8]) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(body).ok()?;
+    v.as_object_mut()?
+        .insert("ReturnConsumedCapacity".into(), Value::from("INDEXES"));
+    serde_json::to_vec(&v).ok()
+}
+
+/// Capacity units of one response, split by where they were spent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Capacity {
+    pub total: f64,
+    pub table: f64,
+    pub gsi: f64,
+}
+
+impl Capacity {
+    fn add(&mut self, o: Capacity) {
+        self.total += o.total;
+        self.table += o.table;
+        self.gsi += o.gsi;
+    }
+}
+
+fn units(v: &Value) -> f64 {
+    ["CapacityUnits", "WriteCapacityUnits", "ReadCapacityUnits"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_f64))
+        .unwrap_or(0.0)
+}
+
+/// Sums the `ConsumedCapacity` of a response body: an object (single-item operations,
+/// Query) or a list of them, one per table (batch and transaction operations).
+pub fn consumed(body: &[u8]) -> Capacity {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Capacity::default();
+    };
+    let entries: Vec<&Value> = match v.get("ConsumedCapacity") {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(o @ Value::Object(_)) => vec![o],
+        _ => return Capacity::default(),
+    };
+    let mut sum = Capacity::default();
+    for e in entries {
+        let total = units(e);
+        let index_units = |k: &str| -> f64 {
+            e.get(k)
+                .and_then(Value::as_object)
+                .map(|m| m.values().map(units).sum())
+                .unwrap_or(0.0)
+        };
+        let gsi = index_units("GlobalSecondaryIndexes");
+        let lsi = index_units("LocalSecondaryIndexes");
+        let table = e.get("Table").map(units).unwrap_or(total - gsi - lsi);
+        sum.add(Capacity { total, table, gsi });
+    }
+    sum
+}
+
+/// Per-operation counts of one proxy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OpStats {
+    pub calls: u64,
+    pub capacity: Capacity,
+    /// `ConditionalCheckFailedException` (and transaction cancellations): DynamoDB Local
+    /// reports no capacity for them, AWS bills them (1 WRU per KB of the item).
+    pub conditional_failures: u64,
+    pub other_errors: u64,
+    /// Time from forwarding the request to having the whole response, summed.
+    pub upstream_ms: f64,
+}
+
+/// Everything one proxy saw.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MeterTotals {
+    pub by_operation: BTreeMap<String, OpStats>,
+}
+
+impl MeterTotals {
+    fn sum(&self, kind: Kind) -> (Capacity, u64, u64) {
+        let mut c = Capacity::default();
+        let (mut calls, mut failed) = (0, 0);
+        for (op, s) in &self.by_operation {
+            if operation(op).map(|(_, k)| k) == Some(kind) {
+                c.add(s.capacity);
+                calls += s.calls;
+                failed += s.conditional_failures;
+            }
+        }
+        (c, calls, failed)
+    }
+
+    /// Write units (table, GSI, total), write calls and failed conditional writes.
+    pub fn writes(&self) -> (Capacity, u64, u64) {
+        self.sum(Kind::Write)
+    }
+
+    pub fn reads(&self) -> (Capacity, u64) {
+        let (c, calls, _) = self.sum(Kind::Read);
+        (c, calls)
+    }
+
+    /// Records one exchange: `op` is the bare operation name.
+    pub fn record(&mut self, op: &str, status: StatusCode, response: &[u8], upstream_ms: f64) {
+        let s = self.by_operation.entry(op.to_owned()).or_default();
+        s.calls += 1;
+        s.upstream_ms += upstream_ms;
+        if status.is_success() {
+            s.capacity.add(consumed(response));
+        } else {
+            let text = String::from_utf8_lossy(response);
+            if text.contains("ConditionalCheckFailed") || text.contains("TransactionCanceled") {
+                s.conditional_failures += 1;
+            } else {
+                s.other_errors += 1;
+            }
+        }
+    }
+}
+
+/// A running proxy; its counters can be read and reset while it runs.
+#[derive(Clone)]
+pub struct Meter {
+    pub addr: SocketAddr,
+    totals: Arc<Mutex<MeterTotals>>,
+}
+
+impl Meter {
+    /// Starts a proxy on an ephemeral loopback port forwarding to `upstream` (`host:port`).
+    pub async fn start(upstream: SocketAddr) -> std::io::Result<Meter> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let totals = Arc::new(Mutex::new(MeterTotals::default()));
+        let t = totals.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let t = t.clone();
+                tokio::spawn(async move {
+                    // HTTP/1 serves one request at a time per connection, so each client
+                    // connection gets its own upstream connection.
+                    let upstream_conn = Arc::new(tokio::sync::Mutex::new(None));
+                    let svc = service_fn(move |req| {
+                        forward(req, upstream, upstream_conn.clone(), t.clone())
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Meter { addr, totals })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn totals(&self) -> MeterTotals {
+        self.totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Returns the totals so far and starts counting from zero.
+    pub fn take(&self) -> MeterTotals {
+        std::mem::take(&mut *self.totals.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+type Upstream = Arc<tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>>;
+
+fn bad_gateway(e: impl std::fmt::Display) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("meter proxy: {e}"))));
+    *r.status_mut() = StatusCode::BAD_GATEWAY;
+    r
+}
+
+async fn connect(upstream: SocketAddr) -> std::io::Result<SendRequest<Full<Bytes>>> {
+    let stream = TcpStream::connect(upstream).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(std::io::Error::other)?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+async fn forward(
+    req: Request<Incoming>,
+    upstream: SocketAddr,
+    conn: Upstream,
+    totals: Arc<Mutex<MeterTotals>>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (mut parts, body) = req.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Ok(bad_gateway(e)),
+    };
+    let op = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .and_then(operation)
+        .map(|(op, _)| op.to_owned());
+    let body = match op.as_ref().and_then(|_| rewrite_request(&body)) {
+        Some(b) => {
+            parts.headers.remove(http::header::TRANSFER_ENCODING);
+            parts
+                .headers
+                .insert(http::header::CONTENT_LENGTH, b.len().into());
+            Bytes::from(b)
+        }
+        None => body,
+    };
+    let mut guard = conn.lock().await;
+    let mut last_err = None;
+    for _ in 0..2 {
+        let sender = match guard.as_mut() {
+            Some(s) if !s.is_closed() => s,
+            _ => match connect(upstream).await {
+                Ok(s) => guard.insert(s),
+                Err(e) => return Ok(bad_gateway(e)),
+            },
+        };
+        let req = Request::from_parts(parts.clone(), Full::new(body.clone()));
+        let sent = std::time::Instant::now();
+        match sender.send_request(req).await {
+            Ok(resp) => {
+                let (rparts, rbody) = resp.into_parts();
+                let bytes = match rbody.collect().await {
+                    Ok(b) => b.to_bytes(),
+                    Err(e) => return Ok(bad_gateway(e)),
+                };
+                if let Some(op) = &op {
+                    totals.lock().unwrap_or_else(|p| p.into_inner()).record(
+                        op,
+                        rparts.status,
+                        &bytes,
+                        sent.elapsed().as_secs_f64() * 1e3,
+                    );
+                }
+                return Ok(Response::from_parts(rparts, Full::new(bytes)));
+            }
+            Err(e) => {
+                // A kept-alive upstream connection closed under us: reconnect once.
+                *guard = None;
+                last_err = Some(e);
+            }
+        }
+    }
+    Ok(bad_gateway(last_err.map_or_else(
+        || "no attempt".to_owned(),
+        |e| e.to_string(),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_operations_with_capacity_are_metered() {
+        assert_eq!(
+            operation("DynamoDB_20120810.PutItem"),
+            Some(("PutItem", Kind::Write))
+        );
+        assert_eq!(
+            operation("DynamoDB_20120810.TransactWriteItems"),
+            Some(("TransactWriteItems", Kind::Write))
+        );
+        assert_eq!(
+            operation("DynamoDB_20120810.Query"),
+            Some(("Query", Kind::Read))
+        );
+        assert_eq!(operation("DynamoDB_20120810.DescribeTable"), None);
+        assert_eq!(operation("DynamoDBStreams_20120810.GetRecords"), None);
+    }
+
+    #[test]
+    fn rewrite_asks_for_index_capacity_and_keeps_everything_else() {
+        // GIVEN a request that asked for TOTAL
+        let body = br#"{"TableName":"t","Item":{"pk":{"S":"a"}},"ReturnConsumedCapacity":"TOTAL"}"#;
+        // WHEN it passes the proxy
+        let out: Value = serde_json::from_slice(&rewrite_request(body).unwrap()).unwrap();
+        // THEN it asks for INDEXES and is otherwise the same request
+        assert_eq!(out["ReturnConsumedCapacity"], "INDEXES");
+        assert_eq!(out["TableName"], "t");
+        assert_eq!(out["Item"]["pk"]["S"], "a");
+        let plain = rewrite_request(br#"{"TableName":"t"}"#).unwrap();
+        assert!(String::from_utf8(plain).unwrap().contains("INDEXES"));
+        assert_eq!(rewrite_request(b"not json"), None);
+        assert_eq!(rewrite_request(b"[1,2]"), None);
+    }
+
+    #[test]
+    fn single_item_capacity_splits_table_and_gsi() {
+        // Shapes as DynamoDB Local returns them.
+        let put = br#"{"ConsumedCapacity":{"TableName":"t","CapacityUnits":2.0,"Table":{"CapacityUnits":1.0},"GlobalSecondaryIndexes":{"GSI1":{"CapacityUnits":1.0}}}}"#;
+        assert_eq!(
+            consumed(put),
+            Capacity {
+                total: 2.0,
+                table: 1.0,
+                gsi: 1.0
+            }
+        );
+        let update = br#"{"ConsumedCapacity":{"TableName":"t","CapacityUnits":1.0,"Table":{"CapacityUnits":1.0}}}"#;
+        assert_eq!(consumed(update).table, 1.0);
+        assert_eq!(consumed(update).gsi, 0.0);
+    }
+
+    #[test]
+    fn batch_and_transaction_capacity_lists_are_summed() {
+        let batch = br#"{"UnprocessedItems":{},"ConsumedCapacity":[{"TableName":"t","CapacityUnits":3.0,"Table":{"CapacityUnits":2.0},"GlobalSecondaryIndexes":{"GSI1":{"CapacityUnits":1.0}}},{"TableName":"u","CapacityUnits":1.0}]}"#;
+        assert_eq!(
+            consumed(batch),
+            Capacity {
+                total: 4.0,
+                table: 3.0,
+                gsi: 1.0
+            }
+        );
+        let tx = br#"{"ConsumedCapacity":[{"TableName":"t","CapacityUnits":8.0,"WriteCapacityUnits":8.0,"Table":{"WriteCapacityUnits":4.0,"CapacityUnits":4.0},"GlobalSecondaryIndexes":{"GSI1":{"WriteCapacityUnits":4.0,"CapacityUnits":4.0}}}]}"#;
+        assert_eq!(
+            consumed(tx),
+            Capacity {
+                total: 8.0,
+                table: 4.0,
+                gsi: 4.0
+            }
+        );
+        assert_eq!(consumed(b"{}"), Capacity::default());
+    }
+
+    #[test]
+    fn failed_conditions_are_counted_apart_from_units() {
+        let mut t = MeterTotals::default();
+        t.record(
+            "UpdateItem",
+            StatusCode::OK,
+            br#"{"ConsumedCapacity":{"CapacityUnits":1.0,"Table":{"CapacityUnits":1.0}}}"#,
+            1.0,
+        );
+        t.record(
+            "UpdateItem",
+            StatusCode::BAD_REQUEST,
+            br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"}"#,
+            1.0,
+        );
+        t.record(
+            "Query",
+            StatusCode::OK,
+            br#"{"ConsumedCapacity":{"CapacityUnits":0.5}}"#,
+            1.0,
+        );
+        let (w, calls, failed) = t.writes();
+        assert_eq!((w.total, calls, failed), (1.0, 2, 1));
+        assert_eq!(t.reads().0.total, 0.5);
+    }
+}

@@ -1,0 +1,353 @@
+//! One scenario through one design: the fleet's readings → Kinesis events → ingest → the
+//! table's stream → batching-window batches → aggregator, with each function's DynamoDB
+//! client behind its own metering proxy and its handler time measured in process.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tidemark_aggregator::{Aggregator, AggregatorConfig};
+use tidemark_ingest::{Ingest, IngestConfig};
+use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory, Timestamp};
+use tidemark_store::ClientSettings;
+
+use crate::BenchError;
+use crate::baseline::Baseline;
+use crate::meter::{Meter, MeterTotals};
+use crate::scenario::{Scenario, SimReading, kinesis_event};
+use crate::stream::{StreamReader, batches};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Design {
+    Tidemark,
+    Baseline,
+}
+
+/// Units one function spent.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Units {
+    pub wru_table: f64,
+    pub wru_gsi: f64,
+    pub wru_total: f64,
+    pub write_calls: u64,
+    /// Failed conditional writes: no units reported by DynamoDB Local, ~1 WRU each on AWS.
+    pub conditional_failures: u64,
+    pub rru_total: f64,
+    pub read_calls: u64,
+    pub totals: MeterTotals,
+}
+
+impl Units {
+    fn from(t: MeterTotals) -> Units {
+        let (w, write_calls, conditional_failures) = t.writes();
+        let (r, read_calls) = t.reads();
+        Units {
+            wru_table: w.table,
+            wru_gsi: w.gsi,
+            wru_total: w.total,
+            write_calls,
+            conditional_failures,
+            rru_total: r.total,
+            read_calls,
+            totals: t,
+        }
+    }
+}
+
+/// What one function did over the run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Side {
+    pub invocations: u64,
+    /// Records delivered to the function (stream records include non-reading items).
+    pub records: u64,
+    /// Reading records among them.
+    pub reading_records: u64,
+    /// Wall time inside the handler, summed over invocations.
+    pub handler_seconds: f64,
+    pub units: Units,
+}
+
+impl Side {
+    pub fn readings_per_second(&self) -> f64 {
+        if self.handler_seconds > 0.0 {
+            self.reading_records as f64 / self.handler_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DesignRun {
+    pub scenario: String,
+    pub design: Design,
+    pub aggregator_batch_size: usize,
+    pub readings_sent: u64,
+    /// Distinct reading keys among those sent (what the table stores).
+    pub readings_stored: u64,
+    /// Readings the aggregator applied to hourly aggregates (Tidemark) or aggregated
+    /// (baseline): equal to `readings_stored` when nothing was lost or double counted.
+    pub readings_aggregated: u64,
+    pub aggregator_conflicts: u64,
+    pub aggregator_items_written: u64,
+    /// Readings one device sends per batching window (the k a window-long batch gives).
+    pub readings_per_device_window: f64,
+    /// (device, invocation) pairs: how often some item of a device was due for a write.
+    pub device_batches: u64,
+    pub failed_batches: u64,
+    pub ingest: Side,
+    pub aggregator: Side,
+    pub seconds: f64,
+}
+
+impl DesignRun {
+    fn per(&self, v: f64) -> f64 {
+        if self.readings_stored == 0 {
+            0.0
+        } else {
+            v / self.readings_stored as f64
+        }
+    }
+    pub fn ingest_wru_per_reading(&self) -> f64 {
+        self.per(self.ingest.units.wru_total)
+    }
+    pub fn aggregator_wru_per_reading(&self) -> f64 {
+        self.per(self.aggregator.units.wru_total)
+    }
+    pub fn wru_per_reading(&self) -> f64 {
+        self.per(self.ingest.units.wru_total + self.aggregator.units.wru_total)
+    }
+    pub fn gsi_wru_per_reading(&self) -> f64 {
+        self.per(self.ingest.units.wru_gsi + self.aggregator.units.wru_gsi)
+    }
+    /// Including failed conditional writes at one unit each (what AWS would bill).
+    pub fn billed_wru_per_reading(&self) -> f64 {
+        self.per(
+            self.ingest.units.wru_total
+                + self.aggregator.units.wru_total
+                + (self.ingest.units.conditional_failures
+                    + self.aggregator.units.conditional_failures) as f64,
+        )
+    }
+}
+
+/// Where the run talks to.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub dynamodb: SocketAddr,
+}
+
+impl Target {
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.dynamodb)
+    }
+    pub async fn client(&self) -> aws_sdk_dynamodb::Client {
+        tidemark_store::dynamodb_client(&ClientSettings::local(self.endpoint())).await
+    }
+    pub async fn streams(&self) -> aws_sdk_dynamodbstreams::Client {
+        let settings = ClientSettings::local(self.endpoint());
+        let shared = tidemark_store::sdk_config(&settings).await;
+        let conf = aws_sdk_dynamodbstreams::config::Builder::from(&shared)
+            .endpoint_url(self.endpoint())
+            .build();
+        aws_sdk_dynamodbstreams::Client::from_conf(conf)
+    }
+}
+
+/// The hour the fleets start at: two whole hours ago, so readings pass ingest's time checks,
+/// and a simulated hour fills exactly one hourly bucket and one daily bucket.
+pub fn simulated_start(now: Timestamp) -> Timestamp {
+    let hour = now.hour_start();
+    let start = hour.minus_millis(2 * 3_600_000).unwrap_or(hour);
+    // Keep the run inside one UTC day (a day change would add a daily bucket).
+    if start.day() != hour.day() || start.day() != now.day() {
+        start.day().start()
+    } else {
+        start
+    }
+}
+
+enum Functions {
+    Tidemark {
+        ingest: Box<Ingest>,
+        aggregator: Box<Aggregator>,
+    },
+    Baseline(Baseline),
+}
+
+/// Creates a fresh table named `table` and runs `readings` of `scenario` through `design`.
+pub async fn run(
+    target: &Target,
+    scenario: &Scenario,
+    design: Design,
+    table: &str,
+    readings: &[SimReading],
+    start: Timestamp,
+) -> Result<DesignRun, BenchError> {
+    let began = Instant::now();
+    let direct = target.client().await;
+    tidemark_store::create_table(&direct, table, &tidemark_schema::TABLE).await?;
+    if let (Some(n), Design::Tidemark) = (scenario.hot_shards, design) {
+        // In force from an hour before the first reading (DESIGN §4: announced ahead).
+        let from = start.minus_millis(3_600_000).unwrap_or(start);
+        let history = ShardHistory::default()
+            .with_change(from, n)
+            .map_err(|e| BenchError::Setup(e.to_string()))?;
+        let item = tidemark_store::to_item(&ShardConfigItem::new(&scenario.device_id(0), history))?;
+        direct
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| {
+                BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+            })?;
+    }
+    let ingest_meter = Meter::start(target.dynamodb).await?;
+    let agg_meter = Meter::start(target.dynamodb).await?;
+    let via = |m: &Meter| {
+        if std::env::var_os("BENCH_NO_METER").is_some() {
+            target.endpoint()
+        } else {
+            m.endpoint()
+        }
+    };
+    let ingest_client =
+        tidemark_store::dynamodb_client(&ClientSettings::local(via(&ingest_meter))).await;
+    let agg_client = tidemark_store::dynamodb_client(&ClientSettings::local(via(&agg_meter))).await;
+    let functions = match design {
+        Design::Tidemark => Functions::Tidemark {
+            ingest: Box::new(Ingest::new(ingest_client, IngestConfig::new(table))),
+            aggregator: Box::new(Aggregator::new(agg_client, AggregatorConfig::new(table))),
+        },
+        Design::Baseline => Functions::Baseline(Baseline::new(ingest_client, agg_client, table)),
+    };
+    let mut reader = StreamReader::for_table(&direct, target.streams().await, table).await?;
+
+    let stored: BTreeSet<(u32, Timestamp)> = readings.iter().map(|r| (r.device, r.at)).collect();
+    let mut out = DesignRun {
+        scenario: scenario.name.to_owned(),
+        design,
+        aggregator_batch_size: scenario.aggregator_batch_size,
+        readings_sent: readings.len() as u64,
+        readings_stored: stored.len() as u64,
+        readings_aggregated: 0,
+        aggregator_conflicts: 0,
+        aggregator_items_written: 0,
+        readings_per_device_window: scenario.window_ms as f64 * 1_000.0
+            / scenario.interval_us as f64,
+        device_batches: 0,
+        failed_batches: 0,
+        ingest: Side::default(),
+        aggregator: Side::default(),
+        seconds: 0.0,
+    };
+
+    let mut seq = 1u64;
+    let mut i = 0;
+    // One batching window at a time: what arrived in it is ingested, then the aggregator
+    // mapping delivers the window's stream records. The last round drains the aggregator's
+    // own echoes (its writes are stream records too, which it must read and ignore).
+    let window = |r: &SimReading| (r.at.epoch_millis() - start.epoch_millis()) / scenario.window_ms;
+    let mut drained_last = false;
+    while !drained_last {
+        let end = match readings.get(i) {
+            Some(first) => {
+                let w = window(first);
+                i + readings[i..].iter().take_while(|r| window(r) == w).count()
+            }
+            None => {
+                drained_last = true;
+                i
+            }
+        };
+        for chunk in readings[i..end].chunks(scenario.ingest_batch_size) {
+            let event = kinesis_event(scenario, chunk, seq)?;
+            seq += chunk.len() as u64;
+            let t = Instant::now();
+            match &functions {
+                Functions::Tidemark { ingest, .. } => {
+                    let (resp, stats) = ingest
+                        .process(&event, Instant::now() + Duration::from_secs(60))
+                        .await
+                        .map_err(|e| BenchError::Function(e.to_string()))?;
+                    out.failed_batches += u64::from(!resp.batch_item_failures.is_empty());
+                    out.ingest.reading_records += stats.readings;
+                }
+                Functions::Baseline(b) => {
+                    out.ingest.reading_records += b.ingest(&event, Timestamp::now()).await?;
+                }
+            }
+            out.ingest.handler_seconds += t.elapsed().as_secs_f64();
+            out.ingest.invocations += 1;
+            out.ingest.records += chunk.len() as u64;
+        }
+        i = end;
+        let t = Instant::now();
+        let records = reader.drain().await?;
+        if verbose() {
+            eprintln!(
+                "bench:     window to {end}: ingest {:.1} s so far, drained {} records in {:.1} s",
+                out.ingest.handler_seconds,
+                records.len(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+        for event in batches(records, scenario.aggregator_batch_size) {
+            let n = event.records.len() as u64;
+            // Readings of the batch by device (a hot device's shards are one device).
+            let devices: Vec<DeviceId> = event
+                .records
+                .iter()
+                .filter_map(
+                    |r| match EntityKey::parse(key_attr(r, "pk")?, key_attr(r, "sk")?) {
+                        Ok(EntityKey::Reading { device, .. }) => Some(device),
+                        _ => None,
+                    },
+                )
+                .collect();
+            let reading_records = devices.len() as u64;
+            let devices: BTreeSet<DeviceId> = devices.into_iter().collect();
+            out.device_batches += devices.len() as u64;
+            let t = Instant::now();
+            match &functions {
+                Functions::Tidemark { aggregator, .. } => {
+                    let (resp, report) = aggregator.process(&event).await;
+                    out.failed_batches += u64::from(!resp.batch_item_failures.is_empty());
+                    out.readings_aggregated += report.readings_aggregated;
+                    out.aggregator_conflicts += report.conflicts_retried;
+                    out.aggregator_items_written += report.items_written;
+                }
+                Functions::Baseline(b) => {
+                    out.readings_aggregated += b.aggregate(&event).await?;
+                }
+            }
+            out.aggregator.handler_seconds += t.elapsed().as_secs_f64();
+            out.aggregator.invocations += 1;
+            out.aggregator.records += n;
+            out.aggregator.reading_records += reading_records;
+        }
+    }
+    out.ingest.units = Units::from(ingest_meter.take());
+    out.aggregator.units = Units::from(agg_meter.take());
+    out.seconds = began.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// `BENCH_VERBOSE=1` logs every window.
+fn verbose() -> bool {
+    std::env::var_os("BENCH_VERBOSE").is_some()
+}
+
+fn key_attr<'a>(
+    r: &'a aws_lambda_events::event::dynamodb::EventRecord,
+    name: &str,
+) -> Option<&'a str> {
+    match r.change.keys.get(name) {
+        Some(serde_dynamo::AttributeValue::S(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}

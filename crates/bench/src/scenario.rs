@@ -1,0 +1,243 @@
+//! Deterministic fleets: who sends what when, in simulated time, and the Kinesis events an
+//! event-source mapping would form from it.
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use base64::Engine;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tidemark_schema::{DeviceId, Timestamp};
+
+/// One benchmark scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub description: String,
+    pub devices: u32,
+    /// Time between two readings of one device, in microseconds (2,000/s is 500 µs).
+    pub interval_us: i64,
+    /// Simulated time the fleet sends for, in milliseconds.
+    pub span_ms: i64,
+    /// Shard count of the (single) hot device, written to `CONFIG` before the run.
+    pub hot_shards: Option<u16>,
+    /// The aggregator mapping's batching window, milliseconds of simulated time.
+    pub window_ms: i64,
+    /// The aggregator mapping's `BatchSize`.
+    pub aggregator_batch_size: usize,
+    /// The ingest mapping's `BatchSize` (records per Kinesis invocation when a backlog
+    /// lets the mapping fill its batches).
+    pub ingest_batch_size: usize,
+}
+
+/// `template.yaml`: the ingest mapping's `BatchSize`.
+pub const TEMPLATE_INGEST_BATCH: usize = 500;
+/// `template.yaml`: the aggregator mapping's `BatchSize`.
+pub const TEMPLATE_AGGREGATOR_BATCH: usize = 1_000;
+/// DynamoDB Streams' largest `BatchSize`.
+pub const MAX_STREAM_BATCH: usize = 10_000;
+/// Lambda's synchronous invocation payload limit, which also bounds a stream batch.
+pub const MAX_PAYLOAD_BYTES: usize = 6 * 1024 * 1024;
+pub const WINDOW_MS: i64 = 300_000;
+
+impl Scenario {
+    /// `devices` devices (1,000 in DESIGN §8), one reading a minute, for `minutes` (60).
+    pub fn standard(devices: u32, minutes: i64, aggregator_batch_size: usize) -> Scenario {
+        Scenario {
+            name: "standard",
+            description: format!(
+                "{devices} devices, 1 reading/min each, {minutes} simulated minutes"
+            ),
+            devices,
+            interval_us: 60_000_000,
+            span_ms: minutes * 60_000,
+            hot_shards: None,
+            window_ms: WINDOW_MS,
+            aggregator_batch_size,
+            ingest_batch_size: TEMPLATE_INGEST_BATCH,
+        }
+    }
+
+    /// `devices` devices (50) at one reading a second for `minutes` simulated minutes.
+    pub fn one_hz(devices: u32, minutes: i64, aggregator_batch_size: usize) -> Scenario {
+        Scenario {
+            name: "1hz",
+            description: format!(
+                "{devices} devices, 1 reading/s each, {minutes} simulated minutes"
+            ),
+            devices,
+            interval_us: 1_000_000,
+            span_ms: minutes * 60_000,
+            hot_shards: None,
+            window_ms: WINDOW_MS,
+            aggregator_batch_size,
+            ingest_batch_size: TEMPLATE_INGEST_BATCH,
+        }
+    }
+
+    /// One device at 2,000 readings/s for `millis` of simulated time, with 4 write shards.
+    pub fn hot(millis: i64, aggregator_batch_size: usize) -> Scenario {
+        Scenario {
+            name: "hot",
+            description: format!(
+                "1 device at 2,000 readings/s for {} simulated s, 4 write shards",
+                millis as f64 / 1000.0
+            ),
+            devices: 1,
+            interval_us: 500,
+            span_ms: millis,
+            hot_shards: Some(4),
+            window_ms: WINDOW_MS,
+            aggregator_batch_size,
+            ingest_batch_size: TEMPLATE_INGEST_BATCH,
+        }
+    }
+
+    pub fn device_id(&self, i: u32) -> DeviceId {
+        let id = if self.hot_shards.is_some() {
+            format!("hot-{i:04}")
+        } else {
+            format!("dev-{i:04}")
+        };
+        DeviceId::new(&id).unwrap_or_else(|_| unreachable!("generated IDs are valid"))
+    }
+
+    /// Every reading the fleet sends, in arrival order (arrival = reading time: devices
+    /// send at once). Readings start at `start`.
+    pub fn readings(&self, start: Timestamp) -> Vec<SimReading> {
+        let start_us = start.epoch_millis() * 1_000;
+        let end_us = start_us + self.span_ms * 1_000;
+        let mut out = Vec::new();
+        for d in 0..self.devices {
+            let id = self.device_id(d);
+            // Devices spread their first reading evenly over one interval.
+            let mut t = start_us + self.interval_us * i64::from(d) / i64::from(self.devices);
+            let mut n: u64 = 0;
+            while t < end_us {
+                let at = Timestamp::from_epoch_millis(t / 1_000).unwrap_or(Timestamp::MIN);
+                out.push(SimReading {
+                    device: d,
+                    at,
+                    body: reading_json(&id, at, d, n),
+                });
+                n += 1;
+                t += self.interval_us;
+            }
+        }
+        out.sort_by_key(|r| (r.at, r.device));
+        out
+    }
+}
+
+/// One reading in flight.
+#[derive(Debug, Clone)]
+pub struct SimReading {
+    pub device: u32,
+    pub at: Timestamp,
+    pub body: Vec<u8>,
+}
+
+/// SplitMix64: stable pseudo-random numbers from (device, n).
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn unit(device: u32, n: u64, salt: u64) -> f64 {
+    (mix((u64::from(device) << 40) ^ (n << 4) ^ salt) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The DESIGN §3 reading shape with four metrics and firmware metadata (about 200 bytes as
+/// an item, well under one write unit).
+pub fn reading_json(id: &DeviceId, at: Timestamp, device: u32, n: u64) -> Vec<u8> {
+    let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    let v = json!({
+        "deviceId": id.as_str(),
+        "timestamp": at.to_string(),
+        "temperature": r1(18.0 + 6.0 * unit(device, n, 1)),
+        "humidity": r1(35.0 + 20.0 * unit(device, n, 2)),
+        "pressure": r1(1005.0 + 15.0 * unit(device, n, 3)),
+        "battery": r1(100.0 - (n as f64) * 0.001 - unit(device, n, 4)),
+        "metadata": {"fw": "2.1.0"}
+    });
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// The Kinesis event the ingest mapping delivers for `readings` (one record each, partition
+/// key = device ID, increasing sequence numbers from `first_seq`).
+pub fn kinesis_event(
+    scenario: &Scenario,
+    readings: &[SimReading],
+    first_seq: u64,
+) -> Result<KinesisEvent, serde_json::Error> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let records: Vec<Value> = readings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let seq = format!("{:056}", first_seq + i as u64);
+            json!({
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": scenario.device_id(r.device).as_str(),
+                    "sequenceNumber": seq,
+                    "data": b64.encode(&r.body),
+                    "approximateArrivalTimestamp": r.at.epoch_millis() as f64 / 1000.0,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": format!("shardId-000000000000:{seq}"),
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/bench",
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t0() -> Timestamp {
+        Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap()
+    }
+
+    #[test]
+    fn standard_fleet_sends_one_reading_a_minute_per_device() {
+        let s = Scenario::standard(1_000, 60, TEMPLATE_AGGREGATOR_BATCH);
+        let r = s.readings(t0());
+        assert_eq!(r.len(), 60_000);
+        assert!(r.windows(2).all(|w| w[0].at <= w[1].at));
+        let first: Vec<_> = r.iter().filter(|x| x.device == 7).take(2).collect();
+        assert_eq!(
+            first[1].at.epoch_millis() - first[0].at.epoch_millis(),
+            60_000
+        );
+    }
+
+    #[test]
+    fn hot_device_shares_milliseconds_two_readings_at_a_time() {
+        let s = Scenario::hot(1_000, TEMPLATE_AGGREGATOR_BATCH);
+        let r = s.readings(t0());
+        assert_eq!(r.len(), 2_000);
+        let mut keys: Vec<_> = r.iter().map(|x| x.at).collect();
+        keys.dedup();
+        assert_eq!(keys.len(), 1_000);
+    }
+
+    #[test]
+    fn generated_readings_decode_and_events_carry_them() {
+        let s = Scenario::one_hz(10, 5, TEMPLATE_AGGREGATOR_BATCH);
+        let r = s.readings(t0());
+        let cfg = tidemark_ingest::IngestConfig::new("t");
+        let now = t0().plus_millis(3_600_000).unwrap();
+        let decoded = tidemark_ingest::decode_record(&r[0].body, now, &cfg).unwrap();
+        assert_eq!(decoded[0].metrics.len(), 4);
+        let ev = kinesis_event(&s, &r[..3], 10).unwrap();
+        assert_eq!(ev.records.len(), 3);
+        assert_eq!(ev.records[2].kinesis.data.0, r[2].body);
+    }
+}
