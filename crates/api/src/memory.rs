@@ -91,24 +91,18 @@ impl QueryStore for MemoryStore {
         let cap = self.page_cap.map_or(limit, |c| c.min(limit));
         let more = matching.len() > cap || (matching.len() == cap && cap == limit);
         matching.truncate(cap);
-        let last_key = if more {
-            matching.last().map(|it| {
-                let mut k: Item = [attr::PK, attr::SK]
-                    .iter()
-                    .chain(
-                        spec.index
-                            .map(|_| [attr::GSI1PK, attr::GSI1SK].iter())
-                            .into_iter()
-                            .flatten(),
-                    )
-                    .filter_map(|a| it.get(*a).map(|v| (a.to_string(), v.clone())))
-                    .collect();
-                k.retain(|_, v| v.is_s());
-                k
-            })
+        // LastEvaluatedKey: the table key, plus the index key when querying the index.
+        let key_attrs: &[&str] = if spec.index.is_some() {
+            &[attr::PK, attr::SK, attr::GSI1PK, attr::GSI1SK]
         } else {
-            None
+            &[attr::PK, attr::SK]
         };
+        let last_key = matching.last().filter(|_| more).map(|it| {
+            key_attrs
+                .iter()
+                .filter_map(|a| it.get(*a).map(|v| (a.to_string(), v.clone())))
+                .collect::<Item>()
+        });
         if let Some((a, v)) = &spec.filter_eq {
             matching.retain(|it| text(it, a).as_deref() == Some(v.as_str()));
         }

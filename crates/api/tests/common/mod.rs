@@ -72,18 +72,28 @@ pub async fn put_all<T: serde::Serialize>(t: &TestTable, items: &[T]) {
                     .build()
             })
             .collect();
+        let mut failures = 0;
         while !reqs.is_empty() {
-            let out = t
+            // A shared, busy DynamoDB Local can time a call out: retry a few times.
+            match t
                 .client
                 .batch_write_item()
-                .request_items(&t.name, reqs)
+                .request_items(&t.name, reqs.clone())
                 .send()
                 .await
-                .unwrap();
-            reqs = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(&t.name))
-                .unwrap_or_default();
+            {
+                Ok(out) => {
+                    reqs = out
+                        .unprocessed_items
+                        .and_then(|mut u| u.remove(&t.name))
+                        .unwrap_or_default();
+                }
+                Err(e) => {
+                    failures += 1;
+                    assert!(failures < 5, "BatchWriteItem kept failing: {e:?}");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            }
         }
     }
 }
