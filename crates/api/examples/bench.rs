@@ -11,6 +11,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
     AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
     PutDevice, QuerySpec, QueryStore,
@@ -109,7 +110,11 @@ fn ts(s: &str) -> Timestamp {
     Timestamp::parse_rfc3339(s).unwrap()
 }
 
-async fn put_all<T: serde::Serialize>(t: &TestTable, items: &[T]) {
+fn items<T: serde::Serialize>(out: &mut Vec<Item>, v: &[T]) {
+    out.extend(v.iter().map(|x| tidemark_store::to_item(x).unwrap()));
+}
+
+async fn put_all(t: &TestTable, items: &[Item]) {
     use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
     for chunk in items.chunks(25) {
         let mut reqs: Vec<WriteRequest> = chunk
@@ -118,7 +123,7 @@ async fn put_all<T: serde::Serialize>(t: &TestTable, items: &[T]) {
                 WriteRequest::builder()
                     .put_request(
                         PutRequest::builder()
-                            .set_item(Some(tidemark_store::to_item(v).unwrap()))
+                            .set_item(Some(v.clone()))
                             .build()
                             .unwrap(),
                     )
@@ -173,13 +178,14 @@ fn reading(id: &str, at: Timestamp, i: usize) -> Reading {
 
 /// A fleet: 100 devices, one with 3,600 readings (one a second), a hot one with 4 shards,
 /// 24 hourly aggregates, 50 alerts.
-async fn seed(t: &TestTable) {
+fn fleet() -> Vec<Item> {
+    let mut out = Vec::new();
     let base = ts("2026-04-20T14:00:00Z");
     let devices: Vec<DeviceItem> = (0..100)
         .map(|i| device(&format!("sensor_{i:02}"), base))
         .collect();
-    put_all(t, &devices).await;
-    put_all(t, &[device("hot_01", base)]).await;
+    items(&mut out, &devices);
+    items(&mut out, &[device("hot_01", base)]);
     let plain: Vec<ReadingItem> = (0..3600)
         .map(|i| {
             ReadingItem::new(
@@ -189,25 +195,24 @@ async fn seed(t: &TestTable) {
             )
         })
         .collect();
-    put_all(t, &plain).await;
+    items(&mut out, &plain);
     let history = ShardHistory::default()
         .with_change(base.minus_millis(1).unwrap(), 4)
         .unwrap();
-    put_all(
-        t,
+    items(
+        &mut out,
         &[ShardConfigItem::new(
             &DeviceId::new("hot_01").unwrap(),
             history.clone(),
         )],
-    )
-    .await;
+    );
     let hot: Vec<ReadingItem> = (0..3600)
         .map(|i| {
             let at = base.plus_millis(i as i64 * 1000).unwrap();
             ReadingItem::new(&reading("hot_01", at, i), history.shard_at(at), 30)
         })
         .collect();
-    put_all(t, &hot).await;
+    items(&mut out, &hot);
     let dev0 = DeviceId::new("sensor_00").unwrap();
     let aggs: Vec<AggregateItem> = (0..24)
         .map(|h| {
@@ -231,7 +236,7 @@ async fn seed(t: &TestTable) {
             }
         })
         .collect();
-    put_all(t, &aggs).await;
+    items(&mut out, &aggs);
     let alerts: Vec<AlertItem> = (0..50)
         .map(|i| {
             let dev = DeviceId::new(&format!("sensor_{:02}", i)).unwrap();
@@ -260,7 +265,8 @@ async fn seed(t: &TestTable) {
             }
         })
         .collect();
-    put_all(t, &alerts).await;
+    items(&mut out, &alerts);
+    out
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -270,20 +276,35 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    let t = TestTable::new("api-bench").await;
-    seed(&t).await;
-    let store = Timed {
-        inner: DynamoStore::new(t.client.clone(), t.name.clone()),
-        busy: Mutex::new(Busy::default()),
-    };
-    let app = App::with_store(
-        store,
-        ApiConfig::new(&t.name).with_now(ts("2026-04-20T15:00:00Z")),
-    );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n: usize = args.iter().find_map(|s| s.parse().ok()).unwrap_or(200);
+    let config = ApiConfig::new("bench").with_now(ts("2026-04-20T15:00:00Z"));
+    if args.iter().any(|a| a == "--memory") {
+        // The handler alone: the same fleet in the in-memory store (whose own work is
+        // included, so this is an upper bound of the handler's time).
+        let store = MemoryStore::new();
+        for item in fleet() {
+            store.put(item);
+        }
+        let store = Timed {
+            inner: store,
+            busy: Mutex::new(Busy::default()),
+        };
+        run(&App::with_store(store, config), n, "in-memory store").await;
+    } else {
+        let t = TestTable::new("api-bench").await;
+        put_all(&t, &fleet()).await;
+        let store = Timed {
+            inner: DynamoStore::new(t.client.clone(), t.name.clone()),
+            busy: Mutex::new(Busy::default()),
+        };
+        let mut config = config;
+        config.table_name = t.name.clone();
+        run(&App::with_store(store, config), n, "DynamoDB Local").await;
+    }
+}
+
+async fn run<S: tidemark_api::Store>(app: &App<Timed<S>>, n: usize, against: &str) {
     let ids: Vec<String> = (0..100).map(|i| format!("sensor_{i:02}")).collect();
     let latest_many = format!("/latest?ids={}", ids.join(","));
     let routes: Vec<(&str, &str, String, &str)> = vec![
@@ -303,7 +324,7 @@ async fn main() {
         ("POST ack", "POST", "/devices/sensor_01/alerts/20260420T140100000Z-temperature-max/ack".into(), ""),
         ("GET unknown route (404)", "GET", "/nope".into(), ""),
     ];
-    println!("{n} requests per route, DynamoDB Local, debug build\n");
+    println!("{n} requests per route, {against}, debug build\n");
     println!(
         "{:<30} {:>9} {:>9} {:>11} {:>11}",
         "route", "p50 ms", "p99 ms", "own p50 µs", "own p99 µs"
