@@ -165,19 +165,163 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
         (Some(d), (format!("http://{a}"), a))
     };
     let target = Target { dynamodb: ddb };
-    let machine = artifacts::machine();
-    let mut notes = Vec::new();
+    let mut rep = BenchReport {
+        date_utc: Timestamp::now().to_string(),
+        command,
+        mode: if args.quick {
+            "quick".into()
+        } else {
+            "full".into()
+        },
+        machine: artifacts::machine(),
+        dynamodb_endpoint: endpoint.clone(),
+        scenarios: Vec::new(),
+        runs: Vec::new(),
+        baseline_max_readings: args.baseline_max,
+        api: Vec::new(),
+        api_note: "not measured".into(),
+        cpu: Vec::new(),
+        cpu_note: String::new(),
+        sizes_x86_64: Vec::new(),
+        sizes_arm64: Vec::new(),
+        startup: Vec::new(),
+        startup_note: "not measured (yet)".into(),
+        targets: Vec::new(),
+        notes: Vec::new(),
+    };
+    if own.is_some() {
+        rep.notes.push(
+            "DynamoDB Local: a dedicated in-memory instance started by the benchmark (the shared \
+             one on :8000 serves every test of the workspace); both designs ran on it."
+                .into(),
+        );
+    }
+    rep.notes.push(
+        "The metering proxy re-serialises each request to add ReturnConsumedCapacity, which \
+         adds a little latency to both designs alike."
+            .into(),
+    );
+    let mut tables = Vec::new();
 
+    // Phase 1: the scenarios, Tidemark and the baseline (the figures that matter most come
+    // first; the report is rewritten after every phase, so an interrupted run still leaves
+    // an honest partial report).
+    let one_hz_devices = if args.quick { 5 } else { 50 };
+    let mut scenarios = vec![
+        Scenario::standard(
+            args.standard_devices,
+            args.standard_minutes,
+            TEMPLATE_AGGREGATOR_BATCH,
+        ),
+        Scenario::one_hz(
+            one_hz_devices,
+            args.one_hz_minutes,
+            TEMPLATE_AGGREGATOR_BATCH,
+        ),
+        Scenario::hot(args.hot_millis, TEMPLATE_AGGREGATOR_BATCH),
+        Scenario::standard(
+            args.standard_devices,
+            args.standard_minutes,
+            MAX_STREAM_BATCH,
+        ),
+        Scenario::one_hz(one_hz_devices, args.one_hz_minutes, MAX_STREAM_BATCH),
+    ];
+    scenarios.retain(|s| args.only.as_deref().is_none_or(|o| o == s.name));
+    let start = run::simulated_start(Timestamp::now());
+    let mut api_table = None;
+    for sc in &scenarios {
+        let readings = sc.readings(start);
+        let label = format!("{}-b{}", sc.name, sc.aggregator_batch_size);
+        let t = table_name(&format!("{label}-tidemark"));
+        eprintln!("bench: {label} Tidemark: {} readings", readings.len());
+        let r = run::run(&target, sc, Design::Tidemark, &t, &readings, start).await?;
+        log_run(&r);
+        if sc.name == "standard" && api_table.is_none() {
+            api_table = Some((
+                t.clone(),
+                sc.clone(),
+                r.readings_stored + r.warmup.as_ref().map_or(0, |w| w.readings_stored),
+            ));
+        }
+        tables.push(t);
+        rep.runs.push(r);
+        if args.baseline && sc.aggregator_batch_size == TEMPLATE_AGGREGATOR_BATCH {
+            // The baseline's per-item calls make whole fleets take long: it gets a subset of
+            // the devices over the whole span (same per-device pattern and windows), or, for
+            // a single device, a prefix of its readings.
+            let max = args.baseline_max.unwrap_or(usize::MAX);
+            let mut bsc = sc.clone();
+            let per_device = readings.len() / sc.devices.max(1) as usize;
+            if readings.len() > max && sc.devices > 1 {
+                bsc.devices = u32::try_from((max / per_device.max(1)).max(1)).unwrap_or(1);
+            }
+            let breadings = bsc.readings(start);
+            let n = breadings.len().min(max);
+            let t = table_name(&format!("{label}-baseline"));
+            eprintln!(
+                "bench: {label} baseline: {} devices, {n} readings",
+                bsc.devices
+            );
+            let r = run::run(&target, &bsc, Design::Baseline, &t, &breadings[..n], start).await?;
+            log_run(&r);
+            tables.push(t);
+            rep.runs.push(r);
+        }
+        rep.scenarios.push(sc.clone());
+        save(&mut rep, &args.out)?;
+    }
+    if let Some(h) = rep
+        .runs
+        .iter()
+        .find(|r| r.scenario == "hot" && r.design == Design::Tidemark)
+    {
+        let note = format!(
+            "Hot device: at 2,000 readings/s two readings share each millisecond, and the key \
+             has millisecond precision (DESIGN §2), so {} readings sent became {} stored items: \
+             the later reading of a millisecond replaces the earlier (within one ingest batch the \
+             batch writer keeps the last; across batches the second put overwrites, which the \
+             aggregator sees as a corrected reading). A device that really samples faster than \
+             1 kHz must batch its samples into one record per millisecond, or the key would need \
+             sub-millisecond precision.",
+            h.readings_sent, h.readings_stored
+        );
+        rep.notes.push(note);
+    }
+
+    // Phase 2: API latency over the standard fleet's table.
+    if let Some((t, sc, stored)) = &api_table {
+        let ids: Vec<String> = (0..sc.devices)
+            .map(|i| sc.device_id(i).to_string())
+            .collect();
+        let to = start.plus_millis(sc.span_ms).unwrap_or(start);
+        let cases = api::cases(ids, start, to);
+        eprintln!("bench: API, {} requests per route", args.api_requests);
+        rep.api = api::measure(target.client().await, t, &cases, args.api_requests).await?;
+        rep.api_note = format!(
+            "`App::handle` called in process, one request at a time ({} measured per route after 5 \
+             warm-up requests), over the standard fleet's table ({} devices, {stored} readings, \
+             its aggregates and device items); DynamoDB Local directly, no proxy. Device IDs \
+             rotate over the fleet.",
+            args.api_requests, sc.devices
+        );
+        save(&mut rep, &args.out)?;
+    }
+
+    // Phase 3: release binaries and their sizes.
     if args.build {
         let mut cargs = vec!["build", "--release"];
         for f in FUNCTIONS {
             cargs.extend(["-p", f]);
         }
-        artifacts::run_tool("cargo", &cargs)?;
+        if let Err(e) = artifacts::run_tool("cargo", &cargs) {
+            rep.notes.push(format!("release build failed: {e}"));
+        }
     }
-    let mut cpu_note = String::new();
+    save(&mut rep, &args.out)?;
+
+    // Phase 4: CPU per reading from the ingest criterion bench.
     if args.criterion {
-        match artifacts::run_tool(
+        rep.cpu_note = match artifacts::run_tool(
             "cargo",
             &[
                 "bench",
@@ -192,125 +336,16 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
                 "3",
             ],
         ) {
-            Ok(()) => {
-                cpu_note = "`cargo bench -p tidemark-ingest --bench decode -- --warm-up-time 1 \
-                            --measurement-time 3`, run by this benchmark; figures parsed from \
-                            target/criterion (mean estimate)."
-                    .into()
-            }
-            Err(e) => cpu_note = format!("criterion run failed: {e}"),
-        }
-    }
-    let cpu = artifacts::criterion_results("ingest");
-    if cpu_note.is_empty() {
-        cpu_note = if cpu.is_empty() {
-            "not measured: run `cargo bench -p tidemark-ingest --bench decode` (skipped here)"
-                .into()
-        } else {
-            "from an earlier `cargo bench -p tidemark-ingest --bench decode` (not re-run by this \
-             invocation); figures parsed from target/criterion"
-                .into()
+            Ok(()) => "`cargo bench -p tidemark-ingest --bench decode -- --warm-up-time 1 \
+                       --measurement-time 3`, run by this benchmark; figures parsed from \
+                       target/criterion (mean estimate)."
+                .into(),
+            Err(e) => format!("criterion run failed: {e}"),
         };
     }
+    save(&mut rep, &args.out)?;
 
-    // Scenarios: each with the template's aggregator BatchSize; the two fleets whose WRU
-    // target depends on batching also with the largest BatchSize streams allow.
-    let one_hz_devices = if args.quick { 5 } else { 50 };
-    let mut scenarios = vec![
-        Scenario::standard(
-            args.standard_devices,
-            args.standard_minutes,
-            TEMPLATE_AGGREGATOR_BATCH,
-        ),
-        Scenario::one_hz(
-            one_hz_devices,
-            args.one_hz_minutes,
-            TEMPLATE_AGGREGATOR_BATCH,
-        ),
-        Scenario::hot(args.hot_millis, TEMPLATE_AGGREGATOR_BATCH),
-    ];
-    let variants = vec![
-        Scenario::standard(
-            args.standard_devices,
-            args.standard_minutes,
-            MAX_STREAM_BATCH,
-        ),
-        Scenario::one_hz(one_hz_devices, args.one_hz_minutes, MAX_STREAM_BATCH),
-    ];
-    let start = run::simulated_start(Timestamp::now());
-    let mut runs = Vec::new();
-    let mut tables = Vec::new();
-    let mut api_table = None;
-    scenarios.retain(|s| args.only.as_deref().is_none_or(|o| o == s.name));
-    let mut variants = variants;
-    variants.retain(|s| args.only.as_deref().is_none_or(|o| o == s.name));
-    for sc in scenarios.iter().chain(variants.iter()) {
-        let readings = sc.readings(start);
-        let label = format!("{}-b{}", sc.name, sc.aggregator_batch_size);
-        let t = table_name(&format!("{label}-tidemark"));
-        eprintln!("bench: {label} Tidemark: {} readings", readings.len());
-        let r = run::run(&target, sc, Design::Tidemark, &t, &readings, start).await?;
-        eprintln!(
-            "bench:   {:.3} WRU/reading, ingest {:.0}/s, aggregator {:.0}/s, {:.1} s",
-            r.wru_per_reading(),
-            r.ingest.readings_per_second(),
-            r.aggregator.readings_per_second(),
-            r.seconds
-        );
-        log_ops(&r);
-        if sc.name == "standard" && api_table.is_none() {
-            api_table = Some((t.clone(), sc.clone()));
-        }
-        tables.push(t);
-        runs.push(r);
-        if args.baseline && sc.aggregator_batch_size == TEMPLATE_AGGREGATOR_BATCH {
-            let n = args
-                .baseline_max
-                .map_or(readings.len(), |m| m.min(readings.len()));
-            let t = table_name(&format!("{label}-baseline"));
-            eprintln!("bench: {label} baseline: {n} readings");
-            let r = run::run(&target, sc, Design::Baseline, &t, &readings[..n], start).await?;
-            eprintln!(
-                "bench:   {:.3} WRU/reading, ingest {:.0}/s, aggregator {:.0}/s, {:.1} s",
-                r.wru_per_reading(),
-                r.ingest.readings_per_second(),
-                r.aggregator.readings_per_second(),
-                r.seconds
-            );
-            log_ops(&r);
-            tables.push(t);
-            runs.push(r);
-        }
-    }
-    scenarios.extend(variants);
-
-    // API latency over the standard fleet's table.
-    let mut api_results = Vec::new();
-    let mut api_note = String::from("not measured");
-    if let Some((t, sc)) = &api_table {
-        let ids: Vec<String> = (0..sc.devices)
-            .map(|i| sc.device_id(i).to_string())
-            .collect();
-        let to = start.plus_millis(sc.span_ms).unwrap_or(start);
-        let cases = api::cases(ids, start, to);
-        eprintln!("bench: API, {} requests per route", args.api_requests);
-        api_results = api::measure(target.client().await, t, &cases, args.api_requests).await?;
-        api_note = format!(
-            "`App::handle` called in process, one request at a time ({} measured per route after 5 \
-             warm-up requests), over the standard fleet's table ({} devices, {} readings, its \
-             aggregates and device items); DynamoDB Local directly, no proxy. Device IDs rotate \
-             over the fleet.",
-            args.api_requests,
-            sc.devices,
-            runs.iter()
-                .find(|r| r.design == Design::Tidemark && r.scenario == "standard")
-                .map_or(0, |r| r.readings_stored)
-        );
-    }
-
-    // Start-up and memory of the release binaries.
-    let mut startup = Vec::new();
-    let startup_note;
+    // Phase 5: start-up and memory of the release binaries.
     if args.startup {
         let t = table_name("startup");
         tidemark_store::create_table(&target.client().await, &t, &tidemark_schema::TABLE).await?;
@@ -330,11 +365,11 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
             eprintln!("bench: cold starts of {f}");
             let env = runtime::lambda_env(f, &t, &endpoint);
             match runtime::startup(f, &bin, &env, event, 5).await {
-                Ok(s) => startup.push(s),
-                Err(e) => notes.push(format!("start-up of {f} not measured: {e}")),
+                Ok(s) => rep.startup.push(s),
+                Err(e) => rep.notes.push(format!("start-up of {f} not measured: {e}")),
             }
         }
-        startup_note = if used.is_empty() {
+        rep.startup_note = if used.is_empty() {
             "not measured: no release binaries in target/release (run without --skip-build)".into()
         } else {
             format!(
@@ -347,7 +382,7 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
             )
         };
     } else {
-        startup_note = "not measured (--skip-startup)".into();
+        rep.startup_note = "not measured (--skip-startup)".into();
     }
 
     if let Some(d) = own {
@@ -358,74 +393,45 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
             let _ = tidemark_store::delete_table(&client, t).await;
         }
     } else {
-        notes.push(format!("tables kept: {}", tables.join(", ")));
+        rep.notes
+            .push(format!("tables kept: {}", tables.join(", ")));
     }
-
-    if own_note(&args) {
-        notes.push(
-            "DynamoDB Local: a dedicated in-memory instance started by the benchmark (the shared \
-             one on :8000 serves every test of the workspace); both designs ran on it."
-                .into(),
-        );
-    }
-    notes.push(
-        "The metering proxy re-serialises each request to add ReturnConsumedCapacity, which \
-         adds a little latency to both designs alike."
-            .into(),
-    );
-    if let Some(h) = runs
-        .iter()
-        .find(|r| r.scenario == "hot" && r.design == Design::Tidemark)
-    {
-        notes.push(format!(
-            "Hot device: at 2,000 readings/s two readings share each millisecond, and the key \
-             has millisecond precision (DESIGN §2), so {} readings sent became {} stored items: \
-             the later reading of a millisecond replaces the earlier (within one ingest batch the \
-             batch writer keeps the last; across batches the second put overwrites, which the \
-             aggregator sees as a corrected reading). A device that really samples faster than \
-             1 kHz must batch its samples into one record per millisecond, or the key would need \
-             sub-millisecond precision.",
-            h.readings_sent, h.readings_stored
-        ));
-    }
-
-    let mut rep = BenchReport {
-        date_utc: Timestamp::now().to_string(),
-        command,
-        mode: if args.quick {
-            "quick".into()
-        } else {
-            "full".into()
-        },
-        machine,
-        dynamodb_endpoint: endpoint,
-        scenarios,
-        runs,
-        baseline_max_readings: args.baseline_max,
-        api: api_results,
-        api_note,
-        cpu,
-        cpu_note,
-        sizes_x86_64: artifacts::x86_64_sizes(),
-        sizes_arm64: artifacts::arm64_sizes(),
-        startup,
-        startup_note,
-        targets: Vec::new(),
-        notes,
-    };
-    rep.targets = report::check_targets(&rep, TEMPLATE_AGGREGATOR_BATCH);
-    std::fs::create_dir_all(&args.out)?;
-    std::fs::write(
-        args.out.join("report.json"),
-        serde_json::to_vec_pretty(&rep)?,
-    )?;
-    std::fs::write(args.out.join("REPORT.md"), report::markdown(&rep))?;
+    save(&mut rep, &args.out)?;
     eprintln!("bench: wrote {}", args.out.join("REPORT.md").display());
     Ok(())
 }
 
-fn own_note(a: &Args) -> bool {
-    !a.shared_dynamodb
+/// Refreshes what is read from disk, checks the targets and writes both report files.
+fn save(rep: &mut BenchReport, out: &std::path::Path) -> Result<(), BenchError> {
+    rep.cpu = artifacts::criterion_results("ingest");
+    if rep.cpu_note.is_empty() {
+        rep.cpu_note = if rep.cpu.is_empty() {
+            "not measured: run `cargo bench -p tidemark-ingest --bench decode` (skipped here)"
+                .into()
+        } else {
+            "from an earlier `cargo bench -p tidemark-ingest --bench decode` (not re-run by this \
+             invocation); figures parsed from target/criterion"
+                .into()
+        };
+    }
+    rep.sizes_x86_64 = artifacts::x86_64_sizes();
+    rep.sizes_arm64 = artifacts::arm64_sizes();
+    rep.targets = report::check_targets(rep, TEMPLATE_AGGREGATOR_BATCH);
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&*rep)?)?;
+    std::fs::write(out.join("REPORT.md"), report::markdown(rep))?;
+    Ok(())
+}
+
+fn log_run(r: &run::DesignRun) {
+    eprintln!(
+        "bench:   {:.3} WRU/reading, ingest {:.0}/s, aggregator {:.0}/s, {:.1} s",
+        r.wru_per_reading(),
+        r.ingest.readings_per_second(),
+        r.aggregator.readings_per_second(),
+        r.seconds
+    );
+    log_ops(r);
 }
 
 fn log_ops(r: &run::DesignRun) {

@@ -23,7 +23,9 @@ fn target() -> Target {
 
 fn tiny() -> Scenario {
     // 2 devices, one reading a minute, 6 minutes: two batching windows.
-    Scenario::standard(2, 6, TEMPLATE_AGGREGATOR_BATCH)
+    let mut s = Scenario::standard(2, 6, TEMPLATE_AGGREGATOR_BATCH);
+    s.warmup_window = false;
+    s
 }
 
 fn num(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> f64 {
@@ -136,4 +138,33 @@ async fn tidemark_meters_one_unit_per_reading_at_ingest_and_aggregates_each_once
     assert!(calls <= 12, "{writes_by_op:?}");
     assert!(r.aggregator.units.wru_total <= 12.0 + 2.0);
     assert_eq!(r.aggregator.units.wru_gsi, 2.0);
+}
+
+#[tokio::test]
+async fn the_first_window_is_a_warm_up_measured_apart() {
+    // GIVEN the tiny fleet measured from its second window on
+    let mut sc = tiny();
+    sc.warmup_window = true;
+    let start = run::simulated_start(Timestamp::now());
+    let readings = sc.readings(start);
+    let table = TestTable::new("bench-warmup").await;
+    let r = run::run(
+        &target(),
+        &sc,
+        Design::Tidemark,
+        &table.name,
+        &readings,
+        start,
+    )
+    .await
+    .unwrap();
+    // THEN the first 5 minutes (10 readings) are the warm-up, with the devices' registration
+    let w = r.warmup.as_ref().unwrap();
+    assert_eq!((w.readings_stored, r.readings_stored), (10, 2));
+    assert_eq!(w.ingest.wru_total, 10.0);
+    assert_eq!(w.aggregator.wru_gsi, 2.0);
+    // AND the steady state pays one unit per reading at ingest and no GSI at all
+    assert_eq!(r.ingest.units.wru_total, 2.0);
+    assert_eq!(r.aggregator.units.wru_gsi, 0.0);
+    assert_eq!(r.readings_aggregated, 2);
 }
