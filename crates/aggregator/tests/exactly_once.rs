@@ -182,6 +182,30 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
         }
     }
 
+    // Each device's lastSeenAt is its newest reading, whatever the order of arrival.
+    for (i, d) in devices.iter().enumerate() {
+        let newest = c
+            .readings
+            .iter()
+            .filter(|g| g.device == i)
+            .map(|g| base().plus_millis(g.second * 1000).unwrap())
+            .max();
+        let k = tidemark_schema::EntityKey::Device(d.clone()).key();
+        let item: Option<tidemark_schema::DeviceItem> = t
+            .client
+            .get_item()
+            .table_name(&t.name)
+            .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(k.pk))
+            .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(k.sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .map(|i| tidemark_store::from_item(i).unwrap());
+        prop_assert_eq!(item.and_then(|d| d.last_seen_at), newest);
+    }
+
     let want = recompute(&finals);
     let got: BTreeMap<_, _> = stored_aggregates(t, &devices)
         .await
