@@ -16,7 +16,7 @@ use tidemark_schema::Timestamp;
 const USAGE: &str = "tidemark-bench [--quick] [--skip-build] [--skip-criterion] [--skip-startup]
     [--standard-devices N] [--standard-minutes N] [--one-hz-minutes N] [--hot-millis N]
     [--baseline-max-readings N|all] [--api-requests N] [--only standard|1hz|hot]
-    [--no-baseline] [--shared-dynamodb] [--keep-tables] [--out DIR]
+    [--no-baseline] [--shared-dynamodb] [--keep-tables] [--binaries DIR] [--out DIR]
 
 Runs the scenarios through Tidemark and the textbook baseline on a DynamoDB Local of its own
 (started from .local/, in memory; --shared-dynamodb uses TIDEMARK_DYNAMODB_ENDPOINT or
@@ -42,6 +42,8 @@ struct Args {
     standard_minutes: i64,
     one_hz_minutes: i64,
     hot_millis: i64,
+    /// Where the function binaries for start-up measurements are (target/release).
+    binaries: PathBuf,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -63,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         standard_minutes: if quick { 10 } else { 60 },
         one_hz_minutes: if quick { 1 } else { 10 },
         hot_millis: if quick { 250 } else { 5_000 },
+        binaries: artifacts::target_dir().join("release"),
     };
     let mut it = raw.iter();
     while let Some(arg) = it.next() {
@@ -79,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
             "--standard-minutes" => a.standard_minutes = num(&value(arg)?)?,
             "--one-hz-minutes" => a.one_hz_minutes = num(&value(arg)?)?,
             "--hot-millis" => a.hot_millis = num(&value(arg)?)?,
+            "--binaries" => a.binaries = PathBuf::from(value(arg)?),
             "--only" => a.only = Some(value(arg)?),
             "--baseline-max-readings" => {
                 let v = value(arg)?;
@@ -352,7 +356,7 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
         tables.push(t.clone());
         let mut used = Vec::new();
         for f in FUNCTIONS {
-            let bin = artifacts::target_dir().join("release").join(f);
+            let bin = args.binaries.join(f);
             if !bin.exists() {
                 continue;
             }
@@ -373,11 +377,12 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
             "not measured: no release binaries in target/release (run without --skip-build)".into()
         } else {
             format!(
-                "Each binary spawned 5 times under a fake Runtime API on loopback, with Lambda's \
+                "Binaries from {}, each spawned 5 times under a fake Runtime API on loopback, with Lambda's \
                  environment (AWS_LAMBDA_FUNCTION_NAME, MEMORY_SIZE 256, VERSION, LOG_GROUP/STREAM, \
                  AWS_LAMBDA_RUNTIME_API) and TABLE_NAME, CURSOR_SECRET, TIDEMARK_DYNAMODB_ENDPOINT \
                  pointing at DynamoDB Local. Ready = first `GET …/invocation/next` after spawn; \
                  peak RSS = VmHWM after the first response. Events: {}.",
+                args.binaries.display(),
                 used.join(", ")
             )
         };
