@@ -323,33 +323,7 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
     }
     save(&mut rep, &args.out)?;
 
-    // Phase 4: CPU per reading from the ingest criterion bench.
-    if args.criterion {
-        rep.cpu_note = match artifacts::run_tool(
-            "cargo",
-            &[
-                "bench",
-                "-p",
-                "tidemark-ingest",
-                "--bench",
-                "decode",
-                "--",
-                "--warm-up-time",
-                "1",
-                "--measurement-time",
-                "3",
-            ],
-        ) {
-            Ok(()) => "`cargo bench -p tidemark-ingest --bench decode -- --warm-up-time 1 \
-                       --measurement-time 3`, run by this benchmark; figures parsed from \
-                       target/criterion (mean estimate)."
-                .into(),
-            Err(e) => format!("criterion run failed: {e}"),
-        };
-    }
-    save(&mut rep, &args.out)?;
-
-    // Phase 5: start-up and memory of the release binaries.
+    // Phase 4: start-up and memory of the release binaries.
     if args.startup {
         let t = table_name("startup");
         tidemark_store::create_table(&target.client().await, &t, &tidemark_schema::TABLE).await?;
@@ -390,6 +364,8 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
         rep.startup_note = "not measured (--skip-startup)".into();
     }
 
+    save(&mut rep, &args.out)?;
+
     if let Some(d) = own {
         d.stop().await;
     } else if !args.keep_tables {
@@ -400,6 +376,32 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
     } else {
         rep.notes
             .push(format!("tables kept: {}", tables.join(", ")));
+    }
+
+    // Phase 5, last (it compiles criterion with the release profile): CPU per reading from
+    // the ingest criterion bench.
+    if args.criterion {
+        rep.cpu_note = match artifacts::run_tool(
+            "cargo",
+            &[
+                "bench",
+                "-p",
+                "tidemark-ingest",
+                "--bench",
+                "decode",
+                "--",
+                "--warm-up-time",
+                "1",
+                "--measurement-time",
+                "3",
+            ],
+        ) {
+            Ok(()) => "`cargo bench -p tidemark-ingest --bench decode -- --warm-up-time 1 \
+                       --measurement-time 3`, run by this benchmark; figures parsed from \
+                       target/criterion (mean estimate)."
+                .into(),
+            Err(e) => format!("criterion run failed: {e}"),
+        };
     }
     save(&mut rep, &args.out)?;
     eprintln!("bench: wrote {}", args.out.join("REPORT.md").display());
