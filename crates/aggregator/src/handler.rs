@@ -338,6 +338,8 @@ impl<S: Store> Aggregator<S> {
                 }
                 Written::Conflict => {
                     Counters::add(&counters.conflicts_retried, 1);
+                    // The winner may have seen newer raw readings: ask the table again.
+                    extremes = None;
                     current = self
                         .store
                         .get_aggregates(std::slice::from_ref(&plan.key))
@@ -433,51 +435,46 @@ impl<S: Store> Aggregator<S> {
                     self.config.status_shards,
                 ),
             };
-            let conflict = match self
+            if let Written::Ok { units } = self
                 .store
                 .commit_device(&update, &alert_plan.writes)
                 .await?
             {
-                Written::Ok { units } => {
-                    counters.written(units);
-                    for w in &alert_plan.writes {
-                        Counters::add(&counters.items_written, 1);
-                        let after = match w {
-                            AlertWrite::Create(a) => {
-                                Counters::add(&counters.alerts_opened, 1);
-                                a
-                            }
-                            AlertWrite::Update { after, .. } => after,
-                        };
-                        if after.state == AlertState::Resolved {
-                            Counters::add(&counters.alerts_resolved, 1);
+                counters.written(units);
+                for w in &alert_plan.writes {
+                    Counters::add(&counters.items_written, 1);
+                    let after = match w {
+                        AlertWrite::Create(a) => {
+                            Counters::add(&counters.alerts_opened, 1);
+                            a
                         }
+                        AlertWrite::Update { after, .. } => after,
+                    };
+                    if after.state == AlertState::Resolved {
+                        Counters::add(&counters.alerts_resolved, 1);
                     }
-                    return Ok(());
                 }
-                Written::Conflict => true,
-            };
-            if conflict {
-                // Someone else moved this device on: start over from what the table holds,
-                // with fresh copies of every alert this attempt touched or knew.
-                Counters::add(&counters.conflicts_retried, 1);
-                dev = self.reread_device(&plan.device).await?;
-                let mut ids: Vec<AlertId> = known.keys().cloned().collect();
-                ids.extend(alert_plan.writes.iter().map(|w| match w {
-                    AlertWrite::Create(a) => a.alert_id.clone(),
-                    AlertWrite::Update { after, .. } => after.alert_id.clone(),
-                }));
-                if let Some(d) = &dev {
-                    ids.extend(d.open_alerts.values().cloned());
-                }
-                ids.sort();
-                ids.dedup();
-                known = if ids.is_empty() {
-                    HashMap::new()
-                } else {
-                    self.store.get_alerts(&plan.device, &ids).await?
-                };
+                return Ok(());
             }
+            // Someone else moved this device on: start over from what the table holds, with
+            // fresh copies of every alert this attempt touched or knew.
+            Counters::add(&counters.conflicts_retried, 1);
+            dev = self.reread_device(&plan.device).await?;
+            let mut ids: Vec<AlertId> = known.keys().cloned().collect();
+            ids.extend(alert_plan.writes.iter().map(|w| match w {
+                AlertWrite::Create(a) => a.alert_id.clone(),
+                AlertWrite::Update { after, .. } => after.alert_id.clone(),
+            }));
+            if let Some(d) = &dev {
+                ids.extend(d.open_alerts.values().cloned());
+            }
+            ids.sort();
+            ids.dedup();
+            known = if ids.is_empty() {
+                HashMap::new()
+            } else {
+                self.store.get_alerts(&plan.device, &ids).await?
+            };
         }
         Err(AggregatorError::Contended {
             key: plan.device.to_string(),
