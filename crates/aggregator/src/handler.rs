@@ -25,8 +25,8 @@ use crate::{AggregatorConfig, AggregatorError};
 pub struct Report {
     pub records_seen: u64,
     pub records_ignored: u64,
-    /// New readings added to aggregates (each counted once per aggregate item it reached
-    /// is not what this is: one per INSERT applied to its hourly item).
+    /// New readings added to aggregates: INSERTs applied to their hourly item (replays and
+    /// records already applied are not counted).
     pub readings_aggregated: u64,
     pub items_written: u64,
     pub conflicts_retried: u64,
