@@ -363,7 +363,7 @@ pub fn markdown(r: &BenchReport) -> String {
     for sc in &r.scenarios {
         let _ = writeln!(
             s,
-            "- **{}** (aggregator BatchSize {}): {}; ingest batches of {} records; aggregator window {} s.",
+            "- **{}** (aggregator BatchSize {}): {}; ingest batches of {} records; aggregator window {} s, with template.yaml's filter (only `READING#` records reach Tidemark's aggregator; the baseline gets every record).",
             sc.name,
             sc.aggregator_batch_size,
             sc.description,
