@@ -45,24 +45,28 @@ impl AggregatorConfig {
     /// `TABLE_NAME` (default `tidemark`), `DEFAULT_THRESHOLDS` (JSON, optional),
     /// `WRITE_CONCURRENCY` and `STATUS_SHARDS` (optional).
     pub fn from_env() -> Result<Self, AggregatorError> {
-        let table = std::env::var(tidemark_store::client::TABLE_NAME_ENV)
-            .ok()
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`AggregatorConfig::from_env`] over any variable source (tests record what is read).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, AggregatorError> {
+        let table = get(tidemark_store::client::TABLE_NAME_ENV)
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned());
         let mut c = AggregatorConfig::new(table);
-        if let Ok(json) = std::env::var(DEFAULT_THRESHOLDS_ENV)
+        if let Some(json) = get(DEFAULT_THRESHOLDS_ENV)
             && !json.trim().is_empty()
         {
             c.default_thresholds = parse_thresholds(&json)?;
         }
-        if let Ok(n) = std::env::var(WRITE_CONCURRENCY_ENV) {
+        if let Some(n) = get(WRITE_CONCURRENCY_ENV) {
             c.write_concurrency = n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
                 AggregatorError::Config(format!(
                     "{WRITE_CONCURRENCY_ENV}={n:?} is not a positive integer"
                 ))
             })?;
         }
-        if let Ok(n) = std::env::var(STATUS_SHARDS_ENV) {
+        if let Some(n) = get(STATUS_SHARDS_ENV) {
             c.status_shards = n.parse::<u16>().ok().filter(|n| *n > 0).ok_or_else(|| {
                 AggregatorError::Config(format!(
                     "{STATUS_SHARDS_ENV}={n:?} is not a positive integer"

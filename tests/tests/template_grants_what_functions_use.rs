@@ -1,0 +1,289 @@
+//! A deployed function can fail on two things no local test sees: a missing environment
+//! variable and an AccessDenied. These tests compare what each function's code reads and
+//! calls with what `template.yaml` gives it.
+//!
+//! Variables: each function reads its settings only through `*Config::from_lookup` (checked
+//! below by scanning the source for other `env::var` calls), so calling `from_lookup` with a
+//! recording closure lists exactly what the function reads.
+//!
+//! Actions: the DynamoDB operations each function's code calls, found in its source (and the
+//! store modules it uses), must be allowed by its policy — and nothing more is allowed, so the
+//! policy stays least-privilege as the code changes.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_yaml::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn template() -> Value {
+    let text = std::fs::read_to_string(root().join("template.yaml")).expect("read template");
+    serde_yaml::from_str(&text).expect("template.yaml is YAML")
+}
+
+/// Variables Lambda sets itself, and local-only switches (never needed when deployed).
+fn provided_by_the_platform(var: &str) -> bool {
+    var.starts_with("AWS_") || var.starts_with("_") || var.starts_with("TIDEMARK_")
+}
+
+fn record_reads<T, E>(
+    run: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<T, E>,
+) -> BTreeSet<String>
+where
+    E: std::fmt::Debug,
+{
+    let seen = RefCell::new(BTreeSet::new());
+    let lookup = |k: &str| {
+        seen.borrow_mut().insert(k.to_owned());
+        // The one required secret, so the whole configuration is read past it.
+        (k == "CURSOR_SECRET").then(|| "x".repeat(48))
+    };
+    run(&lookup).expect("configuration with only the required variables is valid");
+    seen.into_inner()
+}
+
+fn declared_env(t: &Value, function: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for vars in [
+        &t["Globals"]["Function"]["Environment"]["Variables"],
+        &t["Resources"][function]["Properties"]["Environment"]["Variables"],
+    ] {
+        if let Some(m) = vars.as_mapping() {
+            out.extend(m.keys().filter_map(|k| k.as_str().map(str::to_owned)));
+        }
+    }
+    out
+}
+
+fn assert_env_declared(function: &str, reads: BTreeSet<String>) {
+    let declared = declared_env(&template(), function);
+    let missing: Vec<_> = reads
+        .iter()
+        .filter(|v| !provided_by_the_platform(v) && !declared.contains(*v))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{function} reads {missing:?} but template.yaml does not declare them"
+    );
+    assert!(
+        !reads.is_empty(),
+        "{function}: nothing was recorded; the check is broken"
+    );
+}
+
+#[test]
+fn ingest_environment_is_declared() {
+    let reads = record_reads(|get| tidemark_ingest::IngestConfig::from_lookup(get));
+    assert_env_declared("IngestFunction", reads);
+}
+
+#[test]
+fn aggregator_environment_is_declared() {
+    let reads = record_reads(|get| tidemark_aggregator::AggregatorConfig::from_lookup(get));
+    assert_env_declared("AggregatorFunction", reads);
+}
+
+#[test]
+fn api_environment_is_declared() {
+    let reads = record_reads(|get| tidemark_api::ApiConfig::from_lookup(get));
+    assert_env_declared("ApiFunction", reads);
+}
+
+fn rust_sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).expect("read source");
+                // Unit tests sit at the end of a file behind #[cfg(test)]; they may call the
+                // SDK to set up fixtures, which the deployed function never does.
+                let code = match text.find("#[cfg(test)]") {
+                    Some(i) => text[..i].to_owned(),
+                    None => text,
+                };
+                out.push((p, code));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn functions_read_the_environment_only_through_their_config() {
+    for c in ["ingest", "aggregator", "api"] {
+        for (path, code) in rust_sources(&root().join("crates").join(c).join("src")) {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if name == "config.rs" {
+                continue;
+            }
+            assert!(
+                !code.contains("env::var"),
+                "{} reads the environment outside its config, where the template check cannot see it",
+                path.display()
+            );
+        }
+    }
+}
+
+/// SDK method → IAM action. Transactions are authorised per contained action.
+const OPERATIONS: &[(&str, &str)] = &[
+    (".batch_write_item()", "dynamodb:BatchWriteItem"),
+    (".batch_get_item()", "dynamodb:BatchGetItem"),
+    (".get_item()", "dynamodb:GetItem"),
+    (".put_item()", "dynamodb:PutItem"),
+    (".update_item()", "dynamodb:UpdateItem"),
+    (".delete_item()", "dynamodb:DeleteItem"),
+    (".query()", "dynamodb:Query"),
+    (".scan()", "dynamodb:Scan"),
+    ("Put::builder()", "dynamodb:PutItem"),
+    ("Update::builder()", "dynamodb:UpdateItem"),
+    ("Delete::builder()", "dynamodb:DeleteItem"),
+    ("ConditionCheck::builder()", "dynamodb:ConditionCheckItem"),
+    (".transact_get_items()", "dynamodb:GetItem"),
+];
+
+fn used_actions(dirs: &[PathBuf]) -> BTreeSet<&'static str> {
+    let mut out = BTreeSet::new();
+    for d in dirs {
+        let files = if d.is_dir() {
+            rust_sources(d)
+        } else {
+            vec![(d.clone(), std::fs::read_to_string(d).expect("read source"))]
+        };
+        for (_, code) in files {
+            // Only code that talks to DynamoDB: `uri.query()` in an HTTP handler is not a Query.
+            if !code.contains("aws_sdk_dynamodb") {
+                continue;
+            }
+            for (needle, action) in OPERATIONS {
+                if code.contains(needle) {
+                    out.insert(*action);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn allowed_dynamodb_item_actions(t: &Value, function: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let policies = t["Resources"][function]["Properties"]["Policies"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default();
+    for p in policies {
+        for st in p["Statement"].as_sequence().cloned().unwrap_or_default() {
+            if st["Effect"].as_str() != Some("Allow") {
+                continue;
+            }
+            let actions: Vec<String> = match &st["Action"] {
+                Value::String(s) => vec![s.clone()],
+                Value::Sequence(v) => v
+                    .iter()
+                    .filter_map(|a| a.as_str().map(str::to_owned))
+                    .collect(),
+                _ => vec![],
+            };
+            // Stream-reading actions belong to the event-source mapping, not the code.
+            out.extend(actions.into_iter().filter(|a| {
+                a.starts_with("dynamodb:")
+                    && !matches!(
+                        a.as_str(),
+                        "dynamodb:DescribeStream"
+                            | "dynamodb:GetRecords"
+                            | "dynamodb:GetShardIterator"
+                            | "dynamodb:ListStreams"
+                    )
+            }));
+        }
+    }
+    out
+}
+
+fn assert_policy_matches(function: &str, sources: &[PathBuf]) {
+    let used: BTreeSet<String> = used_actions(sources)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        !used.is_empty(),
+        "{function}: no DynamoDB call found; the scan is broken"
+    );
+    let allowed = allowed_dynamodb_item_actions(&template(), function);
+    let missing: Vec<_> = used.difference(&allowed).collect();
+    assert!(
+        missing.is_empty(),
+        "{function} calls {missing:?} but its policy does not allow them"
+    );
+    let extra: Vec<_> = allowed.difference(&used).collect();
+    assert!(
+        extra.is_empty(),
+        "{function}'s policy allows {extra:?}, which its code never calls"
+    );
+}
+
+#[test]
+fn ingest_policy_allows_exactly_what_it_calls() {
+    let r = root();
+    assert_policy_matches(
+        "IngestFunction",
+        &[
+            r.join("crates/ingest/src"),
+            r.join("crates/store/src/batch.rs"),
+        ],
+    );
+}
+
+#[test]
+fn aggregator_policy_allows_exactly_what_it_calls() {
+    assert_policy_matches(
+        "AggregatorFunction",
+        &[root().join("crates/aggregator/src")],
+    );
+}
+
+#[test]
+fn api_policy_allows_exactly_what_it_calls() {
+    assert_policy_matches("ApiFunction", &[root().join("crates/api/src")]);
+}
+
+#[test]
+fn every_function_is_arm64_rust_on_al2023_built_by_cargo_lambda() {
+    let t = template();
+    assert_eq!(
+        t["Globals"]["Function"]["Runtime"].as_str(),
+        Some("provided.al2023")
+    );
+    assert_eq!(
+        t["Globals"]["Function"]["Architectures"][0].as_str(),
+        Some("arm64")
+    );
+    assert_eq!(
+        t["Globals"]["Function"]["Handler"].as_str(),
+        Some("bootstrap")
+    );
+    for (f, dir) in [
+        ("IngestFunction", "crates/ingest"),
+        ("AggregatorFunction", "crates/aggregator"),
+        ("ApiFunction", "crates/api"),
+    ] {
+        let r = &t["Resources"][f];
+        assert_eq!(
+            r["Metadata"]["BuildMethod"].as_str(),
+            Some("rust-cargolambda"),
+            "{f}"
+        );
+        assert_eq!(r["Properties"]["CodeUri"].as_str(), Some(dir), "{f}");
+    }
+}
