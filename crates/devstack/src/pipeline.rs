@@ -42,15 +42,8 @@ pub struct InProcessAggregator(pub Arc<tidemark_aggregator::Aggregator>);
 
 impl StreamHandler for InProcessAggregator {
     async fn handle(&self, event: Event) -> Result<DynamoDbEventResponse, FunctionError> {
-        // The aggregator's future is fine for Lambda's runtime, which does not need `Send`,
-        // but rustc cannot prove it `Send` (higher-ranked lifetimes in its write fan-out), so
-        // it runs on a blocking thread of this runtime instead of on a spawned task.
-        let agg = self.0.clone();
-        let (response, report) = tokio::task::spawn_blocking(move || {
-            tokio::runtime::Handle::current().block_on(async { agg.process(&event).await })
-        })
-        .await
-        .map_err(|e| FunctionError(format!("aggregator panicked: {e}")))?;
+        // The aggregator reports per-record failures in the response; it has no error path.
+        let (response, report) = self.0.process(&event).await;
         tracing::debug!(?report, "batch aggregated");
         Ok(response)
     }
