@@ -4,6 +4,7 @@
 
 use std::hint::black_box;
 
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tidemark_ingest::{IngestConfig, decode_record, reading_item};
 use tidemark_schema::Timestamp;
@@ -15,6 +16,60 @@ fn reading(i: usize) -> String {
         (i / 60) % 60,
         i % 60
     )
+}
+
+/// CPU time of the benchmark thread (`CLOCK_THREAD_CPUTIME_ID`, nanoseconds), so the number
+/// means "CPU per reading" even on a machine busy with other work, where wall time would also
+/// count the time the thread waited for a core.
+struct ThreadCpu;
+
+#[repr(C)]
+struct Timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+unsafe extern "C" {
+    fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+}
+
+/// Linux' clock ID for the calling thread's CPU time.
+const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+
+fn thread_cpu_ns() -> u64 {
+    let mut t = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec (two 64-bit fields on 64-bit Linux) to `t`.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    if rc != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpu {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WallTime.formatter()
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -49,5 +104,27 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_cpu(c: &mut Criterion<ThreadCpu>) {
+    let config = IngestConfig::new("bench");
+    let now = Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap();
+    let one = reading(7).into_bytes();
+    let mut g = c.benchmark_group("ingest_thread_cpu");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("decode_validate_item/one_reading_record", |b| {
+        b.iter(|| {
+            let readings = decode_record(black_box(&one), now, &config).unwrap();
+            for r in &readings {
+                black_box(reading_item(r, None, config.retention_days).unwrap());
+            }
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+criterion_group! {
+    name = cpu;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = bench_cpu
+}
+criterion_main!(benches, cpu);
