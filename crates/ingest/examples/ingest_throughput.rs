@@ -44,7 +44,10 @@ fn event(n: usize, devices: usize, start: Timestamp) -> KinesisEvent {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let records = args.first().copied().unwrap_or(10_000);
     let runs = args.get(1).copied().unwrap_or(3);
     let in_flight = args.get(2).copied().unwrap_or(8);
@@ -55,13 +58,21 @@ async fn main() {
     let lookups = DynamoLookups::new(table.client.clone(), table.name.clone());
     let start = Timestamp::parse_rfc3339("2026-04-20T12:00:00Z").expect("a timestamp");
     let clock = FixedClock::new(start.plus_millis(3_600_000).expect("in range"));
-    let ingest = Ingest::from_parts(config, table.client.clone(), lookups.clone(), lookups, clock);
+    let ingest = Ingest::from_parts(
+        config,
+        table.client.clone(),
+        lookups.clone(),
+        lookups,
+        clock,
+    );
 
     println!("records={records} devices=1000 max_in_flight={in_flight} (DynamoDB Local)");
     for run in 0..runs {
         // Each run writes new items (a fresh hour), like fresh traffic.
         let base = start.plus_millis(run as i64 * 3_600_000).expect("in range");
-        ingest.clock().set(base.plus_millis(3_600_000).expect("in range"));
+        ingest
+            .clock()
+            .set(base.plus_millis(3_600_000).expect("in range"));
         let e = event(records, 1000, base);
         let t0 = Instant::now();
         let (resp, stats) = ingest
