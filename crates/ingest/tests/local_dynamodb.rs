@@ -361,7 +361,8 @@ async fn unprocessed_items_and_throttling_are_retried_with_nothing_lost() {
     let payloads = many_records(500, 20);
     let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
     assert!(failures(&resp).is_empty());
-    assert_eq!(stats.throttled, 3);
+    // At least the injected ones (a busy DynamoDB Local may time out a few more).
+    assert!(stats.throttled >= 3, "{stats:?}");
     assert!(stats.unprocessed >= 8, "{stats:?}");
     assert!(stats.retries >= 11, "{stats:?}");
     assert_eq!(stats.written, 500);
@@ -386,7 +387,9 @@ async fn a_persisting_failure_reports_the_earliest_record_not_fully_written() {
     let event = event_of(&payloads);
 
     // WHEN the batch runs out of time retrying
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // Long enough for the healthy writes even on a busy shared DynamoDB Local; the poisoned
+    // partition keeps the writer retrying until then.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let (resp, stats) = ingest.process(&event, deadline).await.unwrap();
 
     // THEN exactly record 20 is reported, and every record before it is durable
