@@ -22,3 +22,26 @@ scripts/services.sh start
 
 step "unit, property and integration tests"
 cargo test --workspace --locked
+
+# The deployment checks (DESIGN §7): the template lints clean and `sam build` produces the
+# three arm64 `bootstrap` binaries exactly as a deploy would. The first build is a release
+# cross-compile (minutes); set TIDEMARK_SKIP_SAM_BUILD=1 to skip it in a quick local loop.
+step "template (sam validate --lint)"
+make --no-print-directory validate
+
+if [[ "${TIDEMARK_SKIP_SAM_BUILD:-0}" == "1" ]]; then
+  step "sam build skipped (TIDEMARK_SKIP_SAM_BUILD=1)"
+else
+  step "sam build (arm64, release)"
+  # Installed once up front: sam builds the functions in parallel, and three concurrent
+  # `rustup target add` calls race each other.
+  rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
+  make --no-print-directory build
+  for fn in IngestFunction AggregatorFunction ApiFunction; do
+    bin=".aws-sam/build/$fn/bootstrap"
+    [[ -x "$bin" ]] || { echo "sam build produced no $bin" >&2; exit 1; }
+    head -c 20 "$bin" | od -An -tx1 | tr -d ' \n' | grep -q '^7f454c46020101.\{22\}b700' \
+      || { echo "$bin is not an arm64 ELF executable" >&2; exit 1; }
+    echo "$bin: arm64 ELF, $(stat -c %s "$bin") bytes"
+  done
+fi
