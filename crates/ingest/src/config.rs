@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use thiserror::Error;
+use tidemark_schema::ShardLead;
+use tidemark_schema::shard::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
 use tidemark_store::batch::RetryPolicy;
 
 /// What to do with a reading from a device that has no Device item.
@@ -60,9 +62,11 @@ pub struct IngestConfig {
     /// `MAX_METADATA_BYTES` (1024): keeps a reading item near the 1 KB of one write unit and
     /// far from DynamoDB's 400 KB item limit.
     pub max_metadata_bytes: usize,
-    /// `SHARD_CACHE_SECONDS` (30): how long the hot-device shard counts are trusted. A shard
-    /// change must take effect later than now + this + `MAX_FUTURE_SECONDS`, so no container
-    /// still holding the old count writes a reading of the new epoch.
+    /// `SHARD_CACHE_SECONDS` (30): the oldest shard counts a container writes with. It
+    /// refreshes them after half of this, and keeps the old answer through a failed refresh
+    /// only until this. The API schedules a shard change later than now + this +
+    /// `MAX_FUTURE_SECONDS` ([`tidemark_schema::ShardLead`]), so no container still holding
+    /// the old count writes a reading of the new epoch. Both must match the API's.
     pub shard_cache_ttl: Duration,
     /// `DEVICE_CACHE_SECONDS` (60): how long an existence answer is trusted in quarantine mode.
     pub device_cache_ttl: Duration,
@@ -78,17 +82,25 @@ impl IngestConfig {
         IngestConfig {
             table_name: table_name.into(),
             retention_days: 30,
-            max_future: Duration::from_secs(300),
+            max_future: ShardLead::default().max_future,
             unknown_devices: UnknownDevices::Register,
             max_in_flight: 4,
             max_metrics: 32,
             max_array_len: 1000,
             max_payload_bytes: 1024 * 1024,
             max_metadata_bytes: 1024,
-            shard_cache_ttl: Duration::from_secs(30),
+            shard_cache_ttl: ShardLead::default().shard_cache,
             device_cache_ttl: Duration::from_secs(60),
             deadline_margin: Duration::from_millis(500),
             retry: RetryPolicy::default(),
+        }
+    }
+
+    /// What the API must know of this configuration to schedule shard changes safely.
+    pub fn shard_lead(&self) -> ShardLead {
+        ShardLead {
+            shard_cache: self.shard_cache_ttl,
+            max_future: self.max_future,
         }
     }
 
@@ -129,8 +141,8 @@ impl IngestConfig {
             c.retention_days = n;
         }
         if let Some(n) = num(
-            "MAX_FUTURE_SECONDS",
-            get("MAX_FUTURE_SECONDS"),
+            MAX_FUTURE_SECONDS_ENV,
+            get(MAX_FUTURE_SECONDS_ENV),
             nonneg,
             |_: &u64| true,
         )? {
@@ -173,8 +185,8 @@ impl IngestConfig {
             c.max_metadata_bytes = n;
         }
         if let Some(n) = num(
-            "SHARD_CACHE_SECONDS",
-            get("SHARD_CACHE_SECONDS"),
+            SHARD_CACHE_SECONDS_ENV,
+            get(SHARD_CACHE_SECONDS_ENV),
             nonneg,
             |_: &u64| true,
         )? {

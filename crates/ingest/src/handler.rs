@@ -114,7 +114,8 @@ impl BatchStats {
 }
 
 struct ShardSnapshot {
-    loaded: Instant,
+    /// By the injected clock, so tests can age it.
+    loaded: Timestamp,
     histories: Arc<HashMap<DeviceId, ShardHistory>>,
 }
 
@@ -270,19 +271,26 @@ where
         Ok((response, stats))
     }
 
-    /// The shard histories of hot devices, refreshed after [`IngestConfig::shard_cache_ttl`].
-    /// A failed refresh keeps using the previous answer (a shard change is announced ahead
-    /// of its effective time, see the config) and fails only when there is none.
+    /// The shard histories of hot devices. Refreshed once half of
+    /// [`IngestConfig::shard_cache_ttl`] has passed; a failed refresh keeps the previous
+    /// answer until the whole TTL has passed (that is the age the API's shard-change lead
+    /// time allows for), and fails the batch after that, so Lambda retries it rather than
+    /// writing with counts that may be out of date.
     async fn shard_histories(&self) -> Result<Arc<HashMap<DeviceId, ShardHistory>>, IngestError> {
+        let now = self.clock.now();
+        let ttl_ms = i64::try_from(self.config.shard_cache_ttl.as_millis()).unwrap_or(i64::MAX);
+        let age = |loaded: Timestamp| now.epoch_millis().saturating_sub(loaded.epoch_millis());
         let cached = {
             let guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
             guard.as_ref().map(|s| (s.loaded, s.histories.clone()))
         };
         if let Some((loaded, h)) = &cached
-            && loaded.elapsed() < self.config.shard_cache_ttl
+            && age(*loaded) < ttl_ms / 2
         {
             return Ok(h.clone());
         }
+        // Taken before the read: the snapshot is at least as old as the request.
+        let loading = now;
         match self.shard_source.load_shard_configs().await {
             Ok(items) => {
                 let histories: Arc<HashMap<_, _>> = Arc::new(
@@ -300,17 +308,17 @@ where
                 );
                 let mut guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
                 *guard = Some(ShardSnapshot {
-                    loaded: Instant::now(),
+                    loaded: loading,
                     histories: histories.clone(),
                 });
                 Ok(histories)
             }
             Err(e) => match cached {
-                Some((_, h)) => {
+                Some((loaded, h)) if age(loaded) < ttl_ms => {
                     tracing::warn!(error = %e, "shard configuration refresh failed; using the cached one");
                     Ok(h)
                 }
-                None => Err(IngestError::ShardConfig(e)),
+                _ => Err(IngestError::ShardConfig(e)),
             },
         }
     }

@@ -36,7 +36,8 @@ async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
 }
 
 #[tokio::test]
-async fn a_failed_shard_refresh_keeps_the_cached_counts_and_fails_only_without_any() {
+async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trusted() {
+    // GIVEN a hot device and a container trusting shard counts for 60 s
     let store = MemoryStore::default();
     store
         .shard_configs
@@ -49,21 +50,32 @@ async fn a_failed_shard_refresh_keeps_the_cached_counts_and_fails_only_without_a
                 .unwrap(),
         ));
     let mut c = config("t");
-    c.shard_cache_ttl = Duration::ZERO;
+    c.shard_cache_ttl = Duration::from_secs(60);
     let ingest = memory_ingest(&store, c.clone());
     let e = event_of(&[reading_json("hot", "2026-04-20T14:00:00Z", 1.0)]);
     ingest.process(&e, soon()).await.unwrap();
     let first = store.items.lock().unwrap().clone();
+    assert!(first.keys().all(|(pk, _)| pk.starts_with("DEVICE#hot#S")));
+    assert_eq!(store.shard_loads.load(Ordering::SeqCst), 1);
 
-    // WHEN the refresh fails THEN the cached counts are still used, same partition
+    // WHEN a refresh is due (half the TTL) but fails THEN the cached counts are still
+    // used, same partition
     store.fail_shard_loads.store(true, Ordering::SeqCst);
     store.items.lock().unwrap().clear();
+    ingest.clock().set(now().plus_millis(40_000).unwrap());
     let (resp, _) = ingest.process(&e, soon()).await.unwrap();
     assert!(resp.batch_item_failures.is_empty());
     assert_eq!(*store.items.lock().unwrap(), first);
-    assert!(first.keys().all(|(pk, _)| pk.starts_with("DEVICE#hot#S")));
+    assert_eq!(store.shard_loads.load(Ordering::SeqCst), 2);
 
-    // AND a fresh container with no cache cannot guess: the batch fails as a whole
+    // WHEN the cached counts are older than the TTL THEN the batch fails as a whole (a
+    // shard change announced since may already be in force), and nothing is written
+    store.items.lock().unwrap().clear();
+    ingest.clock().set(now().plus_millis(60_000).unwrap());
+    assert!(ingest.process(&e, soon()).await.is_err());
+    assert!(store.items.lock().unwrap().is_empty());
+
+    // AND a fresh container with no cache cannot guess either
     let fresh = memory_ingest(&store, c);
     assert!(fresh.process(&e, soon()).await.is_err());
 }

@@ -470,6 +470,9 @@ pub struct ShardConfigItem {
     pub pk: String,
     pub sk: String,
     pub epochs: ShardHistory,
+    /// Bumped by every change, so two concurrent changes cannot both land (absent = 0).
+    #[serde(default)]
+    pub version: u64,
 }
 
 impl ShardConfigItem {
@@ -479,6 +482,7 @@ impl ShardConfigItem {
             pk: k.pk,
             sk: k.sk,
             epochs,
+            version: 0,
         }
     }
 }

@@ -14,6 +14,6 @@ pub mod time;
 pub use entities::*;
 pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, IdError, MetricName, Severity};
 pub use keys::{EntityKey, Key, KeyError};
-pub use shard::{ShardHistory, ShardHistoryError, shard_for};
+pub use shard::{ShardHistory, ShardHistoryError, ShardLead, shard_for};
 pub use table::{TABLE, TableDefinition};
 pub use time::{Bucket, Day, Period, Timestamp, TimestampError};

@@ -6,6 +6,7 @@
 //! read of any range knows exactly which partitions to ask. Changing N migrates nothing.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -30,12 +31,69 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// How long an ingest container trusts the shard counts it read (the same variable names
+/// configure ingest and the API, which must agree on them).
+pub const SHARD_CACHE_SECONDS_ENV: &str = "SHARD_CACHE_SECONDS";
+pub const DEFAULT_SHARD_CACHE_SECONDS: u64 = 30;
+/// How far ahead of the clock ingest accepts a reading.
+pub const MAX_FUTURE_SECONDS_ENV: &str = "MAX_FUTURE_SECONDS";
+pub const DEFAULT_MAX_FUTURE_SECONDS: u64 = 300;
+/// Margin for clocks of different Lambda hosts disagreeing.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(5);
+
+/// Which shard changes are already in use, given how ingest reads the counts.
+///
+/// An ingest container writes with a snapshot of the histories at most `shard_cache` old,
+/// and accepts readings up to `max_future` ahead of its clock. So a snapshot taken at `now`
+/// may be used for readings up to `now + shard_cache + max_future` (plus clock skew): every
+/// epoch starting at or before that instant may already have readings written under it and
+/// must never change; every later one is only announced, and may still be replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardLead {
+    pub shard_cache: Duration,
+    pub max_future: Duration,
+}
+
+impl Default for ShardLead {
+    fn default() -> Self {
+        ShardLead {
+            shard_cache: Duration::from_secs(DEFAULT_SHARD_CACHE_SECONDS),
+            max_future: Duration::from_secs(DEFAULT_MAX_FUTURE_SECONDS),
+        }
+    }
+}
+
+impl ShardLead {
+    /// The last reading time any container may have written with a history read at `now`.
+    pub fn settled_until(&self, now: Timestamp) -> Timestamp {
+        let lead = self.shard_cache + self.max_future + CLOCK_SKEW;
+        now.plus_millis(i64::try_from(lead.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(Timestamp::MAX)
+    }
+
+    /// The earliest instant a change made at `now` may take effect: the first whole second
+    /// after [`ShardLead::settled_until`].
+    pub fn earliest_change(&self, now: Timestamp) -> Timestamp {
+        let settled = self.settled_until(now).epoch_millis();
+        let next_second = (settled / 1000 + 1) * 1000;
+        Timestamp::from_epoch_millis(next_second).unwrap_or(Timestamp::MAX)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ShardHistoryError {
     #[error("shard count {0} is outside 1..={MAX_SHARDS}")]
     Count(u16),
     #[error("a shard change must take effect after the last one ({last}); got {from}")]
     NotAfterLast { last: Timestamp, from: Timestamp },
+    #[error(
+        "a shard change must take effect at {earliest} or later (ingest containers may \
+         already be writing readings up to then with the current count); got {from}"
+    )]
+    TooSoon {
+        earliest: Timestamp,
+        from: Timestamp,
+    },
 }
 
 /// One period of a constant shard count, from `from` until the next epoch.
@@ -82,6 +140,40 @@ impl ShardHistory {
         let mut epochs = self.0.clone();
         epochs.push(ShardEpoch { from, count });
         Ok(ShardHistory(epochs))
+    }
+
+    /// The history after "from `from` on, `count` shards", decided at `now`: epochs that have
+    /// not begun to be used (see [`ShardLead`]) are dropped in favour of the new plan, and
+    /// nothing is appended when `count` is already the count in force at `from`. So a
+    /// mistaken change can be taken back before it takes effect, and repeating a change
+    /// changes nothing.
+    pub fn planned(
+        &self,
+        from: Timestamp,
+        count: u16,
+        now: Timestamp,
+        lead: ShardLead,
+    ) -> Result<Self, ShardHistoryError> {
+        if !(1..=MAX_SHARDS).contains(&count) {
+            return Err(ShardHistoryError::Count(count));
+        }
+        let earliest = lead.earliest_change(now);
+        if from < earliest {
+            return Err(ShardHistoryError::TooSoon { earliest, from });
+        }
+        let settled = lead.settled_until(now);
+        let kept = ShardHistory(
+            self.0
+                .iter()
+                .copied()
+                .filter(|e| e.from <= settled)
+                .collect(),
+        );
+        if kept.count_at(from) == count {
+            Ok(kept)
+        } else {
+            kept.with_change(from, count)
+        }
     }
 
     pub fn count_at(&self, at: Timestamp) -> u16 {
@@ -163,6 +255,95 @@ mod tests {
         );
         let late = h.shards_over(ts("2026-04-20T13:30:00Z"), ts("2026-04-20T14:00:00Z"));
         assert_eq!(late.into_iter().collect::<Vec<_>>(), vec![Some(0), Some(1)]);
+    }
+
+    #[test]
+    fn a_planned_change_starts_after_every_snapshot_in_use() {
+        let now = ts("2026-04-20T14:00:00.250Z");
+        let lead = ShardLead::default();
+        // 30 s cache + 300 s future + 5 s skew, rounded up to the next second.
+        assert_eq!(lead.earliest_change(now), ts("2026-04-20T14:05:36Z"));
+        let h = ShardHistory::default();
+        assert!(matches!(
+            h.planned(ts("2026-04-20T14:05:35Z"), 4, now, lead),
+            Err(ShardHistoryError::TooSoon { .. })
+        ));
+        let h = h.planned(ts("2026-04-20T14:05:36Z"), 4, now, lead).unwrap();
+        assert_eq!(h.count_at(ts("2026-04-20T14:05:36Z")), 4);
+        assert_eq!(h.count_at(ts("2026-04-20T14:05:35.999Z")), 1);
+    }
+
+    #[test]
+    fn a_change_not_yet_in_use_is_replaced_and_one_in_use_is_kept() {
+        let lead = ShardLead::default();
+        let t0 = ts("2026-04-20T14:00:00Z");
+        let h = ShardHistory::default()
+            .planned(ts("2026-04-20T15:00:00Z"), 8, t0, lead)
+            .unwrap();
+        // Before 15:00 minus the lead, the announced epoch can be replaced.
+        let replaced = h
+            .planned(
+                ts("2026-04-20T14:30:00Z"),
+                4,
+                ts("2026-04-20T14:10:00Z"),
+                lead,
+            )
+            .unwrap();
+        assert_eq!(replaced.epochs().len(), 1);
+        assert_eq!(replaced.count_at(ts("2026-04-20T15:30:00Z")), 4);
+        // Or withdrawn: back to 1 shard, nothing left to announce.
+        let withdrawn = h
+            .planned(
+                ts("2026-04-20T14:30:00Z"),
+                1,
+                ts("2026-04-20T14:10:00Z"),
+                lead,
+            )
+            .unwrap();
+        assert_eq!(withdrawn, ShardHistory::default());
+        // After it began to be used, it stays, and a new change follows it.
+        let later = h
+            .planned(
+                ts("2026-04-20T16:00:00Z"),
+                2,
+                ts("2026-04-20T14:58:00Z"),
+                lead,
+            )
+            .unwrap();
+        assert_eq!(later.epochs().len(), 2);
+        assert_eq!(later.count_at(ts("2026-04-20T15:30:00Z")), 8);
+        assert_eq!(later.count_at(ts("2026-04-20T16:00:00Z")), 2);
+    }
+
+    #[test]
+    fn repeating_a_change_changes_nothing() {
+        let lead = ShardLead::default();
+        let h = ShardHistory::default()
+            .planned(
+                ts("2026-04-20T15:00:00Z"),
+                4,
+                ts("2026-04-20T14:00:00Z"),
+                lead,
+            )
+            .unwrap();
+        let again = h
+            .planned(
+                ts("2026-04-20T15:20:00Z"),
+                4,
+                ts("2026-04-20T15:10:00Z"),
+                lead,
+            )
+            .unwrap();
+        assert_eq!(again, h);
+        assert!(
+            h.planned(
+                ts("2026-04-20T16:00:00Z"),
+                0,
+                ts("2026-04-20T15:10:00Z"),
+                lead
+            )
+            .is_err()
+        );
     }
 
     #[test]
