@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
     AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
-    PutDevice, QuerySpec, QueryStore,
+    PutDevice, QuerySpec, QueryStore, ShardWriter,
 };
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
@@ -103,6 +103,17 @@ impl<S: AlertAcker + Sync> AlertAcker for Timed<S> {
         now: Timestamp,
     ) -> Result<AckOutcome, StoreError> {
         self.timed(self.inner.acknowledge(d, a, now)).await
+    }
+}
+
+impl<S: ShardWriter + Sync> ShardWriter for Timed<S> {
+    async fn replace_shards(
+        &self,
+        d: &DeviceId,
+        h: &ShardHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        self.timed(self.inner.replace_shards(d, h, version)).await
     }
 }
 

@@ -2,8 +2,11 @@
 
 use std::fmt;
 
+use std::time::Duration;
+
 use thiserror::Error;
-use tidemark_schema::Timestamp;
+use tidemark_schema::shard::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
+use tidemark_schema::{ShardLead, Timestamp};
 use tidemark_store::client::{DYNAMODB_ENDPOINT_ENV, TABLE_NAME_ENV};
 
 /// HMAC key for pagination cursors (at least [`MIN_SECRET_LEN`] bytes).
@@ -63,6 +66,9 @@ pub struct ApiConfig {
     /// Largest accepted request body; device items stay small because the aggregator
     /// rewrites them every batch (an item over 1 KB costs two write units).
     pub max_body_bytes: usize,
+    /// Ingest's shard-count cache and future-reading allowance (the same variables as
+    /// ingest's): how far ahead a shard change must be scheduled.
+    pub shard_lead: ShardLead,
     pub clock: Clock,
 }
 
@@ -74,6 +80,7 @@ impl fmt::Debug for ApiConfig {
             .field("retention_days", &self.retention_days)
             .field("status_shards", &self.status_shards)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("shard_lead", &self.shard_lead)
             .field("clock", &self.clock)
             .finish()
     }
@@ -92,6 +99,7 @@ impl ApiConfig {
             retention_days: Self::DEFAULT_RETENTION_DAYS,
             status_shards: 1,
             max_body_bytes: Self::DEFAULT_MAX_BODY,
+            shard_lead: ShardLead::default(),
             clock: Clock::System,
         }
     }
@@ -150,6 +158,24 @@ impl ApiConfig {
                         value: v,
                         rule: "1..=64",
                     })?;
+        }
+        for (name, slot) in [
+            (SHARD_CACHE_SECONDS_ENV, &mut c.shard_lead.shard_cache),
+            (MAX_FUTURE_SECONDS_ENV, &mut c.shard_lead.max_future),
+        ] {
+            if let Some(v) = var(name) {
+                *slot = v
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n <= 86_400)
+                    .map(Duration::from_secs)
+                    .ok_or(ConfigError::Invalid {
+                        var: name,
+                        value: v,
+                        rule: "whole seconds, 0..=86400 (the same value as ingest's)",
+                    })?;
+            }
         }
         Ok(c)
     }
@@ -213,6 +239,26 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((c.status_shards, c.cursor_secret()), (4, secret.as_bytes()));
+        let c = ApiConfig::from_lookup(lookup(&[
+            ("CURSOR_SECRET", &secret),
+            ("SHARD_CACHE_SECONDS", "10"),
+            ("MAX_FUTURE_SECONDS", "60"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.shard_lead,
+            ShardLead {
+                shard_cache: Duration::from_secs(10),
+                max_future: Duration::from_secs(60)
+            }
+        );
+        assert!(
+            ApiConfig::from_lookup(lookup(&[
+                ("CURSOR_SECRET", &secret),
+                ("SHARD_CACHE_SECONDS", "-1")
+            ]))
+            .is_err()
+        );
         assert!(!format!("{c:?}").contains(&secret));
     }
 }

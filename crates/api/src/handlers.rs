@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, Period, Severity, ShardConfigItem,
-    ShardHistory, Timestamp, keys,
+    ShardHistory, ShardHistoryError, Timestamp, keys,
 };
 use tidemark_store::Item;
 
@@ -80,6 +80,8 @@ impl<S: Store> App<S> {
         match m.route {
             Route::GetDevice => self.get_device(id()?).await,
             Route::PutDevice => self.put_device(id()?, req.body().as_ref()).await,
+            Route::GetShards => self.get_shards(id()?).await,
+            Route::PutShards => self.put_shards(id()?, req.body().as_ref()).await,
             Route::ListDevices => self.list_devices(p).await,
             Route::Readings => self.readings(id()?, p).await,
             Route::LatestReading => self.latest_reading(id()?).await,
@@ -163,13 +165,18 @@ impl<S: Store> App<S> {
         Ok((StatusCode::OK, render::device_item(item)?))
     }
 
-    async fn put_device(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
+    fn within_body_limit<'b>(&self, body: &'b [u8]) -> Result<&'b [u8], ApiError> {
         if body.len() > self.config.max_body_bytes {
             return Err(ApiError::PayloadTooLarge {
                 size: body.len(),
                 limit: self.config.max_body_bytes,
             });
         }
+        Ok(body)
+    }
+
+    async fn put_device(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
+        let body = self.within_body_limit(body)?;
         let reg = validate::registration(id, body, self.config.status_shards)?;
         let now = self.now();
         let put = self.store.put_device(&reg, now).await?;
@@ -230,25 +237,68 @@ impl<S: Store> App<S> {
     }
 
     /// The shard history and whether the device is registered, in one BatchGetItem.
-    async fn shards_of(&self, id: &DeviceId) -> Result<(ShardHistory, bool), ApiError> {
+    async fn shards_of(&self, id: &DeviceId) -> Result<Shards, ApiError> {
         let cfg_key = EntityKey::ShardConfig(id.clone()).key();
         let dev_key = EntityKey::Device(id.clone()).key();
         let items = self
             .store
             .batch_get(vec![cfg_key.clone(), dev_key.clone()])
             .await?;
-        let mut history = ShardHistory::default();
-        let mut exists = false;
+        let mut out = Shards::default();
         for item in items {
             let sk = item.get(attr::SK).and_then(|v| v.as_s().ok());
             if sk == Some(&cfg_key.sk) {
                 let c: ShardConfigItem = tidemark_store::from_item(item)?;
-                history = c.epochs;
+                out.history = c.epochs;
+                out.version = c.version;
             } else if sk == Some(&dev_key.sk) {
-                exists = true;
+                out.exists = true;
             }
         }
-        Ok((history, exists))
+        if !out.exists {
+            return Err(device_not_found(id));
+        }
+        Ok(out)
+    }
+
+    async fn get_shards(&self, id: DeviceId) -> Result<Reply, ApiError> {
+        let s = self.shards_of(&id).await?;
+        Ok((StatusCode::OK, render::shards(&id, &s.history, self.now())))
+    }
+
+    /// Schedules a shard-count change of a hot device. It takes effect no earlier than
+    /// ingest containers can have learnt of it ([`tidemark_schema::ShardLead`]), so every
+    /// reading, in flight or re-sent, keeps the partition it was or will be written to, and
+    /// nothing moves. An announced change not yet in use is replaced; repeating a change is
+    /// a no-op; of two racing changes one gets a 409.
+    async fn put_shards(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
+        let change = validate::shard_change(self.within_body_limit(body)?)?;
+        let now = self.now();
+        let lead = self.config.shard_lead;
+        let from = change
+            .effective_from
+            .unwrap_or_else(|| lead.earliest_change(now));
+        let current = self.shards_of(&id).await?;
+        let next = current
+            .history
+            .planned(from, change.count, now, lead)
+            .map_err(|e| match e {
+                ShardHistoryError::Count(_) => ApiError::bad("count", e.to_string()),
+                ShardHistoryError::TooSoon { .. } => ApiError::bad("effectiveFrom", e.to_string()),
+                ShardHistoryError::NotAfterLast { .. } => ApiError::Conflict(e.to_string()),
+            })?;
+        if next != current.history
+            && !self
+                .store
+                .replace_shards(&id, &next, current.version)
+                .await?
+        {
+            return Err(ApiError::Conflict(format!(
+                "the shard history of device {id} changed while this request ran; read it \
+                 (GET /devices/{id}/shards) and try again"
+            )));
+        }
+        Ok((StatusCode::OK, render::shards(&id, &next, now)))
     }
 
     /// Readings of a range (AP3), across every shard the device had over it.
@@ -274,10 +324,7 @@ impl<S: Store> App<S> {
             }
             None => {
                 let (from, to) = validate::range(p, now, HOUR_MS)?;
-                let (history, exists) = self.shards_of(&id).await?;
-                if !exists {
-                    return Err(device_not_found(&id));
-                }
+                let history = self.shards_of(&id).await?.history;
                 let lo = from.max(self.config.retention_start(now));
                 let labels = if lo > to {
                     Vec::new()
@@ -323,10 +370,7 @@ impl<S: Store> App<S> {
     /// every shard that may hold an unexpired reading, in parallel.
     async fn latest_reading(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let now = self.now();
-        let (history, exists) = self.shards_of(&id).await?;
-        if !exists {
-            return Err(device_not_found(&id));
-        }
+        let history = self.shards_of(&id).await?.history;
         let lo = self.config.retention_start(now);
         let specs: Vec<QuerySpec> = history
             .shards_over(lo, Timestamp::MAX)
@@ -621,6 +665,14 @@ impl<S: Store> App<S> {
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
     }
+}
+
+/// A device's stored shard history.
+#[derive(Debug, Default)]
+struct Shards {
+    history: ShardHistory,
+    version: u64,
+    exists: bool,
 }
 
 /// Where a list starts: fresh (every partition from its beginning) or from a cursor.

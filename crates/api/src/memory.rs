@@ -8,12 +8,14 @@ use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
-use tidemark_schema::{AlertId, DeviceId, EntityKey, Key, Timestamp, field};
+use tidemark_schema::{
+    AlertId, DeviceId, EntityKey, Key, ShardConfigItem, ShardHistory, Timestamp, field,
+};
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
     AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice, QuerySpec,
-    QueryStore, alert_state, device_update,
+    QueryStore, ShardWriter, alert_state, device_update,
 };
 
 #[derive(Debug, Default)]
@@ -178,5 +180,32 @@ impl AlertAcker for MemoryStore {
         item.entry(field::ACKNOWLEDGED_AT.into())
             .or_insert_with(|| AttributeValue::S(now.to_string()));
         Ok(AckOutcome::Acknowledged(item.clone()))
+    }
+}
+
+impl ShardWriter for MemoryStore {
+    async fn replace_shards(
+        &self,
+        device: &DeviceId,
+        history: &ShardHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        let k = EntityKey::ShardConfig(device.clone()).key();
+        let mut items = self.lock();
+        let stored = items
+            .get(&(k.pk.clone(), k.sk.clone()))
+            .and_then(|it| it.get(field::VERSION))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if stored != version {
+            return Ok(false);
+        }
+        let item = tidemark_store::to_item(&ShardConfigItem {
+            version: version + 1,
+            ..ShardConfigItem::new(device, history.clone())
+        })?;
+        items.insert((k.pk, k.sk), item);
+        Ok(true)
     }
 }

@@ -5,7 +5,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, AlertItem, DeviceItem, EntityKey, QuarantineItem, ReadingItem, number,
+    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, QuarantineItem, ReadingItem,
+    ShardHistory, Timestamp, number,
 };
 use tidemark_store::Item;
 
@@ -49,6 +50,16 @@ pub fn device(d: &DeviceItem) -> Result<Value, ApiError> {
 
 pub fn device_item(item: Item) -> Result<Value, ApiError> {
     device(&tidemark_store::from_item(item)?)
+}
+
+/// `{"deviceId", "count": <in force now>, "epochs": [{"from", "count"}…]}`; epochs later
+/// than now are announced changes.
+pub fn shards(id: &DeviceId, history: &ShardHistory, now: Timestamp) -> Value {
+    json!({
+        "deviceId": id.as_str(),
+        "count": history.count_at(now),
+        "epochs": history.epochs(),
+    })
 }
 
 pub fn alert(item: Item) -> Result<Value, ApiError> {

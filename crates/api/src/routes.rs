@@ -9,6 +9,8 @@ pub enum Route {
     ListDevices,
     PutDevice,
     GetDevice,
+    GetShards,
+    PutShards,
     Readings,
     LatestReading,
     LatestOfDevices,
@@ -29,6 +31,8 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
     ),
     (Method::PUT, "/devices/{id}", Route::PutDevice, &[]),
     (Method::GET, "/devices/{id}", Route::GetDevice, &[]),
+    (Method::GET, "/devices/{id}/shards", Route::GetShards, &[]),
+    (Method::PUT, "/devices/{id}/shards", Route::PutShards, &[]),
     (
         Method::GET,
         "/devices/{id}/readings",

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
     AlertId, AlertState, DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key,
-    MetricName, Threshold, Timestamp, field, keys,
+    MetricName, ShardHistory, Threshold, Timestamp, field, keys,
 };
 use tidemark_store::{Item, StoreError};
 
@@ -204,9 +204,24 @@ pub trait AlertAcker {
     ) -> impl Future<Output = Result<AckOutcome, StoreError>> + Send;
 }
 
+pub trait ShardWriter {
+    /// Stores `history` as the shard history of `device` if the stored one is still at
+    /// `version` (0: never written), bumping the version; `false` when another change
+    /// landed first.
+    fn replace_shards(
+        &self,
+        device: &DeviceId,
+        history: &ShardHistory,
+        version: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
 /// Everything the handlers use.
-pub trait Store: QueryStore + GetStore + DeviceWriter + AlertAcker + Send + Sync {}
-impl<T: QueryStore + GetStore + DeviceWriter + AlertAcker + Send + Sync> Store for T {}
+pub trait Store:
+    QueryStore + GetStore + DeviceWriter + AlertAcker + ShardWriter + Send + Sync
+{
+}
+impl<T: QueryStore + GetStore + DeviceWriter + AlertAcker + ShardWriter + Send + Sync> Store for T {}
 
 /// The DynamoDB implementation of every store trait.
 #[derive(Debug, Clone)]
@@ -536,6 +551,38 @@ impl AlertAcker for DynamoStore {
                     Some(_) => AckOutcome::Resolved,
                 })
             }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ShardWriter for DynamoStore {
+    async fn replace_shards(
+        &self,
+        device: &DeviceId,
+        history: &ShardHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        let key = EntityKey::ShardConfig(device.clone()).key();
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&key)))
+            .update_expression("SET #e = :e, #v = :next")
+            .expression_attribute_names("#e", field::EPOCHS)
+            .expression_attribute_names("#v", field::VERSION)
+            .expression_attribute_values(":e", av(history)?)
+            .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()));
+        req = if version == 0 {
+            req.condition_expression("attribute_not_exists(#v)")
+        } else {
+            req.condition_expression("#v = :old")
+                .expression_attribute_values(":old", AttributeValue::N(version.to_string()))
+        };
+        match req.send().await.map_err(StoreError::sdk("UpdateItem")) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conditional_check_failed() => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -264,9 +264,95 @@ pub fn registration(
     })
 }
 
+/// The body of `PUT /devices/{id}/shards`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ShardsBody {
+    count: Value,
+    effective_from: Option<Value>,
+}
+
+/// A requested shard change: `count` shards from `effective_from` (default: as soon as
+/// safely possible).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardChange {
+    pub count: u16,
+    pub effective_from: Option<Timestamp>,
+}
+
+pub fn shard_change(body: &[u8]) -> Result<ShardChange, ApiError> {
+    use tidemark_schema::shard::MAX_SHARDS;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad(
+            "body",
+            "a JSON object is required: {\"count\": n, \"effectiveFrom\"?: time}",
+        ));
+    }
+    let b: ShardsBody = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad("body", format!("not a valid shard change: {e}")))?;
+    let count = b
+        .count
+        .as_u64()
+        .and_then(|n| u16::try_from(n).ok())
+        .filter(|n| (1..=MAX_SHARDS).contains(n))
+        .ok_or_else(|| {
+            ApiError::bad(
+                "count",
+                format!("{} is not a whole number from 1 to {MAX_SHARDS}", b.count),
+            )
+        })?;
+    let effective_from = b
+        .effective_from
+        .map(|v| {
+            let raw = match &v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                other => other.to_string(),
+            };
+            Timestamp::parse_flexible(&raw).map_err(|e| {
+                ApiError::bad("effectiveFrom", format!("{e} (or give epoch milliseconds)"))
+            })
+        })
+        .transpose()?;
+    Ok(ShardChange {
+        count,
+        effective_from,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_changes_name_the_bad_field() {
+        let ok = shard_change(br#"{"count":4,"effectiveFrom":"2026-04-20T15:00:00Z"}"#).unwrap();
+        assert_eq!(ok.count, 4);
+        assert_eq!(
+            ok.effective_from,
+            Some(Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap())
+        );
+        assert_eq!(
+            shard_change(br#"{"count":1}"#).unwrap().effective_from,
+            None
+        );
+        for (body, param) in [
+            (r#"{"count":0}"#, "count"),
+            (r#"{"count":65}"#, "count"),
+            (r#"{"count":2.5}"#, "count"),
+            (r#"{"count":"4"}"#, "count"),
+            (r#"{"count":4,"effectiveFrom":"soon"}"#, "effectiveFrom"),
+            (r#"{"count":4,"effectiveFrom":true}"#, "effectiveFrom"),
+            (r#"{"count":4,"shards":4}"#, "body"),
+            (r#"{}"#, "body"),
+            ("", "body"),
+        ] {
+            match shard_change(body.as_bytes()) {
+                Err(ApiError::BadRequest { param: p, .. }) => assert_eq!(p, param, "{body}"),
+                other => panic!("{body}: expected a 400, got {other:?}"),
+            }
+        }
+    }
 
     fn reg(body: &str) -> Result<DeviceRegistration, ApiError> {
         registration(DeviceId::new("sensor_01").unwrap(), body.as_bytes(), 1)

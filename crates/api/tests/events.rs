@@ -73,6 +73,17 @@ async fn sample_events_are_served() {
     );
     assert_eq!(created["location"]["site"], "Hall 3");
 
+    // Raising a device's shard count takes effect once every ingest container can know it:
+    // now + 30 s cache + 300 s future allowance + 5 s skew, on a whole second.
+    let (status, shards) = invoke(&app, event("apigw-put-shards.json")).await;
+    assert_eq!(status, 200, "{shards}");
+    let effective = now().plus_millis(336_000).unwrap();
+    assert_eq!(
+        shards,
+        json!({"deviceId":"sensor_01","count":1,
+               "epochs":[{"from": effective.to_string(),"count":4}]})
+    );
+
     let (status, acked) = invoke(&app, event("apigw-ack-alert.json")).await;
     assert_eq!(
         (status, acked["state"].as_str()),

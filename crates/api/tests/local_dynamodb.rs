@@ -707,3 +707,178 @@ async fn device_alerts_page_newest_first() {
     let ids: Vec<&str> = got.iter().map(|a| a["alertId"].as_str().unwrap()).collect();
     assert_eq!(ids, want.iter().map(String::as_str).collect::<Vec<_>>());
 }
+
+/// GIVEN a fleet registered with `STATUS_SHARDS=4`, and one device from before status
+/// sharding under the plain status key
+/// WHEN listing by status, or every status
+/// THEN every device comes once, in device-ID order, across pages, from every partition.
+#[tokio::test]
+async fn status_listing_merges_every_status_shard_across_pages() {
+    let t = TestTable::new("api-status-shards").await;
+    let mut config = ApiConfig::new(&t.name).with_now(now());
+    config.status_shards = 4;
+    let app = App::new(t.client.clone(), config);
+    let mut active = vec!["sensor_01".to_owned()];
+    for i in 0..30 {
+        let id = format!("dev_{i:02}");
+        let status = if i % 3 == 0 { "maintenance" } else { "active" };
+        let (code, body) = call(
+            &app,
+            "PUT",
+            &format!("/devices/{id}"),
+            &json!({ "status": status }).to_string(),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+        if status == "active" {
+            active.push(id);
+        }
+    }
+    put(&t, &sample_device()).await;
+    active.sort();
+
+    // The devices really are spread over the status partitions.
+    let scan = t.client.scan().table_name(&t.name).send().await.unwrap();
+    let partitions: std::collections::BTreeSet<String> = scan
+        .items
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|i| i.get("gsi1pk").and_then(|v| v.as_s().ok()).cloned())
+        .filter(|p| p.starts_with("DEVICE_STATUS#active"))
+        .collect();
+    assert!(
+        partitions.contains("DEVICE_STATUS#active"),
+        "{partitions:?}"
+    );
+    assert!(partitions.len() >= 4, "{partitions:?}");
+
+    let ids = |items: Vec<Value>| -> Vec<String> {
+        items
+            .iter()
+            .map(|d| d["deviceId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (items, pages) = walk(&app, "/devices?status=active&limit=4").await;
+    assert_eq!(ids(items), active);
+    assert_eq!(pages, active.len().div_ceil(4));
+
+    let (items, _) = walk(&app, "/devices?limit=7").await;
+    let mut all: Vec<String> = (0..30).map(|i| format!("dev_{i:02}")).collect();
+    all.push("sensor_01".into());
+    assert_eq!(ids(items), all);
+}
+
+async fn shard_config_version(t: &TestTable) -> Option<String> {
+    let item = t
+        .client
+        .get_item()
+        .table_name(&t.name)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("CONFIG".into()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("SHARDS#sensor_01".into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item?;
+    item.get("version").and_then(|v| v.as_n().ok()).cloned()
+}
+
+#[tokio::test]
+async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to_a_race() {
+    let t = sample_table("api-shards-put").await;
+    let app = app(&t); // 15:00
+    let at = |now: &str| App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(ts(now)));
+
+    // Unknown devices and changes sooner than ingest can learn of them are refused.
+    let (status, _) = call(&app, "PUT", "/devices/nobody/shards", r#"{"count":4}"#).await;
+    assert_eq!(status, 404);
+    let (status, body) = call(
+        &app,
+        "PUT",
+        "/devices/sensor_01/shards",
+        r#"{"count":4,"effectiveFrom":"2026-04-20T15:05:00Z"}"#,
+    )
+    .await;
+    assert_eq!(status, 400);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("effectiveFrom") && message.contains("2026-04-20T15:05:36.000Z"),
+        "{message}"
+    );
+    assert_eq!(shard_config_version(&t).await, None);
+
+    // A change at 16:00 is announced; the count now is still 1.
+    let four_at_16 = json!({"deviceId":"sensor_01","count":1,
+        "epochs":[{"from":"2026-04-20T16:00:00.000Z","count":4}]});
+    let body = r#"{"count":4,"effectiveFrom":"2026-04-20T16:00:00Z"}"#;
+    assert_eq!(
+        call(&app, "PUT", "/devices/sensor_01/shards", body).await,
+        (200, four_at_16.clone())
+    );
+    assert_eq!(
+        get(&app, "/devices/sensor_01/shards").await,
+        (200, four_at_16.clone())
+    );
+    assert_eq!(shard_config_version(&t).await.as_deref(), Some("1"));
+    // Repeating it writes nothing.
+    assert_eq!(
+        call(&app, "PUT", "/devices/sensor_01/shards", body).await,
+        (200, four_at_16)
+    );
+    assert_eq!(shard_config_version(&t).await.as_deref(), Some("1"));
+
+    // At 15:50 no container can have used the 16:00 change yet: it is replaced.
+    let (status, replaced) = call(
+        &at("2026-04-20T15:50:00Z"),
+        "PUT",
+        "/devices/sensor_01/shards",
+        r#"{"count":8,"effectiveFrom":"2026-04-20T16:10:00Z"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        replaced["epochs"],
+        json!([{"from":"2026-04-20T16:10:00.000Z","count":8}])
+    );
+    let later = at("2026-04-20T16:20:00Z");
+    assert_eq!(get(&later, "/devices/sensor_01/shards").await.1["count"], 8);
+
+    // Racing changes: every answer is a 200 or a 409, and each 200 is one stored version
+    // (none overwrote another unseen), the last of them the stored history.
+    let bodies: Vec<String> = [2, 3, 4, 5, 6, 7, 9]
+        .iter()
+        .map(|n| json!({"count": n, "effectiveFrom": "2026-04-20T17:00:00Z"}).to_string())
+        .collect();
+    let answers = futures::future::join_all(
+        bodies
+            .iter()
+            .map(|b| call(&later, "PUT", "/devices/sensor_01/shards", b)),
+    )
+    .await;
+    let won: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, b)| b)
+        .collect();
+    assert!(
+        answers.iter().all(|(s, _)| *s == 200 || *s == 409),
+        "{answers:?}"
+    );
+    assert!(!won.is_empty());
+    assert_eq!(
+        shard_config_version(&t).await,
+        Some((2 + won.len()).to_string())
+    );
+    let stored = get(&later, "/devices/sensor_01/shards").await.1;
+    assert!(won.contains(&&stored), "{stored} not among {won:?}");
+    assert_eq!(
+        stored["epochs"][0],
+        json!({"from":"2026-04-20T16:10:00.000Z","count":8})
+    );
+}

@@ -95,3 +95,27 @@ async fn put_device_keeps_created_at_and_replaces_the_registration() {
             "createdAt":"2026-04-20T15:00:00.000Z","updatedAt":"2026-04-20T15:00:00.000Z"})
     );
 }
+
+#[tokio::test]
+async fn the_memory_store_refuses_a_shard_change_from_a_stale_version_like_dynamodb() {
+    use tidemark_api::store::ShardWriter;
+    let store = MemoryStore::new();
+    let id = dev("hot");
+    let h = ShardHistory::default()
+        .with_change(ts("2026-04-20T16:00:00Z"), 4)
+        .unwrap();
+    assert!(store.replace_shards(&id, &h, 0).await.unwrap());
+    assert!(
+        !store
+            .replace_shards(&id, &ShardHistory::default(), 0)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .replace_shards(&id, &ShardHistory::default(), 1)
+            .await
+            .unwrap()
+    );
+    assert!(!store.replace_shards(&id, &h, 1).await.unwrap());
+}
