@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App};
 use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
 use tidemark_schema::{DeviceId, MetricName, ReadingItem, ShardHistory, Timestamp, keys};
-use tidemark_store::Item;
 use tidemark_testkit::TestTable;
 
 type Container = Ingest<aws_sdk_dynamodb::Client, DynamoLookups, DynamoLookups, FixedClock>;
@@ -118,61 +117,22 @@ async fn deliver(c: &Container, now: Timestamp, event: &KinesisEvent) {
     assert_eq!(stats.quarantined, 0);
 }
 
-/// Every reading item of the device: sort key time -> (partition, n).
+/// Every reading item of the device: reading time -> (partition, n).
 async fn stored_readings(t: &TestTable) -> BTreeMap<Timestamp, (String, i64)> {
     let mut out = BTreeMap::new();
-    let mut start: Option<Item> = None;
-    loop {
-        let page = t
-            .client
-            .scan()
-            .table_name(&t.name)
-            .consistent_read(true)
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .unwrap();
-        for item in page.items.unwrap_or_default() {
-            let is_reading = item
-                .get("sk")
-                .and_then(|v| v.as_s().ok())
-                .is_some_and(|sk| sk.starts_with(keys::READING_PREFIX));
-            if is_reading {
-                let r: ReadingItem = tidemark_store::from_item(item).unwrap();
-                let at = Timestamp::parse_canonical(&r.sk[keys::READING_PREFIX.len()..]).unwrap();
-                let n = r.metrics[&MetricName::new("n").unwrap()] as i64;
-                let prev = out.insert(at, (r.pk, n));
-                assert!(prev.is_none(), "a reading stored twice: {at}");
-            }
-        }
-        match page.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => return out,
+    for item in t.scan().await {
+        let is_reading = item
+            .get("sk")
+            .and_then(|v| v.as_s().ok())
+            .is_some_and(|sk| sk.starts_with(keys::READING_PREFIX));
+        if is_reading {
+            let r: ReadingItem = tidemark_store::from_item(item).unwrap();
+            let at = Timestamp::parse_canonical(&r.sk[keys::READING_PREFIX.len()..]).unwrap();
+            let n = r.metrics[&MetricName::new("n").unwrap()] as i64;
+            let prev = out.insert(at, (r.pk, n));
+            assert!(prev.is_none(), "a reading stored twice: {at}");
         }
     }
-}
-
-async fn snapshot(t: &TestTable) -> Vec<Item> {
-    let mut out = Vec::new();
-    let mut start: Option<Item> = None;
-    loop {
-        let page = t
-            .client
-            .scan()
-            .table_name(&t.name)
-            .consistent_read(true)
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .unwrap();
-        out.extend(page.items.unwrap_or_default());
-        match page.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => break,
-        }
-    }
-    let key = |i: &Item| format!("{:?}{:?}", i.get("pk"), i.get("sk"));
-    out.sort_by_key(key);
     out
 }
 
@@ -331,10 +291,10 @@ async fn shard_count_changed_while_readings_flow_loses_nothing_and_moves_nothing
 
     // Re-sent after the changes (a replayed shard, a new container): every reading lands
     // on the key it has, so the table does not change at all.
-    let before = snapshot(&t).await;
+    let before = t.scan().await;
     let fresh = container(&t, end);
     for i in [0, 11, 13, 40, 61, 119] {
         deliver(&fresh, end, &batches[i].1).await;
     }
-    assert_eq!(snapshot(&t).await, before);
+    assert_eq!(t.scan().await, before);
 }

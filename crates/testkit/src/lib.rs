@@ -125,6 +125,44 @@ impl TestTable {
             .unwrap_or_else(|e| panic!("create table {name}: {e}"));
         TestTable { name, client }
     }
+
+    /// Every item of the table (consistent reads, every page), in key order: what a test
+    /// compares before and after a replay.
+    pub async fn scan(&self) -> Vec<tidemark_store::Item> {
+        scan_table(&self.client, &self.name).await
+    }
+}
+
+/// Every item of `table` (consistent reads, every page), ordered by `pk` then `sk`.
+pub async fn scan_table(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<tidemark_store::Item> {
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("scan {table}: {e:?}"));
+        out.extend(page.items.unwrap_or_default());
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => break,
+        }
+    }
+    let key = |i: &tidemark_store::Item, a: &str| {
+        i.get(a)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default()
+    };
+    out.sort_by_cached_key(|i| (key(i, "pk"), key(i, "sk")));
+    out
 }
 
 impl Drop for TestTable {

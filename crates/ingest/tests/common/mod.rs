@@ -117,25 +117,7 @@ pub fn local_ingest<W: BatchWriteApi>(
 
 /// Every item of the table, in key order.
 pub async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Vec<Item> {
-    let mut out = Vec::new();
-    let mut start = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .unwrap();
-        out.extend(page.items.unwrap_or_default());
-        match page.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => break,
-        }
-    }
-    out.sort_by_key(|i| (s(i, "pk"), s(i, "sk")));
-    out
+    tidemark_testkit::scan_table(client, table).await
 }
 
 pub fn s(item: &Item, name: &str) -> String {
