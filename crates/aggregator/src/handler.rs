@@ -32,6 +32,9 @@ pub struct Report {
     pub conflicts_retried: u64,
     pub alerts_opened: u64,
     pub alerts_resolved: u64,
+    /// Devices whose item was left as it was: only `lastSeenAt`/`latest` would have moved,
+    /// by less than [`AggregatorConfig::device_refresh`].
+    pub device_writes_deferred: u64,
     /// Write request units DynamoDB reported for this invocation's writes.
     pub write_units: f64,
     pub failed_items: u64,
@@ -47,6 +50,7 @@ impl Report {
             .count("ConflictsRetried", self.conflicts_retried)
             .count("AlertsOpened", self.alerts_opened)
             .count("AlertsResolved", self.alerts_resolved)
+            .count("DeviceWritesDeferred", self.device_writes_deferred)
             .count("WriteUnits", self.write_units.ceil() as u64)
             .count("FailedItems", self.failed_items)
     }
@@ -59,6 +63,7 @@ struct Counters {
     conflicts_retried: AtomicU64,
     alerts_opened: AtomicU64,
     alerts_resolved: AtomicU64,
+    device_writes_deferred: AtomicU64,
     /// Thousandths of a write unit.
     write_milli_units: AtomicU64,
 }
@@ -164,6 +169,7 @@ impl<S: Store> Aggregator<S> {
             conflicts_retried = report.conflicts_retried,
             alerts_opened = report.alerts_opened,
             alerts_resolved = report.alerts_resolved,
+            device_writes_deferred = report.device_writes_deferred,
             write_units = report.write_units,
             failed_items = report.failed_items,
             "batch aggregated"
@@ -280,6 +286,7 @@ impl<S: Store> Aggregator<S> {
         report.conflicts_retried = counters.conflicts_retried.load(Ordering::Relaxed);
         report.alerts_opened = counters.alerts_opened.load(Ordering::Relaxed);
         report.alerts_resolved = counters.alerts_resolved.load(Ordering::Relaxed);
+        report.device_writes_deferred = counters.device_writes_deferred.load(Ordering::Relaxed);
         report.write_units = counters.write_milli_units.load(Ordering::Relaxed) as f64 / 1000.0;
         report.failed_items = failed.len() as u64;
 
@@ -418,6 +425,20 @@ impl<S: Store> Aggregator<S> {
                 alerts::evaluate(&plan.device, &thresholds, &open_before, &known, &fresh)
             };
 
+            // Nothing but freshness would change: leave the device item until it is
+            // `device_refresh` behind (the decision depends only on the item and the batch,
+            // so a replay decides the same).
+            let changes_alerts =
+                !alert_plan.writes.is_empty() || alert_plan.open_alerts != open_before;
+            if let Some(l) = last_seen
+                && !changes_alerts
+                && newest.at > l
+                && newest.at.epoch_millis() - l.epoch_millis()
+                    < i64::try_from(self.config.device_refresh.as_millis()).unwrap_or(i64::MAX)
+            {
+                Counters::add(&counters.device_writes_deferred, 1);
+                return Ok(());
+            }
             let update = DeviceUpdate {
                 device: plan.device.clone(),
                 expected_last_seen: last_seen,
@@ -624,6 +645,38 @@ mod tests {
         );
         let d = agg.store().devices.lock().unwrap()[&DeviceId::new("d1").unwrap()].clone();
         assert_eq!(d.last_seen_at, Some(ts("2026-04-20T14:01:00Z")));
+    }
+
+    #[tokio::test]
+    async fn the_device_item_is_rewritten_only_when_it_lags_by_the_refresh_interval() {
+        // GIVEN a device seen at 14:01, a 15-minute refresh and a max-5 threshold on t
+        let config = AggregatorConfig::new("t").with_default_thresholds(
+            crate::config::parse_thresholds(r#"{"t":{"max":5,"severity":"critical"}}"#).unwrap(),
+        );
+        let agg = Aggregator::with_store(FakeStore::default(), config);
+        let last_seen = |agg: &Aggregator<FakeStore>| {
+            agg.store().devices.lock().unwrap()[&DeviceId::new("d1").unwrap()].last_seen_at
+        };
+        agg.process(&event(vec![insert(1, "d1", "2026-04-20T14:01:00Z", 1.0)]))
+            .await;
+        // WHEN a batch brings readings up to 14:15:59 THEN only its rollups are written
+        let (_, r) = agg
+            .process(&event(vec![insert(2, "d1", "2026-04-20T14:15:59Z", 1.0)]))
+            .await;
+        assert_eq!((r.items_written, r.device_writes_deferred), (2, 1));
+        assert_eq!(last_seen(&agg), Some(ts("2026-04-20T14:01:00Z")));
+        // WHEN the newest reading is 15 minutes past lastSeenAt THEN the device moves
+        let (_, r) = agg
+            .process(&event(vec![insert(3, "d1", "2026-04-20T14:16:00Z", 1.0)]))
+            .await;
+        assert_eq!((r.items_written, r.device_writes_deferred), (3, 0));
+        assert_eq!(last_seen(&agg), Some(ts("2026-04-20T14:16:00Z")));
+        // AND a breach a minute later writes it at once, with the alert it opens
+        let (_, r) = agg
+            .process(&event(vec![insert(4, "d1", "2026-04-20T14:17:00Z", 9.0)]))
+            .await;
+        assert_eq!((r.alerts_opened, r.device_writes_deferred), (1, 0));
+        assert_eq!(last_seen(&agg), Some(ts("2026-04-20T14:17:00Z")));
     }
 
     #[test]
