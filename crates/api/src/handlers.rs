@@ -3,13 +3,14 @@
 use std::collections::HashMap;
 
 use futures::future::try_join_all;
+use futures::{StreamExt, TryStreamExt};
 use http::StatusCode;
 use lambda_http::Request;
 use serde_json::{Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, Period, Severity, ShardConfigItem,
-    ShardHistory, ShardHistoryError, Timestamp, keys,
+    AlertState, DeviceId, DeviceStatus, EntityKey, Period, Severity, ShardConfigItem, ShardHistory,
+    ShardHistoryError, Timestamp, keys,
 };
 use tidemark_store::Item;
 
@@ -27,6 +28,8 @@ type Reply = (StatusCode, Value);
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
+/// Devices `GET /latest` reads at once.
+const LATEST_CONCURRENCY: usize = 16;
 /// The label of a partition that is not sharded, in cursors.
 const WHOLE: &str = "-";
 
@@ -366,33 +369,13 @@ impl<S: Store> App<S> {
         Ok(list(items, cursor))
     }
 
-    /// The newest unexpired reading (AP4): a consistent, newest-first query of one item on
-    /// every shard that may hold an unexpired reading, in parallel.
+    /// The newest unexpired reading (AP4).
     async fn latest_reading(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let now = self.now();
         let history = self.shards_of(&id).await?.history;
-        let lo = self.config.retention_start(now);
-        let specs: Vec<QuerySpec> = history
-            .shards_over(lo, Timestamp::MAX)
-            .into_iter()
-            .map(|shard| QuerySpec {
-                consistent: true,
-                ..QuerySpec::table(
-                    keys::reading_pk(&id, shard),
-                    SkRange::Between(keys::reading_sk(lo), keys::reading_sk(Timestamp::MAX)),
-                    false,
-                )
-            })
-            .collect();
-        let pages = try_join_all(specs.iter().map(|s| self.store.query(s, None, 1))).await?;
-        let newest = pages
-            .into_iter()
-            .flat_map(|p| p.items)
-            .filter(|it| !expired(it, now))
-            .max_by(|a, b| {
-                let sk = |i: &Item| i.get(attr::SK).and_then(|v| v.as_s().ok()).cloned();
-                sk(a).cmp(&sk(b))
-            })
+        let newest = self
+            .newest_reading(&id, &history, now, true)
+            .await?
             .ok_or_else(|| {
                 ApiError::NotFound(format!(
                     "device {id} has no readings in the last {} days",
@@ -402,7 +385,40 @@ impl<S: Store> App<S> {
         Ok((StatusCode::OK, render::reading(newest)?))
     }
 
-    /// Latest reading of up to 100 devices from their device items, one BatchGetItem.
+    /// A newest-first query of one item on every shard that may hold an unexpired reading
+    /// of the device, in parallel; the newest of their answers.
+    async fn newest_reading(
+        &self,
+        id: &DeviceId,
+        history: &ShardHistory,
+        now: Timestamp,
+        consistent: bool,
+    ) -> Result<Option<Item>, ApiError> {
+        let lo = self.config.retention_start(now);
+        let specs: Vec<QuerySpec> = history
+            .shards_over(lo, Timestamp::MAX)
+            .into_iter()
+            .map(|shard| QuerySpec {
+                consistent,
+                ..QuerySpec::table(
+                    keys::reading_pk(id, shard),
+                    SkRange::Between(keys::reading_sk(lo), keys::reading_sk(Timestamp::MAX)),
+                    false,
+                )
+            })
+            .collect();
+        let pages = try_join_all(specs.iter().map(|s| self.store.query(s, None, 1))).await?;
+        let sk = |i: &Item| i.get(attr::SK).and_then(|v| v.as_s().ok()).cloned();
+        Ok(pages
+            .into_iter()
+            .flat_map(|p| p.items)
+            .filter(|it| !expired(it, now))
+            .max_by_key(sk))
+    }
+
+    /// Latest reading of up to 100 devices, read from their reading partitions (so as
+    /// fresh as ingest): one BatchGetItem for their shard counts, then a one-item query per
+    /// device and live shard, [`LATEST_CONCURRENCY`] devices at a time.
     async fn latest_of_devices(&self, p: &Params) -> Result<Reply, ApiError> {
         let raw = p.get("ids").ok_or_else(|| {
             ApiError::bad("ids", "required: a comma-separated list of device IDs")
@@ -420,35 +436,36 @@ impl<S: Store> App<S> {
                 format!("{} IDs; at most {} at once", ids.len(), validate::MAX_IDS),
             ));
         }
-        let items = self
+        let configs = self
             .store
             .batch_get(
                 ids.iter()
-                    .map(|id| EntityKey::Device(id.clone()).key())
+                    .map(|id| EntityKey::ShardConfig(id.clone()).key())
                     .collect(),
             )
             .await?;
-        let mut by_id: HashMap<DeviceId, DeviceItem> = HashMap::new();
-        for item in items {
-            let d: DeviceItem = tidemark_store::from_item(item)?;
-            by_id.insert(d.device_id.clone(), d);
+        let mut histories: HashMap<DeviceId, ShardHistory> = HashMap::new();
+        for item in configs {
+            let c: ShardConfigItem = tidemark_store::from_item(item)?;
+            if let Ok(EntityKey::ShardConfig(id)) = EntityKey::parse(&c.pk, &c.sk) {
+                histories.insert(id, c.epochs);
+            }
         }
-        let oldest = self.config.retention_start(self.now());
-        let out = ids
+        let now = self.now();
+        let none = ShardHistory::default();
+        let reads: Vec<_> = ids
             .iter()
-            .filter_map(|id| {
-                let latest = by_id.get(id)?.latest.as_ref()?;
-                (latest.timestamp >= oldest).then(|| {
-                    tidemark_schema::Reading {
-                        device_id: id.clone(),
-                        timestamp: latest.timestamp,
-                        metrics: latest.metrics.clone(),
-                        metadata: None,
-                    }
-                    .to_json()
-                })
-            })
+            .map(|id| self.newest_reading(id, histories.get(id).unwrap_or(&none), now, false))
             .collect();
+        let newest: Vec<Option<Item>> = futures::stream::iter(reads)
+            .buffered(LATEST_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let out = newest
+            .into_iter()
+            .flatten()
+            .map(render::reading)
+            .collect::<Result<_, _>>()?;
         Ok(list(out, None))
     }
 

@@ -378,30 +378,47 @@ async fn expired_readings_are_never_returned() {
 
 #[tokio::test]
 async fn latest_of_many_devices_in_request_order() {
+    // GIVEN device a, whose item still shows an older latest reading (the aggregator
+    // refreshes it only now and then), and a hot device b on four shards
     let t = TestTable::new("api-latest").await;
-    for (id, at, v) in [
-        ("a", "2026-04-20T14:10:00Z", 1.0),
-        ("b", "2026-04-20T14:20:00Z", 2.0),
-    ] {
-        let mut d = sample_device();
-        d.device_id = dev(id);
-        d.pk = tidemark_schema::keys::device_pk(&d.device_id);
-        d.gsi1sk = tidemark_schema::keys::device_gsi1sk(&d.device_id);
-        d.latest = Some(tidemark_schema::LatestReading {
-            timestamp: ts(at),
-            metrics: [(metric("t"), v)].into_iter().collect(),
-        });
-        d.last_seen_at = Some(ts(at));
-        put(&t, &d).await;
+    let mut a = sample_device();
+    a.device_id = dev("a");
+    a.pk = tidemark_schema::keys::device_pk(&a.device_id);
+    a.gsi1sk = tidemark_schema::keys::device_gsi1sk(&a.device_id);
+    a.latest = Some(tidemark_schema::LatestReading {
+        timestamp: ts("2026-04-20T14:00:00Z"),
+        metrics: [(metric("t"), 0.0)].into_iter().collect(),
+    });
+    put(&t, &a).await;
+    let hot = ShardHistory::default()
+        .with_change(ts("2026-04-20T14:00:00Z"), 4)
+        .unwrap();
+    put(&t, &ShardConfigItem::new(&dev("b"), hot.clone())).await;
+    let mut items = Vec::new();
+    for i in 0..10 {
+        let at = ts("2026-04-20T14:10:00Z").plus_millis(i * 1000).unwrap();
+        items.push(ReadingItem::new(
+            &reading("a", at, &[("t", i as f64)]),
+            None,
+            30,
+        ));
+        let at = ts("2026-04-20T14:20:00Z").plus_millis(i * 1001).unwrap();
+        items.push(ReadingItem::new(
+            &reading("b", at, &[("t", 100.0 + i as f64)]),
+            hot.shard_at(at),
+            30,
+        ));
     }
+    put_all(&t, &items).await;
     let app = app(&t);
+    // WHEN asked in any order, with unknowns and repeats THEN the newest stored readings
     assert_eq!(
         get(&app, "/latest?ids=b,unknown,a,b").await,
         (
             200,
             json!({"items":[
-                {"deviceId":"b","timestamp":"2026-04-20T14:20:00.000Z","t":2},
-                {"deviceId":"a","timestamp":"2026-04-20T14:10:00.000Z","t":1}
+                {"deviceId":"b","timestamp":"2026-04-20T14:20:09.009Z","t":109},
+                {"deviceId":"a","timestamp":"2026-04-20T14:10:09.000Z","t":9}
             ],"cursor":null})
         )
     );
