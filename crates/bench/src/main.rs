@@ -9,7 +9,7 @@ use tidemark_bench::artifacts::{self, FUNCTIONS, workspace_root};
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::report::{self, BenchReport};
 use tidemark_bench::run::{self, Design, Target};
-use tidemark_bench::scenario::{MAX_STREAM_BATCH, Scenario, TEMPLATE_AGGREGATOR_BATCH};
+use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH};
 use tidemark_bench::{BenchError, api, runtime};
 use tidemark_schema::Timestamp;
 
@@ -225,12 +225,6 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
             TEMPLATE_AGGREGATOR_BATCH,
         ),
         Scenario::hot(args.hot_millis, TEMPLATE_AGGREGATOR_BATCH),
-        Scenario::standard(
-            args.standard_devices,
-            args.standard_minutes,
-            MAX_STREAM_BATCH,
-        ),
-        Scenario::one_hz(one_hz_devices, args.one_hz_minutes, MAX_STREAM_BATCH),
     ];
     scenarios.retain(|s| args.only.as_deref().is_none_or(|o| o == s.name));
     let start = run::simulated_start(Timestamp::now());

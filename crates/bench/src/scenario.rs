@@ -30,12 +30,10 @@ pub struct Scenario {
     pub warmup_window: bool,
 }
 
-/// `template.yaml`: the ingest mapping's `BatchSize`.
+/// `template.yaml`: the ingest mapping's `BatchSize` (a test checks they agree).
 pub const TEMPLATE_INGEST_BATCH: usize = 500;
-/// `template.yaml`: the aggregator mapping's `BatchSize`.
-pub const TEMPLATE_AGGREGATOR_BATCH: usize = 1_000;
-/// DynamoDB Streams' largest `BatchSize`.
-pub const MAX_STREAM_BATCH: usize = 10_000;
+/// `template.yaml`: the aggregator mapping's `BatchSize` (a test checks they agree).
+pub const TEMPLATE_AGGREGATOR_BATCH: usize = 10_000;
 /// Lambda's synchronous invocation payload limit, which also bounds a stream batch.
 pub const MAX_PAYLOAD_BYTES: usize = 6 * 1024 * 1024;
 pub const WINDOW_MS: i64 = 300_000;
