@@ -15,7 +15,7 @@ use tidemark_store::{Item, StoreError};
 
 use crate::store::{
     AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice, QuerySpec,
-    QueryStore, ShardWriter, alert_state, device_update,
+    QueryStore, ShardWriter, ack_update, alert_state, device_update,
 };
 
 #[derive(Debug, Default)]
@@ -173,12 +173,7 @@ impl AlertAcker for MemoryStore {
         if alert_state(item) == Some(tidemark_schema::AlertState::Resolved) {
             return Ok(AckOutcome::Resolved);
         }
-        item.insert(
-            field::STATE.into(),
-            AttributeValue::S("acknowledged".into()),
-        );
-        item.entry(field::ACKNOWLEDGED_AT.into())
-            .or_insert_with(|| AttributeValue::S(now.to_string()));
+        ack_update(now).apply(item);
         Ok(AckOutcome::Acknowledged(item.clone()))
     }
 }

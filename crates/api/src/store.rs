@@ -513,6 +513,17 @@ fn av<T: serde::Serialize + ?Sized>(v: &T) -> Result<AttributeValue, StoreError>
     Ok(serde_dynamo::to_attribute_value(v)?)
 }
 
+/// What acknowledging does to an open alert: `state` becomes `acknowledged`, and
+/// `acknowledgedAt` is set the first time only (rendered by the DynamoDB store, applied by
+/// the in-memory one).
+pub fn ack_update(now: Timestamp) -> Update {
+    Update {
+        set: vec![(field::STATE, s("acknowledged"))],
+        set_if_absent: vec![(field::ACKNOWLEDGED_AT, s(now.to_string()))],
+        remove: Vec::new(),
+    }
+}
+
 impl AlertAcker for DynamoStore {
     async fn acknowledge(
         &self,
@@ -525,19 +536,19 @@ impl AlertAcker for DynamoStore {
             alert: alert.clone(),
         }
         .key();
+        let (expression, mut names, mut values) = ack_update(now).expression();
+        names.insert("#pk".into(), attr::PK.into());
+        names.insert("#st".into(), field::STATE.into());
+        values.insert(":resolved".into(), s("resolved"));
         let res = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key_item(&key)))
             .condition_expression("attribute_exists(#pk) AND #st <> :resolved")
-            .update_expression("SET #st = :ack, #at = if_not_exists(#at, :now)")
-            .expression_attribute_names("#pk", attr::PK)
-            .expression_attribute_names("#st", field::STATE)
-            .expression_attribute_names("#at", field::ACKNOWLEDGED_AT)
-            .expression_attribute_values(":resolved", s("resolved"))
-            .expression_attribute_values(":ack", s("acknowledged"))
-            .expression_attribute_values(":now", s(now.to_string()))
+            .update_expression(expression)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .return_values(ReturnValue::AllNew)
             .send()
             .await

@@ -26,22 +26,12 @@ impl StreamReader {
         client: aws_sdk_dynamodbstreams::Client,
         table: &str,
     ) -> Result<Self, BenchError> {
-        let d = dynamodb
-            .describe_table()
-            .table_name(table)
-            .send()
+        let source = DynamoDbStreamSource::for_table(dynamodb, client.clone(), table)
             .await
-            .map_err(|e| {
-                err("DescribeTable")(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
-            })?;
-        let arn = d
-            .table()
-            .and_then(|t| t.latest_stream_arn())
-            .ok_or_else(|| BenchError::Stream(format!("table {table} has no stream")))?
-            .to_owned();
+            .map_err(|e| BenchError::Stream(e.to_string()))?;
         Ok(StreamReader {
             client,
-            arn,
+            arn: source.arn().to_owned(),
             after: HashMap::new(),
         })
     }

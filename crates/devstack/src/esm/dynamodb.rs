@@ -96,6 +96,11 @@ impl DynamoDbStreamSource {
         })
     }
 
+    /// The stream's ARN (what Lambda names as each record's `eventSourceARN`).
+    pub fn arn(&self) -> &str {
+        &self.arn
+    }
+
     /// The record as Lambda puts it in the event: the wire JSON of the stream record, parsed
     /// by `aws_lambda_events` exactly as it parses a real invocation payload.
     pub fn event_record(
