@@ -134,3 +134,14 @@ fn table_is_protected_and_encrypted() {
     );
     assert_eq!(p["SSESpecification"]["SSEEnabled"].as_bool(), Some(true));
 }
+
+#[test]
+fn shard_count_bounds_match_the_schema() {
+    let t = template();
+    let p = &t["Parameters"]["StatusShards"];
+    assert_eq!(p["MinValue"].as_u64(), Some(1));
+    assert_eq!(
+        p["MaxValue"].as_u64(),
+        Some(u64::from(tidemark_schema::keys::MAX_STATUS_SHARDS))
+    );
+}

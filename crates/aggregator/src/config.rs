@@ -88,11 +88,16 @@ impl AggregatorConfig {
                 })?;
         }
         if let Some(n) = get(STATUS_SHARDS_ENV) {
-            c.status_shards = n.parse::<u16>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                AggregatorError::Config(format!(
-                    "{STATUS_SHARDS_ENV}={n:?} is not a positive integer"
-                ))
-            })?;
+            let max = tidemark_schema::keys::MAX_STATUS_SHARDS;
+            c.status_shards = n
+                .parse::<u16>()
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| {
+                    AggregatorError::Config(format!(
+                        "{STATUS_SHARDS_ENV}={n:?} is not a whole number from 1 to {max}"
+                    ))
+                })?;
         }
         Ok(c)
     }

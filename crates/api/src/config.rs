@@ -149,15 +149,15 @@ impl ApiConfig {
             )?;
         }
         if let Some(v) = var(STATUS_SHARDS_ENV) {
-            c.status_shards =
-                v.parse()
-                    .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .ok_or(ConfigError::Invalid {
-                        var: STATUS_SHARDS_ENV,
-                        value: v,
-                        rule: "1..=64",
-                    })?;
+            c.status_shards = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=tidemark_schema::keys::MAX_STATUS_SHARDS).contains(n))
+                .ok_or(ConfigError::Invalid {
+                    var: STATUS_SHARDS_ENV,
+                    value: v,
+                    rule: "1..=64 (MAX_STATUS_SHARDS)",
+                })?;
         }
         for (name, slot) in [
             (SHARD_CACHE_SECONDS_ENV, &mut c.shard_lead.shard_cache),

@@ -245,6 +245,11 @@ pub fn status_gsi1pk(status: DeviceStatus, shard: Option<u16>) -> String {
     }
 }
 
+/// The most GSI1 partitions one device status may be spread over (`STATUS_SHARDS`; the API,
+/// which lists all of them in parallel, and the aggregator, which registers devices into
+/// them, check the same bound).
+pub const MAX_STATUS_SHARDS: u16 = 64;
+
 /// The status-key shard of a device when a fleet spreads each status over `shards` GSI1
 /// partitions (`DEVICE_STATUS#<status>#<n>`); `None` (the plain key) below two. Stable for a
 /// device, so a status change moves it between partitions of the same `n`.
