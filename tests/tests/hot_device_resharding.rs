@@ -140,6 +140,16 @@ fn history_of(body: &Value) -> ShardHistory {
     serde_json::from_value(body["epochs"].clone()).unwrap()
 }
 
+/// Schedules `count` shards for the device as soon as allowed; returns when it takes effect.
+async fn set_shards(app: &App, count: u16) -> Timestamp {
+    let body = json!({ "count": count }).to_string();
+    let (status, reply) = call(app, "PUT", "/devices/hot/shards", &body).await;
+    assert_eq!(status, 200, "{reply}");
+    let last = *history_of(&reply).epochs().last().unwrap();
+    assert_eq!(last.count, count);
+    last.from
+}
+
 /// GIVEN a device sending 4 readings a second for 20 minutes through two ingest containers
 /// WHEN its shard count is raised to 4 after 2 minutes and lowered to 2 after 10, while a
 ///   third container still holds the counts from before the first change
@@ -192,15 +202,7 @@ async fn shard_count_changed_while_readings_flow_loses_nothing_and_moves_nothing
             seq += 100;
             deliver(&stale, sent_at, &probe).await;
             // ... the change is scheduled, as soon as allowed ...
-            let (status, body) = call(
-                &api(&t, sent_at),
-                "PUT",
-                "/devices/hot/shards",
-                r#"{"count":4}"#,
-            )
-            .await;
-            assert_eq!(status, 200, "{body}");
-            changes.push(history_of(&body).epochs()[0].from);
+            changes.push(set_shards(&api(&t, sent_at), 4).await);
             // ... and 14 s later (no refresh due yet) that container writes a reading from
             // as far in the future as it accepts: still before the change takes effect, so
             // the old count is the right one for it.
@@ -213,15 +215,7 @@ async fn shard_count_changed_while_readings_flow_loses_nothing_and_moves_nothing
             seq += 100;
         }
         if step == 60 {
-            let (status, body) = call(
-                &api(&t, sent_at),
-                "PUT",
-                "/devices/hot/shards",
-                r#"{"count":2}"#,
-            )
-            .await;
-            assert_eq!(status, 200, "{body}");
-            changes.push(history_of(&body).epochs()[1].from);
+            changes.push(set_shards(&api(&t, sent_at), 2).await);
         }
     }
     let end = at(t0, steps * 10 * SECOND);
