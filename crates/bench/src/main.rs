@@ -497,8 +497,32 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = main_inner(args).await {
+    let outcome = tokio::select! {
+        r = main_inner(args) => r,
+        why = stop_signal() => Err(BenchError::Other(format!(
+            "{why}: stopped the DynamoDB Local and binaries this run started; the report \
+             holds the phases that finished"
+        ))),
+    };
+    if let Err(e) = outcome {
         eprintln!("tidemark-bench: {e}");
         std::process::exit(1);
     }
+}
+
+/// Ctrl-C or SIGTERM. Returning drops the run, and with it the DynamoDB Local and function
+/// binaries it started (their handles kill on drop), so none is left running.
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => if r.is_ok() { return "interrupted" },
+            _ = term.recv() => return "terminated",
+        }
+    }
+    if tokio::signal::ctrl_c().await.is_ok() {
+        return "interrupted";
+    }
+    std::future::pending().await
 }
