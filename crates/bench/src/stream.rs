@@ -4,20 +4,19 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use tidemark_devstack::esm::DynamoDbStreamSource;
+use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, Start};
 
 use crate::BenchError;
 
-/// A reader that remembers, per shard, the last sequence number it returned.
+/// A reader that remembers, per shard, the last sequence number it returned. The stream
+/// calls are devstack's (the same source its emulated event-source mappings poll).
 pub struct StreamReader {
-    client: aws_sdk_dynamodbstreams::Client,
-    arn: String,
+    source: DynamoDbStreamSource,
     after: HashMap<String, String>,
 }
 
-fn err(op: &'static str) -> impl Fn(String) -> BenchError {
-    move |m| BenchError::Stream(format!("{op}: {m}"))
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Stream(e.to_string())
 }
 
 impl StreamReader {
@@ -26,12 +25,11 @@ impl StreamReader {
         client: aws_sdk_dynamodbstreams::Client,
         table: &str,
     ) -> Result<Self, BenchError> {
-        let source = DynamoDbStreamSource::for_table(dynamodb, client.clone(), table)
+        let source = DynamoDbStreamSource::for_table(dynamodb, client, table)
             .await
-            .map_err(|e| BenchError::Stream(e.to_string()))?;
+            .map_err(err)?;
         Ok(StreamReader {
-            client,
-            arn: source.arn().to_owned(),
+            source,
             after: HashMap::new(),
         })
     }
@@ -39,74 +37,28 @@ impl StreamReader {
     /// Every record written since the last call, shard by shard (parents first, as the
     /// stream lists them), in the shape Lambda delivers.
     pub async fn drain(&mut self) -> Result<Vec<EventRecord>, BenchError> {
-        let shards = self
-            .client
-            .describe_stream()
-            .stream_arn(&self.arn)
-            .send()
-            .await
-            .map_err(|e| {
-                err("DescribeStream")(
-                    aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
-                )
-            })?
-            .stream_description()
-            .map(|d| {
-                d.shards()
-                    .iter()
-                    .filter_map(|s| s.shard_id().map(str::to_owned))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
         let mut out = Vec::new();
-        for shard in shards {
-            let req = self
-                .client
-                .get_shard_iterator()
-                .stream_arn(&self.arn)
-                .shard_id(&shard);
-            let req = match self.after.get(&shard) {
-                Some(seq) => req
-                    .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                    .sequence_number(seq),
-                None => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+        for shard in self.source.shards().await.map_err(err)? {
+            let start = match self.after.get(&shard.id) {
+                Some(seq) => Start::After(seq.clone()),
+                None => Start::TrimHorizon,
             };
-            let mut it = req
-                .send()
-                .await
-                .map_err(|e| {
-                    err("GetShardIterator")(
-                        aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
-                    )
-                })?
-                .shard_iterator()
-                .map(str::to_owned);
+            let mut it = self.source.iterator(&shard.id, &start).await.map_err(err)?;
             while let Some(i) = it {
                 let page = self
-                    .client
-                    .get_records()
-                    .shard_iterator(i)
-                    .limit(1_000)
-                    .send()
+                    .source
+                    .read(&shard.id, &i, self.source.max_read())
                     .await
-                    .map_err(|e| {
-                        err("GetRecords")(
-                            aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string(),
-                        )
-                    })?;
-                if page.records().is_empty() {
+                    .map_err(err)?;
+                let Some(last) = page.records.last() else {
                     break;
-                }
-                for r in page.records() {
-                    if let Some(seq) = r.dynamodb().and_then(|d| d.sequence_number()) {
-                        self.after.insert(shard.clone(), seq.to_owned());
-                    }
-                    out.push(
-                        DynamoDbStreamSource::event_record(&self.arn, r)
-                            .map_err(|e| BenchError::Stream(e.to_string()))?,
-                    );
-                }
-                it = page.next_shard_iterator().map(str::to_owned);
+                };
+                self.after.insert(
+                    shard.id.clone(),
+                    DynamoDbStreamSource::sequence(last).to_owned(),
+                );
+                out.extend(page.records);
+                it = page.next;
             }
         }
         Ok(out)
