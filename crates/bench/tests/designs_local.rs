@@ -2,23 +2,17 @@
 //! once, the units are metered per function, and the baseline's rollups are right.
 
 use std::collections::BTreeMap;
-use std::net::ToSocketAddrs;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_bench::run::{self, Design, Target};
-use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH};
+use tidemark_bench::scenario::{Scenario, SimReading, TEMPLATE_AGGREGATOR_BATCH};
 use tidemark_schema::{AggregateItem, Period, Timestamp};
 use tidemark_testkit::{TestTable, services};
 
 fn target() -> Target {
-    let addr = services()
-        .dynamodb_endpoint
-        .trim_start_matches("http://")
-        .to_socket_addrs()
-        .unwrap()
-        .next()
-        .unwrap();
-    Target { dynamodb: addr }
+    Target {
+        dynamodb: services().dynamodb_addr(),
+    }
 }
 
 fn tiny() -> Scenario {
@@ -26,6 +20,22 @@ fn tiny() -> Scenario {
     let mut s = Scenario::standard(2, 6, TEMPLATE_AGGREGATOR_BATCH);
     s.warmup_window = false;
     s
+}
+
+/// A run of `sc` through `design` on a fresh table: (the run, the table, the readings,
+/// the simulated start).
+async fn run_on_fresh_table(
+    sc: &Scenario,
+    design: Design,
+    label: &str,
+) -> (run::DesignRun, TestTable, Vec<SimReading>, Timestamp) {
+    let start = run::simulated_start(Timestamp::now());
+    let readings = sc.readings(start);
+    let table = TestTable::new(label).await;
+    let r = run::run(&target(), sc, design, &table.name, &readings, start)
+        .await
+        .unwrap();
+    (r, table, readings, start)
 }
 
 fn num(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> f64 {
@@ -39,20 +49,9 @@ fn num(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> 
 async fn baseline_rolls_up_every_reading_into_hourly_and_daily_items() {
     // GIVEN a tiny fleet's readings
     let sc = tiny();
-    let start = run::simulated_start(Timestamp::now());
-    let readings = sc.readings(start);
-    let table = TestTable::new("bench-baseline").await;
     // WHEN the textbook design ingests and aggregates them
-    let r = run::run(
-        &target(),
-        &sc,
-        Design::Baseline,
-        &table.name,
-        &readings,
-        start,
-    )
-    .await
-    .unwrap();
+    let (r, table, readings, start) =
+        run_on_fresh_table(&sc, Design::Baseline, "bench-baseline").await;
     // THEN each reading was put once and aggregated once
     assert_eq!(r.readings_stored, 12);
     assert_eq!(r.readings_aggregated, 12);
@@ -102,19 +101,7 @@ async fn baseline_rolls_up_every_reading_into_hourly_and_daily_items() {
 #[tokio::test]
 async fn tidemark_meters_one_unit_per_reading_at_ingest_and_aggregates_each_once() {
     let sc = tiny();
-    let start = run::simulated_start(Timestamp::now());
-    let readings = sc.readings(start);
-    let table = TestTable::new("bench-tidemark").await;
-    let r = run::run(
-        &target(),
-        &sc,
-        Design::Tidemark,
-        &table.name,
-        &readings,
-        start,
-    )
-    .await
-    .unwrap();
+    let (r, _table, _, _) = run_on_fresh_table(&sc, Design::Tidemark, "bench-tidemark").await;
     assert_eq!(r.failed_batches, 0);
     assert_eq!(r.readings_aggregated, r.readings_stored);
     // Readings are under 1 KB and outside the GSI: exactly one unit each, all on the table.
@@ -145,19 +132,7 @@ async fn the_first_window_is_a_warm_up_measured_apart() {
     // GIVEN the tiny fleet measured from its second window on
     let mut sc = tiny();
     sc.warmup_window = true;
-    let start = run::simulated_start(Timestamp::now());
-    let readings = sc.readings(start);
-    let table = TestTable::new("bench-warmup").await;
-    let r = run::run(
-        &target(),
-        &sc,
-        Design::Tidemark,
-        &table.name,
-        &readings,
-        start,
-    )
-    .await
-    .unwrap();
+    let (r, _table, _, _) = run_on_fresh_table(&sc, Design::Tidemark, "bench-warmup").await;
     // THEN the first 5 minutes (10 readings) are the warm-up, with the devices' registration
     let w = r.warmup.as_ref().unwrap();
     assert_eq!((w.readings_stored, r.readings_stored), (10, 2));

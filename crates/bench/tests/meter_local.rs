@@ -1,8 +1,6 @@
 //! The metering proxy against DynamoDB Local: what passes through is counted, and the
 //! functions behind it see DynamoDB's own answers.
 
-use std::net::ToSocketAddrs;
-
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_bench::meter::Meter;
 use tidemark_store::ClientSettings;
@@ -10,13 +8,7 @@ use tidemark_testkit::{TestTable, services};
 
 async fn metered(table: &TestTable) -> (Meter, aws_sdk_dynamodb::Client) {
     let _ = table;
-    let addr = services()
-        .dynamodb_endpoint
-        .trim_start_matches("http://")
-        .to_socket_addrs()
-        .unwrap()
-        .next()
-        .unwrap();
+    let addr = services().dynamodb_addr();
     let meter = Meter::start(addr).await.unwrap();
     let client = tidemark_store::dynamodb_client(&ClientSettings::local(meter.endpoint())).await;
     (meter, client)

@@ -72,6 +72,14 @@ impl Measurement for ThreadCpu {
     }
 }
 
+/// What ingest does per record before writing: decode, validate, build each item.
+fn decode_and_build(bytes: &[u8], now: Timestamp, config: &IngestConfig) {
+    let readings = decode_record(bytes, now, config).unwrap();
+    for r in &readings {
+        black_box(reading_item(r, None, config.retention_days).unwrap());
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let config = IngestConfig::new("bench");
     let now = Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap();
@@ -81,21 +89,11 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("ingest");
     g.throughput(Throughput::Elements(1));
     g.bench_function("decode_validate_item/one_reading_record", |b| {
-        b.iter(|| {
-            let readings = decode_record(black_box(&one), now, &config).unwrap();
-            for r in &readings {
-                black_box(reading_item(r, None, config.retention_days).unwrap());
-            }
-        })
+        b.iter(|| decode_and_build(black_box(&one), now, &config))
     });
     g.throughput(Throughput::Elements(100));
     g.bench_function("decode_validate_item/array_of_100_per_reading", |b| {
-        b.iter(|| {
-            let readings = decode_record(black_box(&array), now, &config).unwrap();
-            for r in &readings {
-                black_box(reading_item(r, None, config.retention_days).unwrap());
-            }
-        })
+        b.iter(|| decode_and_build(black_box(&array), now, &config))
     });
     g.throughput(Throughput::Elements(1));
     g.bench_function("decode_validate_only/one_reading_record", |b| {
@@ -111,12 +109,7 @@ fn bench_cpu(c: &mut Criterion<ThreadCpu>) {
     let mut g = c.benchmark_group("ingest_thread_cpu");
     g.throughput(Throughput::Elements(1));
     g.bench_function("decode_validate_item/one_reading_record", |b| {
-        b.iter(|| {
-            let readings = decode_record(black_box(&one), now, &config).unwrap();
-            for r in &readings {
-                black_box(reading_item(r, None, config.retention_days).unwrap());
-            }
-        })
+        b.iter(|| decode_and_build(black_box(&one), now, &config))
     });
     g.finish();
 }

@@ -20,6 +20,19 @@ pub struct Services {
     pub kinesis_endpoint: String,
 }
 
+impl Services {
+    /// DynamoDB Local's socket address (for tools that proxy it, like the bench's meter).
+    pub fn dynamodb_addr(&self) -> std::net::SocketAddr {
+        use std::net::ToSocketAddrs;
+        self.dynamodb_endpoint
+            .trim_start_matches("http://")
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .unwrap_or_else(|| panic!("cannot resolve {}", self.dynamodb_endpoint))
+    }
+}
+
 fn port(var: &str, default: u16) -> u16 {
     std::env::var(var)
         .ok()
