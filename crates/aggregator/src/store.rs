@@ -135,6 +135,9 @@ fn av<T: serde::Serialize>(v: &T) -> Result<AttributeValue, StoreError> {
     Ok(serde_dynamo::to_attribute_value(v)?)
 }
 
+/// Most BatchGetItem calls for one chunk whose keys keep coming back unprocessed.
+const BATCH_GET_ATTEMPTS: u32 = 8;
+
 fn request_err(operation: &'static str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Request {
         operation,
@@ -218,8 +221,18 @@ impl DynamoStore {
                 .unprocessed_keys
                 .and_then(|mut u| u.remove(&self.table))
                 .filter(|k| !k.keys().is_empty());
-            if pending.is_some() {
+            if let Some(rest) = &pending {
                 attempt += 1;
+                if attempt >= BATCH_GET_ATTEMPTS {
+                    // Fail the batch (Lambda retries it) rather than spin until the timeout.
+                    return Err(request_err(
+                        "BatchGetItem",
+                        format!(
+                            "{} keys still unprocessed after {attempt} attempts",
+                            rest.keys().len()
+                        ),
+                    ));
+                }
                 let ms = 25u64 << attempt.min(8);
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
