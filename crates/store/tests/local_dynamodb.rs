@@ -94,7 +94,7 @@ async fn a_reading_round_trips_through_the_table() {
         .key(attr::PK, AttributeValue::S("DEVICE#sensor_01".into()))
         .key(
             attr::SK,
-            AttributeValue::S("READING#2026-04-20T14:00:00.000Z".into()),
+            AttributeValue::S("READING#2026-04-20T14:00:00.000000Z".into()),
         )
         .consistent_read(true)
         .send()
@@ -145,7 +145,7 @@ async fn a_device_is_found_by_status_in_gsi1() {
 #[tokio::test]
 async fn quarantine_payload_is_stored_as_binary() {
     let t = TestTable::new("store-quarantine").await;
-    let received = ts("2026-04-20T14:00:00.123Z");
+    let received = ts("2026-04-20T14:00:00.123000Z");
     let k = QuarantineItem::key_for(received.day(), received, "4959");
     let q = QuarantineItem {
         pk: k.pk,
