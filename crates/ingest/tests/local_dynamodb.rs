@@ -361,9 +361,9 @@ async fn unprocessed_items_and_throttling_are_retried_with_nothing_lost() {
     let payloads = many_records(500, 20);
     let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
     assert!(failures(&resp).is_empty());
-    // At least the injected ones (a busy DynamoDB Local may time out a few more).
-    assert!(stats.throttled >= 3, "{stats:?}");
-    assert!(stats.unprocessed >= 8, "{stats:?}");
+    // At least the injected ones (a busy DynamoDB Local may time out a few more). Readings
+    // are merges, one item a call: a stingy call is a throttled one there.
+    assert!(stats.throttled + stats.unprocessed >= 11, "{stats:?}");
     assert!(stats.retries >= 11, "{stats:?}");
     assert_eq!(stats.written, 500);
     let items = scan(&t.client, &t.name).await;
