@@ -6,6 +6,11 @@
 //! order (one shard, one invocation at a time), so "apply only what is newer than the
 //! watermark" makes any replay, bisection or regrouping of already-applied records a no-op.
 //!
+//! A MODIFY of a reading is either a record adding metrics to a reading with the same device
+//! and timestamp (ingest merges them into one item) or a correction of a metric's value (the
+//! later record wins): either way only the metrics whose value changed are moved, so each
+//! metric of a reading is counted once.
+//!
 //! Corrections and user deletes are applied as exact deltas on `count` and `sum`; only the
 //! extremes they may have removed (`min`, `max`, `firstAt`, `lastAt`) are recomputed from the
 //! raw readings. A full recompute of the bucket would not be exact: the table already holds
@@ -165,8 +170,12 @@ pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
                 }
             }
             Delta::Replace { old, new } => {
-                remove(&mut item, old, &mut recompute);
-                add(&mut item, new);
+                // Only the metrics whose value changed: a record that adds metrics to a reading
+                // (same device and timestamp) leaves the others exactly as they were, and
+                // needs no recompute of their extremes.
+                let (gone, came) = changed(old, new);
+                remove(&mut item, &gone, &mut recompute);
+                add(&mut item, &came);
             }
         }
         item.applied.insert(c.source_pk.clone(), c.seq.clone());
@@ -186,6 +195,27 @@ pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
         readings_added,
         recompute,
     }
+}
+
+/// The values `old` had and `new` no longer has, and the values `new` brings, per metric:
+/// metrics with the same value in both are in neither.
+fn changed(
+    old: &BTreeMap<MetricName, f64>,
+    new: &BTreeMap<MetricName, f64>,
+) -> (BTreeMap<MetricName, f64>, BTreeMap<MetricName, f64>) {
+    let same =
+        |name: &MetricName, v: &f64| old.get(name).is_some_and(|o| o.to_bits() == v.to_bits());
+    let came: BTreeMap<_, _> = new
+        .iter()
+        .filter(|(k, v)| !same(k, v))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    let gone: BTreeMap<_, _> = old
+        .iter()
+        .filter(|(k, v)| new.get(*k).is_none_or(|n| n.to_bits() != v.to_bits()))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    (gone, came)
 }
 
 fn add(item: &mut AggregateItem, m: &BTreeMap<MetricName, f64>) {
@@ -365,6 +395,31 @@ mod tests {
         );
         let s = stats(&item);
         assert_eq!((s.min, s.max), (1.0, 5.0));
+    }
+
+    #[test]
+    fn a_record_adding_metrics_to_a_reading_counts_each_metric_once_and_recomputes_nothing() {
+        // GIVEN a reading with temperature only
+        let p = plan(&[insert(0, 1, "2026-04-20T14:00:00Z", 22.4)]);
+        let base = apply(None, &p[1]).item;
+        // WHEN a second record of the same device and timestamp adds humidity
+        let mut merged = img("2026-04-20T14:00:00Z", 22.4);
+        merged.metrics.insert(MetricName::new("h").unwrap(), 45.0);
+        let add_h = StreamChange {
+            index: 0,
+            seq: format!("{:021}", 2),
+            change: Change::Correct {
+                old: img("2026-04-20T14:00:00Z", 22.4),
+                new: merged,
+            },
+        };
+        let a = apply(Some(&base), &plan(&[add_h])[1]);
+        // THEN temperature is still counted once and humidity once
+        let s = stats(&a.item);
+        assert_eq!((s.count, s.sum), (1, 22.4));
+        let h = a.item.metrics[&MetricName::new("h").unwrap()];
+        assert_eq!((h.count, h.sum), (1, 45.0));
+        assert!(a.recompute.is_empty());
     }
 
     #[test]

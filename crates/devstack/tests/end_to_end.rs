@@ -3,12 +3,8 @@
 //! what the simulator sent.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::{MappingConfig, read_on_failure_records};
@@ -17,68 +13,11 @@ use tidemark_devstack::simulator::{Fleet, Outgoing, RecordKind, SimConfig, SimSt
 use tidemark_schema::{Period, Timestamp};
 use tidemark_testkit::{TestStream, TestTable, services, unique_name};
 
+mod common;
+use common::{all_items, encode, eventually, get, try_all_items};
+
 const THRESHOLDS: &str =
     r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;
-
-async fn get(addr: SocketAddr, path_and_query: &str) -> (u16, Value) {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = http::Request::get(path_and_query)
-        .header(http::header::HOST, addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    let json = serde_json::from_slice(&body)
-        .unwrap_or_else(|e| panic!("{path_and_query}: not JSON ({e}): {body:?}"));
-    (status, json)
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// Every item of a paginated list.
-async fn all_items(addr: SocketAddr, path: &str) -> Vec<Value> {
-    match try_all_items(addr, path).await {
-        Ok(items) => items,
-        Err(e) => panic!("{e}"),
-    }
-}
-
-/// Every item of a paginated list, or the first non-200 answer (while the pipeline catches
-/// up, a device the aggregator has not registered yet is a 404).
-async fn try_all_items(addr: SocketAddr, path: &str) -> Result<Vec<Value>, String> {
-    let mut items = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let sep = if path.contains('?') { '&' } else { '?' };
-        let url = match &cursor {
-            Some(c) => format!("{path}{sep}cursor={}", encode(c)),
-            None => path.to_owned(),
-        };
-        let (status, body) = get(addr, &url).await;
-        if status != 200 {
-            return Err(format!("{url}: {status} {body}"));
-        }
-        items.extend(body["items"].as_array().unwrap().iter().cloned());
-        match body["cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => return Ok(items),
-        }
-    }
-}
 
 /// A reading with every number as f64, so `71` and `71.0` compare equal.
 fn normalised(v: &Value) -> Value {
@@ -144,21 +83,6 @@ fn same_stats(want: &BTreeMap<String, Bucket>, got: &Value) -> bool {
                 .as_f64()
                 .is_some_and(|s| (s - w.sum).abs() <= 1e-6 * w.sum.abs().max(1.0))
     }) && got.as_object().map(|o| o.len()) == Some(want.len())
-}
-
-/// Polls `f` until it finds something (30 s at most).
-async fn eventually<T, F, Fut>(f: F) -> Option<T>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    for _ in 0..120 {
-        if let Some(v) = f().await {
-            return Some(v);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,85 @@
+//! HTTP helpers shared by the pipeline tests: they talk to the local API as a client would.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+pub async fn get(addr: SocketAddr, path_and_query: &str) -> (u16, Value) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(path_and_query)
+        .header(http::header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("{path_and_query}: not JSON ({e}): {body:?}"));
+    (status, json)
+}
+
+pub fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Every item of a paginated list.
+pub async fn all_items(addr: SocketAddr, path: &str) -> Vec<Value> {
+    match try_all_items(addr, path).await {
+        Ok(items) => items,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Every item of a paginated list, or the first non-200 answer (while the pipeline catches
+/// up, a device the aggregator has not registered yet is a 404).
+pub async fn try_all_items(addr: SocketAddr, path: &str) -> Result<Vec<Value>, String> {
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let url = match &cursor {
+            Some(c) => format!("{path}{sep}cursor={}", encode(c)),
+            None => path.to_owned(),
+        };
+        let (status, body) = get(addr, &url).await;
+        if status != 200 {
+            return Err(format!("{url}: {status} {body}"));
+        }
+        items.extend(body["items"].as_array().unwrap().iter().cloned());
+        match body["cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return Ok(items),
+        }
+    }
+}
+
+/// Polls `f` until it finds something (30 s at most).
+pub async fn eventually<T, F, Fut>(f: F) -> Option<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..120 {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
