@@ -1,5 +1,5 @@
 //! Kinesis record bytes → validated readings (DESIGN §3). Pure: no I/O, the clock is a
-//! parameter, so every bound is testable to the millisecond.
+//! parameter, so every bound is testable to the microsecond.
 //!
 //! A record holds one reading (a JSON object) or several (an array of objects). A record
 //! holding any invalid reading is rejected *whole*: the raw bytes are what is quarantined, and

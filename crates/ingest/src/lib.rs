@@ -2,6 +2,13 @@
 //! DynamoDB table, bad records quarantined with their raw bytes, and a partial-batch response
 //! that never lets the event source mapping skip an unwritten record.
 //!
+//! A reading's identity is its device and timestamp (microseconds), nothing else. Records of
+//! one device with the same timestamp become one reading holding every metric they carry; the
+//! same metric sent again with another value is a correction and the later record (Kinesis
+//! order) wins; an exact resend changes nothing. Inside a batch the writer merges such records
+//! before writing; across batches each reading is written as a merge into what the table holds
+//! ([`tidemark_store::merge`]), so nothing sent is ever erased by a later record.
+//!
 //! - [`decode_record`]: pure decoding and validation of one record.
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
 //!   [`DeviceDirectory`]) and a [`Clock`]; [`Ingest::new`] wires them to DynamoDB.
