@@ -109,6 +109,16 @@ pub fn parse_thresholds(json: &str) -> Result<BTreeMap<MetricName, Threshold>, A
     let t: BTreeMap<MetricName, Threshold> = serde_json::from_str(json)
         .map_err(|e| AggregatorError::Config(format!("{DEFAULT_THRESHOLDS_ENV}: {e}")))?;
     for (m, th) in &t {
+        if let Some(v) = [th.min, th.max]
+            .into_iter()
+            .flatten()
+            .find(|v| !tidemark_schema::is_metric_value(*v))
+        {
+            return Err(AggregatorError::Config(format!(
+                "{DEFAULT_THRESHOLDS_ENV}: threshold of {m} is {v:e}, outside the range of \
+                 metric values"
+            )));
+        }
         if th.min.is_none() && th.max.is_none() {
             return Err(AggregatorError::Config(format!(
                 "{DEFAULT_THRESHOLDS_ENV}: threshold of {m} has neither min nor max"
@@ -131,6 +141,10 @@ mod tests {
         assert_eq!(t.len(), 2);
         assert_eq!(t[&MetricName::new("temperature").unwrap()].max, Some(30.0));
         assert!(parse_thresholds(r#"{"temperature":{"maxx":30,"severity":"critical"}}"#).is_err());
+        assert!(
+            parse_thresholds(r#"{"temperature":{"max":1e300,"severity":"critical"}}"#).is_err(),
+            "a threshold outside the range of metric values"
+        );
         assert!(parse_thresholds(r#"{"temperature":{"severity":"critical"}}"#).is_err());
         assert!(parse_thresholds("not json").is_err());
     }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tidemark_schema::{
-    AlertId, DeviceId, DeviceStatus, DeviceType, MetricName, Threshold, Timestamp,
+    AlertId, DeviceId, DeviceStatus, DeviceType, MAX_METRIC_MAGNITUDE, MIN_METRIC_MAGNITUDE,
+    MetricName, Threshold, Timestamp, is_metric_value,
 };
 
 use crate::error::ApiError;
@@ -201,6 +202,19 @@ fn thresholds(m: Map<String, Value>) -> Result<BTreeMap<MetricName, Threshold>, 
                 format!("{e}; expected {{\"min\"?: number, \"max\"?: number, \"severity\": info|warning|critical}}"),
             )
         })?;
+        if let Some(v) = [t.min, t.max]
+            .into_iter()
+            .flatten()
+            .find(|v| !is_metric_value(*v))
+        {
+            return Err(ApiError::bad(
+                &param,
+                format!(
+                    "{v:e} is outside the range of metric values (0, or a magnitude from \
+                     {MIN_METRIC_MAGNITUDE:e} to {MAX_METRIC_MAGNITUDE:e})"
+                ),
+            ));
+        }
         match (t.min, t.max) {
             (None, None) => {
                 return Err(ApiError::bad(&param, "needs min, max, or both"));
@@ -403,6 +417,14 @@ mod tests {
             (
                 r#"{"thresholds":{"9t":{"max":1,"severity":"info"}}}"#,
                 "thresholds.9t",
+            ),
+            (
+                r#"{"thresholds":{"t":{"max":1e300,"severity":"info"}}}"#,
+                "thresholds.t",
+            ),
+            (
+                r#"{"thresholds":{"t":{"min":-1e-200,"severity":"info"}}}"#,
+                "thresholds.t",
             ),
             (r#"{"deviceId":"other"}"#, "deviceId"),
             (r#"{"colour":"red"}"#, "body"),

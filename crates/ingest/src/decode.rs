@@ -17,7 +17,10 @@ use std::fmt;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Map, Value};
 use tidemark_schema::table::attr;
-use tidemark_schema::{DeviceId, MetricName, QuarantineReason, Reading, Timestamp, field, keys};
+use tidemark_schema::{
+    DeviceId, MAX_METRIC_MAGNITUDE, MIN_METRIC_MAGNITUDE, MetricName, QuarantineReason, Reading,
+    Timestamp, field, is_metric_value, keys,
+};
 use tidemark_store::{Item, StoreError};
 
 use crate::config::IngestConfig;
@@ -47,19 +50,10 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
-/// DynamoDB numbers lie in 1E-130..=9.99…E+125 (in magnitude) and a larger or smaller f64 is
-/// refused with a `ValidationException` that would fail the whole `BatchWriteItem`.
-const DYNAMO_LIMIT: f64 = 1e126;
-const DYNAMO_MIN_POSITIVE: f64 = 1e-130;
 /// DynamoDB allows 32 levels of nesting; the reading item puts metadata one level down.
 const MAX_METADATA_DEPTH: usize = 16;
 
 const US_PER_DAY: i64 = 86_400_000_000;
-
-fn storable_number(v: f64) -> bool {
-    let a = v.abs();
-    v.is_finite() && (v == 0.0 || (DYNAMO_MIN_POSITIVE..DYNAMO_LIMIT).contains(&a))
-}
 
 /// Decodes and validates one record's data at `now`.
 pub fn decode_record(
@@ -266,11 +260,13 @@ fn reading(
             continue;
         }
         let value = match v {
-            Value::Number(n) => n.as_f64().filter(|f| storable_number(*f)).ok_or_else(|| {
+            Value::Number(n) => n.as_f64().filter(|f| is_metric_value(*f)).ok_or_else(|| {
                 Rejection::new(
                     QuarantineReason::InvalidMetric,
                     format!(
-                        "metric {:?} is {n}, outside the storable range (finite, magnitude 1e-130..1e126)",
+                        "metric {:?} is {n}, outside the accepted range (0, or a magnitude from \
+                         {MIN_METRIC_MAGNITUDE:e} to {MAX_METRIC_MAGNITUDE:e}, so that an hour's \
+                         or a day's sum stays within DynamoDB's numbers)",
                         clip(name)
                     ),
                 )
@@ -298,6 +294,12 @@ fn reading(
     })
 }
 
+/// A number DynamoDB can hold (metadata is stored, never summed): 0, or a magnitude in
+/// 1e-130..1e126; anything else fails the write with a `ValidationException`.
+fn dynamo_number(v: f64) -> bool {
+    v.is_finite() && (v == 0.0 || (1e-130..1e126).contains(&v.abs()))
+}
+
 fn check_metadata(m: &Map<String, Value>, config: &IngestConfig) -> Result<(), Rejection> {
     fn walk(v: &Value, depth: usize, size: &mut usize) -> Result<(), String> {
         if depth > MAX_METADATA_DEPTH {
@@ -307,7 +309,7 @@ fn check_metadata(m: &Map<String, Value>, config: &IngestConfig) -> Result<(), R
             Value::Null | Value::Bool(_) => *size += 1,
             Value::Number(n) => {
                 *size += 8;
-                if !n.as_f64().is_some_and(storable_number) {
+                if !n.as_f64().is_some_and(dynamo_number) {
                     return Err(format!("number {n} is outside DynamoDB's range"));
                 }
             }

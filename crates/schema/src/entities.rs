@@ -145,6 +145,20 @@ pub enum DeviceType {
     Actuator,
 }
 
+/// The largest magnitude a metric value (or a threshold) may have. DynamoDB numbers stop
+/// below 1e126; an hour or a day of one device holds at most 8.64e10 readings (one per
+/// microsecond), so sums of values up to 1e100 can never leave DynamoDB's range.
+pub const MAX_METRIC_MAGNITUDE: f64 = 1e100;
+/// The smallest non-zero magnitude (DynamoDB's own floor is 1e-130; f64 goes far lower).
+pub const MIN_METRIC_MAGNITUDE: f64 = 1e-100;
+
+/// True for a value Tidemark stores as a metric: finite, and zero or a magnitude within
+/// [`MIN_METRIC_MAGNITUDE`]..=[`MAX_METRIC_MAGNITUDE`], so every rollup of it stays storable.
+pub fn is_metric_value(v: f64) -> bool {
+    let a = v.abs();
+    v.is_finite() && (v == 0.0 || (MIN_METRIC_MAGNITUDE..=MAX_METRIC_MAGNITUDE).contains(&a))
+}
+
 /// Alert bounds for one metric: below `min` or above `max` is a breach.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
