@@ -643,7 +643,9 @@ impl<S: Store> App<S> {
     }
 
     /// Quarantined records of a UTC day (default today), oldest first, merged over the
-    /// day's partitions.
+    /// day's partitions, each with its whole payload (put back together from its parts). A
+    /// page holds at most [`QUARANTINE_PAGE_BYTES`] of payload (and always one record), so a
+    /// page of megabyte records stays within Lambda's response limit.
     async fn quarantine(&self, p: &Params) -> Result<Reply, ApiError> {
         let limit = validate::limit(p)?;
         let now = self.now();
@@ -653,14 +655,16 @@ impl<S: Store> App<S> {
                 .map_err(|e| ApiError::bad("day", format!("{e} (expected YYYY-MM-DD)")))?,
         };
         let scope = format!("quarantine|{day}");
-        let start = match self.open(&scope, p)? {
-            Some(s) => Start::Resume(s),
-            None => Start::Fresh {
-                range: None,
-                labels: (0..keys::QUARANTINE_PARTITIONS)
-                    .map(|n| n.to_string())
-                    .collect(),
-            },
+        let start = || -> Result<Start, ApiError> {
+            Ok(match self.open(&scope, p)? {
+                Some(s) => Start::Resume(s),
+                None => Start::Fresh {
+                    range: None,
+                    labels: (0..keys::QUARANTINE_PARTITIONS)
+                        .map(|n| n.to_string())
+                        .collect(),
+                },
+            })
         };
         let spec_for = |label: &str| {
             let n = label
@@ -673,16 +677,31 @@ impl<S: Store> App<S> {
                 true,
             ))
         };
-        let (items, cursor) = self
-            .page(&scope, start, spec_for, limit, |it| !expired(it, now))
-            .await?;
-        let items = items
-            .into_iter()
-            .map(render::quarantined)
-            .collect::<Result<_, _>>()?;
-        Ok(list(items, cursor))
+        // A record's further payload parts share its partition; they are read by key below.
+        let keep = |it: &Item| !expired(it, now) && render::is_quarantined_record(it);
+        let (mut items, mut cursor) = self.page(&scope, start()?, spec_for, limit, keep).await?;
+        let fitting = render::records_within(&items, QUARANTINE_PAGE_BYTES);
+        if fitting < items.len() {
+            // The same page again, shorter: the cursor then points after the last record kept.
+            (items, cursor) = self.page(&scope, start()?, spec_for, fitting, keep).await?;
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let parts = render::quarantine_part_keys(&item)?;
+            let parts = if parts.is_empty() {
+                Vec::new()
+            } else {
+                self.store.batch_get(parts).await?
+            };
+            out.push(render::quarantined(item, parts)?);
+        }
+        Ok(list(out, cursor))
     }
 }
+
+/// Payload bytes one page of `GET /quarantine` carries at most (base64 makes it a third more;
+/// Lambda's response limit is 6 MB).
+pub const QUARANTINE_PAGE_BYTES: u64 = 3 * 1024 * 1024;
 
 /// A device's stored shard history.
 #[derive(Debug, Default)]

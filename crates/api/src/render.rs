@@ -1,12 +1,13 @@
 //! Items to the JSON shapes of DESIGN §6 (camelCase, keys never shown).
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, QuarantineItem, ReadingItem,
-    ShardHistory, Timestamp, number,
+    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, QuarantineItem, QuarantinePartItem,
+    ReadingItem, ShardHistory, Timestamp, number,
 };
 use tidemark_store::Item;
 
@@ -101,8 +102,60 @@ pub fn aggregate(item: Item) -> Result<Value, ApiError> {
     }))
 }
 
-pub fn quarantined(item: Item) -> Result<Value, ApiError> {
+/// True for a quarantined record's own item (not one of its payload's further parts).
+pub fn is_quarantined_record(item: &Item) -> bool {
+    let s = |name| match item.get(name) {
+        Some(AttributeValue::S(s)) => s.as_str(),
+        _ => "",
+    };
+    matches!(
+        EntityKey::parse(s(attr::PK), s(attr::SK)),
+        Ok(EntityKey::Quarantine { .. })
+    )
+}
+
+/// How many of `items` (quarantined records, in order) fit in `budget` payload bytes; at
+/// least one.
+pub fn records_within(items: &[Item], budget: u64) -> usize {
+    let mut total = 0u64;
+    let mut n = 0;
+    for item in items {
+        let size = match item.get("size") {
+            Some(AttributeValue::N(n)) => n.parse::<u64>().unwrap_or(0),
+            _ => 0,
+        };
+        total += size;
+        if n > 0 && total > budget {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// The keys of a quarantined record's further payload parts.
+pub fn quarantine_part_keys(item: &Item) -> Result<Vec<tidemark_schema::Key>, ApiError> {
+    let q: QuarantineItem = tidemark_store::from_item(item.clone())?;
+    Ok(q.part_keys())
+}
+
+/// A quarantined record with its whole payload: `parts` are its further parts as read (in
+/// any order); a part that could not be read (expired meanwhile) makes the payload end early,
+/// which `size` shows.
+pub fn quarantined(item: Item, parts: Vec<Item>) -> Result<Value, ApiError> {
     let q: QuarantineItem = tidemark_store::from_item(item)?;
+    let mut parts: Vec<QuarantinePartItem> = parts
+        .into_iter()
+        .map(tidemark_store::from_item)
+        .collect::<Result<_, _>>()?;
+    parts.sort_by_key(|p| match EntityKey::parse(&p.pk, &p.sk) {
+        Ok(EntityKey::QuarantinePart { part, .. }) => part,
+        _ => u16::MAX,
+    });
+    let mut payload = q.payload;
+    for p in parts {
+        payload.extend_from_slice(&p.payload);
+    }
     Ok(json!({
         "reason": q.reason.as_str(),
         "message": q.message,
@@ -110,6 +163,6 @@ pub fn quarantined(item: Item) -> Result<Value, ApiError> {
         "sequenceNumber": q.sequence_number,
         "partitionKey": q.partition_key,
         "size": q.size,
-        "payload": STANDARD.encode(&q.payload),
+        "payload": STANDARD.encode(&payload),
     }))
 }

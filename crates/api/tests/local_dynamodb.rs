@@ -3,6 +3,7 @@
 
 mod common;
 
+use base64::Engine;
 use common::*;
 use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App};
@@ -462,6 +463,7 @@ async fn quarantine_of_a_day_merges_its_partitions_with_base64_payloads() {
                 partition_key: "sensor_01".into(),
                 size: 3,
                 payload: b"\x00{x".to_vec(),
+                parts: 1,
                 ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
             },
         )
@@ -482,6 +484,54 @@ async fn quarantine_of_a_day_merges_its_partitions_with_base64_payloads() {
         .map(|q| q["sequenceNumber"].as_str().unwrap())
         .collect();
     assert_eq!(seqs, expected);
+}
+
+#[tokio::test]
+async fn megabyte_quarantined_payloads_come_back_whole_a_few_to_a_page() {
+    // GIVEN five quarantined records of 1 MiB each, stored over several items each
+    let t = TestTable::new("api-quarantine-big").await;
+    let mut sent = Vec::new();
+    for i in 0..5u8 {
+        let received = ts("2026-04-20T14:00:00Z")
+            .plus_millis(i64::from(i))
+            .unwrap();
+        let seq = format!("4959033827149025660855969253836157109592157598913659{i:04}");
+        let payload: Vec<u8> = (0..1024 * 1024).map(|j| (j % 251) as u8 ^ i).collect();
+        let q = QuarantineItem::split(
+            received,
+            &seq,
+            QuarantineReason::PayloadTooLarge,
+            "too large".into(),
+            "sensor_01".into(),
+            &payload,
+        );
+        assert!(q.record.parts > 1);
+        put(&t, &q.record).await;
+        for part in &q.parts {
+            put(&t, part).await;
+        }
+        sent.push((seq, payload));
+    }
+    // WHEN the day is listed with the default limit
+    let app = app(&t);
+    let (status, first) = get(&app, "/quarantine?day=2026-04-20").await;
+    assert_eq!(status, 200);
+    let n = first["items"].as_array().unwrap().len();
+    assert!(
+        (1..5).contains(&n),
+        "a page stops at its payload budget: {n}"
+    );
+    // THEN every record comes back once, in order, with its whole payload
+    let (all, _) = walk(&app, "/quarantine?day=2026-04-20").await;
+    assert_eq!(all.len(), 5);
+    for (got, (seq, payload)) in all.iter().zip(&sent) {
+        assert_eq!(got["sequenceNumber"], json!(seq));
+        assert_eq!(got["size"], json!(payload.len()));
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(got["payload"].as_str().unwrap())
+            .unwrap();
+        assert!(bytes == *payload, "payload of {seq} whole");
+    }
 }
 
 #[tokio::test]

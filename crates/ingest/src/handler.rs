@@ -256,8 +256,9 @@ where
                         .quarantined_by_reason
                         .entry(rejection.reason)
                         .or_default() += 1;
-                    let item = quarantine_item(record, &rejection).map_err(IngestError::Item)?;
-                    puts.push(PendingWrite::put(i, item));
+                    for item in quarantine_items(record, &rejection).map_err(IngestError::Item)? {
+                        puts.push(PendingWrite::put(i, item));
+                    }
                 }
             }
         }
@@ -414,35 +415,33 @@ pub fn arrival_time(record: &KinesisEventRecord) -> Timestamp {
     .unwrap_or(Timestamp::MIN)
 }
 
-/// The quarantine item of a rejected record: raw bytes truncated at
-/// [`QuarantineItem::MAX_PAYLOAD`] (64 KiB) with the original size kept, reason, message,
-/// partition key, sequence number, arrival time, and a 14-day TTL from arrival. Every field
-/// comes from the record and the rejection, none from the clock, so replays are identical.
-pub fn quarantine_item(
+/// The items of a rejected record: its raw bytes, whole (split over several items when too
+/// large for one, [`QuarantineItem::split`]), reason, message, partition key, sequence number,
+/// arrival time, and a 14-day TTL from arrival. Every field comes from the record and the
+/// rejection, none from the clock, so replays rewrite the very same items.
+pub fn quarantine_items(
     record: &KinesisEventRecord,
     rejection: &Rejection,
-) -> Result<Item, StoreError> {
+) -> Result<Vec<Item>, StoreError> {
     let k = &record.kinesis;
-    let received = arrival_time(record);
-    let key = QuarantineItem::key_for(received.day(), received, &k.sequence_number);
     let mut message = rejection.message.clone();
     if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
         message.truncate(cut);
         message.push('…');
     }
-    let data: &[u8] = &k.data;
-    tidemark_store::to_item(&QuarantineItem {
-        pk: key.pk,
-        sk: key.sk,
-        reason: rejection.reason,
+    let q = QuarantineItem::split(
+        arrival_time(record),
+        &k.sequence_number,
+        rejection.reason,
         message,
-        received_at: received,
-        sequence_number: k.sequence_number.clone(),
-        partition_key: k.partition_key.clone(),
-        size: data.len() as u64,
-        payload: data[..data.len().min(QuarantineItem::MAX_PAYLOAD)].to_vec(),
-        ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
-    })
+        k.partition_key.clone(),
+        &k.data,
+    );
+    let mut items = vec![tidemark_store::to_item(&q.record)?];
+    for part in &q.parts {
+        items.push(tidemark_store::to_item(part)?);
+    }
+    Ok(items)
 }
 
 /// How long is left until `deadline_epoch_ms` (a Lambda context's deadline), as an

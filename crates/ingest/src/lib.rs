@@ -24,7 +24,7 @@ pub mod lookups;
 pub use config::{ConfigError, IngestConfig, UnknownDevices};
 pub use decode::{Rejection, decode_record, reading_item};
 pub use handler::{
-    BatchStats, Ingest, IngestError, arrival_time, deadline_from_epoch_millis, quarantine_item,
+    BatchStats, Ingest, IngestError, arrival_time, deadline_from_epoch_millis, quarantine_items,
 };
 pub use lookups::{
     Clock, DeviceDirectory, DynamoLookups, FixedClock, ShardConfigSource, SystemClock,

@@ -11,8 +11,8 @@ use common::*;
 use tidemark_ingest::UnknownDevices;
 use tidemark_schema::keys::{reading_pk, reading_sk};
 use tidemark_schema::{
-    DeviceItem, DeviceStatus, QuarantineItem, QuarantineReason, ReadingItem, ShardConfigItem,
-    ShardHistory,
+    DeviceItem, DeviceStatus, EntityKey, QuarantineItem, QuarantinePartItem, QuarantineReason,
+    ReadingItem, ShardConfigItem, ShardHistory,
 };
 use tidemark_store::{from_item, to_item};
 use tidemark_testkit::TestTable;
@@ -24,12 +24,36 @@ fn failures(r: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<
         .collect()
 }
 
+/// The quarantined records of a scan, each with its whole payload put back together from
+/// its parts.
 fn quarantined(items: &[tidemark_store::Item]) -> Vec<QuarantineItem> {
+    let key = |i: &tidemark_store::Item| EntityKey::parse(&s(i, "pk"), &s(i, "sk")).unwrap();
+    let mut parts: Vec<(String, QuarantinePartItem)> = items
+        .iter()
+        .filter(|i| matches!(key(i), EntityKey::QuarantinePart { .. }))
+        .map(|i| (s(i, "sk"), from_item(i.clone()).unwrap()))
+        .collect();
+    parts.sort_by(|a, b| a.0.cmp(&b.0));
     let mut q: Vec<QuarantineItem> = items
         .iter()
-        .filter(|i| s(i, "pk").starts_with("QUARANTINE#"))
+        .filter(|i| matches!(key(i), EntityKey::Quarantine { .. }))
         .map(|i| from_item(i.clone()).unwrap())
         .collect();
+    for r in &mut q {
+        let mine: Vec<_> = parts
+            .iter()
+            .filter(|(sk, _)| sk.starts_with(&format!("{}#", r.sk)))
+            .collect();
+        assert_eq!(
+            mine.len() + 1,
+            r.parts as usize,
+            "every part of {} stored",
+            r.sk
+        );
+        for (_, p) in mine {
+            r.payload.extend_from_slice(&p.payload);
+        }
+    }
     q.sort_by(|a, b| a.sequence_number.cmp(&b.sequence_number));
     q
 }
@@ -189,25 +213,39 @@ async fn every_bad_record_is_quarantined_with_its_reason_and_good_ones_still_lan
 }
 
 #[tokio::test]
-async fn oversized_payloads_are_truncated_with_their_original_size_kept() {
+async fn a_bad_record_of_a_whole_megabyte_is_quarantined_whole() {
+    // GIVEN a record as large as Kinesis allows (1 MiB), not valid JSON, and an oversized one
     let t = TestTable::new("ingest-large").await;
     let mut c = config(&t.name);
     c.max_payload_bytes = 100 * 1024;
     let ingest = local_ingest(&t.client, c, t.client.clone());
+    let garbage: String = (0..1024 * 1024)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
     let big = format!(
         r#"{{"deviceId":"a","timestamp":"2026-04-20T14:00:00Z","metadata":{{"blob":"{}"}}}}"#,
         "x".repeat(150 * 1024)
     );
     let (resp, _) = ingest
-        .process(&event_of(std::slice::from_ref(&big)), soon())
+        .process(&event_of(&[garbage.clone(), big.clone()]), soon())
         .await
         .unwrap();
     assert!(failures(&resp).is_empty());
-    let q = quarantined(&scan(&t.client, &t.name).await);
+    // THEN both are kept byte for byte, the megabyte over several items
+    let items = scan(&t.client, &t.name).await;
+    let q = quarantined(&items);
+    assert_eq!(q.len(), 2);
     assert_eq!(q[0].reason, QuarantineReason::PayloadTooLarge);
-    assert_eq!(q[0].size, big.len() as u64);
-    assert_eq!(q[0].payload.len(), QuarantineItem::MAX_PAYLOAD);
-    assert_eq!(q[0].payload, big.as_bytes()[..QuarantineItem::MAX_PAYLOAD]);
+    assert_eq!(q[0].size, garbage.len() as u64);
+    assert_eq!(q[0].parts, 4);
+    assert_eq!(q[0].payload, garbage.as_bytes(), "the whole payload");
+    assert_eq!(q[1].reason, QuarantineReason::PayloadTooLarge);
+    assert_eq!(q[1].payload, big.as_bytes());
+    assert_eq!(
+        items.len(),
+        4 + 1,
+        "four items for the megabyte, one for the other"
+    );
 }
 
 #[tokio::test]

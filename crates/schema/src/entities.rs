@@ -408,18 +408,113 @@ pub struct QuarantineItem {
     pub received_at: Timestamp,
     pub sequence_number: String,
     pub partition_key: String,
-    /// Size of the original record in bytes, even when `payload` is truncated.
+    /// Size of the original record in bytes.
     pub size: u64,
-    /// The record's bytes, truncated to [`QuarantineItem::MAX_PAYLOAD`].
+    /// The record's first [`QuarantineItem::PART_BYTES`] bytes; the rest, if any, is in
+    /// `parts - 1` [`QuarantinePartItem`]s under the same partition.
+    #[serde(with = "serde_bytes_as_binary")]
+    pub payload: Vec<u8>,
+    /// How many pieces the payload is stored in, this item's included.
+    #[serde(default = "one")]
+    pub parts: u16,
+    pub ttl: i64,
+}
+
+fn one() -> u16 {
+    1
+}
+
+/// `QUARANTINE#<day>#<n>` / `<received>#<sequence>#<part>`: a further piece of a quarantined
+/// payload too large for one item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantinePartItem {
+    pub pk: String,
+    pub sk: String,
     #[serde(with = "serde_bytes_as_binary")]
     pub payload: Vec<u8>,
     pub ttl: i64,
 }
 
+/// A quarantined record as items: the record's own item, then its payload's further parts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuarantinedRecord {
+    pub record: QuarantineItem,
+    pub parts: Vec<QuarantinePartItem>,
+}
+
 impl QuarantineItem {
-    /// Keeps the item well under DynamoDB's 400 KB limit whatever the record's size.
-    pub const MAX_PAYLOAD: usize = 64 * 1024;
+    /// Bytes of payload per item: every item stays well under DynamoDB's 400 KB, and a
+    /// Kinesis record (at most 1 MiB) needs at most four.
+    pub const PART_BYTES: usize = 300 * 1024;
     pub const RETENTION_DAYS: u32 = 14;
+
+    /// Builds the items of a quarantined record, its whole payload split over as many as it
+    /// needs. Everything comes from the arguments, so a replay rebuilds the same items.
+    pub fn split(
+        received: Timestamp,
+        sequence: &str,
+        reason: QuarantineReason,
+        message: String,
+        partition_key: String,
+        data: &[u8],
+    ) -> QuarantinedRecord {
+        let key = Self::key_for(received.day(), received, sequence);
+        let ttl = received.ttl_after_days(Self::RETENTION_DAYS);
+        let mut chunks = data.chunks(Self::PART_BYTES);
+        let first = chunks.next().unwrap_or_default().to_vec();
+        let parts: Vec<QuarantinePartItem> = chunks
+            .enumerate()
+            .map(|(i, chunk)| {
+                let k = EntityKey::QuarantinePart {
+                    day: received.day(),
+                    partition: Self::partition_for(sequence),
+                    received,
+                    sequence: sequence.to_owned(),
+                    part: (i + 1) as u16,
+                }
+                .key();
+                QuarantinePartItem {
+                    pk: k.pk,
+                    sk: k.sk,
+                    payload: chunk.to_vec(),
+                    ttl,
+                }
+            })
+            .collect();
+        QuarantinedRecord {
+            record: QuarantineItem {
+                pk: key.pk,
+                sk: key.sk,
+                reason,
+                message,
+                received_at: received,
+                sequence_number: sequence.to_owned(),
+                partition_key,
+                size: data.len() as u64,
+                payload: first,
+                parts: 1 + parts.len() as u16,
+                ttl,
+            },
+            parts,
+        }
+    }
+
+    /// The keys of this record's further parts, in order.
+    pub fn part_keys(&self) -> Vec<keys::Key> {
+        (1..self.parts)
+            .map(|part| {
+                EntityKey::QuarantinePart {
+                    day: self.received_at.day(),
+                    partition: Self::partition_for(&self.sequence_number),
+                    received: self.received_at,
+                    sequence: self.sequence_number.clone(),
+                    part,
+                }
+                .key()
+            })
+            .collect()
+    }
 
     /// Which of the day's partitions a record goes to (stable for the same sequence number,
     /// so a replay rewrites the same item).

@@ -73,6 +73,15 @@ pub enum EntityKey {
         received: Timestamp,
         sequence: String,
     },
+    /// The `part`-th piece (1-based after the record's own item) of a large quarantined
+    /// payload: `<received>#<sequence>#<part>`, sorting right after its record.
+    QuarantinePart {
+        day: Day,
+        partition: u16,
+        received: Timestamp,
+        sequence: String,
+        part: u16,
+    },
     ShardConfig(DeviceId),
 }
 
@@ -95,6 +104,16 @@ impl EntityKey {
             } => Key::new(
                 quarantine_pk(*day, *partition),
                 quarantine_sk(*received, sequence),
+            ),
+            EntityKey::QuarantinePart {
+                day,
+                partition,
+                received,
+                sequence,
+                part,
+            } => Key::new(
+                quarantine_pk(*day, *partition),
+                quarantine_part_sk(*received, sequence, *part),
             ),
             EntityKey::ShardConfig(d) => Key::new(CONFIG_PK.to_owned(), shard_config_sk(d)),
         }
@@ -123,18 +142,39 @@ impl EntityKey {
             if partition >= QUARANTINE_PARTITIONS {
                 return Err(err("quarantine partition out of range"));
             }
-            let (received, sequence) = sk
+            let (received, rest) = sk
                 .split_once('#')
-                .ok_or_else(|| err("quarantine sk is <received>#<sequence>"))?;
+                .ok_or_else(|| err("quarantine sk is <received>#<sequence>[#<part>]"))?;
             let received = Timestamp::parse_canonical(received).map_err(|e| err(&e.to_string()))?;
+            let (sequence, part) = match rest.split_once('#') {
+                Some((seq, n)) => (
+                    seq,
+                    Some(
+                        parse_small(n)
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| err("bad quarantine part"))?,
+                    ),
+                ),
+                None => (rest, None),
+            };
             if !valid_sequence(sequence) {
                 return Err(err("sequence number must be decimal digits"));
             }
-            return Ok(EntityKey::Quarantine {
-                day,
-                partition,
-                received,
-                sequence: sequence.to_owned(),
+            let sequence = sequence.to_owned();
+            return Ok(match part {
+                None => EntityKey::Quarantine {
+                    day,
+                    partition,
+                    received,
+                    sequence,
+                },
+                Some(part) => EntityKey::QuarantinePart {
+                    day,
+                    partition,
+                    received,
+                    sequence,
+                    part,
+                },
             });
         }
         let rest = pk
@@ -231,6 +271,10 @@ pub fn quarantine_pk(day: Day, partition: u16) -> String {
 
 pub fn quarantine_sk(received: Timestamp, sequence: &str) -> String {
     format!("{received}#{sequence}")
+}
+
+pub fn quarantine_part_sk(received: Timestamp, sequence: &str, part: u16) -> String {
+    format!("{received}#{sequence}#{part}")
 }
 
 pub fn shard_config_sk(d: &DeviceId) -> String {

@@ -61,6 +61,21 @@ fn any_entity_key() -> impl Strategy<Value = EntityKey> {
                 received,
                 sequence,
             }),
+        (
+            any_timestamp(),
+            "[0-9]{1,60}",
+            0u16..keys::QUARANTINE_PARTITIONS,
+            1u16..8
+        )
+            .prop_map(
+                |(received, sequence, partition, part)| EntityKey::QuarantinePart {
+                    day: received.day(),
+                    partition,
+                    received,
+                    sequence,
+                    part,
+                }
+            ),
         any_device_id().prop_map(EntityKey::ShardConfig),
     ]
 }
