@@ -157,6 +157,7 @@ async fn quarantine_payload_is_stored_as_binary() {
         partition_key: "sensor_01".into(),
         size: 3,
         payload: vec![0xff, 0x00, 0x7b],
+        parts: 1,
         ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
     };
     let item = to_item(&q).unwrap();
