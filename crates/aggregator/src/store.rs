@@ -3,18 +3,17 @@
 //! what it costs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+    AttributeValue, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
 };
-use futures::StreamExt;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
     LatestReading, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field, keys,
 };
+use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
 use tidemark_store::{Item, StoreError, from_item, to_item};
 
 use crate::alerts::AlertWrite;
@@ -110,23 +109,6 @@ fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
-fn key_item(k: &Key) -> Item {
-    HashMap::from([
-        (attr::PK.to_owned(), s(&k.pk)),
-        (attr::SK.to_owned(), s(&k.sk)),
-    ])
-}
-
-fn item_key(item: &Item) -> Option<Key> {
-    match (item.get(attr::PK), item.get(attr::SK)) {
-        (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) => Some(Key {
-            pk: pk.clone(),
-            sk: sk.clone(),
-        }),
-        _ => None,
-    }
-}
-
 fn units(c: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>) -> f64 {
     c.and_then(|c| c.capacity_units()).unwrap_or(0.0)
 }
@@ -134,9 +116,6 @@ fn units(c: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>) -> f64 {
 fn av<T: serde::Serialize>(v: &T) -> Result<AttributeValue, StoreError> {
     Ok(serde_dynamo::to_attribute_value(v)?)
 }
-
-/// Most BatchGetItem calls for one chunk whose keys keep coming back unprocessed.
-const BATCH_GET_ATTEMPTS: u32 = 8;
 
 fn request_err(operation: &'static str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Request {
@@ -171,73 +150,17 @@ impl DynamoStore {
         &self.client
     }
 
-    /// Consistent BatchGetItem of any number of keys (100 a call, several calls in flight),
-    /// retrying unprocessed keys.
+    /// Consistent BatchGetItem of any number of keys, by key.
     async fn batch_get(&self, keys: &[Key]) -> Result<HashMap<Key, Item>, StoreError> {
-        let mut unique: Vec<Key> = keys.to_vec();
-        unique.sort();
-        unique.dedup();
-        let chunks: Vec<Vec<Key>> = unique.chunks(100).map(<[Key]>::to_vec).collect();
-        let parts: Vec<Result<Vec<Item>, StoreError>> =
-            futures::stream::iter(chunks.into_iter().map(|c| self.batch_get_chunk(c)))
-                .buffer_unordered(8)
-                .collect()
-                .await;
-        let mut out = HashMap::new();
-        for part in parts {
-            for item in part? {
-                if let Some(k) = item_key(&item) {
-                    out.insert(k, item);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    async fn batch_get_chunk(&self, chunk: Vec<Key>) -> Result<Vec<Item>, StoreError> {
-        let mut out = Vec::new();
-        let mut pending = Some(
-            KeysAndAttributes::builder()
-                .set_keys(Some(chunk.iter().map(key_item).collect()))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| request_err("BatchGetItem", e))?,
-        );
-        let mut attempt = 0u32;
-        while let Some(req) = pending.take() {
-            let resp = self
-                .client
-                .batch_get_item()
-                .request_items(&self.table, req)
-                .send()
-                .await
-                .map_err(StoreError::sdk("BatchGetItem"))?;
-            out.extend(
-                resp.responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default(),
-            );
-            pending = resp
-                .unprocessed_keys
-                .and_then(|mut u| u.remove(&self.table))
-                .filter(|k| !k.keys().is_empty());
-            if let Some(rest) = &pending {
-                attempt += 1;
-                if attempt >= BATCH_GET_ATTEMPTS {
-                    // Fail the batch (Lambda retries it) rather than spin until the timeout.
-                    return Err(request_err(
-                        "BatchGetItem",
-                        format!(
-                            "{} keys still unprocessed after {attempt} attempts",
-                            rest.keys().len()
-                        ),
-                    ));
-                }
-                let ms = 25u64 << attempt.min(8);
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-            }
-        }
-        Ok(out)
+        let options = GetOptions {
+            consistent: true,
+            keys_only: false,
+        };
+        let items = batch_get(&self.client, &self.table, keys, options).await?;
+        Ok(items
+            .into_iter()
+            .filter_map(|item| Some((key_of(&item)?, item)))
+            .collect())
     }
 
     async fn shard_history(&self, device: &DeviceId) -> Result<ShardHistory, StoreError> {

@@ -4,16 +4,16 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
     AlertId, AlertState, DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key,
     MetricName, ShardHistory, Threshold, Timestamp, field, keys,
 };
+use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::{Item, StoreError};
 
 /// A sort-key condition.
@@ -243,20 +243,6 @@ fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
-fn key_item(k: &Key) -> Item {
-    HashMap::from([
-        (attr::PK.to_owned(), s(k.pk.clone())),
-        (attr::SK.to_owned(), s(k.sk.clone())),
-    ])
-}
-
-fn request_err(operation: &'static str) -> impl FnOnce(String) -> StoreError {
-    move |message| StoreError::Request { operation, message }
-}
-
-/// Most attempts at a BatchGetItem whose keys keep coming back unprocessed.
-const BATCH_GET_ATTEMPTS: u32 = 8;
-
 impl QueryStore for DynamoStore {
     async fn query(
         &self,
@@ -327,55 +313,8 @@ impl GetStore for DynamoStore {
     }
 
     async fn batch_get(&self, keys: Vec<Key>) -> Result<Vec<Item>, StoreError> {
-        let mut found = Vec::with_capacity(keys.len());
-        let mut unique = keys;
-        unique.sort();
-        unique.dedup();
-        for chunk in unique.chunks(100) {
-            let mut pending = KeysAndAttributes::builder()
-                .set_keys(Some(chunk.iter().map(key_item).collect()))
-                .build()
-                .map_err(|e| request_err("BatchGetItem")(e.to_string()))?;
-            let mut attempt = 0;
-            loop {
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, pending)
-                    .send()
-                    .await
-                    .map_err(StoreError::sdk("BatchGetItem"))?;
-                if let Some(mut r) = out.responses {
-                    found.extend(r.remove(&self.table).unwrap_or_default());
-                }
-                match out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .filter(|k| !k.keys().is_empty())
-                {
-                    None => break,
-                    Some(rest) => {
-                        attempt += 1;
-                        if attempt >= BATCH_GET_ATTEMPTS {
-                            return Err(request_err("BatchGetItem")(format!(
-                                "{} keys still unprocessed after {attempt} attempts",
-                                rest.keys().len()
-                            )));
-                        }
-                        tokio::time::sleep(backoff(attempt)).await;
-                        pending = rest;
-                    }
-                }
-            }
-        }
-        Ok(found)
+        batch_get(&self.client, &self.table, &keys, GetOptions::default()).await
     }
-}
-
-/// Exponential backoff with full jitter: 25 ms, 50 ms, … capped at 1 s.
-pub fn backoff(attempt: u32) -> Duration {
-    let cap = 25u64.saturating_mul(1 << attempt.min(6)).min(1000);
-    Duration::from_millis(rand::random_range(cap / 2..=cap))
 }
 
 impl DeviceWriter for DynamoStore {

@@ -1,16 +1,16 @@
 //! The reads ingest needs, one small trait each, with their DynamoDB implementations, and the
 //! injected clock. Writes go through [`tidemark_store::batch::BatchWriteApi`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys::{CONFIG_PK, SHARDS_PREFIX};
 use tidemark_schema::table::attr;
 use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, Timestamp};
+use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_item};
 
 /// The time readings are validated against. Injected so tests of the bounds are exact.
@@ -112,68 +112,22 @@ impl ShardConfigSource for DynamoLookups {
 
 impl DeviceDirectory for DynamoLookups {
     async fn existing_devices(&self, ids: &[DeviceId]) -> Result<HashSet<DeviceId>, StoreError> {
-        const MAX_KEYS: usize = 100;
-        const MAX_ROUNDS: u32 = 8;
-        let mut found = HashSet::new();
-        for chunk in ids.chunks(MAX_KEYS) {
-            let mut keys: Vec<Item> = chunk
-                .iter()
-                .map(|id| {
-                    let k = EntityKey::Device(id.clone()).key();
-                    HashMap::from([
-                        (attr::PK.to_owned(), AttributeValue::S(k.pk)),
-                        (attr::SK.to_owned(), AttributeValue::S(k.sk)),
-                    ])
-                })
-                .collect();
-            let mut round = 0;
-            while !keys.is_empty() {
-                round += 1;
-                if round > MAX_ROUNDS {
-                    return Err(StoreError::Request {
-                        operation: "BatchGetItem",
-                        message: format!("{} keys still unprocessed", keys.len()),
-                    });
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut keys)))
-                    .projection_expression("#pk, #sk")
-                    .expression_attribute_names("#pk", attr::PK)
-                    .expression_attribute_names("#sk", attr::SK)
-                    .build()
-                    .map_err(|e| StoreError::Request {
-                        operation: "BatchGetItem",
-                        message: e.to_string(),
-                    })?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(StoreError::sdk("BatchGetItem"))?;
-                for item in out
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    if let (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) =
-                        (item.get(attr::PK), item.get(attr::SK))
-                        && let Ok(EntityKey::Device(id)) = EntityKey::parse(pk, sk)
-                    {
-                        found.insert(id);
-                    }
-                }
-                keys = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .map(|k| k.keys)
-                    .unwrap_or_default();
-                if !keys.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(10 << round.min(6))).await;
-                }
-            }
-        }
-        Ok(found)
+        let keys: Vec<_> = ids
+            .iter()
+            .map(|id| EntityKey::Device(id.clone()).key())
+            .collect();
+        let options = GetOptions {
+            consistent: false,
+            keys_only: true,
+        };
+        let items = batch_get(&self.client, &self.table, &keys, options).await?;
+        Ok(items
+            .iter()
+            .filter_map(key_of)
+            .filter_map(|k| match EntityKey::parse(&k.pk, &k.sk) {
+                Ok(EntityKey::Device(id)) => Some(id),
+                _ => None,
+            })
+            .collect())
     }
 }

@@ -2,6 +2,7 @@
 //! `serde_dynamo`, and table creation from the schema crate's definition.
 
 pub mod batch;
+pub mod batch_get;
 pub mod client;
 pub mod emf;
 pub mod error;
