@@ -229,6 +229,9 @@ impl EventSource for DynamoDbStreamSource {
             Start::After(seq) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                 .sequence_number(seq),
+            Start::At(seq) => req
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+                .sequence_number(seq),
         };
         let out = req.send().await.map_err(|e| {
             err("GetShardIterator")(
