@@ -14,8 +14,18 @@ use tidemark_testkit::{rollups, services};
 async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     // GIVEN a running pipeline that has stored and rolled up two devices' readings
     let stack = Stack::new("rebuild").await;
+    // (the aggregator's 2 s window keeps the table well ahead of it, as on AWS)
     let pipeline = stack
-        .pipeline(services().dynamodb_endpoint.clone(), |_, m| m)
+        .pipeline(services().dynamodb_endpoint.clone(), |name, m| {
+            if name == "aggregator" {
+                tidemark_devstack::esm::MappingConfig {
+                    batching_window: Duration::from_secs(2),
+                    ..m
+                }
+            } else {
+                m
+            }
+        })
         .await;
     let now = ago(0);
     let t = move |minutes: i64| now.minus_millis(minutes * 60_000).unwrap();
@@ -91,7 +101,16 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Start once the first wave is in the table, before the aggregator (2 s window) has
+    // applied it: the moment where "recompute and keep the watermark" would count it twice.
+    let t0 = std::time::Instant::now();
+    while pipeline.ingest.delivered() < 80 + 6 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the first wave never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let rebuilder = Rebuilder::new(
         ddb.clone(),
         tidemark_devstack::LocalConfig {
