@@ -316,11 +316,7 @@ impl<S: Store> Aggregator<S> {
             let mut item = applied.item;
             if !applied.recompute.is_empty() {
                 if extremes.is_none() {
-                    let last = plan
-                        .bucket
-                        .end_exclusive()
-                        .minus_millis(1)
-                        .unwrap_or(Timestamp::MAX);
+                    let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
                     extremes = Some(
                         self.store
                             .readings_between(&plan.device, plan.bucket.start(), last)

@@ -188,11 +188,11 @@ async fn hour_and_day_boundaries_split_the_buckets() {
     let agg = aggregator(&t);
     let mut s = StreamSim::new(2);
     let rs = vec![
-        reading("d1", "2026-04-20T22:59:59.999Z", &[("t", 1.0)]),
+        reading("d1", "2026-04-20T22:59:59.999000Z", &[("t", 1.0)]),
         reading("d1", "2026-04-20T23:00:00Z", &[("t", 2.0)]),
-        reading("d1", "2026-04-20T23:59:59.999Z", &[("t", 3.0)]),
+        reading("d1", "2026-04-20T23:59:59.999000Z", &[("t", 3.0)]),
         reading("d1", "2026-04-21T00:00:00Z", &[("t", 4.0)]),
-        reading("d2", "2026-04-21T00:00:00.001Z", &[("t", 5.0)]),
+        reading("d2", "2026-04-21T00:00:00.001000Z", &[("t", 5.0)]),
     ];
     put_readings(&t, &rs).await;
     let (resp, _) = agg
@@ -364,7 +364,7 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
     let alerts = alerts_of(&t, "sensor_01").await;
     assert_eq!(alerts.len(), 1);
     let id = alerts[0].alert_id.clone();
-    assert_eq!(id.as_str(), "20260420T140100000Z-temperature-max");
+    assert_eq!(id.as_str(), "20260420T140100000000Z-temperature-max");
     assert_eq!(
         open_alert_ids(&t, Severity::Critical).await,
         [id.to_string()]
@@ -383,7 +383,7 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
         .update_expression("SET #s = :ack, acknowledgedAt = :at")
         .expression_attribute_names("#s", "state")
         .expression_attribute_values(":ack", AttributeValue::S("acknowledged".into()))
-        .expression_attribute_values(":at", AttributeValue::S("2026-04-20T14:01:30.000Z".into()))
+        .expression_attribute_values(":at", AttributeValue::S("2026-04-20T14:01:30.000000Z".into()))
         .send()
         .await
         .unwrap();

@@ -332,7 +332,7 @@ async fn run<S: tidemark_api::Store>(app: &App<Timed<S>>, n: usize, against: &st
         ("GET /alerts?severity&state", "GET", "/alerts?severity=critical&state=open".into(), ""),
         ("GET aggregates hourly (24)", "GET", "/devices/sensor_00/aggregates?period=hourly&from=2026-04-20T00:00:00Z&to=2026-04-20T23:00:00Z".into(), ""),
         ("GET /quarantine", "GET", "/quarantine?day=2026-04-20".into(), ""),
-        ("POST ack", "POST", "/devices/sensor_01/alerts/20260420T140100000Z-temperature-max/ack".into(), ""),
+        ("POST ack", "POST", "/devices/sensor_01/alerts/20260420T140100000000Z-temperature-max/ack".into(), ""),
         ("GET unknown route (404)", "GET", "/nope".into(), ""),
     ];
     println!("{n} requests per route, {against}, debug build\n");

@@ -57,7 +57,7 @@ async fn sample_events_are_served() {
     let (status, latest) = invoke(&app, event("apigw-latest-reading.json")).await;
     assert_eq!(
         (status, latest["timestamp"].as_str()),
-        (200, Some("2026-04-20T14:01:00.000Z"))
+        (200, Some("2026-04-20T14:01:00.000000Z"))
     );
 
     let (status, alerts) = invoke(&app, event("apigw-fleet-alerts.json")).await;

@@ -14,14 +14,14 @@ use tidemark_testkit::TestTable;
 
 fn sample_device_json() -> Value {
     json!({"deviceId":"sensor_01","name":"Warehouse Temp A","type":"sensor","status":"active",
-           "firmware":"2.1.0","createdAt":"2026-04-01T09:00:00.000Z"})
+           "firmware":"2.1.0","createdAt":"2026-04-01T09:00:00.000000Z"})
 }
 
 fn sample_alert_json() -> Value {
-    json!({"deviceId":"sensor_01","alertId":"20260420T143000000Z-temperature-max",
+    json!({"deviceId":"sensor_01","alertId":"20260420T143000000000Z-temperature-max",
            "metric":"temperature","rule":"max","severity":"critical","state":"open",
            "message":"temperature above 30","value":31.5,"threshold":30,"breachCount":2,
-           "openedAt":"2026-04-20T14:30:00.000Z","lastBreachAt":"2026-04-20T14:31:00.000Z"})
+           "openedAt":"2026-04-20T14:30:00.000000Z","lastBreachAt":"2026-04-20T14:31:00.000000Z"})
 }
 
 #[tokio::test]
@@ -68,8 +68,8 @@ async fn ap3_readings_in_a_range_flat_with_normalised_times() {
     let t = sample_table("api-ap3").await;
     let app = app(&t);
     let expected = json!({"items":[
-        {"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00.000Z","temperature":22.4,"humidity":45,"battery":87},
-        {"deviceId":"sensor_01","timestamp":"2026-04-20T14:01:00.000Z","temperature":22.5,"humidity":44,"battery":87}
+        {"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00.000000Z","temperature":22.4,"humidity":45,"battery":87},
+        {"deviceId":"sensor_01","timestamp":"2026-04-20T14:01:00.000000Z","temperature":22.5,"humidity":44,"battery":87}
     ],"cursor":null});
     assert_eq!(
         get(
@@ -90,7 +90,7 @@ async fn ap3_readings_in_a_range_flat_with_normalised_times() {
         "/devices/sensor_01/readings?from=1776693600000&to=1776697200000&order=desc&limit=1",
     )
     .await;
-    assert_eq!(page["items"][0]["timestamp"], "2026-04-20T14:01:00.000Z");
+    assert_eq!(page["items"][0]["timestamp"], "2026-04-20T14:01:00.000000Z");
     assert!(page["cursor"].is_string());
 }
 
@@ -102,7 +102,7 @@ async fn ap4_latest_reading() {
         get(&app, "/devices/sensor_01/readings/latest").await,
         (
             200,
-            json!({"deviceId":"sensor_01","timestamp":"2026-04-20T14:01:00.000Z",
+            json!({"deviceId":"sensor_01","timestamp":"2026-04-20T14:01:00.000000Z",
                    "temperature":22.5,"humidity":44,"battery":87})
         )
     );
@@ -129,13 +129,13 @@ async fn ap5_alerts_of_a_device_newest_first_and_acknowledge() {
     assert_eq!(status, 200);
     assert_eq!(body["items"][0], sample_alert_json());
     assert_eq!(body["items"][1]["state"], "resolved");
-    assert_eq!(body["items"][1]["resolvedAt"], "2026-04-20T11:00:00.000Z");
+    assert_eq!(body["items"][1]["resolvedAt"], "2026-04-20T11:00:00.000000Z");
     assert_eq!(body["cursor"], Value::Null);
 
-    let ack = "/devices/sensor_01/alerts/20260420T143000000Z-temperature-max/ack";
+    let ack = "/devices/sensor_01/alerts/20260420T143000000000Z-temperature-max/ack";
     let mut acked = sample_alert_json();
     acked["state"] = json!("acknowledged");
-    acked["acknowledgedAt"] = json!("2026-04-20T15:00:00.000Z");
+    acked["acknowledgedAt"] = json!("2026-04-20T15:00:00.000000Z");
     assert_eq!(call(&app, "POST", ack, "").await, (200, acked.clone()));
     // Acknowledging twice is harmless: same alert, same acknowledgement time.
     assert_eq!(call(&app, "POST", ack, "").await, (200, acked));
@@ -145,7 +145,7 @@ async fn ap5_alerts_of_a_device_newest_first_and_acknowledge() {
         (status, body["error"]["code"].as_str()),
         (409, Some("conflict"))
     );
-    let missing = "/devices/sensor_01/alerts/20200101T000000000Z-temperature-max/ack";
+    let missing = "/devices/sensor_01/alerts/20200101T000000000000Z-temperature-max/ack";
     assert_eq!(call(&app, "POST", missing, "").await.0, 404);
 }
 
@@ -202,8 +202,8 @@ async fn ap7_hourly_and_daily_aggregates() {
     body["items"][0]["metrics"]["temperature"]["avg"] = json!(22.45);
     assert_eq!(
         body,
-        json!({"items":[{"deviceId":"sensor_01","period":"hourly","start":"2026-04-20T14:00:00.000Z",
-            "metrics":metrics,"firstAt":"2026-04-20T14:00:00.000Z","lastAt":"2026-04-20T14:01:00.000Z"}],
+        json!({"items":[{"deviceId":"sensor_01","period":"hourly","start":"2026-04-20T14:00:00.000000Z",
+            "metrics":metrics,"firstAt":"2026-04-20T14:00:00.000000Z","lastAt":"2026-04-20T14:01:00.000000Z"}],
             "cursor":null})
     );
     let (_, daily) = get(
@@ -211,7 +211,7 @@ async fn ap7_hourly_and_daily_aggregates() {
         "/devices/sensor_01/aggregates?period=daily&from=2026-04-20T00:00:00Z&to=2026-04-20T00:00:00Z",
     )
     .await;
-    assert_eq!(daily["items"][0]["start"], "2026-04-20T00:00:00.000Z");
+    assert_eq!(daily["items"][0]["start"], "2026-04-20T00:00:00.000000Z");
     assert_eq!(daily["items"][0]["period"], "daily");
     assert_eq!(daily["items"][0]["metrics"]["battery"]["count"], 2);
 }
@@ -230,7 +230,7 @@ async fn put_device_sets_created_once_updates_every_write_and_moves_status_parti
         json!({"deviceId":"door_1","name":"Dock door","type":"actuator","status":"active",
                "firmware":"1.0.0","location":{"lat":52.5,"lon":13.4},
                "thresholds":{"temperature":{"max":30,"severity":"critical"}},
-               "createdAt":"2026-04-20T15:00:00.000Z","updatedAt":"2026-04-20T15:00:00.000Z"})
+               "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-20T15:00:00.000000Z"})
     );
     // A later write: createdAt stays, updatedAt moves, the status changes partition, and
     // fields left out of the PUT are removed.
@@ -249,7 +249,7 @@ async fn put_device_sets_created_once_updates_every_write_and_moves_status_parti
     assert_eq!(
         updated,
         json!({"deviceId":"door_1","name":"Dock door","type":"actuator","status":"maintenance",
-               "createdAt":"2026-04-20T15:00:00.000Z","updatedAt":"2026-04-21T08:00:00.000Z"})
+               "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-21T08:00:00.000000Z"})
     );
     assert_eq!(get(&later, "/devices/door_1").await.1, updated);
     assert_eq!(
@@ -417,8 +417,8 @@ async fn latest_of_many_devices_in_request_order() {
         (
             200,
             json!({"items":[
-                {"deviceId":"b","timestamp":"2026-04-20T14:20:09.009Z","t":109},
-                {"deviceId":"a","timestamp":"2026-04-20T14:10:09.000Z","t":9}
+                {"deviceId":"b","timestamp":"2026-04-20T14:20:09.009000Z","t":109},
+                {"deviceId":"a","timestamp":"2026-04-20T14:10:09.000000Z","t":9}
             ],"cursor":null})
         )
     );
@@ -470,7 +470,7 @@ async fn quarantine_of_a_day_merges_its_partitions_with_base64_payloads() {
     assert_eq!(
         first["items"][0],
         json!({"reason":"not_json","message":"expected value at line 1 column 1",
-               "receivedAt":"2026-04-20T14:00:00.000Z","sequenceNumber":expected[0],
+               "receivedAt":"2026-04-20T14:00:00.000000Z","sequenceNumber":expected[0],
                "partitionKey":"sensor_01","size":3,"payload":"AHt4"})
     );
     let (all, _) = walk(&app, "/quarantine?day=2026-04-20&limit=7").await;
@@ -492,7 +492,7 @@ async fn cursors_are_bound_to_their_query() {
     let (status, next) = get(&app, &format!("{q}&cursor={cursor}")).await;
     assert_eq!(
         (status, next["items"][0]["timestamp"].as_str()),
-        (200, Some("2026-04-20T14:01:00.000Z"))
+        (200, Some("2026-04-20T14:01:00.000000Z"))
     );
     // Any other query, an altered cursor, or another key: 400 naming the cursor.
     let mut altered = cursor.clone().into_bytes();
@@ -825,14 +825,14 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
     assert_eq!(status, 400);
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("effectiveFrom") && message.contains("2026-04-20T15:05:36.000Z"),
+        message.contains("effectiveFrom") && message.contains("2026-04-20T15:05:36.000000Z"),
         "{message}"
     );
     assert_eq!(shard_config_version(&t).await, None);
 
     // A change at 16:00 is announced; the count now is still 1.
     let four_at_16 = json!({"deviceId":"sensor_01","count":1,
-        "epochs":[{"from":"2026-04-20T16:00:00.000Z","count":4}]});
+        "epochs":[{"from":"2026-04-20T16:00:00.000000Z","count":4}]});
     let body = r#"{"count":4,"effectiveFrom":"2026-04-20T16:00:00Z"}"#;
     assert_eq!(
         call(&app, "PUT", "/devices/sensor_01/shards", body).await,
@@ -861,7 +861,7 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
     assert_eq!(status, 200);
     assert_eq!(
         replaced["epochs"],
-        json!([{"from":"2026-04-20T16:10:00.000Z","count":8}])
+        json!([{"from":"2026-04-20T16:10:00.000000Z","count":8}])
     );
     let later = at("2026-04-20T16:20:00Z");
     assert_eq!(get(&later, "/devices/sensor_01/shards").await.1["count"], 8);
@@ -896,6 +896,6 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
     assert!(won.contains(&&stored), "{stored} not among {won:?}");
     assert_eq!(
         stored["epochs"][0],
-        json!({"from":"2026-04-20T16:10:00.000Z","count":8})
+        json!({"from":"2026-04-20T16:10:00.000000Z","count":8})
     );
 }

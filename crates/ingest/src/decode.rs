@@ -54,7 +54,7 @@ const DYNAMO_MIN_POSITIVE: f64 = 1e-130;
 /// DynamoDB allows 32 levels of nesting; the reading item puts metadata one level down.
 const MAX_METADATA_DEPTH: usize = 16;
 
-const MS_PER_DAY: i64 = 86_400_000;
+const US_PER_DAY: i64 = 86_400_000_000;
 
 fn storable_number(v: f64) -> bool {
     let a = v.abs();
@@ -128,17 +128,17 @@ pub fn decode_record(
 /// The accepted time window, computed once per record.
 struct Bounds {
     now: Timestamp,
-    latest_ms: i64,
-    earliest_ms: i64,
+    latest_us: i64,
+    earliest_us: i64,
 }
 
 impl Bounds {
     fn new(now: Timestamp, c: &IngestConfig) -> Self {
-        let now_ms = now.epoch_millis();
+        let now_us = now.epoch_micros();
         Bounds {
             now,
-            latest_ms: now_ms.saturating_add(c.max_future.as_millis().min(i64::MAX as u128) as i64),
-            earliest_ms: now_ms.saturating_sub(i64::from(c.retention_days) * MS_PER_DAY),
+            latest_us: now_us.saturating_add(c.max_future.as_micros().min(i64::MAX as u128) as i64),
+            earliest_us: now_us.saturating_sub(i64::from(c.retention_days) * US_PER_DAY),
         }
     }
 }
@@ -217,8 +217,8 @@ fn reading(
             ));
         }
     };
-    let ms = timestamp.epoch_millis();
-    if ms > bounds.latest_ms {
+    let us = timestamp.epoch_micros();
+    if us > bounds.latest_us {
         return Err(Rejection::new(
             QuarantineReason::TimestampInFuture,
             format!(
@@ -228,7 +228,7 @@ fn reading(
             ),
         ));
     }
-    if ms < bounds.earliest_ms {
+    if us < bounds.earliest_us {
         return Err(Rejection::new(
             QuarantineReason::TimestampTooOld,
             format!(
@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(r.len(), 1);
         let r = &r[0];
         assert_eq!(r.device_id.as_str(), "sensor_01");
-        assert_eq!(r.timestamp.to_string(), "2026-04-20T14:00:00.000Z");
+        assert_eq!(r.timestamp.to_string(), "2026-04-20T14:00:00.000000Z");
         assert_eq!(r.metrics.len(), 4);
         assert_eq!(r.metrics[&MetricName::new("humidity").unwrap()], 45.0);
         assert_eq!(r.metadata.as_ref().unwrap()["fw"], "2.1.0");
@@ -430,8 +430,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.len(), 2);
-        assert_eq!(r[0].timestamp.to_string(), "2026-04-20T14:00:00.000Z");
-        assert_eq!(r[1].timestamp.to_string(), "2026-04-20T14:01:00.000Z");
+        assert_eq!(r[0].timestamp.to_string(), "2026-04-20T14:00:00.000000Z");
+        assert_eq!(r[1].timestamp.to_string(), "2026-04-20T14:01:00.000000Z");
     }
 
     #[test]
@@ -492,11 +492,11 @@ mod tests {
                 InvalidTimestamp,
             ),
             (
-                r#"{"deviceId":"a","timestamp":"2026-04-20T14:10:00.001Z"}"#.into(),
+                r#"{"deviceId":"a","timestamp":"2026-04-20T14:10:00.001000Z"}"#.into(),
                 TimestampInFuture,
             ),
             (
-                r#"{"deviceId":"a","timestamp":"2026-03-21T14:04:59.999Z"}"#.into(),
+                r#"{"deviceId":"a","timestamp":"2026-03-21T14:04:59.999000Z"}"#.into(),
                 TimestampTooOld,
             ),
             (
@@ -573,19 +573,19 @@ mod tests {
     fn time_bounds_are_inclusive_and_configurable() {
         // GIVEN the clock at 14:05:00 and the default 5 min / 30 days
         let at = |ts: &str| format!(r#"{{"deviceId":"a","timestamp":"{ts}"}}"#);
-        assert!(decode(&at("2026-04-20T14:10:00.000Z")).is_ok());
-        assert!(decode(&at("2026-03-21T14:05:00.000Z")).is_ok());
+        assert!(decode(&at("2026-04-20T14:10:00.000000Z")).is_ok());
+        assert!(decode(&at("2026-03-21T14:05:00.000000Z")).is_ok());
         // WHEN the bounds are tightened THEN the same readings fall outside
         let mut c = cfg();
         c.max_future = Duration::from_secs(0);
         c.retention_days = 1;
         let r = |s: String| decode_record(s.as_bytes(), now(), &c).map_err(|r| r.reason);
         assert_eq!(
-            r(at("2026-04-20T14:05:00.001Z")),
+            r(at("2026-04-20T14:05:00.001000Z")),
             Err(QuarantineReason::TimestampInFuture)
         );
         assert_eq!(
-            r(at("2026-04-19T14:04:59.999Z")),
+            r(at("2026-04-19T14:04:59.999000Z")),
             Err(QuarantineReason::TimestampTooOld)
         );
     }
@@ -621,7 +621,7 @@ mod tests {
                 None,
             ),
             (
-                r#"{"deviceId":"b.c:d-e","timestamp":"2026-04-20T13:59:59.999Z"}"#,
+                r#"{"deviceId":"b.c:d-e","timestamp":"2026-04-20T13:59:59.999000Z"}"#,
                 Some(7),
             ),
         ] {
@@ -640,7 +640,7 @@ mod tests {
         let item = reading_item(r, Some(3), 30).unwrap();
         use aws_sdk_dynamodb::types::AttributeValue as A;
         assert_eq!(item["pk"], A::S("DEVICE#sensor_01#S3".into()));
-        assert_eq!(item["sk"], A::S("READING#2026-04-20T14:00:00.000Z".into()));
+        assert_eq!(item["sk"], A::S("READING#2026-04-20T14:00:00.000000Z".into()));
         assert_eq!(
             item["ttl"],
             A::N((r.timestamp.epoch_seconds() + 30 * 86_400).to_string())

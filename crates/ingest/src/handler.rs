@@ -11,7 +11,8 @@ use thiserror::Error;
 use tidemark_schema::{
     DeviceId, QuarantineItem, QuarantineReason, Reading, ShardHistory, Timestamp,
 };
-use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingPut, WriteReport};
+use tidemark_schema::field;
+use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteReport};
 use tidemark_store::emf::Metrics;
 use tidemark_store::{Item, StoreError};
 
@@ -41,8 +42,13 @@ pub struct BatchStats {
     pub quarantined_by_reason: BTreeMap<QuarantineReason, u64>,
     /// Items (readings and quarantine) durably written.
     pub written: u64,
-    /// Reading items superseded by a later one with the same key in this batch.
+    /// Readings combined with an earlier one of the same device and timestamp in this batch
+    /// (their metrics merged, the later record's value winning for a metric both carry).
     pub duplicates: u64,
+    /// Readings whose device and timestamp the table already held: merged into it (a
+    /// same-timestamp record of another batch, a correction, or a resend, which changes
+    /// nothing).
+    pub merged: u64,
     pub calls: u64,
     pub retries: u64,
     pub unprocessed: u64,
@@ -61,6 +67,7 @@ impl BatchStats {
             .count("Quarantined", self.quarantined)
             .count("ItemsWritten", self.written)
             .count("Duplicates", self.duplicates)
+            .count("Merged", self.merged)
             .count("WriteCalls", self.calls)
             .count("Retries", self.retries)
             .count("Unprocessed", self.unprocessed)
@@ -86,6 +93,7 @@ impl BatchStats {
                 readings = self.readings,
                 written = self.written,
                 duplicates = self.duplicates,
+                merged = self.merged,
                 quarantined = self.quarantined,
                 quarantined_by_reason = %by_reason,
                 retries = self.retries,
@@ -102,6 +110,7 @@ impl BatchStats {
                 readings = self.readings,
                 written = self.written,
                 duplicates = self.duplicates,
+                merged = self.merged,
                 quarantined = self.quarantined,
                 quarantined_by_reason = %by_reason,
                 retries = self.retries,
@@ -237,7 +246,7 @@ where
                             .and_then(|h| h.shard_at(r.timestamp));
                         let item = reading_item(&r, shard, self.config.retention_days)
                             .map_err(IngestError::Item)?;
-                        puts.push(PendingPut { tag: i, item });
+                        puts.push(PendingWrite::merge(i, item, field::METRICS));
                         stats.readings += 1;
                     }
                 }
@@ -248,7 +257,7 @@ where
                         .entry(rejection.reason)
                         .or_default() += 1;
                     let item = quarantine_item(record, &rejection).map_err(IngestError::Item)?;
-                    puts.push(PendingPut { tag: i, item });
+                    puts.push(PendingWrite::put(i, item));
                 }
             }
         }
@@ -385,6 +394,7 @@ where
 fn absorb(stats: &mut BatchStats, r: &WriteReport) {
     stats.written = r.written as u64;
     stats.duplicates = r.duplicates as u64;
+    stats.merged = r.merged;
     stats.calls = r.calls;
     stats.retries = r.retries;
     stats.unprocessed = r.unprocessed;

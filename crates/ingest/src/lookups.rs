@@ -34,17 +34,17 @@ pub struct FixedClock(AtomicI64);
 
 impl FixedClock {
     pub fn new(at: Timestamp) -> Self {
-        FixedClock(AtomicI64::new(at.epoch_millis()))
+        FixedClock(AtomicI64::new(at.epoch_micros()))
     }
 
     pub fn set(&self, at: Timestamp) {
-        self.0.store(at.epoch_millis(), Ordering::Relaxed);
+        self.0.store(at.epoch_micros(), Ordering::Relaxed);
     }
 }
 
 impl Clock for FixedClock {
     fn now(&self) -> Timestamp {
-        Timestamp::from_epoch_millis(self.0.load(Ordering::Relaxed)).unwrap_or(Timestamp::MIN)
+        Timestamp::from_epoch_micros(self.0.load(Ordering::Relaxed)).unwrap_or(Timestamp::MIN)
     }
 }
 

@@ -81,7 +81,7 @@ async fn the_aws_fixture_event_is_quarantined_and_the_batch_succeeds() {
         );
         assert_eq!((item.pk.clone(), item.sk.clone()), (key.pk, key.sk));
     }
-    assert_eq!(q[0].received_at.to_string(), "2016-12-02T01:18:43.477Z");
+    assert_eq!(q[0].received_at.to_string(), "2016-12-02T01:18:43.477000Z");
 }
 
 #[tokio::test]
@@ -111,13 +111,13 @@ async fn readings_of_several_devices_and_arrays_are_stored_normalised_with_ttl()
     );
     let keys: Vec<_> = stored.keys().cloned().collect();
     let want: Vec<(String, String)> = [
-        ("DEVICE#gateway_07", "READING#2026-04-20T14:00:30.500Z"),
-        ("DEVICE#sensor_01", "READING#2026-04-20T14:00:00.000Z"),
-        ("DEVICE#sensor_01", "READING#2026-04-20T14:01:00.000Z"),
-        ("DEVICE#sensor_02", "READING#2026-04-20T13:58:00.000Z"),
-        ("DEVICE#sensor_02", "READING#2026-04-20T13:59:00.000Z"),
-        ("DEVICE#sensor_02", "READING#2026-04-20T14:00:00.000Z"),
-        ("DEVICE#sensor_03", "READING#2026-04-20T14:00:30.000Z"),
+        ("DEVICE#gateway_07", "READING#2026-04-20T14:00:30.500000Z"),
+        ("DEVICE#sensor_01", "READING#2026-04-20T14:00:00.000000Z"),
+        ("DEVICE#sensor_01", "READING#2026-04-20T14:01:00.000000Z"),
+        ("DEVICE#sensor_02", "READING#2026-04-20T13:58:00.000000Z"),
+        ("DEVICE#sensor_02", "READING#2026-04-20T13:59:00.000000Z"),
+        ("DEVICE#sensor_02", "READING#2026-04-20T14:00:00.000000Z"),
+        ("DEVICE#sensor_03", "READING#2026-04-20T14:00:30.000000Z"),
     ]
     .iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -129,7 +129,7 @@ async fn readings_of_several_devices_and_arrays_are_stored_normalised_with_ttl()
         &t.client,
         &t.name,
         "DEVICE#sensor_01",
-        "READING#2026-04-20T14:00:00.000Z",
+        "READING#2026-04-20T14:00:00.000000Z",
     )
     .await
     .unwrap();
@@ -185,7 +185,7 @@ async fn every_bad_record_is_quarantined_with_its_reason_and_good_ones_still_lan
     // The last record is valid and is stored despite the ten bad ones before it.
     let r = readings(&items);
     assert_eq!(r.len(), 1);
-    assert_eq!(r[0].sk, "READING#2026-04-20T14:02:00.000Z");
+    assert_eq!(r[0].sk, "READING#2026-04-20T14:02:00.000000Z");
 }
 
 #[tokio::test]
@@ -290,13 +290,13 @@ async fn hot_device_readings_go_to_the_shard_of_their_time() {
         .unwrap();
     let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
     let times = [
-        "2026-04-20T13:59:59.999Z",
-        "2026-04-20T14:00:00.000Z",
-        "2026-04-20T14:00:00.001Z",
-        "2026-04-20T14:00:00.002Z",
-        "2026-04-20T14:00:00.003Z",
-        "2026-04-20T14:00:00.004Z",
-        "2026-04-20T14:00:00.005Z",
+        "2026-04-20T13:59:59.999000Z",
+        "2026-04-20T14:00:00.000000Z",
+        "2026-04-20T14:00:00.001000Z",
+        "2026-04-20T14:00:00.002000Z",
+        "2026-04-20T14:00:00.003000Z",
+        "2026-04-20T14:00:00.004000Z",
+        "2026-04-20T14:00:00.005000Z",
     ];
     let payloads: Vec<String> = times
         .iter()
@@ -328,7 +328,7 @@ async fn hot_device_readings_go_to_the_shard_of_their_time() {
             &t.client,
             &t.name,
             "DEVICE#cold_01",
-            "READING#2026-04-20T14:00:00.000Z"
+            "READING#2026-04-20T14:00:00.000000Z"
         )
         .await
         .is_some()
@@ -361,9 +361,9 @@ async fn unprocessed_items_and_throttling_are_retried_with_nothing_lost() {
     let payloads = many_records(500, 20);
     let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
     assert!(failures(&resp).is_empty());
-    // At least the injected ones (a busy DynamoDB Local may time out a few more).
-    assert!(stats.throttled >= 3, "{stats:?}");
-    assert!(stats.unprocessed >= 8, "{stats:?}");
+    // At least the injected ones (a busy DynamoDB Local may time out a few more). Readings
+    // are merges, one item a call: a stingy call is a throttled one there.
+    assert!(stats.throttled + stats.unprocessed >= 11, "{stats:?}");
     assert!(stats.retries >= 11, "{stats:?}");
     assert_eq!(stats.written, 500);
     let items = scan(&t.client, &t.name).await;

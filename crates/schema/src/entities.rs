@@ -512,7 +512,7 @@ mod tests {
     fn reading_item_matches_the_sample_row_of_design_9() {
         let item = ReadingItem::new(&sample_reading(), None, 30);
         assert_eq!(item.pk, "DEVICE#sensor_01");
-        assert_eq!(item.sk, "READING#2026-04-20T14:00:00.000Z");
+        assert_eq!(item.sk, "READING#2026-04-20T14:00:00.000000Z");
         assert_eq!(
             item.ttl,
             ts("2026-04-20T14:00:00Z").epoch_seconds() + 30 * 86_400
@@ -526,7 +526,7 @@ mod tests {
     fn reading_json_is_flat_with_normalised_time() {
         assert_eq!(
             sample_reading().to_json(),
-            json!({"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00.000Z",
+            json!({"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00.000000Z",
                    "temperature":22.4,"humidity":45,"battery":87})
         );
     }

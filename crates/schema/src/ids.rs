@@ -220,7 +220,7 @@ keyword_enum!(
 });
 
 /// An alert ID: `<opened at, compact>-<metric>-<rule>`, e.g.
-/// `20260420T140000000Z-temperature-max`. It sorts by opening time, and the same breach
+/// `20260420T140000000000Z-temperature-max`. It sorts by opening time, and the same breach
 /// (same reading time, metric and rule) always yields the same ID, so a replay can never open
 /// a second alert.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -305,7 +305,7 @@ mod tests {
         let t1 = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap();
         let t2 = Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap();
         let a = AlertId::for_breach(t1, &m, AlertRule::Max);
-        assert_eq!(a.as_str(), "20260420T140000000Z-temperature-max");
+        assert_eq!(a.as_str(), "20260420T140000000000Z-temperature-max");
         assert_eq!(a, AlertId::for_breach(t1, &m, AlertRule::Max));
         assert!(a < AlertId::for_breach(t2, &m, AlertRule::Max));
         assert_eq!(AlertId::new(a.as_str()).unwrap(), a);

@@ -377,7 +377,7 @@ mod tests {
             at,
         });
         assert_eq!(k.pk, "DEVICE#sensor_01");
-        assert_eq!(k.sk, "READING#2026-04-20T14:00:00.000Z");
+        assert_eq!(k.sk, "READING#2026-04-20T14:00:00.000000Z");
         let k = round_trip(EntityKey::Reading {
             device: dev(),
             shard: Some(2),
@@ -398,14 +398,14 @@ mod tests {
             alert: id.clone(),
         });
         assert_eq!(k.pk, "DEVICE#sensor_01");
-        assert_eq!(k.sk, "ALERT#20260420T140000000Z-temperature-max");
+        assert_eq!(k.sk, "ALERT#20260420T140000000000Z-temperature-max");
         assert_eq!(
             severity_gsi1pk(Severity::Critical),
             "ALERT_SEVERITY#critical"
         );
         assert_eq!(
             alert_gsi1sk(&id),
-            "ALERT#20260420T140000000Z-temperature-max"
+            "ALERT#20260420T140000000000Z-temperature-max"
         );
     }
 
@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn quarantine_and_config_keys_match_design() {
-        let received = ts("2026-04-20T14:00:00.123Z");
+        let received = ts("2026-04-20T14:00:00.123000Z");
         let k = round_trip(EntityKey::Quarantine {
             day: received.day(),
             partition: 1,
@@ -437,7 +437,7 @@ mod tests {
         assert_eq!(k.pk, "QUARANTINE#2026-04-20#1");
         assert_eq!(
             k.sk,
-            "2026-04-20T14:00:00.123Z#49590338271490256608559692538361571095921575989136588898"
+            "2026-04-20T14:00:00.123000Z#49590338271490256608559692538361571095921575989136588898"
         );
         let k = round_trip(EntityKey::ShardConfig(dev()));
         assert_eq!(
@@ -452,11 +452,11 @@ mod tests {
             ("USER#1", "#METADATA"),
             ("DEVICE#a#b", "#METADATA"),
             ("DEVICE#sensor_01#S1", "#METADATA"),
-            ("DEVICE#sensor_01#S01", "READING#2026-04-20T14:00:00.000Z"),
+            ("DEVICE#sensor_01#S01", "READING#2026-04-20T14:00:00.000000Z"),
             ("DEVICE#sensor_01", "READING#2026-04-20T14:00:00Z"),
             ("DEVICE#sensor_01", "AGG#weekly#2026-04-20"),
             ("DEVICE#sensor_01", "OTHER"),
-            ("QUARANTINE#2026-04-20#9", "2026-04-20T14:00:00.000Z#1"),
+            ("QUARANTINE#2026-04-20#9", "2026-04-20T14:00:00.000000Z#1"),
             ("CONFIG", "OTHER#x"),
             ("DEVICE#", "#METADATA"),
         ] {

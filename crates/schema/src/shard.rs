@@ -19,7 +19,7 @@ pub const MAX_SHARDS: u16 = 64;
 /// The shard a reading at `at` goes to when the count is `count`; `None` below 2 (the
 /// device's own partition).
 pub fn shard_for(at: Timestamp, count: u16) -> Option<u16> {
-    (count > 1).then(|| (mix(at.epoch_millis() as u64) % u64::from(count)) as u16)
+    (count > 1).then(|| (mix(at.epoch_micros() as u64) % u64::from(count)) as u16)
 }
 
 /// SplitMix64's finaliser: stable across platforms and releases (unlike `DefaultHasher`),
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_planned_change_starts_after_every_snapshot_in_use() {
-        let now = ts("2026-04-20T14:00:00.250Z");
+        let now = ts("2026-04-20T14:00:00.250000Z");
         let lead = ShardLead::default();
         // 30 s cache + 300 s future + 5 s skew, rounded up to the next second.
         assert_eq!(lead.earliest_change(now), ts("2026-04-20T14:05:36Z"));
@@ -270,7 +270,7 @@ mod tests {
         ));
         let h = h.planned(ts("2026-04-20T14:05:36Z"), 4, now, lead).unwrap();
         assert_eq!(h.count_at(ts("2026-04-20T14:05:36Z")), 4);
-        assert_eq!(h.count_at(ts("2026-04-20T14:05:35.999Z")), 1);
+        assert_eq!(h.count_at(ts("2026-04-20T14:05:35.999000Z")), 1);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Timestamps and rollup buckets.
 //!
-//! A [`Timestamp`] is a UTC instant with millisecond precision between 1970-01-01 and
-//! 9999-12-31. It always prints as 24 fixed-width characters (`2026-04-20T14:00:00.000Z`), so
-//! the string order of keys is the time order of readings.
+//! A [`Timestamp`] is a UTC instant with microsecond precision between 1970-01-01 and
+//! 9999-12-31. It always prints as 27 fixed-width characters (`2026-04-20T14:00:00.000000Z`),
+//! so the string order of keys is the time order of readings, and a device sampling faster
+//! than 1 kHz keeps every reading (DESIGN §2).
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,18 +11,22 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
-const MS_PER_SECOND: i64 = 1_000;
-const MS_PER_HOUR: i64 = 3_600_000;
-const MS_PER_DAY: i64 = 86_400_000;
-/// 9999-12-31T23:59:59.999Z: the last instant with a four-digit year.
-const MAX_MILLIS: i64 = 253_402_300_799_999;
+const US_PER_MS: i64 = 1_000;
+const US_PER_SECOND: i64 = 1_000_000;
+const US_PER_MINUTE: i64 = 60 * US_PER_SECOND;
+const US_PER_HOUR: i64 = 60 * US_PER_MINUTE;
+const US_PER_DAY: i64 = 24 * US_PER_HOUR;
+/// 9999-12-31T23:59:59.999999Z: the last instant with a four-digit year.
+const MAX_MICROS: i64 = 253_402_300_799_999_999;
+/// The last millisecond with a four-digit year.
+const MAX_MILLIS: i64 = MAX_MICROS / US_PER_MS;
 
 /// Why a timestamp was rejected; every variant names the offending input.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TimestampError {
     #[error(
         "timestamp {value:?} is not RFC 3339 with an offset \
-         (YYYY-MM-DDTHH:MM:SS[.fff](Z|+HH:MM|-HH:MM)): {detail}"
+         (YYYY-MM-DDTHH:MM:SS[.ffffff](Z|+HH:MM|-HH:MM)): {detail}"
     )]
     Format { value: String, detail: &'static str },
     #[error("timestamp {value:?} has {field} {got}, outside {range}")]
@@ -33,25 +38,26 @@ pub enum TimestampError {
     },
     #[error(
         "timestamp {value:?} is outside the supported range \
-         1970-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z"
+         1970-01-01T00:00:00.000000Z to 9999-12-31T23:59:59.999999Z"
     )]
     OutOfRange { value: String },
 }
 
-/// A UTC instant, millisecond precision, 1970..=9999. Cannot hold any other value.
+/// A UTC instant, microsecond precision, 1970..=9999. Cannot hold any other value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(i64);
 
 impl Timestamp {
     pub const MIN: Timestamp = Timestamp(0);
-    pub const MAX: Timestamp = Timestamp(MAX_MILLIS);
-    /// Length of the canonical form, `2026-04-20T14:00:00.000Z`.
-    pub const WIDTH: usize = 24;
+    pub const MAX: Timestamp = Timestamp(MAX_MICROS);
+    /// Length of the canonical form, `2026-04-20T14:00:00.000000Z`.
+    pub const WIDTH: usize = 27;
 
-    /// Epoch milliseconds; negative values and years past 9999 are rejected.
+    /// Epoch milliseconds (what devices may send); negative values and years past 9999 are
+    /// rejected.
     pub fn from_epoch_millis(ms: i64) -> Result<Self, TimestampError> {
         if (0..=MAX_MILLIS).contains(&ms) {
-            Ok(Timestamp(ms))
+            Ok(Timestamp(ms * US_PER_MS))
         } else {
             Err(TimestampError::OutOfRange {
                 value: ms.to_string(),
@@ -59,27 +65,43 @@ impl Timestamp {
         }
     }
 
+    /// Epoch microseconds; negative values and years past 9999 are rejected.
+    pub fn from_epoch_micros(us: i64) -> Result<Self, TimestampError> {
+        if (0..=MAX_MICROS).contains(&us) {
+            Ok(Timestamp(us))
+        } else {
+            Err(TimestampError::OutOfRange {
+                value: us.to_string(),
+            })
+        }
+    }
+
+    /// Whole milliseconds since the epoch (the sub-millisecond part truncated).
     pub fn epoch_millis(self) -> i64 {
+        self.0 / US_PER_MS
+    }
+
+    pub fn epoch_micros(self) -> i64 {
         self.0
     }
 
     /// Whole seconds since the epoch (what DynamoDB's TTL attribute holds).
     pub fn epoch_seconds(self) -> i64 {
-        self.0 / MS_PER_SECOND
+        self.0 / US_PER_SECOND
     }
 
     /// The current time, for the few places that need one (handlers inject it elsewhere).
     pub fn now() -> Self {
-        let ms = std::time::SystemTime::now()
+        let us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
+            .map(|d| i64::try_from(d.as_micros()).unwrap_or(MAX_MICROS))
             .unwrap_or(0);
-        Timestamp(ms.clamp(0, MAX_MILLIS))
+        Timestamp(us.clamp(0, MAX_MICROS))
     }
 
     /// Parses RFC 3339 with any offset (`Z`, `+05:30`, lowercase `t`/`z` as RFC 3339 allows).
-    /// Fractions finer than a millisecond are truncated; leap seconds and a missing offset are
-    /// rejected.
+    /// Up to nine fractional digits; finer than a microsecond is truncated. Leap seconds and a
+    /// missing offset are rejected.
     pub fn parse_rfc3339(s: &str) -> Result<Self, TimestampError> {
         let fmt_err = |detail| TimestampError::Format {
             value: s.to_owned(),
@@ -103,13 +125,13 @@ impl Timestamp {
         let second = digits(&b[17..19]).ok_or_else(|| fmt_err("second must be two digits"))?;
 
         let mut i = 19;
-        let mut millis = 0u32;
+        let mut micros = 0u32;
         if b.get(i) == Some(&b'.') {
             i += 1;
             let start = i;
             while i < b.len() && b[i].is_ascii_digit() {
-                if i - start < 3 {
-                    millis = millis * 10 + u32::from(b[i] - b'0');
+                if i - start < 6 {
+                    micros = micros * 10 + u32::from(b[i] - b'0');
                 }
                 i += 1;
             }
@@ -120,8 +142,8 @@ impl Timestamp {
             if n > 9 {
                 return Err(fmt_err("at most nine fractional digits"));
             }
-            for _ in n..3 {
-                millis *= 10;
+            for _ in n..6 {
+                micros *= 10;
             }
         }
         let offset_minutes: i64 = match b.get(i) {
@@ -160,14 +182,14 @@ impl Timestamp {
         )?;
 
         let days = days_from_civil(year as i64, month, day);
-        let ms = days * MS_PER_DAY
-            + i64::from(hour) * MS_PER_HOUR
-            + i64::from(minute) * 60_000
-            + i64::from(second) * MS_PER_SECOND
-            + i64::from(millis)
-            - offset_minutes * 60_000;
-        if (0..=MAX_MILLIS).contains(&ms) {
-            Ok(Timestamp(ms))
+        let us = days * US_PER_DAY
+            + i64::from(hour) * US_PER_HOUR
+            + i64::from(minute) * US_PER_MINUTE
+            + i64::from(second) * US_PER_SECOND
+            + i64::from(micros)
+            - offset_minutes * US_PER_MINUTE;
+        if (0..=MAX_MICROS).contains(&us) {
+            Ok(Timestamp(us))
         } else {
             Err(TimestampError::OutOfRange {
                 value: s.to_owned(),
@@ -175,12 +197,12 @@ impl Timestamp {
         }
     }
 
-    /// Parses a canonical key form exactly (24 chars, `Z`, three fraction digits).
+    /// Parses a canonical key form exactly (27 chars, `Z`, six fraction digits).
     pub fn parse_canonical(s: &str) -> Result<Self, TimestampError> {
         if s.len() != Self::WIDTH || !s.ends_with('Z') || s.as_bytes()[19] != b'.' {
             return Err(TimestampError::Format {
                 value: s.to_owned(),
-                detail: "not the canonical form YYYY-MM-DDTHH:MM:SS.fffZ",
+                detail: "not the canonical form YYYY-MM-DDTHH:MM:SS.ffffffZ",
             });
         }
         let t = Self::parse_rfc3339(s)?;
@@ -189,7 +211,7 @@ impl Timestamp {
         } else {
             Err(TimestampError::Format {
                 value: s.to_owned(),
-                detail: "not the canonical form YYYY-MM-DDTHH:MM:SS.fffZ",
+                detail: "not the canonical form YYYY-MM-DDTHH:MM:SS.ffffffZ",
             })
         }
     }
@@ -211,20 +233,33 @@ impl Timestamp {
     }
 
     pub fn plus_millis(self, ms: i64) -> Option<Self> {
-        Self::from_epoch_millis(self.0.checked_add(ms)?).ok()
+        self.plus_micros(ms.checked_mul(US_PER_MS)?)
     }
 
     pub fn minus_millis(self, ms: i64) -> Option<Self> {
-        Self::from_epoch_millis(self.0.checked_sub(ms)?).ok()
+        self.minus_micros(ms.checked_mul(US_PER_MS)?)
+    }
+
+    pub fn plus_micros(self, us: i64) -> Option<Self> {
+        Self::from_epoch_micros(self.0.checked_add(us)?).ok()
+    }
+
+    pub fn minus_micros(self, us: i64) -> Option<Self> {
+        Self::from_epoch_micros(self.0.checked_sub(us)?).ok()
+    }
+
+    /// The instant just before this one (the last instant of a range that ends here).
+    pub fn pred(self) -> Option<Self> {
+        self.minus_micros(1)
     }
 
     /// Start of the UTC hour holding this instant.
     pub fn hour_start(self) -> Timestamp {
-        Timestamp(self.0 - self.0.rem_euclid(MS_PER_HOUR))
+        Timestamp(self.0 - self.0.rem_euclid(US_PER_HOUR))
     }
 
     pub fn day(self) -> Day {
-        Day((self.0 / MS_PER_DAY) as i32)
+        Day((self.0 / US_PER_DAY) as i32)
     }
 
     /// DynamoDB TTL value (epoch seconds) for an item kept `retention_days` after this instant.
@@ -232,15 +267,16 @@ impl Timestamp {
         self.epoch_seconds() + i64::from(retention_days) * 86_400
     }
 
+    /// (year, month, day, hour, minute, second, microsecond)
     fn civil(self) -> (i64, u32, u32, u32, u32, u32, u32) {
-        let days = self.0.div_euclid(MS_PER_DAY);
-        let rem = self.0.rem_euclid(MS_PER_DAY);
+        let days = self.0.div_euclid(US_PER_DAY);
+        let rem = self.0.rem_euclid(US_PER_DAY);
         let (y, m, d) = civil_from_days(days);
-        let h = (rem / MS_PER_HOUR) as u32;
-        let mi = ((rem % MS_PER_HOUR) / 60_000) as u32;
-        let s = ((rem % 60_000) / 1000) as u32;
-        let ms = (rem % 1000) as u32;
-        (y, m, d, h, mi, s, ms)
+        let h = (rem / US_PER_HOUR) as u32;
+        let mi = ((rem % US_PER_HOUR) / US_PER_MINUTE) as u32;
+        let s = ((rem % US_PER_MINUTE) / US_PER_SECOND) as u32;
+        let us = (rem % US_PER_SECOND) as u32;
+        (y, m, d, h, mi, s, us)
     }
 
     /// `2026-04-20T14:00:00Z`: the hour-bucket form DESIGN §2 uses in aggregate keys.
@@ -249,19 +285,19 @@ impl Timestamp {
         format!("{y:04}-{m:02}-{d:02}T{h:02}:00:00Z")
     }
 
-    /// `20260420T140000000Z`: compact and URL-safe, still fixed width, for alert IDs.
+    /// `20260420T140000000000Z`: compact and URL-safe, still fixed width, for alert IDs.
     pub fn to_compact_string(self) -> String {
-        let (y, m, d, h, mi, s, ms) = self.civil();
-        format!("{y:04}{m:02}{d:02}T{h:02}{mi:02}{s:02}{ms:03}Z")
+        let (y, m, d, h, mi, s, us) = self.civil();
+        format!("{y:04}{m:02}{d:02}T{h:02}{mi:02}{s:02}{us:06}Z")
     }
 
     pub fn parse_compact(s: &str) -> Result<Self, TimestampError> {
         let b = s.as_bytes();
         let bad = || TimestampError::Format {
             value: s.to_owned(),
-            detail: "not the compact form YYYYMMDDTHHMMSSfffZ",
+            detail: "not the compact form YYYYMMDDTHHMMSSffffffZ",
         };
-        if !s.is_ascii() || b.len() != 19 || b[8] != b'T' || b[18] != b'Z' {
+        if !s.is_ascii() || b.len() != 22 || b[8] != b'T' || b[21] != b'Z' {
             return Err(bad());
         }
         let expanded = format!(
@@ -272,7 +308,7 @@ impl Timestamp {
             &s[9..11],
             &s[11..13],
             &s[13..15],
-            &s[15..18]
+            &s[15..21]
         );
         Self::parse_canonical(&expanded).map_err(|_| bad())
     }
@@ -280,8 +316,8 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (y, m, d, h, mi, s, ms) = self.civil();
-        write!(f, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
+        let (y, m, d, h, mi, s, us) = self.civil();
+        write!(f, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{us:06}Z")
     }
 }
 
@@ -311,7 +347,7 @@ pub struct Day(i32);
 
 impl Day {
     pub fn start(self) -> Timestamp {
-        Timestamp(i64::from(self.0) * MS_PER_DAY)
+        Timestamp(i64::from(self.0) * US_PER_DAY)
     }
 
     pub fn days_since_epoch(self) -> i32 {
@@ -415,10 +451,10 @@ impl Bucket {
     /// First instant after the bucket (saturating at [`Timestamp::MAX`]).
     pub fn end_exclusive(self) -> Timestamp {
         let len = match self {
-            Bucket::Hourly(_) => MS_PER_HOUR,
-            Bucket::Daily(_) => MS_PER_DAY,
+            Bucket::Hourly(_) => US_PER_HOUR,
+            Bucket::Daily(_) => US_PER_DAY,
         };
-        self.start().plus_millis(len).unwrap_or(Timestamp::MAX)
+        self.start().plus_micros(len).unwrap_or(Timestamp::MAX)
     }
 
     pub fn contains(self, t: Timestamp) -> bool {
@@ -524,13 +560,14 @@ mod tests {
     }
 
     #[test]
-    fn canonical_form_is_fixed_width_utc_milliseconds() {
+    fn canonical_form_is_fixed_width_utc_microseconds() {
         assert_eq!(
             ts("2026-04-20T14:00:00Z").to_string(),
-            "2026-04-20T14:00:00.000Z"
+            "2026-04-20T14:00:00.000000Z"
         );
-        assert_eq!(Timestamp::MIN.to_string(), "1970-01-01T00:00:00.000Z");
-        assert_eq!(Timestamp::MAX.to_string(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp::MIN.to_string(), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(Timestamp::MAX.to_string(), "9999-12-31T23:59:59.999999Z");
+        assert_eq!(Timestamp::MAX.to_string().len(), Timestamp::WIDTH);
     }
 
     #[test]
@@ -546,21 +583,27 @@ mod tests {
     }
 
     #[test]
-    fn fractions_are_kept_to_the_millisecond() {
+    fn fractions_are_kept_to_the_microsecond() {
         assert_eq!(
             ts("2026-04-20T14:00:00.5Z").to_string(),
-            "2026-04-20T14:00:00.500Z"
+            "2026-04-20T14:00:00.500000Z"
         );
         assert_eq!(
             ts("2026-04-20T14:00:00.123456789Z").to_string(),
-            "2026-04-20T14:00:00.123Z"
+            "2026-04-20T14:00:00.123456Z"
+        );
+        assert_ne!(
+            ts("2026-04-20T14:00:00.000001Z"),
+            ts("2026-04-20T14:00:00.000002Z"),
+            "two readings a microsecond apart are two readings"
         );
     }
 
     #[test]
     fn epoch_milliseconds_are_accepted() {
         let t = Timestamp::parse_flexible("1776693600000").unwrap();
-        assert_eq!(t.to_string(), "2026-04-20T14:00:00.000Z");
+        assert_eq!(t.to_string(), "2026-04-20T14:00:00.000000Z");
+        assert_eq!(t.epoch_millis(), 1_776_693_600_000);
     }
 
     #[test]
@@ -594,14 +637,15 @@ mod tests {
 
     #[test]
     fn canonical_parse_accepts_only_the_canonical_form() {
-        assert!(Timestamp::parse_canonical("2026-04-20T14:00:00.000Z").is_ok());
+        assert!(Timestamp::parse_canonical("2026-04-20T14:00:00.000000Z").is_ok());
+        assert!(Timestamp::parse_canonical("2026-04-20T14:00:00.000Z").is_err());
         assert!(Timestamp::parse_canonical("2026-04-20T14:00:00Z").is_err());
-        assert!(Timestamp::parse_canonical("2026-04-20t14:00:00.000Z").is_err());
+        assert!(Timestamp::parse_canonical("2026-04-20t14:00:00.000000Z").is_err());
     }
 
     #[test]
     fn buckets_label_and_parse() {
-        let t = ts("2026-04-20T14:59:59.999Z");
+        let t = ts("2026-04-20T14:59:59.999999Z");
         assert_eq!(Period::Hourly.bucket(t).label(), "2026-04-20T14:00:00Z");
         assert_eq!(Period::Daily.bucket(t).label(), "2026-04-20");
         assert_eq!(
@@ -610,7 +654,8 @@ mod tests {
         );
         assert!(Bucket::parse(Period::Hourly, "2026-04-20T14:30:00Z").is_err());
         assert!(Period::Hourly.bucket(t).contains(t));
-        assert!(!Period::Hourly.bucket(t).contains(t.plus_millis(1).unwrap()));
+        assert!(!Period::Hourly.bucket(t).contains(t.plus_micros(1).unwrap()));
+        assert_eq!(Period::Hourly.bucket(t).end_exclusive().pred(), Some(t));
     }
 
     #[test]
@@ -630,8 +675,8 @@ mod tests {
 
     #[test]
     fn compact_form_round_trips() {
-        let t = ts("2026-04-20T14:00:00.123Z");
-        assert_eq!(t.to_compact_string(), "20260420T140000123Z");
-        assert_eq!(Timestamp::parse_compact("20260420T140000123Z").unwrap(), t);
+        let t = ts("2026-04-20T14:00:00.123456Z");
+        assert_eq!(t.to_compact_string(), "20260420T140000123456Z");
+        assert_eq!(Timestamp::parse_compact("20260420T140000123456Z").unwrap(), t);
     }
 }

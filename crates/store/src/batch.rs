@@ -1,48 +1,59 @@
-//! The batch writer: puts any number of items with `BatchWriteItem`, losing none.
+//! The batch writer: writes any number of items, losing none.
+//!
+//! Two kinds of write ([`WriteMode`]): plain puts, 25 a `BatchWriteItem` call (quarantine
+//! items: a resend rewrites the same item), and merges, one conditional write per item (readings:
+//! a second record with the same key must add to the first, not erase it; see [`crate::merge`]).
 //!
 //! DynamoDB accepts at most 25 puts a call, rejects a call that names one key twice, and may
 //! leave part of a call unprocessed (`UnprocessedItems`) without an error. The SDK retries
 //! throttled *calls*, but never unprocessed *items*: that is this module's job. So:
 //!
-//! - duplicate keys in one submission are collapsed before anything is sent (the last item
-//!   wins, the earliest tag is kept, so a failure is reported against the first input that
-//!   needed the key) and counted;
-//! - items go out 25 a call, several calls in flight (bounded);
-//! - unprocessed items and retryable errors (throttling, 5xx, timeouts) are re-sent with
-//!   exponential backoff and full jitter, for as long as the caller's deadline allows rather
-//!   than a fixed number of times: a Lambda would rather use its time than give up early;
+//! - items with the same key in one submission are combined before anything is sent (puts: the
+//!   last wins; merges: merged in order), keeping the earliest tag, so a failure is reported
+//!   against the first input that needed the key, and counted;
+//! - puts go out 25 a call, several calls in flight; merges go one a call, many in flight
+//!   (both bounded);
+//! - unprocessed items and retryable errors (throttling, 5xx, timeouts, a contended key) are
+//!   re-sent with exponential backoff and full jitter ([`RetryPolicy`]), for as long as the
+//!   caller's deadline allows rather than a fixed number of times: a Lambda would rather use
+//!   its time than give up early;
 //! - whatever is still unwritten when time runs out, or fails permanently, comes back in
 //!   [`WriteReport::failed_tags`] so the caller can tell exactly which inputs are durable.
 //!
-//! The writer is generic over [`BatchWriteApi`], one method, so tests can inject unprocessed
+//! The writer is generic over [`BatchWriteApi`], two methods, so tests can inject unprocessed
 //! items, throttling and persistent failures; the DynamoDB client implements it.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use futures::StreamExt;
-use rand::Rng;
 use tidemark_schema::table::attr;
 use tokio::time::Instant;
 
+pub use crate::merge::Merged;
+use crate::merge::merge_items;
+pub use crate::retry::{RetryPolicy, is_retryable};
 use crate::{Item, StoreError};
 
 /// DynamoDB's limit of requests in one `BatchWriteItem`.
 pub const MAX_BATCH_WRITE: usize = 25;
 
-/// A failed `BatchWriteItem` call, and whether re-sending it may succeed.
+/// Single-item merges in flight for each `BatchWriteItem` call the writer may have in flight:
+/// a merge carries one item where a batch call carries 25.
+pub const MERGES_PER_BATCH_SLOT: usize = 16;
+
+/// A failed write call, and whether re-sending it may succeed.
 #[derive(Debug)]
 pub struct BatchCallError {
-    /// Throttling, a 5xx, a timeout or a dropped connection: worth another try.
+    /// Throttling, a 5xx, a timeout, a dropped connection or a contended key: worth another
+    /// try.
     pub retryable: bool,
     pub error: StoreError,
 }
 
-/// The one store operation the writer needs.
+/// The store operations the writer needs.
 pub trait BatchWriteApi: Send + Sync {
     /// Puts at most [`MAX_BATCH_WRITE`] items (distinct keys) into `table` in one call and
     /// returns the items DynamoDB left unprocessed; every other item is durably written.
@@ -51,6 +62,16 @@ pub trait BatchWriteApi: Send + Sync {
         table: &str,
         items: Vec<Item>,
     ) -> impl Future<Output = Result<Vec<Item>, BatchCallError>> + Send;
+
+    /// Writes one item as a merge into whatever the table holds under its key: the entries
+    /// of the map attribute `map_attr` merge key by key, other attributes are replaced
+    /// ([`crate::merge::merge_item`]).
+    fn merge_item(
+        &self,
+        table: &str,
+        item: Item,
+        map_attr: &'static str,
+    ) -> impl Future<Output = Result<Merged, BatchCallError>> + Send;
 }
 
 impl BatchWriteApi for Client {
@@ -86,72 +107,51 @@ impl BatchWriteApi for Client {
             .filter_map(|w| w.put_request.map(|p| p.item))
             .collect())
     }
-}
 
-/// Throttling, server errors and transport trouble are transient; a request DynamoDB refuses
-/// (validation, missing table, access denied) will be refused again.
-pub fn is_retryable<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
-    match e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
-        }
-        SdkError::ServiceError(s) => matches!(
-            s.err().code(),
-            Some(
-                "ProvisionedThroughputExceededException"
-                    | "ThrottlingException"
-                    | "RequestLimitExceeded"
-                    | "InternalServerError"
-                    | "InternalFailure"
-                    | "ServiceUnavailable"
-                    | "ReplicatedWriteConflictException"
-                    | "TransactionInProgressException"
-            )
-        ),
-        _ => false,
+    async fn merge_item(
+        &self,
+        table: &str,
+        item: Item,
+        map_attr: &'static str,
+    ) -> Result<Merged, BatchCallError> {
+        crate::merge::merge_item(self, table, item, map_attr).await
     }
 }
 
-/// Exponential backoff with full jitter: the n-th wait is uniform in
-/// `[0, min(max_delay, base_delay * 2^(n-1))]`, which spreads competing writers best.
+/// How an item is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    pub base_delay: Duration,
-    pub max_delay: Duration,
+pub enum WriteMode {
+    /// Replaces whatever has the key (`BatchWriteItem`).
+    Put,
+    /// Merges into whatever has the key: the named map attribute entry by entry, other
+    /// attributes replaced.
+    Merge { map_attr: &'static str },
 }
 
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            base_delay: Duration::from_millis(25),
-            max_delay: Duration::from_secs(2),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The ceiling of the `attempt`-th wait (1-based).
-    pub fn ceiling(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.base_delay
-            .checked_mul(factor)
-            .map_or(self.max_delay, |d| d.min(self.max_delay))
-    }
-
-    /// A random wait for the `attempt`-th retry.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let cap = self.ceiling(attempt).as_micros() as u64;
-        Duration::from_micros(rand::rng().random_range(0..=cap))
-    }
-}
-
-/// An item to put, tagged by the caller (e.g. with the index of the record it came from).
+/// An item to write, tagged by the caller (e.g. with the index of the record it came from).
 #[derive(Debug, Clone)]
-pub struct PendingPut {
+pub struct PendingWrite {
     pub tag: usize,
     pub item: Item,
+    pub mode: WriteMode,
+}
+
+impl PendingWrite {
+    pub fn put(tag: usize, item: Item) -> Self {
+        PendingWrite {
+            tag,
+            item,
+            mode: WriteMode::Put,
+        }
+    }
+
+    pub fn merge(tag: usize, item: Item, map_attr: &'static str) -> Self {
+        PendingWrite {
+            tag,
+            item,
+            mode: WriteMode::Merge { map_attr },
+        }
+    }
 }
 
 /// What happened to one submission.
@@ -159,11 +159,14 @@ pub struct PendingPut {
 pub struct WriteReport {
     /// Items submitted, duplicates included.
     pub submitted: usize,
-    /// Distinct items durably written.
+    /// Distinct items durably written (a merge that found everything already stored counts).
     pub written: usize,
-    /// Items that were superseded by a later item with the same key in the same submission.
+    /// Items combined with an earlier item with the same key in the same submission.
     pub duplicates: usize,
-    /// `BatchWriteItem` calls made.
+    /// Merges whose key already held an item (a same-timestamp record, a correction, or a
+    /// resend).
+    pub merged: u64,
+    /// Write calls made (`BatchWriteItem` and single-item merges).
     pub calls: u64,
     /// Calls that re-sent items (after unprocessed items or a retryable error).
     pub retries: u64,
@@ -171,7 +174,7 @@ pub struct WriteReport {
     pub unprocessed: u64,
     /// Calls that failed with a retryable error (throttling, 5xx, timeout).
     pub throttled: u64,
-    /// Tags of the items not written (a collapsed item carries its earliest tag).
+    /// Tags of the items not written (a combined item carries its earliest tag).
     pub failed_tags: Vec<usize>,
     /// The last error seen, for the log.
     pub last_error: Option<String>,
@@ -184,6 +187,7 @@ impl WriteReport {
 
     fn absorb(&mut self, c: ChunkOutcome) {
         self.written += c.written;
+        self.merged += c.merged;
         self.calls += c.calls;
         self.retries += c.retries;
         self.unprocessed += c.unprocessed;
@@ -198,6 +202,7 @@ impl WriteReport {
 #[derive(Default)]
 struct ChunkOutcome {
     written: usize,
+    merged: u64,
     calls: u64,
     retries: u64,
     unprocessed: u64,
@@ -225,11 +230,12 @@ fn key_of(item: &Item) -> Option<KeyPair> {
     Some((s(attr::PK)?, s(attr::SK)?))
 }
 
-/// Collapses items with the same key: the last item wins, the earliest tag is kept, the
-/// position is the first occurrence's. Items without a key are kept as they are (DynamoDB
-/// will refuse them, and the refusal is reported like any other failure).
-pub fn collapse_duplicates(items: Vec<PendingPut>) -> (Vec<PendingPut>, usize) {
-    let mut out: Vec<PendingPut> = Vec::with_capacity(items.len());
+/// Combines items with the same key: a put replaces, a merge merges into what came before
+/// (the mode of the later item decides); the earliest tag is kept, the position is the first
+/// occurrence's. Items without a key are kept as they are (DynamoDB will refuse them, and the
+/// refusal is reported like any other failure).
+pub fn collapse_duplicates(items: Vec<PendingWrite>) -> (Vec<PendingWrite>, usize) {
+    let mut out: Vec<PendingWrite> = Vec::with_capacity(items.len());
     let mut seen: HashMap<KeyPair, usize> = HashMap::with_capacity(items.len());
     let mut duplicates = 0;
     for p in items {
@@ -238,7 +244,17 @@ pub fn collapse_duplicates(items: Vec<PendingPut>) -> (Vec<PendingPut>, usize) {
                 Some(&i) => {
                     duplicates += 1;
                     let tag = out[i].tag.min(p.tag);
-                    out[i] = PendingPut { tag, item: p.item };
+                    let item = match p.mode {
+                        WriteMode::Put => p.item,
+                        WriteMode::Merge { map_attr } => {
+                            merge_items(&out[i].item, &p.item, map_attr)
+                        }
+                    };
+                    out[i] = PendingWrite {
+                        tag,
+                        item,
+                        mode: p.mode,
+                    };
                 }
                 None => {
                     seen.insert(k, out.len());
@@ -271,11 +287,13 @@ impl<A: BatchWriteApi> BatchWriter<A> {
 
     /// Writes every item, retrying until done or until `deadline` (no wait or call is started
     /// that would end after it). Never fails as a whole: what was not written is in the report.
-    pub async fn write_all(&self, items: Vec<PendingPut>, deadline: Instant) -> WriteReport {
+    pub async fn write_all(&self, items: Vec<PendingWrite>, deadline: Instant) -> WriteReport {
         let submitted = items.len();
         let (items, duplicates) = collapse_duplicates(items);
-        let mut chunks = Vec::with_capacity(items.len().div_ceil(MAX_BATCH_WRITE));
-        let mut it = items.into_iter().peekable();
+        let (puts, merges): (Vec<_>, Vec<_>) =
+            items.into_iter().partition(|p| p.mode == WriteMode::Put);
+        let mut chunks = Vec::with_capacity(puts.len().div_ceil(MAX_BATCH_WRITE));
+        let mut it = puts.into_iter().peekable();
         while it.peek().is_some() {
             chunks.push(it.by_ref().take(MAX_BATCH_WRITE).collect::<Vec<_>>());
         }
@@ -284,9 +302,13 @@ impl<A: BatchWriteApi> BatchWriter<A> {
             duplicates,
             ..WriteReport::default()
         };
-        let mut outcomes = futures::stream::iter(chunks)
+        let batches = futures::stream::iter(chunks)
             .map(|chunk| self.write_chunk(chunk, deadline))
             .buffer_unordered(self.max_in_flight);
+        let singles = futures::stream::iter(merges)
+            .map(|p| self.write_merge(p, deadline))
+            .buffer_unordered(self.max_in_flight * MERGES_PER_BATCH_SLOT);
+        let mut outcomes = futures::stream::select(batches, singles);
         while let Some(c) = outcomes.next().await {
             report.absorb(c);
         }
@@ -294,10 +316,78 @@ impl<A: BatchWriteApi> BatchWriter<A> {
         report
     }
 
-    async fn write_chunk(&self, mut pending: Vec<PendingPut>, deadline: Instant) -> ChunkOutcome {
+    /// Waits before the next attempt, or gives up if the wait would end after `deadline`.
+    async fn backoff(
+        &self,
+        attempt: u32,
+        deadline: Instant,
+        out: &mut ChunkOutcome,
+        left: usize,
+    ) -> Result<(), String> {
+        let wait = self.retry.delay(attempt);
+        if Instant::now() + wait >= deadline {
+            return Err(out.last_error.take().map_or_else(
+                || format!("{left} items still unprocessed at the deadline"),
+                |e| format!("retries ran out of time; last error: {e}"),
+            ));
+        }
+        out.retries += 1;
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    async fn write_merge(&self, p: PendingWrite, deadline: Instant) -> ChunkOutcome {
+        let mut out = ChunkOutcome::default();
+        let WriteMode::Merge { map_attr } = p.mode else {
+            return out;
+        };
+        let mut attempt = 0u32;
+        let give_up = |out: &mut ChunkOutcome, why: String| {
+            out.failed_tags.push(p.tag);
+            out.last_error = Some(why);
+        };
+        loop {
+            if Instant::now() >= deadline {
+                give_up(&mut out, "deadline reached before the write".into());
+                return out;
+            }
+            out.calls += 1;
+            let call = self.api.merge_item(&self.table, p.item.clone(), map_attr);
+            match tokio::time::timeout_at(deadline, call).await {
+                Err(_) => {
+                    // It may or may not have landed; a merge is idempotent, so the caller
+                    // replays it rather than guess.
+                    give_up(&mut out, "deadline reached during a write".into());
+                    return out;
+                }
+                Ok(Ok(m)) => {
+                    out.written += 1;
+                    if m != Merged::Inserted {
+                        out.merged += 1;
+                    }
+                    return out;
+                }
+                Ok(Err(e)) if e.retryable => {
+                    out.throttled += 1;
+                    out.last_error = Some(e.error.to_string());
+                }
+                Ok(Err(e)) => {
+                    give_up(&mut out, e.error.to_string());
+                    return out;
+                }
+            }
+            attempt += 1;
+            if let Err(why) = self.backoff(attempt, deadline, &mut out, 1).await {
+                give_up(&mut out, why);
+                return out;
+            }
+        }
+    }
+
+    async fn write_chunk(&self, mut pending: Vec<PendingWrite>, deadline: Instant) -> ChunkOutcome {
         let mut out = ChunkOutcome::default();
         let mut attempt = 0u32;
-        let give_up = |out: &mut ChunkOutcome, pending: Vec<PendingPut>, why: String| {
+        let give_up = |out: &mut ChunkOutcome, pending: Vec<PendingWrite>, why: String| {
             out.failed_tags.extend(pending.iter().map(|p| p.tag));
             out.last_error = Some(why);
         };
@@ -344,17 +434,10 @@ impl<A: BatchWriteApi> BatchWriter<A> {
                 }
             }
             attempt += 1;
-            let wait = self.retry.delay(attempt);
-            if Instant::now() + wait >= deadline {
-                let why = out.last_error.take().map_or_else(
-                    || format!("{} items still unprocessed at the deadline", pending.len()),
-                    |e| format!("retries ran out of time; last error: {e}"),
-                );
+            if let Err(why) = self.backoff(attempt, deadline, &mut out, pending.len()).await {
                 give_up(&mut out, pending, why);
                 return out;
             }
-            out.retries += 1;
-            tokio::time::sleep(wait).await;
         }
     }
 }
@@ -363,6 +446,7 @@ impl<A: BatchWriteApi> BatchWriter<A> {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     fn item(pk: &str, sk: &str, v: &str) -> Item {
         HashMap::from([
@@ -394,6 +478,33 @@ mod tests {
             }
             Ok(left)
         }
+
+        async fn merge_item(
+            &self,
+            _: &str,
+            item: Item,
+            map_attr: &'static str,
+        ) -> Result<Merged, BatchCallError> {
+            let mut n = self.n.lock().unwrap();
+            if *n > 0 {
+                *n -= 1;
+                return Err(BatchCallError {
+                    retryable: true,
+                    error: StoreError::Request {
+                        operation: "UpdateItem",
+                        message: "ThrottlingException (injected)".into(),
+                    },
+                });
+            }
+            let mut stored = self.stored.lock().unwrap();
+            let k = key_of(&item).unwrap();
+            let merged = match stored.get(&k) {
+                Some(old) => merge_items(old, &item, map_attr),
+                None => item,
+            };
+            stored.insert(k, merged);
+            Ok(Merged::Merged)
+        }
     }
 
     fn fast() -> RetryPolicy {
@@ -406,23 +517,62 @@ mod tests {
     #[test]
     fn duplicates_collapse_last_wins_earliest_tag() {
         let (out, dups) = collapse_duplicates(vec![
-            PendingPut {
-                tag: 3,
-                item: item("a", "1", "old"),
-            },
-            PendingPut {
-                tag: 4,
-                item: item("b", "1", "x"),
-            },
-            PendingPut {
-                tag: 7,
-                item: item("a", "1", "new"),
-            },
+            PendingWrite::put(3, item("a", "1", "old")),
+            PendingWrite::put(4, item("b", "1", "x")),
+            PendingWrite::put(7, item("a", "1", "new")),
         ]);
         assert_eq!(dups, 1);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].tag, 3);
         assert_eq!(out[0].item["v"], AttributeValue::S("new".into()));
+    }
+
+    fn reading(sk: &str, metrics: &[(&str, &str)]) -> Item {
+        HashMap::from([
+            ("pk".to_owned(), AttributeValue::S("p".into())),
+            ("sk".to_owned(), AttributeValue::S(sk.into())),
+            (
+                "m".to_owned(),
+                AttributeValue::M(
+                    metrics
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), AttributeValue::N((*v).into())))
+                        .collect(),
+                ),
+            ),
+        ])
+    }
+
+    #[test]
+    fn same_key_merges_combine_their_maps_in_order_keeping_the_earliest_tag() {
+        let (out, dups) = collapse_duplicates(vec![
+            PendingWrite::merge(2, reading("t", &[("temperature", "22.4"), ("battery", "87")]), "m"),
+            PendingWrite::merge(5, reading("t", &[("humidity", "45"), ("battery", "86")]), "m"),
+        ]);
+        assert_eq!((out.len(), dups, out[0].tag), (1, 1, 2));
+        assert_eq!(
+            out[0].item["m"],
+            reading("t", &[("temperature", "22.4"), ("humidity", "45"), ("battery", "86")])["m"]
+        );
+    }
+
+    #[tokio::test]
+    async fn throttled_merges_are_retried_until_written() {
+        let api = Stingy {
+            n: Mutex::new(3),
+            stored: Mutex::default(),
+        };
+        let w = BatchWriter::new(api, "t", 1, fast());
+        let items = vec![
+            PendingWrite::merge(0, reading("t", &[("temperature", "22.4")]), "m"),
+            PendingWrite::put(1, item("q", "1", "v")),
+        ];
+        let r = w
+            .write_all(items, Instant::now() + Duration::from_secs(10))
+            .await;
+        assert_eq!((r.written, r.failed_tags.len()), (2, 0));
+        assert!(r.throttled + r.unprocessed >= 3);
+        assert_eq!(w.api().stored.lock().unwrap().len(), 2);
     }
 
     #[test]
@@ -445,10 +595,7 @@ mod tests {
         };
         let w = BatchWriter::new(api, "t", 4, fast());
         let items = (0..60)
-            .map(|i| PendingPut {
-                tag: i,
-                item: item("p", &i.to_string(), "v"),
-            })
+            .map(|i| PendingWrite::put(i, item("p", &i.to_string(), "v")))
             .collect();
         let r = w
             .write_all(items, Instant::now() + Duration::from_secs(10))

@@ -6,6 +6,8 @@ pub mod client;
 pub mod emf;
 pub mod error;
 pub mod items;
+pub mod merge;
+pub mod retry;
 pub mod table;
 
 pub use client::{ClientSettings, dynamodb_client, sdk_config};

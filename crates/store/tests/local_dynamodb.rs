@@ -94,7 +94,7 @@ async fn a_reading_round_trips_through_the_table() {
         .key(attr::PK, AttributeValue::S("DEVICE#sensor_01".into()))
         .key(
             attr::SK,
-            AttributeValue::S("READING#2026-04-20T14:00:00.000Z".into()),
+            AttributeValue::S("READING#2026-04-20T14:00:00.000000Z".into()),
         )
         .consistent_read(true)
         .send()
@@ -145,7 +145,7 @@ async fn a_device_is_found_by_status_in_gsi1() {
 #[tokio::test]
 async fn quarantine_payload_is_stored_as_binary() {
     let t = TestTable::new("store-quarantine").await;
-    let received = ts("2026-04-20T14:00:00.123Z");
+    let received = ts("2026-04-20T14:00:00.123000Z");
     let k = QuarantineItem::key_for(received.day(), received, "4959");
     let q = QuarantineItem {
         pk: k.pk,
@@ -179,4 +179,88 @@ async fn quarantine_payload_is_stored_as_binary() {
         .unwrap();
     let back: QuarantineItem = from_item(got.item.unwrap()).unwrap();
     assert_eq!(back, q);
+}
+
+fn reading_item(metrics: &[(&str, f64)], fw: Option<&str>) -> tidemark_store::Item {
+    let mut r = sample_reading();
+    r.metrics = metrics
+        .iter()
+        .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+        .collect();
+    r.metadata = fw.map(|fw| serde_json::json!({ "fw": fw }).as_object().unwrap().clone());
+    to_item(&ReadingItem::new(&r, None, 30)).unwrap()
+}
+
+async fn stored_metrics(t: &TestTable) -> Vec<(String, f64)> {
+    let items = t.scan().await;
+    assert_eq!(items.len(), 1, "one reading per device and timestamp");
+    let r: ReadingItem = from_item(items[0].clone()).unwrap();
+    r.metrics
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+#[tokio::test]
+async fn merging_records_of_one_timestamp_keeps_every_metric_and_the_later_value_wins() {
+    use tidemark_store::merge::{Merged, merge_item};
+    let t = TestTable::new("store-merge").await;
+    let m = field::METRICS;
+    // GIVEN a gateway's records for one device and timestamp, one sensor each
+    let first = merge_item(&t.client, &t.name, reading_item(&[("temperature", 22.4)], None), m);
+    assert_eq!(first.await.unwrap(), Merged::Inserted);
+    let second = reading_item(&[("humidity", 45.0)], Some("2.1.0"));
+    let r = merge_item(&t.client, &t.name, second.clone(), m).await.unwrap();
+    assert_eq!(r, Merged::Merged);
+    assert_eq!(
+        stored_metrics(&t).await,
+        [("humidity".into(), 45.0), ("temperature".into(), 22.4)]
+    );
+    // WHEN the same record is sent again THEN nothing is written
+    let again = merge_item(&t.client, &t.name, second, m).await.unwrap();
+    assert!(matches!(again, Merged::Unchanged | Merged::Merged));
+    // WHEN a later record corrects one metric THEN its value wins and the other stays
+    let fix = reading_item(&[("temperature", 22.9)], None);
+    merge_item(&t.client, &t.name, fix, m).await.unwrap();
+    assert_eq!(
+        stored_metrics(&t).await,
+        [("humidity".into(), 45.0), ("temperature".into(), 22.9)]
+    );
+    let item: ReadingItem = from_item(t.scan().await[0].clone()).unwrap();
+    assert_eq!(item.metadata.unwrap()["fw"], "2.1.0", "metadata kept");
+}
+
+#[tokio::test]
+async fn concurrent_merges_into_one_key_lose_no_metric() {
+    use tidemark_store::merge::merge_item;
+    let t = TestTable::new("store-merge-race").await;
+    let names: Vec<String> = (0..24).map(|i| format!("m{i}")).collect();
+    let writes = names.iter().enumerate().map(|(i, n)| {
+        let item = reading_item(&[(n.as_str(), i as f64)], None);
+        merge_item(&t.client, &t.name, item, field::METRICS)
+    });
+    for r in futures::future::join_all(writes).await {
+        r.unwrap();
+    }
+    let stored = stored_metrics(&t).await;
+    assert_eq!(stored.len(), 24, "{stored:?}");
+}
+
+#[tokio::test]
+async fn an_item_without_a_metrics_map_under_a_reading_key_is_replaced_not_a_failure() {
+    use tidemark_store::merge::{Merged, merge_item};
+    let t = TestTable::new("store-merge-foreign").await;
+    let mut foreign = reading_item(&[("temperature", 1.0)], None);
+    foreign.insert(field::METRICS.into(), AttributeValue::S("garbage".into()));
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(foreign))
+        .send()
+        .await
+        .unwrap();
+    let item = reading_item(&[("temperature", 22.4)], None);
+    let r = merge_item(&t.client, &t.name, item, field::METRICS).await;
+    assert_eq!(r.unwrap(), Merged::Replaced);
+    assert_eq!(stored_metrics(&t).await, [("temperature".into(), 22.4)]);
 }

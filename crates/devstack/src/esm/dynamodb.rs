@@ -309,7 +309,7 @@ mod tests {
             ("pk".to_owned(), AttributeValue::S("DEVICE#d1".into())),
             (
                 "sk".to_owned(),
-                AttributeValue::S("READING#2026-04-20T14:00:00.000Z".into()),
+                AttributeValue::S("READING#2026-04-20T14:00:00.000000Z".into()),
             ),
             (
                 "metrics".to_owned(),

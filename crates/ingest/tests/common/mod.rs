@@ -13,7 +13,8 @@ use base64::Engine;
 use serde_json::json;
 use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
 use tidemark_schema::{DeviceId, ShardConfigItem, Timestamp};
-use tidemark_store::batch::{BatchCallError, BatchWriteApi};
+use tidemark_store::batch::{BatchCallError, BatchWriteApi, Merged};
+use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::{Item, StoreError};
 
 /// The clock of every test: five minutes after the DESIGN sample readings.
@@ -152,8 +153,9 @@ fn key_of(item: &Item) -> (String, String) {
 
 /// Wraps a real writer and misbehaves the way DynamoDB does under load: the first
 /// `throttle_calls` calls fail with a throttling error, the next `stingy_calls` calls write
-/// only half of their items and return the rest as unprocessed, and items of partition
-/// `poison_pk` are never written (always returned unprocessed).
+/// only half of their items and return the rest as unprocessed (a single-item merge call,
+/// which has no unprocessed items, is throttled instead), and items of partition `poison_pk`
+/// are never written (always returned unprocessed, or failed with a server error).
 pub struct Flaky<A> {
     pub inner: A,
     pub throttle_calls: AtomicUsize,
@@ -204,6 +206,34 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
         }
         Ok(left)
     }
+
+    async fn merge_item(
+        &self,
+        table: &str,
+        item: Item,
+        map_attr: &'static str,
+    ) -> Result<Merged, BatchCallError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if take_one(&self.throttle_calls) || take_one(&self.stingy_calls) {
+            return Err(BatchCallError {
+                retryable: true,
+                error: StoreError::Request {
+                    operation: "UpdateItem",
+                    message: "ProvisionedThroughputExceededException (injected)".into(),
+                },
+            });
+        }
+        if self.poison_pk.as_deref() == Some(s(&item, "pk").as_str()) {
+            return Err(BatchCallError {
+                retryable: true,
+                error: StoreError::Request {
+                    operation: "UpdateItem",
+                    message: "InternalServerError (injected, always)".into(),
+                },
+            });
+        }
+        self.inner.merge_item(table, item, map_attr).await
+    }
 }
 
 /// An in-memory table for unit tests of the handler, counting every operation.
@@ -251,6 +281,38 @@ impl BatchWriteApi for &MemoryStore {
             t.insert(key_of(&i), i);
         }
         Ok(Vec::new())
+    }
+
+    async fn merge_item(
+        &self,
+        _: &str,
+        item: Item,
+        map_attr: &'static str,
+    ) -> Result<Merged, BatchCallError> {
+        self.write_calls.fetch_add(1, Ordering::SeqCst);
+        if self.refuse_writes.load(Ordering::SeqCst) {
+            return Err(BatchCallError {
+                retryable: false,
+                error: StoreError::Request {
+                    operation: "UpdateItem",
+                    message: "ValidationException (injected)".into(),
+                },
+            });
+        }
+        let mut t = self.items.lock().unwrap();
+        let k = key_of(&item);
+        Ok(match t.get(&k) {
+            Some(old) if merge_is_noop(old, &item, map_attr) => Merged::Unchanged,
+            Some(old) => {
+                let merged = merge_items(old, &item, map_attr);
+                t.insert(k, merged);
+                Merged::Merged
+            }
+            None => {
+                t.insert(k, item);
+                Merged::Inserted
+            }
+        })
     }
 }
 
