@@ -264,3 +264,114 @@ pub fn rebuilt(
         version: current.map_or(0, |c| c.version) + 1,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use tidemark_schema::MetricName;
+
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_epoch_millis(1_776_693_600_000 + s * 1_000).unwrap()
+    }
+    fn marks(p: &str, upto: &str) -> BTreeMap<String, Marks> {
+        BTreeMap::from([(
+            p.to_owned(),
+            Marks {
+                s0: "10".into(),
+                s1: "20".into(),
+                upto: upto.into(),
+            },
+        )])
+    }
+    fn key() -> tidemark_schema::Key {
+        AggregateItem::key_for(&DeviceId::new("d").unwrap(), Period::Hourly.bucket(t(0)))
+    }
+
+    #[test]
+    fn the_rebuilt_item_holds_the_readings_and_moves_only_the_fenced_watermarks() {
+        let current = AggregateItem {
+            pk: key().pk,
+            sk: key().sk,
+            metrics: BTreeMap::new(),
+            first_at: t(0),
+            last_at: t(0),
+            applied: BTreeMap::from([
+                ("DEVICE#d".to_owned(), "5".to_owned()),
+                ("DEVICE#d#S1".to_owned(), "7".to_owned()),
+            ]),
+            version: 4,
+        };
+        let temp = MetricName::new("temperature").unwrap();
+        let readings = Readings::from([
+            (t(1), BTreeMap::from([(temp.clone(), 2.0)])),
+            (t(3), BTreeMap::from([(temp.clone(), 6.0)])),
+        ]);
+        let item = rebuilt(Some(&current), &key(), &readings, &marks("DEVICE#d", "12")).unwrap();
+        assert_eq!(
+            item.metrics[&temp],
+            Stats {
+                count: 2,
+                sum: 8.0,
+                min: 2.0,
+                max: 6.0
+            }
+        );
+        assert_eq!((item.first_at, item.last_at), (t(1), t(3)));
+        assert_eq!(item.applied["DEVICE#d"], "12");
+        assert_eq!(item.applied["DEVICE#d#S1"], "7");
+        assert_eq!(item.version, 5);
+    }
+
+    #[test]
+    fn an_emptied_bucket_keeps_its_item_and_watermarks_and_an_empty_new_one_is_not_written() {
+        assert_eq!(
+            rebuilt(None, &key(), &Readings::new(), &marks("DEVICE#d", "10")),
+            None
+        );
+        let current = AggregateItem {
+            pk: key().pk,
+            sk: key().sk,
+            metrics: BTreeMap::from([(MetricName::new("temperature").unwrap(), Stats::of(1.0))]),
+            first_at: t(2),
+            last_at: t(2),
+            applied: BTreeMap::new(),
+            version: 1,
+        };
+        let item = rebuilt(
+            Some(&current),
+            &key(),
+            &Readings::new(),
+            &marks("DEVICE#d", "10"),
+        )
+        .unwrap();
+        assert!(item.metrics.is_empty());
+        assert_eq!(item.applied["DEVICE#d"], "10");
+        assert_eq!(item.version, 2);
+    }
+
+    #[test]
+    fn a_rebuild_covers_whole_days_and_refuses_a_backwards_or_huge_range() {
+        let d = DeviceId::new("d").unwrap();
+        let r = Rebuild {
+            device: d.clone(),
+            from: t(0),
+            to: t(2 * 86_400),
+        };
+        let days = r.days().unwrap();
+        assert_eq!(days.len(), 3);
+        assert_eq!(buckets(&days).len(), 3 * 25);
+        let back = Rebuild {
+            device: d.clone(),
+            from: t(86_400),
+            to: t(0),
+        };
+        assert!(back.days().unwrap_err().to_string().contains("before"));
+        let huge = Rebuild {
+            device: d,
+            from: t(0),
+            to: t(400 * 86_400),
+        };
+        assert!(huge.days().unwrap_err().to_string().contains("at most"));
+    }
+}

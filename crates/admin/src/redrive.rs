@@ -289,3 +289,53 @@ async fn read_range<S: EventSource>(source: &S, r: &Range) -> Result<Vec<S::Reco
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn info() -> Value {
+        json!({
+            "shardId": "shardId-000000000001",
+            "startSequenceNumber": "100",
+            "endSequenceNumber": "200",
+            "approximateArrivalOfFirstRecord": "2026-04-20T14:00:00.000Z",
+            "approximateArrivalOfLastRecord": "2026-04-20T14:00:05.000Z",
+            "batchSize": 3,
+            "streamArn": "arn:aws:kinesis:us-east-1:000000000000:stream/tidemark-readings",
+        })
+    }
+
+    #[test]
+    fn an_on_failure_record_is_read_plain_or_as_an_sqs_message_body() {
+        let plain = json!({"requestContext": {}, "KinesisBatchInfo": info()});
+        let want = OnFailure::Kinesis(Range {
+            stream_arn: "arn:aws:kinesis:us-east-1:000000000000:stream/tidemark-readings".into(),
+            shard_id: "shardId-000000000001".into(),
+            start: "100".into(),
+            end: "200".into(),
+            first_arrival: "2026-04-20T14:00:00.000Z".into(),
+            last_arrival: "2026-04-20T14:00:05.000Z".into(),
+        });
+        assert_eq!(OnFailure::parse(&plain).unwrap(), want);
+        let sqs = json!({"MessageId": "m", "Body": plain.to_string()});
+        assert_eq!(OnFailure::parse(&sqs).unwrap(), want);
+        let stream = json!({"DDBStreamBatchInfo": info()});
+        assert!(matches!(
+            OnFailure::parse(&stream).unwrap(),
+            OnFailure::DynamoDbStream(_)
+        ));
+    }
+
+    #[test]
+    fn anything_else_is_an_input_error_naming_what_is_missing() {
+        let e = OnFailure::parse(&json!({"hello": 1})).unwrap_err();
+        assert!(e.to_string().contains("not an on-failure record"), "{e}");
+        let mut partial = info();
+        partial.as_object_mut().unwrap().remove("endSequenceNumber");
+        let e = OnFailure::parse(&json!({"KinesisBatchInfo": partial})).unwrap_err();
+        assert!(e.to_string().contains("endSequenceNumber"), "{e}");
+    }
+}

@@ -275,7 +275,10 @@ mod tests {
         );
         assert_eq!((p.opened, p.resolved, p.writes.len()), (1, 0, 1));
         let a = created(&p);
-        assert_eq!(a.alert_id.as_str(), "20260420T140100000000Z-temperature-max");
+        assert_eq!(
+            a.alert_id.as_str(),
+            "20260420T140100000000Z-temperature-max"
+        );
         assert_eq!(
             (a.value, a.breach_count, a.last_breach_at),
             (35.0, 3, ts("2026-04-20T14:03:00Z"))

@@ -383,7 +383,10 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
         .update_expression("SET #s = :ack, acknowledgedAt = :at")
         .expression_attribute_names("#s", "state")
         .expression_attribute_values(":ack", AttributeValue::S("acknowledged".into()))
-        .expression_attribute_values(":at", AttributeValue::S("2026-04-20T14:01:30.000000Z".into()))
+        .expression_attribute_values(
+            ":at",
+            AttributeValue::S("2026-04-20T14:01:30.000000Z".into()),
+        )
         .send()
         .await
         .unwrap();

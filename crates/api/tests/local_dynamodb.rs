@@ -129,7 +129,10 @@ async fn ap5_alerts_of_a_device_newest_first_and_acknowledge() {
     assert_eq!(status, 200);
     assert_eq!(body["items"][0], sample_alert_json());
     assert_eq!(body["items"][1]["state"], "resolved");
-    assert_eq!(body["items"][1]["resolvedAt"], "2026-04-20T11:00:00.000000Z");
+    assert_eq!(
+        body["items"][1]["resolvedAt"],
+        "2026-04-20T11:00:00.000000Z"
+    );
     assert_eq!(body["cursor"], Value::Null);
 
     let ack = "/devices/sensor_01/alerts/20260420T143000000000Z-temperature-max/ack";

@@ -228,7 +228,11 @@ mod tests {
         assert_eq!(r.len(), 2_000);
         let mut keys: Vec<_> = r.iter().map(|x| x.at).collect();
         keys.dedup();
-        assert_eq!(keys.len(), 2_000, "microsecond timestamps: no two readings share a key");
+        assert_eq!(
+            keys.len(),
+            2_000,
+            "microsecond timestamps: no two readings share a key"
+        );
     }
 
     #[test]

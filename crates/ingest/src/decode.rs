@@ -640,7 +640,10 @@ mod tests {
         let item = reading_item(r, Some(3), 30).unwrap();
         use aws_sdk_dynamodb::types::AttributeValue as A;
         assert_eq!(item["pk"], A::S("DEVICE#sensor_01#S3".into()));
-        assert_eq!(item["sk"], A::S("READING#2026-04-20T14:00:00.000000Z".into()));
+        assert_eq!(
+            item["sk"],
+            A::S("READING#2026-04-20T14:00:00.000000Z".into())
+        );
         assert_eq!(
             item["ttl"],
             A::N((r.timestamp.epoch_seconds() + 30 * 86_400).to_string())

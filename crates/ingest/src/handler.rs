@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use thiserror::Error;
+use tidemark_schema::field;
 use tidemark_schema::{
     DeviceId, QuarantineItem, QuarantineReason, Reading, ShardHistory, Timestamp,
 };
-use tidemark_schema::field;
 use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteReport};
 use tidemark_store::emf::Metrics;
 use tidemark_store::{Item, StoreError};

@@ -452,7 +452,10 @@ mod tests {
             ("USER#1", "#METADATA"),
             ("DEVICE#a#b", "#METADATA"),
             ("DEVICE#sensor_01#S1", "#METADATA"),
-            ("DEVICE#sensor_01#S01", "READING#2026-04-20T14:00:00.000000Z"),
+            (
+                "DEVICE#sensor_01#S01",
+                "READING#2026-04-20T14:00:00.000000Z",
+            ),
             ("DEVICE#sensor_01", "READING#2026-04-20T14:00:00Z"),
             ("DEVICE#sensor_01", "AGG#weekly#2026-04-20"),
             ("DEVICE#sensor_01", "OTHER"),

@@ -677,6 +677,9 @@ mod tests {
     fn compact_form_round_trips() {
         let t = ts("2026-04-20T14:00:00.123456Z");
         assert_eq!(t.to_compact_string(), "20260420T140000123456Z");
-        assert_eq!(Timestamp::parse_compact("20260420T140000123456Z").unwrap(), t);
+        assert_eq!(
+            Timestamp::parse_compact("20260420T140000123456Z").unwrap(),
+            t
+        );
     }
 }

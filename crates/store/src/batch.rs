@@ -434,7 +434,10 @@ impl<A: BatchWriteApi> BatchWriter<A> {
                 }
             }
             attempt += 1;
-            if let Err(why) = self.backoff(attempt, deadline, &mut out, pending.len()).await {
+            if let Err(why) = self
+                .backoff(attempt, deadline, &mut out, pending.len())
+                .await
+            {
                 give_up(&mut out, pending, why);
                 return out;
             }
@@ -546,13 +549,28 @@ mod tests {
     #[test]
     fn same_key_merges_combine_their_maps_in_order_keeping_the_earliest_tag() {
         let (out, dups) = collapse_duplicates(vec![
-            PendingWrite::merge(2, reading("t", &[("temperature", "22.4"), ("battery", "87")]), "m"),
-            PendingWrite::merge(5, reading("t", &[("humidity", "45"), ("battery", "86")]), "m"),
+            PendingWrite::merge(
+                2,
+                reading("t", &[("temperature", "22.4"), ("battery", "87")]),
+                "m",
+            ),
+            PendingWrite::merge(
+                5,
+                reading("t", &[("humidity", "45"), ("battery", "86")]),
+                "m",
+            ),
         ]);
         assert_eq!((out.len(), dups, out[0].tag), (1, 1, 2));
         assert_eq!(
             out[0].item["m"],
-            reading("t", &[("temperature", "22.4"), ("humidity", "45"), ("battery", "86")])["m"]
+            reading(
+                "t",
+                &[
+                    ("temperature", "22.4"),
+                    ("humidity", "45"),
+                    ("battery", "86")
+                ]
+            )["m"]
         );
     }
 

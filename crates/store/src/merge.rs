@@ -26,9 +26,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use tidemark_schema::table::attr;
 
 use crate::Item;
+use crate::StoreError;
 use crate::batch::BatchCallError;
 use crate::retry::is_retryable;
-use crate::StoreError;
 
 /// What a merge did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,7 +252,11 @@ mod tests {
         assert_eq!(
             m["metrics"],
             reading(
-                &[("temperature", "22.4"), ("humidity", "45"), ("battery", "86")],
+                &[
+                    ("temperature", "22.4"),
+                    ("humidity", "45"),
+                    ("battery", "86")
+                ],
                 &[]
             )["metrics"]
         );

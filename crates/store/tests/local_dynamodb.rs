@@ -207,10 +207,17 @@ async fn merging_records_of_one_timestamp_keeps_every_metric_and_the_later_value
     let t = TestTable::new("store-merge").await;
     let m = field::METRICS;
     // GIVEN a gateway's records for one device and timestamp, one sensor each
-    let first = merge_item(&t.client, &t.name, reading_item(&[("temperature", 22.4)], None), m);
+    let first = merge_item(
+        &t.client,
+        &t.name,
+        reading_item(&[("temperature", 22.4)], None),
+        m,
+    );
     assert_eq!(first.await.unwrap(), Merged::Inserted);
     let second = reading_item(&[("humidity", 45.0)], Some("2.1.0"));
-    let r = merge_item(&t.client, &t.name, second.clone(), m).await.unwrap();
+    let r = merge_item(&t.client, &t.name, second.clone(), m)
+        .await
+        .unwrap();
     assert_eq!(r, Merged::Merged);
     assert_eq!(
         stored_metrics(&t).await,
