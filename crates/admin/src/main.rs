@@ -96,8 +96,12 @@ async fn redrive(c: Clients, args: &[String]) -> Result<(), AdminError> {
         ingest: tidemark_ingest::Ingest::new(c.ddb.clone(), ingest_cfg),
         rebuilder: Rebuilder::new(c.ddb, c.streams, c.table),
     };
+    let found: Vec<PathBuf> = paths.iter().flat_map(|p| files(p)).collect();
+    if found.is_empty() {
+        println!("no on-failure records under {paths:?}");
+    }
     let mut failed = 0;
-    for file in paths.iter().flat_map(|p| files(p)) {
+    for file in found {
         let outcome = async {
             let bytes = tokio::fs::read(&file)
                 .await

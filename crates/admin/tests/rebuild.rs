@@ -12,8 +12,26 @@ use tidemark_testkit::{rollups, services};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
-    // GIVEN a running pipeline that has stored and rolled up two devices' readings
+    // GIVEN a hot device, rb-1, whose readings are spread over three partitions
     let stack = Stack::new("rebuild").await;
+    let hot = tidemark_schema::ShardConfigItem::new(
+        &DeviceId::new("rb-1").unwrap(),
+        tidemark_schema::ShardHistory::from_epochs(vec![tidemark_schema::shard::ShardEpoch {
+            from: ago(24 * 60),
+            count: 3,
+        }])
+        .unwrap(),
+    );
+    stack
+        .table
+        .client
+        .put_item()
+        .table_name(&stack.table.name)
+        .set_item(Some(tidemark_store::to_item(&hot).unwrap()))
+        .send()
+        .await
+        .unwrap();
+    // AND a running pipeline that has stored and rolled up its and another device's readings
     // (the aggregator's 2 s window keeps the table well ahead of it, as on AWS)
     let pipeline = stack
         .pipeline(services().dynamodb_endpoint.clone(), |name, m| {
@@ -135,7 +153,7 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     let stored = 80 + 8 * 5;
     stack.wait_exact(stored, Duration::from_secs(60)).await;
     assert!(report.written >= 2, "{report:?}");
-    assert_eq!(report.partitions, 1);
+    assert_eq!(report.partitions, 3);
     // AND no fence item is left behind, and the corrections landed
     let items = stack.table.scan().await;
     assert!(
