@@ -85,7 +85,7 @@ impl StreamCursor {
         Ok(got)
     }
 
-    /// Reads until `done` holds, or fails after [`FENCE_WAIT`] without progress.
+    /// Reads until `done` holds, or fails once [`FENCE_WAIT`] has passed.
     async fn read_until(
         &mut self,
         what: &str,
