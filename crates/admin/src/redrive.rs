@@ -230,6 +230,12 @@ fn reading_sk_of(rec: &aws_lambda_events::event::dynamodb::EventRecord) -> Strin
     }
 }
 
+/// The stream says the records (or their whole shard) are gone.
+fn no_longer_there(e: &tidemark_devstack::esm::EsmError) -> bool {
+    let s = e.to_string();
+    e.is_trimmed() || s.contains("TrimmedDataAccess") || s.contains("ResourceNotFound")
+}
+
 /// The records of `r` still in the stream, from its start to its end. Fails with
 /// [`AdminError::NotRetained`] if the stream no longer holds its first record.
 async fn read_range<S: EventSource>(source: &S, r: &Range) -> Result<Vec<S::Record>, AdminError> {
@@ -244,9 +250,7 @@ async fn read_range<S: EventSource>(source: &S, r: &Range) -> Result<Vec<S::Reco
         .await
     {
         Ok(it) => it,
-        Err(e) if e.is_trimmed() || e.to_string().contains("ResourceNotFound") => {
-            return Err(gone(e.to_string()));
-        }
+        Err(e) if no_longer_there(&e) => return Err(gone(e.to_string())),
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
@@ -254,7 +258,7 @@ async fn read_range<S: EventSource>(source: &S, r: &Range) -> Result<Vec<S::Reco
     while let Some(iter) = it {
         let page = match source.read(&r.shard_id, &iter, 1_000).await {
             Ok(p) => p,
-            Err(e) if e.is_trimmed() => return Err(gone(e.to_string())),
+            Err(e) if no_longer_there(&e) => return Err(gone(e.to_string())),
             Err(e) => return Err(e.into()),
         };
         it = page.next;

@@ -162,3 +162,34 @@ async fn a_range_kinesis_no_longer_holds_is_reported_as_not_retained() {
     assert!(matches!(e, AdminError::NotRetained(_)), "{e}");
     assert!(stack.table.scan().await.is_empty());
 }
+
+#[tokio::test]
+async fn an_aggregator_range_the_table_stream_no_longer_holds_says_what_to_rebuild() {
+    let stack = Stack::new("redrive-gone-ddb").await;
+    let r = redriver(&stack).await;
+    let source = tidemark_devstack::esm::DynamoDbStreamSource::for_table(
+        &stack.table.client,
+        r.streams.clone(),
+        &stack.table.name,
+    )
+    .await
+    .unwrap();
+    let doc = serde_json::json!({
+        "DDBStreamBatchInfo": {
+            "shardId": "shardId-00000000000000000000-00000000",
+            "startSequenceNumber": "000000000000000000001",
+            "endSequenceNumber": "000000000000000000002",
+            "approximateArrivalOfFirstRecord": "2026-04-20T14:00:00.000Z",
+            "approximateArrivalOfLastRecord": "2026-04-20T14:00:05.000Z",
+            "streamArn": source.arn(),
+        }
+    });
+    let e = r
+        .redrive(&OnFailure::parse(&doc).unwrap())
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, AdminError::NotRetained(_)), "{msg}");
+    assert!(msg.contains("tidemark-admin rebuild"), "{msg}");
+    assert!(msg.contains("2026-04-20T14:00:00.000Z"), "{msg}");
+}
