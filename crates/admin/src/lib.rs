@@ -12,6 +12,7 @@
 //! operator tool for deployed tables too. It reuses devstack's stream readers
 //! ([`tidemark_devstack::esm`]) so the GetShardIterator/GetRecords code exists once.
 
+pub mod files;
 pub mod rebuild;
 pub mod redrive;
 pub mod stream;

@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tidemark_admin::redrive::files;
-use tidemark_admin::{AdminError, OnFailure, Rebuild, Rebuilder, Redriver};
+use tidemark_admin::files::{DONE_DIR, redrive_files};
+use tidemark_admin::{AdminError, Rebuild, Rebuilder, Redriver};
 use tidemark_schema::{DeviceId, Timestamp};
 use tidemark_store::ClientSettings;
 
@@ -96,48 +96,25 @@ async fn redrive(c: Clients, args: &[String]) -> Result<(), AdminError> {
         ingest: tidemark_ingest::Ingest::new(c.ddb.clone(), ingest_cfg),
         rebuilder: Rebuilder::new(c.ddb, c.streams, c.table),
     };
-    let found: Vec<PathBuf> = paths.iter().flat_map(|p| files(p)).collect();
-    if found.is_empty() {
+    let report = redrive_files(&r, &paths).await;
+    if report.handled.is_empty() && report.failed.is_empty() {
         println!("no on-failure records under {paths:?}");
     }
-    let mut failed = 0;
-    for file in found {
-        let outcome = async {
-            let bytes = tokio::fs::read(&file)
-                .await
-                .map_err(|e| AdminError::Input(e.to_string()))?;
-            let doc = serde_json::from_slice(&bytes)
-                .map_err(|e| AdminError::Input(format!("not JSON: {e}")))?;
-            r.redrive(&OnFailure::parse(&doc)?).await
-        }
-        .await;
-        match outcome {
-            Ok(rep) => {
-                println!(
-                    "{}: {} records re-ingested, {} devices rebuilt",
-                    file.display(),
-                    rep.records,
-                    rep.rebuilt.len()
-                );
-                if let Some(dir) = file.parent() {
-                    let done = dir.join("redriven");
-                    let moved = std::fs::create_dir_all(&done).and_then(|()| {
-                        std::fs::rename(&file, done.join(file.file_name().unwrap_or_default()))
-                    });
-                    if let Err(e) = moved {
-                        eprintln!("{}: handled, but not moved: {e}", file.display());
-                    }
-                }
-            }
-            Err(e) => {
-                failed += 1;
-                eprintln!("{}: {e}", file.display());
-            }
-        }
+    for (file, rep) in &report.handled {
+        println!(
+            "{}: {} records re-ingested, {} devices rebuilt; moved to {DONE_DIR}/",
+            file.display(),
+            rep.records,
+            rep.rebuilt.len()
+        );
     }
-    if failed > 0 {
+    for (file, e) in &report.failed {
+        eprintln!("{}: {e}", file.display());
+    }
+    if !report.failed.is_empty() {
         return Err(AdminError::Input(format!(
-            "{failed} on-failure record(s) not re-driven"
+            "{} on-failure record(s) not re-driven",
+            report.failed.len()
         )));
     }
     Ok(())

@@ -10,7 +10,6 @@
 //! span the operator can rebuild instead.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
@@ -85,28 +84,6 @@ impl OnFailure {
             "neither KinesisBatchInfo nor DDBStreamBatchInfo: not an on-failure record".into(),
         ))
     }
-}
-
-/// The on-failure record files under `path` (a file, or a folder searched recursively),
-/// in name order, skipping the `redriven/` folders redrive moves handled files into.
-pub fn files(path: &Path) -> Vec<PathBuf> {
-    if path.is_file() {
-        return vec![path.to_path_buf()];
-    }
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(path) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() && p.file_name().is_some_and(|n| n != "redriven") {
-            out.extend(files(&p));
-        } else if p.extension().is_some_and(|x| x == "json") {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 /// What one re-drive did.

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Stack, ago, reading};
-use tidemark_admin::redrive::files;
+use tidemark_admin::files::{DONE_DIR, files, redrive_files};
 use tidemark_admin::{AdminError, OnFailure, Rebuilder, Redriver};
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::esm::read_on_failure_records;
@@ -86,6 +86,13 @@ async fn an_ingest_batch_given_up_on_is_re_read_from_kinesis_and_stored_once() {
     let r = redriver(&stack).await;
     let (records, _) = redrive_dir(&r, &dir).await;
     let (again, _) = redrive_dir(&r, &dir).await;
+    // AND as the command does it: handled files move aside, so a second run finds none
+    let n = files(&dir).len();
+    let by_files = redrive_files(&r, std::slice::from_ref(&dir)).await;
+    assert!(by_files.failed.is_empty(), "{:?}", by_files.failed);
+    assert_eq!(by_files.handled.len(), n);
+    assert!(files(&dir).is_empty());
+    assert_eq!(files(&dir.join(DONE_DIR)).len(), n);
 
     // THEN each record was read back from Kinesis, and every reading is stored once and
     // rolled up exactly by the running aggregator
