@@ -153,10 +153,12 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
     let ingest_retries = retries(&pipeline.ingest);
     proxy.recover();
     let t0 = Instant::now();
-    while pipeline.ingest.delivered() < first.len() as u64 {
+    // (Handled means delivered, or given up on by a mapping with a finite retry count: then
+    // the final check shows what was lost.)
+    while pipeline.ingest.delivered() + pipeline.ingest.discarded() < first.len() as u64 {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "ingest never caught up after the first outage"
+            "ingest never handled the first readings after the outage"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
