@@ -163,7 +163,8 @@ impl DynamoStore {
             .collect())
     }
 
-    async fn shard_history(&self, device: &DeviceId) -> Result<ShardHistory, StoreError> {
+    /// The device's shard counts over time (consistent read; none stored: one shard).
+    pub async fn shard_history(&self, device: &DeviceId) -> Result<ShardHistory, StoreError> {
         let k = EntityKey::ShardConfig(device.clone()).key();
         let out = self
             .client

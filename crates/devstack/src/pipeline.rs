@@ -111,17 +111,18 @@ impl PipelineConfig {
         let on_failure = PathBuf::from(
             var("TIDEMARK_ONFAILURE_DIR").unwrap_or_else(|| ".local/onfailure".into()),
         );
+        let max_retries = max_retry_attempts(var("TIDEMARK_MAX_RETRY_ATTEMPTS"))?;
         let ingest = MappingConfig {
             batch_size: 500,
             batching_window: seconds("TIDEMARK_INGEST_WINDOW", 1.0)?,
-            max_retries: Some(10),
+            max_retries,
             on_failure_dir: Some(on_failure.join("ingest")),
             ..MappingConfig::new("tidemark-ingest")
         };
         let aggregator = MappingConfig {
             batch_size: 1000,
             batching_window: seconds("TIDEMARK_AGGREGATOR_WINDOW", 2.0)?,
-            max_retries: Some(10),
+            max_retries,
             on_failure_dir: Some(on_failure.join("aggregator")),
             ..MappingConfig::new("tidemark-aggregator")
         };
@@ -135,6 +136,25 @@ impl PipelineConfig {
                 r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#.into()
             }),
         })
+    }
+}
+
+/// `TIDEMARK_MAX_RETRY_ATTEMPTS`: unset or `-1` retries a failing batch until it succeeds (the
+/// template's `MaximumRetryAttempts: -1`); `0..=10000` gives up after that many retries and
+/// writes an on-failure record, as a mapping configured that way on AWS would.
+pub fn max_retry_attempts(v: Option<String>) -> Result<Option<u32>, DevstackError> {
+    match v.as_deref().map(str::trim) {
+        None | Some("-1") => Ok(None),
+        Some(s) => s
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n <= 10_000)
+            .map(Some)
+            .ok_or_else(|| {
+                DevstackError::Config(format!(
+                    "TIDEMARK_MAX_RETRY_ATTEMPTS={s:?} is not -1 or 0..10000"
+                ))
+            }),
     }
 }
 
@@ -263,4 +283,21 @@ where
     let stats = mapping.stats();
     tasks.spawn(mapping.run(rx.clone()));
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_attempts_are_unlimited_unless_a_finite_count_is_configured() {
+        assert_eq!(max_retry_attempts(None).unwrap(), None);
+        assert_eq!(max_retry_attempts(Some("-1".into())).unwrap(), None);
+        assert_eq!(max_retry_attempts(Some("10".into())).unwrap(), Some(10));
+        assert_eq!(max_retry_attempts(Some(" 0 ".into())).unwrap(), Some(0));
+        for bad in ["-2", "ten", "10001"] {
+            let e = max_retry_attempts(Some(bad.into())).unwrap_err();
+            assert!(e.to_string().contains("TIDEMARK_MAX_RETRY_ATTEMPTS"), "{e}");
+        }
+    }
 }

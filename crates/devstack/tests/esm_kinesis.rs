@@ -483,3 +483,71 @@ async fn a_child_shard_is_read_only_after_its_parent_is_drained() {
     want.extend(after);
     assert_eq!(all, want);
 }
+
+#[tokio::test]
+async fn by_default_a_failing_batch_is_retried_until_it_succeeds_and_nothing_is_skipped() {
+    // GIVEN five records and a function that errors on its first 15 invocations (an outage
+    // longer than the 10 retries the mappings used to allow), then recovers
+    let stream = TestStream::new("esm-forever", 1).await;
+    let dir = failure_dir();
+    let sent = payloads("r", 5);
+    put(&stream, "k", &sent).await;
+    let f = Fake::new(|_, n| {
+        if n <= 15 {
+            Err(FunctionError("ThrottlingException".into()))
+        } else {
+            Ok(KinesisEventResponse::default())
+        }
+    });
+    // WHEN the mapping runs with the default retry setting (the template's -1)
+    let cfg = MappingConfig {
+        max_retries: MappingConfig::new("fake").max_retries,
+        ..config(&dir)
+    };
+    assert_eq!(cfg.max_retries, None);
+    let run = start(&stream, f.clone(), cfg).await;
+    run.wait_for("all five", |s| s.delivered() == 5).await;
+    let discarded = run.stats.discarded();
+    run.stop().await;
+    // THEN every record reached the function, in order, none was discarded or recorded
+    let calls = f.calls();
+    assert!(calls.len() > 15);
+    let mut accepted: Vec<String> = calls[15..].concat();
+    accepted.dedup();
+    assert_eq!(accepted, sent);
+    assert!(read_on_failure_records(&dir).is_empty());
+    assert_eq!(discarded, 0);
+}
+
+#[tokio::test]
+async fn by_default_reported_item_failures_are_retried_from_the_checkpoint_forever() {
+    // GIVEN four records and a function that reports the third as failed 12 times
+    let stream = TestStream::new("esm-partial-forever", 1).await;
+    let dir = failure_dir();
+    let sent = payloads("r", 4);
+    put(&stream, "k", &sent).await;
+    let third = sent[2].clone();
+    let f = Fake::new(move |batch, n| {
+        if n <= 12 && batch.contains(&third) {
+            Ok(failing(&third))
+        } else {
+            Ok(KinesisEventResponse::default())
+        }
+    });
+    let cfg = MappingConfig {
+        max_retries: None,
+        ..config(&dir)
+    };
+    let run = start(&stream, f.clone(), cfg).await;
+    run.wait_for("all four", |s| s.delivered() == 4).await;
+    let discarded = run.stats.discarded();
+    run.stop().await;
+    // THEN the records before the failure were checkpointed once, the rest retried until
+    // accepted, and nothing was skipped
+    let calls = f.calls();
+    assert_eq!(calls.len(), 13);
+    assert_eq!(calls[0], sent);
+    assert!(calls[1..].iter().all(|c| c == &sent[2..].to_vec()));
+    assert_eq!(discarded, 0);
+    assert!(read_on_failure_records(&dir).is_empty());
+}

@@ -22,6 +22,10 @@ pub const DEVICE_STATUS_PREFIX: &str = "DEVICE_STATUS#";
 pub const ALERT_SEVERITY_PREFIX: &str = "ALERT_SEVERITY#";
 /// Marks a hot device's reading shard in its partition key: `DEVICE#<id>#S<n>`.
 pub const SHARD_MARK: &str = "#S";
+/// Sort key of `tidemark-admin rebuild`'s fence item, written under a reading partition
+/// (`DEVICE#<id>[#S<n>]`) so its stream record marks a position in that partition's stream
+/// order. It parses as no entity, so the aggregator and the API ignore it.
+pub const FENCE_SK: &str = "#FENCE";
 
 /// Quarantined records of a day are spread over this many partitions, so a burst of bad
 /// records cannot make one partition hot; listing a day queries each of them.

@@ -5,6 +5,11 @@
 //! makes concurrent test processes share one start. Every test gets its own uniquely named
 //! table or stream, deleted when the guard drops, so tests never see each other's data.
 
+pub mod fault_proxy;
+pub mod rollups;
+
+pub use fault_proxy::{Fault, FaultProxy};
+
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -96,6 +96,14 @@ impl DynamoDbStreamSource {
         })
     }
 
+    /// A stream known by its ARN (e.g. from an on-failure record's `streamArn`).
+    pub fn new(streams: aws_sdk_dynamodbstreams::Client, arn: impl Into<String>) -> Self {
+        DynamoDbStreamSource {
+            client: streams,
+            arn: arn.into(),
+        }
+    }
+
     /// The stream's ARN (what Lambda names as each record's `eventSourceARN`).
     pub fn arn(&self) -> &str {
         &self.arn
@@ -228,6 +236,9 @@ impl EventSource for DynamoDbStreamSource {
             Start::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
             Start::After(seq) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .sequence_number(seq),
+            Start::At(seq) => req
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
                 .sequence_number(seq),
         };
         let out = req.send().await.map_err(|e| {

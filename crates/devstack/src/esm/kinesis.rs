@@ -156,6 +156,9 @@ impl EventSource for KinesisSource {
             Start::After(seq) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                 .starting_sequence_number(seq),
+            Start::At(seq) => req
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+                .starting_sequence_number(seq),
         };
         let out = req
             .send()

@@ -9,15 +9,20 @@
 //!   (an identifier that is not in the batch fails the whole batch, as on AWS);
 //! - a function error with `BisectBatchOnFunctionError` splits the batch in two and retries the
 //!   halves in order (a split does not use up a retry attempt);
-//! - after `max_retries` retries the records are written as an on-failure record (the JSON AWS
-//!   sends to an on-failure destination) and the shard moves on.
+//! - by default (`max_retries: None`, the template's `MaximumRetryAttempts: -1`) a failing
+//!   batch is retried with backoff (doubling up to 5 s) until it succeeds: the shard waits, and
+//!   nothing is skipped for a function error, however long DynamoDB is down;
+//! - with a finite `max_retries`, after that many retries the records are written as an
+//!   on-failure record (the JSON AWS sends to an on-failure destination) and the shard moves
+//!   on; `tidemark-admin redrive` feeds such records through the function again.
 //!
 //! Checkpoints live in memory: a restart starts from the configured starting position again,
 //! which is harmless because every handler is idempotent.
 //!
 //! Not emulated: `ParallelizationFactor` (one poller per shard is the strictest ordering the
-//! real one allows, per partition key and per shard alike), `MaximumRecordAgeInSeconds`
-//! (local streams are young), tumbling windows and filters (Tidemark uses neither).
+//! real one allows, per partition key and per shard alike), `MaximumRecordAgeInSeconds` (the
+//! template sets -1, no limit, which is what this poller does), tumbling windows and filters
+//! (Tidemark uses neither).
 
 pub mod dynamodb;
 pub mod invoke;
@@ -88,6 +93,8 @@ pub enum Start {
     TrimHorizon,
     Latest,
     After(String),
+    /// At this sequence number, included (`AT_SEQUENCE_NUMBER`: what a re-drive starts at).
+    At(String),
 }
 
 /// Where a new mapping starts reading (the `StartingPosition` of the real one).
@@ -158,7 +165,8 @@ pub struct MappingConfig {
     pub starting_position: StartingPosition,
     pub report_batch_item_failures: bool,
     pub bisect_on_error: bool,
-    /// `None` retries until the records expire, like `MaximumRetryAttempts = -1`.
+    /// `None` (the default, as in the template) retries until the batch succeeds, like
+    /// `MaximumRetryAttempts = -1`; `Some(n)` gives up after `n` retries.
     pub max_retries: Option<u32>,
     /// Where on-failure records go (the on-failure destination); `None` only logs.
     pub on_failure_dir: Option<PathBuf>,
@@ -180,7 +188,7 @@ impl MappingConfig {
             starting_position: StartingPosition::TrimHorizon,
             report_batch_item_failures: true,
             bisect_on_error: true,
-            max_retries: Some(3),
+            max_retries: None,
             on_failure_dir: None,
             poll_interval: Duration::from_millis(250),
             retry_backoff: Duration::from_millis(200),

@@ -1,0 +1,377 @@
+//! `tidemark-admin rebuild`: a device's hourly and daily rollups recomputed exactly from its
+//! raw readings, while the pipeline runs.
+//!
+//! The table is ahead of the aggregator: it already holds readings whose stream records the
+//! aggregator has not applied. "Recompute from the table and keep the watermark" would count
+//! those twice; "recompute and set the watermark to now" would lose the changes in flight. So
+//! the recomputation is pinned to a position in each source partition's stream order:
+//!
+//! 1. iterators at LATEST on every shard of the table's stream;
+//! 2. per source partition `P` of the device (its shard partitions over the range): write a
+//!    fence item (`#FENCE`) in `P` and read the stream until its record appears: `s0(P)`;
+//! 3. read the raw readings of the whole days (strongly consistent, every page);
+//! 4. a second fence per `P`: `s1(P)`. The read reflects every record of `P` up to `s0` and
+//!    none after `s1`; [`crate::window::readings_as_of`] turns it into the readings exactly as
+//!    of `s0`;
+//! 5. per bucket: read the aggregate item (version `v`, watermark `w(P)`); roll the readings
+//!    forward to `max(s0, w)` (reading the stream further if `w > s1`), write the recomputed
+//!    item with watermark `max(s0, w)` on the condition `version = v`; on a conflict (the
+//!    aggregator wrote in between) read it again and redo this step.
+//!
+//! The aggregator then applies exactly the records after the new watermark. Whole days are
+//! rebuilt (a daily rollup needs all its hours). The device item (`latest`, `lastSeenAt`) and
+//! alerts are left alone: `lastSeenAt` is the alerts' watermark, and moving it would make the
+//! aggregator skip alert evaluation of readings still in the stream; the API's latest readings
+//! come from the reading partitions, not from the device item. Readings TTL has already
+//! deleted are not in the table any more, so rebuilding a day past retention drops them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tidemark_aggregator::DynamoStore;
+use tidemark_aggregator::records::cmp_seq;
+use tidemark_aggregator::store::{AggregateStore, ReadingStore, Written};
+use tidemark_devstack::esm::DynamoDbStreamSource;
+use tidemark_schema::{AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, keys};
+
+use crate::AdminError;
+use crate::stream::{StreamCursor, remove_fence};
+use crate::window::{Marks, Readings, readings_as_of};
+
+/// Most days one rebuild covers (a guard against a mistyped range).
+pub const MAX_DAYS: i32 = 62;
+
+/// What to rebuild: every hourly and daily bucket of the days `from..=to` touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuild {
+    pub device: DeviceId,
+    pub from: Timestamp,
+    pub to: Timestamp,
+}
+
+impl Rebuild {
+    /// The days covered, checked.
+    pub fn days(&self) -> Result<Vec<Day>, AdminError> {
+        let (first, last) = (self.from.day(), self.to.day());
+        if last < first {
+            return Err(AdminError::Input("--to is before --from".into()));
+        }
+        let n = last.days_since_epoch() - first.days_since_epoch() + 1;
+        if n > MAX_DAYS {
+            return Err(AdminError::Input(format!(
+                "{n} days asked for; rebuild at most {MAX_DAYS} at a time"
+            )));
+        }
+        let mut days = vec![first];
+        while let Some(next) = days.last().and_then(|d| d.next()).filter(|d| *d <= last) {
+            days.push(next);
+        }
+        Ok(days)
+    }
+}
+
+/// What a rebuild did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuildReport {
+    /// Source partitions fenced (the device's shard partitions over the days).
+    pub partitions: usize,
+    /// Raw readings read.
+    pub readings: usize,
+    /// Aggregate items written.
+    pub written: usize,
+    /// Writes that lost a race with the aggregator and were redone.
+    pub conflicts: usize,
+}
+
+/// Rebuilds rollups in one table.
+pub struct Rebuilder {
+    ddb: aws_sdk_dynamodb::Client,
+    streams: aws_sdk_dynamodbstreams::Client,
+    table: String,
+    store: DynamoStore,
+}
+
+impl Rebuilder {
+    pub fn new(
+        ddb: aws_sdk_dynamodb::Client,
+        streams: aws_sdk_dynamodbstreams::Client,
+        table: impl Into<String>,
+    ) -> Self {
+        let table = table.into();
+        Rebuilder {
+            store: DynamoStore::new(ddb.clone(), table.clone()),
+            ddb,
+            streams,
+            table,
+        }
+    }
+
+    pub async fn rebuild(&self, req: &Rebuild) -> Result<RebuildReport, AdminError> {
+        let days = req.days()?;
+        let (Some(first), Some(last)) = (days.first(), days.last()) else {
+            return Ok(RebuildReport::default());
+        };
+        let start = first.start();
+        let end = Bucket::Daily(*last).end_exclusive();
+        let d = &req.device;
+        let partitions: BTreeSet<String> = self
+            .store
+            .shard_history(d)
+            .await?
+            .shards_over(start, end)
+            .into_iter()
+            .map(|s| keys::reading_pk(d, s))
+            .collect();
+
+        let source =
+            DynamoDbStreamSource::for_table(&self.ddb, self.streams.clone(), &self.table).await?;
+        let mut cursor = StreamCursor::open(source, partitions.clone()).await?;
+        let mut s0 = BTreeMap::new();
+        for p in &partitions {
+            s0.insert(p.clone(), cursor.fence(&self.ddb, &self.table, p).await?);
+        }
+        let read: Readings = self
+            .store
+            .readings_between(d, start, end)
+            .await?
+            .into_iter()
+            .filter(|(at, _)| *at < end)
+            .collect();
+        let mut s1 = BTreeMap::new();
+        for p in &partitions {
+            s1.insert(p.clone(), cursor.fence(&self.ddb, &self.table, p).await?);
+        }
+
+        let mut report = RebuildReport {
+            partitions: partitions.len(),
+            readings: read.len(),
+            ..RebuildReport::default()
+        };
+        for bucket in buckets(&days) {
+            let key = AggregateItem::key_for(d, bucket);
+            let in_bucket: Readings = read
+                .range(bucket.start()..bucket.end_exclusive())
+                .map(|(t, m)| (*t, m.clone()))
+                .collect();
+            loop {
+                let current = self
+                    .store
+                    .get_aggregates(std::slice::from_ref(&key))
+                    .await?
+                    .remove(&key);
+                let mut marks = BTreeMap::new();
+                for p in &partitions {
+                    let w = current.as_ref().and_then(|c| c.applied.get(p));
+                    let upto = match w {
+                        Some(w) if cmp_seq(w, &s0[p]).is_gt() => {
+                            if cmp_seq(w, &s1[p]).is_gt() {
+                                cursor.reach(p, w).await?;
+                            }
+                            w.clone()
+                        }
+                        _ => s0[p].clone(),
+                    };
+                    marks.insert(
+                        p.clone(),
+                        Marks {
+                            s0: s0[p].clone(),
+                            s1: s1[p].clone(),
+                            upto,
+                        },
+                    );
+                }
+                let records: Vec<_> = cursor
+                    .records
+                    .iter()
+                    .filter(|r| bucket.contains(r.at))
+                    .cloned()
+                    .collect();
+                let readings = readings_as_of(in_bucket.clone(), &records, &marks);
+                let Some(item) = rebuilt(current.as_ref(), &key, &readings, &marks) else {
+                    break;
+                };
+                match self
+                    .store
+                    .put_aggregate(&item, current.as_ref().map(|c| c.version))
+                    .await?
+                {
+                    Written::Ok { .. } => {
+                        report.written += 1;
+                        break;
+                    }
+                    Written::Conflict => report.conflicts += 1,
+                }
+            }
+        }
+        for p in &partitions {
+            remove_fence(&self.ddb, &self.table, p).await?;
+        }
+        Ok(report)
+    }
+}
+
+/// Every hourly bucket of the days, then the days themselves.
+fn buckets(days: &[Day]) -> Vec<Bucket> {
+    let mut out = Vec::new();
+    for day in days {
+        let mut h = day.start();
+        for _ in 0..24 {
+            out.push(Period::Hourly.bucket(h));
+            h = h.plus_millis(3_600_000).unwrap_or(Timestamp::MAX);
+        }
+        out.push(Bucket::Daily(*day));
+    }
+    out
+}
+
+/// The aggregate item holding `readings`, with the watermarks of `marks` (other partitions'
+/// watermarks kept); `None` when there is nothing to write (no readings and no item).
+pub fn rebuilt(
+    current: Option<&AggregateItem>,
+    key: &tidemark_schema::Key,
+    readings: &Readings,
+    marks: &BTreeMap<String, Marks>,
+) -> Option<AggregateItem> {
+    if readings.is_empty() && current.is_none() {
+        return None;
+    }
+    let mut metrics: BTreeMap<_, Stats> = BTreeMap::new();
+    for values in readings.values() {
+        for (m, v) in values {
+            metrics
+                .entry(m.clone())
+                .and_modify(|s| s.merge(&Stats::of(*v)))
+                .or_insert_with(|| Stats::of(*v));
+        }
+    }
+    let mut applied = current.map(|c| c.applied.clone()).unwrap_or_default();
+    for (p, m) in marks {
+        applied.insert(p.clone(), m.upto.clone());
+    }
+    let (first_at, last_at) = match (readings.keys().next(), readings.keys().next_back()) {
+        (Some(f), Some(l)) => (*f, *l),
+        // No reading left: the item stays (its watermarks are what keep replays out).
+        _ => current.map_or((Timestamp::MIN, Timestamp::MIN), |c| {
+            (c.first_at, c.last_at)
+        }),
+    };
+    Some(AggregateItem {
+        pk: key.pk.clone(),
+        sk: key.sk.clone(),
+        metrics,
+        first_at,
+        last_at,
+        applied,
+        version: current.map_or(0, |c| c.version) + 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use tidemark_schema::MetricName;
+
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_epoch_millis(1_776_693_600_000 + s * 1_000).unwrap()
+    }
+    fn marks(p: &str, upto: &str) -> BTreeMap<String, Marks> {
+        BTreeMap::from([(
+            p.to_owned(),
+            Marks {
+                s0: "10".into(),
+                s1: "20".into(),
+                upto: upto.into(),
+            },
+        )])
+    }
+    fn key() -> tidemark_schema::Key {
+        AggregateItem::key_for(&DeviceId::new("d").unwrap(), Period::Hourly.bucket(t(0)))
+    }
+
+    #[test]
+    fn the_rebuilt_item_holds_the_readings_and_moves_only_the_fenced_watermarks() {
+        let current = AggregateItem {
+            pk: key().pk,
+            sk: key().sk,
+            metrics: BTreeMap::new(),
+            first_at: t(0),
+            last_at: t(0),
+            applied: BTreeMap::from([
+                ("DEVICE#d".to_owned(), "5".to_owned()),
+                ("DEVICE#d#S1".to_owned(), "7".to_owned()),
+            ]),
+            version: 4,
+        };
+        let temp = MetricName::new("temperature").unwrap();
+        let readings = Readings::from([
+            (t(1), BTreeMap::from([(temp.clone(), 2.0)])),
+            (t(3), BTreeMap::from([(temp.clone(), 6.0)])),
+        ]);
+        let item = rebuilt(Some(&current), &key(), &readings, &marks("DEVICE#d", "12")).unwrap();
+        assert_eq!(
+            item.metrics[&temp],
+            Stats {
+                count: 2,
+                sum: 8.0,
+                min: 2.0,
+                max: 6.0
+            }
+        );
+        assert_eq!((item.first_at, item.last_at), (t(1), t(3)));
+        assert_eq!(item.applied["DEVICE#d"], "12");
+        assert_eq!(item.applied["DEVICE#d#S1"], "7");
+        assert_eq!(item.version, 5);
+    }
+
+    #[test]
+    fn an_emptied_bucket_keeps_its_item_and_watermarks_and_an_empty_new_one_is_not_written() {
+        assert_eq!(
+            rebuilt(None, &key(), &Readings::new(), &marks("DEVICE#d", "10")),
+            None
+        );
+        let current = AggregateItem {
+            pk: key().pk,
+            sk: key().sk,
+            metrics: BTreeMap::from([(MetricName::new("temperature").unwrap(), Stats::of(1.0))]),
+            first_at: t(2),
+            last_at: t(2),
+            applied: BTreeMap::new(),
+            version: 1,
+        };
+        let item = rebuilt(
+            Some(&current),
+            &key(),
+            &Readings::new(),
+            &marks("DEVICE#d", "10"),
+        )
+        .unwrap();
+        assert!(item.metrics.is_empty());
+        assert_eq!(item.applied["DEVICE#d"], "10");
+        assert_eq!(item.version, 2);
+    }
+
+    #[test]
+    fn a_rebuild_covers_whole_days_and_refuses_a_backwards_or_huge_range() {
+        let d = DeviceId::new("d").unwrap();
+        let r = Rebuild {
+            device: d.clone(),
+            from: t(0),
+            to: t(2 * 86_400),
+        };
+        let days = r.days().unwrap();
+        assert_eq!(days.len(), 3);
+        assert_eq!(buckets(&days).len(), 3 * 25);
+        let back = Rebuild {
+            device: d.clone(),
+            from: t(86_400),
+            to: t(0),
+        };
+        assert!(back.days().unwrap_err().to_string().contains("before"));
+        let huge = Rebuild {
+            device: d,
+            from: t(0),
+            to: t(400 * 86_400),
+        };
+        assert!(huge.days().unwrap_err().to_string().contains("at most"));
+    }
+}

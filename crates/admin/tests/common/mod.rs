@@ -1,0 +1,149 @@
+//! The admin tests' stack: a table, a Kinesis stream and devstack's in-process pipeline.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use tidemark_devstack::LocalConfig;
+use tidemark_devstack::esm::MappingConfig;
+use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_schema::{EntityKey, ReadingItem, Timestamp};
+use tidemark_testkit::{TestStream, TestTable, rollups, services, unique_name};
+
+pub struct Stack {
+    pub table: TestTable,
+    pub stream: TestStream,
+    pub on_failure: PathBuf,
+}
+
+impl Stack {
+    pub async fn new(label: &str) -> Stack {
+        Stack {
+            table: TestTable::new(label).await,
+            stream: TestStream::new(label, 2).await,
+            on_failure: std::env::temp_dir().join(unique_name(&format!("{label}-onfailure"))),
+        }
+    }
+
+    /// The pipeline with quick mappings; `dynamodb` is the functions' endpoint (DynamoDB
+    /// Local or a fault proxy in front of it).
+    pub async fn pipeline(
+        &self,
+        dynamodb: String,
+        tweak: impl Fn(&str, MappingConfig) -> MappingConfig,
+    ) -> Pipeline {
+        let local = LocalConfig {
+            table: self.table.name.clone(),
+            stream: self.stream.name.clone(),
+            stream_shards: 2,
+            dynamodb_endpoint: dynamodb,
+            kinesis_endpoint: services().kinesis_endpoint.clone(),
+        };
+        let quick = |name: &str, window_ms: u64| {
+            tweak(
+                name,
+                MappingConfig {
+                    batch_size: 500,
+                    batching_window: Duration::from_millis(window_ms),
+                    poll_interval: Duration::from_millis(100),
+                    shard_refresh: Duration::from_secs(1),
+                    retry_backoff: Duration::from_millis(50),
+                    on_failure_dir: Some(self.on_failure.join(name)),
+                    ..MappingConfig::new(name)
+                },
+            )
+        };
+        Pipeline::start(PipelineConfig {
+            local,
+            api_port: 0,
+            functions: Functions::InProcess,
+            ingest: quick("ingest", 200),
+            aggregator: quick("aggregator", 500),
+            default_thresholds: "{}".into(),
+        })
+        .await
+        .unwrap()
+    }
+
+    pub async fn publish(&self, records: &[(String, String)]) -> Vec<String> {
+        let mut seqs = Vec::new();
+        for chunk in records.chunks(500) {
+            let entries = chunk
+                .iter()
+                .map(|(k, json)| {
+                    PutRecordsRequestEntry::builder()
+                        .partition_key(k)
+                        .data(Blob::new(json.as_bytes()))
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            let out = self
+                .stream
+                .client
+                .put_records()
+                .stream_name(&self.stream.name)
+                .set_records(Some(entries))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(out.failed_record_count, Some(0));
+            seqs.extend(
+                out.records
+                    .iter()
+                    .map(|r| r.sequence_number.clone().unwrap_or_default()),
+            );
+        }
+        seqs
+    }
+
+    /// Waits until the stored rollups equal the recomputation from the stored readings and
+    /// `stored` readings are there; panics with the differences after `limit`.
+    pub async fn wait_exact(&self, stored: usize, limit: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let items = self.table.scan().await;
+            let n = readings_in(&items).len();
+            let diffs = rollups::differences(&items);
+            if n == stored && diffs.is_empty() {
+                return;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "not exact after {limit:?}: {n} of {stored} readings; {diffs:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// A reading record's partition key and JSON (integral values keep sums exact).
+pub fn reading(device: &str, at: Timestamp, temperature: i64) -> (String, String) {
+    (
+        device.to_owned(),
+        format!(r#"{{"deviceId":"{device}","timestamp":"{at}","temperature":{temperature}}}"#),
+    )
+}
+
+/// `(device, epoch ms)` → temperature of the stored readings.
+pub fn readings_in(items: &[tidemark_store::Item]) -> BTreeMap<(String, i64), f64> {
+    items
+        .iter()
+        .filter_map(|i| {
+            let r: ReadingItem = tidemark_store::from_item(i.clone()).ok()?;
+            let EntityKey::Reading { device, at, .. } = EntityKey::parse(&r.pk, &r.sk).ok()? else {
+                return None;
+            };
+            let t = r.metrics.values().next().copied()?;
+            Some(((device.to_string(), at.epoch_millis()), t))
+        })
+        .collect()
+}
+
+/// `minutes` minutes before now.
+pub fn ago(minutes: i64) -> Timestamp {
+    Timestamp::now().minus_millis(minutes * 60_000).unwrap()
+}

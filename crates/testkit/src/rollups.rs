@@ -1,0 +1,112 @@
+//! The check every exactness test ends with: the hourly and daily rollups stored in a table
+//! equal a recomputation from the raw readings in that same table.
+
+use std::collections::BTreeMap;
+
+use tidemark_schema::{AggregateItem, EntityKey, Key, MetricName, Period, ReadingItem, Stats};
+use tidemark_store::Item;
+
+/// One bucket's rollup, as stored or as recomputed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollup {
+    pub metrics: BTreeMap<MetricName, Stats>,
+    pub first_at: tidemark_schema::Timestamp,
+    pub last_at: tidemark_schema::Timestamp,
+}
+
+fn s(i: &Item, a: &str) -> String {
+    i.get(a)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Hourly and daily rollups of every reading among `items`, by aggregate key.
+pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
+    let mut out: BTreeMap<Key, Rollup> = BTreeMap::new();
+    for i in items {
+        let Ok(EntityKey::Reading { device, at, .. }) = EntityKey::parse(&s(i, "pk"), &s(i, "sk"))
+        else {
+            continue;
+        };
+        let r: ReadingItem = tidemark_store::from_item(i.clone())
+            .unwrap_or_else(|e| panic!("reading {} / {}: {e}", s(i, "pk"), s(i, "sk")));
+        for period in [Period::Hourly, Period::Daily] {
+            let key = AggregateItem::key_for(&device, period.bucket(at));
+            let e = out.entry(key).or_insert_with(|| Rollup {
+                metrics: BTreeMap::new(),
+                first_at: at,
+                last_at: at,
+            });
+            e.first_at = e.first_at.min(at);
+            e.last_at = e.last_at.max(at);
+            for (m, v) in &r.metrics {
+                e.metrics
+                    .entry(m.clone())
+                    .and_modify(|st| st.merge(&Stats::of(*v)))
+                    .or_insert_with(|| Stats::of(*v));
+            }
+        }
+    }
+    out
+}
+
+/// The aggregate items among `items` (those with at least one metric), by key.
+pub fn stored(items: &[Item]) -> BTreeMap<Key, Rollup> {
+    items
+        .iter()
+        .filter(|i| {
+            matches!(
+                EntityKey::parse(&s(i, "pk"), &s(i, "sk")),
+                Ok(EntityKey::Aggregate { .. })
+            )
+        })
+        .map(|i| {
+            let a: AggregateItem = tidemark_store::from_item(i.clone())
+                .unwrap_or_else(|e| panic!("aggregate {} / {}: {e}", s(i, "pk"), s(i, "sk")));
+            (
+                Key { pk: a.pk, sk: a.sk },
+                Rollup {
+                    metrics: a.metrics,
+                    first_at: a.first_at,
+                    last_at: a.last_at,
+                },
+            )
+        })
+        .filter(|(_, r)| !r.metrics.is_empty())
+        .collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+fn same(a: &Rollup, b: &Rollup) -> bool {
+    a.first_at == b.first_at
+        && a.last_at == b.last_at
+        && a.metrics.len() == b.metrics.len()
+        && a.metrics.iter().all(|(m, x)| {
+            b.metrics.get(m).is_some_and(|y| {
+                x.count == y.count && close(x.sum, y.sum) && x.min == y.min && x.max == y.max
+            })
+        })
+}
+
+/// Every way the stored rollups among `items` differ from the recomputation (empty: exact).
+/// Sums are compared to 1e-9 relative, since they are added up in another order.
+pub fn differences(items: &[Item]) -> Vec<String> {
+    let want = recompute(items);
+    let got = stored(items);
+    let mut out = Vec::new();
+    for (k, w) in &want {
+        match got.get(k) {
+            None => out.push(format!("{k}: missing, expected {w:?}")),
+            Some(g) if !same(g, w) => out.push(format!("{k}: stored {g:?}, expected {w:?}")),
+            Some(_) => {}
+        }
+    }
+    for k in got.keys().filter(|k| !want.contains_key(k)) {
+        out.push(format!("{k}: stored without any reading"));
+    }
+    out
+}
