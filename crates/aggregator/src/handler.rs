@@ -2,7 +2,7 @@
 //! each changed item once (conditionally, re-reading and retrying on conflict), and report
 //! the first record behind any item that could not be written as the batch item failure.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_lambda_events::event::dynamodb::Event;
@@ -12,6 +12,7 @@ use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, AlertState, DeviceId, DeviceItem, DeviceStatus,
     LatestReading, MetricName, Timestamp, keys,
 };
+use tidemark_store::StoreError;
 use tidemark_store::emf::Metrics;
 
 use crate::alerts::{self, AlertPlan, AlertWrite};
@@ -35,6 +36,9 @@ pub struct Report {
     /// Devices whose item was left as it was: only `lastSeenAt`/`latest` would have moved,
     /// by less than [`AggregatorConfig::device_refresh`].
     pub device_writes_deferred: u64,
+    /// Items in the table that do not parse (written by another tool or an older version):
+    /// skipped and logged with their key; the rest of the batch goes on.
+    pub unreadable_items: u64,
     /// Write request units DynamoDB reported for this invocation's writes.
     pub write_units: f64,
     pub failed_items: u64,
@@ -51,6 +55,7 @@ impl Report {
             .count("AlertsOpened", self.alerts_opened)
             .count("AlertsResolved", self.alerts_resolved)
             .count("DeviceWritesDeferred", self.device_writes_deferred)
+            .count("UnreadableItems", self.unreadable_items)
             .count("WriteUnits", self.write_units.ceil() as u64)
             .count("FailedItems", self.failed_items)
     }
@@ -64,6 +69,7 @@ struct Counters {
     alerts_opened: AtomicU64,
     alerts_resolved: AtomicU64,
     device_writes_deferred: AtomicU64,
+    unreadable_items: AtomicU64,
     /// Thousandths of a write unit.
     write_milli_units: AtomicU64,
 }
@@ -75,6 +81,18 @@ impl Counters {
     fn written(&self, units: f64) {
         Self::add(&self.items_written, 1);
         Self::add(&self.write_milli_units, (units * 1000.0).round() as u64);
+    }
+
+    /// Counts and logs an unreadable item; `Ok` when `e` was one (the caller skips it).
+    fn skip_unreadable(&self, e: AggregatorError, what: &str) -> Result<(), AggregatorError> {
+        match e {
+            AggregatorError::Store(s) if s.is_unreadable() => {
+                Self::add(&self.unreadable_items, 1);
+                tracing::warn!(error = %s, "{what} skipped: an item it needs is unreadable");
+                Ok(())
+            }
+            other => Err(other),
+        }
     }
 }
 
@@ -131,6 +149,39 @@ fn device_plans(changes: &[StreamChange]) -> Vec<DevicePlan> {
         .collect()
 }
 
+/// Reads `keys` with `get`; when an item among them does not parse, reads them one by one so
+/// that only the unreadable ones are left out (and returned apart, to be skipped and counted).
+async fn read_skipping_unreadable<K, T, F, Fut>(
+    keys: &[K],
+    get: F,
+) -> (Result<HashMap<K, T>, StoreError>, HashSet<K>)
+where
+    K: Clone + Eq + std::hash::Hash + std::fmt::Debug,
+    F: Fn(Vec<K>) -> Fut,
+    Fut: std::future::Future<Output = Result<HashMap<K, T>, StoreError>>,
+{
+    if keys.is_empty() {
+        return (Ok(HashMap::new()), HashSet::new());
+    }
+    match get(keys.to_vec()).await {
+        Err(e) if e.is_unreadable() => {}
+        other => return (other, HashSet::new()),
+    }
+    let mut found = HashMap::new();
+    let mut unreadable = HashSet::new();
+    for k in keys {
+        match get(vec![k.clone()]).await {
+            Ok(m) => found.extend(m),
+            Err(e) if e.is_unreadable() => {
+                tracing::warn!(key = ?k, error = %e, "unreadable item: this batch leaves it as it is");
+                unreadable.insert(k.clone());
+            }
+            Err(e) => return (Err(e), unreadable),
+        }
+    }
+    (Ok(found), unreadable)
+}
+
 /// The aggregator over a store (DynamoDB in production, fakes in unit tests).
 pub struct Aggregator<S = DynamoStore> {
     store: S,
@@ -170,6 +221,7 @@ impl<S: Store> Aggregator<S> {
             alerts_opened = report.alerts_opened,
             alerts_resolved = report.alerts_resolved,
             device_writes_deferred = report.device_writes_deferred,
+            unreadable_items = report.unreadable_items,
             write_units = report.write_units,
             failed_items = report.failed_items,
             "batch aggregated"
@@ -205,22 +257,16 @@ impl<S: Store> Aggregator<S> {
 
         let agg_keys: Vec<_> = agg_plans.iter().map(|p| p.key.clone()).collect();
         let dev_ids: Vec<_> = dev_plans.iter().map(|p| p.device.clone()).collect();
-        let (aggs, devs) = futures::join!(
-            async {
-                if agg_keys.is_empty() {
-                    Ok(HashMap::new())
-                } else {
-                    self.store.get_aggregates(&agg_keys).await
-                }
-            },
-            async {
-                if dev_ids.is_empty() {
-                    Ok(HashMap::new())
-                } else {
-                    self.store.get_devices(&dev_ids).await
-                }
-            }
+        let store = &self.store;
+        let ((aggs, unreadable_aggs), (devs, unreadable_devs)) = futures::join!(
+            read_skipping_unreadable(
+                &agg_keys,
+                |ks| async move { store.get_aggregates(&ks).await }
+            ),
+            read_skipping_unreadable(&dev_ids, |ks| async move { store.get_devices(&ks).await })
         );
+        let skipped = unreadable_aggs.len() + unreadable_devs.len();
+        Counters::add(&counters.unreadable_items, skipped as u64);
         match (aggs, devs) {
             (Ok(aggs), Ok(devs)) => {
                 let n = self.config.write_concurrency.max(1);
@@ -229,6 +275,7 @@ impl<S: Store> Aggregator<S> {
                 // and runtimes that spawn it need Send.
                 let (agg_plans, dev_plans, counters) = (&agg_plans, &dev_plans, &counters);
                 let agg_writes = futures::stream::iter(0..agg_plans.len())
+                    .filter(|i| std::future::ready(!unreadable_aggs.contains(&agg_plans[*i].key)))
                     .map(|i| {
                         let p = &agg_plans[i];
                         let current = aggs.get(&p.key).cloned();
@@ -243,6 +290,9 @@ impl<S: Store> Aggregator<S> {
                     .buffer_unordered(n)
                     .collect::<Vec<_>>();
                 let dev_writes = futures::stream::iter(0..dev_plans.len())
+                    .filter(|i| {
+                        std::future::ready(!unreadable_devs.contains(&dev_plans[*i].device))
+                    })
                     .map(|i| {
                         let p = &dev_plans[i];
                         let current = devs.get(&p.device).cloned();
@@ -258,13 +308,13 @@ impl<S: Store> Aggregator<S> {
                     .collect::<Vec<_>>();
                 let (agg_results, dev_results) = futures::join!(agg_writes, dev_writes);
                 for (first, key, r) in agg_results {
-                    if let Err(e) = r {
+                    if let Err(e) = r.or_else(|e| counters.skip_unreadable(e, "aggregate update")) {
                         tracing::error!(item = %key, error = %e, "aggregate not written");
                         failed.push(first);
                     }
                 }
                 for (first, device, r) in dev_results {
-                    if let Err(e) = r {
+                    if let Err(e) = r.or_else(|e| counters.skip_unreadable(e, "device update")) {
                         tracing::error!(%device, error = %e, "device not updated");
                         failed.push(first);
                     }
@@ -287,6 +337,7 @@ impl<S: Store> Aggregator<S> {
         report.alerts_opened = counters.alerts_opened.load(Ordering::Relaxed);
         report.alerts_resolved = counters.alerts_resolved.load(Ordering::Relaxed);
         report.device_writes_deferred = counters.device_writes_deferred.load(Ordering::Relaxed);
+        report.unreadable_items = counters.unreadable_items.load(Ordering::Relaxed);
         report.write_units = counters.write_milli_units.load(Ordering::Relaxed) as f64 / 1000.0;
         report.failed_items = failed.len() as u64;
 

@@ -14,7 +14,7 @@ use tidemark_schema::{
     LatestReading, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
-use tidemark_store::{Item, StoreError, from_item, to_item};
+use tidemark_store::{Item, StoreError, from_item, from_stored, to_item};
 
 use crate::alerts::AlertWrite;
 use crate::combine::BucketReadings;
@@ -190,7 +190,7 @@ impl AggregateStore for DynamoStore {
         let items = self.batch_get(keys).await?;
         items
             .into_iter()
-            .map(|(k, i)| Ok((k, from_item(i)?)))
+            .map(|(k, i)| Ok((k, from_stored(i)?)))
             .collect()
     }
 
@@ -366,7 +366,7 @@ impl DeviceStore for DynamoStore {
         let items = self.batch_get(&keys).await?;
         let mut out = HashMap::new();
         for (_, i) in items {
-            let d: DeviceItem = from_item(i)?;
+            let d: DeviceItem = from_stored(i)?;
             out.insert(d.device_id.clone(), d);
         }
         Ok(out)
@@ -466,7 +466,7 @@ impl AlertStore for DynamoStore {
         let items = self.batch_get(&keys).await?;
         let mut out = HashMap::new();
         for (_, i) in items {
-            let a: AlertItem = from_item(i)?;
+            let a: AlertItem = from_stored(i)?;
             out.insert(a.alert_id.clone(), a);
         }
         Ok(out)
@@ -501,9 +501,14 @@ impl ReadingStore for DynamoStore {
                     .await
                     .map_err(StoreError::sdk("Query"))?;
                 for i in resp.items.unwrap_or_default() {
-                    let r: ReadingItem = from_item(i)?;
-                    if let Ok((reading, _)) = r.to_reading() {
-                        out.push((reading.timestamp, reading.metrics));
+                    // An unreadable reading cannot hold an extreme we could use: skip it.
+                    match from_stored::<ReadingItem>(i) {
+                        Ok(r) => {
+                            if let Ok((reading, _)) = r.to_reading() {
+                                out.push((reading.timestamp, reading.metrics));
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "unreadable reading skipped"),
                     }
                 }
                 match resp.last_evaluated_key {

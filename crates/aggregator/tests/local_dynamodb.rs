@@ -554,3 +554,73 @@ async fn the_event_files_are_stream_events_of_our_items() {
     assert_eq!(report.records_ignored, report.records_seen);
     assert_eq!(stored_aggregates(&t, &[dev("sensor_01")]).await, before);
 }
+
+#[tokio::test]
+async fn an_unreadable_item_is_skipped_and_counted_and_the_rest_of_the_batch_goes_on() {
+    // GIVEN an hourly item of d1 and the device item of d2 written by something else
+    let t = TestTable::new("agg-poison").await;
+    let agg = aggregator(&t);
+    let mut s = StreamSim::new(1);
+    let hour = Period::Hourly.bucket(ts("2026-04-20T14:00:00Z"));
+    let poison_hourly = tidemark_schema::AggregateItem::key_for(&dev("d1"), hour);
+    let poison_device = tidemark_schema::EntityKey::Device(dev("d2")).key();
+    for k in [&poison_hourly, &poison_device] {
+        t.client
+            .put_item()
+            .table_name(&t.name)
+            .item("pk", AttributeValue::S(k.pk.clone()))
+            .item("sk", AttributeValue::S(k.sk.clone()))
+            .item("metrics", AttributeValue::S("not a map".into()))
+            .item("status", AttributeValue::N("7".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let rs = vec![
+        reading("d1", "2026-04-20T14:00:00Z", &[("temperature", 1.0)]),
+        reading("d2", "2026-04-20T14:00:00Z", &[("temperature", 2.0)]),
+        reading("d3", "2026-04-20T14:00:00Z", &[("temperature", 3.0)]),
+    ];
+    put_readings(&t, &rs).await;
+    // WHEN a batch touches them
+    let (resp, report) = agg
+        .process(&event(rs.iter().map(|r| s.insert(r)).collect()))
+        .await;
+    // THEN the batch succeeds, the two unreadable items are counted and left as they were
+    assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+    assert_eq!(report.unreadable_items, 2, "{report:?}");
+    let get = |k: tidemark_schema::Key| {
+        let c = t.client.clone();
+        let name = t.name.clone();
+        async move {
+            c.get_item()
+                .table_name(name)
+                .key("pk", AttributeValue::S(k.pk))
+                .key("sk", AttributeValue::S(k.sk))
+                .send()
+                .await
+                .unwrap()
+                .item
+                .unwrap()
+        }
+    };
+    let still = get(poison_hourly.clone()).await;
+    assert_eq!(
+        still["metrics"],
+        AttributeValue::S("not a map".into()),
+        "the unreadable hourly item is left as it was"
+    );
+    // AND every other item is exact: d1's daily, d2's rollups, all of d3
+    assert_exact(&t, &[dev("d2"), dev("d3")], &rs[1..]).await;
+    let daily_key = tidemark_schema::AggregateItem::key_for(
+        &dev("d1"),
+        Period::Daily.bucket(ts("2026-04-20T14:00:00Z")),
+    );
+    let daily: tidemark_schema::AggregateItem =
+        tidemark_store::from_item(get(daily_key).await).unwrap();
+    assert_eq!(
+        daily.metrics[&MetricName::new("temperature").unwrap()].count,
+        1
+    );
+    assert!(device_item(&t, "d3").await.is_some());
+}

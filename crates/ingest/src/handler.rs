@@ -57,6 +57,9 @@ pub struct BatchStats {
     pub failed_items: u64,
     /// The sequence number reported in `batchItemFailures`, if any.
     pub failed_from: Option<String>,
+    /// Items of the table that do not parse (a `CONFIG` item written by another tool):
+    /// skipped and logged with their key.
+    pub unreadable_items: u64,
 }
 
 impl BatchStats {
@@ -73,7 +76,8 @@ impl BatchStats {
             .count("Unprocessed", self.unprocessed)
             .count("Throttled", self.throttled)
             .count("FailedItems", self.failed_items)
-            .count("FailedBatches", u64::from(self.failed_from.is_some()));
+            .count("FailedBatches", u64::from(self.failed_from.is_some()))
+            .count("UnreadableItems", self.unreadable_items);
         for (reason, n) in &self.quarantined_by_reason {
             m = m.count(&format!("Quarantined.{}", reason.as_str()), *n);
         }
@@ -234,7 +238,8 @@ where
         if self.config.unknown_devices == UnknownDevices::Quarantine {
             self.quarantine_unknown_devices(&mut decoded).await?;
         }
-        let shards = self.shard_histories().await?;
+        let (shards, unreadable) = self.shard_histories().await?;
+        stats.unreadable_items = unreadable;
 
         let mut puts = Vec::with_capacity(records.len());
         for (i, (record, d)) in records.iter().zip(decoded).enumerate() {
@@ -286,7 +291,10 @@ where
     /// answer until the whole TTL has passed (that is the age the API's shard-change lead
     /// time allows for), and fails the batch after that, so Lambda retries it rather than
     /// writing with counts that may be out of date.
-    async fn shard_histories(&self) -> Result<Arc<HashMap<DeviceId, ShardHistory>>, IngestError> {
+    /// Also returns how many unreadable `CONFIG` items a fresh load skipped.
+    async fn shard_histories(
+        &self,
+    ) -> Result<(Arc<HashMap<DeviceId, ShardHistory>>, u64), IngestError> {
         let now = self.clock.now();
         let ttl_ms = i64::try_from(self.config.shard_cache_ttl.as_millis()).unwrap_or(i64::MAX);
         let age = |loaded: Timestamp| now.epoch_millis().saturating_sub(loaded.epoch_millis());
@@ -297,16 +305,23 @@ where
         if let Some((loaded, h)) = &cached
             && age(*loaded) < ttl_ms / 2
         {
-            return Ok(h.clone());
+            return Ok((h.clone(), 0));
         }
         // Taken before the read: the snapshot is at least as old as the request.
         let loading = now;
         match self.shard_source.load_shard_configs().await {
             Ok(items) => {
+                let mut unreadable = 0;
                 let histories: Arc<HashMap<_, _>> = Arc::new(
                     items
                         .into_iter()
                         .filter_map(|item| {
+                            let item = item
+                                .inspect_err(|e| {
+                                    unreadable += 1;
+                                    tracing::warn!(error = %e, "unreadable shard configuration skipped");
+                                })
+                                .ok()?;
                             let Ok(tidemark_schema::EntityKey::ShardConfig(id)) =
                                 tidemark_schema::EntityKey::parse(&item.pk, &item.sk)
                             else {
@@ -321,12 +336,12 @@ where
                     loaded: loading,
                     histories: histories.clone(),
                 });
-                Ok(histories)
+                Ok((histories, unreadable))
             }
             Err(e) => match cached {
                 Some((loaded, h)) if age(loaded) < ttl_ms => {
                     tracing::warn!(error = %e, "shard configuration refresh failed; using the cached one");
-                    Ok(h)
+                    Ok((h, 0))
                 }
                 _ => Err(IngestError::ShardConfig(e)),
             },

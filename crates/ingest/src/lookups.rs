@@ -11,7 +11,7 @@ use tidemark_schema::keys::{CONFIG_PK, SHARDS_PREFIX};
 use tidemark_schema::table::attr;
 use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, Timestamp};
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
-use tidemark_store::{Item, StoreError, from_item};
+use tidemark_store::{Item, StoreError, from_stored};
 
 /// The time readings are validated against. Injected so tests of the bounds are exact.
 pub trait Clock: Send + Sync {
@@ -50,11 +50,12 @@ impl Clock for FixedClock {
 
 /// Hot devices' shard counts: the whole `CONFIG` partition. Only hot devices have an item
 /// there, so one cached query answers for the whole fleet and an ordinary device costs no
-/// read at all.
+/// read at all. Each item comes back parsed or as [`StoreError::Unreadable`]: one bad item
+/// must not stop ingest.
 pub trait ShardConfigSource: Send + Sync {
     fn load_shard_configs(
         &self,
-    ) -> impl Future<Output = Result<Vec<ShardConfigItem>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError>> + Send;
 }
 
 /// Which devices are registered (only asked with `UNKNOWN_DEVICES=quarantine`).
@@ -82,7 +83,9 @@ impl DynamoLookups {
 }
 
 impl ShardConfigSource for DynamoLookups {
-    async fn load_shard_configs(&self) -> Result<Vec<ShardConfigItem>, StoreError> {
+    async fn load_shard_configs(
+        &self,
+    ) -> Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError> {
         let mut out = Vec::new();
         let mut start: Option<Item> = None;
         loop {
@@ -99,9 +102,7 @@ impl ShardConfigSource for DynamoLookups {
                 .send()
                 .await
                 .map_err(StoreError::sdk("Query"))?;
-            for item in page.items.unwrap_or_default() {
-                out.push(from_item(item)?);
-            }
+            out.extend(page.items.unwrap_or_default().into_iter().map(from_stored));
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => return Ok(out),

@@ -538,3 +538,47 @@ async fn metric_values_whose_sums_stay_storable_are_stored_and_the_rest_quaranti
     }
     assert_eq!(stored.len(), edge.len());
 }
+
+#[tokio::test]
+async fn an_unreadable_config_item_is_skipped_and_counted_and_ingest_goes_on() {
+    // GIVEN a hot device's shard history and, beside it, a CONFIG item nobody can read
+    let t = TestTable::new("ingest-poison-config").await;
+    let history = ShardHistory::default()
+        .with_change(ts("2026-04-20T14:00:00Z"), 4)
+        .unwrap();
+    let good = to_item(&ShardConfigItem::new(&dev("hot_01"), history.clone())).unwrap();
+    let mut bad = to_item(&ShardConfigItem::new(&dev("broken"), history.clone())).unwrap();
+    bad.insert("epochs".into(), AttributeValue::S("garbage".into()));
+    for item in [good, bad] {
+        t.client
+            .put_item()
+            .table_name(&t.name)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    // WHEN a batch arrives
+    let at = "2026-04-20T14:00:00.003000Z";
+    let payloads = [
+        reading_json("hot_01", at, 1.0),
+        reading_json("broken", at, 2.0),
+    ];
+    let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
+    // THEN it is written, the hot device still sharded, the bad item counted
+    assert!(failures(&resp).is_empty(), "{stats:?}");
+    assert_eq!((stats.unreadable_items, stats.written), (1, 2));
+    let pk = reading_pk(&dev("hot_01"), history.shard_at(ts(at)));
+    assert!(
+        get(&t.client, &t.name, &pk, &reading_sk(ts(at)))
+            .await
+            .is_some()
+    );
+    let pk = reading_pk(&dev("broken"), None);
+    assert!(
+        get(&t.client, &t.name, &pk, &reading_sk(ts(at)))
+            .await
+            .is_some()
+    );
+}

@@ -17,6 +17,10 @@ pub enum StoreError {
         operation: &'static str,
         message: String,
     },
+    /// An item in the table that does not parse as what its key says it is (written by
+    /// another tool or an older version): callers skip it, log it and count it.
+    #[error("item {key} is unreadable: {message}")]
+    Unreadable { key: String, message: String },
     #[error("table {table} was not {state} after {seconds} s")]
     Timeout {
         table: String,
@@ -43,6 +47,10 @@ impl StoreError {
             StoreError::Dynamo { source, .. } => Some(source),
             _ => None,
         }
+    }
+
+    pub fn is_unreadable(&self) -> bool {
+        matches!(self, StoreError::Unreadable { .. })
     }
 
     pub fn is_conditional_check_failed(&self) -> bool {

@@ -16,3 +16,21 @@ pub fn to_item<T: Serialize>(value: &T) -> Result<Item, StoreError> {
 pub fn from_item<T: DeserializeOwned>(item: Item) -> Result<T, StoreError> {
     Ok(serde_dynamo::from_item(item)?)
 }
+
+/// [`from_item`] for an item read from the table: a failure is [`StoreError::Unreadable`],
+/// naming the item's key, so the caller can skip that one item and go on.
+pub fn from_stored<T: DeserializeOwned>(item: Item) -> Result<T, StoreError> {
+    let key = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        _ => "?".to_owned(),
+    };
+    let key = format!(
+        "{}/{}",
+        key(tidemark_schema::table::attr::PK),
+        key(tidemark_schema::table::attr::SK)
+    );
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Unreadable {
+        key,
+        message: e.to_string(),
+    })
+}

@@ -317,7 +317,9 @@ impl BatchWriteApi for &MemoryStore {
 }
 
 impl tidemark_ingest::ShardConfigSource for &MemoryStore {
-    async fn load_shard_configs(&self) -> Result<Vec<ShardConfigItem>, StoreError> {
+    async fn load_shard_configs(
+        &self,
+    ) -> Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError> {
         self.shard_loads.fetch_add(1, Ordering::SeqCst);
         if self.fail_shard_loads.load(Ordering::SeqCst) {
             return Err(StoreError::Request {
@@ -325,7 +327,14 @@ impl tidemark_ingest::ShardConfigSource for &MemoryStore {
                 message: "injected outage".into(),
             });
         }
-        Ok(self.shard_configs.lock().unwrap().clone())
+        Ok(self
+            .shard_configs
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .map(Ok)
+            .collect())
     }
 }
 
