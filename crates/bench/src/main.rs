@@ -284,13 +284,8 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
         .find(|r| r.scenario == "hot" && r.design == Design::Tidemark)
     {
         let note = format!(
-            "Hot device: at 2,000 readings/s two readings share each millisecond, and the key \
-             has millisecond precision (DESIGN §2), so {} readings sent became {} stored items: \
-             the later reading of a millisecond replaces the earlier (within one ingest batch the \
-             batch writer keeps the last; across batches the second put overwrites, which the \
-             aggregator sees as a corrected reading). A device that really samples faster than \
-             1 kHz must batch its samples into one record per millisecond, or the key would need \
-             sub-millisecond precision.",
+            "Hot device: at 2,000 readings/s a reading every 500 µs; keys keep microseconds \
+             (DESIGN §2), so {} readings sent became {} stored items.",
             h.readings_sent, h.readings_stored
         );
         rep.notes.push(note);
