@@ -4,7 +4,8 @@
 //! 400 naming the parameter, unknown routes 404, wrong methods 405, conflicts 409, and store
 //! failures a 500/503 whose details go only to the log. Every route is one GetItem,
 //! BatchGetItem or Query per partition; lists page with signed cursors ([`cursor`]) and read
-//! several partitions in one global order when a list spans them ([`merge`]).
+//! several partitions in one global order when a list spans them ([`merge`]). The dashboard's
+//! static files are served under `/ui/` ([`ui`]).
 
 pub mod config;
 pub mod cursor;
@@ -16,6 +17,7 @@ pub mod render;
 pub mod request;
 pub mod routes;
 pub mod store;
+pub mod ui;
 pub mod validate;
 
 use std::time::Instant;
@@ -24,7 +26,7 @@ use http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::Value;
 
-pub use config::{ApiConfig, Clock, ConfigError};
+pub use config::{ApiConfig, Clock, ConfigError, UiAuth};
 pub use error::ApiError;
 pub use routes::{Route, query_parameters, routes};
 pub use store::{DynamoStore, Store};
@@ -68,6 +70,14 @@ impl<S: Store> App<S> {
         let started = Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
+        if let Ok(segments) = request::path_segments(&req)
+            && ui::is_ui_path(&segments)
+        {
+            return match ui::answer(&req, &segments, &self.config.ui_auth) {
+                Ok(resp) => resp,
+                Err(e) => json_response(e.status(), &e.body(), None),
+            };
+        }
         let result = self.dispatch(&req).await;
         let (status, body, allow) = match result {
             Ok((status, body)) => (status, body, None),
