@@ -56,9 +56,9 @@ function widthOf(box) {
 /**
  * Draws one metric into `box` (already in the document).
  * data: {xs: [ms…], raw: [v…]} or {xs, avg, min, max}; thresholds: {min?, max?, severity};
- * marks: [{at: ms, kind: 'open'|'resolved', severity}].
+ * marks: [{at: ms, kind: 'open'|'resolved'}]; range: [fromMs, toMs], the x axis' extent.
  */
-export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks }) {
+export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks, range }) {
   const color = PALETTE[i % PALETTE.length];
   const secs = xs.map((t) => t / 1000);
   const lines = [];
@@ -88,7 +88,7 @@ export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks 
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false } },
     scales: {
-      x: { time: true },
+      x: { time: true, range: range ? () => [range[0] / 1000, range[1] / 1000] : undefined },
       y: {
         range: (u, lo, hi) => {
           const all = [lo, hi, ...lines].filter((v) => typeof v === 'number' && Number.isFinite(v));
@@ -103,7 +103,7 @@ export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks 
     },
     axes: [
       { stroke: '#6b7685', grid: { stroke: '#eef1f5' } },
-      { stroke: '#6b7685', grid: { stroke: '#eef1f5' }, size: 56 },
+      { stroke: '#6b7685', grid: { stroke: '#eef1f5' }, size: 64, values: (u, vals) => vals.map(num) },
     ],
     hooks: {
       draw: [(u) => {

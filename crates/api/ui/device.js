@@ -151,8 +151,19 @@ export async function render(out, route, { navigate, refresh }) {
       marks.push({ at: ms(al.openedAt), kind: 'open' });
       if (al.resolvedAt) marks.push({ at: ms(al.resolvedAt), kind: 'resolved' });
     }
-    metricChart(box, i, { ...metrics[name], thresholds: thresholds[name], marks });
+    metricChart(box, i, { ...metrics[name], thresholds: thresholds[name] || thresholdOf(alerts.items, name), marks, range: [from, to] });
   });
+}
+
+/**
+ * A device without thresholds of its own is judged by the deployment's defaults, which the
+ * API does not list; its newest alert of the metric says which bound was crossed.
+ */
+function thresholdOf(alerts, metric) {
+  const a = alerts.find((x) => x.metric === metric);
+  if (!a) return undefined;
+  const rule = a.rule || (a.value > a.threshold ? 'max' : 'min');
+  return { [rule]: a.threshold, severity: a.severity };
 }
 
 /** One alert with its acknowledge button (open alerts only); shared with the Alerts page. */

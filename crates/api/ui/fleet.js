@@ -68,7 +68,7 @@ function row(d, reading, alerts) {
     el('td', { 'data-label': 'Status', class: `status-${d.status}` }, d.status),
     el('td', { 'data-label': 'Last seen' }, reading ? el('time', { datetime: reading.timestamp, title: reading.timestamp }, ago(reading.timestamp)) : '—'),
     el('td', { 'data-label': 'Latest' }, el('div', { class: 'chips' },
-      metrics.length ? metrics.map(([k, v]) => el('span', { class: 'chip' }, `${k} `, el('b', {}, num(v)))) : '—')),
+      metrics.length ? metrics.map(([k, v]) => el('span', { class: 'chip', title: `${k} ${v}`, dataset: { metric: k, value: v } }, `${k} `, el('b', {}, num(v)))) : '—')),
     el('td', { 'data-label': 'Alerts' }, Object.keys(counts).length
       ? el('div', { class: 'chips' }, Object.entries(counts).sort((a, b) => (RANK[b[0]] || 0) - (RANK[a[0]] || 0))
         .map(([s, n]) => el('span', { class: `badge sev-${s}`, title: `${n} unresolved ${s} alert(s)` }, `${n} ${s}`)))

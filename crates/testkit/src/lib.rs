@@ -5,6 +5,8 @@
 //! makes concurrent test processes share one start. Every test gets its own uniquely named
 //! table or stream, deleted when the guard drops, so tests never see each other's data.
 
+pub mod browser;
+
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::OnceLock;
