@@ -70,13 +70,21 @@ impl<S: Store> App<S> {
         let started = Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
-        if let Ok(segments) = request::path_segments(&req)
-            && ui::is_ui_path(&segments)
-        {
-            return match ui::answer(&req, &segments, &self.config.ui_auth) {
-                Ok(resp) => resp,
-                Err(e) => json_response(e.status(), &e.body(), None),
-            };
+        // The dashboard's routes have no authorizer: a request API Gateway matched to one
+        // of them is answered from the static files or not at all, whatever its path
+        // decodes to, so no spelling of a path reaches data without auth.
+        let ui_route = ui::is_ui_route_key(&req);
+        match request::path_segments(&req) {
+            Ok(segments) if ui_route || ui::is_ui_path(&segments) => {
+                let answer = if ui::is_ui_path(&segments) {
+                    ui::answer(&req, &segments, &self.config.ui_auth)
+                } else {
+                    Err(ApiError::NotFound(format!("no dashboard file {path}")))
+                };
+                return answer.unwrap_or_else(|e| error_response(&e));
+            }
+            Err(e) if ui_route => return error_response(&e),
+            _ => {}
         }
         let result = self.dispatch(&req).await;
         let (status, body, allow) = match result {
@@ -98,6 +106,14 @@ impl<S: Store> App<S> {
         tracing::debug!(%method, %path, status = status.as_u16(), micros = started.elapsed().as_micros() as u64, "handled");
         json_response(status, &body, allow)
     }
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let allow = match e {
+        ApiError::MethodNotAllowed { allowed, .. } => Some(allowed.clone()),
+        _ => None,
+    };
+    json_response(e.status(), &e.body(), allow)
 }
 
 fn json_response(status: StatusCode, body: &Value, allow: Option<String>) -> Response<Body> {

@@ -70,6 +70,21 @@ fn etags() -> &'static [String] {
     })
 }
 
+/// `true` when API Gateway matched the request to one of the dashboard's routes
+/// (`GET /ui`, `GET /ui/{proxy+}` in `template.yaml`), which have no authorizer.
+pub fn is_ui_route_key(req: &Request) -> bool {
+    use lambda_http::RequestExt;
+    use lambda_http::request::RequestContext;
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx.route_key.as_deref().is_some_and(|k| {
+            k.split_whitespace()
+                .nth(1)
+                .is_some_and(|p| p == "/ui" || p.starts_with("/ui/"))
+        }),
+        _ => false,
+    }
+}
+
 /// `true` when a request's path (stage removed) is the dashboard's.
 pub fn is_ui_path(segments: &[String]) -> bool {
     segments.first().is_some_and(|s| s == PREFIX)

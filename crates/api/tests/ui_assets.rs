@@ -9,15 +9,25 @@ use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App, UiAuth, ui};
 
 fn request(method: &str, raw_path: &str, stage: &str, headers: Value) -> lambda_http::Request {
+    routed(method, raw_path, stage, headers, "GET /ui/{proxy+}")
+}
+
+fn routed(
+    method: &str,
+    raw_path: &str,
+    stage: &str,
+    headers: Value,
+    route_key: &str,
+) -> lambda_http::Request {
     let event = json!({
         "version": "2.0",
-        "routeKey": "GET /ui/{proxy+}",
+        "routeKey": route_key,
         "rawPath": raw_path,
         "rawQueryString": "",
         "headers": headers,
         "requestContext": {
             "accountId": "123456789012", "apiId": "abc", "domainName": "abc.example",
-            "domainPrefix": "abc", "requestId": "r", "routeKey": "GET /ui/{proxy+}",
+            "domainPrefix": "abc", "requestId": "r", "routeKey": route_key,
             "stage": stage, "time": "20/Apr/2026:15:00:00 +0000", "timeEpoch": 1776697200000u64,
             "http": {"method": method, "path": raw_path, "protocol": "HTTP/1.1",
                      "sourceIp": "203.0.113.10", "userAgent": "test"}
@@ -179,4 +189,25 @@ fn the_vendored_uplot_is_the_pinned_release_with_its_licence() {
         "df630c6a8d6f8eeaff264b50f73ce5b114f646ffd9a0bb74f049b0a00135fa04"
     );
     assert!(file("vendor/LICENSE.uPlot").contains("Leon Sorokin"));
+}
+
+#[tokio::test]
+async fn a_request_on_the_unauthenticated_dashboard_routes_never_reaches_data() {
+    let app = app(UiAuth::Iam);
+    // A path API Gateway matched to `GET /ui/{proxy+}` whose segments decode to something
+    // else: answered as a missing file, never routed to the data handlers.
+    for raw in ["/ui%2F..%2Fdevices", "/ui%2Fdevices", "/devices"] {
+        let resp = app
+            .handle(routed(
+                "GET",
+                raw,
+                "$default",
+                json!({}),
+                "GET /ui/{proxy+}",
+            ))
+            .await;
+        assert_eq!(resp.status(), 404, "{raw}");
+        let v: Value = serde_json::from_str(&body(&resp)).unwrap();
+        assert_eq!(v["error"]["code"], "not_found", "{raw}");
+    }
 }

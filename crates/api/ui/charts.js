@@ -119,7 +119,8 @@ export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks,
           const y = u.valToPos(v, 'y', true);
           if (y < bbox.top || y > bbox.top + bbox.height) continue;
           ctx.beginPath(); ctx.moveTo(bbox.left, y); ctx.lineTo(bbox.left + bbox.width, y); ctx.stroke();
-          ctx.fillText(`threshold ${num(v)}`, bbox.left + 4 * dpr, y - 3 * dpr);
+          const label = `threshold ${num(v)}`;
+          ctx.fillText(label, bbox.left + bbox.width - ctx.measureText(label).width - 4 * dpr, y - 4 * dpr);
         }
         ctx.setLineDash([2 * dpr, 3 * dpr]);
         const [x0, x1] = [u.scales.x.min, u.scales.x.max];
