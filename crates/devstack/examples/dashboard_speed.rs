@@ -59,7 +59,11 @@ async fn put_all(stream: &TestStream, records: &[(String, Vec<u8>)]) {
             .send()
             .await
             .expect("put records");
-        assert_eq!(out.failed_record_count(), Some(0), "kinesis-mock refused records");
+        assert_eq!(
+            out.failed_record_count(),
+            Some(0),
+            "kinesis-mock refused records"
+        );
     }
 }
 
@@ -175,7 +179,10 @@ async fn main() {
     let t0 = Instant::now();
     put_all(&stream, &records).await;
     let total = records.len() as u64;
-    let from = now.minus_millis(8 * 86_400_000).expect("in range").to_string();
+    let from = now
+        .minus_millis(8 * 86_400_000)
+        .expect("in range")
+        .to_string();
     let rolled = format!("/devices/week_0001/aggregates?period=daily&from={from}");
     loop {
         tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -189,7 +196,10 @@ async fn main() {
         if counted == WEEK_MINUTES as u64 && last["deviceId"].is_string() {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(900), "the pipeline did not catch up");
+        assert!(
+            t0.elapsed() < Duration::from_secs(900),
+            "the pipeline did not catch up"
+        );
     }
     eprintln!(
         "seeded {total} readings through the pipeline in {:.1} s",
@@ -224,14 +234,15 @@ async fn main() {
     let report = format!(
         "# Dashboard speed (local stack)\n\n\
          Command: `cargo run -p tidemark-devstack --example dashboard_speed -- --runs {runs}` \
-         (debug build of the API function, DynamoDB Local and kinesis-mock, headless Chromium \
+         (debug build of the API function, DynamoDB Local and kinesis-mock, headless \
          {chromium}), {date}. Times are milliseconds from navigation start to the page's drawn \
          mark (data fetched, table or every chart drawn); the first run loads the files cold.\n\n\
          | page | runs (ms) | median | target |\n|---|---|---|---|\n\
          | fleet, {DEVICES} devices (first page of 50) | {fleet:?} | {fm:.0} | < 1000 |\n\
          | device, 7-day range ({res} rollups, {points} points per chart) | {week:?} | {wm:.0} | < 1000 |\n\n\
          Files the browser downloads: {raw_total} bytes, {gz_total} bytes with gzip -9 (target < 150 KB \
-         compressed). The API serves them uncompressed; API Gateway HTTP APIs do not compress.\n\n\
+         compressed). The API function sends them uncompressed, with ETags: a reload revalidates \
+         and gets 304s.\n\n\
          | file | bytes | gzip -9 |\n|---|---|---|\n{rows}",
         chromium = Command::new("chromium")
             .arg("--version")

@@ -75,7 +75,10 @@ fn reading(device: &str, at: Timestamp, temperature: f64, battery: f64) -> Vec<u
 /// The records the stack is seeded with: the wave device, two devices whose newest reading
 /// breaches the critical threshold (one for the fleet page, one to acknowledge), a calm
 /// device, and two records ingest must quarantine (text and binary).
-fn records(now: Timestamp) -> (Vec<(String, Vec<u8>)>, Vec<(Timestamp, f64)>) {
+/// (partition key, record data) for Kinesis.
+type Record = (String, Vec<u8>);
+
+fn records(now: Timestamp) -> (Vec<Record>, Vec<(Timestamp, f64)>) {
     let start = now
         .minus_millis(WAVE_READINGS * WAVE_STEP_MS + 60_000)
         .unwrap();
