@@ -241,18 +241,32 @@ impl Browser {
     /// Clicks the first element matching a CSS selector, as a user would (WebDriver click:
     /// scrolled into view, hit-tested, real mouse events).
     pub fn click(&self, css: &str) {
+        let id = self.element(css);
+        self.cmd("POST", &format!("/element/{id}/click"), Some(json!({})));
+    }
+
+    /// Types `text` into the first element matching a CSS selector (WebDriver send keys).
+    pub fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css);
+        self.cmd(
+            "POST",
+            &format!("/element/{id}/value"),
+            Some(json!({ "text": text })),
+        );
+    }
+
+    fn element(&self, css: &str) -> String {
         let found = self.cmd(
             "POST",
             "/element",
             Some(json!({"using": "css selector", "value": css})),
         );
-        let id = found
+        found
             .as_object()
             .and_then(|o| o.values().next())
             .and_then(Value::as_str)
             .unwrap_or_else(|| panic!("no element {css}: {found}"))
-            .to_owned();
-        self.cmd("POST", &format!("/element/{id}/click"), Some(json!({})));
+            .to_owned()
     }
 
     /// Saves a PNG of the viewport, creating the folder.
