@@ -115,7 +115,10 @@ async function start() {
   const every = Math.max(2, Number(cfg.refreshSeconds) || 5) * 1000;
   setInterval(() => {
     const typing = document.activeElement && ['INPUT', 'TEXTAREA', 'SELECT'].includes(document.activeElement.tagName);
-    if (document.hidden || typing || (cfg.auth === 'jwt' && !token())) return;
+    // Not while the tab is hidden, the user types, or reads a chart (a redraw would reset
+    // its cursor and zoom).
+    const reading = document.querySelector('.chart:hover');
+    if (document.hidden || typing || reading || (cfg.auth === 'jwt' && !token())) return;
     if (views[route().name].autoRefresh === false) return;
     render({ quiet: true });
   }, every);
