@@ -21,6 +21,9 @@ pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
 pub const UI_AUTH_ENV: &str = "UI_AUTH";
 /// The JWT authorizer's issuer, shown on the dashboard's sign-in form.
 pub const JWT_ISSUER_ENV: &str = "JWT_ISSUER";
+/// An OAuth client ID registered at the issuer for the dashboard (redirect URI
+/// `<ApiUrl>/ui/`, authorization code with PKCE, no secret): enables "Sign in" by redirect.
+pub const UI_OIDC_CLIENT_ID_ENV: &str = "UI_OIDC_CLIENT_ID";
 
 pub const MIN_SECRET_LEN: usize = 32;
 
@@ -85,8 +88,12 @@ pub struct ApiConfig {
 pub enum UiAuth {
     /// Local stack: loopback, no auth.
     None,
-    /// A JWT authorizer: the page sends the user's bearer token.
-    Jwt { issuer: Option<String> },
+    /// A JWT authorizer: the page sends the user's bearer token, pasted or, with a client
+    /// ID, obtained by an OpenID Connect redirect to the issuer.
+    Jwt {
+        issuer: Option<String>,
+        client_id: Option<String>,
+    },
     /// IAM (SigV4) auth, which a browser page cannot sign: the page says how to reach it.
     Iam,
 }
@@ -156,6 +163,7 @@ impl ApiConfig {
         c.ui_auth = match var(UI_AUTH_ENV).as_deref() {
             Some("jwt") => UiAuth::Jwt {
                 issuer: var(JWT_ISSUER_ENV),
+                client_id: var(UI_OIDC_CLIENT_ID_ENV),
             },
             Some("iam") => UiAuth::Iam,
             Some("none") => UiAuth::None,
@@ -314,7 +322,8 @@ mod tests {
         assert_eq!(
             c.ui_auth,
             UiAuth::Jwt {
-                issuer: Some("https://issuer.example".into())
+                issuer: Some("https://issuer.example".into()),
+                client_id: None,
             }
         );
         let local = ApiConfig::from_lookup(lookup(&[(

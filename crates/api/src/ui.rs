@@ -44,6 +44,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("app.css", "text/css; charset=utf-8"),
     asset!("app.js", JS),
     asset!("api.js", JS),
+    asset!("oidc.js", JS),
     asset!("charts.js", JS),
     asset!("fleet.js", JS),
     asset!("device.js", JS),
@@ -91,12 +92,40 @@ pub fn is_ui_path(segments: &[String]) -> bool {
 }
 
 /// The page's whole policy: its own scripts and styles (uPlot styles its elements inline),
-/// data from this origin only.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
-                   img-src 'self' data:; connect-src 'self'; base-uri 'none'; \
-                   form-action 'self'; frame-ancestors 'none'";
+/// data from this origin only, except with an OpenID Connect sign-in, which also reads the
+/// issuer's discovery document and its token endpoint (HTTPS, anywhere the issuer says).
+fn csp(auth: &UiAuth) -> String {
+    let connect = match auth {
+        UiAuth::Jwt {
+            issuer: Some(issuer),
+            client_id: Some(_),
+        } => match origin(issuer) {
+            Some(o) => format!("'self' {o} https:"),
+            None => "'self' https:".to_owned(),
+        },
+        _ => "'self'".to_owned(),
+    };
+    format!(
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+         img-src 'self' data:; connect-src {connect}; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'"
+    )
+}
 
-fn with_headers(mut resp: Response<Body>, content_type: &str) -> Response<Body> {
+/// `scheme://host[:port]` of a URL, when it is made only of characters an origin may hold.
+fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let host = rest.split('/').next()?;
+    let o = format!("{scheme}://{host}");
+    let ok = !host.is_empty()
+        && (scheme == "https" || scheme == "http")
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    ok.then_some(o)
+}
+
+fn with_headers(mut resp: Response<Body>, content_type: &str, auth: &UiAuth) -> Response<Body> {
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(content_type) {
         h.insert(header::CONTENT_TYPE, v);
@@ -110,10 +139,9 @@ fn with_headers(mut resp: Response<Body>, content_type: &str) -> Response<Body> 
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    if let Ok(v) = HeaderValue::from_str(&csp(auth)) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
     resp
 }
 
@@ -126,9 +154,12 @@ pub const DEPLOYED_REFRESH_SECONDS: u32 = 30;
 pub fn config_json(auth: &UiAuth) -> serde_json::Value {
     match auth {
         UiAuth::None => json!({"auth": "none", "refreshSeconds": LOCAL_REFRESH_SECONDS}),
-        UiAuth::Jwt { issuer } => {
-            json!({"auth": "jwt", "issuer": issuer, "refreshSeconds": DEPLOYED_REFRESH_SECONDS})
-        }
+        UiAuth::Jwt { issuer, client_id } => json!({
+            "auth": "jwt",
+            "issuer": issuer,
+            "clientId": client_id,
+            "refreshSeconds": DEPLOYED_REFRESH_SECONDS,
+        }),
         UiAuth::Iam => json!({"auth": "iam", "refreshSeconds": DEPLOYED_REFRESH_SECONDS}),
     }
 }
@@ -158,7 +189,7 @@ pub fn answer(
     }
     if rest == "config.json" {
         let resp = Response::new(Body::Text(config_json(auth).to_string()));
-        return Ok(with_headers(resp, "application/json"));
+        return Ok(with_headers(resp, "application/json", auth));
     }
     let name = if rest.is_empty() { "index.html" } else { &rest };
     let (i, asset) = ASSETS
@@ -184,5 +215,5 @@ pub fn answer(
     if let Ok(v) = HeaderValue::from_str(etag) {
         resp.headers_mut().insert(header::ETAG, v);
     }
-    Ok(with_headers(resp, asset.content_type))
+    Ok(with_headers(resp, asset.content_type, auth))
 }

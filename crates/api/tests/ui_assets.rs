@@ -130,8 +130,10 @@ async fn the_page_is_told_which_auth_the_deployment_uses() {
         (
             UiAuth::Jwt {
                 issuer: Some("https://issuer.example/".into()),
+                client_id: Some("dash".into()),
             },
-            json!({"auth": "jwt", "issuer": "https://issuer.example/", "refreshSeconds": 30}),
+            json!({"auth": "jwt", "issuer": "https://issuer.example/", "clientId": "dash",
+                   "refreshSeconds": 30}),
         ),
     ] {
         let resp = app(auth)
@@ -210,4 +212,32 @@ async fn a_request_on_the_unauthenticated_dashboard_routes_never_reaches_data() 
         let v: Value = serde_json::from_str(&body(&resp)).unwrap();
         assert_eq!(v["error"]["code"], "not_found", "{raw}");
     }
+}
+
+#[tokio::test]
+async fn only_an_oidc_sign_in_widens_where_the_page_may_connect() {
+    let csp = |auth: UiAuth| async move {
+        let resp = app(auth)
+            .handle(request("GET", "/ui/", "$default", json!({})))
+            .await;
+        resp.headers()[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(csp(UiAuth::None).await.contains("connect-src 'self';"));
+    let pasted = UiAuth::Jwt {
+        issuer: Some("https://issuer.example/pool".into()),
+        client_id: None,
+    };
+    assert!(csp(pasted).await.contains("connect-src 'self';"));
+    let oidc = UiAuth::Jwt {
+        issuer: Some("https://issuer.example/pool".into()),
+        client_id: Some("dash".into()),
+    };
+    assert!(
+        csp(oidc)
+            .await
+            .contains("connect-src 'self' https://issuer.example https:;")
+    );
 }

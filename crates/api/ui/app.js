@@ -2,6 +2,7 @@
 // sign-in gate, and the refresh loop. Views live in their own modules.
 import { loadConfig, settings, token, setToken, ApiError } from './api.js';
 import { el, clear } from './charts.js';
+import { startSignIn, finishSignIn } from './oidc.js';
 import * as fleet from './fleet.js';
 import * as device from './device.js';
 import * as alerts from './alerts.js';
@@ -84,8 +85,15 @@ function signIn(problem) {
       cfg.issuer ? [' (issuer ', el('code', {}, cfg.issuer), ')'] : '',
       '. Paste an access token for it; it is kept in this tab only and sent with every data call.'),
     problem ? el('div', { class: 'error' }, problem) : '',
+    cfg.clientId && cfg.issuer ? el('p', {}, el('button', {
+      type: 'button', class: 'primary', id: 'oidc',
+      onclick: (ev) => {
+        ev.target.disabled = true;
+        startSignIn(cfg).catch((e) => signIn(`Could not start the sign-in: ${e.message}`));
+      },
+    }, 'Sign in with the issuer'), el('span', { class: 'muted' }, ' or paste a token:')) : '',
     box,
-    el('p', {}, el('button', { class: 'primary', type: 'submit' }, 'Use token')));
+    el('p', {}, el('button', { class: cfg.clientId ? '' : 'primary', type: 'submit' }, 'Use token')));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     setToken(box.value);
@@ -110,7 +118,16 @@ async function start() {
   const cfg = await loadConfig();
   if (cfg.auth === 'iam') return iamOnly();
   window.addEventListener('hashchange', () => render());
-  if (cfg.auth === 'jwt' && !token()) signIn();
+  let problem;
+  if (cfg.auth === 'jwt' && cfg.clientId) {
+    try {
+      const t = await finishSignIn(cfg);
+      if (t) setToken(t);
+    } catch (e) {
+      problem = e.message;
+    }
+  }
+  if (cfg.auth === 'jwt' && !token()) signIn(problem);
   else await render();
   const every = Math.max(2, Number(cfg.refreshSeconds) || 5) * 1000;
   setInterval(() => {
