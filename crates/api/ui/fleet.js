@@ -11,12 +11,14 @@ const RANK = { critical: 3, warning: 2, info: 1 };
 export async function render(out, route, { navigate }) {
   const status = route.params.get('status') || '';
   const cursor = route.params.get('cursor') || '';
-  const [page, alerts] = await Promise.all([
-    api('/devices', { query: { status, limit: PAGE_SIZE, cursor } }),
-    all('/alerts', { limit: 1000 }, 5000),
-  ]);
+  // The latest readings need the page's IDs; the alerts need nothing: ask for them meanwhile.
+  const alertsP = all('/alerts', { limit: 1000 }, 5000);
+  const page = await api('/devices', { query: { status, limit: PAGE_SIZE, cursor } });
   const ids = page.items.map((d) => d.deviceId);
-  const latest = ids.length ? (await api('/latest', { query: { ids: ids.join(',') } })).items : [];
+  const [alerts, latest] = await Promise.all([
+    alertsP,
+    ids.length ? api('/latest', { query: { ids: ids.join(',') } }).then((r) => r.items) : [],
+  ]);
   const latestBy = new Map(latest.map((r) => [r.deviceId, r]));
   const alertsBy = new Map();
   for (const a of alerts.items) {

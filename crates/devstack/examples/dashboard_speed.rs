@@ -206,6 +206,9 @@ async fn main() {
         t0.elapsed().as_secs_f64()
     );
 
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into());
     let fleet_url = format!("http://{api}/ui/#/fleet");
     let week_url = format!("http://{api}/ui/#/device/week_0001?range=7d");
     let (fleet, week, resolution, points) = tokio::task::spawn_blocking(move || {
@@ -236,7 +239,9 @@ async fn main() {
          Command: `cargo run -p tidemark-devstack --example dashboard_speed -- --runs {runs}` \
          (debug build of the API function, DynamoDB Local and kinesis-mock, headless \
          {chromium}), {date}. Times are milliseconds from navigation start to the page's drawn \
-         mark (data fetched, table or every chart drawn); the first run loads the files cold.\n\n\
+         mark (data fetched, table or every chart drawn); the first run loads the files cold. \
+         Load average when the browser runs started: {load} (a shared machine: compare runs \
+         at a similar load).\n\n\
          | page | runs (ms) | median | target |\n|---|---|---|---|\n\
          | fleet, {DEVICES} devices (first page of 50) | {fleet:?} | {fm:.0} | < 1000 |\n\
          | device, 7-day range ({res} rollups, {points} points per chart) | {week:?} | {wm:.0} | < 1000 |\n\n\
