@@ -127,6 +127,11 @@ async function start() {
       problem = e.message;
     }
   }
+  if (cfg.auth === 'jwt') {
+    const out = el('button', { id: 'signout', type: 'button', style: 'margin-left:.5rem' }, 'Sign out');
+    out.addEventListener('click', () => { setToken(null); signIn(); });
+    refreshed.after(out);
+  }
   if (cfg.auth === 'jwt' && !token()) signIn(problem);
   else await render();
   const every = Math.max(2, Number(cfg.refreshSeconds) || 5) * 1000;

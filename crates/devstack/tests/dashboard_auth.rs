@@ -212,10 +212,19 @@ async fn with_a_jwt_authorizer_the_page_asks_for_a_token_and_sends_it_on_every_d
             Duration::from_secs(30),
         );
         b.screenshot(&screenshot_dir().join("jwt-fleet.png"));
-        b.eval(
+        let rows = b.eval(
             "return [...document.querySelectorAll('#fleet tbody tr')].map(r => r.dataset.device);",
             vec![],
-        )
+        );
+        // Signing out forgets the token and asks again.
+        b.click("#signout");
+        b.wait_for(
+            "document.querySelector('.signin textarea')",
+            Duration::from_secs(30),
+        );
+        let kept = b.eval("return sessionStorage.getItem('tidemark.token');", vec![]);
+        assert_eq!(kept, serde_json::Value::Null);
+        rows
     })
     .await
     .unwrap();
