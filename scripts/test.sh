@@ -20,6 +20,10 @@ if [[ -n "$stopped" ]]; then
 fi
 scripts/services.sh start
 
+# The dashboard tests drive a real headless Chromium (crates/devstack/tests/dashboard.rs).
+step "headless browser (chromium, chromedriver)"
+scripts/browser.sh
+
 step "unit, property and integration tests"
 cargo test --workspace --locked
 

@@ -15,6 +15,15 @@ pub const CURSOR_SECRET_ENV: &str = "CURSOR_SECRET";
 pub const RETENTION_DAYS_ENV: &str = "RETENTION_DAYS";
 /// How many GSI1 status keys a status is spread over (`DEVICE_STATUS#<status>#<n>`), default 1.
 pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
+/// How the dashboard's data calls authenticate: `jwt`, `iam` or `none` (the template sets it
+/// from its authorizer). It only tells the page what to ask the user for; API Gateway
+/// enforces the auth whatever it says. Default: `none` on a local stack, `iam` otherwise.
+pub const UI_AUTH_ENV: &str = "UI_AUTH";
+/// The JWT authorizer's issuer, shown on the dashboard's sign-in form.
+pub const JWT_ISSUER_ENV: &str = "JWT_ISSUER";
+/// An OAuth client ID registered at the issuer for the dashboard (redirect URI
+/// `<ApiUrl>/ui/`, authorization code with PKCE, no secret): enables "Sign in" by redirect.
+pub const UI_OIDC_CLIENT_ID_ENV: &str = "UI_OIDC_CLIENT_ID";
 
 pub const MIN_SECRET_LEN: usize = 32;
 
@@ -70,6 +79,23 @@ pub struct ApiConfig {
     /// ingest's): how far ahead a shard change must be scheduled.
     pub shard_lead: ShardLead,
     pub clock: Clock,
+    /// What the dashboard tells its user about auth (served as `/ui/config.json`).
+    pub ui_auth: UiAuth,
+}
+
+/// The auth the dashboard's data calls need, as the deployment configured it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UiAuth {
+    /// Local stack: loopback, no auth.
+    None,
+    /// A JWT authorizer: the page sends the user's bearer token, pasted or, with a client
+    /// ID, obtained by an OpenID Connect redirect to the issuer.
+    Jwt {
+        issuer: Option<String>,
+        client_id: Option<String>,
+    },
+    /// IAM (SigV4) auth, which a browser page cannot sign: the page says how to reach it.
+    Iam,
 }
 
 impl fmt::Debug for ApiConfig {
@@ -82,6 +108,7 @@ impl fmt::Debug for ApiConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("shard_lead", &self.shard_lead)
             .field("clock", &self.clock)
+            .field("ui_auth", &self.ui_auth)
             .finish()
     }
 }
@@ -101,6 +128,7 @@ impl ApiConfig {
             max_body_bytes: Self::DEFAULT_MAX_BODY,
             shard_lead: ShardLead::default(),
             clock: Clock::System,
+            ui_auth: UiAuth::None,
         }
     }
 
@@ -131,12 +159,30 @@ impl ApiConfig {
         let mut c = ApiConfig::new(
             var(TABLE_NAME_ENV).unwrap_or_else(|| tidemark_schema::TABLE.default_name.into()),
         );
+        let local = var(DYNAMODB_ENDPOINT_ENV).is_some();
+        c.ui_auth = match var(UI_AUTH_ENV).as_deref() {
+            Some("jwt") => UiAuth::Jwt {
+                issuer: var(JWT_ISSUER_ENV),
+                client_id: var(UI_OIDC_CLIENT_ID_ENV),
+            },
+            Some("iam") => UiAuth::Iam,
+            Some("none") => UiAuth::None,
+            None if local => UiAuth::None,
+            None => UiAuth::Iam,
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    var: UI_AUTH_ENV,
+                    value: other.to_owned(),
+                    rule: "one of jwt, iam, none",
+                });
+            }
+        };
         match var(CURSOR_SECRET_ENV) {
             Some(s) if s.len() < MIN_SECRET_LEN => {
                 return Err(ConfigError::ShortCursorSecret(s.len()));
             }
             Some(s) => c.cursor_secret = s.into_bytes(),
-            None if var(DYNAMODB_ENDPOINT_ENV).is_some() => {}
+            None if local => {}
             None => return Err(ConfigError::MissingCursorSecret),
         }
         if let Some(v) = var(RETENTION_DAYS_ENV) {
@@ -260,5 +306,35 @@ mod tests {
             .is_err()
         );
         assert!(!format!("{c:?}").contains(&secret));
+    }
+
+    #[test]
+    fn the_dashboard_auth_follows_the_deployment() {
+        let secret = "k".repeat(32);
+        let c = ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET", &secret)])).unwrap();
+        assert_eq!(c.ui_auth, UiAuth::Iam);
+        let c = ApiConfig::from_lookup(lookup(&[
+            ("CURSOR_SECRET", &secret),
+            ("UI_AUTH", "jwt"),
+            ("JWT_ISSUER", "https://issuer.example"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.ui_auth,
+            UiAuth::Jwt {
+                issuer: Some("https://issuer.example".into()),
+                client_id: None,
+            }
+        );
+        let local = ApiConfig::from_lookup(lookup(&[(
+            "TIDEMARK_DYNAMODB_ENDPOINT",
+            "http://127.0.0.1:8000",
+        )]))
+        .unwrap();
+        assert_eq!(local.ui_auth, UiAuth::None);
+        assert!(
+            ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET", &secret), ("UI_AUTH", "open")]))
+                .is_err()
+        );
     }
 }

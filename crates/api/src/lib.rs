@@ -4,7 +4,8 @@
 //! 400 naming the parameter, unknown routes 404, wrong methods 405, conflicts 409, and store
 //! failures a 500/503 whose details go only to the log. Every route is one GetItem,
 //! BatchGetItem or Query per partition; lists page with signed cursors ([`cursor`]) and read
-//! several partitions in one global order when a list spans them ([`merge`]).
+//! several partitions in one global order when a list spans them ([`merge`]). The dashboard's
+//! static files are served under `/ui/` ([`ui`]).
 
 pub mod config;
 pub mod cursor;
@@ -16,6 +17,7 @@ pub mod render;
 pub mod request;
 pub mod routes;
 pub mod store;
+pub mod ui;
 pub mod validate;
 
 use std::time::Instant;
@@ -24,7 +26,7 @@ use http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::Value;
 
-pub use config::{ApiConfig, Clock, ConfigError};
+pub use config::{ApiConfig, Clock, ConfigError, UiAuth};
 pub use error::ApiError;
 pub use routes::{Route, query_parameters, routes};
 pub use store::{DynamoStore, Store};
@@ -68,6 +70,22 @@ impl<S: Store> App<S> {
         let started = Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
+        // The dashboard's routes have no authorizer: a request API Gateway matched to one
+        // of them is answered from the static files or not at all, whatever its path
+        // decodes to, so no spelling of a path reaches data without auth.
+        let ui_route = ui::is_ui_route_key(&req);
+        match request::path_segments(&req) {
+            Ok(segments) if ui_route || ui::is_ui_path(&segments) => {
+                let answer = if ui::is_ui_path(&segments) {
+                    ui::answer(&req, &segments, &self.config.ui_auth)
+                } else {
+                    Err(ApiError::NotFound(format!("no dashboard file {path}")))
+                };
+                return answer.unwrap_or_else(|e| error_response(&e));
+            }
+            Err(e) if ui_route => return error_response(&e),
+            _ => {}
+        }
         let result = self.dispatch(&req).await;
         let (status, body, allow) = match result {
             Ok((status, body)) => (status, body, None),
@@ -88,6 +106,14 @@ impl<S: Store> App<S> {
         tracing::debug!(%method, %path, status = status.as_u16(), micros = started.elapsed().as_micros() as u64, "handled");
         json_response(status, &body, allow)
     }
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let allow = match e {
+        ApiError::MethodNotAllowed { allowed, .. } => Some(allowed.clone()),
+        _ => None,
+    };
+    json_response(e.status(), &e.body(), allow)
 }
 
 fn json_response(status: StatusCode, body: &Value, allow: Option<String>) -> Response<Body> {

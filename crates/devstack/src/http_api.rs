@@ -2,7 +2,8 @@
 //! the HTTP API (payload 2.0) event Lambda would receive, parsed by `lambda_http` exactly as in
 //! a deployed function, and sends back the function's response.
 //!
-//! There is no authorizer locally: the server listens on 127.0.0.1 only.
+//! There is no authorizer locally: the server listens on 127.0.0.1 only. `/` redirects to the
+//! dashboard the API function serves under `/ui/`, so `make run`'s URL opens it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -99,6 +100,15 @@ async fn answer<H: HttpHandler>(
     id: u64,
 ) -> http::Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
+    if parts.uri.path() == "/" && parts.method == http::Method::GET {
+        let mut r = http::Response::new(Full::new(Bytes::new()));
+        *r.status_mut() = http::StatusCode::FOUND;
+        r.headers_mut().insert(
+            http::header::LOCATION,
+            http::HeaderValue::from_static("/ui/"),
+        );
+        return r;
+    }
     let bytes = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return plain(413, "request body too large"),

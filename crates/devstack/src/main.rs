@@ -190,7 +190,8 @@ fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Opt
         .map(|s| format!("{}001", s.device_prefix))
         .unwrap_or_else(|| "sensor_01".into());
     println!(
-        "Tidemark is running.\n\
+        "Tidemark is running. Dashboard: {api}/\n\
+         \n  dashboard        {api}/   (refreshes every few seconds)\
          \n  API              {api}\
          \n  DynamoDB Local   {ddb}   table  {table}\
          \n  Kinesis (mock)   {kin}   stream {stream} ({shards} shards)\

@@ -5,6 +5,7 @@
 //! makes concurrent test processes share one start. Every test gets its own uniquely named
 //! table or stream, deleted when the guard drops, so tests never see each other's data.
 
+pub mod browser;
 pub mod fault_proxy;
 pub mod rollups;
 

@@ -1,0 +1,189 @@
+// Device: a range picker, one chart per metric, the device's alerts with acknowledge.
+//
+// The rule for what a chart draws (MAX_POINTS = 1000 per chart, about a laptop chart's width
+// in pixels and the API's largest page):
+//   1. a range longer than MAX_POINTS hours draws daily rollups;
+//   2. otherwise, when the range holds at most MAX_POINTS readings, it draws the raw readings
+//      (the hourly rollups' counts give the estimate; the readings query confirms it, asking
+//      for at most MAX_POINTS + 1);
+//   3. otherwise it draws the hourly rollups.
+// Rollups draw as an average line inside a min–max band.
+import { api, all, enc } from './api.js';
+import { el, ms, ago, num, time, severityBadge, stateBadge, metricChart } from './charts.js';
+
+export const MAX_POINTS = 1000;
+const HOUR = 3600e3;
+const RANGES = [['1h', 'Last hour', HOUR], ['1d', 'Day', 24 * HOUR], ['7d', 'Week', 168 * HOUR], ['30d', '30 days', 720 * HOUR]];
+
+/** [fromMs, toMs, label] from the URL: `range=1h|1d|7d|30d` or `from=…&to=…`. */
+export function rangeOf(params, now = Date.now()) {
+  const from = params.get('from');
+  const to = params.get('to');
+  if (from && to && Number.isFinite(ms(from)) && Number.isFinite(ms(to)) && ms(from) < ms(to)) {
+    return [ms(from), ms(to), 'custom'];
+  }
+  const preset = RANGES.find((r) => r[0] === params.get('range')) || RANGES[1];
+  return [now - preset[2], now, preset[0]];
+}
+
+const iso = (t) => new Date(t).toISOString();
+const METRIC_SKIP = new Set(['deviceId', 'timestamp', 'metadata']);
+
+/** Readings in the range, or null when there are more than MAX_POINTS. */
+async function rawReadings(id, query) {
+  const items = [];
+  let cursor = null;
+  do {
+    const page = await api(`/devices/${enc(id)}/readings`, { query: { ...query, limit: Math.min(MAX_POINTS, MAX_POINTS + 1 - items.length), cursor } });
+    items.push(...page.items);
+    cursor = page.cursor;
+  } while (cursor && items.length <= MAX_POINTS);
+  return items.length > MAX_POINTS ? null : items;
+}
+
+/** What to draw over [from, to], by the rule above. */
+export async function seriesFor(id, from, to) {
+  const query = { from: iso(from), to: iso(to) };
+  const path = `/devices/${enc(id)}/aggregates`;
+  if ((to - from) / HOUR > MAX_POINTS) {
+    return { resolution: 'daily', buckets: (await all(path, { ...query, period: 'daily', limit: 1000 })).items };
+  }
+  const hourly = (await all(path, { ...query, period: 'hourly', limit: 1000 })).items;
+  const estimate = hourly.reduce((n, b) => n + Math.max(0, ...Object.values(b.metrics).map((s) => s.count)), 0);
+  if (estimate <= MAX_POINTS) {
+    const raw = await rawReadings(id, query);
+    if (raw) return { resolution: 'raw', readings: raw };
+  }
+  return { resolution: 'hourly', buckets: hourly };
+}
+
+/** Per metric: {xs, raw} or {xs, avg, min, max}, and its extremes. */
+export function perMetric(s) {
+  const out = {};
+  if (s.resolution === 'raw') {
+    for (const r of s.readings) {
+      for (const [k, v] of Object.entries(r)) {
+        if (METRIC_SKIP.has(k) || typeof v !== 'number') continue;
+        const m = (out[k] ||= { xs: [], raw: [] });
+        m.xs.push(ms(r.timestamp)); m.raw.push(v);
+      }
+    }
+    for (const m of Object.values(out)) { m.lo = Math.min(...m.raw); m.hi = Math.max(...m.raw); }
+  } else {
+    for (const b of s.buckets) {
+      for (const [k, st] of Object.entries(b.metrics)) {
+        const m = (out[k] ||= { xs: [], avg: [], min: [], max: [] });
+        m.xs.push(ms(b.start)); m.avg.push(st.avg); m.min.push(st.min); m.max.push(st.max);
+      }
+    }
+    for (const m of Object.values(out)) { m.lo = Math.min(...m.min); m.hi = Math.max(...m.max); }
+  }
+  return out;
+}
+
+const localInput = (t) => {
+  const d = new Date(t - new Date(t).getTimezoneOffset() * 60e3);
+  return d.toISOString().slice(0, 16);
+};
+
+export async function render(out, route, { navigate, refresh }) {
+  const id = route.args[0];
+  const [from, to, label] = rangeOf(route.params);
+  const [device, alerts, series] = await Promise.all([
+    api(`/devices/${enc(id)}`),
+    api(`/devices/${enc(id)}/alerts`, { query: { limit: 100 } }),
+    seriesFor(id, from, to),
+  ]);
+  const metrics = perMetric(series);
+  const names = Object.keys(metrics).sort();
+  const thresholds = device.thresholds || {};
+
+  const picker = el('div', { class: 'toolbar', id: 'range' },
+    RANGES.map(([key, text]) => el('button', {
+      'aria-pressed': String(label === key), dataset: { range: key },
+      onclick: () => navigate('device', [id], { range: key }),
+    }, text)),
+    el('span', { class: 'spacer' }));
+  const a = el('input', { type: 'datetime-local', 'aria-label': 'from', value: localInput(from) });
+  const b = el('input', { type: 'datetime-local', 'aria-label': 'to', value: localInput(to) });
+  const custom = el('form', { class: 'toolbar', style: 'margin:0' }, a, '→', b,
+    el('button', { type: 'submit', 'aria-pressed': String(label === 'custom') }, 'Custom'));
+  custom.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    if (a.value && b.value) navigate('device', [id], { from: iso(new Date(a.value).getTime()), to: iso(new Date(b.value).getTime()) });
+  });
+  picker.append(custom);
+
+  const seen = device.lastSeenAt;
+  out.append(
+    el('p', { class: 'muted', style: 'margin:0' }, el('a', { href: '#/fleet' }, '← Fleet')),
+    el('h1', {}, device.name || id, ' ', el('span', { class: 'muted id' }, device.name ? id : '')),
+    el('p', { class: 'muted' }, [device.type, device.status, device.firmware && `firmware ${device.firmware}`, seen && `last seen ${ago(seen)}`].filter(Boolean).join(' · ')),
+    picker,
+    el('p', { class: 'rule', id: 'rule' },
+      `Showing ${series.resolution === 'raw' ? 'raw readings' : `${series.resolution} rollups (average, min–max band)`} from ${new Date(from).toLocaleString()} to ${new Date(to).toLocaleString()}. `
+      + `A chart draws at most ${MAX_POINTS} points: raw readings when the range holds that many or fewer, `
+      + `hourly rollups when it spans up to ${MAX_POINTS} hours, daily beyond.`));
+
+  const boxes = [];
+  const charts = el('div', { class: 'charts' });
+  for (const name of names) {
+    const m = metrics[name];
+    const box = el('div', { class: 'plot' });
+    boxes.push([box, name]);
+    charts.append(el('section', {
+      class: 'chart', dataset: { metric: name, points: m.xs.length, min: m.lo, max: m.hi, resolution: series.resolution },
+    }, el('h3', {}, name, el('small', {}, `${m.xs.length} ${series.resolution === 'raw' ? 'readings' : series.resolution + ' buckets'} · min ${num(m.lo)} · max ${num(m.hi)}`)), box));
+  }
+  out.append(names.length ? charts : el('div', { class: 'panel empty' }, 'No readings in this range.'));
+
+  out.append(el('h2', {}, 'Alerts'));
+  if (!alerts.items.length) out.append(el('div', { class: 'panel empty' }, 'No alerts for this device.'));
+  else out.append(el('div', { class: 'panel' }, el('ul', { class: 'alert-list', id: 'device-alerts' }, alerts.items.map((al) => alertItem(al, refresh)))));
+
+  window.tidemark.device = {
+    id, resolution: series.resolution, from, to,
+    charts: Object.fromEntries(names.map((n) => [n, { points: metrics[n].xs.length, min: metrics[n].lo, max: metrics[n].hi }])),
+  };
+  return () => boxes.forEach(([box, name], i) => {
+    const marks = [];
+    for (const al of alerts.items.filter((x) => x.metric === name)) {
+      marks.push({ at: ms(al.openedAt), kind: 'open' });
+      if (al.resolvedAt) marks.push({ at: ms(al.resolvedAt), kind: 'resolved' });
+    }
+    metricChart(box, i, { ...metrics[name], thresholds: thresholds[name] || thresholdOf(alerts.items, name), marks, range: [from, to] });
+  });
+}
+
+/**
+ * A device without thresholds of its own is judged by the deployment's defaults, which the
+ * API does not list; its newest alert of the metric says which bound was crossed.
+ */
+function thresholdOf(alerts, metric) {
+  const a = alerts.find((x) => x.metric === metric);
+  if (!a) return undefined;
+  const rule = a.rule || (a.value > a.threshold ? 'max' : 'min');
+  return { [rule]: a.threshold, severity: a.severity };
+}
+
+/** One alert with its acknowledge button (open alerts only); shared with the Alerts page. */
+export function alertItem(al, refresh, { showDevice = false } = {}) {
+  const ack = el('button', { class: 'primary', dataset: { ack: al.alertId } }, 'Acknowledge');
+  ack.addEventListener('click', async () => {
+    ack.disabled = true;
+    ack.textContent = 'Acknowledging…';
+    try {
+      await api(`/devices/${enc(al.deviceId)}/alerts/${enc(al.alertId)}/ack`, { method: 'POST' });
+    } catch (e) {
+      ack.textContent = `Failed: ${e.message}`;
+      return;
+    }
+    await refresh();
+  });
+  return el('li', { dataset: { alert: al.alertId, state: al.state } },
+    severityBadge(al.severity), stateBadge(al.state),
+    showDevice ? el('a', { class: 'id', href: `#/device/${encodeURIComponent(al.deviceId)}` }, al.deviceId) : '',
+    el('span', { class: 'msg' }, al.message, el('span', { class: 'muted' }, ` · peak ${num(al.value)}, threshold ${num(al.threshold)}`)),
+    el('span', {}, 'opened ', time(al.openedAt), al.resolvedAt ? [' · resolved ', time(al.resolvedAt)] : ''),
+    al.state === 'open' ? ack : '');
+}

@@ -1,0 +1,462 @@
+//! The dashboard in a real headless Chromium (WebDriver), against the whole local pipeline
+//! holding known data: readings sent through Kinesis, stored by ingest, rolled up and
+//! alerted on by the aggregator, served by the API function behind the local HTTP server.
+//! Screenshots go to `target/dashboard/` for people to look at.
+//!
+//! The stack is started once per test binary (a pipeline takes seconds to seed), on its own
+//! thread and runtime so it outlives each test's runtime; its table and stream are unique to
+//! this run, like every other test's.
+
+use std::net::SocketAddr;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tidemark_devstack::LocalConfig;
+use tidemark_devstack::esm::MappingConfig;
+use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_schema::{Period, Timestamp};
+use tidemark_testkit::browser::{Browser, screenshot_dir};
+use tidemark_testkit::{TestStream, TestTable, services, unique_name};
+
+const THRESHOLDS: &str =
+    r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;
+/// Readings of the wave device: one every 10 s, more than a chart draws raw (1000).
+const WAVE_READINGS: i64 = 1200;
+const WAVE_STEP_MS: i64 = 10_000;
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Stack {
+    api: SocketAddr,
+    /// The wave device's readings: (time, temperature).
+    wave: Vec<(Timestamp, f64)>,
+}
+
+async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, addr.to_string())
+        .body(Full::new(Bytes::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        )))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn wave_temperature(i: i64) -> f64 {
+    // Two decimals, so what the page shows is exactly what was sent.
+    ((20.0 + 6.0 * (i as f64 / 40.0).sin()) * 100.0).round() / 100.0
+}
+
+fn reading(device: &str, at: Timestamp, temperature: f64, battery: f64) -> Vec<u8> {
+    json!({"deviceId": device, "timestamp": at.to_string(), "temperature": temperature,
+           "battery": battery})
+    .to_string()
+    .into_bytes()
+}
+
+/// The records the stack is seeded with: the wave device, two devices whose newest reading
+/// breaches the critical threshold (one for the fleet page, one to acknowledge), a calm
+/// device, and two records ingest must quarantine (text and binary).
+/// (partition key, record data) for Kinesis.
+type Record = (String, Vec<u8>);
+
+fn records(now: Timestamp) -> (Vec<Record>, Vec<(Timestamp, f64)>) {
+    let start = now
+        .minus_millis(WAVE_READINGS * WAVE_STEP_MS + 60_000)
+        .unwrap();
+    let mut out = Vec::new();
+    let mut wave = Vec::new();
+    for i in 0..WAVE_READINGS {
+        let at = start.plus_millis(i * WAVE_STEP_MS).unwrap();
+        let t = wave_temperature(i);
+        wave.push((at, t));
+        out.push(("dash_wave".to_owned(), reading("dash_wave", at, t, 90.0)));
+    }
+    for (device, last) in [("dash_hot", 40.5), ("dash_ack", 41.0), ("dash_calm", 21.0)] {
+        for i in 0..10 {
+            let at = now.minus_millis((10 - i) * 60_000).unwrap();
+            let t = if i == 9 { last } else { 20.0 + i as f64 / 10.0 };
+            out.push((device.to_owned(), reading(device, at, t, 80.0)));
+        }
+    }
+    out.push((
+        "dash_text".to_owned(),
+        b"temperature=22.4 (not JSON)".to_vec(),
+    ));
+    out.push(("dash_bin".to_owned(), vec![0xff, 0x00, 0x10, 0xfe, 0x7f]));
+    (out, wave)
+}
+
+async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
+    let table = TestTable::new("dash").await;
+    let stream = TestStream::new("dash", 1).await;
+    let s = services();
+    let fast = |name: &str| MappingConfig {
+        batch_size: 1000,
+        batching_window: Duration::from_millis(300),
+        poll_interval: Duration::from_millis(100),
+        shard_refresh: Duration::from_secs(1),
+        max_retries: Some(10),
+        on_failure_dir: Some(std::env::temp_dir().join(unique_name("dash-onfailure"))),
+        ..MappingConfig::new(name)
+    };
+    let pipeline = Pipeline::start(PipelineConfig {
+        local: LocalConfig {
+            table: table.name.clone(),
+            stream: stream.name.clone(),
+            stream_shards: 1,
+            dynamodb_endpoint: s.dynamodb_endpoint.clone(),
+            kinesis_endpoint: s.kinesis_endpoint.clone(),
+        },
+        api_port: 0,
+        functions: Functions::InProcess,
+        ingest: fast("ingest"),
+        aggregator: fast("aggregator"),
+        default_thresholds: THRESHOLDS.into(),
+    })
+    .await
+    .unwrap();
+    let api = pipeline.api_addr;
+    let (status, _) = call(
+        api,
+        "PUT",
+        "/devices/dash_wave",
+        Some(json!({"name": "Cold room wave", "type": "sensor",
+                    "thresholds": {"temperature": {"max": 30, "severity": "warning"}}})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // Whole seconds: the page's Date keeps milliseconds, the table may keep microseconds.
+    let now = Timestamp::from_epoch_millis(Timestamp::now().epoch_millis() / 1000 * 1000).unwrap();
+    let (recs, wave) = records(now);
+    for chunk in recs.chunks(500) {
+        let entries = chunk
+            .iter()
+            .map(|(pk, data)| {
+                PutRecordsRequestEntry::builder()
+                    .partition_key(pk)
+                    .data(Blob::new(data.clone()))
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let out = stream
+            .client
+            .put_records()
+            .stream_name(&stream.name)
+            .set_records(Some(entries))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.failed_record_count(), Some(0));
+    }
+    // Caught up: every wave reading rolled up, both breaches alerted, both bad records kept.
+    let from = now.minus_millis(86_400_000).unwrap();
+    let q = format!(
+        "from={}&to={}&period=hourly&limit=1000",
+        enc(&from.to_string()),
+        enc(&now.plus_millis(3_600_000).unwrap().to_string())
+    );
+    let mut ready = false;
+    for _ in 0..240 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (_, agg) = call(
+            api,
+            "GET",
+            &format!("/devices/dash_wave/aggregates?{q}"),
+            None,
+        )
+        .await;
+        let counted: u64 = agg["items"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|b| b["metrics"]["temperature"]["count"].as_u64().unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0);
+        let (_, alerts) = call(api, "GET", "/alerts?state=open", None).await;
+        let open = alerts["items"].as_array().map_or(0, Vec::len);
+        let (_, quarantined) = call(api, "GET", "/quarantine", None).await;
+        let bad = quarantined["items"].as_array().map_or(0, Vec::len);
+        if counted == WAVE_READINGS as u64 && open >= 2 && bad == 2 {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "the pipeline did not take in the seeded records");
+    (Stack { api, wave }, table, stream, pipeline)
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The seeded stack, started once for this test binary. Its table and stream live until the
+/// process ends (DynamoDB Local and kinesis-mock keep them in memory only).
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (stack, _table, _stream, _pipeline) = seed_and_serve().await;
+                tx.send(stack).unwrap();
+                std::future::pending::<()>().await;
+            });
+        });
+        rx.recv().expect("the dashboard stack started")
+    })
+}
+
+/// One browser at a time: two cores are shared with the pipeline.
+fn browser(width: u32, height: u32) -> (std::sync::MutexGuard<'static, ()>, Browser) {
+    static ONE: Mutex<()> = Mutex::new(());
+    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    (guard, Browser::start(width, height))
+}
+
+fn open(b: &Browser, api: SocketAddr, hash: &str) {
+    b.goto(&format!("http://{api}/ui/#/{hash}"));
+    wait_drawn(b, hash.split(['/', '?']).next().unwrap_or_default());
+}
+
+/// Waits until the page has drawn `view` without an error.
+fn wait_drawn(b: &Browser, view: &str) {
+    b.wait_for(
+        &format!(
+            "window.tidemark && window.tidemark.view === '{view}' && \
+             document.body.dataset.state === 'ready' && window.tidemark.renders > 0"
+        ),
+        WAIT,
+    );
+    let error = b.eval("return window.tidemark.error;", vec![]);
+    assert_eq!(error, Value::Null, "the page reported an error");
+}
+
+fn shot(b: &Browser, name: &str) {
+    b.screenshot(&screenshot_dir().join(format!("{name}.png")));
+}
+
+#[test]
+fn root_redirects_to_the_dashboard_which_lists_every_device_and_marks_open_critical_ones() {
+    let s = stack();
+    let (_one, b) = browser(1280, 900);
+    b.goto(&format!("http://{}/", s.api));
+    wait_drawn(&b, "fleet");
+    let url = b.eval("return location.pathname;", vec![]);
+    assert_eq!(url, "/ui/");
+    let rows = b.eval(
+        "return [...document.querySelectorAll('#fleet tbody tr')].map(r => \
+         ({id: r.dataset.device, critical: r.classList.contains('critical'), \
+           text: r.innerText, \
+           temperature: +r.querySelector('[data-metric=temperature]')?.dataset.value}));",
+        vec![],
+    );
+    let rows = rows.as_array().unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["dash_ack", "dash_calm", "dash_hot", "dash_wave"]);
+    let critical: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["critical"] == true)
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(critical.contains(&"dash_hot"), "{rows:?}");
+    assert!(!critical.contains(&"dash_calm") && !critical.contains(&"dash_wave"));
+    let wave = rows.iter().find(|r| r["id"] == "dash_wave").unwrap();
+    let text = wave["text"].as_str().unwrap();
+    assert!(text.contains("Cold room wave"), "name shown: {text}");
+    assert_eq!(wave["temperature"].as_f64(), Some(s.wave.last().unwrap().1));
+    shot(&b, "fleet");
+}
+
+#[test]
+fn a_short_range_draws_every_raw_reading_with_the_right_extremes_and_stays_in_the_url() {
+    let s = stack();
+    let (_one, b) = browser(1280, 1000);
+    // 30 minutes of the 10-second wave: 181 readings, inclusive bounds.
+    let from = s.wave[180].0;
+    let to = s.wave[360].0;
+    let hash = format!(
+        "device/dash_wave?from={}&to={}",
+        enc(&from.to_string()),
+        enc(&to.to_string())
+    );
+    open(&b, s.api, &hash);
+    let chart = b.eval(
+        "const c = document.querySelector('.chart[data-metric=temperature]'); \
+         return {points: +c.dataset.points, min: +c.dataset.min, max: +c.dataset.max, \
+                 resolution: c.dataset.resolution, canvas: !!c.querySelector('canvas')};",
+        vec![],
+    );
+    let want: Vec<f64> = s.wave[180..=360].iter().map(|(_, t)| *t).collect();
+    assert_eq!(chart["resolution"], "raw");
+    assert_eq!(chart["points"], json!(want.len()));
+    assert_eq!(chart["min"].as_f64(), want.iter().cloned().reduce(f64::min));
+    assert_eq!(chart["max"].as_f64(), want.iter().cloned().reduce(f64::max));
+    assert_eq!(chart["canvas"], true, "uPlot drew a canvas");
+    // A reload of the same URL shows the same range.
+    b.eval("location.reload();", vec![]);
+    wait_drawn(&b, "device");
+    let again = b.eval(
+        "return +document.querySelector('.chart[data-metric=temperature]').dataset.points;",
+        vec![],
+    );
+    assert_eq!(again, json!(want.len()));
+    shot(&b, "device-raw");
+}
+
+#[test]
+fn a_range_holding_more_readings_than_a_chart_draws_shows_hourly_rollups() {
+    let s = stack();
+    let (_one, b) = browser(1280, 1000);
+    open(&b, s.api, "device/dash_wave?range=1d");
+    let chart = b.eval(
+        "const c = document.querySelector('.chart[data-metric=temperature]'); \
+         return {points: +c.dataset.points, min: +c.dataset.min, max: +c.dataset.max, \
+                 resolution: c.dataset.resolution};",
+        vec![],
+    );
+    let mut hours: Vec<String> = s
+        .wave
+        .iter()
+        .map(|(t, _)| Period::Hourly.bucket(*t).start().to_string())
+        .collect();
+    hours.dedup();
+    let temps = s.wave.iter().map(|(_, t)| *t);
+    assert_eq!(chart["resolution"], "hourly");
+    assert_eq!(chart["points"], json!(hours.len()));
+    assert_eq!(chart["min"].as_f64(), temps.clone().reduce(f64::min));
+    assert_eq!(chart["max"].as_f64(), temps.reduce(f64::max));
+    let pressed = b.eval(
+        "return document.querySelector('#range [aria-pressed=true]').dataset.range;",
+        vec![],
+    );
+    assert_eq!(pressed, "1d");
+    shot(&b, "device-hourly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledging_an_alert_in_the_page_acknowledges_it_through_the_api() {
+    let s = stack();
+    let api = s.api;
+    let (_, before) = call(api, "GET", "/devices/dash_ack/alerts", None).await;
+    let alert = before["items"][0].clone();
+    assert_eq!(alert["state"], "open", "{before}");
+    let id = alert["alertId"].as_str().unwrap().to_owned();
+    let page = tokio::task::spawn_blocking(move || {
+        let (_one, b) = browser(1280, 1000);
+        open(&b, api, "device/dash_ack?range=1h");
+        b.click(&format!("button[data-ack='{id}']"));
+        b.wait_for(
+            &format!("document.querySelector(\"li[data-alert='{id}']\")?.dataset.state === 'acknowledged'"),
+            WAIT,
+        );
+        shot(&b, "device-acknowledged");
+        id
+    })
+    .await
+    .unwrap();
+    let (_, after) = call(api, "GET", "/devices/dash_ack/alerts", None).await;
+    let acked = after["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["alertId"] == page.as_str())
+        .unwrap();
+    assert_eq!(acked["state"], "acknowledged");
+    assert!(acked["acknowledgedAt"].is_string(), "{acked}");
+}
+
+#[test]
+fn the_quarantine_page_shows_text_payloads_as_text_and_binary_ones_as_hex() {
+    let s = stack();
+    let (_one, b) = browser(1280, 800);
+    open(&b, s.api, "quarantine");
+    let rows = b.eval(
+        "return [...document.querySelectorAll('#quarantine tbody tr')].map(r => ({ \
+           key: r.querySelector('td:nth-child(3)').innerText, reason: r.dataset.reason, \
+           kind: r.querySelector('pre').dataset.kind, payload: r.querySelector('pre').innerText}));",
+        vec![],
+    );
+    let rows = rows.as_array().unwrap();
+    let by = |k: &str| {
+        rows.iter()
+            .find(|r| r["key"] == k)
+            .unwrap_or_else(|| panic!("{k}: {rows:?}"))
+    };
+    assert_eq!(by("dash_text")["kind"], "text");
+    assert_eq!(by("dash_text")["payload"], "temperature=22.4 (not JSON)");
+    assert_eq!(by("dash_text")["reason"], "not_json");
+    assert_eq!(by("dash_bin")["kind"], "hex");
+    assert_eq!(by("dash_bin")["payload"], "ff 00 10 fe 7f");
+    shot(&b, "quarantine");
+}
+
+#[test]
+fn every_page_fits_a_phone_width_and_the_alerts_page_lists_open_alerts_by_severity() {
+    let s = stack();
+    let (_one, b) = browser(390, 844);
+    for (hash, name) in [
+        ("fleet", "phone-fleet"),
+        ("device/dash_wave?range=1h", "phone-device"),
+        ("alerts", "phone-alerts"),
+        ("quarantine", "phone-quarantine"),
+    ] {
+        open(&b, s.api, hash);
+        let overflow = b.eval(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth;",
+            vec![],
+        );
+        assert!(
+            overflow.as_i64().unwrap() <= 0,
+            "{hash} scrolls sideways by {overflow} px on a phone"
+        );
+        shot(&b, name);
+    }
+    open(&b, s.api, "alerts");
+    let listed = b.eval(
+        "return [...document.querySelectorAll('ul[data-severity] li')].map(l => \
+           [l.closest('ul').dataset.severity, l.dataset.state]);",
+        vec![],
+    );
+    let listed = listed.as_array().unwrap();
+    assert!(
+        listed.iter().any(|l| l[0] == "critical" && l[1] == "open"),
+        "{listed:?}"
+    );
+    assert!(
+        listed.iter().all(|l| l[1] == "open"),
+        "only open by default"
+    );
+}
