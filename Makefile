@@ -46,9 +46,12 @@ status:
 clean-local: stop
 	rm -rf .local
 
-## validate: sam validate --lint (cfn-lint included)
+## validate: sam validate --lint (cfn-lint included), then checkov's security scan of the
+## template: any finding not skipped in the template (with its reason, next to the resource)
+## fails
 validate:
 	PATH="$(TOOLS):$$PATH" sam validate --lint
+	$(TOOLS)/../checkov/bin/checkov -f template.yaml --framework cloudformation --compact --quiet --skip-download
 
 ## build: sam build: the three functions as arm64 `bootstrap` binaries under .aws-sam/
 build:
@@ -60,7 +63,7 @@ deploy: build
 
 ## watch: serve the functions locally for `make invoke-*` (cargo lambda watch)
 watch:
-	PATH="$(TOOLS):$$PATH" cargo lambda watch
+	TIDEMARK_LOCAL=1 PATH="$(TOOLS):$$PATH" cargo lambda watch
 
 ## invoke-<function>: send the sample events dated now (`make events`) to a running `make watch`
 invoke-ingest: events

@@ -227,7 +227,8 @@ rm -rf "$EVENTS"
 cargo run --quiet -p tidemark-devstack -- events "$EVENTS" >/dev/null
 cat >"$WORK/env.json" <<EOF
 {"Parameters": {"TABLE_NAME": "$TABLE",
-                "TIDEMARK_DYNAMODB_ENDPOINT": "http://host.docker.internal:$DDB_PORT"}}
+                "TIDEMARK_DYNAMODB_ENDPOINT": "http://host.docker.internal:$DDB_PORT"},
+ "ApiFunction": {"TIDEMARK_LOCAL": "1"}}
 EOF
 SAM_ARGS=(--env-vars "$WORK/env.json" --skip-pull-image "${ADD_HOST[@]}")
 

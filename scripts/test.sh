@@ -26,7 +26,7 @@ cargo test --workspace --locked
 # The deployment checks (DESIGN §7): the template lints clean and `sam build` produces the
 # three arm64 `bootstrap` binaries exactly as a deploy would. The first build is a release
 # cross-compile (minutes); set TIDEMARK_SKIP_SAM_BUILD=1 to skip it in a quick local loop.
-step "template (sam validate --lint)"
+step "template (sam validate --lint, checkov)"
 make --no-print-directory validate
 
 if [[ "${TIDEMARK_SKIP_SAM_BUILD:-0}" == "1" ]]; then

@@ -128,6 +128,12 @@ fn aggregator_reads_the_table_stream_through_its_dynamodb_event_and_never_skips(
             .is_some_and(|pat| pat.contains(&format!("\"prefix\":\"{reading_prefix}\"")))),
         "the aggregator's mapping passes only readings ({reading_prefix}…)"
     );
+    assert!(
+        filters.iter().all(|f| f["Pattern"].as_str().is_some_and(
+            |pat| pat.contains(r#""userIdentity":{"principalId":[{"exists":false}]}"#)
+        )),
+        "TTL deletions (made by the service, with a userIdentity) are filtered out"
+    );
 }
 
 #[test]
@@ -155,7 +161,9 @@ fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
     served.insert(("ANY".into(), "/{proxy+}".into()));
     assert_eq!(declared, served);
 
-    // Each route's authorization, in the definition: a JWT when JwtIssuer is set, else IAM.
+    // Each route's authorization, in the definition: a JWT with the route's scope when
+    // JwtIssuer is set, else IAM.
+    let scopes = tidemark_api::routes::scopes();
     let paths = &api["Properties"]["DefinitionBody"]["paths"];
     for (method, path) in &served {
         let key = match method.as_str() {
@@ -169,9 +177,16 @@ fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
         assert_eq!(t.tag.to_string(), "!If", "{method} {path}");
         let branches = t.value.as_sequence().expect("!If list");
         assert_eq!(branches[0].as_str(), Some("UseJwt"), "{method} {path}");
-        assert!(
-            branches[1][0].get("Jwt").is_some(),
-            "{method} {path}: JWT branch"
+        let scope = branches[1][0]["Jwt"][0].as_str();
+        let wanted = scopes
+            .iter()
+            .find(|(m, p, _)| m.as_str() == method && p == path)
+            .map(|(_, _, s)| s.as_str())
+            .unwrap_or(tidemark_api::routes::Scope::Read.as_str());
+        assert_eq!(
+            scope,
+            Some(wanted),
+            "{method} {path}: the JWT scope the function also requires"
         );
         assert!(
             branches[2][0].get("AWS_IAM").is_some(),
@@ -229,4 +244,82 @@ fn variables_a_local_run_overrides_are_declared() {
             );
         }
     }
+}
+
+#[test]
+fn alarms_reach_someone_through_a_topic_cloudwatch_can_use() {
+    let t = template();
+    let topic = &t["Resources"]["AlarmTopic"]["Properties"];
+    assert_eq!(
+        target(&topic["KmsMasterKeyId"]).as_deref(),
+        Some("AlarmKey")
+    );
+    let statements = t["Resources"]["AlarmKey"]["Properties"]["KeyPolicy"]["Statement"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let services: Vec<String> = statements
+        .iter()
+        .flat_map(|s| {
+            s["Principal"]["Service"]
+                .as_sequence()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    assert!(services.contains(&"cloudwatch.amazonaws.com".to_owned()));
+    assert!(services.contains(&"events.amazonaws.com".to_owned()));
+    assert!(t["Parameters"]["AlarmEmail"].is_mapping());
+    assert_eq!(
+        t["Resources"]["AlarmEmailSubscription"]["Condition"].as_str(),
+        Some("HasAlarmEmail")
+    );
+}
+
+#[test]
+fn the_cursor_key_is_a_generated_secret_the_api_reads_not_an_environment_value() {
+    let t = template();
+    assert!(t["Parameters"].get("CursorSecret").is_none());
+    let secret = &t["Resources"]["CursorSigningSecret"];
+    assert_eq!(secret["Type"].as_str(), Some("AWS::SecretsManager::Secret"));
+    assert!(secret["Properties"]["GenerateSecretString"].is_mapping());
+    let api = &t["Resources"]["ApiFunction"]["Properties"];
+    let env = &api["Environment"]["Variables"];
+    assert_eq!(
+        target(&env[tidemark_api::config::CURSOR_SECRET_ARN_ENV]).as_deref(),
+        Some("CursorSigningSecret")
+    );
+    assert_eq!(env[tidemark_api::config::LOCAL_ENV].as_str(), Some(""));
+    let grants = api["Policies"][0]["Statement"].as_sequence().unwrap();
+    assert!(grants.iter().any(
+        |s| s["Action"].as_str() == Some("secretsmanager:GetSecretValue")
+            && target(&s["Resource"]).as_deref() == Some("CursorSigningSecret")
+    ));
+}
+
+#[test]
+fn the_api_logs_access_and_has_bounded_concurrency() {
+    let t = template();
+    let logs = &t["Resources"]["HttpApi"]["Properties"]["AccessLogSettings"];
+    assert_eq!(
+        target(&logs["DestinationArn"]).as_deref(),
+        Some("ApiAccessLogs")
+    );
+    let format: serde_json::Value =
+        serde_json::from_str(logs["Format"].as_str().expect("format")).expect("JSON format");
+    assert!(format.get("status").is_some() && format.get("requestId").is_some());
+    assert_eq!(
+        target(&t["Resources"]["ApiAccessLogs"]["Properties"]["RetentionInDays"]).as_deref(),
+        Some("LogRetentionDays")
+    );
+    let reserved = &t["Resources"]["ApiFunction"]["Properties"]["ReservedConcurrentExecutions"];
+    let Value::Tagged(f) = reserved else {
+        panic!("ReservedConcurrentExecutions is chosen by ReservesApiConcurrency");
+    };
+    assert_eq!(f.value[0].as_str(), Some("ReservesApiConcurrency"));
+    assert_eq!(
+        target(&f.value[1]).as_deref(),
+        Some("ApiReservedConcurrency")
+    );
 }

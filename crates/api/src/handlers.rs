@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::merge::{Source, merged_page};
 use crate::render;
 use crate::request::{Params, path_segments, query_pairs};
-use crate::routes::{Route, resolve};
+use crate::routes::{Route, Scope, resolve};
 use crate::store::{AckOutcome, QuerySpec, SkRange, Store};
 use crate::validate;
 
@@ -68,6 +68,29 @@ fn bad_cursor() -> ApiError {
     )
 }
 
+/// With a JWT authorizer API Gateway already checked the route's scope; this holds the
+/// function to the same map (and to it alone, should a route be misconfigured). Without JWT
+/// claims (IAM auth, or a local stack) there are no scopes to check.
+fn require_scope(req: &Request, scope: Scope) -> Result<(), ApiError> {
+    use lambda_http::RequestExt;
+    use lambda_http::request::RequestContext;
+    let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() else {
+        return Ok(());
+    };
+    let Some(jwt) = ctx.authorizer.as_ref().and_then(|a| a.jwt.as_ref()) else {
+        return Ok(());
+    };
+    if jwt
+        .scopes
+        .as_ref()
+        .is_some_and(|s| s.iter().any(|s| s == scope.as_str()))
+    {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(scope.as_str()))
+    }
+}
+
 fn device_not_found(id: &DeviceId) -> ApiError {
     ApiError::NotFound(format!("device {id} is not registered"))
 }
@@ -76,6 +99,7 @@ impl<S: Store> App<S> {
     pub(crate) async fn dispatch(&self, req: &Request) -> Result<Reply, ApiError> {
         let segments = path_segments(req)?;
         let m = resolve(req.method(), &segments)?;
+        require_scope(req, m.route.scope())?;
         let pairs = query_pairs(req)?;
         let id = || validate::device_id(&m.params[0]);
         let p = Params::new(pairs, m.query)?;
@@ -134,7 +158,7 @@ impl<S: Store> App<S> {
         }
         let page = merged_page(&self.store, sources, limit, keep).await?;
         let cursor = (!page.rest.is_empty()).then(|| {
-            self.cursor.seal(
+            self.cursor_key().seal(
                 scope,
                 &CursorState {
                     range,
@@ -147,7 +171,7 @@ impl<S: Store> App<S> {
 
     fn open(&self, scope: &str, p: &Params) -> Result<Option<CursorState>, ApiError> {
         p.get("cursor")
-            .map(|c| self.cursor.open(scope, c))
+            .map(|c| self.cursor_key().open(scope, c))
             .transpose()
     }
 
