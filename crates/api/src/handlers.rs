@@ -477,6 +477,28 @@ impl<S: Store> App<S> {
         }
         let now = self.now();
         let none = ShardHistory::default();
+        let lo = self.config.retention_start(now);
+        let queries: usize = ids
+            .iter()
+            .map(|id| {
+                histories
+                    .get(id)
+                    .unwrap_or(&none)
+                    .shards_over(lo, Timestamp::MAX)
+                    .len()
+            })
+            .sum();
+        if queries > validate::MAX_LATEST_QUERIES {
+            return Err(ApiError::bad(
+                "ids",
+                format!(
+                    "these {} devices span {queries} partitions (their shards); at most {} \
+                     can be read in one request: ask for fewer devices",
+                    ids.len(),
+                    validate::MAX_LATEST_QUERIES
+                ),
+            ));
+        }
         let reads: Vec<_> = ids
             .iter()
             .map(|id| self.newest_reading(id, histories.get(id).unwrap_or(&none), now, false))
