@@ -21,7 +21,7 @@ use crate::merge::{Source, merged_page};
 use crate::render;
 use crate::request::{Params, path_segments, query_pairs};
 use crate::routes::{Route, Scope, resolve};
-use crate::store::{AckOutcome, QuerySpec, SkRange, Store};
+use crate::store::{AckOutcome, Place, QuerySpec, SkRange, Store};
 use crate::validate;
 
 type Reply = (StatusCode, Value);
@@ -154,6 +154,16 @@ impl<S: Store> App<S> {
             {
                 return Err(bad_cursor());
             }
+            // A position the range has moved past (the retention edge overtook a cursor kept
+            // too long) is not a valid ExclusiveStartKey: DynamoDB would refuse it. The
+            // readings between it and the edge have expired, so the walk goes on from the
+            // edge, or the partition is done if the walk was heading away from it.
+            let after = match after.as_ref().map(|a| spec.place_of(&a[0])) {
+                Some(Place::Inside) | None => after,
+                Some(Place::Before) if spec.forward => None,
+                Some(Place::After) if !spec.forward => None,
+                Some(_) => continue,
+            };
             sources.push(Source { label, spec, after });
         }
         let page = merged_page(&self.store, sources, limit, keep).await?;
