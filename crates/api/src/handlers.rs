@@ -703,20 +703,36 @@ impl<S: Store> App<S> {
     async fn quarantine(&self, p: &Params) -> Result<Reply, ApiError> {
         let limit = validate::limit(p)?;
         let now = self.now();
-        let day = match p.get("day") {
-            None => now.day(),
-            Some(s) => tidemark_schema::Day::parse(s)
-                .map_err(|e| ApiError::bad("day", format!("{e} (expected YYYY-MM-DD)")))?,
+        let asked = p
+            .get("day")
+            .map(|s| {
+                tidemark_schema::Day::parse(s)
+                    .map_err(|e| ApiError::bad("day", format!("{e} (expected YYYY-MM-DD)")))
+            })
+            .transpose()?;
+        // Without `day` the listing is of today, as of its first page: the day travels in the
+        // (signed) cursor, so a walk started before midnight goes on with the same day.
+        let scope = match asked {
+            Some(d) => format!("quarantine|{d}"),
+            None => "quarantine|today".to_owned(),
         };
-        let scope = format!("quarantine|{day}");
-        let start = match self.open(&scope, p)? {
-            Some(s) => Start::Resume(s),
-            None => Start::Fresh {
-                range: None,
-                labels: (0..keys::QUARANTINE_PARTITIONS)
+        let (start, day) = match self.open(&scope, p)? {
+            Some(s) => {
+                let day = s
+                    .range
+                    .as_ref()
+                    .and_then(|(d, _)| tidemark_schema::Day::parse(d).ok())
+                    .ok_or_else(bad_cursor)?;
+                (Start::Resume(s), day)
+            }
+            None => {
+                let day = asked.unwrap_or(now.day());
+                let labels = (0..keys::QUARANTINE_PARTITIONS)
                     .map(|n| n.to_string())
-                    .collect(),
-            },
+                    .collect();
+                let range = Some((day.to_string(), day.to_string()));
+                (Start::Fresh { range, labels }, day)
+            }
         };
         let spec_for = |label: &str| {
             let n = label

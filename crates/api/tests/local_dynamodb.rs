@@ -947,3 +947,50 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test]
+async fn a_quarantine_listing_of_today_started_before_midnight_goes_on_after_it() {
+    // GIVEN six records quarantined late on 2026-04-20
+    let t = TestTable::new("api-quarantine-midnight").await;
+    let day = ts("2026-04-20T00:00:00Z").day();
+    for i in 0..6i64 {
+        let received = ts("2026-04-20T23:50:00Z").plus_millis(i * 1000).unwrap();
+        let seq = format!("49590338271490256608559692538361571095921575989136{i:06}");
+        let k = QuarantineItem::key_for(day, received, &seq);
+        put(
+            &t,
+            &QuarantineItem {
+                pk: k.pk,
+                sk: k.sk,
+                reason: QuarantineReason::NotJson,
+                message: "expected value at line 1 column 1".into(),
+                received_at: received,
+                sequence_number: seq,
+                partition_key: "sensor_01".into(),
+                size: 3,
+                payload: b"\x00{x".to_vec(),
+                ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
+            },
+        )
+        .await;
+    }
+    let at = |now: &str| App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(ts(now)));
+    // WHEN the listing without `day` takes its first page at 23:59
+    let (status, first) = get(&at("2026-04-20T23:59:00Z"), "/quarantine?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    let mut seen = first["items"].as_array().unwrap().len();
+    let mut cursor = first["cursor"].as_str().map(str::to_owned);
+    // AND the rest after midnight
+    let after = at("2026-04-21T00:01:00Z");
+    while let Some(c) = cursor {
+        let (status, page) = get(&after, &format!("/quarantine?limit=2&cursor={c}")).await;
+        // THEN every page is served, of the day the listing started on
+        assert_eq!(status, 200, "{page}");
+        seen += page["items"].as_array().unwrap().len();
+        cursor = page["cursor"].as_str().map(str::to_owned);
+    }
+    assert_eq!(seen, 6);
+    // AND a fresh listing after midnight is of the new day
+    let (_, today) = get(&after, "/quarantine").await;
+    assert_eq!(today["items"], json!([]));
+}
