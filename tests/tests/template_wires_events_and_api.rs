@@ -323,3 +323,24 @@ fn the_api_logs_access_and_has_bounded_concurrency() {
         Some("ApiReservedConcurrency")
     );
 }
+
+#[test]
+fn every_skipped_security_check_says_why_next_to_its_resource() {
+    let t = template();
+    let mut skipped = 0;
+    for (name, r) in t["Resources"].as_mapping().unwrap() {
+        let Some(skips) = r["Metadata"]["checkov"]["skip"].as_sequence() else {
+            continue;
+        };
+        for s in skips {
+            let id = s["id"].as_str().unwrap_or_default();
+            let reason = s["comment"].as_str().unwrap_or_default();
+            assert!(
+                id.starts_with("CKV") && reason.len() >= 20 && !reason.contains('\n'),
+                "{name:?}: skip {id:?} needs a one-line reason, got {reason:?}"
+            );
+            skipped += 1;
+        }
+    }
+    assert!(skipped > 0, "no skips found: the check is broken");
+}
