@@ -228,7 +228,7 @@ cargo run --quiet -p tidemark-devstack -- events "$EVENTS" >/dev/null
 cat >"$WORK/env.json" <<EOF
 {"Parameters": {"TABLE_NAME": "$TABLE",
                 "TIDEMARK_DYNAMODB_ENDPOINT": "http://host.docker.internal:$DDB_PORT"},
- "ApiFunction": {"TIDEMARK_LOCAL": "1"}}
+ "ApiFunction": {"TIDEMARK_LOCAL": "1", "CURSOR_SECRET_ARN": ""}}
 EOF
 SAM_ARGS=(--env-vars "$WORK/env.json" --skip-pull-image "${ADD_HOST[@]}")
 

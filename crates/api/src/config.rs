@@ -136,10 +136,12 @@ impl ApiConfig {
         let mut c = ApiConfig::new(
             var(TABLE_NAME_ENV).unwrap_or_else(|| tidemark_schema::TABLE.default_name.into()),
         );
-        match (var(CURSOR_SECRET_ARN_ENV), var(LOCAL_ENV).as_deref()) {
-            (Some(arn), _) => c.cursor_secret_arn = Some(arn),
-            (None, Some("1")) => {}
-            (None, _) => return Err(ConfigError::MissingCursorSecret),
+        // The explicit local flag wins: `sam local` resolves the template's secret reference
+        // to a name no local process can read.
+        match (var(LOCAL_ENV).as_deref(), var(CURSOR_SECRET_ARN_ENV)) {
+            (Some("1"), _) => {}
+            (_, Some(arn)) => c.cursor_secret_arn = Some(arn),
+            (_, None) => return Err(ConfigError::MissingCursorSecret),
         }
         if let Some(v) = var(RETENTION_DAYS_ENV) {
             c.retention_days = v.parse().ok().filter(|d| (1..=36_500).contains(d)).ok_or(
@@ -215,6 +217,12 @@ mod tests {
         let c = ApiConfig::from_lookup(lookup(&[("TIDEMARK_LOCAL", "1")])).unwrap();
         assert_eq!(c.table_name, "tidemark");
         assert_eq!(c.cursor_secret(), DEV_CURSOR_SECRET);
+        assert_eq!(c.cursor_secret_arn, None);
+        let c = ApiConfig::from_lookup(lookup(&[
+            ("TIDEMARK_LOCAL", "1"),
+            ("CURSOR_SECRET_ARN", "CursorSigningSecret"),
+        ]))
+        .unwrap();
         assert_eq!(c.cursor_secret_arn, None);
         // A DynamoDB endpoint (a VPC endpoint, say) is no reason to use a known key.
         assert_eq!(
