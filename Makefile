@@ -7,7 +7,7 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api heat bench
+.PHONY: run bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api events sam-local heat bench
 
 ## run: the whole pipeline locally: emulators, table and stream, ingest and aggregator behind
 ## emulated event-source mappings, the API on 127.0.0.1:3000, a simulated fleet (TIDEMARK_SIM=0
@@ -46,9 +46,12 @@ status:
 clean-local: stop
 	rm -rf .local
 
-## validate: sam validate --lint (cfn-lint included)
+## validate: sam validate --lint (cfn-lint included), then checkov's security scan of the
+## template: any finding not skipped in the template (with its reason, next to the resource)
+## fails
 validate:
 	PATH="$(TOOLS):$$PATH" sam validate --lint
+	$(TOOLS)/../checkov/bin/checkov -f template.yaml --framework cloudformation --compact --quiet --skip-download
 
 ## build: sam build: the three functions as arm64 `bootstrap` binaries under .aws-sam/
 build:
@@ -60,15 +63,26 @@ deploy: build
 
 ## watch: serve the functions locally for `make invoke-*` (cargo lambda watch)
 watch:
-	PATH="$(TOOLS):$$PATH" cargo lambda watch
+	TIDEMARK_LOCAL=1 PATH="$(TOOLS):$$PATH" cargo lambda watch
 
-## invoke-<function>: send the sample events in events/ to a running `make watch`
-invoke-ingest:
-	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-ingest --data-file events/kinesis-readings.json
-invoke-aggregator:
-	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-aggregator --data-file events/ddb-stream-readings.json
-invoke-api:
-	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-api --data-file events/apigw-get-device.json
+## invoke-<function>: send the sample events dated now (`make events`) to a running `make watch`
+invoke-ingest: events
+	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-ingest --data-file events/fresh/kinesis-readings.json
+invoke-aggregator: events
+	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-aggregator --data-file events/fresh/ddb-stream-readings.json
+invoke-api: events
+	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-api --data-file events/fresh/apigw-get-device.json
+
+## events: sample Lambda events dated now, into events/fresh/ (git-ignored), for
+## `sam local invoke` and `cargo lambda invoke` (events/*.json are test fixtures of 2026-04-20)
+events:
+	$(CARGO) run --quiet -p tidemark-devstack -- events events/fresh
+
+## sam-local: the functions under `sam local invoke` and `sam local start-api` in Docker,
+## against DynamoDB Local, outputs checked (scripts/sam-local.sh; starts and stops its own
+## Docker daemon when none is running, which needs root)
+sam-local: build
+	scripts/sam-local.sh
 
 ## heat: partition-heat simulator: hottest partition key's writes/s with and without sharding
 heat:

@@ -30,11 +30,11 @@ cargo test --workspace --locked
 # The deployment checks (DESIGN §7): the template lints clean and `sam build` produces the
 # three arm64 `bootstrap` binaries exactly as a deploy would. The first build is a release
 # cross-compile (minutes); set TIDEMARK_SKIP_SAM_BUILD=1 to skip it in a quick local loop.
-step "template (sam validate --lint)"
+step "template (sam validate --lint, checkov)"
 make --no-print-directory validate
 
 if [[ "${TIDEMARK_SKIP_SAM_BUILD:-0}" == "1" ]]; then
-  step "sam build skipped (TIDEMARK_SKIP_SAM_BUILD=1)"
+  step "sam build and sam local skipped (TIDEMARK_SKIP_SAM_BUILD=1)"
 else
   step "sam build (arm64, release)"
   # Installed once up front: sam builds the functions in parallel, and three concurrent
@@ -48,4 +48,9 @@ else
       || { echo "$bin is not an arm64 ELF executable" >&2; exit 1; }
     echo "$bin: arm64 ELF, $(stat -c %s "$bin") bytes"
   done
+
+  # The same build under `sam local invoke` and `sam local start-api`, in Docker (arm64
+  # emulated), against DynamoDB Local, every output checked (scripts/sam-local.sh).
+  step "sam local invoke and start-api (make sam-local without the rebuild)"
+  scripts/sam-local.sh
 fi

@@ -39,8 +39,8 @@ where
     let seen = RefCell::new(BTreeSet::new());
     let lookup = |k: &str| {
         seen.borrow_mut().insert(k.to_owned());
-        // The one required secret, so the whole configuration is read past it.
-        (k == "CURSOR_SECRET").then(|| "x".repeat(48))
+        // The one required setting, so the whole configuration is read past it.
+        (k == "CURSOR_SECRET_ARN").then(|| "arn:aws:secretsmanager:r:1:secret:x".to_owned())
     };
     run(&lookup).expect("configuration with only the required variables is valid");
     seen.into_inner()

@@ -7,10 +7,13 @@ use std::time::Duration;
 use thiserror::Error;
 use tidemark_schema::shard::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
 use tidemark_schema::{ShardLead, Timestamp};
-use tidemark_store::client::{DYNAMODB_ENDPOINT_ENV, TABLE_NAME_ENV};
+use tidemark_store::client::TABLE_NAME_ENV;
 
-/// HMAC key for pagination cursors (at least [`MIN_SECRET_LEN`] bytes).
-pub const CURSOR_SECRET_ENV: &str = "CURSOR_SECRET";
+/// The Secrets Manager secret holding the cursor key (deployed; see [`crate::secret`]).
+pub const CURSOR_SECRET_ARN_ENV: &str = "CURSOR_SECRET_ARN";
+/// `1` says explicitly that this is a local stack (`make run`, `sam local`, tests): cursors
+/// are signed with a fixed development key. Never inferred from anything else.
+pub const LOCAL_ENV: &str = "TIDEMARK_LOCAL";
 /// Days a reading is kept (must match ingest's `ttl`), default 30.
 pub const RETENTION_DAYS_ENV: &str = "RETENTION_DAYS";
 /// How many GSI1 status keys a status is spread over (`DEVICE_STATUS#<status>#<n>`), default 1.
@@ -27,20 +30,19 @@ pub const UI_OIDC_CLIENT_ID_ENV: &str = "UI_OIDC_CLIENT_ID";
 
 pub const MIN_SECRET_LEN: usize = 32;
 
-/// Used only against a local endpoint, where cursors protect nothing worth a secret. Never
-/// used on Lambda: there a missing secret stops the function from starting (see
-/// [`ApiConfig::from_env`]), because a known key would let anyone forge cursors.
+/// Used only when the process says it is local ([`LOCAL_ENV`]), where cursors protect
+/// nothing worth a secret. Never used on Lambda: there a missing secret stops the function
+/// from starting (see [`ApiConfig::from_env`]), because a known key would let anyone forge
+/// cursors.
 const DEV_CURSOR_SECRET: &[u8] = b"tidemark-local-development-cursor-key-not-a-secret";
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "{CURSOR_SECRET_ENV} is not set; it is required outside local development \
-         (set it to at least {MIN_SECRET_LEN} random bytes)"
+        "{CURSOR_SECRET_ARN_ENV} is not set; it is required unless {LOCAL_ENV}=1 says this is \
+         a local stack"
     )]
     MissingCursorSecret,
-    #[error("{CURSOR_SECRET_ENV} is {0} bytes; it must be at least {MIN_SECRET_LEN}")]
-    ShortCursorSecret(usize),
     #[error("{var}={value:?} is not valid: {rule}")]
     Invalid {
         var: &'static str,
@@ -70,6 +72,8 @@ impl Clock {
 pub struct ApiConfig {
     pub table_name: String,
     cursor_secret: Vec<u8>,
+    /// Deployed: where the real cursor key is; the Lambda reads it before serving.
+    pub cursor_secret_arn: Option<String>,
     pub retention_days: u32,
     pub status_shards: u16,
     /// Largest accepted request body; device items stay small because the aggregator
@@ -123,6 +127,7 @@ impl ApiConfig {
         ApiConfig {
             table_name: table_name.into(),
             cursor_secret: DEV_CURSOR_SECRET.to_vec(),
+            cursor_secret_arn: None,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
             status_shards: 1,
             max_body_bytes: Self::DEFAULT_MAX_BODY,
@@ -146,9 +151,9 @@ impl ApiConfig {
         &self.cursor_secret
     }
 
-    /// From the environment. Without `CURSOR_SECRET` it refuses (a Lambda then fails its
-    /// init and never serves a forgeable cursor) unless `TIDEMARK_DYNAMODB_ENDPOINT` says
-    /// this is a local stack, where a fixed development key is used.
+    /// From the environment. Without `CURSOR_SECRET_ARN` it refuses (a Lambda then fails its
+    /// init and never serves a forgeable cursor) unless `TIDEMARK_LOCAL=1` says this is a
+    /// local stack, where a fixed development key is used.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
     }
@@ -159,7 +164,7 @@ impl ApiConfig {
         let mut c = ApiConfig::new(
             var(TABLE_NAME_ENV).unwrap_or_else(|| tidemark_schema::TABLE.default_name.into()),
         );
-        let local = var(DYNAMODB_ENDPOINT_ENV).is_some();
+        let local = var(LOCAL_ENV).as_deref() == Some("1");
         c.ui_auth = match var(UI_AUTH_ENV).as_deref() {
             Some("jwt") => UiAuth::Jwt {
                 issuer: var(JWT_ISSUER_ENV),
@@ -177,13 +182,12 @@ impl ApiConfig {
                 });
             }
         };
-        match var(CURSOR_SECRET_ENV) {
-            Some(s) if s.len() < MIN_SECRET_LEN => {
-                return Err(ConfigError::ShortCursorSecret(s.len()));
-            }
-            Some(s) => c.cursor_secret = s.into_bytes(),
-            None if local => {}
-            None => return Err(ConfigError::MissingCursorSecret),
+        // The explicit local flag wins: `sam local` resolves the template's secret reference
+        // to a name no local process can read.
+        match (local, var(CURSOR_SECRET_ARN_ENV)) {
+            (true, _) => {}
+            (false, Some(arn)) => c.cursor_secret_arn = Some(arn),
+            (false, None) => return Err(ConfigError::MissingCursorSecret),
         }
         if let Some(v) = var(RETENTION_DAYS_ENV) {
             c.retention_days = v.parse().ok().filter(|d| (1..=36_500).contains(d)).ok_or(
@@ -255,38 +259,57 @@ mod tests {
     }
 
     #[test]
-    fn local_stack_without_a_secret_uses_the_development_key() {
-        let c = ApiConfig::from_lookup(lookup(&[(
-            "TIDEMARK_DYNAMODB_ENDPOINT",
-            "http://127.0.0.1:8000",
-        )]))
-        .unwrap();
+    fn only_an_explicit_local_flag_gives_the_development_key() {
+        let c = ApiConfig::from_lookup(lookup(&[("TIDEMARK_LOCAL", "1")])).unwrap();
         assert_eq!(c.table_name, "tidemark");
         assert_eq!(c.cursor_secret(), DEV_CURSOR_SECRET);
+        assert_eq!(c.cursor_secret_arn, None);
+        let c = ApiConfig::from_lookup(lookup(&[
+            ("TIDEMARK_LOCAL", "1"),
+            ("CURSOR_SECRET_ARN", "CursorSigningSecret"),
+        ]))
+        .unwrap();
+        assert_eq!(c.cursor_secret_arn, None);
+        // A DynamoDB endpoint (a VPC endpoint, say) is no reason to use a known key.
+        assert_eq!(
+            ApiConfig::from_lookup(lookup(&[(
+                "TIDEMARK_DYNAMODB_ENDPOINT",
+                "https://vpce-1.dynamodb.eu-west-1.vpce.amazonaws.com"
+            )]))
+            .unwrap_err(),
+            ConfigError::MissingCursorSecret
+        );
     }
 
     #[test]
-    fn short_secrets_and_bad_numbers_are_rejected() {
-        assert_eq!(
-            ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET", "short")])).unwrap_err(),
-            ConfigError::ShortCursorSecret(5)
-        );
-        let secret = "k".repeat(32);
+    fn deployed_the_key_comes_from_the_secret_never_the_environment() {
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:cursor-AbCdEf";
+        let c = ApiConfig::from_lookup(lookup(&[
+            ("CURSOR_SECRET_ARN", arn),
+            ("CURSOR_SECRET", &"k".repeat(40)),
+        ]))
+        .unwrap();
+        assert_eq!(c.cursor_secret_arn.as_deref(), Some(arn));
+    }
+
+    #[test]
+    fn bad_numbers_are_rejected() {
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:cursor-AbCdEf";
         assert!(
             ApiConfig::from_lookup(lookup(&[
-                ("CURSOR_SECRET", &secret),
+                ("CURSOR_SECRET_ARN", arn),
                 ("RETENTION_DAYS", "0")
             ]))
             .is_err()
         );
         let c = ApiConfig::from_lookup(lookup(&[
-            ("CURSOR_SECRET", &secret),
+            ("CURSOR_SECRET_ARN", arn),
             ("STATUS_SHARDS", "4"),
         ]))
         .unwrap();
-        assert_eq!((c.status_shards, c.cursor_secret()), (4, secret.as_bytes()));
+        assert_eq!(c.status_shards, 4);
         let c = ApiConfig::from_lookup(lookup(&[
-            ("CURSOR_SECRET", &secret),
+            ("CURSOR_SECRET_ARN", arn),
             ("SHARD_CACHE_SECONDS", "10"),
             ("MAX_FUTURE_SECONDS", "60"),
         ]))
@@ -300,12 +323,11 @@ mod tests {
         );
         assert!(
             ApiConfig::from_lookup(lookup(&[
-                ("CURSOR_SECRET", &secret),
+                ("CURSOR_SECRET_ARN", arn),
                 ("SHARD_CACHE_SECONDS", "-1")
             ]))
             .is_err()
         );
-        assert!(!format!("{c:?}").contains(&secret));
     }
 
     #[test]

@@ -33,17 +33,31 @@ pub struct CursorState {
     pub parts: Vec<(String, Option<Vec<String>>)>,
 }
 
+/// The key that signs cursors, and any other key whose cursors still open (the previous key
+/// for a while after a rotation; see [`crate::secret`]).
 #[derive(Clone)]
-pub struct CursorKey(Vec<u8>);
+pub struct CursorKey {
+    signing: Vec<u8>,
+    also: Vec<Vec<u8>>,
+}
 
 impl CursorKey {
     pub fn new(secret: &[u8]) -> Self {
-        CursorKey(secret.to_vec())
+        CursorKey {
+            signing: secret.to_vec(),
+            also: Vec::new(),
+        }
     }
 
-    fn mac(&self, scope: &str, state: &[u8]) -> HmacSha256 {
+    /// This key, also opening cursors signed with `other`.
+    pub fn also_accepting(mut self, other: &[u8]) -> Self {
+        self.also.push(other.to_vec());
+        self
+    }
+
+    fn mac(key: &[u8], scope: &str, state: &[u8]) -> HmacSha256 {
         // HMAC takes keys of any length; this cannot fail.
-        let mut m = HmacSha256::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        let mut m = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable!());
         m.update(&(scope.len() as u64).to_be_bytes());
         m.update(scope.as_bytes());
         m.update(state);
@@ -53,7 +67,9 @@ impl CursorKey {
     pub fn seal(&self, scope: &str, state: &CursorState) -> String {
         // Serialising plain strings and vectors cannot fail.
         let json = serde_json::to_vec(state).unwrap_or_default();
-        let tag = self.mac(scope, &json).finalize().into_bytes();
+        let tag = Self::mac(&self.signing, scope, &json)
+            .finalize()
+            .into_bytes();
         format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(&json),
@@ -79,9 +95,14 @@ impl CursorKey {
         if tag.len() != TAG_LEN {
             return Err(bad());
         }
-        self.mac(scope, &json)
-            .verify_truncated_left(&tag)
-            .map_err(|_| bad())?;
+        let signed_by_ours = std::iter::once(&self.signing).chain(&self.also).any(|k| {
+            Self::mac(k, scope, &json)
+                .verify_truncated_left(&tag)
+                .is_ok()
+        });
+        if !signed_by_ours {
+            return Err(bad());
+        }
         serde_json::from_slice(&json).map_err(|_| bad())
     }
 }

@@ -23,6 +23,9 @@ pub enum ApiError {
     },
     #[error("{0}")]
     Conflict(String),
+    /// The caller's token lacks the scope the route needs.
+    #[error("this route needs the {0} scope")]
+    Forbidden(&'static str),
     #[error("request body is {size} bytes; the limit is {limit}")]
     PayloadTooLarge { size: usize, limit: usize },
     /// DynamoDB throttled us past the SDK's retries: the caller may retry.
@@ -49,6 +52,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) | ApiError::Corrupt(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -61,6 +65,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::Busy(_) => "busy",
             ApiError::Internal(_) | ApiError::Corrupt(_) => "internal",

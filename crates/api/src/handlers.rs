@@ -20,8 +20,8 @@ use crate::error::ApiError;
 use crate::merge::{Source, merged_page};
 use crate::render;
 use crate::request::{Params, path_segments, query_pairs};
-use crate::routes::{Route, resolve};
-use crate::store::{AckOutcome, QuerySpec, SkRange, Store};
+use crate::routes::{Route, Scope, resolve};
+use crate::store::{AckOutcome, Place, QuerySpec, SkRange, Store};
 use crate::validate;
 
 type Reply = (StatusCode, Value);
@@ -68,6 +68,29 @@ fn bad_cursor() -> ApiError {
     )
 }
 
+/// With a JWT authorizer API Gateway already checked the route's scope; this holds the
+/// function to the same map (and to it alone, should a route be misconfigured). Without JWT
+/// claims (IAM auth, or a local stack) there are no scopes to check.
+fn require_scope(req: &Request, scope: Scope) -> Result<(), ApiError> {
+    use lambda_http::RequestExt;
+    use lambda_http::request::RequestContext;
+    let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() else {
+        return Ok(());
+    };
+    let Some(jwt) = ctx.authorizer.as_ref().and_then(|a| a.jwt.as_ref()) else {
+        return Ok(());
+    };
+    if jwt
+        .scopes
+        .as_ref()
+        .is_some_and(|s| s.iter().any(|s| s == scope.as_str()))
+    {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(scope.as_str()))
+    }
+}
+
 fn device_not_found(id: &DeviceId) -> ApiError {
     ApiError::NotFound(format!("device {id} is not registered"))
 }
@@ -76,6 +99,7 @@ impl<S: Store> App<S> {
     pub(crate) async fn dispatch(&self, req: &Request) -> Result<Reply, ApiError> {
         let segments = path_segments(req)?;
         let m = resolve(req.method(), &segments)?;
+        require_scope(req, m.route.scope())?;
         let pairs = query_pairs(req)?;
         let id = || validate::device_id(&m.params[0]);
         let p = Params::new(pairs, m.query)?;
@@ -130,11 +154,21 @@ impl<S: Store> App<S> {
             {
                 return Err(bad_cursor());
             }
+            // A position the range has moved past (the retention edge overtook a cursor kept
+            // too long) is not a valid ExclusiveStartKey: DynamoDB would refuse it. The
+            // readings between it and the edge have expired, so the walk goes on from the
+            // edge, or the partition is done if the walk was heading away from it.
+            let after = match after.as_ref().map(|a| spec.place_of(&a[0])) {
+                Some(Place::Inside) | None => after,
+                Some(Place::Before) if spec.forward => None,
+                Some(Place::After) if !spec.forward => None,
+                Some(_) => continue,
+            };
             sources.push(Source { label, spec, after });
         }
         let page = merged_page(&self.store, sources, limit, keep).await?;
         let cursor = (!page.rest.is_empty()).then(|| {
-            self.cursor.seal(
+            self.cursor_key().seal(
                 scope,
                 &CursorState {
                     range,
@@ -147,7 +181,7 @@ impl<S: Store> App<S> {
 
     fn open(&self, scope: &str, p: &Params) -> Result<Option<CursorState>, ApiError> {
         p.get("cursor")
-            .map(|c| self.cursor.open(scope, c))
+            .map(|c| self.cursor_key().open(scope, c))
             .transpose()
     }
 
@@ -453,6 +487,28 @@ impl<S: Store> App<S> {
         }
         let now = self.now();
         let none = ShardHistory::default();
+        let lo = self.config.retention_start(now);
+        let queries: usize = ids
+            .iter()
+            .map(|id| {
+                histories
+                    .get(id)
+                    .unwrap_or(&none)
+                    .shards_over(lo, Timestamp::MAX)
+                    .len()
+            })
+            .sum();
+        if queries > validate::MAX_LATEST_QUERIES {
+            return Err(ApiError::bad(
+                "ids",
+                format!(
+                    "these {} devices span {queries} partitions (their shards); at most {} \
+                     can be read in one request: ask for fewer devices",
+                    ids.len(),
+                    validate::MAX_LATEST_QUERIES
+                ),
+            ));
+        }
         let reads: Vec<_> = ids
             .iter()
             .map(|id| self.newest_reading(id, histories.get(id).unwrap_or(&none), now, false))
@@ -649,23 +705,40 @@ impl<S: Store> App<S> {
     async fn quarantine(&self, p: &Params) -> Result<Reply, ApiError> {
         let limit = validate::limit(p)?;
         let now = self.now();
-        let day = match p.get("day") {
-            None => now.day(),
-            Some(s) => tidemark_schema::Day::parse(s)
-                .map_err(|e| ApiError::bad("day", format!("{e} (expected YYYY-MM-DD)")))?,
+        let asked = p
+            .get("day")
+            .map(|s| {
+                tidemark_schema::Day::parse(s)
+                    .map_err(|e| ApiError::bad("day", format!("{e} (expected YYYY-MM-DD)")))
+            })
+            .transpose()?;
+        // Without `day` the listing is of today, as of its first page: the day travels in the
+        // (signed) cursor, so a walk started before midnight goes on with the same day.
+        let scope = match asked {
+            Some(d) => format!("quarantine|{d}"),
+            None => "quarantine|today".to_owned(),
         };
-        let scope = format!("quarantine|{day}");
-        let start = || -> Result<Start, ApiError> {
+        let start = || -> Result<(Start, tidemark_schema::Day), ApiError> {
             Ok(match self.open(&scope, p)? {
-                Some(s) => Start::Resume(s),
-                None => Start::Fresh {
-                    range: None,
-                    labels: (0..keys::QUARANTINE_PARTITIONS)
+                Some(s) => {
+                    let day = s
+                        .range
+                        .as_ref()
+                        .and_then(|(d, _)| tidemark_schema::Day::parse(d).ok())
+                        .ok_or_else(bad_cursor)?;
+                    (Start::Resume(s), day)
+                }
+                None => {
+                    let day = asked.unwrap_or(now.day());
+                    let labels = (0..keys::QUARANTINE_PARTITIONS)
                         .map(|n| n.to_string())
-                        .collect(),
-                },
+                        .collect();
+                    let range = Some((day.to_string(), day.to_string()));
+                    (Start::Fresh { range, labels }, day)
+                }
             })
         };
+        let (first, day) = start()?;
         let spec_for = |label: &str| {
             let n = label
                 .parse::<u16>()
@@ -679,11 +752,13 @@ impl<S: Store> App<S> {
         };
         // A record's further payload parts share its partition; they are read by key below.
         let keep = |it: &Item| !expired(it, now) && render::is_quarantined_record(it);
-        let (mut items, mut cursor) = self.page(&scope, start()?, spec_for, limit, keep).await?;
+        let (mut items, mut cursor) = self.page(&scope, first, spec_for, limit, keep).await?;
         let fitting = render::records_within(&items, QUARANTINE_PAGE_BYTES);
         if fitting < items.len() {
             // The same page again, shorter: the cursor then points after the last record kept.
-            (items, cursor) = self.page(&scope, start()?, spec_for, fitting, keep).await?;
+            (items, cursor) = self
+                .page(&scope, start()?.0, spec_for, fitting, keep)
+                .await?;
         }
         let mut out = Vec::with_capacity(items.len());
         for item in items {

@@ -16,6 +16,7 @@ pub mod merge;
 pub mod render;
 pub mod request;
 pub mod routes;
+pub mod secret;
 pub mod store;
 pub mod ui;
 pub mod validate;
@@ -37,7 +38,8 @@ use crate::cursor::CursorKey;
 pub struct App<S = DynamoStore> {
     store: S,
     config: ApiConfig,
-    cursor: CursorKey,
+    /// Replaced when the Lambda re-reads the secret ([`App::set_cursor_key`]).
+    cursor: std::sync::RwLock<std::sync::Arc<CursorKey>>,
 }
 
 impl App<DynamoStore> {
@@ -53,8 +55,20 @@ impl<S: Store> App<S> {
         App {
             store,
             config,
-            cursor,
+            cursor: std::sync::RwLock::new(std::sync::Arc::new(cursor)),
         }
+    }
+
+    /// Signs and opens cursors with `key` from now on (a secret read from Secrets Manager).
+    pub fn set_cursor_key(&self, key: CursorKey) {
+        *self.cursor.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(key);
+    }
+
+    fn cursor_key(&self) -> std::sync::Arc<CursorKey> {
+        self.cursor
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn config(&self) -> &ApiConfig {

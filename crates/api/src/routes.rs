@@ -21,6 +21,51 @@ pub enum Route {
     Quarantine,
 }
 
+/// The JWT scope a route needs (template.yaml's HttpApi definition asks API Gateway for the
+/// same; a test holds them equal). Quarantine is apart because it holds raw device payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Read,
+    Write,
+    Admin,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "tidemark/read",
+            Scope::Write => "tidemark/write",
+            Scope::Admin => "tidemark/admin",
+        }
+    }
+}
+
+impl Route {
+    pub fn scope(self) -> Scope {
+        match self {
+            Route::PutDevice | Route::PutShards | Route::AckAlert => Scope::Write,
+            Route::Quarantine => Scope::Admin,
+            Route::ListDevices
+            | Route::GetDevice
+            | Route::GetShards
+            | Route::Readings
+            | Route::LatestReading
+            | Route::LatestOfDevices
+            | Route::DeviceAlerts
+            | Route::Alerts
+            | Route::Aggregates => Scope::Read,
+        }
+    }
+}
+
+/// The scope each (method, path template) needs, for the template check.
+pub fn scopes() -> Vec<(Method, &'static str, Scope)> {
+    TABLE
+        .iter()
+        .map(|(m, p, r, _)| (m.clone(), *p, r.scope()))
+        .collect()
+}
+
 /// (method, path template, route, query parameters it takes).
 const TABLE: &[(Method, &str, Route, &[&str])] = &[
     (

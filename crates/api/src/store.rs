@@ -26,6 +26,14 @@ pub enum SkRange {
     All,
 }
 
+/// Where a sort key lies against a query's key condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Before,
+    Inside,
+    After,
+}
+
 /// One partition of the table or of GSI1, read in sort-key order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuerySpec {
@@ -84,6 +92,22 @@ impl QuerySpec {
             &[attr::GSI1SK, attr::PK, attr::SK]
         } else {
             &[attr::SK]
+        }
+    }
+
+    /// Where a sort key (the first position attribute) lies against this query's range.
+    pub fn place_of(&self, sort_key: &str) -> Place {
+        match &self.range {
+            SkRange::Between(lo, _) if sort_key < lo.as_str() => Place::Before,
+            SkRange::Between(_, hi) if sort_key > hi.as_str() => Place::After,
+            SkRange::BeginsWith(prefix) if !sort_key.starts_with(prefix.as_str()) => {
+                if sort_key < prefix.as_str() {
+                    Place::Before
+                } else {
+                    Place::After
+                }
+            }
+            _ => Place::Inside,
         }
     }
 

@@ -18,6 +18,9 @@ pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 1000;
 /// `GET /latest` takes at most this many IDs (one BatchGetItem).
 pub const MAX_IDS: usize = 100;
+/// Partition queries one `GET /latest` may make in all (a device queries each of its shards
+/// in force over the retention): 100 sharded devices could otherwise fan out to thousands.
+pub const MAX_LATEST_QUERIES: usize = 400;
 pub const MAX_THRESHOLDS: usize = 32;
 
 pub fn device_id(raw: &str) -> Result<DeviceId, ApiError> {

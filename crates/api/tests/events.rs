@@ -90,3 +90,70 @@ async fn sample_events_are_served() {
         (200, Some("acknowledged"))
     );
 }
+
+/// The sample event `name` with the JWT's scopes replaced by `scopes`.
+fn with_scopes(name: &str, scopes: &[&str]) -> lambda_http::Request {
+    let path = format!("{}/../../events/{name}", env!("CARGO_MANIFEST_DIR"));
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["requestContext"]["authorizer"]["jwt"]["scopes"] = json!(scopes);
+    lambda_http::request::from_str(&v.to_string()).unwrap()
+}
+
+#[tokio::test]
+async fn each_route_needs_its_scope_read_write_or_admin() {
+    let t = sample_table("api-ev-scopes").await;
+    let app = app(&t);
+    // A read-only token reads but cannot write.
+    let (status, _) = invoke(
+        &app,
+        with_scopes("apigw-get-device.json", &["tidemark/read"]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = invoke(
+        &app,
+        with_scopes("apigw-put-device.json", &["tidemark/read"]),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tidemark/write")
+    );
+    let (status, _) = invoke(
+        &app,
+        with_scopes("apigw-put-device.json", &["tidemark/write"]),
+    )
+    .await;
+    assert!(status == 200 || status == 201, "{status}");
+    // A write token does not read (scopes are not a ladder).
+    let (status, _) = invoke(
+        &app,
+        with_scopes("apigw-get-device.json", &["tidemark/write"]),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // The quarantine holds raw payloads: admin only.
+    let mut q: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/../../events/apigw-get-device.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    q["rawPath"] = json!("/quarantine");
+    q["requestContext"]["http"]["path"] = json!("/quarantine");
+    for (scopes, want) in [
+        (vec!["tidemark/read", "tidemark/write"], 403),
+        (vec!["tidemark/admin"], 200),
+    ] {
+        q["requestContext"]["authorizer"]["jwt"]["scopes"] = json!(scopes);
+        let req = lambda_http::request::from_str(&q.to_string()).unwrap();
+        let (status, body) = invoke(&app, req).await;
+        assert_eq!(status, want, "{scopes:?}: {body}");
+    }
+}

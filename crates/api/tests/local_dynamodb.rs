@@ -952,3 +952,98 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
         json!({"from":"2026-04-20T16:10:00.000000Z","count":8})
     );
 }
+
+#[tokio::test]
+async fn a_readings_cursor_overtaken_by_the_retention_edge_continues_from_the_edge() {
+    // GIVEN 48 hourly readings kept one day each (ttl = time + 1 day)
+    let t = TestTable::new("api-edge").await;
+    put(&t, &sample_device()).await;
+    let t0 = ts("2026-04-18T00:00:00Z");
+    let at = |k: i64| t0.plus_millis(k * 3_600_000).unwrap();
+    let items: Vec<_> = (0..48)
+        .map(|k| ReadingItem::new(&reading("sensor_01", at(k), &[("n", k as f64)]), None, 1))
+        .collect();
+    put_all(&t, &items).await;
+    let with_now = |now| {
+        let mut c = ApiConfig::new(&t.name).with_now(now);
+        c.retention_days = 1;
+        App::new(t.client.clone(), c)
+    };
+    // WHEN a walk from the beginning of time takes its first page at t0 + 1 day
+    let uri =
+        "/devices/sensor_01/readings?from=2026-01-01T00:00:00Z&to=2026-04-20T00:00:00Z&limit=5";
+    let (status, first) = get(&with_now(at(24)), uri).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["items"][4]["n"], 4.0);
+    let cursor = first["cursor"].as_str().unwrap().to_owned();
+    // AND continues ten hours later, when the edge (t0 + 10 h) has passed its position
+    let next = format!("{uri}&cursor={}", urlencode(&cursor));
+    let (status, second) = get(&with_now(at(34)), &next).await;
+    // THEN the next page starts at the edge: nothing unexpired is skipped, no 500
+    assert_eq!(status, 200, "{second}");
+    let ns: Vec<f64> = second["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["n"].as_f64().unwrap())
+        .collect();
+    assert_eq!(ns, vec![10.0, 11.0, 12.0, 13.0, 14.0]);
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_quarantine_listing_of_today_started_before_midnight_goes_on_after_it() {
+    // GIVEN six records quarantined late on 2026-04-20
+    let t = TestTable::new("api-quarantine-midnight").await;
+    let day = ts("2026-04-20T00:00:00Z").day();
+    for i in 0..6i64 {
+        let received = ts("2026-04-20T23:50:00Z").plus_millis(i * 1000).unwrap();
+        let seq = format!("49590338271490256608559692538361571095921575989136{i:06}");
+        let k = QuarantineItem::key_for(day, received, &seq);
+        put(
+            &t,
+            &QuarantineItem {
+                pk: k.pk,
+                sk: k.sk,
+                reason: QuarantineReason::NotJson,
+                message: "expected value at line 1 column 1".into(),
+                received_at: received,
+                sequence_number: seq,
+                partition_key: "sensor_01".into(),
+                size: 3,
+                payload: b"\x00{x".to_vec(),
+                ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
+            },
+        )
+        .await;
+    }
+    let at = |now: &str| App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(ts(now)));
+    // WHEN the listing without `day` takes its first page at 23:59
+    let (status, first) = get(&at("2026-04-20T23:59:00Z"), "/quarantine?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    let mut seen = first["items"].as_array().unwrap().len();
+    let mut cursor = first["cursor"].as_str().map(str::to_owned);
+    // AND the rest after midnight
+    let after = at("2026-04-21T00:01:00Z");
+    while let Some(c) = cursor {
+        let (status, page) = get(&after, &format!("/quarantine?limit=2&cursor={c}")).await;
+        // THEN every page is served, of the day the listing started on
+        assert_eq!(status, 200, "{page}");
+        seen += page["items"].as_array().unwrap().len();
+        cursor = page["cursor"].as_str().map(str::to_owned);
+    }
+    assert_eq!(seen, 6);
+    // AND a fresh listing after midnight is of the new day
+    let (_, today) = get(&after, "/quarantine").await;
+    assert_eq!(today["items"], json!([]));
+}

@@ -119,3 +119,31 @@ async fn the_memory_store_refuses_a_shard_change_from_a_stale_version_like_dynam
     );
     assert!(!store.replace_shards(&id, &h, 1).await.unwrap());
 }
+
+#[tokio::test]
+async fn latest_of_many_sharded_devices_is_refused_above_the_query_bound() {
+    // GIVEN ten devices of 64 shards each (65 partitions with the unsharded one before)
+    let store = MemoryStore::new();
+    let history = ShardHistory::default()
+        .with_change(ts("2026-04-20T00:00:00Z"), 64)
+        .unwrap();
+    let ids: Vec<String> = (0..10).map(|i| format!("hot_{i}")).collect();
+    for id in &ids {
+        store
+            .put_entity(&ShardConfigItem::new(&dev(id), history.clone()))
+            .unwrap();
+    }
+    let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
+    // WHEN all ten are asked for at once THEN it is a 400 naming `ids` and the bound
+    let (status, body) = get(&app, &format!("/latest?ids={}", ids.join(","))).await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("invalid ids:"), "{message}");
+    assert!(
+        message.contains("650 partitions") && message.contains("400"),
+        "{message}"
+    );
+    // AND six of them (390 queries) are answered
+    let (status, body) = get(&app, &format!("/latest?ids={}", ids[..6].join(","))).await;
+    assert_eq!(status, 200, "{body}");
+}

@@ -352,7 +352,7 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
             format!(
                 "Binaries from {}, each spawned 5 times under a fake Runtime API on loopback, with Lambda's \
                  environment (AWS_LAMBDA_FUNCTION_NAME, MEMORY_SIZE 256, VERSION, LOG_GROUP/STREAM, \
-                 AWS_LAMBDA_RUNTIME_API) and TABLE_NAME, CURSOR_SECRET, TIDEMARK_DYNAMODB_ENDPOINT \
+                 AWS_LAMBDA_RUNTIME_API) and TABLE_NAME, TIDEMARK_LOCAL, TIDEMARK_DYNAMODB_ENDPOINT \
                  pointing at DynamoDB Local. Ready = first `GET …/invocation/next` after spawn; \
                  peak RSS = VmHWM after the first response. Events: {}.",
                 args.binaries.display(),

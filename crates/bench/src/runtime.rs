@@ -218,7 +218,7 @@ pub fn lambda_env(function: &str, table: &str, dynamodb_endpoint: &str) -> Vec<(
         ("AWS_ACCESS_KEY_ID", "local"),
         ("AWS_SECRET_ACCESS_KEY", "local"),
         ("TABLE_NAME", table),
-        ("CURSOR_SECRET", "bench-cursor-secret-0123456789abcdef0123"),
+        ("TIDEMARK_LOCAL", "1"),
         ("TIDEMARK_DYNAMODB_ENDPOINT", dynamodb_endpoint),
         ("RUST_LOG", "warn"),
     ]

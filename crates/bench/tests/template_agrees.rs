@@ -12,13 +12,16 @@ fn template() -> Value {
 #[test]
 fn scenario_batch_sizes_and_window_are_the_templates() {
     let t = template();
-    let mapping = |name: &str| t["Resources"][name]["Properties"].clone();
+    // The mappings are the functions' stream events.
+    let mapping = |function: &str, event: &str| {
+        t["Resources"][function]["Properties"]["Events"][event]["Properties"].clone()
+    };
     assert_eq!(
-        mapping("IngestEventSourceMapping")["BatchSize"].as_u64(),
+        mapping("IngestFunction", "Readings")["BatchSize"].as_u64(),
         Some(TEMPLATE_INGEST_BATCH as u64)
     );
     assert_eq!(
-        mapping("AggregatorEventSourceMapping")["BatchSize"].as_u64(),
+        mapping("AggregatorFunction", "TableStream")["BatchSize"].as_u64(),
         Some(TEMPLATE_AGGREGATOR_BATCH as u64)
     );
     assert_eq!(

@@ -2,11 +2,13 @@
 //!
 //! - [`bootstrap`]: the table and the stream, from the same definition the template uses;
 //! - [`esm`]: emulated event-source mappings (Kinesis → ingest, DynamoDB Streams → aggregator);
+//! - [`events`]: sample Lambda events dated now (`make events`, for `sam local invoke`);
 //! - [`http_api`]: API Gateway's stand-in on loopback, in front of the API function;
 //! - [`simulator`]: a device fleet publishing to Kinesis;
 //! - [`pipeline`]: all of it wired together (`tidemark-devstack run`, the end-to-end test).
 
 pub mod esm;
+pub mod events;
 pub mod http_api;
 pub mod pipeline;
 pub mod simulator;
@@ -32,6 +34,8 @@ pub enum DevstackError {
     Mapping(#[from] esm::EsmError),
     #[error("configuration: {0}")]
     Config(String),
+    #[error("sample events: {0}")]
+    Events(String),
 }
 
 /// Where the local stack lives; every field has DESIGN §7's default and an env override.

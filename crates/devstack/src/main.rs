@@ -13,7 +13,10 @@ const USAGE: &str = "usage: tidemark-devstack <command>
              event-source mappings, the HTTP API on 127.0.0.1, and a simulated fleet
              (TIDEMARK_SIM=0 turns the fleet off)
   simulate   only the simulated fleet, publishing to the Kinesis stream (any endpoint)
-  bootstrap  only create the table and the stream, then print the endpoints";
+  bootstrap  only create the table and the stream, then print the endpoints
+  events [DIR]
+             write sample Lambda events dated now into DIR (default events/fresh/), for
+             `sam local invoke` and `cargo lambda invoke`";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -29,6 +32,7 @@ async fn main() -> ExitCode {
         Some("bootstrap") => bootstrap(&cfg).await.map(|()| print_endpoints(&cfg)),
         Some("run") => run(cfg).await,
         Some("simulate") => simulate(cfg).await,
+        Some("events") => write_events(std::env::args().nth(2)),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -41,6 +45,15 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn write_events(dir: Option<String>) -> Result<(), DevstackError> {
+    let dir = std::path::PathBuf::from(dir.unwrap_or_else(|| "events/fresh".into()));
+    let now = tidemark_schema::Timestamp::now();
+    for path in tidemark_devstack::events::write_sample_events(&dir, now)? {
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 /// A receiver that turns true on Ctrl-C (or SIGTERM); a second one quits at once.

@@ -1,0 +1,346 @@
+//! The template's event sources and HTTP API, as `sam local` and a deploy read them: the
+//! stream mappings are the functions' own `Kinesis`/`DynamoDB` events and never skip a record
+//! for an error; the HTTP API is an `AWS::Serverless::HttpApi` whose routes are the API
+//! function's `HttpApi` events, exactly the router's routes, each behind an authorizer; and
+//! every variable a local run must override is declared (SAM ignores the others).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde_yaml::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn template() -> Value {
+    let text = std::fs::read_to_string(root().join("template.yaml")).expect("read template");
+    serde_yaml::from_str(&text).expect("template.yaml is YAML")
+}
+
+/// The events of `function` of type `kind`, as (name, properties).
+fn events(t: &Value, function: &str, kind: &str) -> Vec<(String, Value)> {
+    t["Resources"][function]["Properties"]["Events"]
+        .as_mapping()
+        .unwrap_or_else(|| panic!("{function} has no Events"))
+        .iter()
+        .filter(|(_, e)| e["Type"].as_str() == Some(kind))
+        .map(|(k, e)| {
+            (
+                k.as_str().expect("event name").to_owned(),
+                e["Properties"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The name a `!Ref`/`!GetAtt` points at (`Table` for `!GetAtt Table.StreamArn`).
+fn target(v: &Value) -> Option<String> {
+    match v {
+        Value::Tagged(t) => t
+            .value
+            .as_str()
+            .map(|s| s.split('.').next().unwrap_or(s).to_owned()),
+        _ => None,
+    }
+}
+
+fn no_raw_resources_of(t: &Value, kind: &str) {
+    let raw: Vec<_> = t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"].as_str() == Some(kind))
+        .map(|(k, _)| k.as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "{raw:?}: `sam local` reads only SAM events and resources; declare them as such"
+    );
+}
+
+fn assert_never_skips(name: &str, p: &Value, queue: &str) {
+    assert_eq!(p["MaximumRetryAttempts"].as_i64(), Some(-1), "{name}");
+    assert_eq!(p["MaximumRecordAgeInSeconds"].as_i64(), Some(-1), "{name}");
+    assert_eq!(
+        p["BisectBatchOnFunctionError"].as_bool(),
+        Some(true),
+        "{name}"
+    );
+    assert_eq!(
+        p["FunctionResponseTypes"][0].as_str(),
+        Some("ReportBatchItemFailures"),
+        "{name}"
+    );
+    assert_eq!(
+        p["StartingPosition"].as_str(),
+        Some("TRIM_HORIZON"),
+        "{name}"
+    );
+    let on_failure = &p["DestinationConfig"]["OnFailure"];
+    // With a Type, SAM grants the function sqs:SendMessage on the destination.
+    assert_eq!(on_failure["Type"].as_str(), Some("SQS"), "{name}");
+    assert_eq!(
+        target(&on_failure["Destination"]).as_deref(),
+        Some(queue),
+        "{name}"
+    );
+}
+
+#[test]
+fn ingest_reads_the_readings_stream_through_its_kinesis_event_and_never_skips() {
+    let t = template();
+    no_raw_resources_of(&t, "AWS::Lambda::EventSourceMapping");
+    let ev = events(&t, "IngestFunction", "Kinesis");
+    assert_eq!(ev.len(), 1, "one Kinesis event");
+    let (name, p) = &ev[0];
+    assert_eq!(target(&p["Stream"]).as_deref(), Some("ReadingsStream"));
+    assert_never_skips(name, p, "IngestFailureQueue");
+    assert_eq!(
+        target(&p["MaximumBatchingWindowInSeconds"]).as_deref(),
+        Some("IngestBatchingWindowSeconds")
+    );
+    assert_eq!(
+        target(&t["Resources"]["ReadingsStream"]["Properties"]["RetentionPeriodHours"]).as_deref(),
+        Some("StreamRetentionHours")
+    );
+    assert_eq!(
+        t["Parameters"]["StreamRetentionHours"]["Default"].as_u64(),
+        Some(168)
+    );
+}
+
+#[test]
+fn aggregator_reads_the_table_stream_through_its_dynamodb_event_and_never_skips() {
+    let t = template();
+    let ev = events(&t, "AggregatorFunction", "DynamoDB");
+    assert_eq!(ev.len(), 1, "one DynamoDB event");
+    let (name, p) = &ev[0];
+    assert_eq!(target(&p["Stream"]).as_deref(), Some("Table"));
+    assert_never_skips(name, p, "AggregatorFailureQueue");
+    let filters = p["FilterCriteria"]["Filters"]
+        .as_sequence()
+        .expect("filters");
+    let reading_prefix = tidemark_schema::keys::READING_PREFIX;
+    assert!(
+        filters.iter().any(|f| f["Pattern"]
+            .as_str()
+            .is_some_and(|pat| pat.contains(&format!("\"prefix\":\"{reading_prefix}\"")))),
+        "the aggregator's mapping passes only readings ({reading_prefix}…)"
+    );
+    assert!(
+        filters.iter().all(|f| f["Pattern"].as_str().is_some_and(
+            |pat| pat.contains(r#""userIdentity":{"principalId":[{"exists":false}]}"#)
+        )),
+        "TTL deletions (made by the service, with a userIdentity) are filtered out"
+    );
+}
+
+#[test]
+fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
+    let t = template();
+    no_raw_resources_of(&t, "AWS::ApiGatewayV2::Api");
+    no_raw_resources_of(&t, "AWS::ApiGatewayV2::Route");
+    let api = &t["Resources"]["HttpApi"];
+    assert_eq!(api["Type"].as_str(), Some("AWS::Serverless::HttpApi"));
+
+    let mut declared = BTreeSet::new();
+    for (name, p) in events(&t, "ApiFunction", "HttpApi") {
+        assert_eq!(target(&p["ApiId"]).as_deref(), Some("HttpApi"), "{name}");
+        assert_eq!(p["PayloadFormatVersion"].as_str(), Some("2.0"), "{name}");
+        declared.insert((
+            p["Method"].as_str().unwrap().to_uppercase(),
+            p["Path"].as_str().unwrap().to_owned(),
+        ));
+    }
+    let mut served: BTreeSet<(String, String)> = tidemark_api::routes()
+        .into_iter()
+        .map(|(m, p)| (m.as_str().to_owned(), p.to_owned()))
+        .collect();
+    // The catch-all: the function answers unknown paths and methods with JSON 404/405.
+    served.insert(("ANY".into(), "/{proxy+}".into()));
+    assert_eq!(declared, served);
+
+    // Each route's authorization, in the definition: a JWT with the route's scope when
+    // JwtIssuer is set, else IAM.
+    let scopes = tidemark_api::routes::scopes();
+    let paths = &api["Properties"]["DefinitionBody"]["paths"];
+    for (method, path) in &served {
+        let key = match method.as_str() {
+            "ANY" => "x-amazon-apigateway-any-method".to_owned(),
+            m => m.to_lowercase(),
+        };
+        let security = &paths[path.as_str()][key.as_str()]["security"];
+        let Value::Tagged(t) = security else {
+            panic!("{method} {path}: no security chosen by the UseJwt condition");
+        };
+        assert_eq!(t.tag.to_string(), "!If", "{method} {path}");
+        let branches = t.value.as_sequence().expect("!If list");
+        assert_eq!(branches[0].as_str(), Some("UseJwt"), "{method} {path}");
+        let scope = branches[1][0]["Jwt"][0].as_str();
+        let wanted = scopes
+            .iter()
+            .find(|(m, p, _)| m.as_str() == method && p == path)
+            .map(|(_, _, s)| s.as_str())
+            .unwrap_or(tidemark_api::routes::Scope::Read.as_str());
+        assert_eq!(
+            scope,
+            Some(wanted),
+            "{method} {path}: the JWT scope the function also requires"
+        );
+        assert!(
+            branches[2][0].get("AWS_IAM").is_some(),
+            "{method} {path}: IAM branch"
+        );
+    }
+}
+
+#[test]
+fn variables_a_local_run_overrides_are_declared() {
+    let t = template();
+    let globals = &t["Globals"]["Function"]["Environment"]["Variables"];
+    for var in [
+        tidemark_store::client::DYNAMODB_ENDPOINT_ENV,
+        tidemark_store::client::TABLE_NAME_ENV,
+    ] {
+        assert!(
+            globals.get(var).is_some(),
+            "{var} is not declared, so `sam local invoke --env-vars` cannot set it"
+        );
+    }
+    // Deployed, the endpoint is empty: the SDK's own resolution.
+    assert_eq!(
+        globals[tidemark_store::client::DYNAMODB_ENDPOINT_ENV].as_str(),
+        Some("")
+    );
+
+    // events/env.local.json sets only what the template declares for that function.
+    let text = std::fs::read_to_string(root().join("events/env.local.json"))
+        .expect("events/env.local.json");
+    let env: serde_json::Value = serde_json::from_str(&text).expect("env.local.json is JSON");
+    let env = env.as_object().expect("object");
+    assert!(!env.is_empty());
+    for (scope, vars) in env {
+        let mut declared: BTreeSet<String> = globals
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .filter_map(|k| k.as_str().map(str::to_owned))
+            .collect();
+        if scope != "Parameters" {
+            let own = &t["Resources"][scope.as_str()]["Properties"]["Environment"]["Variables"];
+            assert!(
+                t["Resources"][scope.as_str()].is_mapping(),
+                "env.local.json names {scope}, which the template lacks"
+            );
+            if let Some(m) = own.as_mapping() {
+                declared.extend(m.keys().filter_map(|k| k.as_str().map(str::to_owned)));
+            }
+        }
+        for var in vars.as_object().expect("variables").keys() {
+            assert!(
+                declared.contains(var),
+                "env.local.json sets {var} for {scope}, which the template does not declare there, so SAM ignores it"
+            );
+        }
+    }
+}
+
+#[test]
+fn alarms_reach_someone_through_a_topic_cloudwatch_can_use() {
+    let t = template();
+    let topic = &t["Resources"]["AlarmTopic"]["Properties"];
+    assert_eq!(
+        target(&topic["KmsMasterKeyId"]).as_deref(),
+        Some("AlarmKey")
+    );
+    let statements = t["Resources"]["AlarmKey"]["Properties"]["KeyPolicy"]["Statement"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let services: Vec<String> = statements
+        .iter()
+        .flat_map(|s| {
+            s["Principal"]["Service"]
+                .as_sequence()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    assert!(services.contains(&"cloudwatch.amazonaws.com".to_owned()));
+    assert!(services.contains(&"events.amazonaws.com".to_owned()));
+    assert!(t["Parameters"]["AlarmEmail"].is_mapping());
+    assert_eq!(
+        t["Resources"]["AlarmEmailSubscription"]["Condition"].as_str(),
+        Some("HasAlarmEmail")
+    );
+}
+
+#[test]
+fn the_cursor_key_is_a_generated_secret_the_api_reads_not_an_environment_value() {
+    let t = template();
+    assert!(t["Parameters"].get("CursorSecret").is_none());
+    let secret = &t["Resources"]["CursorSigningSecret"];
+    assert_eq!(secret["Type"].as_str(), Some("AWS::SecretsManager::Secret"));
+    assert!(secret["Properties"]["GenerateSecretString"].is_mapping());
+    let api = &t["Resources"]["ApiFunction"]["Properties"];
+    let env = &api["Environment"]["Variables"];
+    assert_eq!(
+        target(&env[tidemark_api::config::CURSOR_SECRET_ARN_ENV]).as_deref(),
+        Some("CursorSigningSecret")
+    );
+    assert_eq!(env[tidemark_api::config::LOCAL_ENV].as_str(), Some(""));
+    let grants = api["Policies"][0]["Statement"].as_sequence().unwrap();
+    assert!(grants.iter().any(
+        |s| s["Action"].as_str() == Some("secretsmanager:GetSecretValue")
+            && target(&s["Resource"]).as_deref() == Some("CursorSigningSecret")
+    ));
+}
+
+#[test]
+fn the_api_logs_access_and_has_bounded_concurrency() {
+    let t = template();
+    let logs = &t["Resources"]["HttpApi"]["Properties"]["AccessLogSettings"];
+    assert_eq!(
+        target(&logs["DestinationArn"]).as_deref(),
+        Some("ApiAccessLogs")
+    );
+    let format: serde_json::Value =
+        serde_json::from_str(logs["Format"].as_str().expect("format")).expect("JSON format");
+    assert!(format.get("status").is_some() && format.get("requestId").is_some());
+    assert_eq!(
+        target(&t["Resources"]["ApiAccessLogs"]["Properties"]["RetentionInDays"]).as_deref(),
+        Some("LogRetentionDays")
+    );
+    let reserved = &t["Resources"]["ApiFunction"]["Properties"]["ReservedConcurrentExecutions"];
+    let Value::Tagged(f) = reserved else {
+        panic!("ReservedConcurrentExecutions is chosen by ReservesApiConcurrency");
+    };
+    assert_eq!(f.value[0].as_str(), Some("ReservesApiConcurrency"));
+    assert_eq!(
+        target(&f.value[1]).as_deref(),
+        Some("ApiReservedConcurrency")
+    );
+}
+
+#[test]
+fn every_skipped_security_check_says_why_next_to_its_resource() {
+    let t = template();
+    let mut skipped = 0;
+    for (name, r) in t["Resources"].as_mapping().unwrap() {
+        let Some(skips) = r["Metadata"]["checkov"]["skip"].as_sequence() else {
+            continue;
+        };
+        for s in skips {
+            let id = s["id"].as_str().unwrap_or_default();
+            let reason = s["comment"].as_str().unwrap_or_default();
+            assert!(
+                id.starts_with("CKV") && reason.len() >= 20 && !reason.contains('\n'),
+                "{name:?}: skip {id:?} needs a one-line reason, got {reason:?}"
+            );
+            skipped += 1;
+        }
+    }
+    assert!(skipped > 0, "no skips found: the check is broken");
+}
