@@ -332,11 +332,11 @@ mod tests {
 
     #[test]
     fn the_dashboard_auth_follows_the_deployment() {
-        let secret = "k".repeat(32);
-        let c = ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET", &secret)])).unwrap();
+        let arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:cursor";
+        let c = ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET_ARN", arn)])).unwrap();
         assert_eq!(c.ui_auth, UiAuth::Iam);
         let c = ApiConfig::from_lookup(lookup(&[
-            ("CURSOR_SECRET", &secret),
+            ("CURSOR_SECRET_ARN", arn),
             ("UI_AUTH", "jwt"),
             ("JWT_ISSUER", "https://issuer.example"),
         ]))
@@ -348,14 +348,17 @@ mod tests {
                 client_id: None,
             }
         );
-        let local = ApiConfig::from_lookup(lookup(&[(
-            "TIDEMARK_DYNAMODB_ENDPOINT",
-            "http://127.0.0.1:8000",
-        )]))
-        .unwrap();
+        // Only the explicit local flag makes the page open; a DynamoDB endpoint does not.
+        let local = ApiConfig::from_lookup(lookup(&[("TIDEMARK_LOCAL", "1")])).unwrap();
         assert_eq!(local.ui_auth, UiAuth::None);
+        let endpoint = ApiConfig::from_lookup(lookup(&[
+            ("CURSOR_SECRET_ARN", arn),
+            ("TIDEMARK_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
+        ]))
+        .unwrap();
+        assert_eq!(endpoint.ui_auth, UiAuth::Iam);
         assert!(
-            ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET", &secret), ("UI_AUTH", "open")]))
+            ApiConfig::from_lookup(lookup(&[("CURSOR_SECRET_ARN", arn), ("UI_AUTH", "open")]))
                 .is_err()
         );
     }

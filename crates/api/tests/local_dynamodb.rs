@@ -1022,6 +1022,7 @@ async fn a_quarantine_listing_of_today_started_before_midnight_goes_on_after_it(
                 partition_key: "sensor_01".into(),
                 size: 3,
                 payload: b"\x00{x".to_vec(),
+                parts: 1,
                 ttl: received.ttl_after_days(QuarantineItem::RETENTION_DAYS),
             },
         )
