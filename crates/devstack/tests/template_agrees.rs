@@ -18,8 +18,20 @@ fn emulated_mappings_retry_forever_like_the_templates() {
     ] {
         let e = event(&t, function, name);
         assert_eq!(e["MaximumRetryAttempts"].as_i64(), Some(-1), "{function}");
-        assert_eq!(e["MaximumRecordAgeInSeconds"].as_i64(), Some(-1), "{function}");
-        assert_eq!(e["BisectBatchOnFunctionError"].as_bool(), Some(true), "{function}");
+        assert_eq!(
+            e["MaximumRecordAgeInSeconds"].as_i64(),
+            Some(-1),
+            "{function}"
+        );
+        assert_eq!(
+            e["BisectBatchOnFunctionError"].as_bool(),
+            Some(true),
+            "{function}"
+        );
     }
-    assert_eq!(MappingConfig::new("x").max_retries, None, "devstack's default");
+    assert_eq!(
+        MappingConfig::new("x").max_retries,
+        None,
+        "devstack's default"
+    );
 }
