@@ -159,6 +159,9 @@ fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
         .collect();
     // The catch-all: the function answers unknown paths and methods with JSON 404/405.
     served.insert(("ANY".into(), "/{proxy+}".into()));
+    // The dashboard's files, which need no auth (checked below).
+    let dashboard = [("GET", "/ui"), ("GET", "/ui/{proxy+}")];
+    served.extend(dashboard.map(|(m, p)| (m.to_owned(), p.to_owned())));
     assert_eq!(declared, served);
 
     // Each route's authorization, in the definition: a JWT with the route's scope when
@@ -166,6 +169,16 @@ fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
     let scopes = tidemark_api::routes::scopes();
     let paths = &api["Properties"]["DefinitionBody"]["paths"];
     for (method, path) in &served {
+        if dashboard.contains(&(method.as_str(), path.as_str())) {
+            // Static files only: the function never answers these routes with data.
+            let security = &paths[path.as_str()][method.to_lowercase().as_str()]["security"];
+            assert_eq!(
+                security.as_sequence().map(Vec::len),
+                Some(0),
+                "{method} {path}: open, and only the dashboard's files are"
+            );
+            continue;
+        }
         let key = match method.as_str() {
             "ANY" => "x-amazon-apigateway-any-method".to_owned(),
             m => m.to_lowercase(),
