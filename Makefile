@@ -89,7 +89,10 @@ heat:
 	$(CARGO) run --quiet -p tidemark-schema --example partition_heat -- $(HEAT_ARGS)
 
 ## bench: cost and speed on the local stack, side by side with the textbook design; writes
-## bench/REPORT.md and bench/report.json (BENCH_ARGS=--quick for small fleets, see --help)
+## bench/REPORT.md and bench/report.json (BENCH_ARGS=--quick for small fleets, see --help),
+## then the dashboard's time to a drawn page and asset size into bench/DASHBOARD.md
 bench:
 	scripts/services.sh start
 	$(CARGO) run --release -p tidemark-bench -- $(BENCH_ARGS)
+	scripts/browser.sh
+	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed
