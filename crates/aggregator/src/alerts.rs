@@ -100,6 +100,7 @@ fn new_alert(
         last_breach_at: at,
         acknowledged_at: None,
         resolved_at: None,
+        snoozed_until: None,
     }
 }
 
@@ -233,11 +234,7 @@ mod tests {
     fn thresholds() -> BTreeMap<MetricName, Threshold> {
         BTreeMap::from([(
             temp(),
-            Threshold {
-                min: Some(0.0),
-                max: Some(30.0),
-                severity: Severity::Critical,
-            },
+            Threshold::new(Some(0.0), Some(30.0), Severity::Critical),
         )])
     }
     fn readings(vals: &[(&str, f64)]) -> Vec<(Timestamp, BTreeMap<MetricName, f64>)> {

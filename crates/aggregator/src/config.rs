@@ -15,10 +15,39 @@ pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
 pub const DEVICE_REFRESH_SECONDS_ENV: &str = "DEVICE_REFRESH_SECONDS";
 /// Environment variable bounding how many item writes one invocation keeps in flight.
 pub const WRITE_CONCURRENCY_ENV: &str = "WRITE_CONCURRENCY";
+/// Environment variable choosing what this function does with the table's stream:
+/// `rollups` (default) or `alerts`. The template runs the same binary twice, once per role,
+/// each behind its own mapping on the one stream.
+pub const ROLE_ENV: &str = "AGGREGATOR_ROLE";
+
+/// The two readers of the table's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Hourly and daily rollups, behind a mapping with a long batching window (cheap writes).
+    #[default]
+    Rollups,
+    /// Alert state, the device item and alert notifications, behind a mapping with a short
+    /// window (fast alerts; writes only on changes).
+    Alerts,
+}
+
+impl std::str::FromStr for Role {
+    type Err = AggregatorError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "rollups" => Ok(Role::Rollups),
+            "alerts" => Ok(Role::Alerts),
+            other => Err(AggregatorError::Config(format!(
+                "{ROLE_ENV}={other:?} is neither \"rollups\" nor \"alerts\""
+            ))),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct AggregatorConfig {
     pub table_name: String,
+    pub role: Role,
     /// Per metric, used when a device item has no threshold of its own for that metric.
     pub default_thresholds: BTreeMap<MetricName, Threshold>,
     /// How often one item is re-read and rewritten after a conditional-write conflict.
@@ -39,12 +68,18 @@ impl AggregatorConfig {
     pub fn new(table_name: impl Into<String>) -> Self {
         AggregatorConfig {
             table_name: table_name.into(),
+            role: Role::default(),
             default_thresholds: BTreeMap::new(),
             max_attempts: 10,
             write_concurrency: 16,
             status_shards: 1,
             device_refresh: std::time::Duration::from_secs(900),
         }
+    }
+
+    pub fn with_role(mut self, role: Role) -> Self {
+        self.role = role;
+        self
     }
 
     pub fn with_default_thresholds(mut self, t: BTreeMap<MetricName, Threshold>) -> Self {
@@ -64,6 +99,9 @@ impl AggregatorConfig {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned());
         let mut c = AggregatorConfig::new(table);
+        if let Some(r) = get(ROLE_ENV).filter(|s| !s.trim().is_empty()) {
+            c.role = r.trim().parse()?;
+        }
         if let Some(json) = get(DEFAULT_THRESHOLDS_ENV)
             && !json.trim().is_empty()
         {

@@ -33,7 +33,7 @@ pub mod handler;
 pub mod records;
 pub mod store;
 
-pub use config::AggregatorConfig;
+pub use config::{AggregatorConfig, Role};
 pub use error::AggregatorError;
 pub use handler::{Aggregator, Report};
 pub use store::DynamoStore;

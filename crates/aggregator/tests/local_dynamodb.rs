@@ -323,11 +323,7 @@ async fn a_hot_device_correction_reads_its_shard_partitions() {
 fn thresholds() -> BTreeMap<MetricName, Threshold> {
     BTreeMap::from([(
         MetricName::new("temperature").unwrap(),
-        Threshold {
-            min: None,
-            max: Some(30.0),
-            severity: Severity::Critical,
-        },
+        Threshold::new(None, Some(30.0), Severity::Critical),
     )])
 }
 

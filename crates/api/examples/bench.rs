@@ -273,6 +273,7 @@ fn fleet() -> Vec<Item> {
                 last_breach_at: at,
                 acknowledged_at: None,
                 resolved_at: None,
+                snoozed_until: None,
             }
         })
         .collect();

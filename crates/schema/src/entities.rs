@@ -168,6 +168,28 @@ pub struct Threshold {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
     pub severity: Severity,
+    /// An open alert resolves only once a reading is back inside the limit by this margin
+    /// (`max - deadband` or `min + deadband`, inclusive), so a value hovering at the limit
+    /// does not flap. Zero or absent: the first reading inside the limit resolves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadband: Option<f64>,
+    /// An alert opens only once consecutive breaching readings span this many seconds
+    /// (measured on reading timestamps); absent or zero: the first breach opens it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_seconds: Option<u32>,
+}
+
+impl Threshold {
+    /// Bounds with no deadband and no duration (tests, defaults).
+    pub fn new(min: Option<f64>, max: Option<f64>, severity: Severity) -> Self {
+        Threshold {
+            min,
+            max,
+            severity,
+            deadband: None,
+            for_seconds: None,
+        }
+    }
 }
 
 /// The newest reading of a device, kept on its device item.
@@ -278,6 +300,10 @@ pub struct AlertItem {
     pub acknowledged_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<Timestamp>,
+    /// No notifications for this alert until then (set by the API); its state still
+    /// follows the readings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snoozed_until: Option<Timestamp>,
 }
 
 /// count, sum, min, max of one metric in one bucket; the average is derived.
@@ -663,11 +689,7 @@ mod tests {
         );
         d.thresholds.insert(
             MetricName::new("temperature").unwrap(),
-            Threshold {
-                min: None,
-                max: Some(30.0),
-                severity: Severity::Critical,
-            },
+            Threshold::new(None, Some(30.0), Severity::Critical),
         );
         let v = serde_json::to_value(&d).unwrap();
         for f in [
@@ -732,6 +754,7 @@ mod tests {
             last_breach_at: t,
             acknowledged_at: None,
             resolved_at: Some(t),
+            snoozed_until: None,
         };
         let v = serde_json::to_value(&a).unwrap();
         for f in [
@@ -777,6 +800,7 @@ mod tests {
             last_breach_at: d.created_at,
             acknowledged_at: Some(d.created_at),
             resolved_at: None,
+            snoozed_until: None,
         };
         let dv = serde_json::to_value(&d).unwrap();
         let av = serde_json::to_value(&a).unwrap();

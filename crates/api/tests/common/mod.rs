@@ -168,6 +168,7 @@ pub fn sample_alert() -> AlertItem {
         last_breach_at: ts("2026-04-20T14:31:00Z"),
         acknowledged_at: None,
         resolved_at: None,
+        snoozed_until: None,
     }
 }
 
