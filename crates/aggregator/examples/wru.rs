@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord, StreamViewType};
 use aws_sdk_dynamodb::types::{PutRequest, ReturnConsumedCapacity, WriteRequest};
-use tidemark_aggregator::{Aggregator, AggregatorConfig};
+use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{DeviceId, MetricName, Reading, ReadingItem, Timestamp};
 use tidemark_testkit::TestTable;
 
@@ -49,7 +49,7 @@ async fn main() {
     let mut settings = tidemark_testkit::dynamodb_settings();
     settings.attempt_timeout = std::time::Duration::from_secs(120);
     table.client = tidemark_store::dynamodb_client(&settings).await;
-    let agg = Aggregator::new(table.client.clone(), AggregatorConfig::new(&table.name));
+    let agg = BothRoles::new(table.client.clone(), AggregatorConfig::new(&table.name));
     let start = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").expect("start");
     let names: Vec<MetricName> = ["temperature", "humidity", "pressure", "battery"]
         .iter()

@@ -245,29 +245,44 @@ fn remove(item: &mut AggregateItem, m: &BTreeMap<MetricName, f64>, r: &mut Recom
     }
 }
 
+/// Extremes and first/last times of a bucket's raw readings, folded one reading at a time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BucketSummary {
+    pub extremes: BTreeMap<MetricName, (f64, f64)>,
+    pub first: Option<Timestamp>,
+    pub last: Option<Timestamp>,
+}
+
+impl BucketSummary {
+    pub fn add(&mut self, at: Timestamp, metrics: &BTreeMap<MetricName, f64>) {
+        for (name, v) in metrics {
+            let e = self.extremes.entry(name.clone()).or_insert((*v, *v));
+            *e = (e.0.min(*v), e.1.max(*v));
+        }
+        self.first = Some(self.first.map_or(at, |f| f.min(at)));
+        self.last = Some(self.last.map_or(at, |l| l.max(at)));
+    }
+
+    pub fn of(readings: &[(Timestamp, BTreeMap<MetricName, f64>)]) -> Self {
+        let mut s = BucketSummary::default();
+        for (at, m) in readings {
+            s.add(*at, m);
+        }
+        s
+    }
+}
+
 /// Sets the extremes `r` names from the bucket's raw readings (what the table holds now).
-pub fn fix_extremes(
-    item: &mut AggregateItem,
-    r: &Recompute,
-    readings: &[(Timestamp, BTreeMap<MetricName, f64>)],
-) {
+pub fn fix_extremes(item: &mut AggregateItem, r: &Recompute, summary: &BucketSummary) {
     for name in &r.metrics {
-        let vals = readings.iter().filter_map(|(_, m)| m.get(name).copied());
-        let (lo, hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
-        if let Some(s) = item.metrics.get_mut(name)
-            && lo <= hi
+        if let (Some(s), Some((lo, hi))) = (item.metrics.get_mut(name), summary.extremes.get(name))
         {
-            s.min = lo;
-            s.max = hi;
+            s.min = *lo;
+            s.max = *hi;
         }
     }
     if r.times
-        && let (Some(first), Some(last)) = (
-            readings.iter().map(|(t, _)| *t).min(),
-            readings.iter().map(|(t, _)| *t).max(),
-        )
+        && let (Some(first), Some(last)) = (summary.first, summary.last)
     {
         item.first_at = first;
         item.last_at = last;
@@ -388,10 +403,10 @@ mod tests {
         fix_extremes(
             &mut item,
             &a.recompute,
-            &[
+            &BucketSummary::of(&[
                 (ts("2026-04-20T14:00:00Z"), m(&[("t", 1.0)])),
                 (ts("2026-04-20T14:01:00Z"), m(&[("t", 5.0)])),
-            ],
+            ]),
         );
         let s = stats(&item);
         assert_eq!((s.min, s.max), (1.0, 5.0));
@@ -440,7 +455,7 @@ mod tests {
         fix_extremes(
             &mut item,
             &a.recompute,
-            &[(ts("2026-04-20T14:00:00Z"), m(&[("t", 1.0)]))],
+            &BucketSummary::of(&[(ts("2026-04-20T14:00:00Z"), m(&[("t", 1.0)]))]),
         );
         let s = stats(&item);
         assert_eq!((s.count, s.sum, s.min, s.max), (1, 1.0, 1.0, 1.0));

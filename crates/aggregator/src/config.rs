@@ -52,6 +52,8 @@ pub struct AggregatorConfig {
     pub default_thresholds: BTreeMap<MetricName, Threshold>,
     /// How often one item is re-read and rewritten after a conditional-write conflict.
     pub max_attempts: u32,
+    /// The wait before each of those attempts (jittered exponential).
+    pub retry: tidemark_store::retry::RetryPolicy,
     pub write_concurrency: usize,
     /// GSI1 status shards of the fleet (1: `DEVICE_STATUS#<status>` unsharded).
     pub status_shards: u16,
@@ -71,6 +73,7 @@ impl AggregatorConfig {
             role: Role::default(),
             default_thresholds: BTreeMap::new(),
             max_attempts: 10,
+            retry: tidemark_store::retry::RetryPolicy::default(),
             write_concurrency: 16,
             status_shards: 1,
             device_refresh: std::time::Duration::from_secs(900),

@@ -6,19 +6,20 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, Key, Timestamp,
+    AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, Key, LatestReading,
+    Timestamp,
 };
 use tidemark_store::StoreError;
 
-use crate::alerts::AlertWrite;
-use crate::combine::BucketReadings;
+use crate::alerting::plan::AlertWrite;
+use crate::combine::{BucketReadings, BucketSummary};
 use crate::store::{AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written};
 
 #[derive(Default)]
 pub struct FakeStore {
     pub aggregates: Mutex<HashMap<Key, AggregateItem>>,
     pub devices: Mutex<HashMap<DeviceId, DeviceItem>>,
-    pub alerts: Mutex<HashMap<AlertId, AlertItem>>,
+    pub alerts: Mutex<HashMap<(DeviceId, AlertId), AlertItem>>,
     /// Raw readings, per device.
     pub readings: Mutex<Vec<(DeviceId, BucketReadings)>>,
     /// The next this many aggregate writes lose a race (another writer bumps the version).
@@ -106,20 +107,47 @@ impl DeviceStore for FakeStore {
         let d = m
             .entry(u.device.clone())
             .or_insert_with(|| DeviceItem::new(u.device.clone(), DeviceStatus::Active, u.now));
-        if d.last_seen_at != u.expected_last_seen {
+        if d.version != u.expected_version {
             return Ok(Written::Conflict);
         }
-        d.last_seen_at = Some(u.last_seen_at);
-        d.latest = Some(u.latest.clone());
-        if let Some(o) = &u.open_alerts {
-            d.open_alerts = o.clone();
-        }
         let mut a = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
+        // The transaction's conditions: creates are new, updates find an unresolved alert.
         for w in alerts {
-            let item = match w {
-                AlertWrite::Create(x) | AlertWrite::Update { after: x, .. } => x,
+            let k = (u.device.clone(), w.after().alert_id.clone());
+            let ok = match w {
+                AlertWrite::Create(_) => !a.contains_key(&k),
+                AlertWrite::Update { .. } => a.get(&k).is_some_and(|x| x.resolved_at.is_none()),
             };
-            a.insert(item.alert_id.clone(), (**item).clone());
+            if !ok {
+                return Ok(Written::Conflict);
+            }
+        }
+        d.version = Some(u.expected_version.unwrap_or(0) + 1);
+        d.last_seen_at = Some(u.last_seen_at);
+        if let Some(l) = &u.latest {
+            d.latest = Some(l.clone());
+        }
+        d.alert_slots = u.alert_slots.clone();
+        for w in alerts {
+            let after = w.after();
+            let k = (u.device.clone(), after.alert_id.clone());
+            match (w, a.get_mut(&k)) {
+                (AlertWrite::Update { .. }, Some(x)) => {
+                    // Only the evaluator's attributes, as the DynamoDB update does.
+                    x.value = after.value;
+                    x.breach_count = after.breach_count;
+                    x.last_breach_at = after.last_breach_at;
+                    if after.resolved_at.is_some() {
+                        x.resolved_at = after.resolved_at;
+                        x.state = after.state;
+                        x.gsi1pk = None;
+                        x.gsi1sk = None;
+                    }
+                }
+                _ => {
+                    a.insert(k, after.clone());
+                }
+            }
         }
         Ok(Written::Ok {
             units: 1.0 + alerts.len() as f64,
@@ -130,13 +158,16 @@ impl DeviceStore for FakeStore {
 impl AlertStore for FakeStore {
     async fn get_alerts(
         &self,
-        _device: &DeviceId,
+        device: &DeviceId,
         ids: &[AlertId],
     ) -> Result<HashMap<AlertId, AlertItem>, StoreError> {
         let m = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
         Ok(ids
             .iter()
-            .filter_map(|k| m.get(k).map(|v| (k.clone(), v.clone())))
+            .filter_map(|k| {
+                m.get(&(device.clone(), k.clone()))
+                    .map(|v| (k.clone(), v.clone()))
+            })
             .collect())
     }
 }
@@ -155,5 +186,47 @@ impl ReadingStore for FakeStore {
             .filter(|(t, _)| *t >= from && *t <= to)
             .cloned()
             .collect())
+    }
+
+    async fn summarize(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<BucketSummary, StoreError> {
+        Ok(BucketSummary::of(
+            &self.readings_between(device, from, to).await?,
+        ))
+    }
+
+    async fn newest_reading(
+        &self,
+        device: &DeviceId,
+        since: Timestamp,
+    ) -> Result<Option<LatestReading>, StoreError> {
+        let all = self.readings_between(device, since, Timestamp::MAX).await?;
+        Ok(all
+            .into_iter()
+            .max_by_key(|(t, _)| *t)
+            .map(|(timestamp, metrics)| LatestReading { timestamp, metrics }))
+    }
+}
+
+impl FakeStore {
+    /// Stores a reading (as ingest would, before its stream record exists).
+    pub fn put_reading(
+        &self,
+        device: &DeviceId,
+        at: Timestamp,
+        metrics: std::collections::BTreeMap<tidemark_schema::MetricName, f64>,
+    ) {
+        let mut m = self.readings.lock().unwrap_or_else(|e| e.into_inner());
+        match m.iter_mut().find(|(d, _)| d == device) {
+            Some((_, r)) => {
+                r.retain(|(t, _)| *t != at);
+                r.push((at, metrics));
+            }
+            None => m.push((device.clone(), vec![(at, metrics)])),
+        }
     }
 }

@@ -23,7 +23,8 @@
 //! The logic is pure ([`combine`], [`alerts`], [`records`]) and talks to the table through the
 //! small traits of [`store`], implemented for DynamoDB by [`store::DynamoStore`].
 
-pub mod alerts;
+pub mod alerting;
+mod both;
 pub mod combine;
 pub mod config;
 pub mod error;
@@ -31,9 +32,15 @@ pub mod error;
 mod fake;
 pub mod handler;
 pub mod records;
+pub mod report;
+mod rollups;
 pub mod store;
+#[cfg(test)]
+mod testing;
 
+pub use both::BothRoles;
 pub use config::{AggregatorConfig, Role};
 pub use error::AggregatorError;
-pub use handler::{Aggregator, Report};
+pub use handler::Aggregator;
+pub use report::Report;
 pub use store::DynamoStore;

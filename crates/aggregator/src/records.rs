@@ -98,6 +98,28 @@ fn is_ttl(rec: &EventRecord) -> bool {
         .is_some_and(|u| u.principal_id == TTL_PRINCIPAL && u.type_ == "Service")
 }
 
+#[derive(Deserialize)]
+struct ThresholdAttrs {
+    pk: String,
+    sk: String,
+    #[serde(default)]
+    thresholds: Option<serde_json::Value>,
+}
+
+/// The device whose item this MODIFY gave other thresholds (the API's `PUT /devices/{id}`):
+/// its alert states are checked against the new ones at once, not at its next reading.
+pub fn thresholds_changed(rec: &EventRecord) -> Option<DeviceId> {
+    if rec.event_name != "MODIFY" {
+        return None;
+    }
+    let old: ThresholdAttrs = serde_dynamo::from_item(rec.change.old_image.clone()).ok()?;
+    let new: ThresholdAttrs = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
+    match EntityKey::parse(&new.pk, &new.sk) {
+        Ok(EntityKey::Device(id)) if old.thresholds != new.thresholds => Some(id),
+        _ => None,
+    }
+}
+
 /// What one stream record means for the aggregator.
 pub fn classify(index: usize, rec: &EventRecord) -> Result<StreamChange, Ignored> {
     let c = &rec.change;

@@ -10,14 +10,15 @@ use aws_sdk_dynamodb::types::{
 };
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
-    LatestReading, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field, keys,
+    AggregateItem, AlertId, AlertItem, AlertSlot, DeviceId, DeviceItem, DeviceStatus, EntityKey,
+    Key, LatestReading, MetricName, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field,
+    keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
 use tidemark_store::{Item, StoreError, from_item, from_stored, to_item};
 
-use crate::alerts::AlertWrite;
-use crate::combine::BucketReadings;
+use crate::alerting::plan::AlertWrite;
+use crate::combine::{BucketReadings, BucketSummary};
 
 /// How a conditional write ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,12 +33,12 @@ pub enum Written {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceUpdate {
     pub device: DeviceId,
-    /// `lastSeenAt` as read: the write's condition.
-    pub expected_last_seen: Option<Timestamp>,
+    /// `version` as read (`None`: never written by the evaluator): the write's condition.
+    pub expected_version: Option<u64>,
     pub last_seen_at: Timestamp,
-    pub latest: LatestReading,
-    /// `Some` when the set of open alerts changed.
-    pub open_alerts: Option<BTreeMap<String, AlertId>>,
+    /// `None` leaves `latest` as it is (the newest stored reading is older than it).
+    pub latest: Option<LatestReading>,
+    pub alert_slots: BTreeMap<String, AlertSlot>,
     /// `createdAt` of a device this write registers.
     pub now: Timestamp,
     /// GSI1 status key of a device this write registers (active, in its status shard).
@@ -63,11 +64,11 @@ pub trait DeviceStore {
         &self,
         ids: &[DeviceId],
     ) -> impl Future<Output = Result<HashMap<DeviceId, DeviceItem>, StoreError>> + Send;
-    /// Sets `lastSeenAt`/`latest` (and `openAlerts`) if `lastSeenAt` is still as read,
-    /// registering an unknown device on the way (`if_not_exists`, no extra write), together
-    /// with the alert writes it decided, atomically: the device's `lastSeenAt` is the
-    /// watermark that makes alerts exactly once, so it must never move without them (or
-    /// they without it). Without alert writes this is one plain UpdateItem.
+    /// Sets `lastSeenAt`, `latest` and `alertSlots` if `version` is still as read (bumping
+    /// it), registering an unknown device on the way (`if_not_exists`, no extra write),
+    /// together with the alert writes it decided, atomically: the slots say which alerts are
+    /// open, so they must never move without them (or they without the slots). Without
+    /// alert writes this is one plain UpdateItem.
     fn commit_device(
         &self,
         u: &DeviceUpdate,
@@ -85,13 +86,28 @@ pub trait AlertStore {
 
 pub trait ReadingStore {
     /// Every reading of `device` in `[from, to]` across all its shard partitions, expired or
-    /// not (aggregates keep what TTL later deletes).
+    /// not (aggregates keep what TTL later deletes), in no particular order. Callers keep
+    /// the range small (a window of a derivation).
     fn readings_between(
         &self,
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
     ) -> impl Future<Output = Result<BucketReadings, StoreError>> + Send;
+    /// Extremes and first/last times of the readings in `[from, to]`, folded page by page:
+    /// a hot device's day never sits in memory.
+    fn summarize(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> impl Future<Output = Result<BucketSummary, StoreError>> + Send;
+    /// The newest reading of `device` at or after `since`, if any.
+    fn newest_reading(
+        &self,
+        device: &DeviceId,
+        since: Timestamp,
+    ) -> impl Future<Output = Result<Option<LatestReading>, StoreError>> + Send;
 }
 
 /// All four, for the handler.
@@ -243,59 +259,63 @@ impl Expr {
 fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
     let mut set = vec![
         "#seen = :seen",
-        "#latest = :latest",
+        "#slots = :slots",
+        "#ver = :ver",
         "#created = if_not_exists(#created, :now)",
         "#status = if_not_exists(#status, :status)",
         "#id = if_not_exists(#id, :id)",
         "#g1pk = if_not_exists(#g1pk, :g1pk)",
         "#g1sk = if_not_exists(#g1sk, :g1sk)",
     ];
+    let next = u.expected_version.unwrap_or(0) + 1;
     let mut e = Expr::default()
         .name("#seen", field::LAST_SEEN_AT)
-        .name("#latest", field::LATEST)
+        .name("#slots", field::ALERT_SLOTS)
+        .name("#ver", field::VERSION)
         .name("#created", field::CREATED_AT)
         .name("#status", field::STATUS)
         .name("#id", field::DEVICE_ID)
         .name("#g1pk", attr::GSI1PK)
         .name("#g1sk", attr::GSI1SK)
         .value(":seen", av(&u.last_seen_at)?)
-        .value(":latest", av(&u.latest)?)
+        .value(":slots", av(&u.alert_slots)?)
+        .value(":ver", AttributeValue::N(next.to_string()))
         .value(":now", av(&u.now)?)
         .value(":status", av(&DeviceStatus::Active)?)
         .value(":id", av(&u.device)?)
         .value(":g1pk", s(&u.status_gsi1pk))
         .value(":g1sk", s(keys::device_gsi1sk(&u.device)));
-    if let Some(open) = &u.open_alerts {
-        set.push("#open = :open");
+    if let Some(latest) = &u.latest {
+        set.push("#latest = :latest");
         e = e
-            .name("#open", field::OPEN_ALERTS)
-            .value(":open", av(open)?);
+            .name("#latest", field::LATEST)
+            .value(":latest", av(latest)?);
     }
-    e.condition = match u.expected_last_seen {
-        None => "attribute_not_exists(#seen)".to_owned(),
-        Some(t) => {
-            e = e.value(":expected", av(&t)?);
-            "#seen = :expected".to_owned()
+    e.condition = match u.expected_version {
+        None => "attribute_not_exists(#ver)".to_owned(),
+        Some(v) => {
+            e = e.value(":expected", AttributeValue::N(v.to_string()));
+            "#ver = :expected".to_owned()
         }
     };
     e.update = format!("SET {}", set.join(", "));
     Ok(e)
 }
 
-/// Only what the aggregator owns: an acknowledgement the API wrote meanwhile is kept, and
-/// the condition on the alert's state time rejects a racing evaluator.
-fn alert_update_expr(before: &AlertItem, after: &AlertItem) -> Result<Expr, StoreError> {
+/// Only what the evaluator owns: an acknowledgement or snooze the API wrote meanwhile is
+/// kept, and a resolved alert is never written again.
+fn alert_update_expr(after: &AlertItem) -> Result<Expr, StoreError> {
     let mut set = vec!["#value = :value", "#count = :count", "#last = :last"];
     let mut e = Expr::default()
+        .name("#pk", attr::PK)
         .name("#value", field::VALUE)
         .name("#count", field::BREACH_COUNT)
         .name("#last", field::LAST_BREACH_AT)
         .name("#resolved", field::RESOLVED_AT)
         .value(":value", av(&after.value)?)
         .value(":count", av(&after.breach_count)?)
-        .value(":last", av(&after.last_breach_at)?)
-        .value(":before", av(&before.last_breach_at)?);
-    e.condition = "#last = :before AND attribute_not_exists(#resolved)".to_owned();
+        .value(":last", av(&after.last_breach_at)?);
+    e.condition = "attribute_exists(#pk) AND attribute_not_exists(#resolved)".to_owned();
     let mut remove = String::new();
     if let Some(r) = after.resolved_at {
         set.push("#resolved = :resolved");
@@ -331,8 +351,8 @@ impl DynamoStore {
                     OP,
                 )?)
                 .build(),
-            AlertWrite::Update { before, after } => {
-                let e = alert_update_expr(before, after)?;
+            AlertWrite::Update { after, .. } => {
+                let e = alert_update_expr(after)?;
                 TransactWriteItem::builder()
                     .update(build(
                         Update::builder()
@@ -473,23 +493,29 @@ impl AlertStore for DynamoStore {
     }
 }
 
-impl ReadingStore for DynamoStore {
-    async fn readings_between(
+impl DynamoStore {
+    /// Pages through the readings of `device` in `[from, to]`, shard partition by shard
+    /// partition, handing each readable one to `visit` (which returns `false` to stop that
+    /// partition). `newest_only`: one reading per partition, its newest.
+    async fn visit_readings(
         &self,
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
-    ) -> Result<BucketReadings, StoreError> {
+        newest_only: bool,
+        mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
+    ) -> Result<(), StoreError> {
         let shards = self.shard_history(device).await?.shards_over(from, to);
-        let mut out = Vec::new();
         for shard in shards {
             let mut start: Option<Item> = None;
-            loop {
+            'pages: loop {
                 let resp = self
                     .client
                     .query()
                     .table_name(&self.table)
                     .consistent_read(true)
+                    .scan_index_forward(!newest_only)
+                    .set_limit(newest_only.then_some(1))
                     .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
                     .expression_attribute_names("#pk", attr::PK)
                     .expression_attribute_names("#sk", attr::SK)
@@ -501,11 +527,13 @@ impl ReadingStore for DynamoStore {
                     .await
                     .map_err(StoreError::sdk("Query"))?;
                 for i in resp.items.unwrap_or_default() {
-                    // An unreadable reading cannot hold an extreme we could use: skip it.
+                    // An unreadable reading holds nothing we could use: skip it.
                     match from_stored::<ReadingItem>(i) {
                         Ok(r) => {
-                            if let Ok((reading, _)) = r.to_reading() {
-                                out.push((reading.timestamp, reading.metrics));
+                            if let Ok((reading, _)) = r.to_reading()
+                                && !visit(reading.timestamp, reading.metrics)
+                            {
+                                break 'pages;
                             }
                         }
                         Err(e) => tracing::warn!(error = %e, "unreadable reading skipped"),
@@ -517,6 +545,57 @@ impl ReadingStore for DynamoStore {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+impl ReadingStore for DynamoStore {
+    async fn readings_between(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<BucketReadings, StoreError> {
+        let mut out = Vec::new();
+        self.visit_readings(device, from, to, false, |at, m| {
+            out.push((at, m));
+            true
+        })
+        .await?;
         Ok(out)
+    }
+
+    async fn summarize(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<BucketSummary, StoreError> {
+        let mut sum = BucketSummary::default();
+        self.visit_readings(device, from, to, false, |at, m| {
+            sum.add(at, &m);
+            true
+        })
+        .await?;
+        Ok(sum)
+    }
+
+    async fn newest_reading(
+        &self,
+        device: &DeviceId,
+        since: Timestamp,
+    ) -> Result<Option<LatestReading>, StoreError> {
+        let mut newest: Option<LatestReading> = None;
+        self.visit_readings(device, since, Timestamp::MAX, true, |at, metrics| {
+            if newest.as_ref().is_none_or(|n| at > n.timestamp) {
+                newest = Some(LatestReading {
+                    timestamp: at,
+                    metrics,
+                });
+            }
+            false
+        })
+        .await?;
+        Ok(newest)
     }
 }

@@ -78,7 +78,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
         config.device_refresh = std::time::Duration::ZERO;
     }
     let refresh_ms = config.device_refresh.as_millis() as i64;
-    let agg = tidemark_aggregator::Aggregator::new(t.client.clone(), config);
+    let agg = tidemark_aggregator::BothRoles::new(t.client.clone(), config);
     // device 0 is hot: two shard partitions, so two stream shards feed its aggregates
     let devices: Vec<DeviceId> = (0..3).map(|i| dev(&format!("c{case_no}_d{i}"))).collect();
     let hot = ShardHistory::default()

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
-use tidemark_aggregator::{Aggregator, AggregatorConfig};
+use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
     AlertItem, AlertState, DeviceItem, DeviceStatus, EntityKey, MetricName, Period, Severity,
@@ -98,7 +98,8 @@ async fn the_lambda_fixture_of_foreign_items_is_ignored_without_error() {
     assert_eq!(report.records_ignored, report.records_seen);
     assert_eq!(report.items_written, 0);
     assert_eq!(item_count(&t).await, 0);
-    agg.handle(e).await.unwrap();
+    agg.rollups.handle(e.clone()).await.unwrap();
+    agg.alerts.handle(e).await.unwrap();
 }
 
 #[tokio::test]
@@ -353,6 +354,7 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
         r("2026-04-20T14:00:00Z", 25.0),
         r("2026-04-20T14:01:00Z", 31.0),
     ];
+    put_readings(&t, &b1).await;
     let (_, rep) = agg
         .process(&event(b1.iter().map(|x| s.insert(x)).collect()))
         .await;
@@ -366,8 +368,8 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
         [id.to_string()]
     );
     assert_eq!(
-        device_item(&t, "sensor_01").await.unwrap().open_alerts["temperature-max"],
-        id
+        device_item(&t, "sensor_01").await.unwrap().alert_slots["temperature-max"].alert,
+        Some(id.clone())
     );
 
     // WHEN the API acknowledges it and more breaches arrive
@@ -390,22 +392,35 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
         r("2026-04-20T14:02:00Z", 35.0),
         r("2026-04-20T14:03:00Z", 33.0),
     ];
+    put_readings(&t, &b2).await;
     agg.process(&event(b2.iter().map(|x| s.insert(x)).collect()))
         .await;
-    // THEN it stays acknowledged, with peak, count and last breach updated, still in AP6
+    // THEN it stays acknowledged and in AP6; breaches that change no state write nothing
+    // (its peak and count are written with its next state change)
     let a = &alerts_of(&t, "sensor_01").await[0];
     assert_eq!(a.state, AlertState::Acknowledged);
-    assert_eq!((a.value, a.breach_count), (35.0, 3));
-    assert_eq!(a.last_breach_at, ts("2026-04-20T14:03:00Z"));
     assert_eq!(open_alert_ids(&t, Severity::Critical).await.len(), 1);
 
-    // WHEN a late breach older than the alert's state arrives THEN nothing flips or counts
+    // WHEN a late breach older than the alert arrives THEN it is history (opened and
+    // resolved by the next reading) and the open alert neither flips nor counts it
     let late = vec![r("2026-04-20T13:59:00Z", 50.0)];
     put_readings(&t, &late).await;
     agg.process(&event(late.iter().map(|x| s.insert(x)).collect()))
         .await;
-    let a = &alerts_of(&t, "sensor_01").await[0];
-    assert_eq!((a.value, a.breach_count), (35.0, 3));
+    let all = alerts_of(&t, "sensor_01").await;
+    let a = all.iter().find(|a| a.alert_id == id).unwrap();
+    assert_eq!(
+        (a.value, a.breach_count),
+        (35.0, 3),
+        "derived again, exactly"
+    );
+    assert_eq!(a.last_breach_at, ts("2026-04-20T14:03:00Z"));
+    assert_eq!(a.state, AlertState::Acknowledged);
+    let history = all.iter().find(|a| a.alert_id != id).unwrap();
+    assert_eq!(
+        (history.state, history.resolved_at),
+        (AlertState::Resolved, Some(ts("2026-04-20T14:00:00Z")))
+    );
     assert_eq!(
         device_item(&t, "sensor_01").await.unwrap().last_seen_at,
         Some(ts("2026-04-20T14:03:00Z")),
@@ -414,21 +429,24 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
 
     // WHEN the first normal reading arrives THEN it resolves and leaves the index
     let b3 = vec![r("2026-04-20T14:04:00Z", 29.0)];
+    put_readings(&t, &b3).await;
     let (_, rep) = agg
         .process(&event(b3.iter().map(|x| s.insert(x)).collect()))
         .await;
     assert_eq!(rep.alerts_resolved, 1);
-    let a = &alerts_of(&t, "sensor_01").await[0];
+    let a = alerts_of(&t, "sensor_01")
+        .await
+        .into_iter()
+        .find(|a| a.alert_id == id)
+        .unwrap();
     assert_eq!(a.state, AlertState::Resolved);
     assert_eq!(a.resolved_at, Some(ts("2026-04-20T14:04:00Z")));
     assert_eq!((a.gsi1pk.as_ref(), a.gsi1sk.as_ref()), (None, None));
     assert!(open_alert_ids(&t, Severity::Critical).await.is_empty());
     assert!(
-        device_item(&t, "sensor_01")
-            .await
-            .unwrap()
-            .open_alerts
-            .is_empty()
+        device_item(&t, "sensor_01").await.unwrap().alert_slots["temperature-max"]
+            .alert
+            .is_none()
     );
 
     // AND replaying everything opens nothing new
@@ -438,13 +456,13 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
         .process(&event(all.iter().map(|x| s2.insert(x)).collect()))
         .await;
     assert_eq!((rep.alerts_opened, rep.alerts_resolved), (0, 0));
-    assert_eq!(alerts_of(&t, "sensor_01").await.len(), 1);
+    assert_eq!(alerts_of(&t, "sensor_01").await.len(), 2);
 }
 
 #[tokio::test]
 async fn default_thresholds_apply_to_devices_without_their_own() {
     let t = TestTable::new("agg-defaults").await;
-    let agg = Aggregator::new(
+    let agg = BothRoles::new(
         t.client.clone(),
         AggregatorConfig::new(&t.name).with_default_thresholds(thresholds()),
     );
@@ -454,6 +472,7 @@ async fn default_thresholds_apply_to_devices_without_their_own() {
         "2026-04-20T14:00:00Z",
         &[("temperature", 40.0)],
     )];
+    put_readings(&t, &rs).await;
     let (_, rep) = agg
         .process(&event(rs.iter().map(|x| s.insert(x)).collect()))
         .await;
@@ -464,13 +483,22 @@ async fn default_thresholds_apply_to_devices_without_their_own() {
 #[tokio::test]
 async fn two_concurrent_invocations_for_one_device_stay_exact() {
     let t = TestTable::new("agg-race").await;
-    let agg = Aggregator::new(
+    let agg = BothRoles::new(
         t.client.clone(),
         AggregatorConfig::new(&t.name).with_default_thresholds(thresholds()),
     );
     let d = dev("hot_01");
     let h = ShardHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 2)
+        .unwrap();
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(
+            tidemark_store::to_item(&ShardConfigItem::new(&d, h.clone())).unwrap(),
+        ))
+        .send()
+        .await
         .unwrap();
     let mut s = StreamSim::new(2);
     let mut all = Vec::new();
@@ -502,8 +530,8 @@ async fn two_concurrent_invocations_for_one_device_stay_exact() {
         assert!(!s0.is_empty() && !s1.is_empty());
         let (e0, e1, whole) = (event(s0), event(s1), event(records.clone()));
         let (a, b, c) = tokio::join!(agg.process(&e0), agg.process(&e1), agg.process(&whole));
-        for (resp, _) in [a, b, c] {
-            assert!(resp.batch_item_failures.is_empty());
+        for (resp, report) in [a, b, c] {
+            assert!(resp.batch_item_failures.is_empty(), "{report:?}");
         }
     }
     assert_exact(&t, std::slice::from_ref(&d), &all).await;
@@ -514,23 +542,22 @@ async fn two_concurrent_invocations_for_one_device_stay_exact() {
             .map(|r| r.to_reading().unwrap().0.timestamp)
             .max()
     );
-    // no breach counted twice, and never two unresolved alerts for one (metric, rule)
-    // (which breaches count depends on arrival order: one shard partition's readings may
-    // arrive after newer ones of the other and are then late for alerts by design)
+    // every breach evaluated once, whichever invocation got there first: each one-reading
+    // breach (a normal reading follows it) is one alert, resolved by that reading, and the
+    // last reading, a breach, leaves exactly one open
     let breaches = all
         .iter()
         .filter(|r| r.metrics.values().any(|v| *v > 30.0))
-        .count() as u64;
+        .count();
     let alerts = alerts_of(&t, "hot_01").await;
-    let counted: u64 = alerts.iter().map(|a| a.breach_count).sum();
-    assert!(counted <= breaches, "{counted} > {breaches}");
-    assert!(
-        alerts
-            .iter()
-            .filter(|a| a.state != AlertState::Resolved)
-            .count()
-            <= 1
-    );
+    assert_eq!(alerts.len(), breaches, "{alerts:?}");
+    assert!(alerts.iter().all(|a| a.breach_count == 1));
+    let open: Vec<_> = alerts
+        .iter()
+        .filter(|a| a.state != AlertState::Resolved)
+        .collect();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].opened_at, ts("2026-04-20T14:00:39Z"));
 }
 
 #[tokio::test]

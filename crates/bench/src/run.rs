@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tidemark_aggregator::{Aggregator, AggregatorConfig};
+use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_ingest::{Ingest, IngestConfig};
 use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory, Timestamp};
 use tidemark_store::ClientSettings;
@@ -185,7 +185,8 @@ pub fn simulated_start(now: Timestamp) -> Timestamp {
 enum Functions {
     Tidemark {
         ingest: Box<Ingest>,
-        aggregator: Box<Aggregator>,
+        /// Both stream readers (rollups and alerts), as the template runs them.
+        aggregator: Box<BothRoles>,
     },
     Baseline(Baseline),
 }
@@ -234,7 +235,7 @@ pub async fn run(
     let functions = match design {
         Design::Tidemark => Functions::Tidemark {
             ingest: Box::new(Ingest::new(ingest_client, IngestConfig::new(table))),
-            aggregator: Box::new(Aggregator::new(agg_client, AggregatorConfig::new(table))),
+            aggregator: Box::new(BothRoles::new(agg_client, AggregatorConfig::new(table))),
         },
         Design::Baseline => Functions::Baseline(Baseline::new(ingest_client, agg_client, table)),
     };

@@ -32,7 +32,7 @@ pub mod field {
     pub const VERSION: &str = "version";
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
-    pub const OPEN_ALERTS: &str = "openAlerts";
+    pub const ALERT_SLOTS: &str = "alertSlots";
     pub const VALUE: &str = "value";
     pub const BREACH_COUNT: &str = "breachCount";
     pub const LAST_BREACH_AT: &str = "lastBreachAt";
@@ -227,11 +227,46 @@ pub struct DeviceItem {
     pub last_seen_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest: Option<LatestReading>,
-    /// The alert currently open (or acknowledged) per [`DeviceItem::alert_slot`]: how the
-    /// aggregator finds the one open alert of a (metric, rule) without a query. Written only
-    /// by the aggregator, together with `lastSeenAt`.
+    /// Where each (metric, rule) stands, per [`DeviceItem::alert_slot`]: the alert
+    /// evaluator's state, written only by it, only when a state changes (or `lastSeenAt`
+    /// is refreshed), under `version`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub open_alerts: BTreeMap<String, AlertId>,
+    pub alert_slots: BTreeMap<String, AlertSlot>,
+    /// Bumped by every write of the alert evaluator: its optimistic lock (absent until the
+    /// first one; the API's writes leave it alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+}
+
+/// The phase of one (metric, rule) of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotMode {
+    /// Inside the limit (or never evaluated).
+    Normal,
+    /// Breaching since `since`, for less than the threshold's `forSeconds` so far.
+    Pending,
+    /// An alert is open (or acknowledged): `alert`.
+    Open,
+}
+
+/// The alert evaluator's state of one (metric, rule) of a device: enough to tell, from one
+/// new reading, whether the state could change (then it is derived again from the stored
+/// readings; otherwise nothing is written).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertSlot {
+    pub mode: SlotMode,
+    /// Start of the breach (pending or open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// The open alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<AlertId>,
+    /// The newest reading of the metric this state was derived from.
+    pub at: Timestamp,
+    /// The metric's threshold it was derived with: another one derives it again.
+    pub threshold: Threshold,
 }
 
 impl DeviceItem {
@@ -253,11 +288,12 @@ impl DeviceItem {
             updated_at: None,
             last_seen_at: None,
             latest: None,
-            open_alerts: BTreeMap::new(),
+            alert_slots: BTreeMap::new(),
+            version: None,
         }
     }
 
-    /// The `openAlerts` map key of a (metric, rule): `temperature-max`.
+    /// The `alertSlots` map key of a (metric, rule): `temperature-max`.
     pub fn alert_slot(metric: &MetricName, rule: AlertRule) -> String {
         format!("{metric}-{rule}")
     }
@@ -679,13 +715,19 @@ mod tests {
             timestamp: d.created_at,
             metrics: BTreeMap::new(),
         });
-        d.open_alerts.insert(
+        d.alert_slots.insert(
             DeviceItem::alert_slot(&MetricName::new("temperature").unwrap(), AlertRule::Max),
-            AlertId::for_breach(
-                d.created_at,
-                &MetricName::new("temperature").unwrap(),
-                AlertRule::Max,
-            ),
+            AlertSlot {
+                mode: SlotMode::Open,
+                since: Some(d.created_at),
+                alert: Some(AlertId::for_breach(
+                    d.created_at,
+                    &MetricName::new("temperature").unwrap(),
+                    AlertRule::Max,
+                )),
+                at: d.created_at,
+                threshold: Threshold::new(None, Some(30.0), Severity::Critical),
+            },
         );
         d.thresholds.insert(
             MetricName::new("temperature").unwrap(),
@@ -700,7 +742,7 @@ mod tests {
             field::LAST_SEEN_AT,
             field::LATEST,
             field::THRESHOLDS,
-            field::OPEN_ALERTS,
+            field::ALERT_SLOTS,
         ] {
             assert!(v.get(f).is_some(), "device item has no {f}: {v}");
         }

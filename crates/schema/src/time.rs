@@ -249,6 +249,11 @@ impl Timestamp {
     }
 
     /// The instant just before this one (the last instant of a range that ends here).
+    /// The next representable instant (a microsecond later), for exclusive lower bounds.
+    pub fn succ(self) -> Option<Self> {
+        self.plus_micros(1)
+    }
+
     pub fn pred(self) -> Option<Self> {
         self.minus_micros(1)
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord, UserIdentity};
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
-use tidemark_aggregator::{Aggregator, AggregatorConfig};
+use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{
     AggregateItem, Bucket, DeviceId, MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
     keys,
@@ -147,8 +147,9 @@ pub fn event(records: Vec<EventRecord>) -> Event {
     e
 }
 
-pub fn aggregator(t: &TestTable) -> Aggregator {
-    Aggregator::new(t.client.clone(), AggregatorConfig::new(&t.name))
+/// Both stream readers (rollups and alerts), as the template runs them.
+pub fn aggregator(t: &TestTable) -> BothRoles {
+    BothRoles::new(t.client.clone(), AggregatorConfig::new(&t.name))
 }
 
 pub async fn put_readings(t: &TestTable, items: &[ReadingItem]) {

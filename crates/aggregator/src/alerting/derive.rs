@@ -1,0 +1,197 @@
+//! Deriving alert states again from the stored readings, in bounded memory.
+//!
+//! For each rule that must be derived from a time `from` on, the *anchor* is the newest
+//! clear reading of its metric before `from` (after a clear reading every rule is normal, so
+//! nothing older matters); the readings after the anchor are then folded in time order up to
+//! the newest. Both walks go window by window (sized to hold a few thousand readings), so a
+//! hot device's long history is never in memory at once.
+
+use std::collections::BTreeMap;
+
+use tidemark_schema::{AlertSlot, DeviceId, MetricName, SlotMode, Timestamp};
+use tidemark_store::StoreError;
+
+use super::rules::{Class, Episode, Fold, Phase, Rule};
+use crate::store::ReadingStore;
+
+/// A rule to derive, from the earliest reading that may change it.
+#[derive(Debug, Clone)]
+pub struct Need {
+    pub rule: Rule,
+    pub from: Timestamp,
+    pub stored: Option<AlertSlot>,
+}
+
+/// A rule derived: its fold over every reading after the anchor.
+#[derive(Debug, Clone)]
+pub struct Derived {
+    pub need: Need,
+    pub anchor: Option<Timestamp>,
+    pub fold: Fold,
+}
+
+/// How far the walks go.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanLimits {
+    /// Readings looked at backwards before giving up on finding an anchor; the fold then
+    /// starts from the stored state (documented bound: a breach or deadband hold longer than
+    /// this many readings is continued from the stored state, not re-derived).
+    pub max_back: u64,
+    /// How far back to look for an anchor at all.
+    pub horizon_micros: i64,
+    /// Window sizing: grow while a window holds fewer, shrink while more.
+    pub window_low: usize,
+    pub window_high: usize,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits {
+            max_back: 200_000,
+            horizon_micros: 31 * 86_400 * 1_000_000,
+            window_low: 1_000,
+            window_high: 20_000,
+        }
+    }
+}
+
+type Readings = Vec<(Timestamp, BTreeMap<MetricName, f64>)>;
+
+fn next_width(w: i64, n: usize, limits: &ScanLimits) -> i64 {
+    if n < limits.window_low {
+        w.saturating_mul(4).min(limits.horizon_micros)
+    } else if n > limits.window_high {
+        (w / 2).max(1_000)
+    } else {
+        w
+    }
+}
+
+/// The stored state as a fold's starting phase (when no anchor could be found).
+fn phase_of(stored: Option<&AlertSlot>) -> Phase {
+    match stored {
+        Some(s) if s.mode == SlotMode::Open => Phase::Open(Episode {
+            start: s.since.unwrap_or(s.at),
+            opened_at: s.since.unwrap_or(s.at),
+            peak: f64::NAN,
+            breaches: 0,
+            last_breach_at: s.at,
+            resolved_at: None,
+        }),
+        _ => Phase::Normal,
+    }
+}
+
+/// The newest reading seen by a derivation (for the device's `latest`).
+pub type Newest = Option<(Timestamp, BTreeMap<MetricName, f64>)>;
+
+pub async fn derive<S: ReadingStore>(
+    store: &S,
+    device: &DeviceId,
+    needs: Vec<Need>,
+    until: Timestamp,
+    limits: &ScanLimits,
+) -> Result<(Vec<Derived>, Newest), StoreError> {
+    if needs.is_empty() {
+        return Ok((Vec::new(), None));
+    }
+    // Backwards: one anchor per need.
+    let mut anchors: Vec<Option<Timestamp>> = vec![None; needs.len()];
+    let mut open: Vec<bool> = vec![true; needs.len()];
+    let top = needs.iter().map(|n| n.from).max().unwrap_or(Timestamp::MIN);
+    let floor = top
+        .minus_micros(limits.horizon_micros)
+        .unwrap_or(Timestamp::MIN);
+    let mut hi = top; // exclusive
+    let mut width: i64 = 60_000_000;
+    let mut scanned: u64 = 0;
+    let mut truncated = false;
+    while open.iter().any(|o| *o) && hi > floor {
+        if scanned >= limits.max_back {
+            truncated = true;
+            break;
+        }
+        let lo = hi.minus_micros(width).unwrap_or(Timestamp::MIN).max(floor);
+        let Some(last) = hi.pred() else { break };
+        let mut page: Readings = store.readings_between(device, lo, last).await?;
+        scanned += page.len() as u64;
+        page.sort_by_key(|r| std::cmp::Reverse(r.0));
+        for (at, metrics) in &page {
+            for (i, n) in needs.iter().enumerate() {
+                if !open[i] || *at >= n.from {
+                    continue;
+                }
+                if let Some(v) = metrics.get(&n.rule.metric)
+                    && n.rule.class(*v) == Class::Clear
+                {
+                    anchors[i] = Some(*at);
+                    open[i] = false;
+                }
+            }
+        }
+        width = next_width(width, page.len(), limits);
+        hi = lo;
+    }
+    // Forwards from the oldest anchor, each fold taking only what follows its own (or, with
+    // none found, everything from where the backward walk stopped).
+    let own_from: Vec<Timestamp> = anchors
+        .iter()
+        .map(|a| match a {
+            Some(a) => a.succ().unwrap_or(Timestamp::MAX),
+            None if truncated => hi,
+            None => floor,
+        })
+        .collect();
+    let start = own_from.iter().copied().min().unwrap_or(top);
+    let mut folds: Vec<Fold> = needs
+        .iter()
+        .zip(&anchors)
+        .map(|(n, a)| {
+            let phase = if a.is_none() && truncated {
+                phase_of(n.stored.as_ref())
+            } else {
+                Phase::Normal
+            };
+            Fold::new(n.rule.clone(), phase)
+        })
+        .collect();
+    let mut newest: Newest = None;
+    let mut lo = start; // inclusive
+    let mut width: i64 = 60_000_000;
+    loop {
+        let last_window = lo > until;
+        let hi = if last_window {
+            Timestamp::MAX
+        } else {
+            lo.plus_micros(width).unwrap_or(Timestamp::MAX)
+        };
+        let mut page: Readings = store.readings_between(device, lo, hi).await?;
+        page.sort_by_key(|r| r.0);
+        for (at, metrics) in &page {
+            for ((f, n), from) in folds.iter_mut().zip(&needs).zip(&own_from) {
+                if *at >= *from
+                    && let Some(v) = metrics.get(&n.rule.metric)
+                {
+                    f.step(*at, *v);
+                }
+            }
+        }
+        if let Some((at, m)) = page.last()
+            && newest.as_ref().is_none_or(|(n, _)| at > n)
+        {
+            newest = Some((*at, m.clone()));
+        }
+        width = next_width(width, page.len(), limits);
+        match hi.succ() {
+            Some(next) if !last_window && hi < Timestamp::MAX => lo = next,
+            _ => break,
+        }
+    }
+    let derived = needs
+        .into_iter()
+        .zip(anchors)
+        .zip(folds)
+        .map(|((need, anchor), fold)| Derived { need, anchor, fold })
+        .collect();
+    Ok((derived, newest))
+}

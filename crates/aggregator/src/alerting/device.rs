@@ -1,0 +1,229 @@
+//! One device's share of an alerts-role batch: decide, derive when needed, write once.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tidemark_schema::{
+    AlertId, AlertItem, AlertSlot, AlertState, DeviceId, DeviceItem, DeviceStatus, MetricName,
+    Threshold, Timestamp, keys,
+};
+
+use super::derive::{Need, ScanLimits, derive};
+use super::plan::{AlertWrite, alerts_to_read, plan_derived, resolve_write};
+use super::rules::{Rule, could_change};
+use crate::AggregatorError;
+use crate::handler::Aggregator;
+use crate::report::Counters;
+use crate::store::{DeviceUpdate, Store, Written};
+
+/// What one batch brings for one device.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceBatch {
+    /// The first record of the device in the batch (for partial batch failures).
+    pub first_index: usize,
+    /// New readings by time (a correction's new values included).
+    pub readings: BTreeMap<Timestamp, BTreeMap<MetricName, f64>>,
+    /// Per metric, the earliest reading corrected or deleted: derived again from there.
+    pub rewritten: BTreeMap<MetricName, Timestamp>,
+    /// The device item changed its thresholds: every slot is checked against them.
+    pub thresholds_changed: bool,
+}
+
+impl DeviceBatch {
+    pub fn index(&mut self, i: usize) {
+        self.first_index = if self.readings.is_empty() && self.rewritten.is_empty() {
+            i
+        } else {
+            self.first_index.min(i)
+        };
+    }
+}
+
+/// Per metric, the device's own threshold, else the default.
+pub fn effective_thresholds(
+    device: Option<&DeviceItem>,
+    defaults: &BTreeMap<MetricName, Threshold>,
+) -> BTreeMap<MetricName, Threshold> {
+    let mut t = defaults.clone();
+    if let Some(d) = device {
+        t.extend(d.thresholds.iter().map(|(m, th)| (m.clone(), th.clone())));
+    }
+    t
+}
+
+/// The rules of `thresholds` that must be derived again, from when.
+fn needs(b: &DeviceBatch, rules: &[Rule], slots: &BTreeMap<String, AlertSlot>) -> Vec<Need> {
+    let mut out = Vec::new();
+    for rule in rules {
+        let stored = slots.get(&rule.slot());
+        let mut from: Option<Timestamp> = None;
+        let mut earliest = |t: Timestamp| from = Some(from.map_or(t, |f| f.min(t)));
+        if let Some(s) = stored
+            && s.threshold != rule.threshold
+        {
+            earliest(s.at);
+        }
+        if let Some(t) = b.rewritten.get(&rule.metric) {
+            earliest(*t);
+        }
+        if let Some(t) = b.readings.iter().find_map(|(at, m)| {
+            let v = m.get(&rule.metric)?;
+            could_change(stored, rule, *at, *v).then_some(*at)
+        }) {
+            earliest(t);
+        }
+        if let Some(from) = from {
+            out.push(Need {
+                rule: rule.clone(),
+                from,
+                stored: stored.cloned(),
+            });
+        }
+    }
+    out
+}
+
+fn micros_between(a: Timestamp, b: Timestamp) -> i64 {
+    b.epoch_micros() - a.epoch_micros()
+}
+
+impl<S: Store> Aggregator<S> {
+    pub(crate) async fn alert_device(
+        &self,
+        id: &DeviceId,
+        b: &DeviceBatch,
+        mut dev: Option<DeviceItem>,
+        counters: &Counters,
+    ) -> Result<(), AggregatorError> {
+        let limits = ScanLimits::default();
+        let refresh = i64::try_from(self.config.device_refresh.as_micros()).unwrap_or(i64::MAX);
+        for attempt in 1..=self.config.max_attempts {
+            let thresholds = effective_thresholds(dev.as_ref(), &self.config.default_thresholds);
+            let rules: Vec<Rule> = thresholds
+                .iter()
+                .flat_map(|(m, t)| Rule::of(m, t))
+                .collect();
+            let stored: BTreeMap<String, AlertSlot> = dev
+                .as_ref()
+                .map(|d| d.alert_slots.clone())
+                .unwrap_or_default();
+            let needs = needs(b, &rules, &stored);
+            Counters::add(&counters.alert_derivations, needs.len() as u64);
+            let batch_newest = b.readings.keys().next_back().copied();
+            let now = Timestamp::now();
+            let until = batch_newest.map_or(now, |n| n.max(now));
+            let (derived, newest) = derive(&self.store, id, needs, until, &limits).await?;
+
+            let mut ids = alerts_to_read(&derived, &stored);
+            ids.retain(|a| !a.as_str().is_empty());
+            let known: HashMap<AlertId, AlertItem> = if ids.is_empty() {
+                HashMap::new()
+            } else {
+                self.store.get_alerts(id, &ids).await?
+            };
+            let mut writes: Vec<AlertWrite> = Vec::new();
+            let mut slots = stored.clone();
+            for d in &derived {
+                let p = plan_derived(id, d, &known);
+                writes.extend(p.writes);
+                if let Some(s) = p.slot {
+                    slots.insert(d.fold.rule.slot(), s);
+                }
+            }
+            // A threshold that is gone resolves what it opened, at the change.
+            let live: Vec<String> = rules.iter().map(Rule::slot).collect();
+            for (k, s) in &stored {
+                if live.contains(k) {
+                    continue;
+                }
+                let at = dev
+                    .as_ref()
+                    .and_then(|d| d.updated_at)
+                    .filter(|u| *u > s.at)
+                    .unwrap_or(s.at);
+                if let Some(a) = &s.alert {
+                    writes.extend(resolve_write(known.get(a), at));
+                }
+                slots.remove(k);
+            }
+
+            let last_seen = dev.as_ref().and_then(|d| d.last_seen_at);
+            let registered = dev
+                .as_ref()
+                .is_some_and(|d| d.version.is_some() && d.last_seen_at.is_some());
+            let lagging = batch_newest
+                .is_some_and(|n| last_seen.is_none_or(|l| micros_between(l, n) >= refresh));
+            if slots == stored && writes.is_empty() && !lagging {
+                if registered && batch_newest.is_some_and(|n| last_seen.is_some_and(|l| n > l)) {
+                    Counters::add(&counters.device_writes_deferred, 1);
+                }
+                if registered || batch_newest.is_none() {
+                    return Ok(());
+                }
+            }
+            // `latest` is the newest stored reading, never an older one than the item holds.
+            let newest = match newest {
+                Some((timestamp, metrics)) => {
+                    Some(tidemark_schema::LatestReading { timestamp, metrics })
+                }
+                None => {
+                    self.store
+                        .newest_reading(id, last_seen.unwrap_or(Timestamp::MIN))
+                        .await?
+                }
+            };
+            let latest = newest.filter(|n| last_seen.is_none_or(|l| n.timestamp >= l));
+            let last_seen_at = [
+                last_seen,
+                latest.as_ref().map(|l| l.timestamp),
+                batch_newest,
+            ]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(now);
+            let update = DeviceUpdate {
+                device: id.clone(),
+                expected_version: dev.as_ref().and_then(|d| d.version),
+                last_seen_at,
+                latest,
+                alert_slots: slots,
+                now,
+                status_gsi1pk: keys::device_status_gsi1pk(
+                    id,
+                    DeviceStatus::Active,
+                    self.config.status_shards,
+                ),
+            };
+            match self.store.commit_device(&update, &writes).await? {
+                Written::Ok { units } => {
+                    counters.written(units);
+                    for w in &writes {
+                        Counters::add(&counters.items_written, 1);
+                        if matches!(w, AlertWrite::Create(_)) {
+                            Counters::add(&counters.alerts_opened, 1);
+                        }
+                        if w.after().state == AlertState::Resolved {
+                            Counters::add(&counters.alerts_resolved, 1);
+                        }
+                    }
+                    return Ok(());
+                }
+                Written::Conflict => {
+                    // Another invocation (a hot device's other shard, a retry) wrote first:
+                    // back off, then decide again from what the table holds.
+                    Counters::add(&counters.conflicts_retried, 1);
+                    tokio::time::sleep(self.config.retry.delay(attempt)).await;
+                    dev = self
+                        .store
+                        .get_devices(std::slice::from_ref(id))
+                        .await?
+                        .remove(id);
+                }
+            }
+        }
+        Err(AggregatorError::Contended {
+            key: id.to_string(),
+            attempts: self.config.max_attempts,
+        })
+    }
+}

@@ -1,0 +1,22 @@
+//! The alerts role: each device's alert state follows its readings in time order, however
+//! they arrive.
+//!
+//! - [`rules`]: one (metric, rule) as a state machine (breach, deadband hold, `forSeconds`).
+//! - [`derive`]: a rule's state derived again from the stored readings, in bounded memory.
+//! - [`plan`]: alert items and the device's slots to write.
+//! - [`device`]: one device's batch: decide whether anything may change, derive, write.
+//!
+//! The device item's `alertSlots` hold each rule's state as of its last change. A batch
+//! whose readings each leave that state as it is writes nothing (the common case: one
+//! consistent read of the device item per device and batch). A reading that could change it,
+//! a late one, a correction, a delete or a changed threshold derives the rule again from the
+//! table, where every reading is before its stream record is: so concurrent invocations of a
+//! hot device's shards, replays, bisected batches and late data all end in the state of the
+//! readings sorted by time. Writes of one device serialise on its `version`.
+
+pub mod derive;
+pub mod device;
+pub mod plan;
+pub mod rules;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+//! From derived folds to alert items and the device's slots: what to write.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tidemark_schema::{
+    AlertId, AlertItem, AlertRule, AlertSlot, AlertState, DeviceId, EntityKey, SlotMode, Timestamp,
+    keys, number,
+};
+
+use super::derive::Derived;
+use super::rules::{Episode, Phase, Rule};
+
+/// A write the plan needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlertWrite {
+    /// A new alert (already resolved when the readings that opened it also ended it).
+    Create(Box<AlertItem>),
+    /// An unresolved alert moved on: its breach statistics, and its resolution. Only the
+    /// evaluator's attributes are written, so an acknowledgement or snooze the API wrote
+    /// meanwhile stays.
+    Update {
+        before: Box<AlertItem>,
+        after: Box<AlertItem>,
+    },
+}
+
+impl AlertWrite {
+    pub fn after(&self) -> &AlertItem {
+        match self {
+            AlertWrite::Create(a) => a,
+            AlertWrite::Update { after, .. } => after,
+        }
+    }
+}
+
+/// What one slot becomes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotPlan {
+    pub writes: Vec<AlertWrite>,
+    /// `None`: the slot is dropped (its threshold is gone).
+    pub slot: Option<AlertSlot>,
+}
+
+pub fn alert_id(rule: &Rule, e: &Episode) -> AlertId {
+    AlertId::for_breach(e.start, &rule.metric, rule.rule)
+}
+
+fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
+    let id = alert_id(rule, e);
+    let key = EntityKey::Alert {
+        device: device.clone(),
+        alert: id.clone(),
+    }
+    .key();
+    let side = match rule.rule {
+        AlertRule::Max => "above",
+        AlertRule::Min => "below",
+    };
+    let mut a = AlertItem {
+        pk: key.pk,
+        sk: key.sk,
+        gsi1pk: Some(keys::severity_gsi1pk(rule.threshold.severity)),
+        gsi1sk: Some(keys::alert_gsi1sk(&id)),
+        device_id: device.clone(),
+        alert_id: id,
+        metric: rule.metric.clone(),
+        rule: rule.rule,
+        severity: rule.threshold.severity,
+        state: AlertState::Open,
+        message: format!("{} {side} {}", rule.metric, number(rule.limit)),
+        value: e.peak,
+        threshold: rule.limit,
+        breach_count: e.breaches,
+        opened_at: e.opened_at,
+        last_breach_at: e.last_breach_at,
+        acknowledged_at: None,
+        resolved_at: None,
+        snoozed_until: None,
+    };
+    if let Some(r) = e.resolved_at {
+        resolve(&mut a, r);
+    }
+    a
+}
+
+/// Resolution drops the index keys: GSI1 holds only alerts someone may still act on.
+pub fn resolve(a: &mut AlertItem, at: Timestamp) {
+    a.state = AlertState::Resolved;
+    a.resolved_at = Some(at);
+    a.gsi1pk = None;
+    a.gsi1sk = None;
+}
+
+/// The episode's news for an alert that exists: statistics only grow (an episode folded
+/// from a stored state has no peak of its own), and a resolved alert is never reopened.
+fn moved_on(before: &AlertItem, e: &Episode) -> Option<AlertItem> {
+    if before.state == AlertState::Resolved {
+        return None;
+    }
+    let mut a = before.clone();
+    if !e.peak.is_nan() {
+        a.value = match before.rule {
+            AlertRule::Max => a.value.max(e.peak),
+            AlertRule::Min => a.value.min(e.peak),
+        };
+    }
+    a.breach_count = a.breach_count.max(e.breaches);
+    a.last_breach_at = a.last_breach_at.max(e.last_breach_at);
+    if let Some(r) = e.resolved_at {
+        resolve(&mut a, r);
+    }
+    (a != *before).then_some(a)
+}
+
+/// The writes and the new slot of one derived rule. `known` holds the stored alerts of the
+/// episodes and of the slot's open alert.
+pub fn plan_derived(
+    device: &DeviceId,
+    d: &Derived,
+    known: &HashMap<AlertId, AlertItem>,
+) -> SlotPlan {
+    let rule = &d.fold.rule;
+    let mut plan = SlotPlan::default();
+    let mut episodes: Vec<&Episode> = d.fold.closed.iter().collect();
+    if let Phase::Open(e) = &d.fold.phase {
+        episodes.push(e);
+    }
+    for e in &episodes {
+        let id = alert_id(rule, e);
+        match known.get(&id) {
+            None => plan
+                .writes
+                .push(AlertWrite::Create(Box::new(new_alert(device, rule, e)))),
+            Some(before) => {
+                if let Some(after) = moved_on(before, e) {
+                    plan.writes.push(AlertWrite::Update {
+                        before: Box::new(before.clone()),
+                        after: Box::new(after),
+                    });
+                }
+            }
+        }
+    }
+    let at = d
+        .fold
+        .newest
+        .or(d.need.stored.as_ref().map(|s| s.at))
+        .or(d.anchor)
+        .unwrap_or(d.need.from);
+    // The stored open alert, if the readings no longer show it open, ends here.
+    let open_now = match &d.fold.phase {
+        Phase::Open(e) => Some(alert_id(rule, e)),
+        _ => None,
+    };
+    if let Some(stale) = d.need.stored.as_ref().and_then(|s| s.alert.as_ref())
+        && Some(stale) != open_now.as_ref()
+        && !episodes.iter().any(|e| &alert_id(rule, e) == stale)
+    {
+        plan.writes.extend(resolve_write(known.get(stale), at));
+    }
+    let (mode, since) = match &d.fold.phase {
+        Phase::Normal => (SlotMode::Normal, None),
+        Phase::Pending { since, .. } => (SlotMode::Pending, Some(*since)),
+        Phase::Open(e) => (SlotMode::Open, Some(e.start)),
+    };
+    plan.slot = Some(AlertSlot {
+        mode,
+        since,
+        alert: open_now,
+        at,
+        threshold: rule.threshold.clone(),
+    });
+    plan
+}
+
+/// Resolves an unresolved stored alert at `at` (nothing when it is gone or resolved).
+pub fn resolve_write(stored: Option<&AlertItem>, at: Timestamp) -> Option<AlertWrite> {
+    let before = stored.filter(|a| a.state != AlertState::Resolved)?;
+    let mut after = before.clone();
+    resolve(&mut after, at.max(before.last_breach_at));
+    Some(AlertWrite::Update {
+        before: Box::new(before.clone()),
+        after: Box::new(after),
+    })
+}
+
+/// The alerts a plan must know before deciding: every episode's and each stored open one.
+pub fn alerts_to_read(derived: &[Derived], slots: &BTreeMap<String, AlertSlot>) -> Vec<AlertId> {
+    let mut ids: Vec<AlertId> = slots.values().filter_map(|s| s.alert.clone()).collect();
+    for d in derived {
+        ids.extend(d.fold.closed.iter().map(|e| alert_id(&d.fold.rule, e)));
+        if let Phase::Open(e) = &d.fold.phase {
+            ids.push(alert_id(&d.fold.rule, e));
+        }
+    }
+    ids.sort();
+    ids.dedup();
+    ids
+}

@@ -1,0 +1,364 @@
+//! The alerts role over the in-memory store: the situations the issue names, and the
+//! property that order, replays and batching never change the outcome. The same situations
+//! run against DynamoDB Local in `tests/alerts_local.rs`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::prelude::*;
+use tidemark_schema::{AlertItem, AlertSlot, AlertState, DeviceItem, SlotMode, Timestamp};
+
+use super::rules::{Fold, Phase, Rule};
+use crate::config::{Role, parse_thresholds};
+use crate::fake::FakeStore;
+use crate::report::Report;
+use crate::testing::{device, device_modify, event, insert, metric};
+use crate::{Aggregator, AggregatorConfig};
+
+const T0: i64 = 1_776_693_600_000_000; // 2026-04-20T14:00:00Z
+
+fn at(s: i64) -> Timestamp {
+    Timestamp::from_epoch_micros(T0 + s * 1_000_000).unwrap()
+}
+
+struct Rig {
+    agg: Aggregator<FakeStore>,
+    seq: AtomicU64,
+}
+
+fn rig(thresholds: &str) -> Rig {
+    let mut config = AggregatorConfig::new("t")
+        .with_role(Role::Alerts)
+        .with_default_thresholds(parse_thresholds(thresholds).unwrap());
+    config.retry.base_delay = std::time::Duration::from_micros(50);
+    Rig {
+        agg: Aggregator::with_store(FakeStore::default(), config),
+        seq: AtomicU64::new(1),
+    }
+}
+
+impl Rig {
+    /// Stores the readings (as ingest does), then hands their stream records over as one batch.
+    async fn send(&self, readings: &[(i64, f64)]) -> Report {
+        self.store(readings);
+        self.deliver(readings).await
+    }
+
+    fn store(&self, readings: &[(i64, f64)]) {
+        for (s, v) in readings {
+            self.agg.store().put_reading(
+                &device("d1"),
+                at(*s),
+                BTreeMap::from([(metric("t"), *v)]),
+            );
+        }
+    }
+
+    async fn deliver(&self, readings: &[(i64, f64)]) -> Report {
+        let records = readings
+            .iter()
+            .map(|(s, v)| {
+                insert(
+                    self.seq.fetch_add(1, Ordering::SeqCst),
+                    "d1",
+                    at(*s),
+                    "t",
+                    *v,
+                )
+            })
+            .collect();
+        let (resp, report) = self.agg.process(&event(records)).await;
+        assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+        report
+    }
+
+    fn alerts(&self) -> Vec<AlertItem> {
+        let mut a: Vec<AlertItem> = self
+            .agg
+            .store()
+            .alerts
+            .lock()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect();
+        a.sort_by_key(|a| a.opened_at);
+        a
+    }
+
+    fn open_alerts(&self) -> Vec<AlertItem> {
+        self.alerts()
+            .into_iter()
+            .filter(|a| a.state != AlertState::Resolved)
+            .collect()
+    }
+
+    fn device(&self) -> DeviceItem {
+        self.agg.store().devices.lock().unwrap()[&device("d1")].clone()
+    }
+
+    fn slot(&self) -> Option<AlertSlot> {
+        let devs = self.agg.store().devices.lock().unwrap();
+        devs.get(&device("d1"))?.alert_slots.get("t-max").cloned()
+    }
+}
+
+const MAX30: &str = r#"{"t":{"max":30,"severity":"critical"}}"#;
+
+#[tokio::test]
+async fn a_late_breach_never_leaves_an_alert_open_when_newer_readings_are_normal() {
+    let r = rig(MAX30);
+    // GIVEN normal readings, then later normal readings whose device write is deferred
+    r.send(&[(0, 20.0), (60, 21.0)]).await;
+    let report = r.send(&[(120, 22.0), (180, 23.0)]).await;
+    assert_eq!(report.device_writes_deferred, 1);
+    // WHEN a store-and-forward breach older than the newest of them arrives
+    let report = r.send(&[(150, 40.0)]).await;
+    // THEN it is history (opened and resolved by the next reading), never an open alert
+    assert!(r.open_alerts().is_empty(), "{:?}", r.alerts());
+    assert_eq!(report.alerts_opened, 1);
+    let a = &r.alerts()[0];
+    assert_eq!((a.opened_at, a.resolved_at), (at(150), Some(at(180))));
+    // AND lastSeenAt and latest never moved back to it
+    let d = r.device();
+    assert_eq!(d.last_seen_at, Some(at(180)));
+    assert_eq!(d.latest.unwrap().timestamp, at(180));
+}
+
+#[tokio::test]
+async fn every_reading_of_a_hot_device_is_evaluated_whichever_shard_commits_first() {
+    let r = rig(MAX30);
+    // GIVEN four shards' readings, all stored; the spike's shard is processed last
+    let shards: [&[(i64, f64)]; 4] = [
+        &[(0, 20.0), (4, 20.0)],
+        &[(1, 20.0), (5, 20.0)],
+        &[(2, 20.0), (6, 20.0)],
+        &[(3, 99.0), (7, 20.0)],
+    ];
+    for s in shards {
+        r.store(s);
+    }
+    for s in shards {
+        r.deliver(s).await;
+    }
+    // THEN the one-reading spike opened an alert, which the next reading resolved
+    let alerts = r.alerts();
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!((alerts[0].opened_at, alerts[0].value), (at(3), 99.0));
+    assert_eq!(alerts[0].resolved_at, Some(at(4)));
+    assert_eq!(r.slot().unwrap().mode, SlotMode::Normal);
+}
+
+#[tokio::test]
+async fn removing_a_threshold_resolves_the_alert_it_opened() {
+    let r = rig("{}");
+    // GIVEN a device with its own threshold and an open alert
+    let mut dev = DeviceItem::new(device("d1"), tidemark_schema::DeviceStatus::Active, at(0));
+    dev.thresholds = parse_thresholds(MAX30).unwrap();
+    r.agg
+        .store()
+        .devices
+        .lock()
+        .unwrap()
+        .insert(device("d1"), dev);
+    r.send(&[(10, 35.0)]).await;
+    assert_eq!(r.open_alerts().len(), 1);
+    // WHEN the API removes the threshold (the device item's MODIFY reaches the stream)
+    let before = r.device();
+    let mut after = before.clone();
+    after.thresholds.clear();
+    after.updated_at = Some(at(20));
+    r.agg
+        .store()
+        .devices
+        .lock()
+        .unwrap()
+        .insert(device("d1"), after.clone());
+    let (_, report) = r
+        .agg
+        .process(&event(vec![device_modify(99, &before, &after)]))
+        .await;
+    // THEN the alert is resolved at the change and the slot is gone
+    assert_eq!(report.alerts_resolved, 1);
+    assert!(r.open_alerts().is_empty());
+    assert_eq!(r.alerts()[0].resolved_at, Some(at(20)));
+    assert!(r.slot().is_none());
+}
+
+#[tokio::test]
+async fn changing_a_threshold_re_evaluates_its_alert() {
+    let r = rig("{}");
+    let mut dev = DeviceItem::new(device("d1"), tidemark_schema::DeviceStatus::Active, at(0));
+    dev.thresholds = parse_thresholds(MAX30).unwrap();
+    r.agg
+        .store()
+        .devices
+        .lock()
+        .unwrap()
+        .insert(device("d1"), dev);
+    r.send(&[(10, 35.0)]).await;
+    // WHEN the limit is raised above the value
+    let before = r.device();
+    let mut after = before.clone();
+    after.thresholds = parse_thresholds(r#"{"t":{"max":40,"severity":"critical"}}"#).unwrap();
+    r.agg
+        .store()
+        .devices
+        .lock()
+        .unwrap()
+        .insert(device("d1"), after.clone());
+    r.agg
+        .process(&event(vec![device_modify(99, &before, &after)]))
+        .await;
+    // THEN the alert of the old limit is resolved and nothing is open under the new one
+    assert!(r.open_alerts().is_empty(), "{:?}", r.alerts());
+    assert_eq!(r.slot().unwrap().threshold.max, Some(40.0));
+}
+
+#[tokio::test]
+async fn a_value_hovering_at_the_limit_does_not_flap_with_a_deadband() {
+    let r = rig(r#"{"t":{"max":30,"deadband":2,"severity":"critical"}}"#);
+    r.send(&[(0, 31.0), (1, 29.5), (2, 30.5), (3, 29.0), (4, 30.2)])
+        .await;
+    assert_eq!(
+        r.alerts().len(),
+        1,
+        "one alert, never resolved and reopened"
+    );
+    assert_eq!(r.open_alerts().len(), 1);
+    r.send(&[(5, 27.9)]).await;
+    assert!(r.open_alerts().is_empty());
+}
+
+#[tokio::test]
+async fn for_seconds_opens_only_when_the_breach_has_lasted() {
+    let r = rig(r#"{"t":{"max":30,"forSeconds":60,"severity":"warning"}}"#);
+    let report = r.send(&[(0, 31.0), (30, 31.0)]).await;
+    assert_eq!(report.alerts_opened, 0);
+    assert_eq!(r.slot().unwrap().mode, SlotMode::Pending);
+    let report = r.send(&[(60, 32.0)]).await;
+    assert_eq!(report.alerts_opened, 1);
+    let a = &r.open_alerts()[0];
+    assert_eq!((a.opened_at, a.breach_count, a.value), (at(60), 3, 32.0));
+}
+
+#[tokio::test]
+async fn a_late_reading_inside_the_deadband_that_breaks_a_run_closes_the_alert_it_opened() {
+    let r = rig(r#"{"t":{"max":30,"deadband":1.5,"forSeconds":30,"severity":"critical"}}"#);
+    // GIVEN a breach lasting 30 s, which opened an alert
+    r.send(&[(0, 31.0), (30, 31.0)]).await;
+    assert_eq!(r.open_alerts().len(), 1);
+    // WHEN a reading from between them arrives late, not breaching (though inside the
+    // deadband, which by itself would hold an open alert)
+    r.send(&[(15, 29.0)]).await;
+    // THEN, in time order, the breach never lasted 30 s: nothing is open, a run is pending
+    assert!(r.open_alerts().is_empty(), "{:?}", r.alerts());
+    let s = r.slot().unwrap();
+    assert_eq!((s.mode, s.since), (SlotMode::Pending, Some(at(30))));
+}
+
+#[tokio::test]
+async fn a_replayed_batch_writes_nothing_and_duplicates_nothing() {
+    let r = rig(MAX30);
+    r.send(&[(0, 20.0), (1, 35.0), (2, 36.0)]).await;
+    let before = (r.alerts(), r.device());
+    r.seq.store(1, Ordering::SeqCst);
+    let report = r.deliver(&[(0, 20.0), (1, 35.0), (2, 36.0)]).await;
+    assert_eq!((report.items_written, report.alerts_opened), (0, 0));
+    assert_eq!((r.alerts(), r.device()), before);
+}
+
+#[tokio::test]
+async fn a_normal_batch_on_a_known_device_reads_one_item_and_writes_nothing() {
+    let r = rig(MAX30);
+    r.send(&[(0, 20.0)]).await;
+    let report = r.send(&[(10, 21.0), (20, 22.0)]).await;
+    assert_eq!((report.items_written, report.alert_derivations), (0, 0));
+}
+
+/// The states the readings sorted by time give, per the rules' own fold.
+fn expected(thresholds: &str, readings: &BTreeMap<i64, f64>) -> Phase {
+    let th = parse_thresholds(thresholds).unwrap();
+    let rule = Rule::of(&metric("t"), &th[&metric("t")]).remove(0);
+    let mut f = Fold::new(rule, Phase::Normal);
+    for (s, v) in readings {
+        f.step(at(*s), *v);
+    }
+    f.phase
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Random readings around the limit, cut into batches, delivered in random order (disorder
+    /// and late data), some batches twice (replays) and some bisected: the final state is
+    /// the one of the readings sorted by time.
+    #[test]
+    fn final_alert_states_equal_those_of_the_readings_sorted_by_time(
+        values in proptest::collection::vec((0i64..600, 25.0f64..35.0), 1..40),
+        cuts in proptest::collection::vec(1usize..6, 1..20),
+        order in proptest::collection::vec(any::<u16>(), 40),
+        replays in proptest::collection::vec(any::<bool>(), 40),
+        rules in prop_oneof![
+            Just(MAX30),
+            Just(r#"{"t":{"max":30,"deadband":2,"severity":"critical"}}"#),
+            Just(r#"{"t":{"max":30,"forSeconds":60,"severity":"critical"}}"#),
+            Just(r#"{"t":{"max":30,"deadband":1.5,"forSeconds":30,"severity":"critical"}}"#),
+        ],
+    ) {
+        // one value per timestamp: the last sent wins, as in the table
+        let mut sent: Vec<(i64, f64)> = Vec::new();
+        let mut table: BTreeMap<i64, f64> = BTreeMap::new();
+        for (s, v) in &values {
+            let v = (v * 4.0).round() / 4.0;
+            table.insert(*s, v);
+            sent.push((*s, v));
+        }
+        sent.retain(|(s, v)| table[s] == *v);
+        sent.dedup_by_key(|(s, _)| *s);
+        let mut batches: Vec<Vec<(i64, f64)>> = Vec::new();
+        let mut rest = &sent[..];
+        for c in cuts.iter().cycle() {
+            if rest.is_empty() { break; }
+            let n = (*c).min(rest.len());
+            batches.push(rest[..n].to_vec());
+            rest = &rest[n..];
+        }
+        let mut idx: Vec<usize> = (0..batches.len()).collect();
+        idx.sort_by_key(|i| order[*i % order.len()]);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let r = rig(rules);
+            // every reading is in the table before its record is delivered
+            for b in &batches { r.store(b); }
+            for (k, i) in idx.iter().enumerate() {
+                r.deliver(&batches[*i]).await;
+                if replays[k % replays.len()] {
+                    let half = batches[*i].len().div_ceil(2);
+                    r.deliver(&batches[*i][..half]).await;
+                }
+            }
+            let want = expected(rules, &table);
+            let slot = r.slot();
+            let mode = slot.as_ref().map_or(SlotMode::Normal, |s| s.mode);
+            let open = r.open_alerts();
+            match &want {
+                Phase::Normal => {
+                    prop_assert_eq!(mode, SlotMode::Normal);
+                    prop_assert!(open.is_empty(), "{:?}", open);
+                }
+                Phase::Pending { since, .. } => {
+                    prop_assert_eq!(mode, SlotMode::Pending);
+                    prop_assert_eq!(slot.unwrap().since, Some(*since));
+                    prop_assert!(open.is_empty(), "{:?}", open);
+                }
+                Phase::Open(e) => {
+                    prop_assert_eq!(mode, SlotMode::Open);
+                    prop_assert_eq!(open.len(), 1, "{:?}", open);
+                    prop_assert_eq!(open[0].opened_at, e.opened_at);
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
