@@ -15,39 +15,6 @@ use tidemark_schema::{
 };
 use tidemark_testkit::TestTable;
 
-async fn device_item(t: &TestTable, id: &str) -> Option<DeviceItem> {
-    let k = EntityKey::Device(dev(id)).key();
-    t.client
-        .get_item()
-        .table_name(&t.name)
-        .key("pk", AttributeValue::S(k.pk))
-        .key("sk", AttributeValue::S(k.sk))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-        .map(|i| tidemark_store::from_item(i).unwrap())
-}
-
-async fn alerts_of(t: &TestTable, id: &str) -> Vec<AlertItem> {
-    t.client
-        .query()
-        .table_name(&t.name)
-        .consistent_read(true)
-        .key_condition_expression("pk = :pk AND begins_with(sk, :a)")
-        .expression_attribute_values(":pk", AttributeValue::S(keys::device_pk(&dev(id))))
-        .expression_attribute_values(":a", AttributeValue::S(keys::ALERT_PREFIX.into()))
-        .send()
-        .await
-        .unwrap()
-        .items
-        .unwrap_or_default()
-        .into_iter()
-        .map(|i| tidemark_store::from_item(i).unwrap())
-        .collect()
-}
-
 /// AP6: open alerts of a severity, one GSI1 Query.
 async fn open_alert_ids(t: &TestTable, s: Severity) -> Vec<String> {
     t.client

@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{
-    AggregateItem, Bucket, DeviceId, MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
-    keys,
+    AggregateItem, AlertItem, Bucket, DeviceId, DeviceItem, EntityKey, MetricName, Period, Reading,
+    ReadingItem, Stats, Timestamp, keys,
 };
 use tidemark_testkit::TestTable;
 
@@ -285,4 +285,37 @@ pub async fn assert_exact(t: &TestTable, devices: &[DeviceId], readings: &[Readi
 pub fn bucket_key(device: &str, b: Bucket) -> (String, String) {
     let k = AggregateItem::key_for(&dev(device), b);
     (k.pk, k.sk)
+}
+
+pub async fn device_item(t: &TestTable, id: &str) -> Option<DeviceItem> {
+    let k = EntityKey::Device(dev(id)).key();
+    t.client
+        .get_item()
+        .table_name(&t.name)
+        .key("pk", AttributeValue::S(k.pk))
+        .key("sk", AttributeValue::S(k.sk))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .map(|i| tidemark_store::from_item(i).unwrap())
+}
+
+pub async fn alerts_of(t: &TestTable, id: &str) -> Vec<AlertItem> {
+    t.client
+        .query()
+        .table_name(&t.name)
+        .consistent_read(true)
+        .key_condition_expression("pk = :pk AND begins_with(sk, :a)")
+        .expression_attribute_values(":pk", AttributeValue::S(keys::device_pk(&dev(id))))
+        .expression_attribute_values(":a", AttributeValue::S(keys::ALERT_PREFIX.into()))
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| tidemark_store::from_item(i).unwrap())
+        .collect()
 }
