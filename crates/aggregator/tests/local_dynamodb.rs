@@ -10,8 +10,8 @@ use common::*;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
-    AlertItem, AlertState, DeviceItem, DeviceStatus, EntityKey, MetricName, Period, Severity,
-    ShardConfigItem, ShardHistory, Threshold, keys,
+    AlertState, DeviceItem, DeviceStatus, MetricName, Period, Severity, ShardConfigItem,
+    ShardHistory, Threshold, keys,
 };
 use tidemark_testkit::TestTable;
 
