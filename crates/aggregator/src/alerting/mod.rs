@@ -2,7 +2,7 @@
 //! they arrive.
 //!
 //! - [`rules`]: one (metric, rule) as a state machine (breach, deadband hold, `forSeconds`).
-//! - [`derive`]: a rule's state derived again from the stored readings, in bounded memory.
+//! - [`derive`](mod@derive): a rule's state derived again from the stored readings, in bounded memory.
 //! - [`plan`]: alert items and the device's slots to write.
 //! - [`device`]: one device's batch: decide whether anything may change, derive, write.
 //!
