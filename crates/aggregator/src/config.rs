@@ -57,10 +57,10 @@ pub struct AggregatorConfig {
     pub write_concurrency: usize,
     /// GSI1 status shards of the fleet (1: `DEVICE_STATUS#<status>` unsharded).
     pub status_shards: u16,
-    /// The device item is the third item a batch would touch per device (after the hourly
-    /// and daily rollups); rewriting it only when its `lastSeenAt` is this far behind the
-    /// newest reading (or when it is new, or an alert changes) is what brings the standard
-    /// fleet from 1.6 to under 1.5 write units per reading. Readings themselves, and
+    /// The device item would be a third item written per device and batch (after the hourly
+    /// and daily rollups); the alerts role rewrites it only when its `lastSeenAt` is this far
+    /// behind the newest reading (or when it is new, or an alert state changes), which keeps
+    /// the standard fleet under 1.5 write units per reading. Readings themselves, and
     /// `GET /latest`, never lag: they are read from the reading partitions.
     pub device_refresh: std::time::Duration,
 }

@@ -1,5 +1,5 @@
 //! An in-memory store with the DynamoDB implementation's semantics (conditional writes on
-//! `version` and `lastSeenAt`), plus injected conflicts and failures, for handler unit tests.
+//! the aggregates' and the device's `version`), plus injected conflicts and failures, for handler unit tests.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -19,6 +19,7 @@ pub mod alerting;
 mod both;
 pub mod combine;
 pub mod config;
+pub mod dynamo;
 pub mod error;
 #[cfg(test)]
 mod fake;

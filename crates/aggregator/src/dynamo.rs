@@ -1,0 +1,506 @@
+//! The DynamoDB implementation of the aggregator's store traits. Every write asks for
+//! `ConsumedCapacity` (free) so the function can report what it costs.
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+};
+use tidemark_schema::table::attr;
+use tidemark_schema::{
+    AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
+    LatestReading, MetricName, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field, keys,
+};
+use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
+use tidemark_store::{Item, StoreError, from_item, from_stored, to_item};
+
+use crate::alerting::plan::AlertWrite;
+use crate::combine::{BucketReadings, BucketSummary};
+use crate::store::{AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written};
+
+/// The DynamoDB implementation.
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn units(c: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>) -> f64 {
+    c.and_then(|c| c.capacity_units()).unwrap_or(0.0)
+}
+
+fn av<T: serde::Serialize>(v: &T) -> Result<AttributeValue, StoreError> {
+    Ok(serde_dynamo::to_attribute_value(v)?)
+}
+
+fn request_err(operation: &'static str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Request {
+        operation,
+        message: e.to_string(),
+    }
+}
+
+/// Maps a failed condition to [`Written::Conflict`], anything else to an error.
+fn conditional<T>(
+    r: Result<T, StoreError>,
+    units_of: impl FnOnce(&T) -> f64,
+) -> Result<Written, StoreError> {
+    match r {
+        Ok(out) => Ok(Written::Ok {
+            units: units_of(&out),
+        }),
+        Err(e) if e.is_conditional_check_failed() => Ok(Written::Conflict),
+        Err(e) => Err(e),
+    }
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoStore {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Consistent BatchGetItem of any number of keys, by key.
+    async fn batch_get(&self, keys: &[Key]) -> Result<HashMap<Key, Item>, StoreError> {
+        let options = GetOptions {
+            consistent: true,
+            keys_only: false,
+        };
+        let items = batch_get(&self.client, &self.table, keys, options).await?;
+        Ok(items
+            .into_iter()
+            .filter_map(|item| Some((key_of(&item)?, item)))
+            .collect())
+    }
+
+    /// The device's shard counts over time (consistent read; none stored: one shard).
+    pub async fn shard_history(&self, device: &DeviceId) -> Result<ShardHistory, StoreError> {
+        let k = EntityKey::ShardConfig(device.clone()).key();
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&k)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(StoreError::sdk("GetItem"))?;
+        match out.item {
+            Some(i) => Ok(from_item::<ShardConfigItem>(i)?.epochs),
+            None => Ok(ShardHistory::default()),
+        }
+    }
+}
+
+impl AggregateStore for DynamoStore {
+    async fn get_aggregates(
+        &self,
+        keys: &[Key],
+    ) -> Result<HashMap<Key, AggregateItem>, StoreError> {
+        let items = self.batch_get(keys).await?;
+        items
+            .into_iter()
+            .map(|(k, i)| Ok((k, from_stored(i)?)))
+            .collect()
+    }
+
+    async fn put_aggregate(
+        &self,
+        item: &AggregateItem,
+        expected: Option<u64>,
+    ) -> Result<Written, StoreError> {
+        let req = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(item)?))
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
+        let req = match expected {
+            None => req
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", attr::PK),
+            Some(v) => req
+                .condition_expression("#v = :v")
+                .expression_attribute_names("#v", field::VERSION)
+                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
+        };
+        conditional(req.send().await.map_err(StoreError::sdk("PutItem")), |o| {
+            units(o.consumed_capacity())
+        })
+    }
+}
+
+/// One write's expressions, usable as a single request or as a transaction item.
+#[derive(Default)]
+struct Expr {
+    update: String,
+    condition: String,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    fn name(mut self, k: &str, v: &str) -> Self {
+        self.names.insert(k.to_owned(), v.to_owned());
+        self
+    }
+    fn value(mut self, k: &str, v: AttributeValue) -> Self {
+        self.values.insert(k.to_owned(), v);
+        self
+    }
+}
+
+fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
+    let mut set = vec![
+        "#seen = :seen",
+        "#slots = :slots",
+        "#ver = :ver",
+        "#created = if_not_exists(#created, :now)",
+        "#status = if_not_exists(#status, :status)",
+        "#id = if_not_exists(#id, :id)",
+        "#g1pk = if_not_exists(#g1pk, :g1pk)",
+        "#g1sk = if_not_exists(#g1sk, :g1sk)",
+    ];
+    let next = u.expected_version.unwrap_or(0) + 1;
+    let mut e = Expr::default()
+        .name("#seen", field::LAST_SEEN_AT)
+        .name("#slots", field::ALERT_SLOTS)
+        .name("#ver", field::VERSION)
+        .name("#created", field::CREATED_AT)
+        .name("#status", field::STATUS)
+        .name("#id", field::DEVICE_ID)
+        .name("#g1pk", attr::GSI1PK)
+        .name("#g1sk", attr::GSI1SK)
+        .value(":seen", av(&u.last_seen_at)?)
+        .value(":slots", av(&u.alert_slots)?)
+        .value(":ver", AttributeValue::N(next.to_string()))
+        .value(":now", av(&u.now)?)
+        .value(":status", av(&DeviceStatus::Active)?)
+        .value(":id", av(&u.device)?)
+        .value(":g1pk", s(&u.status_gsi1pk))
+        .value(":g1sk", s(keys::device_gsi1sk(&u.device)));
+    if let Some(latest) = &u.latest {
+        set.push("#latest = :latest");
+        e = e
+            .name("#latest", field::LATEST)
+            .value(":latest", av(latest)?);
+    }
+    e.condition = match u.expected_version {
+        None => "attribute_not_exists(#ver)".to_owned(),
+        Some(v) => {
+            e = e.value(":expected", AttributeValue::N(v.to_string()));
+            "#ver = :expected".to_owned()
+        }
+    };
+    e.update = format!("SET {}", set.join(", "));
+    Ok(e)
+}
+
+/// Only what the evaluator owns: an acknowledgement or snooze the API wrote meanwhile is
+/// kept, and a resolved alert is never written again.
+fn alert_update_expr(after: &AlertItem) -> Result<Expr, StoreError> {
+    let mut set = vec!["#value = :value", "#count = :count", "#last = :last"];
+    let mut e = Expr::default()
+        .name("#pk", attr::PK)
+        .name("#value", field::VALUE)
+        .name("#count", field::BREACH_COUNT)
+        .name("#last", field::LAST_BREACH_AT)
+        .name("#resolved", field::RESOLVED_AT)
+        .value(":value", av(&after.value)?)
+        .value(":count", av(&after.breach_count)?)
+        .value(":last", av(&after.last_breach_at)?);
+    e.condition = "attribute_exists(#pk) AND attribute_not_exists(#resolved)".to_owned();
+    let mut remove = String::new();
+    if let Some(r) = after.resolved_at {
+        set.push("#resolved = :resolved");
+        set.push("#state = :state");
+        e = e
+            .name("#state", field::STATE)
+            .name("#g1pk", attr::GSI1PK)
+            .name("#g1sk", attr::GSI1SK)
+            .value(":resolved", av(&r)?)
+            .value(":state", av(&after.state)?);
+        remove = " REMOVE #g1pk, #g1sk".to_owned();
+    }
+    e.update = format!("SET {}{remove}", set.join(", "));
+    Ok(e)
+}
+
+fn build<T, E: std::fmt::Display>(r: Result<T, E>, op: &'static str) -> Result<T, StoreError> {
+    r.map_err(|e| request_err(op, e))
+}
+
+impl DynamoStore {
+    fn transact_item(&self, w: &AlertWrite) -> Result<TransactWriteItem, StoreError> {
+        const OP: &str = "TransactWriteItems";
+        Ok(match w {
+            AlertWrite::Create(a) => TransactWriteItem::builder()
+                .put(build(
+                    Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(to_item(a)?))
+                        .condition_expression("attribute_not_exists(#pk)")
+                        .expression_attribute_names("#pk", attr::PK)
+                        .build(),
+                    OP,
+                )?)
+                .build(),
+            AlertWrite::Update { after, .. } => {
+                let e = alert_update_expr(after)?;
+                TransactWriteItem::builder()
+                    .update(build(
+                        Update::builder()
+                            .table_name(&self.table)
+                            .set_key(Some(key_item(&Key {
+                                pk: after.pk.clone(),
+                                sk: after.sk.clone(),
+                            })))
+                            .update_expression(e.update)
+                            .condition_expression(e.condition)
+                            .set_expression_attribute_names(Some(e.names))
+                            .set_expression_attribute_values(Some(e.values))
+                            .build(),
+                        OP,
+                    )?)
+                    .build()
+            }
+        })
+    }
+}
+
+impl DeviceStore for DynamoStore {
+    async fn get_devices(
+        &self,
+        ids: &[DeviceId],
+    ) -> Result<HashMap<DeviceId, DeviceItem>, StoreError> {
+        let keys: Vec<Key> = ids
+            .iter()
+            .map(|d| EntityKey::Device(d.clone()).key())
+            .collect();
+        let items = self.batch_get(&keys).await?;
+        let mut out = HashMap::new();
+        for (_, i) in items {
+            let d: DeviceItem = from_stored(i)?;
+            out.insert(d.device_id.clone(), d);
+        }
+        Ok(out)
+    }
+
+    async fn commit_device(
+        &self,
+        u: &DeviceUpdate,
+        alerts: &[AlertWrite],
+    ) -> Result<Written, StoreError> {
+        let key = key_item(&EntityKey::Device(u.device.clone()).key());
+        let e = device_expr(u)?;
+        if alerts.is_empty() {
+            let r = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key))
+                .update_expression(e.update)
+                .condition_expression(e.condition)
+                .set_expression_attribute_names(Some(e.names))
+                .set_expression_attribute_values(Some(e.values))
+                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+                .send()
+                .await
+                .map_err(StoreError::sdk("UpdateItem"));
+            return conditional(r, |o| units(o.consumed_capacity()));
+        }
+        let mut items = vec![
+            TransactWriteItem::builder()
+                .update(build(
+                    Update::builder()
+                        .table_name(&self.table)
+                        .set_key(Some(key))
+                        .update_expression(e.update)
+                        .condition_expression(e.condition)
+                        .set_expression_attribute_names(Some(e.names))
+                        .set_expression_attribute_values(Some(e.values))
+                        .build(),
+                    "TransactWriteItems",
+                )?)
+                .build(),
+        ];
+        for w in alerts {
+            items.push(self.transact_item(w)?);
+        }
+        let r = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await
+            .map_err(StoreError::sdk("TransactWriteItems"));
+        match r {
+            Ok(o) => Ok(Written::Ok {
+                units: o
+                    .consumed_capacity()
+                    .iter()
+                    .map(|c| c.capacity_units().unwrap_or(0.0))
+                    .sum(),
+            }),
+            // A failed condition or a concurrent transaction on one of the items: re-read
+            // and decide again.
+            Err(e)
+                if matches!(
+                    e.dynamo(),
+                    Some(
+                        aws_sdk_dynamodb::Error::TransactionCanceledException(_)
+                            | aws_sdk_dynamodb::Error::TransactionConflictException(_)
+                    )
+                ) =>
+            {
+                Ok(Written::Conflict)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AlertStore for DynamoStore {
+    async fn get_alerts(
+        &self,
+        device: &DeviceId,
+        ids: &[AlertId],
+    ) -> Result<HashMap<AlertId, AlertItem>, StoreError> {
+        let keys: Vec<Key> = ids
+            .iter()
+            .map(|a| {
+                EntityKey::Alert {
+                    device: device.clone(),
+                    alert: a.clone(),
+                }
+                .key()
+            })
+            .collect();
+        let items = self.batch_get(&keys).await?;
+        let mut out = HashMap::new();
+        for (_, i) in items {
+            let a: AlertItem = from_stored(i)?;
+            out.insert(a.alert_id.clone(), a);
+        }
+        Ok(out)
+    }
+}
+
+impl DynamoStore {
+    /// Pages through the readings of `device` in `[from, to]`, shard partition by shard
+    /// partition, handing each readable one to `visit` (which returns `false` to stop that
+    /// partition). `newest_only`: one reading per partition, its newest.
+    async fn visit_readings(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        newest_only: bool,
+        mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
+    ) -> Result<(), StoreError> {
+        let shards = self.shard_history(device).await?.shards_over(from, to);
+        for shard in shards {
+            let mut start: Option<Item> = None;
+            'pages: loop {
+                let resp = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .consistent_read(true)
+                    .scan_index_forward(!newest_only)
+                    .set_limit(newest_only.then_some(1))
+                    .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
+                    .expression_attribute_names("#pk", attr::PK)
+                    .expression_attribute_names("#sk", attr::SK)
+                    .expression_attribute_values(":pk", s(keys::reading_pk(device, shard)))
+                    .expression_attribute_values(":from", s(keys::reading_sk(from)))
+                    .expression_attribute_values(":to", s(keys::reading_sk(to)))
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(StoreError::sdk("Query"))?;
+                for i in resp.items.unwrap_or_default() {
+                    // An unreadable reading holds nothing we could use: skip it.
+                    match from_stored::<ReadingItem>(i) {
+                        Ok(r) => {
+                            if let Ok((reading, _)) = r.to_reading()
+                                && !visit(reading.timestamp, reading.metrics)
+                            {
+                                break 'pages;
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "unreadable reading skipped"),
+                    }
+                }
+                match resp.last_evaluated_key {
+                    Some(k) if !k.is_empty() => start = Some(k),
+                    _ => break,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ReadingStore for DynamoStore {
+    async fn readings_between(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<BucketReadings, StoreError> {
+        let mut out = Vec::new();
+        self.visit_readings(device, from, to, false, |at, m| {
+            out.push((at, m));
+            true
+        })
+        .await?;
+        Ok(out)
+    }
+
+    async fn summarize(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<BucketSummary, StoreError> {
+        let mut sum = BucketSummary::default();
+        self.visit_readings(device, from, to, false, |at, m| {
+            sum.add(at, &m);
+            true
+        })
+        .await?;
+        Ok(sum)
+    }
+
+    async fn newest_reading(
+        &self,
+        device: &DeviceId,
+        since: Timestamp,
+    ) -> Result<Option<LatestReading>, StoreError> {
+        let mut newest: Option<LatestReading> = None;
+        self.visit_readings(device, since, Timestamp::MAX, true, |at, metrics| {
+            if newest.as_ref().is_none_or(|n| at > n.timestamp) {
+                newest = Some(LatestReading {
+                    timestamp: at,
+                    metrics,
+                });
+            }
+            false
+        })
+        .await?;
+        Ok(newest)
+    }
+}
