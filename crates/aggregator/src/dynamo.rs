@@ -400,27 +400,29 @@ impl AlertStore for DynamoStore {
 
 impl DynamoStore {
     /// Pages through the readings of `device` in `[from, to]`, shard partition by shard
-    /// partition, handing each readable one to `visit` (which returns `false` to stop that
-    /// partition). `newest_only`: one reading per partition, its newest.
+    /// partition, handing each readable one to `visit`; with `per_partition`, at most that
+    /// many of each partition, its first in the asked order (`newest_first` or oldest).
     async fn visit_readings(
         &self,
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
-        newest_only: bool,
-        mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
+        newest_first: bool,
+        per_partition: Option<usize>,
+        mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>),
     ) -> Result<(), StoreError> {
         let shards = self.shard_history(device).await?.shards_over(from, to);
         for shard in shards {
             let mut start: Option<Item> = None;
+            let mut left = per_partition.unwrap_or(usize::MAX);
             'pages: loop {
                 let resp = self
                     .client
                     .query()
                     .table_name(&self.table)
                     .consistent_read(true)
-                    .scan_index_forward(!newest_only)
-                    .set_limit(newest_only.then_some(1))
+                    .scan_index_forward(!newest_first)
+                    .set_limit(per_partition.map(|_| i32::try_from(left).unwrap_or(i32::MAX)))
                     .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
                     .expression_attribute_names("#pk", attr::PK)
                     .expression_attribute_names("#sk", attr::SK)
@@ -432,16 +434,18 @@ impl DynamoStore {
                     .await
                     .map_err(StoreError::sdk("Query"))?;
                 for i in resp.items.unwrap_or_default() {
+                    left = left.saturating_sub(1);
                     // An unreadable reading holds nothing we could use: skip it.
                     match from_stored::<ReadingItem>(i) {
                         Ok(r) => {
-                            if let Ok((reading, _)) = r.to_reading()
-                                && !visit(reading.timestamp, reading.metrics)
-                            {
-                                break 'pages;
+                            if let Ok((reading, _)) = r.to_reading() {
+                                visit(reading.timestamp, reading.metrics);
                             }
                         }
                         Err(e) => tracing::warn!(error = %e, "unreadable reading skipped"),
+                    }
+                    if left == 0 {
+                        break 'pages;
                     }
                 }
                 match resp.last_evaluated_key {
@@ -462,11 +466,30 @@ impl ReadingStore for DynamoStore {
         to: Timestamp,
     ) -> Result<BucketReadings, StoreError> {
         let mut out = Vec::new();
-        self.visit_readings(device, from, to, false, |at, m| {
-            out.push((at, m));
-            true
+        self.visit_readings(device, from, to, false, None, |at, m| out.push((at, m)))
+            .await?;
+        Ok(out)
+    }
+
+    async fn readings_page(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<BucketReadings, StoreError> {
+        let mut out = Vec::new();
+        self.visit_readings(device, from, to, newest_first, Some(limit), |at, m| {
+            out.push((at, m))
         })
         .await?;
+        // Each partition gave its first `limit`; together, the first `limit` of the device.
+        out.sort_by_key(|r| r.0);
+        if newest_first {
+            out.reverse();
+        }
+        out.truncate(limit);
         Ok(out)
     }
 
@@ -477,11 +500,8 @@ impl ReadingStore for DynamoStore {
         to: Timestamp,
     ) -> Result<BucketSummary, StoreError> {
         let mut sum = BucketSummary::default();
-        self.visit_readings(device, from, to, false, |at, m| {
-            sum.add(at, &m);
-            true
-        })
-        .await?;
+        self.visit_readings(device, from, to, false, None, |at, m| sum.add(at, &m))
+            .await?;
         Ok(sum)
     }
 
@@ -491,15 +511,21 @@ impl ReadingStore for DynamoStore {
         since: Timestamp,
     ) -> Result<Option<LatestReading>, StoreError> {
         let mut newest: Option<LatestReading> = None;
-        self.visit_readings(device, since, Timestamp::MAX, true, |at, metrics| {
-            if newest.as_ref().is_none_or(|n| at > n.timestamp) {
-                newest = Some(LatestReading {
-                    timestamp: at,
-                    metrics,
-                });
-            }
-            false
-        })
+        self.visit_readings(
+            device,
+            since,
+            Timestamp::MAX,
+            true,
+            Some(1),
+            |at, metrics| {
+                if newest.as_ref().is_none_or(|n| at > n.timestamp) {
+                    newest = Some(LatestReading {
+                        timestamp: at,
+                        metrics,
+                    });
+                }
+            },
+        )
         .await?;
         Ok(newest)
     }

@@ -24,6 +24,8 @@ pub struct FakeStore {
     pub readings: Mutex<Vec<(DeviceId, BucketReadings)>>,
     /// The next this many aggregate writes lose a race (another writer bumps the version).
     pub conflicts: AtomicU32,
+    /// The most readings one `readings_page` call returned (bounded-memory checks).
+    pub largest_read: std::sync::atomic::AtomicUsize,
     /// Aggregate writes to a sort key containing this fail like an outage.
     pub failing: Mutex<Option<String>>,
 }
@@ -180,12 +182,40 @@ impl ReadingStore for FakeStore {
         to: Timestamp,
     ) -> Result<BucketReadings, StoreError> {
         let m = self.readings.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(m.iter()
+        let out: BucketReadings = m
+            .iter()
             .filter(|(d, _)| d == device)
             .flat_map(|(_, r)| r.iter())
             .filter(|(t, _)| *t >= from && *t <= to)
             .cloned()
-            .collect())
+            .collect();
+        Ok(out)
+    }
+
+    async fn readings_page(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<BucketReadings, StoreError> {
+        let mut all = {
+            let m = self.readings.lock().unwrap_or_else(|e| e.into_inner());
+            m.iter()
+                .filter(|(d, _)| d == device)
+                .flat_map(|(_, r)| r.iter())
+                .filter(|(t, _)| *t >= from && *t <= to)
+                .cloned()
+                .collect::<BucketReadings>()
+        };
+        all.sort_by_key(|r| r.0);
+        if newest_first {
+            all.reverse();
+        }
+        all.truncate(limit);
+        self.largest_read.fetch_max(all.len(), Ordering::SeqCst);
+        Ok(all)
     }
 
     async fn summarize(

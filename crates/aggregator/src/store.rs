@@ -86,6 +86,16 @@ pub trait ReadingStore {
         from: Timestamp,
         to: Timestamp,
     ) -> impl Future<Output = Result<BucketReadings, StoreError>> + Send;
+    /// At most `limit` readings of `device` in `[from, to]`, in time order (newest first
+    /// when asked), merged across its shard partitions: a page of a walk through its history.
+    fn readings_page(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        newest_first: bool,
+        limit: usize,
+    ) -> impl Future<Output = Result<BucketReadings, StoreError>> + Send;
     /// Extremes and first/last times of the readings in `[from, to]`, folded page by page:
     /// a hot device's day never sits in memory.
     fn summarize(

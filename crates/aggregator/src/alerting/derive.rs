@@ -3,8 +3,8 @@
 //! For each rule that must be derived from a time `from` on, the *anchor* is the newest
 //! clear reading of its metric before `from` (after a clear reading every rule is normal, so
 //! nothing older matters); the readings after the anchor are then folded in time order up to
-//! the newest. Both walks go window by window (sized to hold a few thousand readings), so a
-//! hot device's long history is never in memory at once.
+//! the newest. Both walks read pages of at most [`ScanLimits::page`] readings per shard
+//! partition, so a hot device's long history is never in memory at once.
 
 use std::collections::BTreeMap;
 
@@ -39,9 +39,8 @@ pub struct ScanLimits {
     pub max_back: u64,
     /// How far back to look for an anchor at all.
     pub horizon_micros: i64,
-    /// Window sizing: grow while a window holds fewer, shrink while more.
-    pub window_low: usize,
-    pub window_high: usize,
+    /// Readings per page (per shard partition).
+    pub page: usize,
 }
 
 impl Default for ScanLimits {
@@ -49,21 +48,8 @@ impl Default for ScanLimits {
         ScanLimits {
             max_back: 200_000,
             horizon_micros: 31 * 86_400 * 1_000_000,
-            window_low: 1_000,
-            window_high: 20_000,
+            page: 2_000,
         }
-    }
-}
-
-type Readings = Vec<(Timestamp, BTreeMap<MetricName, f64>)>;
-
-fn next_width(w: i64, n: usize, limits: &ScanLimits) -> i64 {
-    if n < limits.window_low {
-        w.saturating_mul(4).min(limits.horizon_micros)
-    } else if n > limits.window_high {
-        (w / 2).max(1_000)
-    } else {
-        w
     }
 }
 
@@ -89,7 +75,6 @@ pub async fn derive<S: ReadingStore>(
     store: &S,
     device: &DeviceId,
     needs: Vec<Need>,
-    until: Timestamp,
     limits: &ScanLimits,
 ) -> Result<(Vec<Derived>, Newest), StoreError> {
     if needs.is_empty() {
@@ -103,19 +88,20 @@ pub async fn derive<S: ReadingStore>(
         .minus_micros(limits.horizon_micros)
         .unwrap_or(Timestamp::MIN);
     let mut hi = top; // exclusive
-    let mut width: i64 = 60_000_000;
     let mut scanned: u64 = 0;
     let mut truncated = false;
-    while open.iter().any(|o| *o) && hi > floor {
+    while open.iter().any(|o| *o) {
         if scanned >= limits.max_back {
             truncated = true;
             break;
         }
-        let lo = hi.minus_micros(width).unwrap_or(Timestamp::MIN).max(floor);
-        let Some(last) = hi.pred() else { break };
-        let mut page: Readings = store.readings_between(device, lo, last).await?;
+        let Some(last) = hi.pred().filter(|l| *l >= floor) else {
+            break;
+        };
+        let page = store
+            .readings_page(device, floor, last, true, limits.page)
+            .await?;
         scanned += page.len() as u64;
-        page.sort_by_key(|r| std::cmp::Reverse(r.0));
         for (at, metrics) in &page {
             for (i, n) in needs.iter().enumerate() {
                 if !open[i] || *at >= n.from {
@@ -129,8 +115,13 @@ pub async fn derive<S: ReadingStore>(
                 }
             }
         }
-        width = next_width(width, page.len(), limits);
-        hi = lo;
+        match page.last() {
+            Some((oldest, _)) if page.len() >= limits.page => hi = *oldest,
+            _ => {
+                // Nothing older: the walk reached the first reading (or the horizon).
+                break;
+            }
+        }
     }
     // Forwards from the oldest anchor, each fold taking only what follows its own (or, with
     // none found, everything from where the backward walk stopped).
@@ -157,16 +148,10 @@ pub async fn derive<S: ReadingStore>(
         .collect();
     let mut newest: Newest = None;
     let mut lo = start; // inclusive
-    let mut width: i64 = 60_000_000;
     loop {
-        let last_window = lo > until;
-        let hi = if last_window {
-            Timestamp::MAX
-        } else {
-            lo.plus_micros(width).unwrap_or(Timestamp::MAX)
-        };
-        let mut page: Readings = store.readings_between(device, lo, hi).await?;
-        page.sort_by_key(|r| r.0);
+        let page = store
+            .readings_page(device, lo, Timestamp::MAX, false, limits.page)
+            .await?;
         for (at, metrics) in &page {
             for ((f, n), from) in folds.iter_mut().zip(&needs).zip(&own_from) {
                 if *at >= *from
@@ -176,15 +161,19 @@ pub async fn derive<S: ReadingStore>(
                 }
             }
         }
-        if let Some((at, m)) = page.last()
-            && newest.as_ref().is_none_or(|(n, _)| at > n)
-        {
-            newest = Some((*at, m.clone()));
+        let full = page.len() >= limits.page;
+        if let Some((at, m)) = page.into_iter().next_back() {
+            lo = match at.succ() {
+                Some(next) => next,
+                None => {
+                    newest = Some((at, m));
+                    break;
+                }
+            };
+            newest = Some((at, m));
         }
-        width = next_width(width, page.len(), limits);
-        match hi.succ() {
-            Some(next) if !last_window && hi < Timestamp::MAX => lo = next,
-            _ => break,
+        if !full {
+            break;
         }
     }
     let derived = needs

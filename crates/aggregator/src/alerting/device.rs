@@ -110,8 +110,7 @@ impl<S: Store> Aggregator<S> {
             Counters::add(&counters.alert_derivations, needs.len() as u64);
             let batch_newest = b.readings.keys().next_back().copied();
             let now = Timestamp::now();
-            let until = batch_newest.map_or(now, |n| n.max(now));
-            let (derived, newest) = derive(&self.store, id, needs, until, &limits).await?;
+            let (derived, newest) = derive(&self.store, id, needs, &limits).await?;
 
             let mut ids = alerts_to_read(&derived, &stored);
             ids.retain(|a| !a.as_str().is_empty());

@@ -276,6 +276,31 @@ async fn a_normal_batch_on_a_known_device_reads_one_item_and_writes_nothing() {
     assert_eq!((report.items_written, report.alert_derivations), (0, 0));
 }
 
+#[tokio::test]
+async fn a_long_hold_is_derived_page_by_page_never_all_at_once() {
+    // GIVEN 3 hours at 10 Hz held inside the deadband after a breach (108,000 readings)
+    let r = rig(r#"{"t":{"max":30,"deadband":5,"severity":"critical"}}"#);
+    r.send(&[(0, 31.0)]).await;
+    let hold: Vec<(i64, f64)> = (1..108_000).map(|i| (i, 28.0)).collect();
+    {
+        let mut m = r.agg.store().readings.lock().unwrap();
+        let (_, v) = m.iter_mut().find(|(d, _)| *d == device("d1")).unwrap();
+        v.extend(hold.iter().map(|(s, x)| {
+            (
+                Timestamp::from_epoch_micros(T0 + s * 100_000).unwrap(),
+                BTreeMap::from([(metric("t"), *x)]),
+            )
+        }));
+    }
+    r.agg.store().largest_read.store(0, Ordering::SeqCst);
+    // WHEN a late reading from the middle arrives (a derivation over the whole hold)
+    r.send(&[(5_000, 10.0)]).await;
+    // THEN the alert resolved there, and no read held more than a page of readings
+    assert_eq!(r.alerts()[0].resolved_at, Some(at(5_000)));
+    let largest = r.agg.store().largest_read.load(Ordering::SeqCst);
+    assert!(largest <= 2_000, "one read returned {largest} readings");
+}
+
 /// The states the readings sorted by time give, per the rules' own fold.
 fn expected(thresholds: &str, readings: &BTreeMap<i64, f64>) -> Phase {
     let th = parse_thresholds(thresholds).unwrap();
