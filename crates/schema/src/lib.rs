@@ -7,6 +7,7 @@
 pub mod entities;
 pub mod ids;
 pub mod keys;
+pub mod packed;
 pub mod shard;
 pub mod table;
 pub mod time;

@@ -1,0 +1,320 @@
+//! The encoding of packed readings (issue 16's slot items): many readings of one device in
+//! one attribute, exact and small. Nothing stores packed items yet; this is the codec they
+//! will use, with its guarantees tested on its own.
+//!
+//! Layout (version 1), all integers LEB128 varints:
+//! - `1` (version), `n` (readings), then the timestamps as microseconds after the slot's
+//!   start: the first offset, then each delta-of-delta (zigzag), so a regular series costs
+//!   about one byte per reading;
+//! - `m` (metrics), then per metric: its name (length, UTF-8), a presence flag (`0`: in
+//!   every reading; `1`: a bitmap of `n` bits follows), then its values in reading order,
+//!   each XORed with the previous one's bits: a `0` byte for an unchanged value, otherwise
+//!   one byte `1 + 8·lead + trail` (zero bytes at each end of the XOR, 0..7) and the bytes in
+//!   between. A value read back is bit-for-bit the value written (NaN payloads, -0.0).
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use crate::ids::MetricName;
+use crate::time::Timestamp;
+
+/// One slot's readings: time → metric values.
+pub type SlotReadings = BTreeMap<Timestamp, BTreeMap<MetricName, f64>>;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PackError {
+    #[error("packed readings end early")]
+    Truncated,
+    #[error("packed readings version {0} is not known")]
+    Version(u8),
+    #[error("packed readings: {0}")]
+    Invalid(&'static str),
+    #[error("a reading at {at} is before its slot's start {start}")]
+    BeforeStart { at: Timestamp, start: Timestamp },
+}
+
+const VERSION: u8 = 1;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8, PackError> {
+        let b = *self.bytes.get(self.pos).ok_or(PackError::Truncated)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8], PackError> {
+        let end = self.pos.checked_add(n).ok_or(PackError::Truncated)?;
+        let s = self.bytes.get(self.pos..end).ok_or(PackError::Truncated)?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn varint(&mut self) -> Result<u64, PackError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f)
+                .checked_shl(shift)
+                .ok_or(PackError::Invalid("varint overflows"))?;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(PackError::Invalid("varint longer than 64 bits"))
+    }
+
+    /// A count that cannot exceed what the remaining bytes could describe.
+    fn count(&mut self, per_item_bytes: usize) -> Result<usize, PackError> {
+        let n = usize::try_from(self.varint()?).map_err(|_| PackError::Invalid("count"))?;
+        let left = self.bytes.len() - self.pos;
+        if n.saturating_mul(per_item_bytes) > left.saturating_mul(8) {
+            return Err(PackError::Truncated);
+        }
+        Ok(n)
+    }
+}
+
+/// Encodes a slot's readings; every timestamp must be at or after `start`.
+pub fn encode(start: Timestamp, readings: &SlotReadings) -> Result<Vec<u8>, PackError> {
+    let mut out = vec![VERSION];
+    put_varint(&mut out, readings.len() as u64);
+    let (mut prev, mut prev_delta) = (0i64, 0i64);
+    for (i, at) in readings.keys().enumerate() {
+        let off = at.epoch_micros() - start.epoch_micros();
+        if off < 0 {
+            return Err(PackError::BeforeStart { at: *at, start });
+        }
+        if i == 0 {
+            put_varint(&mut out, off as u64);
+        } else {
+            let delta = off - prev;
+            put_varint(&mut out, zigzag(delta - prev_delta));
+            prev_delta = delta;
+        }
+        prev = off;
+    }
+    let mut names: BTreeMap<&MetricName, Vec<Option<f64>>> = BTreeMap::new();
+    for (i, metrics) in readings.values().enumerate() {
+        for (m, v) in metrics {
+            names.entry(m).or_insert_with(|| vec![None; readings.len()])[i] = Some(*v);
+        }
+    }
+    put_varint(&mut out, names.len() as u64);
+    for (name, values) in names {
+        put_varint(&mut out, name.as_str().len() as u64);
+        out.extend_from_slice(name.as_str().as_bytes());
+        if values.iter().all(Option::is_some) {
+            out.push(0);
+        } else {
+            out.push(1);
+            let mut bits = vec![0u8; values.len().div_ceil(8)];
+            for (i, v) in values.iter().enumerate() {
+                if v.is_some() {
+                    bits[i / 8] |= 1 << (i % 8);
+                }
+            }
+            out.extend_from_slice(&bits);
+        }
+        let mut last = 0u64;
+        for v in values.into_iter().flatten() {
+            let bits = v.to_bits();
+            let x = bits ^ last;
+            last = bits;
+            if x == 0 {
+                out.push(0);
+                continue;
+            }
+            let lead = (x.leading_zeros() / 8).min(7) as usize;
+            let trail = (x.trailing_zeros() / 8).min(7) as usize;
+            out.push((1 + 8 * lead + trail) as u8);
+            out.extend_from_slice(&x.to_be_bytes()[lead..8 - trail]);
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes what [`encode`] wrote for the slot starting at `start`.
+pub fn decode(start: Timestamp, bytes: &[u8]) -> Result<SlotReadings, PackError> {
+    let mut r = Reader { bytes, pos: 0 };
+    match r.byte()? {
+        VERSION => {}
+        v => return Err(PackError::Version(v)),
+    }
+    let n = r.count(1)?;
+    let mut times = Vec::with_capacity(n);
+    let (mut prev, mut prev_delta) = (0i64, 0i64);
+    for i in 0..n {
+        let off = if i == 0 {
+            i64::try_from(r.varint()?).map_err(|_| PackError::Invalid("offset"))?
+        } else {
+            let delta = prev_delta
+                .checked_add(unzigzag(r.varint()?))
+                .ok_or(PackError::Invalid("delta"))?;
+            if delta <= 0 {
+                return Err(PackError::Invalid("timestamps not increasing"));
+            }
+            prev_delta = delta;
+            prev.checked_add(delta)
+                .ok_or(PackError::Invalid("offset"))?
+        };
+        prev = off;
+        let at = start
+            .plus_micros(off)
+            .ok_or(PackError::Invalid("timestamp out of range"))?;
+        times.push(at);
+    }
+    let mut out: SlotReadings = times.iter().map(|t| (*t, BTreeMap::new())).collect();
+    let m = r.count(2)?;
+    for _ in 0..m {
+        let len = r.count(8)?;
+        let name = std::str::from_utf8(r.take(len)?)
+            .ok()
+            .and_then(|s| MetricName::new(s).ok())
+            .ok_or(PackError::Invalid("metric name"))?;
+        let present: Vec<bool> = match r.byte()? {
+            0 => vec![true; n],
+            1 => {
+                let bits = r.take(n.div_ceil(8))?;
+                (0..n).map(|i| bits[i / 8] & (1 << (i % 8)) != 0).collect()
+            }
+            _ => return Err(PackError::Invalid("presence flag")),
+        };
+        let mut last = 0u64;
+        for (i, here) in present.into_iter().enumerate() {
+            if !here {
+                continue;
+            }
+            let c = r.byte()?;
+            if c != 0 {
+                let c = usize::from(c - 1);
+                let (lead, trail) = (c / 8, c % 8);
+                if c >= 64 || lead + trail >= 8 {
+                    return Err(PackError::Invalid("value control byte"));
+                }
+                let mut x = [0u8; 8];
+                x[lead..8 - trail].copy_from_slice(r.take(8 - lead - trail)?);
+                last ^= u64::from_be_bytes(x);
+            }
+            out.get_mut(&times[i])
+                .ok_or(PackError::Invalid("reading"))?
+                .insert(name.clone(), f64::from_bits(last));
+        }
+    }
+    if r.pos != bytes.len() {
+        return Err(PackError::Invalid("trailing bytes"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn start() -> Timestamp {
+        Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap()
+    }
+
+    fn m(s: &str) -> MetricName {
+        MetricName::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_regular_one_hertz_minute_packs_in_a_few_bytes_per_reading() {
+        let readings: SlotReadings = (0..60)
+            .map(|i| {
+                (
+                    start().plus_micros(i * 1_000_000).unwrap(),
+                    BTreeMap::from([
+                        (m("temperature"), 22.0 + (i % 3) as f64 * 0.5),
+                        (m("battery"), 87.0),
+                    ]),
+                )
+            })
+            .collect();
+        let bytes = encode(start(), &readings).unwrap();
+        assert_eq!(decode(start(), &bytes).unwrap(), readings);
+        let per_reading = bytes.len() as f64 / 60.0;
+        assert!(per_reading < 6.0, "{per_reading} bytes per reading");
+    }
+
+    #[test]
+    fn corrupt_bytes_are_an_error_never_a_panic() {
+        let readings: SlotReadings = BTreeMap::from([(start(), BTreeMap::from([(m("t"), 1.5)]))]);
+        let bytes = encode(start(), &readings).unwrap();
+        for cut in 0..bytes.len() {
+            assert!(decode(start(), &bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        assert_eq!(decode(start(), &[9]), Err(PackError::Version(9)));
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(decode(start(), &long).is_err());
+        let before = BTreeMap::from([(start().pred().unwrap(), BTreeMap::new())]);
+        assert!(matches!(
+            encode(start(), &before),
+            Err(PackError::BeforeStart { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn any_readings_read_back_bit_for_bit(
+            rows in proptest::collection::btree_map(
+                0i64..600_000_000,
+                proptest::collection::btree_map(
+                    prop_oneof![Just("t"), Just("h"), Just("battery_level")],
+                    any::<u64>(),
+                    0..3,
+                ),
+                0..50,
+            )
+        ) {
+            let readings: SlotReadings = rows
+                .iter()
+                .map(|(off, ms)| {
+                    (
+                        start().plus_micros(*off).unwrap(),
+                        ms.iter().map(|(k, b)| (m(k), f64::from_bits(*b))).collect(),
+                    )
+                })
+                .collect();
+            let bytes = encode(start(), &readings).unwrap();
+            let back = decode(start(), &bytes).unwrap();
+            prop_assert_eq!(back.len(), readings.len());
+            for ((t1, a), (t2, b)) in readings.iter().zip(&back) {
+                prop_assert_eq!(t1, t2);
+                let bits = |x: &BTreeMap<MetricName, f64>| {
+                    x.iter().map(|(k, v)| (k.clone(), v.to_bits())).collect::<Vec<_>>()
+                };
+                prop_assert_eq!(bits(a), bits(b));
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(start(), &bytes);
+        }
+    }
+}
