@@ -186,18 +186,34 @@ where
 pub struct Aggregator<S = DynamoStore> {
     store: S,
     config: AggregatorConfig,
+    /// Publishes alert state changes (the alerts role only).
+    notifier: Option<crate::Notifier>,
 }
 
 impl Aggregator<DynamoStore> {
     pub fn new(client: aws_sdk_dynamodb::Client, config: AggregatorConfig) -> Self {
         let store = DynamoStore::new(client, config.table_name.clone());
-        Aggregator { store, config }
+        Aggregator {
+            store,
+            config,
+            notifier: None,
+        }
     }
 }
 
 impl<S: Store> Aggregator<S> {
     pub fn with_store(store: S, config: AggregatorConfig) -> Self {
-        Aggregator { store, config }
+        Aggregator {
+            store,
+            config,
+            notifier: None,
+        }
+    }
+
+    /// Publishes the alert state changes of each batch (used when the role is `alerts`).
+    pub fn with_notifier(mut self, notifier: crate::Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
     }
 
     pub fn store(&self) -> &S {
@@ -329,6 +345,12 @@ impl<S: Store> Aggregator<S> {
                 tracing::error!(error = %e, "reading the batch's items failed");
                 failed.extend(changes.iter().map(|c| c.index).min());
             }
+        }
+
+        if let (crate::Role::Alerts, Some(n)) = (self.config.role, &self.notifier) {
+            let (not_done, notified) = n.process(event).await;
+            notified.log();
+            failed.extend(not_done);
         }
 
         report.readings_aggregated = counters.readings_aggregated.load(Ordering::Relaxed);

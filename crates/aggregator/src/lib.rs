@@ -30,10 +30,12 @@ pub mod error;
 #[cfg(test)]
 mod fake;
 pub mod handler;
+pub mod notify;
 pub mod records;
 pub mod store;
 
 pub use config::{AggregatorConfig, Role};
 pub use error::AggregatorError;
 pub use handler::{Aggregator, Report};
+pub use notify::{Notifier, NotifyReport};
 pub use store::DynamoStore;
