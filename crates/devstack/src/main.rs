@@ -9,8 +9,9 @@ use tokio::sync::watch;
 
 const USAGE: &str = "usage: tidemark-devstack <command>
 
-  run        the whole pipeline: table and stream, ingest and aggregator behind emulated
-             event-source mappings, the HTTP API on 127.0.0.1, and a simulated fleet
+  run        the whole pipeline: table and stream, ingest and the aggregator (rollups and
+             alerts roles) behind emulated event-source mappings, the HTTP API and a
+             local EventBridge endpoint on 127.0.0.1, and a simulated fleet
              (TIDEMARK_SIM=0 turns the fleet off)
   simulate   only the simulated fleet, publishing to the Kinesis stream (any endpoint)
   bootstrap  only create the table and the stream, then print the endpoints
@@ -192,6 +193,10 @@ fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Opt
         Functions::InProcess => "in process".to_owned(),
         Functions::Invoke { url, .. } => format!("via the Invoke API at {url}"),
     };
+    let events = match p.events_addr {
+        Some(a) => format!("http://{a}/events   (PutEvents endpoint; also .local/events.jsonl)"),
+        None => "off (the alerts mapping runs with in-process functions only)".to_owned(),
+    };
     let fleet = match sim {
         Some(s) => format!(
             "{} devices ({}001…), {} readings/minute each",
@@ -208,7 +213,8 @@ fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Opt
          \n  API              {api}\
          \n  DynamoDB Local   {ddb}   table  {table}\
          \n  Kinesis (mock)   {kin}   stream {stream} ({shards} shards)\
-         \n  functions        ingest, aggregator {functions}\
+         \n  functions        ingest, aggregator (rollups), alerts {functions}\
+         \n  alert events     {events}\
          \n  simulated fleet  {fleet}\
          \n\nTry:\
          \n  curl {api}/devices/{device}/readings/latest\
