@@ -11,7 +11,7 @@ async fn main() -> Result<(), Error> {
     let config = AggregatorConfig::from_env()?;
     let client = tidemark_store::dynamodb_client(&ClientSettings::from_env()).await;
     let notifier = match config.role {
-        Role::Alerts => Some(Notifier::from_env(client.clone(), &config.table_name).await?),
+        Role::Alerts => Some(Notifier::new(client.clone(), &config).await?),
         Role::Rollups => None,
     };
     let mut aggregator = Aggregator::new(client, config);

@@ -47,13 +47,7 @@ pub use publish::{
     SOURCE, SdkPublisher, publish_all,
 };
 
-use crate::AggregatorError;
-
-/// Environment variable naming the event bus (required in the alerts role).
-pub const EVENT_BUS_NAME_ENV: &str = "EVENT_BUS_NAME";
-/// Environment variable pointing the EventBridge client at another endpoint (devstack's);
-/// the SDK's own `AWS_ENDPOINT_URL_EVENTBRIDGE` works too.
-pub const EVENTBRIDGE_ENDPOINT_ENV: &str = "TIDEMARK_EVENTBRIDGE_ENDPOINT";
+use crate::{AggregatorConfig, AggregatorError};
 
 /// What one batch did about notifications.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -110,24 +104,23 @@ pub struct Notifier<P = SdkPublisher, M = DynamoMarkers> {
 }
 
 impl Notifier {
-    /// The notifier of a deployed function: `EVENT_BUS_NAME` (required) and the EventBridge
-    /// endpoint from the environment, markers in `table`.
-    pub async fn from_env(
+    /// The notifier of a deployed function: the bus and the EventBridge endpoint from
+    /// `config` (`EVENT_BUS_NAME`, required in the alerts role), markers in its table.
+    pub async fn new(
         dynamodb: aws_sdk_dynamodb::Client,
-        table: &str,
+        config: &AggregatorConfig,
     ) -> Result<Self, AggregatorError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let bus = var(EVENT_BUS_NAME_ENV).ok_or_else(|| {
+        let bus = config.event_bus_name.clone().ok_or_else(|| {
             AggregatorError::Config(format!(
-                "{EVENT_BUS_NAME_ENV} is required when AGGREGATOR_ROLE=alerts"
+                "{} is required when {}=alerts",
+                crate::config::EVENT_BUS_NAME_ENV,
+                crate::config::ROLE_ENV
             ))
         })?;
-        let endpoint =
-            var(EVENTBRIDGE_ENDPOINT_ENV).or_else(|| var("AWS_ENDPOINT_URL_EVENTBRIDGE"));
-        let client = eventbridge_client(endpoint.as_deref()).await;
+        let client = eventbridge_client(config.eventbridge_endpoint.as_deref()).await;
         Ok(Notifier::with_parts(
             SdkPublisher(client),
-            DynamoMarkers::new(dynamodb, table),
+            DynamoMarkers::new(dynamodb, config.table_name.clone()),
             bus,
         ))
     }
