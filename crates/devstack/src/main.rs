@@ -15,6 +15,10 @@ const USAGE: &str = "usage: tidemark-devstack <command>
              (TIDEMARK_SIM=0 turns the fleet off)
   simulate   only the simulated fleet, publishing to the Kinesis stream (any endpoint)
   bootstrap  only create the table and the stream, then print the endpoints
+  event-bus [ADDR]
+             only the local EventBridge PutEvents endpoint (default 127.0.0.1:3001), its
+             events logged, appended to TIDEMARK_EVENTS_FILE (default .local/events.jsonl)
+             and listed by GET /events (for `sam local invoke` of AlertFunction)
   events [DIR]
              write sample Lambda events dated now into DIR (default events/fresh/), for
              `sam local invoke` and `cargo lambda invoke`";
@@ -34,6 +38,7 @@ async fn main() -> ExitCode {
         Some("run") => run(cfg).await,
         Some("simulate") => simulate(cfg).await,
         Some("events") => write_events(std::env::args().nth(2)),
+        Some("event-bus") => event_bus(std::env::args().nth(2)).await,
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -46,6 +51,22 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn event_bus(addr: Option<String>) -> Result<(), DevstackError> {
+    let addr = addr.unwrap_or_else(|| "127.0.0.1:3001".into());
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| DevstackError::Config(format!("cannot listen on {addr}: {e}")))?;
+    let file =
+        std::env::var("TIDEMARK_EVENTS_FILE").unwrap_or_else(|_| ".local/events.jsonl".into());
+    eprintln!("PutEvents endpoint on http://{addr} (GET /events lists them; appended to {file})");
+    let log = Arc::new(tidemark_devstack::event_bus::EventLog::new(Some(
+        file.into(),
+    )));
+    let (_keep, stop) = stop_on_signal();
+    tidemark_devstack::event_bus::serve(listener, log, stop).await;
+    Ok(())
 }
 
 fn write_events(dir: Option<String>) -> Result<(), DevstackError> {
