@@ -335,7 +335,7 @@ fn aggregator_policy_allows_exactly_what_it_calls() {
     let src = root().join("crates/aggregator/src");
     assert_policy_matches_without(
         "AggregatorFunction",
-        &[src.clone()],
+        std::slice::from_ref(&src),
         Some(&src.join("notify")),
     );
 }

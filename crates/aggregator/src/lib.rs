@@ -22,6 +22,10 @@
 //!
 //! The logic is pure ([`combine`], [`alerts`], [`records`]) and talks to the table through the
 //! small traits of [`store`], implemented for DynamoDB by [`store::DynamoStore`].
+//!
+//! In the alerts role (`AGGREGATOR_ROLE=alerts`) a [`Notifier`] also publishes every alert
+//! state change the batch's alert records show to EventBridge, once per change as [`notify`]
+//! defines it (deterministic event IDs, markers read before and written after `PutEvents`).
 
 pub mod alerts;
 pub mod combine;
