@@ -42,6 +42,8 @@ pub struct Report {
     /// Write request units DynamoDB reported for this invocation's writes.
     pub write_units: f64,
     pub failed_items: u64,
+    /// Alert notifications (the alerts role).
+    pub notify: crate::NotifyReport,
 }
 
 impl Report {
@@ -243,6 +245,10 @@ impl<S: Store> Aggregator<S> {
             "batch aggregated"
         );
         report.metrics().emit();
+        if report.notify.changes > 0 {
+            report.notify.log();
+            report.notify.metrics().emit();
+        }
         Ok(response)
     }
 
@@ -349,7 +355,7 @@ impl<S: Store> Aggregator<S> {
 
         if let (crate::Role::Alerts, Some(n)) = (self.config.role, &self.notifier) {
             let (not_done, notified) = n.process(event).await;
-            notified.log();
+            report.notify = notified;
             failed.extend(not_done);
         }
 

@@ -78,9 +78,6 @@ impl NotifyReport {
     }
 
     pub fn log(&self) {
-        if self.changes == 0 {
-            return;
-        }
         tracing::info!(
             changes = self.changes,
             suppressed = self.suppressed,
@@ -91,7 +88,6 @@ impl NotifyReport {
             put_events_calls = self.put_events_calls,
             "alert notifications"
         );
-        self.metrics().emit();
     }
 }
 
