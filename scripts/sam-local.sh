@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make sam-local`: the three functions exactly as `sam build` packs them, run by `sam local
+# `make sam-local`: the four functions exactly as `sam build` packs them, run by `sam local
 # invoke` and `sam local start-api` in Docker against DynamoDB Local, every output checked
 # (SAM exits 0 on many failures, so the bodies are read).
 #
@@ -232,6 +232,28 @@ cat >"$WORK/env.json" <<EOF
 EOF
 SAM_ARGS=(--env-vars "$WORK/env.json" --skip-pull-image "${ADD_HOST[@]}")
 
+# AlertFunction publishes with the real EventBridge client to devstack's PutEvents stand-in,
+# listening where containers reach the host (the bridge's gateway on Linux).
+EVENTS_PORT="${TIDEMARK_EVENTS_PORT:-$((API_PORT + 11))}"
+EVENTS_FILE="$WORK/events.jsonl"
+rm -f "$EVENTS_FILE"
+TIDEMARK_EVENTS_FILE="$EVENTS_FILE" setsid cargo run --quiet -p tidemark-devstack -- event-bus \
+  "${gw:-127.0.0.1}:$EVENTS_PORT" </dev/null >"$WORK/event-bus.log" 2>&1 &
+bus_pid=$!
+CLEANUP+=("kill -- -$bus_pid 2>/dev/null")
+for _ in $(seq 1 120); do
+  grep -q "PutEvents endpoint on" "$WORK/event-bus.log" 2>/dev/null && break
+  kill -0 "$bus_pid" 2>/dev/null || { cat "$WORK/event-bus.log" >&2; die "the local PutEvents endpoint exited"; }
+  sleep 0.5
+done
+"$PY" - "$WORK/env.json" "http://host.docker.internal:$EVENTS_PORT" <<'EOP'
+import json, sys
+path, endpoint = sys.argv[1:]
+env = json.load(open(path))
+env["AlertFunction"] = {"EVENT_BUS_NAME": "tidemark-local", "TIDEMARK_EVENTBRIDGE_ENDPOINT": endpoint}
+json.dump(env, open(path, "w"))
+EOP
+
 # The JSON a function returned (SAM prints it as the last line of stdout), checked by a
 # Python expression over `r`; SAM exits 0 even when the function failed, so this is the test.
 invoke() {
@@ -257,6 +279,20 @@ invoke AggregatorFunction "$EVENTS/ddb-stream-readings.json" "$NO_FAILURES" "rea
 invoke AggregatorFunction "$EVENTS/ddb-stream-ttl-remove.json" "$NO_FAILURES" "TTL removal ignored"
 sam local generate-event dynamodb update >"$WORK/generated-dynamodb.json"
 invoke AggregatorFunction "$WORK/generated-dynamodb.json" "$NO_FAILURES" "SAM's non-reading records ignored"
+invoke AlertFunction "$EVENTS/ddb-stream-alert-opened.json" "$NO_FAILURES" "the alert's change published"
+"$PY" - "$EVENTS_FILE" <<'EOP' || die "AlertFunction: expected one 'opened' event at the local PutEvents endpoint"
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ok = len(events) == 1 and events[0]["source"] == "tidemark" \
+    and events[0]["detail-type"] == "Alert State Change" \
+    and events[0]["detail"]["change"] == "opened" and events[0]["detail"]["deviceId"] == "sensor_02"
+print(f"  -> {len(events)} event(s): {[e['detail'].get('change') for e in events]}", file=sys.stderr)
+sys.exit(0 if ok else 1)
+EOP
+say "ok: AlertFunction's event reached the local PutEvents endpoint"
+invoke AlertFunction "$EVENTS/ddb-stream-alert-opened.json" "$NO_FAILURES" "the same record again"
+[[ "$(grep -c . "$EVENTS_FILE")" == 1 ]] || die "AlertFunction: a replayed record published again"
+say "ok: AlertFunction: a replayed record publishes nothing"
 invoke ApiFunction "$EVENTS/apigw-get-device.json" \
   'r["statusCode"] == 200 and json.loads(r["body"])["deviceId"] == "sensor_01"' "200 with the device the aggregator registered"
 sam local generate-event apigateway http-api-proxy >"$WORK/generated-http.json"

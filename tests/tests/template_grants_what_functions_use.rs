@@ -88,6 +88,42 @@ fn aggregator_environment_is_declared() {
 }
 
 #[test]
+fn alert_environment_is_declared() {
+    let seen = RefCell::new(BTreeSet::new());
+    let lookup = |k: &str| {
+        seen.borrow_mut().insert(k.to_owned());
+        match k {
+            "AGGREGATOR_ROLE" => Some("alerts".to_owned()),
+            "EVENT_BUS_NAME" => Some("bus".to_owned()),
+            _ => None,
+        }
+    };
+    tidemark_aggregator::AggregatorConfig::from_lookup(lookup).expect("valid alerts config");
+    let reads = seen.into_inner();
+    assert!(reads.contains("EVENT_BUS_NAME"));
+    assert_env_declared("AlertFunction", reads);
+}
+
+#[test]
+fn each_aggregator_function_runs_its_role() {
+    let t = template();
+    for (f, role) in [
+        ("AggregatorFunction", tidemark_aggregator::Role::Rollups),
+        ("AlertFunction", tidemark_aggregator::Role::Alerts),
+    ] {
+        let v = t["Resources"][f]["Properties"]["Environment"]["Variables"]["AGGREGATOR_ROLE"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{f} sets no AGGREGATOR_ROLE"));
+        assert_eq!(v.parse::<tidemark_aggregator::Role>().unwrap(), role, "{f}");
+    }
+    let env = &t["Resources"]["AlertFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        env["EVENT_BUS_NAME"],
+        serde_yaml::from_str::<Value>("!Ref AlertEventBus").unwrap()
+    );
+}
+
+#[test]
 fn api_environment_is_declared() {
     let reads = record_reads(|get| tidemark_api::ApiConfig::from_lookup(get));
     assert_env_declared("ApiFunction", reads);
@@ -166,10 +202,14 @@ fn store_modules(code: &str, prefix: &str) -> BTreeSet<PathBuf> {
 
 /// The function's own sources, and every store module they reach (transitively): the calls
 /// a function makes through `tidemark_store` are its calls too.
-fn sources_with_store(dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
+fn sources_with_store_without(dirs: &[PathBuf], skip: Option<&Path>) -> Vec<(PathBuf, String)> {
     let mut files: Vec<(PathBuf, String)> = Vec::new();
     for d in dirs {
-        files.extend(rust_sources(d));
+        files.extend(
+            rust_sources(d)
+                .into_iter()
+                .filter(|(p, _)| skip.is_none_or(|s| !p.starts_with(s))),
+        );
     }
     let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
     let mut todo: Vec<PathBuf> = files
@@ -198,9 +238,13 @@ fn rust_sources_of_file(f: &Path) -> String {
 }
 
 fn used_actions(dirs: &[PathBuf]) -> BTreeSet<&'static str> {
+    used_actions_without(dirs, None)
+}
+
+fn used_actions_without(dirs: &[PathBuf], skip: Option<&Path>) -> BTreeSet<&'static str> {
     let mut out = BTreeSet::new();
     {
-        let files = sources_with_store(dirs);
+        let files = sources_with_store_without(dirs, skip);
         for (_, code) in files {
             // Only code that talks to DynamoDB: `uri.query()` in an HTTP handler is not a Query.
             if !code.contains("aws_sdk_dynamodb") {
@@ -252,7 +296,12 @@ fn allowed_dynamodb_item_actions(t: &Value, function: &str) -> BTreeSet<String> 
 }
 
 fn assert_policy_matches(function: &str, sources: &[PathBuf]) {
-    let used: BTreeSet<String> = used_actions(sources)
+    assert_policy_matches_without(function, sources, None);
+}
+
+/// [`assert_policy_matches`] leaving out the sources under `skip` (code of another role).
+fn assert_policy_matches_without(function: &str, sources: &[PathBuf], skip: Option<&Path>) {
+    let used: BTreeSet<String> = used_actions_without(sources, skip)
         .into_iter()
         .map(str::to_owned)
         .collect();
@@ -281,10 +330,49 @@ fn ingest_policy_allows_exactly_what_it_calls() {
 
 #[test]
 fn aggregator_policy_allows_exactly_what_it_calls() {
-    assert_policy_matches(
+    // The rollups role never builds the notifier (crates/aggregator/src/main.rs), so its
+    // marker writes are the alert function's calls only.
+    let src = root().join("crates/aggregator/src");
+    assert_policy_matches_without(
         "AggregatorFunction",
-        &[root().join("crates/aggregator/src")],
+        std::slice::from_ref(&src),
+        Some(&src.join("notify")),
     );
+}
+
+#[test]
+fn alert_policy_allows_exactly_what_it_calls_and_publishes_only_to_its_bus() {
+    assert_policy_matches("AlertFunction", &[root().join("crates/aggregator/src")]);
+    let used = used_actions(&[root().join("crates/aggregator/src/notify")]);
+    assert!(
+        used.contains("dynamodb:BatchWriteItem"),
+        "markers: {used:?}"
+    );
+    let t = template();
+    let statements: Vec<Value> = t["Resources"]["AlertFunction"]["Properties"]["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["Statement"].as_sequence().cloned().unwrap_or_default())
+        .collect();
+    let events: Vec<&Value> = statements
+        .iter()
+        .filter(|s| {
+            let a = serde_yaml::to_string(&s["Action"]).unwrap();
+            a.contains("events:")
+        })
+        .collect();
+    assert_eq!(events.len(), 1, "one statement grants EventBridge");
+    assert_eq!(events[0]["Action"].as_str(), Some("events:PutEvents"));
+    assert_eq!(
+        events[0]["Resource"],
+        serde_yaml::from_str::<Value>("!GetAtt AlertEventBus.Arn").unwrap(),
+        "PutEvents on the alert bus only"
+    );
+    for f in ["IngestFunction", "AggregatorFunction", "ApiFunction"] {
+        let p = serde_yaml::to_string(&t["Resources"][f]["Properties"]["Policies"]).unwrap();
+        assert!(!p.contains("events:"), "{f} may not publish events");
+    }
 }
 
 #[test]
@@ -325,6 +413,7 @@ fn every_function_is_arm64_rust_on_al2023_built_by_cargo_lambda() {
     for (f, dir) in [
         ("IngestFunction", "crates/ingest"),
         ("AggregatorFunction", "crates/aggregator"),
+        ("AlertFunction", "crates/aggregator"),
         ("ApiFunction", "crates/api"),
     ] {
         let r = &t["Resources"][f];
@@ -334,5 +423,20 @@ fn every_function_is_arm64_rust_on_al2023_built_by_cargo_lambda() {
             "{f}"
         );
         assert_eq!(r["Properties"]["CodeUri"].as_str(), Some(dir), "{f}");
+    }
+}
+
+#[test]
+fn the_alert_function_is_the_aggregator_binary_built_once() {
+    // `sam build` builds functions with the same CodeUri, runtime, architecture and Metadata
+    // once and copies the artifact: both stay identical in what the build looks at.
+    let t = template();
+    let (a, b) = (
+        &t["Resources"]["AggregatorFunction"],
+        &t["Resources"]["AlertFunction"],
+    );
+    assert_eq!(a["Metadata"], b["Metadata"]);
+    for k in ["CodeUri", "Runtime", "Architectures", "Handler"] {
+        assert_eq!(a["Properties"][k], b["Properties"][k], "{k}");
     }
 }

@@ -137,6 +137,126 @@ fn aggregator_reads_the_table_stream_through_its_dynamodb_event_and_never_skips(
 }
 
 #[test]
+fn alerts_read_the_table_stream_through_their_own_short_window_mapping_and_never_skip() {
+    let t = template();
+    let ev = events(&t, "AlertFunction", "DynamoDB");
+    assert_eq!(ev.len(), 1, "one DynamoDB event");
+    let (name, p) = &ev[0];
+    assert_eq!(target(&p["Stream"]).as_deref(), Some("Table"));
+    assert_never_skips(name, p, "AlertFailureQueue");
+    assert_eq!(
+        target(&p["MaximumBatchingWindowInSeconds"]).as_deref(),
+        Some("AlertBatchingWindowSeconds")
+    );
+    assert_eq!(
+        t["Parameters"]["AlertBatchingWindowSeconds"]["Default"].as_u64(),
+        Some(1)
+    );
+    let filters = p["FilterCriteria"]["Filters"]
+        .as_sequence()
+        .expect("filters");
+    assert_eq!(filters.len(), 1);
+    let pattern: serde_json::Value =
+        serde_json::from_str(filters[0]["Pattern"].as_str().unwrap()).expect("JSON pattern");
+    let prefixes: BTreeSet<&str> = pattern["dynamodb"]["Keys"]["sk"]["S"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["prefix"].as_str())
+        .collect();
+    // Readings to evaluate, alert items whose changes are published; not the notification
+    // markers the function writes itself (their sort key matches neither prefix).
+    use tidemark_schema::keys;
+    assert_eq!(
+        prefixes,
+        BTreeSet::from([keys::READING_PREFIX, keys::ALERT_PREFIX])
+    );
+    assert!(
+        !prefixes
+            .iter()
+            .any(|p| keys::NOTIFY_MARKER_SK.starts_with(p))
+    );
+    assert_eq!(
+        pattern["userIdentity"]["principalId"][0]["exists"],
+        serde_json::json!(false),
+        "TTL deletions are filtered out"
+    );
+    // The rollup mapping keeps its long window.
+    let (_, agg) = &events(&t, "AggregatorFunction", "DynamoDB")[0];
+    assert_eq!(
+        target(&agg["MaximumBatchingWindowInSeconds"]).as_deref(),
+        Some("AggregatorBatchingWindowSeconds")
+    );
+}
+
+#[test]
+fn alert_events_have_a_bus_and_an_example_rule_sending_critical_ones_to_a_topic() {
+    let t = template();
+    let r = &t["Resources"];
+    assert_eq!(
+        r["AlertEventBus"]["Type"].as_str(),
+        Some("AWS::Events::EventBus")
+    );
+    let rule = &r["CriticalAlertRule"]["Properties"];
+    assert_eq!(
+        target(&rule["EventBusName"]).as_deref(),
+        Some("AlertEventBus")
+    );
+    let pattern = &rule["EventPattern"];
+    assert_eq!(
+        pattern["source"][0].as_str(),
+        Some(tidemark_aggregator::notify::SOURCE)
+    );
+    assert_eq!(
+        pattern["detail-type"][0].as_str(),
+        Some(tidemark_aggregator::notify::DETAIL_TYPE)
+    );
+    assert_eq!(pattern["detail"]["severity"][0].as_str(), Some("critical"));
+    assert_eq!(
+        target(&rule["Targets"][0]["Arn"]).as_deref(),
+        Some("CriticalAlertTopic")
+    );
+    assert_eq!(
+        target(&r["CriticalAlertTopic"]["Properties"]["KmsMasterKeyId"]).as_deref(),
+        Some("AlarmKey"),
+        "the key whose policy lets EventBridge publish"
+    );
+    let policy = &r["CriticalAlertTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
+    assert_eq!(
+        policy["Principal"]["Service"].as_str(),
+        Some("events.amazonaws.com")
+    );
+    assert_eq!(
+        target(&policy["Condition"]["ArnEquals"]["aws:SourceArn"]).as_deref(),
+        Some("CriticalAlertRule"),
+        "only the rule may publish"
+    );
+    assert_eq!(t["Parameters"]["AlertEmail"]["Default"].as_str(), Some(""));
+    let sub = &r["AlertEmailSubscription"];
+    assert_eq!(sub["Condition"].as_str(), Some("HasAlertEmail"));
+    assert_eq!(
+        target(&sub["Properties"]["TopicArn"]).as_deref(),
+        Some("CriticalAlertTopic")
+    );
+    assert_eq!(
+        target(&sub["Properties"]["Endpoint"]).as_deref(),
+        Some("AlertEmail")
+    );
+    for alarm in [
+        "AlertErrorsAlarm",
+        "AlertThrottlesAlarm",
+        "AlertIteratorAgeAlarm",
+    ] {
+        assert_eq!(
+            target(&r[alarm]["Properties"]["Dimensions"][0]["Value"]).as_deref(),
+            Some("AlertFunction"),
+            "{alarm}"
+        );
+    }
+    assert!(r["AlertFailureQueueAlarm"].is_mapping());
+}
+
+#[test]
 fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
     let t = template();
     no_raw_resources_of(&t, "AWS::ApiGatewayV2::Api");

@@ -19,6 +19,12 @@ pub const WRITE_CONCURRENCY_ENV: &str = "WRITE_CONCURRENCY";
 /// `rollups` (default) or `alerts`. The template runs the same binary twice, once per role,
 /// each behind its own mapping on the one stream.
 pub const ROLE_ENV: &str = "AGGREGATOR_ROLE";
+/// Environment variable naming the EventBridge bus alert state changes go to (required in the
+/// alerts role).
+pub const EVENT_BUS_NAME_ENV: &str = "EVENT_BUS_NAME";
+/// Environment variable pointing the EventBridge client at another endpoint (devstack's
+/// `PutEvents` stand-in); the SDK's own `AWS_ENDPOINT_URL_EVENTBRIDGE` is read as well.
+pub const EVENTBRIDGE_ENDPOINT_ENV: &str = "TIDEMARK_EVENTBRIDGE_ENDPOINT";
 
 /// The two readers of the table's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,6 +69,10 @@ pub struct AggregatorConfig {
     /// the standard fleet under 1.5 write units per reading. Readings themselves, and
     /// `GET /latest`, never lag: they are read from the reading partitions.
     pub device_refresh: std::time::Duration,
+    /// Where alert state changes are published (the alerts role).
+    pub event_bus_name: Option<String>,
+    /// A local EventBridge endpoint; `None` is the SDK's own resolution.
+    pub eventbridge_endpoint: Option<String>,
 }
 
 impl AggregatorConfig {
@@ -77,6 +87,8 @@ impl AggregatorConfig {
             write_concurrency: 16,
             status_shards: 1,
             device_refresh: std::time::Duration::from_secs(900),
+            event_bus_name: None,
+            eventbridge_endpoint: None,
         }
     }
 
@@ -90,8 +102,10 @@ impl AggregatorConfig {
         self
     }
 
-    /// `TABLE_NAME` (default `tidemark`), `DEFAULT_THRESHOLDS` (JSON, optional),
-    /// `WRITE_CONCURRENCY`, `STATUS_SHARDS` and `DEVICE_REFRESH_SECONDS` (optional).
+    /// `TABLE_NAME` (default `tidemark`), `AGGREGATOR_ROLE`, `DEFAULT_THRESHOLDS` (JSON,
+    /// optional), `WRITE_CONCURRENCY`, `STATUS_SHARDS` and `DEVICE_REFRESH_SECONDS`
+    /// (optional), `EVENT_BUS_NAME` (required in the alerts role) and
+    /// `TIDEMARK_EVENTBRIDGE_ENDPOINT` (local runs).
     pub fn from_env() -> Result<Self, AggregatorError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -104,6 +118,17 @@ impl AggregatorConfig {
         let mut c = AggregatorConfig::new(table);
         if let Some(r) = get(ROLE_ENV).filter(|s| !s.trim().is_empty()) {
             c.role = r.trim().parse()?;
+        }
+        // Only the alerts role publishes: the rollups role reads no EventBridge setting.
+        if c.role == Role::Alerts {
+            let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+            c.event_bus_name = Some(non_empty(EVENT_BUS_NAME_ENV).ok_or_else(|| {
+                AggregatorError::Config(format!(
+                    "{EVENT_BUS_NAME_ENV} is required when {ROLE_ENV}=alerts"
+                ))
+            })?);
+            c.eventbridge_endpoint = non_empty(EVENTBRIDGE_ENDPOINT_ENV)
+                .or_else(|| non_empty("AWS_ENDPOINT_URL_EVENTBRIDGE"));
         }
         if let Some(json) = get(DEFAULT_THRESHOLDS_ENV)
             && !json.trim().is_empty()
@@ -172,6 +197,28 @@ pub fn parse_thresholds(json: &str) -> Result<BTreeMap<MetricName, Threshold>, A
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_alerts_role_needs_an_event_bus() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let e = AggregatorConfig::from_lookup(env(&[(ROLE_ENV, "alerts")])).unwrap_err();
+        assert!(e.to_string().contains(EVENT_BUS_NAME_ENV), "{e}");
+        let c = AggregatorConfig::from_lookup(env(&[
+            (ROLE_ENV, "alerts"),
+            (EVENT_BUS_NAME_ENV, "tidemark-alerts"),
+        ]))
+        .unwrap();
+        assert_eq!(c.role, Role::Alerts);
+        assert_eq!(c.event_bus_name.as_deref(), Some("tidemark-alerts"));
+        let c = AggregatorConfig::from_lookup(env(&[])).unwrap();
+        assert_eq!((c.role, c.event_bus_name), (Role::Rollups, None));
+    }
 
     #[test]
     fn thresholds_parse_and_typos_are_rejected() {

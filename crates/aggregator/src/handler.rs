@@ -95,18 +95,34 @@ fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId,
 pub struct Aggregator<S = DynamoStore> {
     pub(crate) store: S,
     pub(crate) config: AggregatorConfig,
+    /// Publishes alert state changes (the alerts role only).
+    pub(crate) notifier: Option<crate::Notifier>,
 }
 
 impl Aggregator<DynamoStore> {
     pub fn new(client: aws_sdk_dynamodb::Client, config: AggregatorConfig) -> Self {
         let store = DynamoStore::new(client, config.table_name.clone());
-        Aggregator { store, config }
+        Aggregator {
+            store,
+            config,
+            notifier: None,
+        }
     }
 }
 
 impl<S: Store> Aggregator<S> {
     pub fn with_store(store: S, config: AggregatorConfig) -> Self {
-        Aggregator { store, config }
+        Aggregator {
+            store,
+            config,
+            notifier: None,
+        }
+    }
+
+    /// Publishes the alert state changes of each batch (used when the role is `alerts`).
+    pub fn with_notifier(mut self, notifier: crate::Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
     }
 
     pub fn store(&self) -> &S {
@@ -138,6 +154,10 @@ impl<S: Store> Aggregator<S> {
             "batch processed"
         );
         report.metrics().emit();
+        if report.notify.changes > 0 {
+            report.notify.log();
+            report.notify.metrics().emit();
+        }
         Ok(response)
     }
 
@@ -169,6 +189,12 @@ impl<S: Store> Aggregator<S> {
                 let batches = device_batches(&changes, event);
                 self.alerts(&batches, &counters, &mut failed).await;
             }
+        }
+
+        if let (Role::Alerts, Some(n)) = (self.config.role, &self.notifier) {
+            let (not_done, notified) = n.process(event).await;
+            report.notify = notified;
+            failed.extend(not_done);
         }
         counters.fill(&mut report);
         report.failed_items = failed.len() as u64;

@@ -14,6 +14,10 @@
 //!
 //! The logic is pure ([`combine`], [`alerting::rules`], [`records`]) and talks to the table
 //! through the small traits of [`store`], implemented for DynamoDB by [`store::DynamoStore`].
+//!
+//! In the alerts role (`AGGREGATOR_ROLE=alerts`) a [`Notifier`] also publishes every alert
+//! state change the batch's alert records show to EventBridge, once per change as [`notify`]
+//! defines it (deterministic event IDs, markers read before and written after `PutEvents`).
 
 pub mod alerting;
 mod both;
@@ -24,6 +28,7 @@ pub mod error;
 #[cfg(test)]
 mod fake;
 pub mod handler;
+pub mod notify;
 pub mod records;
 pub mod report;
 mod rollups;
@@ -35,5 +40,6 @@ pub use both::BothRoles;
 pub use config::{AggregatorConfig, Role};
 pub use error::AggregatorError;
 pub use handler::Aggregator;
+pub use notify::{Notifier, NotifyReport};
 pub use report::Report;
 pub use store::DynamoStore;

@@ -170,6 +170,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn notification_markers_are_not_readings() {
+        let k =
+            EntityKey::NotifyMarker(tidemark_schema::EventId::new(&"0".repeat(32)).unwrap()).key();
+        let mut rec = EventRecord::default();
+        rec.event_name = "INSERT".into();
+        rec.change.sequence_number = Some("1".into());
+        rec.change.keys =
+            serde_dynamo::to_item(serde_json::json!({"pk": k.pk, "sk": k.sk})).unwrap();
+        assert_eq!(classify(0, &rec), Err(Ignored::NotReading));
+    }
+
+    #[test]
     fn sequence_numbers_compare_as_integers_whatever_their_length() {
         assert_eq!(cmp_seq("000000000000000000099", "100"), Ordering::Less);
         assert_eq!(cmp_seq("9", "10"), Ordering::Less);

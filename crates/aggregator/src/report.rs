@@ -30,6 +30,8 @@ pub struct Report {
     /// Write request units DynamoDB reported for this invocation's writes.
     pub write_units: f64,
     pub failed_items: u64,
+    /// Alert notifications (the alerts role).
+    pub notify: crate::NotifyReport,
 }
 
 impl Report {

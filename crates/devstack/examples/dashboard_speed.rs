@@ -155,6 +155,7 @@ async fn main() {
         ingest: mapping("ingest"),
         aggregator: mapping("aggregator"),
         default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),
+        alerts: None,
     })
     .await
     .expect("pipeline starts");

@@ -60,6 +60,7 @@ pub fn sample_events(now: Timestamp) -> Result<Vec<(&'static str, Value)>, Devst
         ("kinesis-bad-records.json", kinesis_event(now, &bad)?),
         ("ddb-stream-readings.json", stream_event(now, &good)?),
         ("ddb-stream-ttl-remove.json", ttl_remove_event(now)?),
+        ("ddb-stream-alert-opened.json", alert_opened_event(now)?),
         (
             "apigw-get-device.json",
             http_event(now, "GET /devices/{id}", "/devices/sensor_01", "", None),
@@ -295,6 +296,63 @@ fn ttl_remove_event(now: Timestamp) -> Result<Value, DevstackError> {
     }]}))
 }
 
+/// The table stream's INSERT of a critical alert opened two minutes ago by sensor_02: what
+/// the alerts role publishes as an `opened` event.
+fn alert_opened_event(now: Timestamp) -> Result<Value, DevstackError> {
+    use tidemark_schema::{
+        AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, MetricName, Severity, keys,
+    };
+    let bad = |e: tidemark_schema::IdError| DevstackError::Events(e.to_string());
+    let device = DeviceId::new("sensor_02").map_err(bad)?;
+    let metric = MetricName::new("temperature").map_err(bad)?;
+    let opened = at(now, 2);
+    let alert_id = AlertId::for_breach(opened, &metric, AlertRule::Max);
+    let k = EntityKey::Alert {
+        device: device.clone(),
+        alert: alert_id.clone(),
+    }
+    .key();
+    let alert = AlertItem {
+        pk: k.pk,
+        sk: k.sk,
+        gsi1pk: Some(keys::severity_gsi1pk(Severity::Critical)),
+        gsi1sk: Some(keys::alert_gsi1sk(&alert_id)),
+        device_id: device,
+        alert_id,
+        metric,
+        rule: AlertRule::Max,
+        severity: Severity::Critical,
+        state: AlertState::Open,
+        message: "temperature 41.5 above 35".into(),
+        value: 41.5,
+        threshold: 35.0,
+        breach_count: 1,
+        opened_at: opened,
+        last_breach_at: opened,
+        acknowledged_at: None,
+        resolved_at: None,
+        snoozed_until: None,
+    };
+    let item = tidemark_store::to_item(&alert).map_err(|e| DevstackError::Events(e.to_string()))?;
+    let keys = key_of(&item);
+    Ok(json!({ "Records": [{
+        "eventID": format!("{:032}", 1),
+        "eventName": "INSERT",
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": REGION,
+        "dynamodb": {
+            "ApproximateCreationDateTime": now.epoch_seconds(),
+            "Keys": wire(keys)?,
+            "NewImage": wire(item)?,
+            "SequenceNumber": stream_sequence(now, 0),
+            "SizeBytes": 400,
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+        "eventSourceARN": stream_arn(),
+    }]}))
+}
+
 /// An HTTP API (payload 2.0) request as API Gateway sends it with a JWT authorizer.
 fn http_event(now: Timestamp, route: &str, path: &str, query: &str, body: Option<Value>) -> Value {
     let method = route.split(' ').next().unwrap_or("GET");
@@ -399,6 +457,20 @@ mod tests {
                 assert!(req.uri().path().starts_with('/'), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn the_alert_sample_is_one_alert_change_the_notifier_publishes() {
+        let e: aws_lambda_events::event::dynamodb::Event =
+            serde_json::from_value(event("ddb-stream-alert-opened.json", now())).unwrap();
+        let changes = tidemark_aggregator::notify::alert_changes(&e.records);
+        assert_eq!(changes.len(), 1);
+        assert_eq!(
+            changes[0].kind,
+            tidemark_aggregator::notify::ChangeKind::Opened
+        );
+        assert_eq!(changes[0].detail.device_id.as_str(), "sensor_02");
+        assert!(!changes[0].suppressed);
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! The local stack: everything `make run` does beyond starting the emulators.
 //!
 //! - [`bootstrap`]: the table and the stream, from the same definition the template uses;
-//! - [`esm`]: emulated event-source mappings (Kinesis → ingest, DynamoDB Streams → aggregator);
+//! - [`esm`]: emulated event-source mappings (Kinesis → ingest, DynamoDB Streams → the
+//!   aggregator's rollups and alerts roles);
+//! - [`event_bus`]: a local `PutEvents` endpoint the alerts role publishes to;
 //! - [`events`]: sample Lambda events dated now (`make events`, for `sam local invoke`);
 //! - [`http_api`]: API Gateway's stand-in on loopback, in front of the API function;
 //! - [`simulator`]: a device fleet publishing to Kinesis;
 //! - [`pipeline`]: all of it wired together (`tidemark-devstack run`, the end-to-end test).
 
 pub mod esm;
+pub mod event_bus;
 pub mod events;
 pub mod http_api;
 pub mod pipeline;

@@ -9,11 +9,16 @@ use tokio::sync::watch;
 
 const USAGE: &str = "usage: tidemark-devstack <command>
 
-  run        the whole pipeline: table and stream, ingest and aggregator behind emulated
-             event-source mappings, the HTTP API on 127.0.0.1, and a simulated fleet
+  run        the whole pipeline: table and stream, ingest and the aggregator (rollups and
+             alerts roles) behind emulated event-source mappings, the HTTP API and a
+             local EventBridge endpoint on 127.0.0.1, and a simulated fleet
              (TIDEMARK_SIM=0 turns the fleet off)
   simulate   only the simulated fleet, publishing to the Kinesis stream (any endpoint)
   bootstrap  only create the table and the stream, then print the endpoints
+  event-bus [ADDR]
+             only the local EventBridge PutEvents endpoint (default 127.0.0.1:3001), its
+             events logged, appended to TIDEMARK_EVENTS_FILE (default .local/events.jsonl)
+             and listed by GET /events (for `sam local invoke` of AlertFunction)
   events [DIR]
              write sample Lambda events dated now into DIR (default events/fresh/), for
              `sam local invoke` and `cargo lambda invoke`";
@@ -33,6 +38,7 @@ async fn main() -> ExitCode {
         Some("run") => run(cfg).await,
         Some("simulate") => simulate(cfg).await,
         Some("events") => write_events(std::env::args().nth(2)),
+        Some("event-bus") => event_bus(std::env::args().nth(2)).await,
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -45,6 +51,22 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn event_bus(addr: Option<String>) -> Result<(), DevstackError> {
+    let addr = addr.unwrap_or_else(|| "127.0.0.1:3001".into());
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| DevstackError::Config(format!("cannot listen on {addr}: {e}")))?;
+    let file =
+        std::env::var("TIDEMARK_EVENTS_FILE").unwrap_or_else(|_| ".local/events.jsonl".into());
+    eprintln!("PutEvents endpoint on http://{addr} (GET /events lists them; appended to {file})");
+    let log = Arc::new(tidemark_devstack::event_bus::EventLog::new(Some(
+        file.into(),
+    )));
+    let (_keep, stop) = stop_on_signal();
+    tidemark_devstack::event_bus::serve(listener, log, stop).await;
+    Ok(())
 }
 
 fn write_events(dir: Option<String>) -> Result<(), DevstackError> {
@@ -192,6 +214,10 @@ fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Opt
         Functions::InProcess => "in process".to_owned(),
         Functions::Invoke { url, .. } => format!("via the Invoke API at {url}"),
     };
+    let events = match p.events_addr {
+        Some(a) => format!("http://{a}/events   (PutEvents endpoint; also .local/events.jsonl)"),
+        None => "off (the alerts mapping runs with in-process functions only)".to_owned(),
+    };
     let fleet = match sim {
         Some(s) => format!(
             "{} devices ({}001…), {} readings/minute each",
@@ -208,7 +234,8 @@ fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Opt
          \n  API              {api}\
          \n  DynamoDB Local   {ddb}   table  {table}\
          \n  Kinesis (mock)   {kin}   stream {stream} ({shards} shards)\
-         \n  functions        ingest, aggregator {functions}\
+         \n  functions        ingest, aggregator (rollups), alerts {functions}\
+         \n  alert events     {events}\
          \n  simulated fleet  {fleet}\
          \n\nTry:\
          \n  curl {api}/devices/{device}/readings/latest\

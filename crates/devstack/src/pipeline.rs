@@ -1,5 +1,6 @@
-//! The whole pipeline on one machine: the two mappings with their functions and the local
-//! HTTP API, over one table and one stream. `tidemark-devstack run` and the end-to-end test
+//! The whole pipeline on one machine: the mappings with their functions (ingest on Kinesis;
+//! the aggregator's two roles, rollups and alerts, on the table stream), the local HTTP API
+//! and the local EventBridge endpoint, over one table and one stream. `tidemark-devstack run` and the end-to-end test
 //! both start it from here.
 
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use crate::esm::{
     BatchFunction, DynamoDbStreamSource, EventSource, FunctionError, HttpFunction, KinesisHandler,
     KinesisSource, Mapping, MappingConfig, MappingStats, StreamHandler,
 };
+use crate::event_bus::{self, EventLog};
 use crate::{DevstackError, LocalConfig, http_api};
 
 /// Lambda's timeout for the functions in `template.yaml`: the handlers get the same deadline.
@@ -73,6 +75,34 @@ pub struct PipelineConfig {
     pub aggregator: MappingConfig,
     /// `DEFAULT_THRESHOLDS` of the aggregator, JSON (`{}` for none).
     pub default_thresholds: String,
+    /// The second mapping on the table stream, `tidemark-alerts` (the aggregator in the
+    /// alerts role, publishing to the local event bus); `None` runs without it.
+    pub alerts: Option<AlertsConfig>,
+}
+
+/// The alerts mapping and where its events go.
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    pub mapping: MappingConfig,
+    /// Port of the local `PutEvents` endpoint (0 picks a free one).
+    pub events_port: u16,
+    /// JSON-lines file every event is appended to.
+    pub events_file: Option<PathBuf>,
+    /// `EVENT_BUS_NAME` of the alerts function.
+    pub bus: String,
+}
+
+impl AlertsConfig {
+    /// The template's alert mapping (1 s window) with its events kept in memory only, on a
+    /// free port: for tests.
+    pub fn ephemeral(mapping: MappingConfig) -> Self {
+        AlertsConfig {
+            mapping,
+            events_port: 0,
+            events_file: None,
+            bus: "tidemark-local".into(),
+        }
+    }
 }
 
 impl PipelineConfig {
@@ -80,7 +110,7 @@ impl PipelineConfig {
     /// the simulator sends shows up in the API within seconds.
     pub fn from_env(local: LocalConfig) -> Result<Self, DevstackError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let api_port = match var("TIDEMARK_API_PORT") {
+        let api_port: u16 = match var("TIDEMARK_API_PORT") {
             Some(p) => p.parse().map_err(|_| {
                 DevstackError::Config(format!("TIDEMARK_API_PORT={p:?} is not a port"))
             })?,
@@ -126,7 +156,30 @@ impl PipelineConfig {
             on_failure_dir: Some(on_failure.join("aggregator")),
             ..MappingConfig::new("tidemark-aggregator")
         };
+        let alerts = AlertsConfig {
+            mapping: MappingConfig {
+                batch_size: 1000,
+                batching_window: seconds("TIDEMARK_ALERTS_WINDOW", 1.0)?,
+                max_retries,
+                on_failure_dir: Some(on_failure.join("alerts")),
+                ..MappingConfig::new("tidemark-alerts")
+            },
+            events_port: match var("TIDEMARK_EVENTS_PORT") {
+                Some(p) => p.parse().map_err(|_| {
+                    DevstackError::Config(format!("TIDEMARK_EVENTS_PORT={p:?} is not a port"))
+                })?,
+                None => api_port
+                    .checked_add(1)
+                    .filter(|_| api_port != 0)
+                    .unwrap_or(0),
+            },
+            events_file: Some(PathBuf::from(
+                var("TIDEMARK_EVENTS_FILE").unwrap_or_else(|| ".local/events.jsonl".into()),
+            )),
+            bus: "tidemark-local".into(),
+        };
         Ok(PipelineConfig {
+            alerts: Some(alerts),
             local,
             api_port,
             functions,
@@ -163,6 +216,11 @@ pub struct Pipeline {
     pub api_addr: SocketAddr,
     pub ingest: Arc<MappingStats>,
     pub aggregator: Arc<MappingStats>,
+    /// The alerts mapping, when configured and the functions run in process.
+    pub alerts: Option<Arc<MappingStats>>,
+    /// The local `PutEvents` endpoint (`GET /events` lists what it received).
+    pub events_addr: Option<SocketAddr>,
+    pub events: Option<Arc<EventLog>>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
@@ -242,6 +300,35 @@ impl Pipeline {
             }
         };
 
+        let (mut alerts, mut events, mut events_addr) = (None, None, None);
+        match (&cfg.alerts, &cfg.functions) {
+            (Some(a), Functions::InProcess) => {
+                let (listener, addr) = event_bus::bind(a.events_port).await.map_err(|e| {
+                    DevstackError::Config(format!(
+                        "cannot listen on 127.0.0.1:{}: {e}",
+                        a.events_port
+                    ))
+                })?;
+                let log = Arc::new(EventLog::new(a.events_file.clone()));
+                tasks.spawn(event_bus::serve(listener, log.clone(), rx.clone()));
+                let function = alerts_function(&cfg, a, &format!("http://{addr}"), &ddb).await?;
+                let source = DynamoDbStreamSource::for_table(
+                    &ddb,
+                    cfg.local.dynamodb_streams().await,
+                    &table,
+                )
+                .await
+                .map_err(DevstackError::Mapping)?;
+                alerts = Some(spawn(&mut tasks, source, function, a.mapping.clone(), &rx));
+                (events, events_addr) = (Some(log), Some(addr));
+            }
+            (Some(_), Functions::Invoke { .. }) => tracing::warn!(
+                "the alerts mapping runs only with in-process functions (cargo lambda watch \
+                 serves each binary once, with one environment)"
+            ),
+            (None, _) => {}
+        }
+
         let api = tidemark_api::App::new(ddb.clone(), tidemark_api::ApiConfig::new(table.clone()));
         let (listener, api_addr) = http_api::bind(cfg.api_port).await.map_err(|e| {
             DevstackError::Config(format!("cannot listen on 127.0.0.1:{}: {e}", cfg.api_port))
@@ -251,6 +338,9 @@ impl Pipeline {
             api_addr,
             ingest,
             aggregator,
+            alerts,
+            events_addr,
+            events,
             stop,
             tasks,
         })
@@ -266,6 +356,32 @@ impl Pipeline {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
     }
+}
+
+/// The aggregator in the alerts role, publishing through the real EventBridge client to the
+/// local endpoint at `url`.
+async fn alerts_function(
+    cfg: &PipelineConfig,
+    a: &AlertsConfig,
+    url: &str,
+    ddb: &aws_sdk_dynamodb::Client,
+) -> Result<InProcessAggregator, DevstackError> {
+    let thresholds = tidemark_aggregator::config::parse_thresholds(&cfg.default_thresholds)
+        .map_err(|e| DevstackError::Config(e.to_string()))?;
+    let table = &cfg.local.table;
+    let notifier = tidemark_aggregator::Notifier::with_parts(
+        tidemark_aggregator::notify::SdkPublisher(
+            tidemark_aggregator::notify::eventbridge_client(Some(url)).await,
+        ),
+        tidemark_aggregator::notify::DynamoMarkers::new(ddb.clone(), table.clone()),
+        a.bus.clone(),
+    );
+    let config = tidemark_aggregator::AggregatorConfig::new(table.clone())
+        .with_role(tidemark_aggregator::Role::Alerts)
+        .with_default_thresholds(thresholds);
+    Ok(InProcessAggregator(Arc::new(
+        tidemark_aggregator::Aggregator::new(ddb.clone(), config).with_notifier(notifier),
+    )))
 }
 
 fn spawn<S, F>(

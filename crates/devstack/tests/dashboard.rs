@@ -131,6 +131,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_thresholds: THRESHOLDS.into(),
+        alerts: None,
     })
     .await
     .unwrap();

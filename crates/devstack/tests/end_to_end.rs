@@ -1,20 +1,22 @@
 //! The whole pipeline through Kinesis: simulated fleet → Kinesis → ingest → table → stream →
 //! aggregator → table → local HTTP API, checked only through HTTP against a recomputation of
-//! what the simulator sent.
+//! what the simulator sent, and the alert events through the local EventBridge endpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::Value;
 use tidemark_devstack::LocalConfig;
-use tidemark_devstack::esm::{MappingConfig, read_on_failure_records};
-use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::esm::{
+    DynamoDbStreamSource, EventSource, MappingConfig, Start, read_on_failure_records,
+};
+use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_devstack::simulator::{Fleet, Outgoing, RecordKind, SimConfig, SimStats, put_records};
 use tidemark_schema::{Period, Timestamp};
 use tidemark_testkit::{TestStream, TestTable, services, unique_name};
 
 mod common;
-use common::{all_items, encode, eventually, get, try_all_items};
+use common::{all_items, encode, eventually, get, post, try_all_items};
 
 const THRESHOLDS: &str =
     r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;
@@ -115,6 +117,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
         ingest: fast("ingest", 100, 300),
         aggregator: fast("aggregator", 1000, 500),
         default_thresholds: THRESHOLDS.into(),
+        alerts: Some(AlertsConfig::ephemeral(fast("alerts", 1000, 200))),
     })
     .await
     .unwrap();
@@ -354,6 +357,37 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     .expect("the breach opened an alert");
     assert_eq!(opened["value"], 50.5);
     assert_eq!(opened["state"], "open");
+    let id = opened["alertId"].as_str().unwrap().to_owned();
+    let events_addr = pipeline.events_addr.expect("the local event bus runs");
+    let changes_of = |id: String| async move {
+        let (status, body) = get(events_addr, "/events").await;
+        assert_eq!(status, 200);
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["detail"]["alertId"] == id.as_str())
+            .map(|e| e["detail"]["change"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    eventually(|| async {
+        changes_of(id.clone())
+            .await
+            .contains(&"opened".to_owned())
+            .then_some(())
+    })
+    .await
+    .expect("the opened alert was published");
+    let (status, _) = post(api, &format!("/devices/{device}/alerts/{id}/ack"), "").await;
+    assert_eq!(status, 200, "acknowledged through the API");
+    eventually(|| async {
+        changes_of(id.clone())
+            .await
+            .contains(&"acknowledged".to_owned())
+            .then_some(())
+    })
+    .await
+    .expect("the acknowledgement was published");
     put_records(
         &stream.client,
         &stream.name,
@@ -362,7 +396,6 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     )
     .await
     .unwrap();
-    let id = opened["alertId"].as_str().unwrap().to_owned();
     let resolved = eventually(|| async {
         all_items(api, &format!("/devices/{device}/alerts"))
             .await
@@ -379,10 +412,124 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
             .any(|a| a["alertId"] == id.as_str())
     );
 
-    eprintln!("alert lifecycle checked after {:?}", t0.elapsed());
+    eventually(|| async {
+        changes_of(id.clone())
+            .await
+            .contains(&"resolved".to_owned())
+            .then_some(())
+    })
+    .await
+    .expect("the resolution was published");
+    assert_eq!(
+        changes_of(id.clone()).await,
+        ["opened", "acknowledged", "resolved"],
+        "each change of the alert published exactly once, in order"
+    );
+    let events = pipeline.events.clone().unwrap();
+    let published = events.events().await;
+    for e in &published {
+        assert_eq!(e["source"], "tidemark");
+        assert_eq!(e["detail-type"], "Alert State Change");
+        let d = &e["detail"];
+        assert_eq!(
+            d["path"].as_str().unwrap(),
+            format!(
+                "/devices/{}/alerts/{}",
+                d["deviceId"].as_str().unwrap(),
+                d["alertId"].as_str().unwrap()
+            )
+        );
+    }
+    // Every alert of the run was opened once, whichever of the two aggregator mappings
+    // wrote it and however often the mappings retried.
+    for d in &devices {
+        for a in all_items(api, &format!("/devices/{d}/alerts")).await {
+            let opened = published
+                .iter()
+                .filter(|e| {
+                    e["detail"]["alertId"] == a["alertId"]
+                        && e["detail"]["deviceId"] == a["deviceId"]
+                        && e["detail"]["change"] == "opened"
+                })
+                .count();
+            assert_eq!(opened, 1, "opened events of {a}");
+        }
+    }
+
+    // AND the whole stream replayed to the alerts function as one batch publishes nothing
+    // (once the alerts mapping has settled: a record it has not seen yet is no replay)
+    let mut seen = pipeline.alerts.as_ref().unwrap().delivered();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now_seen = pipeline.alerts.as_ref().unwrap().delivered();
+        if now_seen == seen {
+            break;
+        }
+        seen = now_seen;
+    }
+    let source = DynamoDbStreamSource::for_table(
+        &table.client,
+        LocalConfig {
+            table: table.name.clone(),
+            stream: stream.name.clone(),
+            stream_shards: 2,
+            dynamodb_endpoint: s.dynamodb_endpoint.clone(),
+            kinesis_endpoint: s.kinesis_endpoint.clone(),
+        }
+        .dynamodb_streams()
+        .await,
+        &table.name,
+    )
+    .await
+    .unwrap();
+    let mut records = Vec::new();
+    for shard in source.shards().await.unwrap() {
+        let mut it = source
+            .iterator(&shard.id, &Start::TrimHorizon)
+            .await
+            .unwrap();
+        while let Some(i) = it {
+            let page = source.read(&shard.id, &i, 1000).await.unwrap();
+            if page.records.is_empty() {
+                break;
+            }
+            records.extend(page.records);
+            it = page.next;
+        }
+    }
+    let alert_records = records
+        .iter()
+        .filter(|r| {
+            r.change.keys.get("sk").is_some_and(
+                |v| matches!(v, serde_dynamo::AttributeValue::S(s) if s.starts_with("ALERT#")),
+            )
+        })
+        .count();
+    assert!(alert_records >= 3, "the stream holds the alert's writes");
+    let notifier = tidemark_aggregator::Notifier::with_parts(
+        tidemark_aggregator::notify::SdkPublisher(
+            tidemark_aggregator::notify::eventbridge_client(Some(&format!("http://{events_addr}")))
+                .await,
+        ),
+        tidemark_aggregator::notify::DynamoMarkers::new(table.client.clone(), table.name.clone()),
+        "tidemark-local",
+    );
+    let mut replay = aws_lambda_events::event::dynamodb::Event::default();
+    replay.records = records;
+    let (not_done, report) = notifier.process(&replay).await;
+    assert_eq!(not_done, None);
+    assert_eq!(report.published, 0, "{report:?}");
+    assert!(report.already_published > 0, "{report:?}");
+    assert_eq!(events.events().await.len(), published.len(), "no new event");
+
+    eprintln!(
+        "alert lifecycle and events checked after {:?}",
+        t0.elapsed()
+    );
     // AND nothing was given up on
     assert!(read_on_failure_records(&on_failure.join("ingest")).is_empty());
     assert!(read_on_failure_records(&on_failure.join("aggregator")).is_empty());
+    assert!(read_on_failure_records(&on_failure.join("alerts")).is_empty());
     assert_eq!(
         pipeline.ingest.discarded() + pipeline.aggregator.discarded(),
         0

@@ -46,6 +46,7 @@ async fn start(label: &str) -> Running {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_thresholds: "{}".into(),
+        alerts: None,
     })
     .await
     .unwrap();

@@ -132,6 +132,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
         api_port: 0,
         ingest: tune(base.ingest.clone(), 300, "ingest"),
         aggregator: tune(base.aggregator.clone(), 1_000, "aggregator"),
+        alerts: None,
         ..base
     };
     let pipeline = Pipeline::start(cfg).await.unwrap();

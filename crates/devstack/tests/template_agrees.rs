@@ -15,6 +15,7 @@ fn emulated_mappings_retry_forever_like_the_templates() {
     for (function, name) in [
         ("IngestFunction", "Readings"),
         ("AggregatorFunction", "TableStream"),
+        ("AlertFunction", "TableStream"),
     ] {
         let e = event(&t, function, name);
         assert_eq!(e["MaximumRetryAttempts"].as_i64(), Some(-1), "{function}");

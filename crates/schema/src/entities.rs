@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, MetricName, Severity};
+use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, MetricName, Severity};
 use crate::keys::{self, EntityKey, KeyError};
 use crate::shard::ShardHistory;
 use crate::time::{Bucket, Day, Timestamp};
@@ -654,6 +654,36 @@ impl ShardConfigItem {
             sk: k.sk,
             epochs,
             version: 0,
+        }
+    }
+}
+
+/// `NOTIFIED#<eventId>` / `#MARKER`: an alert notification that was published. Written after
+/// the publish, read before it, so a replayed stream record does not notify twice; `ttl`
+/// outlives the table stream's 24 h retention (no record can be replayed after it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyMarkerItem {
+    pub pk: String,
+    pub sk: String,
+    pub event_id: EventId,
+    pub published_at: Timestamp,
+    pub ttl: i64,
+}
+
+impl NotifyMarkerItem {
+    /// How long a marker is kept: twice the stream's retention, so TTL's own delay aside no
+    /// replay can outlive it.
+    pub const TTL_SECONDS: i64 = 48 * 3600;
+
+    pub fn new(event_id: EventId, published_at: Timestamp) -> Self {
+        let k = EntityKey::NotifyMarker(event_id.clone()).key();
+        NotifyMarkerItem {
+            pk: k.pk,
+            sk: k.sk,
+            event_id,
+            published_at,
+            ttl: published_at.epoch_seconds() + Self::TTL_SECONDS,
         }
     }
 }

@@ -263,6 +263,35 @@ impl AlertId {
 }
 string_newtype!(AlertId);
 
+/// The ID of a published alert notification: 32 lowercase hex digits, derived (by the
+/// aggregator) from the alert's key, the stream record and the kind of change, so a replayed
+/// record yields the same ID. It keys the "already published" marker item.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventId(String);
+
+impl EventId {
+    pub const LEN: usize = 32;
+
+    pub fn new(s: &str) -> Result<Self, IdError> {
+        check(
+            "event ID",
+            s,
+            Self::LEN,
+            "lowercase hex digits",
+            |_, c| matches!(c, '0'..='9' | 'a'..='f'),
+        )?;
+        if s.len() != Self::LEN {
+            return Err(IdError::NotAllowed {
+                kind: "event ID",
+                value: s.to_owned(),
+                allowed: "exactly 32 lowercase hex digits",
+            });
+        }
+        Ok(EventId(s.to_owned()))
+    }
+}
+string_newtype!(EventId);
+
 #[cfg(test)]
 mod tests {
     use super::*;

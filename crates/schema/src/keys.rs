@@ -7,7 +7,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::ids::{AlertId, DeviceId, DeviceStatus, Severity};
+use crate::ids::{AlertId, DeviceId, DeviceStatus, EventId, Severity};
 use crate::time::{Bucket, Day, Period, Timestamp};
 
 pub const DEVICE_PREFIX: &str = "DEVICE#";
@@ -26,6 +26,11 @@ pub const SHARD_MARK: &str = "#S";
 /// (`DEVICE#<id>[#S<n>]`) so its stream record marks a position in that partition's stream
 /// order. It parses as no entity, so the aggregator and the API ignore it.
 pub const FENCE_SK: &str = "#FENCE";
+/// Partition key prefix of an alert notification's "published" marker:
+/// `NOTIFIED#<eventId>` / `#MARKER`. Each marker is its own partition (the writes spread over
+/// the table, and no device-partition query can ever meet one).
+pub const NOTIFIED_PREFIX: &str = "NOTIFIED#";
+pub const NOTIFY_MARKER_SK: &str = "#MARKER";
 
 /// Quarantined records of a day are spread over this many partitions, so a burst of bad
 /// records cannot make one partition hot; listing a day queries each of them.
@@ -87,6 +92,8 @@ pub enum EntityKey {
         part: u16,
     },
     ShardConfig(DeviceId),
+    /// An alert notification already published (see [`NOTIFIED_PREFIX`]).
+    NotifyMarker(EventId),
 }
 
 impl EntityKey {
@@ -120,6 +127,7 @@ impl EntityKey {
                 quarantine_part_sk(*received, sequence, *part),
             ),
             EntityKey::ShardConfig(d) => Key::new(CONFIG_PK.to_owned(), shard_config_sk(d)),
+            EntityKey::NotifyMarker(e) => Key::new(notify_marker_pk(e), NOTIFY_MARKER_SK),
         }
     }
 
@@ -135,6 +143,14 @@ impl EntityKey {
                 .ok_or_else(|| err("config sort key must start with SHARDS#"))?;
             return DeviceId::new(id)
                 .map(EntityKey::ShardConfig)
+                .map_err(|e| err(&e.to_string()));
+        }
+        if let Some(id) = pk.strip_prefix(NOTIFIED_PREFIX) {
+            if sk != NOTIFY_MARKER_SK {
+                return Err(err("notification marker sort key must be #MARKER"));
+            }
+            return EventId::new(id)
+                .map(EntityKey::NotifyMarker)
                 .map_err(|e| err(&e.to_string()));
         }
         if let Some(rest) = pk.strip_prefix(QUARANTINE_PREFIX) {
@@ -279,6 +295,10 @@ pub fn quarantine_sk(received: Timestamp, sequence: &str) -> String {
 
 pub fn quarantine_part_sk(received: Timestamp, sequence: &str, part: u16) -> String {
     format!("{received}#{sequence}#{part}")
+}
+
+pub fn notify_marker_pk(e: &EventId) -> String {
+    format!("{NOTIFIED_PREFIX}{e}")
 }
 
 pub fn shard_config_sk(d: &DeviceId) -> String {
@@ -488,6 +508,26 @@ mod tests {
             (k.pk.as_str(), k.sk.as_str()),
             ("CONFIG", "SHARDS#sensor_01")
         );
+    }
+
+    #[test]
+    fn notify_marker_keys_are_their_own_partition_and_round_trip() {
+        let e = EventId::new("0123456789abcdef0123456789abcdef").unwrap();
+        let k = round_trip(EntityKey::NotifyMarker(e));
+        assert_eq!(k.pk, "NOTIFIED#0123456789abcdef0123456789abcdef");
+        assert_eq!(k.sk, "#MARKER");
+        assert!(
+            !k.pk.starts_with(DEVICE_PREFIX),
+            "never in a device partition"
+        );
+        for (pk, sk) in [
+            ("NOTIFIED#0123456789abcdef0123456789abcdef", "#METADATA"),
+            ("NOTIFIED#0123456789ABCDEF0123456789ABCDEF", "#MARKER"),
+            ("NOTIFIED#0123", "#MARKER"),
+            ("NOTIFIED#", "#MARKER"),
+        ] {
+            assert!(EntityKey::parse(pk, sk).is_err(), "{pk} / {sk}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod table;
 pub mod time;
 
 pub use entities::*;
-pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, IdError, MetricName, Severity};
+pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, MetricName, Severity};
 pub use keys::{EntityKey, Key, KeyError};
 pub use shard::{ShardHistory, ShardHistoryError, ShardLead, shard_for};
 pub use table::{TABLE, TableDefinition};

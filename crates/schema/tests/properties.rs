@@ -77,6 +77,8 @@ fn any_entity_key() -> impl Strategy<Value = EntityKey> {
                 }
             ),
         any_device_id().prop_map(EntityKey::ShardConfig),
+        "[0-9a-f]{32}"
+            .prop_map(|s| EntityKey::NotifyMarker(tidemark_schema::EventId::new(&s).unwrap())),
     ]
 }
 

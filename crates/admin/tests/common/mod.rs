@@ -63,6 +63,7 @@ impl Stack {
             ingest: quick("ingest", 200),
             aggregator: quick("aggregator", 500),
             default_thresholds: "{}".into(),
+            alerts: None,
         })
         .await
         .unwrap()

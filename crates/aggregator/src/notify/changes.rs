@@ -1,0 +1,244 @@
+//! Stream records of alert items → the state changes to publish. Pure: no clock, no I/O; the
+//! same records always give the same changes with the same IDs.
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tidemark_schema::{
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, Severity,
+    Timestamp, keys,
+};
+
+/// What happened to an alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    Opened,
+    Acknowledged,
+    Resolved,
+    Snoozed,
+    Unsnoozed,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Opened => "opened",
+            ChangeKind::Acknowledged => "acknowledged",
+            ChangeKind::Resolved => "resolved",
+            ChangeKind::Snoozed => "snoozed",
+            ChangeKind::Unsnoozed => "unsnoozed",
+        }
+    }
+
+    /// Snooze silences what the readings do, never the snooze itself.
+    fn silenced_by_snooze(self) -> bool {
+        matches!(
+            self,
+            ChangeKind::Opened | ChangeKind::Acknowledged | ChangeKind::Resolved
+        )
+    }
+}
+
+/// One alert state change, ready to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertChange {
+    /// Position of its stream record in the event (for partial batch failures).
+    pub index: usize,
+    pub kind: ChangeKind,
+    /// The event's `detail`, `eventId` included.
+    pub detail: Detail,
+    /// The alert is snoozed past the change's time: counted, not published.
+    pub suppressed: bool,
+}
+
+impl AlertChange {
+    pub fn event_id(&self) -> &EventId {
+        &self.detail.event_id
+    }
+}
+
+/// The `detail` of an `Alert State Change` event (README, "Alert events"). Field names and
+/// meanings are a published contract: add fields, never rename or drop one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Detail {
+    pub event_id: EventId,
+    pub change: ChangeKind,
+    pub device_id: DeviceId,
+    pub alert_id: AlertId,
+    pub metric: MetricName,
+    pub rule: AlertRule,
+    pub severity: Severity,
+    /// The alert's state after the change.
+    pub state: AlertState,
+    /// The most extreme value seen while the alert was open.
+    pub value: f64,
+    pub threshold: f64,
+    pub message: String,
+    pub opened_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acknowledged_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snoozed_until: Option<Timestamp>,
+    /// When the change happened: the alert's own time for it (openedAt, acknowledgedAt,
+    /// resolvedAt), the stream record's creation time for a snooze change.
+    pub changed_at: Timestamp,
+    /// The alert in the API: `GET` it under the API's base URL.
+    pub path: String,
+}
+
+/// The deterministic ID of a change: the alert's key, the stream record's sequence number
+/// (leading zeros dropped, as DynamoDB Local pads them) and the kind. A replayed record gives
+/// the same ID; a later write of the same alert has another sequence number, so another ID.
+pub fn event_id(alert_key: &keys::Key, sequence: &str, kind: ChangeKind) -> EventId {
+    let mut h = Sha256::new();
+    for part in [
+        alert_key.pk.as_str(),
+        alert_key.sk.as_str(),
+        sequence.trim_start_matches('0'),
+        kind.as_str(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    let hex: String = h.finalize()[..EventId::LEN / 2]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // 32 lowercase hex digits by construction.
+    EventId::new(&hex).unwrap_or_else(|_| unreachable!("hex digest is a valid event ID"))
+}
+
+fn is_alert(rec: &EventRecord) -> bool {
+    let c = &rec.change;
+    let Some(src) = [&c.keys, &c.new_image, &c.old_image]
+        .into_iter()
+        .find(|i| !i.is_empty())
+    else {
+        return false;
+    };
+    let s = |name: &str| match src.get(name) {
+        Some(serde_dynamo::AttributeValue::S(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let attr = tidemark_schema::table::attr::PK;
+    matches!(
+        (s(attr), s(tidemark_schema::table::attr::SK)),
+        (Some(pk), Some(sk)) if matches!(EntityKey::parse(pk, sk), Ok(EntityKey::Alert { .. }))
+    )
+}
+
+fn alert_image(item: &serde_dynamo::Item) -> Option<AlertItem> {
+    serde_dynamo::from_item(item.clone()).ok()
+}
+
+fn record_time(rec: &EventRecord) -> Option<Timestamp> {
+    let t = rec.change.approximate_creation_date_time;
+    // Absent in the record: the field defaults to the epoch, which is no time at all.
+    (t.timestamp() > 0)
+        .then(|| Timestamp::from_epoch_micros(t.timestamp_micros()).ok())
+        .flatten()
+}
+
+/// The kinds of change one record shows, in the order they happened.
+fn transitions(event_name: &str, old: Option<&AlertItem>, new: &AlertItem) -> Vec<ChangeKind> {
+    let mut out = Vec::new();
+    match (event_name, old) {
+        ("INSERT", _) => {
+            out.push(ChangeKind::Opened);
+            if new.state == AlertState::Acknowledged || new.acknowledged_at.is_some() {
+                out.push(ChangeKind::Acknowledged);
+            }
+            if new.state == AlertState::Resolved {
+                out.push(ChangeKind::Resolved);
+            }
+        }
+        ("MODIFY", Some(old)) => {
+            if old.state == AlertState::Open && new.state == AlertState::Acknowledged {
+                out.push(ChangeKind::Acknowledged);
+            }
+            if old.state != AlertState::Resolved && new.state == AlertState::Resolved {
+                out.push(ChangeKind::Resolved);
+            }
+            match (old.snoozed_until, new.snoozed_until) {
+                (o, Some(n)) if o != Some(n) => out.push(ChangeKind::Snoozed),
+                (Some(_), None) => out.push(ChangeKind::Unsnoozed),
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Every alert state change in `records`: INSERT → `opened` (and `acknowledged`/`resolved`
+/// when the item is born so, e.g. a one-reading spike); MODIFY → one change per transition
+/// between the old and new image. REMOVEs, other items and unreadable alert images (logged)
+/// give nothing.
+pub fn alert_changes(records: &[EventRecord]) -> Vec<AlertChange> {
+    let mut out = Vec::new();
+    for (index, rec) in records.iter().enumerate() {
+        if !is_alert(rec) || !matches!(rec.event_name.as_str(), "INSERT" | "MODIFY") {
+            continue;
+        }
+        let Some(seq) = rec
+            .change
+            .sequence_number
+            .as_deref()
+            .filter(|s| keys::valid_sequence(s))
+        else {
+            tracing::warn!(event_id = %rec.event_id, "alert record without a SequenceNumber");
+            continue;
+        };
+        let Some(new) = alert_image(&rec.change.new_image) else {
+            tracing::warn!(event_id = %rec.event_id, "alert record with an unreadable NewImage");
+            continue;
+        };
+        let old = alert_image(&rec.change.old_image);
+        let key = EntityKey::Alert {
+            device: new.device_id.clone(),
+            alert: new.alert_id.clone(),
+        }
+        .key();
+        for kind in transitions(&rec.event_name, old.as_ref(), &new) {
+            let at_record = record_time(rec);
+            let changed_at = match kind {
+                ChangeKind::Opened => Some(new.opened_at),
+                ChangeKind::Acknowledged => new.acknowledged_at.or(at_record),
+                ChangeKind::Resolved => new.resolved_at.or(at_record),
+                ChangeKind::Snoozed | ChangeKind::Unsnoozed => at_record,
+            }
+            .unwrap_or(new.last_breach_at);
+            let suppressed =
+                kind.silenced_by_snooze() && new.snoozed_until.is_some_and(|u| u > changed_at);
+            out.push(AlertChange {
+                index,
+                kind,
+                suppressed,
+                detail: Detail {
+                    event_id: event_id(&key, seq, kind),
+                    change: kind,
+                    path: format!("/devices/{}/alerts/{}", new.device_id, new.alert_id),
+                    device_id: new.device_id.clone(),
+                    alert_id: new.alert_id.clone(),
+                    metric: new.metric.clone(),
+                    rule: new.rule,
+                    severity: new.severity,
+                    state: new.state,
+                    value: new.value,
+                    threshold: new.threshold,
+                    message: new.message.clone(),
+                    opened_at: new.opened_at,
+                    acknowledged_at: new.acknowledged_at,
+                    resolved_at: new.resolved_at,
+                    snoozed_until: new.snoozed_until,
+                    changed_at,
+                },
+            });
+        }
+    }
+    out
+}
