@@ -176,6 +176,14 @@ fn alerts_read_the_table_stream_through_their_own_short_window_mapping_and_never
             .iter()
             .any(|p| keys::NOTIFY_MARKER_SK.starts_with(p))
     );
+    // and device items, whose threshold changes resolve or re-derive alerts at once
+    let exact: BTreeSet<&str> = pattern["dynamodb"]["Keys"]["sk"]["S"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert_eq!(exact, BTreeSet::from([keys::DEVICE_METADATA_SK]));
     assert_eq!(
         pattern["userIdentity"]["principalId"][0]["exists"],
         serde_json::json!(false),
