@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
-    AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
+    AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
     PutDevice, QuerySpec, QueryStore, ShardWriter,
 };
 use tidemark_api::{ApiConfig, App};
@@ -95,14 +95,25 @@ impl<S: DeviceWriter + Sync> DeviceWriter for Timed<S> {
     }
 }
 
-impl<S: AlertAcker + Sync> AlertAcker for Timed<S> {
+impl<S: AlertWriter + Sync> AlertWriter for Timed<S> {
     async fn acknowledge(
         &self,
         d: &DeviceId,
         a: &AlertId,
         now: Timestamp,
-    ) -> Result<AckOutcome, StoreError> {
+    ) -> Result<AlertOutcome, StoreError> {
         self.timed(self.inner.acknowledge(d, a, now)).await
+    }
+    async fn snooze(
+        &self,
+        d: &DeviceId,
+        a: &AlertId,
+        until: Timestamp,
+    ) -> Result<AlertOutcome, StoreError> {
+        self.timed(self.inner.snooze(d, a, until)).await
+    }
+    async fn unsnooze(&self, d: &DeviceId, a: &AlertId) -> Result<AlertOutcome, StoreError> {
+        self.timed(self.inner.unsnooze(d, a)).await
     }
 }
 
