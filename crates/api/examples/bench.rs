@@ -345,6 +345,8 @@ async fn run<S: tidemark_api::Store>(app: &App<Timed<S>>, n: usize, against: &st
         ("GET aggregates hourly (24)", "GET", "/devices/sensor_00/aggregates?period=hourly&from=2026-04-20T00:00:00Z&to=2026-04-20T23:00:00Z".into(), ""),
         ("GET /quarantine", "GET", "/quarantine?day=2026-04-20".into(), ""),
         ("POST ack", "POST", "/devices/sensor_01/alerts/20260420T140100000000Z-temperature-max/ack".into(), ""),
+        ("POST snooze", "POST", "/devices/sensor_01/alerts/20260420T140100000000Z-temperature-max/snooze".into(), r#"{"until":"2026-04-20T16:00:00Z"}"#),
+        ("DELETE snooze", "DELETE", "/devices/sensor_01/alerts/20260420T140100000000Z-temperature-max/snooze".into(), ""),
         ("GET unknown route (404)", "GET", "/nope".into(), ""),
     ];
     println!("{n} requests per route, {against}, debug build\n");

@@ -41,8 +41,8 @@ pub trait AlertWriter {
         until: Timestamp,
     ) -> impl Future<Output = Result<AlertOutcome, StoreError>> + Send;
 
-    /// Removes `snoozedUntil`, whatever the alert's state; an alert without one is returned
-    /// as it is, unwritten. Never [`AlertOutcome::Resolved`].
+    /// Removes `snoozedUntil`, whatever the alert's state (an alert without one is returned
+    /// as it is). Never [`AlertOutcome::Resolved`].
     fn unsnooze(
         &self,
         device: &DeviceId,
@@ -98,14 +98,14 @@ pub fn alert_state(item: &Item) -> Option<AlertState> {
 enum When {
     /// The alert exists and is not resolved.
     Unresolved,
-    /// The alert has a `snoozedUntil` (otherwise there is nothing to remove).
-    Snoozed,
+    /// The alert exists, in any state.
+    Exists,
 }
 
 impl DynamoStore {
-    /// Applies `update` to the alert if `when` holds, returning it as stored; when the
-    /// condition fails, one consistent read tells a missing alert from a resolved one (or,
-    /// for [`When::Snoozed`], returns the alert unchanged).
+    /// Applies `update` to the alert if `when` holds, returning it as stored. When an
+    /// unresolved-only write's condition fails, one consistent read tells a missing alert
+    /// from a resolved one.
     async fn update_alert(
         &self,
         device: &DeviceId,
@@ -119,17 +119,14 @@ impl DynamoStore {
         }
         .key();
         let (expression, mut names, mut values) = update.expression();
+        names.insert("#pk".into(), attr::PK.into());
         let condition = match when {
             When::Unresolved => {
-                names.insert("#pk".into(), attr::PK.into());
                 names.insert("#st".into(), field::STATE.into());
                 values.insert(":resolved".into(), s("resolved"));
                 "attribute_exists(#pk) AND #st <> :resolved"
             }
-            When::Snoozed => {
-                names.insert("#snz".into(), field::SNOOZED_UNTIL.into());
-                "attribute_exists(#snz)"
-            }
+            When::Exists => "attribute_exists(#pk)",
         };
         let res = self
             .client
@@ -146,13 +143,13 @@ impl DynamoStore {
             .map_err(StoreError::sdk("UpdateItem"));
         match res {
             Ok(out) => Ok(AlertOutcome::Updated(out.attributes.unwrap_or_default())),
-            Err(e) if e.is_conditional_check_failed() => {
-                Ok(match (self.get(key, true).await?, when) {
-                    (None, _) => AlertOutcome::Missing,
-                    (Some(_), When::Unresolved) => AlertOutcome::Resolved,
-                    (Some(item), When::Snoozed) => AlertOutcome::Updated(item),
-                })
-            }
+            Err(e) if e.is_conditional_check_failed() => Ok(match when {
+                When::Exists => AlertOutcome::Missing,
+                When::Unresolved => match self.get(key, true).await? {
+                    None => AlertOutcome::Missing,
+                    Some(_) => AlertOutcome::Resolved,
+                },
+            }),
             Err(e) => Err(e),
         }
     }
@@ -184,7 +181,10 @@ impl AlertWriter for DynamoStore {
         device: &DeviceId,
         alert: &AlertId,
     ) -> Result<AlertOutcome, StoreError> {
-        self.update_alert(device, alert, unsnooze_update(), When::Snoozed)
+        // Unconditional but for existence: removing an absent attribute changes nothing, so
+        // DynamoDB writes no stream record for it, and it costs what a failed condition
+        // would, without a second call.
+        self.update_alert(device, alert, unsnooze_update(), When::Exists)
             .await
     }
 }
