@@ -46,7 +46,9 @@ export function alertItem(al, refresh, { showDevice = false } = {}) {
         () => api(`${path}/snooze`, { method: 'POST', body: { until: new Date(Date.now() + hours * HOUR).toISOString() } }),
         refresh))));
   }
-  return el('li', { dataset: { alert: al.alertId, state: al.state, snoozed: String(quiet) } },
+  // Alert IDs are unique per device only (two devices breaching at the same instant share
+  // one), so the row names both.
+  return el('li', { dataset: { device: al.deviceId, alert: al.alertId, state: al.state, snoozed: String(quiet) } },
     severityBadge(al.severity), stateBadge(al.state),
     quiet ? el('span', { class: 'badge state-snoozed', dataset: { until: al.snoozedUntil } }, 'snoozed until ', time(al.snoozedUntil)) : '',
     showDevice ? el('a', { class: 'id', href: `#/device/${encodeURIComponent(al.deviceId)}` }, al.deviceId) : '',

@@ -432,13 +432,15 @@ async fn snoozing_an_alert_in_the_page_snoozes_it_for_the_chosen_hours_and_unsno
     assert!(alert.get("snoozedUntil").is_none(), "{alert}");
     let id = alert["alertId"].as_str().unwrap().to_owned();
     let clicked_at = Timestamp::now();
-    // WHEN "Snooze 1 h" is clicked on the fleet-wide alerts page
+    // WHEN "Snooze 1 h" is clicked on the fleet-wide alerts page (where another device's
+    // alert, opened at the same instant, has the same ID: alert IDs are per device)
     let (shown, id) = tokio::task::spawn_blocking(move || {
         let (_one, b) = browser(1280, 1000);
         open(&b, api, "alerts");
-        b.click(&format!("button[data-snooze='{id}'][data-hours='1']"));
+        let row = format!("li[data-device='dash_snooze'][data-alert='{id}']");
+        b.click(&format!("{row} button[data-snooze][data-hours='1']"));
         // THEN the alert shows as snoozed, with its time, and offers Unsnooze
-        let li = format!("document.querySelector(\"li[data-alert='{id}']\")");
+        let li = format!("document.querySelector(\"{row}\")");
         b.wait_for(&format!("{li}?.dataset.snoozed === 'true'"), WAIT);
         let shown = b.eval(
             &format!(
@@ -477,7 +479,22 @@ async fn snoozing_an_alert_in_the_page_snoozes_it_for_the_chosen_hours_and_unsno
         .find(|a| a["alertId"] == id.as_str())
         .unwrap()
         .clone();
-    let until = Timestamp::parse_rfc3339(stored["snoozedUntil"].as_str().unwrap()).unwrap();
+    let until = Timestamp::parse_rfc3339(
+        stored["snoozedUntil"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not snoozed: {after}")),
+    )
+    .unwrap();
+    // AND only this device's alert: the other device's same-instant alert is untouched
+    let (_, hot) = call(api, "GET", "/devices/dash_hot/alerts", None).await;
+    assert!(
+        hot["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a.get("snoozedUntil").is_none()),
+        "{hot}"
+    );
     assert_eq!(shown["until"], stored["snoozedUntil"]);
     let hour = 3_600_000;
     assert!(
