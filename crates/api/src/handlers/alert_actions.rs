@@ -53,6 +53,7 @@ impl<S: Store> App<S> {
     pub(super) async fn unsnooze(&self, id: DeviceId, alert: AlertId) -> Result<Reply, ApiError> {
         match self.store.unsnooze(&id, &alert).await? {
             AlertOutcome::Updated(item) => Ok((StatusCode::OK, render::alert(item)?)),
+            // (Never `Resolved`: unsnoozing applies in any state.)
             AlertOutcome::Resolved | AlertOutcome::Missing => Err(missing(&id, &alert)),
         }
     }

@@ -188,3 +188,28 @@ impl AlertWriter for DynamoStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_alert_write_names_only_its_own_attributes() {
+        let at = Timestamp::parse_rfc3339("2026-04-20T16:00:00Z").unwrap();
+        let (expr, names, values) = snooze_update(at).expression();
+        assert_eq!(expr, "SET #s0 = :s0");
+        assert_eq!(names["#s0"], field::SNOOZED_UNTIL);
+        assert_eq!(values[":s0"], s(at.to_string()));
+        // An update with nothing to set is a bare REMOVE (DynamoDB refuses an empty SET).
+        let (expr, names, values) = unsnooze_update().expression();
+        assert_eq!(expr, "REMOVE #r0");
+        assert_eq!(names["#r0"], field::SNOOZED_UNTIL);
+        assert!(values.is_empty());
+        let (expr, names, _) = ack_update(at).expression();
+        assert_eq!(expr, "SET #s0 = :s0, #n0 = if_not_exists(#n0, :n0)");
+        assert_eq!(
+            (names["#s0"].as_str(), names["#n0"].as_str()),
+            (field::STATE, field::ACKNOWLEDGED_AT)
+        );
+    }
+}
