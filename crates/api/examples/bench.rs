@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
-    AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
+    AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
     PutDevice, QuerySpec, QueryStore, ShardWriter,
 };
 use tidemark_api::{ApiConfig, App};
@@ -95,14 +95,25 @@ impl<S: DeviceWriter + Sync> DeviceWriter for Timed<S> {
     }
 }
 
-impl<S: AlertAcker + Sync> AlertAcker for Timed<S> {
+impl<S: AlertWriter + Sync> AlertWriter for Timed<S> {
     async fn acknowledge(
         &self,
         d: &DeviceId,
         a: &AlertId,
         now: Timestamp,
-    ) -> Result<AckOutcome, StoreError> {
+    ) -> Result<AlertOutcome, StoreError> {
         self.timed(self.inner.acknowledge(d, a, now)).await
+    }
+    async fn snooze(
+        &self,
+        d: &DeviceId,
+        a: &AlertId,
+        until: Timestamp,
+    ) -> Result<AlertOutcome, StoreError> {
+        self.timed(self.inner.snooze(d, a, until)).await
+    }
+    async fn unsnooze(&self, d: &DeviceId, a: &AlertId) -> Result<AlertOutcome, StoreError> {
+        self.timed(self.inner.unsnooze(d, a)).await
     }
 }
 
@@ -334,6 +345,8 @@ async fn run<S: tidemark_api::Store>(app: &App<Timed<S>>, n: usize, against: &st
         ("GET aggregates hourly (24)", "GET", "/devices/sensor_00/aggregates?period=hourly&from=2026-04-20T00:00:00Z&to=2026-04-20T23:00:00Z".into(), ""),
         ("GET /quarantine", "GET", "/quarantine?day=2026-04-20".into(), ""),
         ("POST ack", "POST", "/devices/sensor_01/alerts/20260420T140100000000Z-temperature-max/ack".into(), ""),
+        ("POST snooze", "POST", "/devices/sensor_01/alerts/20260420T140100000000Z-temperature-max/snooze".into(), r#"{"until":"2026-04-20T16:00:00Z"}"#),
+        ("DELETE snooze", "DELETE", "/devices/sensor_01/alerts/20260420T140100000000Z-temperature-max/snooze".into(), ""),
         ("GET unknown route (404)", "GET", "/nope".into(), ""),
     ];
     println!("{n} requests per route, {against}, debug build\n");

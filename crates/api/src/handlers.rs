@@ -21,8 +21,10 @@ use crate::merge::{Source, merged_page};
 use crate::render;
 use crate::request::{Params, path_segments, query_pairs};
 use crate::routes::{Route, Scope, resolve};
-use crate::store::{AckOutcome, Place, QuerySpec, SkRange, Store};
+use crate::store::{Place, QuerySpec, SkRange, Store};
 use crate::validate;
+
+mod alert_actions;
 
 type Reply = (StatusCode, Value);
 
@@ -114,9 +116,14 @@ impl<S: Store> App<S> {
             Route::LatestReading => self.latest_reading(id()?).await,
             Route::LatestOfDevices => self.latest_of_devices(p).await,
             Route::DeviceAlerts => self.device_alerts(id()?, p).await,
-            Route::AckAlert => {
+            Route::AckAlert => self.ack(id()?, validate::alert_id(&m.params[1])?).await,
+            Route::SnoozeAlert => {
                 let alert = validate::alert_id(&m.params[1])?;
-                self.ack(id()?, alert).await
+                self.snooze(id()?, alert, req.body().as_ref()).await
+            }
+            Route::UnsnoozeAlert => {
+                self.unsnooze(id()?, validate::alert_id(&m.params[1])?)
+                    .await
             }
             Route::Alerts => self.alerts(p).await,
             Route::Aggregates => self.aggregates(id()?, p).await,
@@ -124,7 +131,7 @@ impl<S: Store> App<S> {
         }
     }
 
-    fn now(&self) -> Timestamp {
+    pub(crate) fn now(&self) -> Timestamp {
         self.config.clock.now()
     }
 
@@ -202,7 +209,7 @@ impl<S: Store> App<S> {
         Ok((StatusCode::OK, render::device_item(item)?))
     }
 
-    fn within_body_limit<'b>(&self, body: &'b [u8]) -> Result<&'b [u8], ApiError> {
+    pub(crate) fn within_body_limit<'b>(&self, body: &'b [u8]) -> Result<&'b [u8], ApiError> {
         if body.len() > self.config.max_body_bytes {
             return Err(ApiError::PayloadTooLarge {
                 size: body.len(),
@@ -553,19 +560,6 @@ impl<S: Store> App<S> {
             .map(render::alert)
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
-    }
-
-    async fn ack(&self, id: DeviceId, alert: tidemark_schema::AlertId) -> Result<Reply, ApiError> {
-        match self.store.acknowledge(&id, &alert, self.now()).await? {
-            AckOutcome::Acknowledged(item) => Ok((StatusCode::OK, render::alert(item)?)),
-            AckOutcome::Resolved => Err(ApiError::Conflict(format!(
-                "alert {alert} of device {id} is already resolved; only open alerts can be \
-                 acknowledged"
-            ))),
-            AckOutcome::Missing => Err(ApiError::NotFound(format!(
-                "device {id} has no alert {alert}"
-            ))),
-        }
     }
 
     /// Unresolved alerts fleet-wide (AP6), newest first, from GSI1.

@@ -4,8 +4,10 @@
 //! 400 naming the parameter, unknown routes 404, wrong methods 405, conflicts 409, and store
 //! failures a 500/503 whose details go only to the log. Every route is one GetItem,
 //! BatchGetItem or Query per partition; lists page with signed cursors ([`cursor`]) and read
-//! several partitions in one global order when a list spans them ([`merge`]). The dashboard's
-//! static files are served under `/ui/` ([`ui`]).
+//! several partitions in one global order when a list spans them ([`merge`]). An operator's
+//! writes to an alert (acknowledge, snooze, unsnooze) each update only their own attributes
+//! under a condition ([`store::AlertWriter`]), so they never undo what the pipeline wrote.
+//! The dashboard's static files are served under `/ui/` ([`ui`]).
 
 pub mod config;
 pub mod cursor;

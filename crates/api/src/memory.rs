@@ -14,8 +14,9 @@ use tidemark_schema::{
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AckOutcome, AlertAcker, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice, QuerySpec,
-    QueryStore, ShardWriter, ack_update, alert_state, device_update,
+    AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice,
+    QuerySpec, QueryStore, ShardWriter, Update, ack_update, alert_state, device_update,
+    snooze_update, unsnooze_update,
 };
 
 #[derive(Debug, Default)]
@@ -154,13 +155,16 @@ impl DeviceWriter for MemoryStore {
     }
 }
 
-impl AlertAcker for MemoryStore {
-    async fn acknowledge(
+impl MemoryStore {
+    /// Applies `update` to the alert as the DynamoDB store's condition allows: only to an
+    /// unresolved alert, unless `any_state`.
+    fn update_alert(
         &self,
         device: &DeviceId,
         alert: &AlertId,
-        now: Timestamp,
-    ) -> Result<AckOutcome, StoreError> {
+        update: Update,
+        any_state: bool,
+    ) -> AlertOutcome {
         let k = EntityKey::Alert {
             device: device.clone(),
             alert: alert.clone(),
@@ -168,13 +172,41 @@ impl AlertAcker for MemoryStore {
         .key();
         let mut items = self.lock();
         let Some(item) = items.get_mut(&(k.pk, k.sk)) else {
-            return Ok(AckOutcome::Missing);
+            return AlertOutcome::Missing;
         };
-        if alert_state(item) == Some(tidemark_schema::AlertState::Resolved) {
-            return Ok(AckOutcome::Resolved);
+        if !any_state && alert_state(item) == Some(tidemark_schema::AlertState::Resolved) {
+            return AlertOutcome::Resolved;
         }
-        ack_update(now).apply(item);
-        Ok(AckOutcome::Acknowledged(item.clone()))
+        update.apply(item);
+        AlertOutcome::Updated(item.clone())
+    }
+}
+
+impl AlertWriter for MemoryStore {
+    async fn acknowledge(
+        &self,
+        device: &DeviceId,
+        alert: &AlertId,
+        now: Timestamp,
+    ) -> Result<AlertOutcome, StoreError> {
+        Ok(self.update_alert(device, alert, ack_update(now), false))
+    }
+
+    async fn snooze(
+        &self,
+        device: &DeviceId,
+        alert: &AlertId,
+        until: Timestamp,
+    ) -> Result<AlertOutcome, StoreError> {
+        Ok(self.update_alert(device, alert, snooze_update(until), false))
+    }
+
+    async fn unsnooze(
+        &self,
+        device: &DeviceId,
+        alert: &AlertId,
+    ) -> Result<AlertOutcome, StoreError> {
+        Ok(self.update_alert(device, alert, unsnooze_update(), true))
     }
 }
 

@@ -16,6 +16,8 @@ pub enum Route {
     LatestOfDevices,
     DeviceAlerts,
     AckAlert,
+    SnoozeAlert,
+    UnsnoozeAlert,
     Alerts,
     Aggregates,
     Quarantine,
@@ -43,7 +45,11 @@ impl Scope {
 impl Route {
     pub fn scope(self) -> Scope {
         match self {
-            Route::PutDevice | Route::PutShards | Route::AckAlert => Scope::Write,
+            Route::PutDevice
+            | Route::PutShards
+            | Route::AckAlert
+            | Route::SnoozeAlert
+            | Route::UnsnoozeAlert => Scope::Write,
             Route::Quarantine => Scope::Admin,
             Route::ListDevices
             | Route::GetDevice
@@ -101,6 +107,18 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Method::POST,
         "/devices/{id}/alerts/{alertId}/ack",
         Route::AckAlert,
+        &[],
+    ),
+    (
+        Method::POST,
+        "/devices/{id}/alerts/{alertId}/snooze",
+        Route::SnoozeAlert,
+        &[],
+    ),
+    (
+        Method::DELETE,
+        "/devices/{id}/alerts/{alertId}/snooze",
+        Route::UnsnoozeAlert,
         &[],
     ),
     (
@@ -211,6 +229,11 @@ mod tests {
         );
         let m = resolve(&Method::POST, &segs("/devices/s1/alerts/a1/ack")).unwrap();
         assert_eq!(m.params, vec!["s1".to_string(), "a1".to_string()]);
+        let m = resolve(&Method::DELETE, &segs("/devices/s1/alerts/a1/snooze")).unwrap();
+        assert_eq!(
+            (m.route, m.params),
+            (Route::UnsnoozeAlert, vec!["s1".into(), "a1".into()])
+        );
     }
 
     #[test]

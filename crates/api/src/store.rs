@@ -10,11 +10,16 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
-    AlertId, AlertState, DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key,
-    MetricName, ShardHistory, Threshold, Timestamp, field, keys,
+    DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key, MetricName, ShardHistory,
+    Threshold, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::{Item, StoreError};
+
+mod alerts;
+pub use alerts::{
+    AlertOutcome, AlertWriter, ack_update, alert_state, snooze_update, unsnooze_update,
+};
 
 /// A sort-key condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,24 +215,6 @@ pub trait DeviceWriter {
     ) -> impl Future<Output = Result<PutDevice, StoreError>> + Send;
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum AckOutcome {
-    /// Acknowledged now or earlier; the alert as stored.
-    Acknowledged(Item),
-    /// Already resolved: nothing to acknowledge.
-    Resolved,
-    Missing,
-}
-
-pub trait AlertAcker {
-    fn acknowledge(
-        &self,
-        device: &DeviceId,
-        alert: &AlertId,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<AckOutcome, StoreError>> + Send;
-}
-
 pub trait ShardWriter {
     /// Stores `history` as the shard history of `device` if the stored one is still at
     /// `version` (0: never written), bumping the version; `false` when another change
@@ -242,10 +229,13 @@ pub trait ShardWriter {
 
 /// Everything the handlers use.
 pub trait Store:
-    QueryStore + GetStore + DeviceWriter + AlertAcker + ShardWriter + Send + Sync
+    QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + Send + Sync
 {
 }
-impl<T: QueryStore + GetStore + DeviceWriter + AlertAcker + ShardWriter + Send + Sync> Store for T {}
+impl<T: QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + Send + Sync> Store
+    for T
+{
+}
 
 /// The DynamoDB implementation of every store trait.
 #[derive(Debug, Clone)]
@@ -409,16 +399,19 @@ impl Update {
             values.insert(format!(":n{i}"), v.clone());
             set.push(format!("#n{i} = if_not_exists(#n{i}, :n{i})"));
         }
-        let mut expr = format!("SET {}", set.join(", "));
+        let mut clauses = Vec::new();
+        if !set.is_empty() {
+            clauses.push(format!("SET {}", set.join(", ")));
+        }
         if !self.remove.is_empty() {
             let mut rm = Vec::new();
             for (i, a) in self.remove.iter().enumerate() {
                 names.insert(format!("#r{i}"), (*a).to_owned());
                 rm.push(format!("#r{i}"));
             }
-            expr.push_str(&format!(" REMOVE {}", rm.join(", ")));
+            clauses.push(format!("REMOVE {}", rm.join(", ")));
         }
-        (expr, names, values)
+        (clauses.join(" "), names, values)
     }
 
     /// What DynamoDB does with this update to `item`.
@@ -476,60 +469,6 @@ fn av<T: serde::Serialize + ?Sized>(v: &T) -> Result<AttributeValue, StoreError>
     Ok(serde_dynamo::to_attribute_value(v)?)
 }
 
-/// What acknowledging does to an open alert: `state` becomes `acknowledged`, and
-/// `acknowledgedAt` is set the first time only (rendered by the DynamoDB store, applied by
-/// the in-memory one).
-pub fn ack_update(now: Timestamp) -> Update {
-    Update {
-        set: vec![(field::STATE, s("acknowledged"))],
-        set_if_absent: vec![(field::ACKNOWLEDGED_AT, s(now.to_string()))],
-        remove: Vec::new(),
-    }
-}
-
-impl AlertAcker for DynamoStore {
-    async fn acknowledge(
-        &self,
-        device: &DeviceId,
-        alert: &AlertId,
-        now: Timestamp,
-    ) -> Result<AckOutcome, StoreError> {
-        let key = EntityKey::Alert {
-            device: device.clone(),
-            alert: alert.clone(),
-        }
-        .key();
-        let (expression, mut names, mut values) = ack_update(now).expression();
-        names.insert("#pk".into(), attr::PK.into());
-        names.insert("#st".into(), field::STATE.into());
-        values.insert(":resolved".into(), s("resolved"));
-        let res = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&key)))
-            .condition_expression("attribute_exists(#pk) AND #st <> :resolved")
-            .update_expression(expression)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await
-            .map_err(StoreError::sdk("UpdateItem"));
-        match res {
-            Ok(out) => Ok(AckOutcome::Acknowledged(out.attributes.unwrap_or_default())),
-            Err(e) if e.is_conditional_check_failed() => {
-                // Missing or resolved: one consistent read tells which.
-                Ok(match self.get(key, true).await? {
-                    None => AckOutcome::Missing,
-                    Some(_) => AckOutcome::Resolved,
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-}
-
 impl ShardWriter for DynamoStore {
     async fn replace_shards(
         &self,
@@ -559,15 +498,5 @@ impl ShardWriter for DynamoStore {
             Err(e) if e.is_conditional_check_failed() => Ok(false),
             Err(e) => Err(e),
         }
-    }
-}
-
-/// The state an alert item says it is in (for the fake and for tests).
-pub fn alert_state(item: &Item) -> Option<AlertState> {
-    match item.get(field::STATE).and_then(|v| v.as_s().ok())?.as_str() {
-        "open" => Some(AlertState::Open),
-        "acknowledged" => Some(AlertState::Acknowledged),
-        "resolved" => Some(AlertState::Resolved),
-        _ => None,
     }
 }

@@ -49,6 +49,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("fleet.js", JS),
     asset!("device.js", JS),
     asset!("alerts.js", JS),
+    asset!("alert_item.js", JS),
     asset!("quarantine.js", JS),
     asset!("vendor/uPlot.iife.min.js", JS),
     asset!("vendor/uPlot.min.css", "text/css; charset=utf-8"),

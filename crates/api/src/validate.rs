@@ -1,14 +1,9 @@
 //! Parameter and body validation. Every error names the parameter (or body field path) and
 //! the rule, and is a 400: bad input never reaches DynamoDB and never becomes a 500.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tidemark_schema::{
-    AlertId, DeviceId, DeviceStatus, DeviceType, MAX_METRIC_MAGNITUDE, MIN_METRIC_MAGNITUDE,
-    MetricName, Threshold, Timestamp, is_metric_value,
-};
+use tidemark_schema::{AlertId, DeviceId, DeviceStatus, DeviceType, Timestamp};
 
 use crate::error::ApiError;
 use crate::request::Params;
@@ -21,7 +16,10 @@ pub const MAX_IDS: usize = 100;
 /// Partition queries one `GET /latest` may make in all (a device queries each of its shards
 /// in force over the retention): 100 sharded devices could otherwise fan out to thousands.
 pub const MAX_LATEST_QUERIES: usize = 400;
-pub const MAX_THRESHOLDS: usize = 32;
+pub use thresholds::{MAX_FOR_SECONDS, MAX_THRESHOLDS};
+
+mod thresholds;
+use thresholds::thresholds;
 
 pub fn device_id(raw: &str) -> Result<DeviceId, ApiError> {
     DeviceId::new(raw).map_err(|e| ApiError::bad("id", e.to_string()))
@@ -188,50 +186,6 @@ fn firmware(v: &str) -> Result<String, ApiError> {
     Ok(v.to_owned())
 }
 
-fn thresholds(m: Map<String, Value>) -> Result<BTreeMap<MetricName, Threshold>, ApiError> {
-    if m.len() > MAX_THRESHOLDS {
-        return Err(ApiError::bad(
-            "thresholds",
-            format!("at most {MAX_THRESHOLDS} metrics"),
-        ));
-    }
-    let mut out = BTreeMap::new();
-    for (k, v) in m {
-        let param = format!("thresholds.{k}");
-        let metric = MetricName::new(&k).map_err(|e| ApiError::bad(&param, e.to_string()))?;
-        let t: Threshold = serde_json::from_value(v).map_err(|e| {
-            ApiError::bad(
-                &param,
-                format!("{e}; expected {{\"min\"?: number, \"max\"?: number, \"severity\": info|warning|critical}}"),
-            )
-        })?;
-        if let Some(v) = [t.min, t.max]
-            .into_iter()
-            .flatten()
-            .find(|v| !is_metric_value(*v))
-        {
-            return Err(ApiError::bad(
-                &param,
-                format!(
-                    "{v:e} is outside the range of metric values (0, or a magnitude from \
-                     {MIN_METRIC_MAGNITUDE:e} to {MAX_METRIC_MAGNITUDE:e})"
-                ),
-            ));
-        }
-        match (t.min, t.max) {
-            (None, None) => {
-                return Err(ApiError::bad(&param, "needs min, max, or both"));
-            }
-            (Some(lo), Some(hi)) if lo >= hi => {
-                return Err(ApiError::bad(&param, "min must be below max"));
-            }
-            _ => {}
-        }
-        out.insert(metric, t);
-    }
-    Ok(out)
-}
-
 /// Parses and validates a registration body for device `id`.
 pub fn registration(
     id: DeviceId,
@@ -337,6 +291,57 @@ pub fn shard_change(body: &[u8]) -> Result<ShardChange, ApiError> {
     })
 }
 
+/// A snooze lasts at most this long (an alert silenced for longer should have its
+/// threshold changed instead).
+pub const MAX_SNOOZE_DAYS: i64 = 30;
+
+/// The body of `POST /devices/{id}/alerts/{alertId}/snooze`: `{"until": <RFC 3339>}`, a
+/// time after `now` and at most [`MAX_SNOOZE_DAYS`] after it.
+pub fn snooze_until(body: &[u8], now: Timestamp) -> Result<Timestamp, ApiError> {
+    const SHAPE: &str = "a JSON object {\"until\": \"<RFC 3339 time>\"} is required";
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad("until", format!("required: {SHAPE}")));
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad("body", format!("not JSON ({e}): {SHAPE}")))?;
+    let Value::Object(m) = v else {
+        return Err(ApiError::bad("body", SHAPE));
+    };
+    if let Some(k) = m.keys().find(|k| k.as_str() != "until") {
+        return Err(ApiError::bad(
+            "body",
+            format!("unknown field {k:?}; {SHAPE}"),
+        ));
+    }
+    let raw = match m.get("until") {
+        Some(Value::String(s)) => s,
+        Some(other) => {
+            return Err(ApiError::bad(
+                "until",
+                format!("{other} is not an RFC 3339 time string"),
+            ));
+        }
+        None => return Err(ApiError::bad("until", format!("required: {SHAPE}"))),
+    };
+    let until = Timestamp::parse_rfc3339(raw).map_err(|e| ApiError::bad("until", e.to_string()))?;
+    if until <= now {
+        return Err(ApiError::bad(
+            "until",
+            format!("{until} is not in the future (now is {now})"),
+        ));
+    }
+    let latest = now
+        .plus_millis(MAX_SNOOZE_DAYS * 86_400_000)
+        .unwrap_or(Timestamp::MAX);
+    if until > latest {
+        return Err(ApiError::bad(
+            "until",
+            format!("{until} is more than {MAX_SNOOZE_DAYS} days ahead (at most {latest})"),
+        ));
+    }
+    Ok(until)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +441,39 @@ mod tests {
             ("[]", "body"),
         ] {
             assert_eq!(param_of(reg(body)), param, "{body}");
+        }
+    }
+
+    #[test]
+    fn a_snooze_ends_after_now_and_within_thirty_days() {
+        let now = Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap();
+        let until = |b: &str| snooze_until(b.as_bytes(), now);
+        assert_eq!(
+            until(r#"{"until":"2026-04-20T17:30:00+02:00"}"#).unwrap(),
+            Timestamp::parse_rfc3339("2026-04-20T15:30:00Z").unwrap()
+        );
+        assert!(
+            until(r#"{"until":"2026-05-20T15:00:00Z"}"#).is_ok(),
+            "30 days exactly"
+        );
+        assert!(until(r#"{"until":"2026-04-20T15:00:00.000001Z"}"#).is_ok());
+        for (body, param) in [
+            (r#"{"until":"2026-04-20T15:00:00Z"}"#, "until"),
+            (r#"{"until":"2026-04-20T14:00:00Z"}"#, "until"),
+            (r#"{"until":"2026-05-20T15:00:00.000001Z"}"#, "until"),
+            (r#"{"until":"tomorrow"}"#, "until"),
+            (r#"{"until":1776700800000}"#, "until"),
+            (r#"{"until":null}"#, "until"),
+            (r#"{}"#, "until"),
+            ("", "until"),
+            (r#"{"until":"2026-04-20T16:00:00Z","reason":"x"}"#, "body"),
+            (r#"["2026-04-20T16:00:00Z"]"#, "body"),
+            (r#"{"until":"#, "body"),
+        ] {
+            match until(body) {
+                Err(ApiError::BadRequest { param: p, .. }) => assert_eq!(p, param, "{body}"),
+                other => panic!("{body}: expected a 400, got {other:?}"),
+            }
         }
     }
 }

@@ -157,3 +157,45 @@ async fn each_route_needs_its_scope_read_write_or_admin() {
         assert_eq!(status, want, "{scopes:?}: {body}");
     }
 }
+
+#[tokio::test]
+async fn snoozing_and_unsnoozing_need_the_write_scope_like_acknowledging() {
+    let t = sample_table("api-ev-snooze").await;
+    let app = app(&t);
+    let path = format!(
+        "{}/../../events/apigw-ack-alert.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let ack: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let snooze_path = ack["rawPath"].as_str().unwrap().replace("/ack", "/snooze");
+    let request = |method: &str, scopes: &[&str]| {
+        let mut v = ack.clone();
+        v["rawPath"] = json!(snooze_path);
+        v["requestContext"]["http"]["path"] = json!(snooze_path);
+        v["requestContext"]["http"]["method"] = json!(method);
+        v["requestContext"]["authorizer"]["jwt"]["scopes"] = json!(scopes);
+        if method == "POST" {
+            v["body"] = json!(r#"{"until":"2026-04-20T16:00:00Z"}"#);
+        }
+        lambda_http::request::from_str(&v.to_string()).unwrap()
+    };
+    for method in ["POST", "DELETE"] {
+        let (status, body) = invoke(&app, request(method, &["tidemark/read"])).await;
+        assert_eq!(status, 403, "{method} with a read token: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("tidemark/write")
+        );
+    }
+    let (status, body) = invoke(&app, request("POST", &["tidemark/write"])).await;
+    assert_eq!(
+        (status, body["snoozedUntil"].as_str()),
+        (200, Some("2026-04-20T16:00:00.000000Z")),
+        "{body}"
+    );
+    let (status, body) = invoke(&app, request("DELETE", &["tidemark/write"])).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("snoozedUntil").is_none(), "{body}");
+}

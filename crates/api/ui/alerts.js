@@ -1,8 +1,8 @@
 // Alerts: unresolved alerts fleet-wide (GET /alerts, newest first), grouped by severity,
-// open ones with acknowledge.
+// with acknowledge and snooze.
 import { all } from './api.js';
 import { el } from './charts.js';
-import { alertItem } from './device.js';
+import { alertItem } from './alert_item.js';
 
 const ORDER = ['critical', 'warning', 'info'];
 

@@ -28,23 +28,28 @@ export function setToken(t) {
   else sessionStorage.removeItem(TOKEN_KEY);
 }
 
-/** One call; rejects with ApiError carrying the API's own error message. */
-export async function api(path, { method = 'GET', query = {} } = {}) {
+/** One call (`body`, if any, sent as JSON); rejects with ApiError carrying the API's own error message. */
+export async function api(path, { method = 'GET', query = {}, body } = {}) {
   const url = new URL(base + path, location.origin);
   for (const [k, v] of Object.entries(query)) {
     if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, v);
   }
   const headers = { accept: 'application/json' };
   if (config.auth === 'jwt' && token()) headers.authorization = `Bearer ${token()}`;
-  const r = await fetch(url, { method, headers, cache: 'no-store' });
-  let body = null;
-  try { body = await r.json(); } catch { /* API Gateway's own 401 may be empty */ }
-  if (!r.ok) {
-    const e = body && body.error;
-    throw new ApiError(r.status, e ? e.code : 'http_' + r.status,
-      e ? e.message : (body && body.message) || r.statusText || `HTTP ${r.status}`);
+  const init = { method, headers, cache: 'no-store' };
+  if (body !== undefined) {
+    headers['content-type'] = 'application/json';
+    init.body = JSON.stringify(body);
   }
-  return body;
+  const r = await fetch(url, init);
+  let answer = null;
+  try { answer = await r.json(); } catch { /* API Gateway's own 401 may be empty */ }
+  if (!r.ok) {
+    const e = answer && answer.error;
+    throw new ApiError(r.status, e ? e.code : 'http_' + r.status,
+      e ? e.message : (answer && answer.message) || r.statusText || `HTTP ${r.status}`);
+  }
+  return answer;
 }
 
 /** Every item of a list, following cursors, up to `maxItems`. */

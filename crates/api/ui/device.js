@@ -1,4 +1,5 @@
-// Device: a range picker, one chart per metric, the device's alerts with acknowledge.
+// Device: a range picker, one chart per metric with its threshold, the device's alerts with
+// acknowledge and snooze.
 //
 // The rule for what a chart draws (MAX_POINTS = 1000 per chart, about a laptop chart's width
 // in pixels and the API's largest page):
@@ -9,7 +10,8 @@
 //   3. otherwise it draws the hourly rollups.
 // Rollups draw as an average line inside a min–max band.
 import { api, all, enc } from './api.js';
-import { el, ms, ago, num, time, severityBadge, stateBadge, metricChart } from './charts.js';
+import { el, ms, ago, num, metricChart } from './charts.js';
+import { alertItem } from './alert_item.js';
 
 export const MAX_POINTS = 1000;
 const HOUR = 3600e3;
@@ -133,7 +135,9 @@ export async function render(out, route, { navigate, refresh }) {
     boxes.push([box, name]);
     charts.append(el('section', {
       class: 'chart', dataset: { metric: name, points: m.xs.length, min: m.lo, max: m.hi, resolution: series.resolution },
-    }, el('h3', {}, name, el('small', {}, `${m.xs.length} ${series.resolution === 'raw' ? 'readings' : series.resolution + ' buckets'} · min ${num(m.lo)} · max ${num(m.hi)}`)), box));
+    }, el('h3', {}, name, el('small', {}, `${m.xs.length} ${series.resolution === 'raw' ? 'readings' : series.resolution + ' buckets'} · min ${num(m.lo)} · max ${num(m.hi)}`)),
+    thresholds[name] ? el('p', { class: 'threshold', dataset: { metric: name } }, thresholdText(thresholds[name])) : '',
+    box));
   }
   out.append(names.length ? charts : el('div', { class: 'panel empty' }, 'No readings in this range.'));
 
@@ -166,24 +170,13 @@ function thresholdOf(alerts, metric) {
   return { [rule]: a.threshold, severity: a.severity };
 }
 
-/** One alert with its acknowledge button (open alerts only); shared with the Alerts page. */
-export function alertItem(al, refresh, { showDevice = false } = {}) {
-  const ack = el('button', { class: 'primary', dataset: { ack: al.alertId } }, 'Acknowledge');
-  ack.addEventListener('click', async () => {
-    ack.disabled = true;
-    ack.textContent = 'Acknowledging…';
-    try {
-      await api(`/devices/${enc(al.deviceId)}/alerts/${enc(al.alertId)}/ack`, { method: 'POST' });
-    } catch (e) {
-      ack.textContent = `Failed: ${e.message}`;
-      return;
-    }
-    await refresh();
-  });
-  return el('li', { dataset: { alert: al.alertId, state: al.state } },
-    severityBadge(al.severity), stateBadge(al.state),
-    showDevice ? el('a', { class: 'id', href: `#/device/${encodeURIComponent(al.deviceId)}` }, al.deviceId) : '',
-    el('span', { class: 'msg' }, al.message, el('span', { class: 'muted' }, ` · peak ${num(al.value)}, threshold ${num(al.threshold)}`)),
-    el('span', {}, 'opened ', time(al.openedAt), al.resolvedAt ? [' · resolved ', time(al.resolvedAt)] : ''),
-    al.state === 'open' ? ack : '');
+const seconds = (s) => (s % 3600 === 0 ? `${s / 3600} h` : s % 60 === 0 ? `${s / 60} min` : `${s} s`);
+
+/** A threshold in words: "critical above 30 or below -5 for 2 min; resolves 1.5 back inside". */
+export function thresholdText(t) {
+  const bounds = [typeof t.max === 'number' && `above ${num(t.max)}`, typeof t.min === 'number' && `below ${num(t.min)}`]
+    .filter(Boolean).join(' or ');
+  const lasting = t.forSeconds ? ` for ${seconds(t.forSeconds)}` : '';
+  const band = t.deadband ? `; resolves ${num(t.deadband)} back inside` : '';
+  return `Alert: ${t.severity} ${bounds}${lasting}${band}`;
 }

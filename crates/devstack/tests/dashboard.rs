@@ -72,9 +72,9 @@ fn reading(device: &str, at: Timestamp, temperature: f64, battery: f64) -> Vec<u
     .into_bytes()
 }
 
-/// The records the stack is seeded with: the wave device, two devices whose newest reading
-/// breaches the critical threshold (one for the fleet page, one to acknowledge), a calm
-/// device, and two records ingest must quarantine (text and binary).
+/// The records the stack is seeded with: the wave device, three devices whose newest reading
+/// breaches the critical threshold (one for the fleet page, one to acknowledge, one to
+/// snooze), a calm device, and two records ingest must quarantine (text and binary).
 /// (partition key, record data) for Kinesis.
 type Record = (String, Vec<u8>);
 
@@ -90,7 +90,12 @@ fn records(now: Timestamp) -> (Vec<Record>, Vec<(Timestamp, f64)>) {
         wave.push((at, t));
         out.push(("dash_wave".to_owned(), reading("dash_wave", at, t, 90.0)));
     }
-    for (device, last) in [("dash_hot", 40.5), ("dash_ack", 41.0), ("dash_calm", 21.0)] {
+    for (device, last) in [
+        ("dash_hot", 40.5),
+        ("dash_ack", 41.0),
+        ("dash_snooze", 42.0),
+        ("dash_calm", 21.0),
+    ] {
         for i in 0..10 {
             let at = now.minus_millis((10 - i) * 60_000).unwrap();
             let t = if i == 9 { last } else { 20.0 + i as f64 / 10.0 };
@@ -141,7 +146,8 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         "PUT",
         "/devices/dash_wave",
         Some(json!({"name": "Cold room wave", "type": "sensor",
-                    "thresholds": {"temperature": {"max": 30, "severity": "warning"}}})),
+                    "thresholds": {"temperature": {"max": 30, "severity": "warning",
+                                                   "deadband": 0.5, "forSeconds": 120}}})),
     )
     .await;
     assert_eq!(status, 201);
@@ -198,7 +204,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         let open = alerts["items"].as_array().map_or(0, Vec::len);
         let (_, quarantined) = call(api, "GET", "/quarantine", None).await;
         let bad = quarantined["items"].as_array().map_or(0, Vec::len);
-        if counted == WAVE_READINGS as u64 && open >= 2 && bad == 2 {
+        if counted == WAVE_READINGS as u64 && open >= 3 && bad == 2 {
             ready = true;
             break;
         }
@@ -286,7 +292,16 @@ fn root_redirects_to_the_dashboard_which_lists_every_device_and_marks_open_criti
     );
     let rows = rows.as_array().unwrap();
     let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["dash_ack", "dash_calm", "dash_hot", "dash_wave"]);
+    assert_eq!(
+        ids,
+        [
+            "dash_ack",
+            "dash_calm",
+            "dash_hot",
+            "dash_snooze",
+            "dash_wave"
+        ]
+    );
     let critical: Vec<&str> = rows
         .iter()
         .filter(|r| r["critical"] == true)
@@ -364,6 +379,15 @@ fn a_range_holding_more_readings_than_a_chart_draws_shows_hourly_rollups() {
         vec![],
     );
     assert_eq!(pressed, "1d");
+    // The device's own threshold, in words, with its deadband and duration.
+    let rule = b.eval(
+        "return document.querySelector('.threshold[data-metric=temperature]')?.innerText;",
+        vec![],
+    );
+    assert_eq!(
+        rule,
+        "Alert: warning above 30 for 2 min; resolves 0.5 back inside"
+    );
     shot(&b, "device-hourly");
 }
 
@@ -397,6 +421,114 @@ async fn acknowledging_an_alert_in_the_page_acknowledges_it_through_the_api() {
         .unwrap();
     assert_eq!(acked["state"], "acknowledged");
     assert!(acked["acknowledgedAt"].is_string(), "{acked}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snoozing_an_alert_in_the_page_snoozes_it_for_the_chosen_hours_and_unsnooze_ends_it() {
+    let s = stack();
+    let api = s.api;
+    let (_, before) = call(api, "GET", "/devices/dash_snooze/alerts", None).await;
+    let alert = before["items"][0].clone();
+    assert_eq!(alert["state"], "open", "{before}");
+    assert!(alert.get("snoozedUntil").is_none(), "{alert}");
+    let id = alert["alertId"].as_str().unwrap().to_owned();
+    let clicked_at = Timestamp::now();
+    // WHEN "Snooze 1 h" is clicked on the fleet-wide alerts page (where another device's
+    // alert, opened at the same instant, has the same ID: alert IDs are per device)
+    let (shown, id) = tokio::task::spawn_blocking(move || {
+        let (_one, b) = browser(1280, 1000);
+        open(&b, api, "alerts");
+        let row = format!("li[data-device='dash_snooze'][data-alert='{id}']");
+        b.click(&format!("{row} button[data-snooze][data-hours='1']"));
+        // THEN the alert shows as snoozed, with its time, and offers Unsnooze
+        let li = format!("document.querySelector(\"{row}\")");
+        b.wait_for(&format!("{li}?.dataset.snoozed === 'true'"), WAIT);
+        let shown = b.eval(
+            &format!(
+                "const li = {li}; return {{state: li.dataset.state, \
+                 badge: li.querySelector('.state-snoozed').innerText, \
+                 until: li.querySelector('.state-snoozed').dataset.until, \
+                 unsnooze: !!li.querySelector('button[data-unsnooze]'), \
+                 snooze: !!li.querySelector('button[data-snooze]')}};"
+            ),
+            vec![],
+        );
+        shot(&b, "alerts-snoozed");
+        (shown, id)
+    })
+    .await
+    .unwrap();
+    assert_eq!(shown["state"], "open", "snoozing leaves the state alone");
+    assert!(
+        shown["badge"]
+            .as_str()
+            .unwrap()
+            .starts_with("snoozed until "),
+        "{shown}"
+    );
+    assert_eq!(
+        (&shown["unsnooze"], &shown["snooze"]),
+        (&json!(true), &json!(false)),
+        "Unsnooze offered, Snooze not"
+    );
+    // AND the API has it snoozed for an hour from the click
+    let (_, after) = call(api, "GET", "/devices/dash_snooze/alerts", None).await;
+    let stored = after["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["alertId"] == id.as_str())
+        .unwrap()
+        .clone();
+    let until = Timestamp::parse_rfc3339(
+        stored["snoozedUntil"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not snoozed: {after}")),
+    )
+    .unwrap();
+    // AND only this device's alert: the other device's same-instant alert is untouched
+    let (_, hot) = call(api, "GET", "/devices/dash_hot/alerts", None).await;
+    assert!(
+        hot["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a.get("snoozedUntil").is_none()),
+        "{hot}"
+    );
+    assert_eq!(shown["until"], stored["snoozedUntil"]);
+    let hour = 3_600_000;
+    assert!(
+        until >= clicked_at.plus_millis(hour - 60_000).unwrap()
+            && until <= Timestamp::now().plus_millis(hour + 60_000).unwrap(),
+        "snoozed until {until}, clicked at {clicked_at}"
+    );
+    // WHEN Unsnooze is clicked on the device page THEN the snooze is gone, in the page and
+    // in the API, and Snooze is offered again
+    let id = tokio::task::spawn_blocking(move || {
+        let (_one, b) = browser(1280, 1000);
+        open(&b, api, "device/dash_snooze?range=1h");
+        b.click(&format!("button[data-unsnooze='{id}']"));
+        b.wait_for(
+            &format!(
+                "document.querySelector(\"li[data-alert='{id}']\")?.dataset.snoozed === 'false' \
+                 && !!document.querySelector(\"button[data-snooze='{id}']\")"
+            ),
+            WAIT,
+        );
+        id
+    })
+    .await
+    .unwrap();
+    let (_, last) = call(api, "GET", "/devices/dash_snooze/alerts", None).await;
+    let stored = last["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["alertId"] == id.as_str())
+        .unwrap();
+    assert!(stored.get("snoozedUntil").is_none(), "{stored}");
+    assert_eq!(stored["state"], "open");
 }
 
 #[test]

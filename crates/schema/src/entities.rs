@@ -49,6 +49,7 @@ pub mod field {
     pub const THRESHOLD: &str = "threshold";
     pub const OPENED_AT: &str = "openedAt";
     pub const ACKNOWLEDGED_AT: &str = "acknowledgedAt";
+    pub const SNOOZED_UNTIL: &str = "snoozedUntil";
 }
 
 /// A reading as devices send it and the API returns it (after validation).
@@ -826,7 +827,7 @@ mod tests {
             last_breach_at: t,
             acknowledged_at: None,
             resolved_at: Some(t),
-            snoozed_until: None,
+            snoozed_until: Some(t),
         };
         let v = serde_json::to_value(&a).unwrap();
         for f in [
@@ -835,6 +836,7 @@ mod tests {
             field::BREACH_COUNT,
             field::LAST_BREACH_AT,
             field::RESOLVED_AT,
+            field::SNOOZED_UNTIL,
         ] {
             assert!(v.get(f).is_some(), "alert item has no {f}: {v}");
         }
@@ -872,7 +874,7 @@ mod tests {
             last_breach_at: d.created_at,
             acknowledged_at: Some(d.created_at),
             resolved_at: None,
-            snoozed_until: None,
+            snoozed_until: Some(d.created_at),
         };
         let dv = serde_json::to_value(&d).unwrap();
         let av = serde_json::to_value(&a).unwrap();

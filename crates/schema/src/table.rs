@@ -116,6 +116,7 @@ pub const TABLE: TableDefinition = TableDefinition {
             field::OPENED_AT,
             field::LAST_BREACH_AT,
             field::ACKNOWLEDGED_AT,
+            field::SNOOZED_UNTIL,
         ],
     }],
     ttl_attribute: attr::TTL,
