@@ -23,7 +23,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use serde_json::{Value, json};
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::Timestamp;
 use tidemark_testkit::browser::Browser;
 use tidemark_testkit::{TestStream, TestTable, services, unique_name, workspace_root};
@@ -155,7 +155,7 @@ async fn main() {
         ingest: mapping("ingest"),
         aggregator: mapping("aggregator"),
         default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),
-        alerts: None,
+        alerts: Some(AlertsConfig::ephemeral(mapping("alerts"))),
     })
     .await
     .expect("pipeline starts");

@@ -33,6 +33,8 @@ const TARGET: &str = "AWSEvents.PutEvents";
 #[derive(Debug, Default)]
 pub struct EventLog {
     events: Mutex<Vec<Value>>,
+    /// When each event arrived (same order), for `make run`'s alert latency.
+    arrivals: Mutex<Vec<std::time::Instant>>,
     file: Option<PathBuf>,
     ids: AtomicU64,
 }
@@ -49,6 +51,18 @@ impl EventLog {
     /// Every event received so far, as delivered to a rule target.
     pub async fn events(&self) -> Vec<Value> {
         self.events.lock().await.clone()
+    }
+
+    /// The events from the `from`-th on, each with the instant it arrived.
+    pub async fn since(&self, from: usize) -> Vec<(std::time::Instant, Value)> {
+        let events = self.events.lock().await;
+        let arrivals = self.arrivals.lock().await;
+        arrivals
+            .iter()
+            .zip(events.iter())
+            .skip(from)
+            .map(|(t, e)| (*t, e.clone()))
+            .collect()
     }
 
     async fn record(&self, event: Value) {
@@ -80,7 +94,9 @@ impl EventLog {
                 tracing::warn!(file = %path.display(), error = %e, "event not appended");
             }
         }
-        self.events.lock().await.push(event);
+        let mut events = self.events.lock().await;
+        self.arrivals.lock().await.push(std::time::Instant::now());
+        events.push(event);
     }
 
     /// Answers one `PutEvents` body: per entry an `EventId` or an error.

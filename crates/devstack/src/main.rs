@@ -137,12 +137,17 @@ async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
         });
         let kinesis = cfg.kinesis().await;
         let stats = Arc::new(SimStats::default());
+        let alerts = pipeline
+            .events
+            .clone()
+            .map(|log| alert_latency(log, stats.clone(), stop.clone()));
         sim_task = Some(tokio::spawn(simulator::run(
             sim_cfg,
             kinesis,
             cfg.stream.clone(),
             stats,
             Some(progress),
+            alerts,
             stop.clone(),
         )));
     }
@@ -203,9 +208,65 @@ async fn simulate(cfg: LocalConfig) -> Result<(), DevstackError> {
         cfg.stream.clone(),
         Arc::new(SimStats::default()),
         None,
+        None,
         stop,
     )
     .await
+}
+
+/// The alerts part of the simulator's progress line: alerts opened, and the time from a
+/// breaching reading going into Kinesis to its `opened` event at the local endpoint (the
+/// simulator's send instant against the event's arrival), over the last 200 alerts.
+fn alert_latency(
+    log: Arc<tidemark_devstack::event_bus::EventLog>,
+    stats: Arc<SimStats>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> simulator::AlertProgress {
+    let line: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let out = line.clone();
+    tokio::spawn(async move {
+        let (mut seen, mut opened) = (0usize, 0u64);
+        let mut recent: std::collections::VecDeque<f64> = Default::default();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                _ = stop.changed() => return,
+            }
+            let new = log.since(seen).await;
+            seen += new.len();
+            for (arrived, e) in new {
+                let d = &e["detail"];
+                if d["change"] != "opened" {
+                    continue;
+                }
+                opened += 1;
+                let at = d["openedAt"]
+                    .as_str()
+                    .and_then(|t| tidemark_schema::Timestamp::parse_rfc3339(t).ok());
+                let sent = at.and_then(|at| stats.sent_at(d["deviceId"].as_str()?, at));
+                if let Some(sent) = sent {
+                    recent.push_back(arrived.saturating_duration_since(sent).as_secs_f64());
+                    if recent.len() > 200 {
+                        recent.pop_front();
+                    }
+                }
+            }
+            let mut v: Vec<f64> = recent.iter().copied().collect();
+            v.sort_by(f64::total_cmp);
+            let pct = |p: f64| v[((p * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
+            let text = if v.is_empty() {
+                format!("alerts {opened} opened")
+            } else {
+                format!(
+                    "alerts {opened} opened · breach→event p50 {:.1} s p99 {:.1} s",
+                    pct(0.5),
+                    pct(0.99)
+                )
+            };
+            *line.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+        }
+    });
+    Arc::new(move || out.lock().unwrap_or_else(|e| e.into_inner()).clone())
 }
 
 fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Option<&SimConfig>) {

@@ -327,6 +327,9 @@ impl Fleet {
 /// Counters of a running simulator.
 #[derive(Debug, Default)]
 pub struct SimStats {
+    /// When each reading of the last few minutes was sent, by (device, timestamp): what
+    /// `make run`'s alert latency is measured from.
+    sent_at: std::sync::Mutex<std::collections::HashMap<(String, Timestamp), std::time::Instant>>,
     pub records: AtomicU64,
     pub readings: AtomicU64,
     pub duplicates: AtomicU64,
@@ -335,7 +338,31 @@ pub struct SimStats {
 }
 
 impl SimStats {
+    /// When the reading of `device` at `at` went into Kinesis, if it was sent in the last
+    /// five minutes.
+    pub fn sent_at(&self, device: &str, at: Timestamp) -> Option<std::time::Instant> {
+        let sent = self.sent_at.lock().unwrap_or_else(|e| e.into_inner());
+        sent.get(&(device.to_owned(), at)).copied()
+    }
+
     fn count(&self, batch: &[Outgoing]) {
+        let now = std::time::Instant::now();
+        {
+            let mut sent = self.sent_at.lock().unwrap_or_else(|e| e.into_inner());
+            sent.retain(|_, t| now.duration_since(*t) < Duration::from_secs(300));
+            for o in batch {
+                if let RecordKind::Readings(rs) = &o.kind {
+                    for r in rs {
+                        let at = r["timestamp"]
+                            .as_str()
+                            .and_then(|t| Timestamp::parse_rfc3339(t).ok());
+                        if let (Some(d), Some(at)) = (r["deviceId"].as_str(), at) {
+                            sent.entry((d.to_owned(), at)).or_insert(now);
+                        }
+                    }
+                }
+            }
+        }
         for o in batch {
             self.records.fetch_add(1, Ordering::Relaxed);
             match &o.kind {
@@ -430,6 +457,9 @@ pub fn expected_readings(sent: &[Outgoing]) -> BTreeMap<(String, String), Value>
 /// Where progress lines get the pipeline's side from (records the ingest mapping has taken).
 pub type Progress = Arc<dyn Fn() -> Option<(u64, i64)> + Send + Sync>;
 
+/// The alerts part of a progress line (`make run` measures it from the event log).
+pub type AlertProgress = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// Runs the fleet in real time until `shutdown`, printing progress every few seconds.
 /// `pipeline` (optional) returns (records ingested, arrival ms of the newest one).
 pub async fn run(
@@ -438,6 +468,7 @@ pub async fn run(
     stream: String,
     stats: Arc<SimStats>,
     pipeline: Option<Progress>,
+    alerts: Option<AlertProgress>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), DevstackError> {
     let mut fleet = Fleet::new(cfg, Timestamp::now());
@@ -459,10 +490,12 @@ pub async fn run(
         }
         if last_print.elapsed() >= Duration::from_secs(5) {
             last_print = std::time::Instant::now();
-            eprintln!(
-                "{}",
-                progress_line(&stats, started.elapsed(), pipeline.as_ref())
-            );
+            let mut line = progress_line(&stats, started.elapsed(), pipeline.as_ref());
+            if let Some(a) = alerts.as_ref().and_then(|a| a()) {
+                line.push_str(" | ");
+                line.push_str(&a);
+            }
+            eprintln!("{line}");
         }
     }
     Ok(())

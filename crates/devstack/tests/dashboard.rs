@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::{Period, Timestamp};
 use tidemark_testkit::browser::{Browser, screenshot_dir};
 use tidemark_testkit::{TestStream, TestTable, services, unique_name};
@@ -136,7 +136,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_thresholds: THRESHOLDS.into(),
-        alerts: None,
+        alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
     })
     .await
     .unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::Timestamp;
 use tidemark_testkit::{TestStream, TestTable, services};
 
@@ -46,7 +46,7 @@ async fn start(label: &str) -> Running {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_thresholds: "{}".into(),
-        alerts: None,
+        alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
     })
     .await
     .unwrap();

@@ -13,7 +13,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::{MappingConfig, read_on_failure_records};
-use tidemark_devstack::pipeline::{Pipeline, PipelineConfig};
+use tidemark_devstack::pipeline::{AlertsConfig, Pipeline, PipelineConfig};
 use tidemark_schema::{EntityKey, ReadingItem, Timestamp};
 use tidemark_testkit::{Fault, FaultProxy, TestStream, TestTable, rollups, services, unique_name};
 
@@ -132,7 +132,11 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
         api_port: 0,
         ingest: tune(base.ingest.clone(), 300, "ingest"),
         aggregator: tune(base.aggregator.clone(), 1_000, "aggregator"),
-        alerts: None,
+        alerts: Some(AlertsConfig::ephemeral(tune(
+            base.alerts.clone().expect("the alerts mapping").mapping,
+            1_000,
+            "alerts",
+        ))),
         ..base
     };
     let pipeline = Pipeline::start(cfg).await.unwrap();

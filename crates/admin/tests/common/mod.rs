@@ -9,7 +9,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::{EntityKey, ReadingItem, Timestamp};
 use tidemark_testkit::{TestStream, TestTable, rollups, services, unique_name};
 
@@ -63,7 +63,7 @@ impl Stack {
             ingest: quick("ingest", 200),
             aggregator: quick("aggregator", 500),
             default_thresholds: "{}".into(),
-            alerts: None,
+            alerts: Some(AlertsConfig::ephemeral(quick("alerts", 500))),
         })
         .await
         .unwrap()
