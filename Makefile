@@ -95,6 +95,6 @@ heat:
 bench:
 	scripts/services.sh start
 	$(CARGO) run --release -p tidemark-bench -- $(BENCH_ARGS)
-	$(CARGO) run --release -p tidemark-devstack --example alert_latency
+	$(CARGO) run --release -p tidemark-bench --example alert_latency
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed

@@ -53,6 +53,9 @@ impl Default for ScanLimits {
     }
 }
 
+/// The first backward page: a few readings, since the anchor is usually among the newest.
+const FIRST_PAGE: usize = 16;
+
 /// The stored state as a fold's starting phase (when no anchor could be found).
 fn phase_of(stored: Option<&AlertSlot>) -> Phase {
     match stored {
@@ -89,6 +92,8 @@ pub async fn derive<S: ReadingStore>(
         .unwrap_or(Timestamp::MIN);
     let mut hi = top; // exclusive
     let mut scanned: u64 = 0;
+    // The anchor is most often the reading just before: start with a small page and grow.
+    let mut size = FIRST_PAGE.min(limits.page);
     let mut truncated = false;
     while open.iter().any(|o| *o) {
         if scanned >= limits.max_back {
@@ -98,9 +103,7 @@ pub async fn derive<S: ReadingStore>(
         let Some(last) = hi.pred().filter(|l| *l >= floor) else {
             break;
         };
-        let page = store
-            .readings_page(device, floor, last, true, limits.page)
-            .await?;
+        let page = store.readings_page(device, floor, last, true, size).await?;
         scanned += page.len() as u64;
         for (at, metrics) in &page {
             for (i, n) in needs.iter().enumerate() {
@@ -116,7 +119,10 @@ pub async fn derive<S: ReadingStore>(
             }
         }
         match page.last() {
-            Some((oldest, _)) if page.len() >= limits.page => hi = *oldest,
+            Some((oldest, _)) if page.len() >= size => {
+                hi = *oldest;
+                size = (size * 4).min(limits.page);
+            }
             _ => {
                 // Nothing older: the walk reached the first reading (or the horizon).
                 break;
