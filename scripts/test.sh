@@ -41,12 +41,16 @@ else
   # `rustup target add` calls race each other.
   rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
   make --no-print-directory build
-  for fn in IngestFunction AggregatorFunction ApiFunction; do
-    bin=".aws-sam/build/$fn/bootstrap"
-    [[ -x "$bin" ]] || { echo "sam build produced no $bin" >&2; exit 1; }
+  # Each function's artifact directory comes from the built template: with SAM's build
+  # performance feature (`--beta-features`) the aggregator's two functions share one build,
+  # under `AggregatorFunction-Shared`, instead of a copy per function.
+  for fn in IngestFunction AggregatorFunction AlertFunction ApiFunction; do
+    dir="$("$(scripts/sam-tools.sh)/python" scripts/built_code_uri.py "$fn")"
+    bin=".aws-sam/build/$dir/bootstrap"
+    [[ -x "$bin" ]] || { echo "sam build produced no $bin for $fn" >&2; exit 1; }
     head -c 20 "$bin" | od -An -tx1 | tr -d ' \n' | grep -q '^7f454c46020101.\{22\}b700' \
       || { echo "$bin is not an arm64 ELF executable" >&2; exit 1; }
-    echo "$bin: arm64 ELF, $(stat -c %s "$bin") bytes"
+    echo "$fn: $bin: arm64 ELF, $(stat -c %s "$bin") bytes"
   done
 
   # The same build under `sam local invoke` and `sam local start-api`, in Docker (arm64
