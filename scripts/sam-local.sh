@@ -293,8 +293,10 @@ say "ok: AlertFunction's event reached the local PutEvents endpoint"
 invoke AlertFunction "$EVENTS/ddb-stream-alert-opened.json" "$NO_FAILURES" "the same record again"
 [[ "$(grep -c . "$EVENTS_FILE")" == 1 ]] || die "AlertFunction: a replayed record published again"
 say "ok: AlertFunction: a replayed record publishes nothing"
+# Devices are registered by the alerts role (it owns the device item), from the readings.
+invoke AlertFunction "$EVENTS/ddb-stream-readings.json" "$NO_FAILURES" "readings evaluated, devices registered"
 invoke ApiFunction "$EVENTS/apigw-get-device.json" \
-  'r["statusCode"] == 200 and json.loads(r["body"])["deviceId"] == "sensor_01"' "200 with the device the aggregator registered"
+  'r["statusCode"] == 200 and json.loads(r["body"])["deviceId"] == "sensor_01"' "200 with the device the alerts role registered"
 sam local generate-event apigateway http-api-proxy >"$WORK/generated-http.json"
 invoke ApiFunction "$WORK/generated-http.json" \
   'r["statusCode"] == 404 and "error" in json.loads(r["body"])' "a JSON 404 for SAM's sample path"
