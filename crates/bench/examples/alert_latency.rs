@@ -14,6 +14,7 @@
 //! of the event log that shows its `opened` event. The target (p99 under 10 s) is reported,
 //! never asserted. Like `make bench`, it runs on a DynamoDB Local of its own: the shared one
 //! slows down after a long test run and would be measured instead of Tidemark.
+//! `ALERT_LATENCY_TRACE=1` prints the mappings' progress while it runs (to see where time goes).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
