@@ -8,8 +8,7 @@ use common::*;
 use tidemark_aggregator::config::{Role, parse_thresholds};
 use tidemark_aggregator::{Aggregator, AggregatorConfig};
 use tidemark_schema::{
-    AlertItem, AlertState, DeviceItem, DeviceStatus, ReadingItem, ShardConfigItem, ShardHistory,
-    SlotMode, Timestamp,
+    AlertItem, AlertState, DeviceItem, DeviceStatus, ReadingItem, ShardHistory, SlotMode, Timestamp,
 };
 use tidemark_testkit::TestTable;
 
@@ -90,15 +89,7 @@ async fn a_one_reading_spike_on_a_four_shard_device_is_never_missed() {
     let h = ShardHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 4)
         .unwrap();
-    t.client
-        .put_item()
-        .table_name(&t.name)
-        .set_item(Some(
-            tidemark_store::to_item(&ShardConfigItem::new(&d, h.clone())).unwrap(),
-        ))
-        .send()
-        .await
-        .unwrap();
+    put_shard_history(&t, &d, &h).await;
     let mut s = StreamSim::new(1);
     // GIVEN 4 rounds of 40 readings over the 4 shards, one spike per round at a different
     // position, each shard's records in its own invocation, all four at once

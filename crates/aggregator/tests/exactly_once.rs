@@ -10,7 +10,7 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tidemark_schema::{DeviceId, ReadingItem, ShardConfigItem, ShardHistory, Timestamp};
+use tidemark_schema::{DeviceId, ReadingItem, ShardHistory, Timestamp};
 use tidemark_testkit::TestTable;
 
 /// One generated reading: device index, seconds after the base time, value in quarters
@@ -84,15 +84,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     let hot = ShardHistory::default()
         .with_change(ts("2026-01-01T00:00:00Z"), 2)
         .unwrap();
-    t.client
-        .put_item()
-        .table_name(&t.name)
-        .set_item(Some(
-            tidemark_store::to_item(&ShardConfigItem::new(&devices[0], hot.clone())).unwrap(),
-        ))
-        .send()
-        .await
-        .unwrap();
+    put_shard_history(t, &devices[0], &hot).await;
     let item = |g: &Gen, q: i32| {
         let at = base().plus_millis(g.second * 1000).unwrap();
         let shard = if g.device == 0 {

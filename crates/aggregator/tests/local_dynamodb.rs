@@ -10,8 +10,8 @@ use common::*;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
-    AlertState, DeviceItem, DeviceStatus, MetricName, Period, Severity, ShardConfigItem,
-    ShardHistory, Threshold, keys,
+    AlertState, DeviceItem, DeviceStatus, MetricName, Period, Severity, ShardHistory, Threshold,
+    keys,
 };
 use tidemark_testkit::TestTable;
 
@@ -254,15 +254,7 @@ async fn a_hot_device_correction_reads_its_shard_partitions() {
     let h = ShardHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 4)
         .unwrap();
-    t.client
-        .put_item()
-        .table_name(&t.name)
-        .set_item(Some(
-            tidemark_store::to_item(&ShardConfigItem::new(&d, h.clone())).unwrap(),
-        ))
-        .send()
-        .await
-        .unwrap();
+    put_shard_history(&t, &d, &h).await;
     let mut rs: Vec<_> = (0..12)
         .map(|i| {
             let at = ts("2026-04-20T14:00:00Z").plus_millis(i * 1000).unwrap();
@@ -458,15 +450,7 @@ async fn two_concurrent_invocations_for_one_device_stay_exact() {
     let h = ShardHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 2)
         .unwrap();
-    t.client
-        .put_item()
-        .table_name(&t.name)
-        .set_item(Some(
-            tidemark_store::to_item(&ShardConfigItem::new(&d, h.clone())).unwrap(),
-        ))
-        .send()
-        .await
-        .unwrap();
+    put_shard_history(&t, &d, &h).await;
     let mut s = StreamSim::new(2);
     let mut all = Vec::new();
     for round in 0..4i64 {

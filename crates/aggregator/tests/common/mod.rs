@@ -319,3 +319,21 @@ pub async fn alerts_of(t: &TestTable, id: &str) -> Vec<AlertItem> {
         .map(|i| tidemark_store::from_item(i).unwrap())
         .collect()
 }
+
+/// Stores `device`'s shard history, as `PUT /devices/{id}/shards` would (a hot device).
+pub async fn put_shard_history(
+    t: &TestTable,
+    device: &DeviceId,
+    h: &tidemark_schema::ShardHistory,
+) {
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(
+            tidemark_store::to_item(&tidemark_schema::ShardConfigItem::new(device, h.clone()))
+                .unwrap(),
+        ))
+        .send()
+        .await
+        .unwrap();
+}
