@@ -19,8 +19,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use serde_json::json;
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_devstack::LocalConfig;
@@ -36,29 +34,11 @@ fn arg(name: &str) -> Option<String> {
 }
 
 async fn put(stream: &TestStream, records: &[(String, serde_json::Value)]) {
-    let entries = records
+    let records: Vec<(String, Vec<u8>)> = records
         .iter()
-        .map(|(pk, v)| {
-            PutRecordsRequestEntry::builder()
-                .partition_key(pk)
-                .data(Blob::new(v.to_string().into_bytes()))
-                .build()
-                .expect("partition key and data are set")
-        })
+        .map(|(pk, v)| (pk.clone(), v.to_string().into_bytes()))
         .collect();
-    let out = stream
-        .client
-        .put_records()
-        .stream_name(&stream.name)
-        .set_records(Some(entries))
-        .send()
-        .await
-        .expect("put records");
-    assert_eq!(
-        out.failed_record_count(),
-        Some(0),
-        "kinesis-mock refused records"
-    );
+    stream.put(&records).await;
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

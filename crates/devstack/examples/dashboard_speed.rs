@@ -18,8 +18,6 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use serde_json::{Value, json};
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
@@ -37,34 +35,6 @@ fn reading(device: &str, at: Timestamp, i: i64) -> Vec<u8> {
            "humidity": 40 + i % 9, "battery": 90})
     .to_string()
     .into_bytes()
-}
-
-async fn put_all(stream: &TestStream, records: &[(String, Vec<u8>)]) {
-    for chunk in records.chunks(500) {
-        let entries = chunk
-            .iter()
-            .map(|(pk, data)| {
-                PutRecordsRequestEntry::builder()
-                    .partition_key(pk)
-                    .data(Blob::new(data.clone()))
-                    .build()
-                    .expect("partition key and data are set")
-            })
-            .collect();
-        let out = stream
-            .client
-            .put_records()
-            .stream_name(&stream.name)
-            .set_records(Some(entries))
-            .send()
-            .await
-            .expect("put records");
-        assert_eq!(
-            out.failed_record_count(),
-            Some(0),
-            "kinesis-mock refused records"
-        );
-    }
 }
 
 async fn get(addr: SocketAddr, path: &str) -> Value {
@@ -178,7 +148,7 @@ async fn main() {
         records.push(("week_0001".into(), reading("week_0001", at, i)));
     }
     let t0 = Instant::now();
-    put_all(&stream, &records).await;
+    stream.put(&records).await;
     let total = records.len() as u64;
     let from = now
         .minus_millis(8 * 86_400_000)

@@ -231,6 +231,38 @@ impl TestStream {
         }
         panic!("stream {name} did not become active");
     }
+
+    /// Puts `(partition key, data)` records, 500 a call (Kinesis' limit); panics on any
+    /// refused record (a benchmark or test cannot go on without them).
+    pub async fn put(&self, records: &[(String, Vec<u8>)]) {
+        use aws_sdk_kinesis::primitives::Blob;
+        use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+        for chunk in records.chunks(500) {
+            let entries = chunk
+                .iter()
+                .map(|(pk, data)| {
+                    PutRecordsRequestEntry::builder()
+                        .partition_key(pk)
+                        .data(Blob::new(data.clone()))
+                        .build()
+                        .expect("partition key and data are set")
+                })
+                .collect();
+            let out = self
+                .client
+                .put_records()
+                .stream_name(&self.name)
+                .set_records(Some(entries))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("put records into {}: {e:?}", self.name));
+            assert_eq!(
+                out.failed_record_count(),
+                Some(0),
+                "kinesis-mock refused records"
+            );
+        }
+    }
 }
 
 impl Drop for TestStream {
