@@ -327,7 +327,9 @@ pub struct AlertItem {
     pub severity: Severity,
     pub state: AlertState,
     pub message: String,
-    /// The most extreme value seen while the alert was open.
+    /// The most extreme breaching value. With `breach_count` and `last_breach_at`, written
+    /// with the alert's state changes: it may lag while the alert stays open, and is exact
+    /// once it resolves.
     pub value: f64,
     pub threshold: f64,
     pub breach_count: u64,
