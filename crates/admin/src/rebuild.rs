@@ -20,8 +20,8 @@
 //!
 //! The aggregator then applies exactly the records after the new watermark. Whole days are
 //! rebuilt (a daily rollup needs all its hours). The device item (`latest`, `lastSeenAt`) and
-//! alerts are left alone: `lastSeenAt` is the alerts' watermark, and moving it would make the
-//! aggregator skip alert evaluation of readings still in the stream; the API's latest readings
+//! alerts are left alone: they belong to the aggregator's alerts role, which derives alert
+//! states again from the stored readings whenever they could change; the API's latest readings
 //! come from the reading partitions, not from the device item. Readings TTL has already
 //! deleted are not in the table any more, so rebuilding a day past retention drops them.
 
