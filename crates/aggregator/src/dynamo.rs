@@ -17,7 +17,9 @@ use tidemark_store::{Item, StoreError, from_item, from_stored, to_item};
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
-use crate::store::{AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written};
+use crate::store::{
+    AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written, first_in_order,
+};
 
 /// The DynamoDB implementation.
 #[derive(Debug, Clone)]
@@ -485,12 +487,7 @@ impl ReadingStore for DynamoStore {
         })
         .await?;
         // Each partition gave its first `limit`; together, the first `limit` of the device.
-        out.sort_by_key(|r| r.0);
-        if newest_first {
-            out.reverse();
-        }
-        out.truncate(limit);
-        Ok(out)
+        Ok(first_in_order(out, newest_first, limit))
     }
 
     async fn summarize(

@@ -200,7 +200,7 @@ impl ReadingStore for FakeStore {
         newest_first: bool,
         limit: usize,
     ) -> Result<BucketReadings, StoreError> {
-        let mut all = {
+        let all = {
             let m = self.readings.lock().unwrap_or_else(|e| e.into_inner());
             m.iter()
                 .filter(|(d, _)| d == device)
@@ -209,11 +209,7 @@ impl ReadingStore for FakeStore {
                 .cloned()
                 .collect::<BucketReadings>()
         };
-        all.sort_by_key(|r| r.0);
-        if newest_first {
-            all.reverse();
-        }
-        all.truncate(limit);
+        let all = crate::store::first_in_order(all, newest_first, limit);
         self.largest_read.fetch_max(all.len(), Ordering::SeqCst);
         Ok(all)
     }

@@ -97,6 +97,28 @@ impl Rig {
         self.agg.store().devices.lock().unwrap()[&device("d1")].clone()
     }
 
+    /// Gives the device item these thresholds (as `PUT /devices/{id}` does), `updated_at` set.
+    fn set_device_thresholds(&self, thresholds: &str, updated_at: Option<Timestamp>) -> DeviceItem {
+        let mut devs = self.agg.store().devices.lock().unwrap();
+        let dev = devs.entry(device("d1")).or_insert_with(|| {
+            DeviceItem::new(device("d1"), tidemark_schema::DeviceStatus::Active, at(0))
+        });
+        dev.thresholds = parse_thresholds(thresholds).unwrap();
+        dev.updated_at = updated_at.or(dev.updated_at);
+        dev.clone()
+    }
+
+    /// Changes the device's thresholds and delivers the device item's MODIFY record.
+    async fn change_thresholds(&self, thresholds: &str, updated_at: Option<Timestamp>) -> Report {
+        let before = self.device();
+        let after = self.set_device_thresholds(thresholds, updated_at);
+        let (_, report) = self
+            .agg
+            .process(&event(vec![device_modify(99, &before, &after)]))
+            .await;
+        report
+    }
+
     fn slot(&self) -> Option<AlertSlot> {
         let devs = self.agg.store().devices.lock().unwrap();
         devs.get(&device("d1"))?.alert_slots.get("t-max").cloned()
@@ -153,31 +175,11 @@ async fn every_reading_of_a_hot_device_is_evaluated_whichever_shard_commits_firs
 async fn removing_a_threshold_resolves_the_alert_it_opened() {
     let r = rig("{}");
     // GIVEN a device with its own threshold and an open alert
-    let mut dev = DeviceItem::new(device("d1"), tidemark_schema::DeviceStatus::Active, at(0));
-    dev.thresholds = parse_thresholds(MAX30).unwrap();
-    r.agg
-        .store()
-        .devices
-        .lock()
-        .unwrap()
-        .insert(device("d1"), dev);
+    r.set_device_thresholds(MAX30, None);
     r.send(&[(10, 35.0)]).await;
     assert_eq!(r.open_alerts().len(), 1);
     // WHEN the API removes the threshold (the device item's MODIFY reaches the stream)
-    let before = r.device();
-    let mut after = before.clone();
-    after.thresholds.clear();
-    after.updated_at = Some(at(20));
-    r.agg
-        .store()
-        .devices
-        .lock()
-        .unwrap()
-        .insert(device("d1"), after.clone());
-    let (_, report) = r
-        .agg
-        .process(&event(vec![device_modify(99, &before, &after)]))
-        .await;
+    let report = r.change_thresholds("{}", Some(at(20))).await;
     // THEN the alert is resolved at the change and the slot is gone
     assert_eq!(report.alerts_resolved, 1);
     assert!(r.open_alerts().is_empty());
@@ -188,27 +190,10 @@ async fn removing_a_threshold_resolves_the_alert_it_opened() {
 #[tokio::test]
 async fn changing_a_threshold_re_evaluates_its_alert() {
     let r = rig("{}");
-    let mut dev = DeviceItem::new(device("d1"), tidemark_schema::DeviceStatus::Active, at(0));
-    dev.thresholds = parse_thresholds(MAX30).unwrap();
-    r.agg
-        .store()
-        .devices
-        .lock()
-        .unwrap()
-        .insert(device("d1"), dev);
+    r.set_device_thresholds(MAX30, None);
     r.send(&[(10, 35.0)]).await;
     // WHEN the limit is raised above the value
-    let before = r.device();
-    let mut after = before.clone();
-    after.thresholds = parse_thresholds(r#"{"t":{"max":40,"severity":"critical"}}"#).unwrap();
-    r.agg
-        .store()
-        .devices
-        .lock()
-        .unwrap()
-        .insert(device("d1"), after.clone());
-    r.agg
-        .process(&event(vec![device_modify(99, &before, &after)]))
+    r.change_thresholds(r#"{"t":{"max":40,"severity":"critical"}}"#, None)
         .await;
     // THEN the alert of the old limit is resolved and nothing is open under the new one
     assert!(r.open_alerts().is_empty(), "{:?}", r.alerts());
