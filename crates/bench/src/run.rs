@@ -160,12 +160,7 @@ impl Target {
         tidemark_store::dynamodb_client(&ClientSettings::local(self.endpoint())).await
     }
     pub async fn streams(&self) -> aws_sdk_dynamodbstreams::Client {
-        let settings = ClientSettings::local(self.endpoint());
-        let shared = tidemark_store::sdk_config(&settings).await;
-        let conf = aws_sdk_dynamodbstreams::config::Builder::from(&shared)
-            .endpoint_url(self.endpoint())
-            .build();
-        aws_sdk_dynamodbstreams::Client::from_conf(conf)
+        tidemark_devstack::local_streams::client(&self.endpoint()).await
     }
 }
 

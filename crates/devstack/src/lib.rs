@@ -13,6 +13,7 @@ pub mod esm;
 pub mod event_bus;
 pub mod events;
 pub mod http_api;
+pub mod local_streams;
 pub mod pipeline;
 pub mod simulator;
 
@@ -77,12 +78,7 @@ impl LocalConfig {
 
     /// DynamoDB Streams is served on the DynamoDB endpoint.
     pub async fn dynamodb_streams(&self) -> aws_sdk_dynamodbstreams::Client {
-        let shared =
-            tidemark_store::sdk_config(&ClientSettings::local(&self.dynamodb_endpoint)).await;
-        let conf = aws_sdk_dynamodbstreams::config::Builder::from(&shared)
-            .endpoint_url(&self.dynamodb_endpoint)
-            .build();
-        aws_sdk_dynamodbstreams::Client::from_conf(conf)
+        local_streams::client(&self.dynamodb_endpoint).await
     }
 
     pub async fn kinesis(&self) -> aws_sdk_kinesis::Client {

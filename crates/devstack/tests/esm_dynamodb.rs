@@ -10,7 +10,6 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_devstack::esm::{
     DynamoDbStreamSource, FunctionError, Mapping, MappingConfig, StreamHandler,
 };
-use tidemark_store::ClientSettings;
 use tidemark_testkit::{TestTable, services};
 use tokio::sync::watch;
 
@@ -38,13 +37,7 @@ impl StreamHandler for Fake {
 }
 
 async fn streams_client() -> aws_sdk_dynamodbstreams::Client {
-    let endpoint = services().dynamodb_endpoint.clone();
-    let shared = tidemark_store::sdk_config(&ClientSettings::local(endpoint.clone())).await;
-    aws_sdk_dynamodbstreams::Client::from_conf(
-        aws_sdk_dynamodbstreams::config::Builder::from(&shared)
-            .endpoint_url(endpoint)
-            .build(),
-    )
+    tidemark_devstack::local_streams::client(&services().dynamodb_endpoint).await
 }
 
 async fn put(t: &TestTable, pk: &str, sk: &str, v: i64) {
