@@ -1,18 +1,21 @@
 //! The batch writer: writes any number of items, losing none.
 //!
 //! Two kinds of write ([`WriteMode`]): plain puts, 25 a `BatchWriteItem` call (quarantine
-//! items: a resend rewrites the same item), and merges, one conditional write per item (readings:
-//! a second record with the same key must add to the first, not erase it; see [`crate::merge`]).
+//! items: a resend rewrites the same item), and merges (readings: a second record with the same
+//! key must add to the first, not erase it). A merge is first tried as a conditional insert,
+//! 25 a `BatchExecuteStatement` call ([`crate::insert`]); an item whose key is taken is then
+//! merged on its own ([`crate::merge`]).
 //!
-//! DynamoDB accepts at most 25 puts a call, rejects a call that names one key twice, and may
-//! leave part of a call unprocessed (`UnprocessedItems`) without an error. The SDK retries
-//! throttled *calls*, but never unprocessed *items*: that is this module's job. So:
+//! DynamoDB accepts at most 25 items a call, rejects a call that names one key twice, and may
+//! leave part of a call unprocessed (`UnprocessedItems`, or a throttled statement) without an
+//! error. The SDK retries throttled *calls*, but never unprocessed *items*: that is this
+//! module's job. So:
 //!
 //! - items with the same key in one submission are combined before anything is sent (puts: the
 //!   last wins; merges: merged in order), keeping the earliest tag, so a failure is reported
 //!   against the first input that needed the key, and counted;
-//! - puts go out 25 a call, several calls in flight; merges go one a call, many in flight
-//!   (both bounded);
+//! - puts and inserts go out 25 a call, several calls in flight; the one-item merges that
+//!   follow a taken key run several at a time per call (both bounded);
 //! - unprocessed items and retryable errors (throttling, 5xx, timeouts, a contended key) are
 //!   re-sent with exponential backoff and full jitter ([`RetryPolicy`]), for as long as the
 //!   caller's deadline allows rather than a fixed number of times: a Lambda would rather use
@@ -20,7 +23,7 @@
 //! - whatever is still unwritten when time runs out, or fails permanently, comes back in
 //!   [`WriteReport::failed_tags`] so the caller can tell exactly which inputs are durable.
 //!
-//! The writer is generic over [`BatchWriteApi`], two methods, so tests can inject unprocessed
+//! The writer is generic over [`BatchWriteApi`], three methods, so tests can inject unprocessed
 //! items, throttling and persistent failures; the DynamoDB client implements it.
 
 use std::collections::{HashMap, HashSet};
@@ -32,6 +35,7 @@ use futures::StreamExt;
 use tidemark_schema::table::attr;
 use tokio::time::Instant;
 
+pub use crate::insert::Inserted;
 pub use crate::merge::Merged;
 use crate::merge::merge_items;
 pub use crate::retry::{RetryPolicy, is_retryable};
@@ -40,8 +44,8 @@ use crate::{Item, StoreError};
 /// DynamoDB's limit of requests in one `BatchWriteItem`.
 pub const MAX_BATCH_WRITE: usize = 25;
 
-/// Single-item merges in flight for each `BatchWriteItem` call the writer may have in flight:
-/// a merge carries one item where a batch call carries 25.
+/// Single-item merges in flight for each batch call the writer may have in flight: a merge
+/// carries one item where a batch call carries 25.
 pub const MERGES_PER_BATCH_SLOT: usize = 16;
 
 /// A failed write call, and whether re-sending it may succeed.
@@ -72,6 +76,18 @@ pub trait BatchWriteApi: Send + Sync {
         item: Item,
         map_attr: &'static str,
     ) -> impl Future<Output = Result<Merged, BatchCallError>> + Send;
+
+    /// Inserts at most [`MAX_BATCH_WRITE`] items (distinct keys) into `table` in one call, each
+    /// only if no item has its key; one answer per item, in order ([`crate::insert`]). The
+    /// default inserts nothing and sends every item to [`Self::merge_item`]: right, only slower.
+    fn insert_batch(
+        &self,
+        table: &str,
+        items: Vec<Item>,
+    ) -> impl Future<Output = Result<Vec<Inserted>, BatchCallError>> + Send {
+        let _ = table;
+        std::future::ready(Ok(vec![Inserted::Taken; items.len()]))
+    }
 }
 
 impl BatchWriteApi for Client {
@@ -115,6 +131,14 @@ impl BatchWriteApi for Client {
         map_attr: &'static str,
     ) -> Result<Merged, BatchCallError> {
         crate::merge::merge_item(self, table, item, map_attr).await
+    }
+
+    async fn insert_batch(
+        &self,
+        table: &str,
+        items: Vec<Item>,
+    ) -> Result<Vec<Inserted>, BatchCallError> {
+        crate::insert::insert_batch(self, table, items).await
     }
 }
 
@@ -166,11 +190,11 @@ pub struct WriteReport {
     /// Merges whose key already held an item (a same-timestamp record, a correction, or a
     /// resend).
     pub merged: u64,
-    /// Write calls made (`BatchWriteItem` and single-item merges).
+    /// Write calls made (`BatchWriteItem`, `BatchExecuteStatement` and single-item merges).
     pub calls: u64,
     /// Calls that re-sent items (after unprocessed items or a retryable error).
     pub retries: u64,
-    /// Items DynamoDB returned as unprocessed, summed over calls.
+    /// Items DynamoDB returned as unprocessed (or throttled statements), summed over calls.
     pub unprocessed: u64,
     /// Calls that failed with a retryable error (throttling, 5xx, timeout).
     pub throttled: u64,
@@ -184,19 +208,18 @@ impl WriteReport {
     pub fn earliest_failed_tag(&self) -> Option<usize> {
         self.failed_tags.iter().copied().min()
     }
+}
 
-    fn absorb(&mut self, c: ChunkOutcome) {
-        self.written += c.written;
-        self.merged += c.merged;
-        self.calls += c.calls;
-        self.retries += c.retries;
-        self.unprocessed += c.unprocessed;
-        self.throttled += c.throttled;
-        self.failed_tags.extend(c.failed_tags);
-        if c.last_error.is_some() {
-            self.last_error = c.last_error;
+/// Items in calls of at most [`MAX_BATCH_WRITE`], each call of one mode.
+fn chunked(items: Vec<PendingWrite>) -> Vec<Vec<PendingWrite>> {
+    let mut chunks: Vec<Vec<PendingWrite>> = Vec::new();
+    for p in items {
+        match chunks.last_mut() {
+            Some(c) if c.len() < MAX_BATCH_WRITE && c[0].mode == p.mode => c.push(p),
+            _ => chunks.push(vec![p]),
         }
     }
+    chunks
 }
 
 #[derive(Default)]
@@ -209,6 +232,21 @@ struct ChunkOutcome {
     throttled: u64,
     failed_tags: Vec<usize>,
     last_error: Option<String>,
+}
+
+impl ChunkOutcome {
+    fn absorb(&mut self, c: ChunkOutcome) {
+        self.written += c.written;
+        self.merged += c.merged;
+        self.calls += c.calls;
+        self.retries += c.retries;
+        self.unprocessed += c.unprocessed;
+        self.throttled += c.throttled;
+        self.failed_tags.extend(c.failed_tags);
+        if c.last_error.is_some() {
+            self.last_error = c.last_error;
+        }
+    }
 }
 
 /// Writes items to one table through a [`BatchWriteApi`].
@@ -292,28 +330,38 @@ impl<A: BatchWriteApi> BatchWriter<A> {
         let (items, duplicates) = collapse_duplicates(items);
         let (puts, merges): (Vec<_>, Vec<_>) =
             items.into_iter().partition(|p| p.mode == WriteMode::Put);
-        let mut chunks = Vec::with_capacity(puts.len().div_ceil(MAX_BATCH_WRITE));
-        let mut it = puts.into_iter().peekable();
-        while it.peek().is_some() {
-            chunks.push(it.by_ref().take(MAX_BATCH_WRITE).collect::<Vec<_>>());
+        let chunks = chunked(puts)
+            .into_iter()
+            .map(|c| (WriteMode::Put, c))
+            .chain(chunked(merges).into_iter().map(|c| {
+                let mode = c[0].mode;
+                (mode, c)
+            }));
+        let mut total = ChunkOutcome::default();
+        let mut outcomes = futures::stream::iter(chunks)
+            .map(|(mode, chunk)| async move {
+                match mode {
+                    WriteMode::Put => self.write_chunk(chunk, deadline).await,
+                    WriteMode::Merge { .. } => self.insert_chunk(chunk, deadline).await,
+                }
+            })
+            .buffer_unordered(self.max_in_flight);
+        while let Some(c) = outcomes.next().await {
+            total.absorb(c);
         }
-        let mut report = WriteReport {
+        total.failed_tags.sort_unstable();
+        WriteReport {
             submitted,
             duplicates,
-            ..WriteReport::default()
-        };
-        let batches = futures::stream::iter(chunks)
-            .map(|chunk| self.write_chunk(chunk, deadline))
-            .buffer_unordered(self.max_in_flight);
-        let singles = futures::stream::iter(merges)
-            .map(|p| self.write_merge(p, deadline))
-            .buffer_unordered(self.max_in_flight * MERGES_PER_BATCH_SLOT);
-        let mut outcomes = futures::stream::select(batches, singles);
-        while let Some(c) = outcomes.next().await {
-            report.absorb(c);
+            written: total.written,
+            merged: total.merged,
+            calls: total.calls,
+            retries: total.retries,
+            unprocessed: total.unprocessed,
+            throttled: total.throttled,
+            failed_tags: total.failed_tags,
+            last_error: total.last_error,
         }
-        report.failed_tags.sort_unstable();
-        report
     }
 
     /// Waits before the next attempt, or gives up if the wait would end after `deadline`.
@@ -334,6 +382,85 @@ impl<A: BatchWriteApi> BatchWriter<A> {
         out.retries += 1;
         tokio::time::sleep(wait).await;
         Ok(())
+    }
+
+    /// Inserts a chunk of merges 25 a call; what finds its key taken, or is refused, is merged
+    /// one item at a time.
+    async fn insert_chunk(
+        &self,
+        mut pending: Vec<PendingWrite>,
+        deadline: Instant,
+    ) -> ChunkOutcome {
+        let mut out = ChunkOutcome::default();
+        let mut one_by_one = Vec::new();
+        let mut attempt = 0u32;
+        while !pending.is_empty() {
+            if Instant::now() >= deadline {
+                out.failed_tags.extend(pending.iter().map(|p| p.tag));
+                out.last_error = Some("deadline reached before the write".into());
+                break;
+            }
+            out.calls += 1;
+            let items: Vec<Item> = pending.iter().map(|p| p.item.clone()).collect();
+            let call = self.api.insert_batch(&self.table, items);
+            match tokio::time::timeout_at(deadline, call).await {
+                Err(_) => {
+                    // Landed or not, a replay is safe: an insert that landed is found taken and
+                    // its merge changes nothing.
+                    out.failed_tags.extend(pending.iter().map(|p| p.tag));
+                    out.last_error = Some("deadline reached during a write".into());
+                    break;
+                }
+                Ok(Ok(answers)) => {
+                    let mut again = Vec::new();
+                    for (p, a) in pending.into_iter().zip(answers) {
+                        match a {
+                            Inserted::Yes => out.written += 1,
+                            Inserted::Taken => one_by_one.push(p),
+                            Inserted::Refused(why) => {
+                                out.last_error = Some(why);
+                                one_by_one.push(p);
+                            }
+                            Inserted::Retry(why) => {
+                                out.last_error = Some(why);
+                                again.push(p);
+                            }
+                        }
+                    }
+                    out.unprocessed += again.len() as u64;
+                    pending = again;
+                    if pending.is_empty() {
+                        break;
+                    }
+                }
+                Ok(Err(e)) if e.retryable => {
+                    out.throttled += 1;
+                    out.last_error = Some(e.error.to_string());
+                }
+                Ok(Err(e)) => {
+                    // Refused as a whole: one item at a time finds the item to blame.
+                    out.last_error = Some(e.error.to_string());
+                    one_by_one.append(&mut pending);
+                    break;
+                }
+            }
+            attempt += 1;
+            if let Err(why) = self
+                .backoff(attempt, deadline, &mut out, pending.len())
+                .await
+            {
+                out.failed_tags.extend(pending.iter().map(|p| p.tag));
+                out.last_error = Some(why);
+                pending.clear();
+            }
+        }
+        let mut merges = futures::stream::iter(one_by_one)
+            .map(|p| self.write_merge(p, deadline))
+            .buffer_unordered(MERGES_PER_BATCH_SLOT);
+        while let Some(c) = merges.next().await {
+            out.absorb(c);
+        }
+        out
     }
 
     async fn write_merge(&self, p: PendingWrite, deadline: Instant) -> ChunkOutcome {
@@ -623,5 +750,143 @@ mod tests {
         assert!(r.retries >= 5);
         assert!(r.failed_tags.is_empty());
         assert_eq!(w.api().stored.lock().unwrap().len(), 60);
+    }
+
+    /// Inserts what is new, says "taken" for keys it holds, throttles the first statement of
+    /// the first `throttle` calls and refuses every item whose `v` is "bad" (as PartiQL does an
+    /// item too large) while the one-item merge takes it.
+    #[derive(Default)]
+    struct Inserter {
+        throttle: Mutex<usize>,
+        refuse_calls: Mutex<usize>,
+        stored: Mutex<HashMap<KeyPair, Item>>,
+        insert_calls: Mutex<usize>,
+    }
+
+    impl BatchWriteApi for Inserter {
+        async fn put_batch(&self, _: &str, _: Vec<Item>) -> Result<Vec<Item>, BatchCallError> {
+            unreachable!("readings are never blind puts")
+        }
+
+        async fn merge_item(
+            &self,
+            _: &str,
+            item: Item,
+            map_attr: &'static str,
+        ) -> Result<Merged, BatchCallError> {
+            let mut stored = self.stored.lock().unwrap();
+            let k = key_of(&item).unwrap();
+            Ok(match stored.get(&k) {
+                Some(old) => {
+                    let m = merge_items(old, &item, map_attr);
+                    stored.insert(k, m);
+                    Merged::Merged
+                }
+                None => {
+                    stored.insert(k, item);
+                    Merged::Inserted
+                }
+            })
+        }
+
+        async fn insert_batch(
+            &self,
+            _: &str,
+            items: Vec<Item>,
+        ) -> Result<Vec<Inserted>, BatchCallError> {
+            assert!(items.len() <= MAX_BATCH_WRITE);
+            *self.insert_calls.lock().unwrap() += 1;
+            {
+                let mut r = self.refuse_calls.lock().unwrap();
+                if *r > 0 {
+                    *r -= 1;
+                    return Err(BatchCallError {
+                        retryable: false,
+                        error: StoreError::Request {
+                            operation: "BatchExecuteStatement",
+                            message: "ValidationException (injected)".into(),
+                        },
+                    });
+                }
+            }
+            let mut throttle = self.throttle.lock().unwrap();
+            let mut stored = self.stored.lock().unwrap();
+            Ok(items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let k = key_of(&item).unwrap();
+                    if i == 0 && *throttle > 0 {
+                        *throttle -= 1;
+                        Inserted::Retry("ThrottlingError (injected)".into())
+                    } else if item.get("v") == Some(&AttributeValue::S("bad".into())) {
+                        Inserted::Refused("ValidationError (injected)".into())
+                    } else if stored.contains_key(&k) {
+                        Inserted::Taken
+                    } else {
+                        stored.insert(k, item);
+                        Inserted::Yes
+                    }
+                })
+                .collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn merges_go_out_25_a_call_and_taken_throttled_or_refused_items_still_land_once() {
+        // GIVEN two stored readings, and an API that throttles a statement in each of its
+        // first two calls
+        let api = Inserter {
+            throttle: Mutex::new(2),
+            ..Inserter::default()
+        };
+        for sk in ["3", "40"] {
+            let r = reading(sk, &[("temperature", "1")]);
+            api.stored.lock().unwrap().insert(key_of(&r).unwrap(), r);
+        }
+        // WHEN 60 merges are written, two of them into the stored keys and one refused
+        let mut items: Vec<_> = (0..60)
+            .map(|i| PendingWrite::merge(i, reading(&i.to_string(), &[("humidity", "2")]), "m"))
+            .collect();
+        items[7]
+            .item
+            .insert("v".into(), AttributeValue::S("bad".into()));
+        let w = BatchWriter::new(api, "t", 2, fast());
+        let r = w
+            .write_all(items, Instant::now() + Duration::from_secs(10))
+            .await;
+        // THEN all 60 are written, the stored two hold both metrics, in 3 calls plus retries
+        assert_eq!((r.written, r.failed_tags.len()), (60, 0), "{r:?}");
+        assert_eq!(
+            r.merged, 2,
+            "the two taken keys were merged, the refused one inserted"
+        );
+        assert_eq!(r.unprocessed, 2);
+        let api = w.api();
+        assert_eq!(*api.insert_calls.lock().unwrap(), 3 + 2);
+        let stored = api.stored.lock().unwrap();
+        assert_eq!(stored.len(), 60);
+        let both = stored
+            .values()
+            .filter(|i| matches!(&i["m"], AttributeValue::M(m) if m.len() == 2))
+            .count();
+        assert_eq!(both, 2);
+    }
+
+    #[tokio::test]
+    async fn a_batch_refused_whole_is_written_one_item_at_a_time() {
+        let api = Inserter {
+            refuse_calls: Mutex::new(usize::MAX),
+            ..Inserter::default()
+        };
+        let items = (0..30)
+            .map(|i| PendingWrite::merge(i, reading(&i.to_string(), &[("humidity", "2")]), "m"))
+            .collect();
+        let w = BatchWriter::new(api, "t", 2, fast());
+        let r = w
+            .write_all(items, Instant::now() + Duration::from_secs(10))
+            .await;
+        assert_eq!((r.written, r.failed_tags.len()), (30, 0), "{r:?}");
+        assert_eq!(w.api().stored.lock().unwrap().len(), 30);
     }
 }

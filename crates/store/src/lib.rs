@@ -6,6 +6,7 @@ pub mod batch_get;
 pub mod client;
 pub mod emf;
 pub mod error;
+pub mod insert;
 pub mod items;
 pub mod merge;
 pub mod retry;

@@ -272,3 +272,81 @@ async fn an_item_without_a_metrics_map_under_a_reading_key_is_replaced_not_a_fai
     assert_eq!(r.unwrap(), Merged::Replaced);
     assert_eq!(stored_metrics(&t).await, [("temperature".into(), 22.4)]);
 }
+
+fn reading_at(device: &str, second: u32, metrics: &[(&str, f64)]) -> tidemark_store::Item {
+    let mut r = sample_reading();
+    r.device_id = DeviceId::new(device).unwrap();
+    r.timestamp = ts(&format!("2026-04-20T14:00:{second:02}Z"));
+    r.metrics = metrics
+        .iter()
+        .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+        .collect();
+    to_item(&ReadingItem::new(&r, None, 30)).unwrap()
+}
+
+#[tokio::test]
+async fn batched_inserts_write_new_readings_25_a_call_and_merge_into_taken_keys() {
+    use tidemark_store::batch::{BatchWriter, Inserted, MAX_BATCH_WRITE, PendingWrite};
+    use tidemark_store::retry::RetryPolicy;
+    let t = TestTable::new("store-insert").await;
+    let m = field::METRICS;
+    // GIVEN one reading already stored, and one call's worth of inserts for a fresh device
+    let answers = tidemark_store::insert::insert_batch(
+        &t.client,
+        &t.name,
+        vec![
+            reading_at("a", 0, &[("temperature", 20.0)]),
+            reading_at("a", 1, &[("temperature", 21.0)]),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(answers, [Inserted::Yes, Inserted::Yes]);
+    // WHEN the same key is inserted again THEN it is reported taken and left as it was
+    let again = tidemark_store::insert::insert_batch(
+        &t.client,
+        &t.name,
+        vec![reading_at("a", 0, &[("humidity", 40.0)])],
+    )
+    .await
+    .unwrap();
+    assert_eq!(again, [Inserted::Taken]);
+    // WHEN a batch of 60 new readings and a same-timestamp record for the stored one is written
+    let mut writes: Vec<PendingWrite> = (0..60)
+        .map(|i| {
+            PendingWrite::merge(
+                i,
+                reading_at("b", i as u32, &[("temperature", i as f64)]),
+                m,
+            )
+        })
+        .collect();
+    writes.push(PendingWrite::merge(
+        60,
+        reading_at("a", 0, &[("humidity", 40.0)]),
+        m,
+    ));
+    let w = BatchWriter::new(t.client.clone(), &t.name, 4, RetryPolicy::default());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let r = w.write_all(writes, deadline).await;
+    // THEN every reading is stored once, the taken key holds both metrics, and the new ones
+    // went out a call per 25 (plus the one merge's calls)
+    assert_eq!(
+        (r.written, r.failed_tags.len(), r.merged),
+        (61, 0, 1),
+        "{r:?}"
+    );
+    assert!(
+        r.calls <= (61usize.div_ceil(MAX_BATCH_WRITE) + 3) as u64,
+        "{} calls",
+        r.calls
+    );
+    let items = t.scan().await;
+    assert_eq!(items.len(), 62);
+    let stored: Vec<ReadingItem> = items.into_iter().map(|i| from_item(i).unwrap()).collect();
+    let merged = stored
+        .iter()
+        .find(|r| r.metrics.len() == 2)
+        .expect("the same-timestamp record merged into the stored reading");
+    assert_eq!(merged.metrics.values().copied().sum::<f64>(), 60.0);
+}

@@ -13,7 +13,7 @@ use base64::Engine;
 use serde_json::json;
 use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
 use tidemark_schema::{DeviceId, ShardConfigItem, Timestamp};
-use tidemark_store::batch::{BatchCallError, BatchWriteApi, Merged};
+use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::{Item, StoreError};
 
@@ -233,6 +233,48 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
             });
         }
         self.inner.merge_item(table, item, map_attr).await
+    }
+
+    async fn insert_batch(
+        &self,
+        table: &str,
+        items: Vec<Item>,
+    ) -> Result<Vec<Inserted>, BatchCallError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if take_one(&self.throttle_calls) {
+            return Err(BatchCallError {
+                retryable: true,
+                error: StoreError::Request {
+                    operation: "BatchExecuteStatement",
+                    message: "ProvisionedThroughputExceededException (injected)".into(),
+                },
+            });
+        }
+        // Poisoned items and, on a stingy call, the second half are throttled statements.
+        let stingy = take_one(&self.stingy_calls);
+        let keep = items.len() / 2;
+        let mut answers = vec![None; items.len()];
+        let mut sent = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            if self.poison_pk.as_deref() == Some(s(&item, "pk").as_str()) || (stingy && i >= keep) {
+                answers[i] = Some(Inserted::Retry("ThrottlingError (injected)".into()));
+            } else {
+                sent.push((i, item));
+            }
+        }
+        let (at, items): (Vec<usize>, Vec<Item>) = sent.into_iter().unzip();
+        if !items.is_empty() {
+            for (i, a) in at
+                .into_iter()
+                .zip(self.inner.insert_batch(table, items).await?)
+            {
+                answers[i] = Some(a);
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or(Inserted::Taken))
+            .collect())
     }
 }
 
