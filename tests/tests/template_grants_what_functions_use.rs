@@ -181,6 +181,8 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("Delete::builder()", "dynamodb:DeleteItem"),
     ("ConditionCheck::builder()", "dynamodb:ConditionCheckItem"),
     (".transact_get_items()", "dynamodb:GetItem"),
+    // PartiQL is authorised per statement kind; Tidemark's only statements are INSERTs.
+    (".batch_execute_statement()", "dynamodb:PartiQLInsert"),
 ];
 
 /// The `tidemark_store` modules `code` names (`tidemark_store::merge::…`, `crate::retry`
@@ -382,10 +384,12 @@ fn api_policy_allows_exactly_what_it_calls() {
 
 #[test]
 fn the_scan_follows_calls_into_the_store_crate() {
-    // Ingest writes readings through tidemark_store::batch, which merges them through
-    // crate::merge with PutItem and UpdateItem: both must be seen as ingest's calls.
+    // Ingest writes readings through tidemark_store::batch, which inserts them through
+    // crate::insert (PartiQL) and merges them through crate::merge with PutItem and
+    // UpdateItem: all must be seen as ingest's calls.
     let used = used_actions(&[root().join("crates/ingest/src")]);
     for action in [
+        "dynamodb:PartiQLInsert",
         "dynamodb:BatchWriteItem",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",

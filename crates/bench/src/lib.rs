@@ -18,6 +18,7 @@ pub mod report;
 pub mod run;
 pub mod runtime;
 pub mod scenario;
+pub mod shadow;
 pub mod stream;
 
 use thiserror::Error;

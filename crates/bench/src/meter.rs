@@ -4,6 +4,9 @@
 //! request body that accepts it and sums the `ConsumedCapacity` DynamoDB answers with, table
 //! and GSI units apart. DynamoDB Local does not verify SigV4 signatures, so rewriting a signed
 //! body is safe there (and only there). One proxy per function attributes the units.
+//!
+//! DynamoDB Local meters every operation but PartiQL's: the items a `BatchExecuteStatement`
+//! inserted are metered when the totals are read, by [`crate::shadow`].
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -28,12 +31,14 @@ pub enum Kind {
     Read,
 }
 
-const WRITES: [&str; 5] = [
+/// `BatchExecuteStatement` counts as a write: Tidemark's only statements are INSERTs.
+const WRITES: [&str; 6] = [
     "PutItem",
     "UpdateItem",
     "DeleteItem",
     "BatchWriteItem",
     "TransactWriteItems",
+    "BatchExecuteStatement",
 ];
 const READS: [&str; 6] = [
     "GetItem",
@@ -135,6 +140,9 @@ pub struct OpStats {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct MeterTotals {
     pub by_operation: BTreeMap<String, OpStats>,
+    /// Items inserted by PartiQL and not metered yet.
+    #[serde(skip)]
+    pub unmetered: Vec<(String, serde_json::Map<String, Value>)>,
 }
 
 impl MeterTotals {
@@ -161,6 +169,19 @@ impl MeterTotals {
         (c, calls)
     }
 
+    /// Records what a successful `BatchExecuteStatement` did per statement (its units, if
+    /// any, are counted by [`Self::record`]).
+    pub fn record_statements(&mut self, request: &[u8], response: &[u8]) {
+        let out = crate::shadow::batch_outcome(request, response);
+        let s = self
+            .by_operation
+            .entry("BatchExecuteStatement".to_owned())
+            .or_default();
+        s.conditional_failures += out.taken;
+        s.other_errors += out.other_errors;
+        self.unmetered.extend(out.unmetered);
+    }
+
     /// Records one exchange: `op` is the bare operation name.
     pub fn record(&mut self, op: &str, status: StatusCode, response: &[u8], upstream_ms: f64) {
         let s = self.by_operation.entry(op.to_owned()).or_default();
@@ -184,6 +205,10 @@ impl MeterTotals {
 pub struct Meter {
     pub addr: SocketAddr,
     totals: Arc<Mutex<MeterTotals>>,
+    /// The latest metered request's headers: its credentials pick the DynamoDB Local
+    /// database the shadow puts go to.
+    headers: Arc<Mutex<http::HeaderMap>>,
+    shadow: Arc<tokio::sync::Mutex<crate::shadow::Shadow>>,
 }
 
 impl Meter {
@@ -192,16 +217,17 @@ impl Meter {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let totals = Arc::new(Mutex::new(MeterTotals::default()));
-        let t = totals.clone();
+        let headers = Arc::new(Mutex::new(http::HeaderMap::new()));
+        let (t, h) = (totals.clone(), headers.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let t = t.clone();
+                let (t, h) = (t.clone(), h.clone());
                 tokio::spawn(async move {
                     // HTTP/1 serves one request at a time per connection, so each client
                     // connection gets its own upstream connection.
                     let upstream_conn = Arc::new(tokio::sync::Mutex::new(None));
                     let svc = service_fn(move |req| {
-                        forward(req, upstream, upstream_conn.clone(), t.clone())
+                        forward(req, upstream, upstream_conn.clone(), t.clone(), h.clone())
                     });
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -209,23 +235,59 @@ impl Meter {
                 });
             }
         });
-        Ok(Meter { addr, totals })
+        Ok(Meter {
+            addr,
+            totals,
+            headers,
+            shadow: Arc::new(tokio::sync::Mutex::new(crate::shadow::Shadow::new(
+                upstream,
+            ))),
+        })
     }
 
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub fn totals(&self) -> MeterTotals {
-        self.totals
+    fn lock(&self) -> std::sync::MutexGuard<'_, MeterTotals> {
+        self.totals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Meters the PartiQL inserts seen so far (outside any timed call).
+    async fn settle(&self) {
+        let items = std::mem::take(&mut self.lock().unmetered);
+        if items.is_empty() {
+            return;
+        }
+        let headers = self
+            .headers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        let measured = self.shadow.lock().await.measure(&headers, items).await;
+        let mut t = self.lock();
+        let s = t
+            .by_operation
+            .entry("BatchExecuteStatement".to_owned())
+            .or_default();
+        match measured {
+            Ok(units) => s.capacity.add(units),
+            Err(e) => {
+                eprintln!("bench: metering PartiQL inserts failed: {e}");
+                s.other_errors += 1;
+            }
+        }
+    }
+
+    pub async fn totals(&self) -> MeterTotals {
+        self.settle().await;
+        self.lock().clone()
     }
 
     /// Returns the totals so far and starts counting from zero.
-    pub fn take(&self) -> MeterTotals {
-        std::mem::take(&mut *self.totals.lock().unwrap_or_else(|p| p.into_inner()))
+    pub async fn take(&self) -> MeterTotals {
+        self.settle().await;
+        std::mem::take(&mut *self.lock())
     }
 }
 
@@ -252,6 +314,7 @@ async fn forward(
     upstream: SocketAddr,
     conn: Upstream,
     totals: Arc<Mutex<MeterTotals>>,
+    headers: Arc<Mutex<http::HeaderMap>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (mut parts, body) = req.into_parts();
     let body = match body.collect().await {
@@ -264,6 +327,9 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .and_then(operation)
         .map(|(op, _)| op.to_owned());
+    if op.is_some() {
+        *headers.lock().unwrap_or_else(|p| p.into_inner()) = parts.headers.clone();
+    }
     let body = match op.as_ref().and_then(|_| rewrite_request(&body)) {
         Some(b) => {
             parts.headers.remove(http::header::TRANSFER_ENCODING);
@@ -294,12 +360,16 @@ async fn forward(
                     Err(e) => return Ok(bad_gateway(e)),
                 };
                 if let Some(op) = &op {
-                    totals.lock().unwrap_or_else(|p| p.into_inner()).record(
+                    let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+                    t.record(
                         op,
                         rparts.status,
                         &bytes,
                         sent.elapsed().as_secs_f64() * 1e3,
                     );
+                    if op == "BatchExecuteStatement" && rparts.status.is_success() {
+                        t.record_statements(&body, &bytes);
+                    }
                 }
                 return Ok(Response::from_parts(rparts, Full::new(bytes)));
             }

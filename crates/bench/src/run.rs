@@ -360,8 +360,8 @@ pub async fn run(
             };
             out.warmup = Some(Warmup {
                 readings_stored: count(&readings[..end]),
-                ingest: Units::from(ingest_meter.take()),
-                aggregator: Units::from(agg_meter.take()),
+                ingest: Units::from(ingest_meter.take().await),
+                aggregator: Units::from(agg_meter.take().await),
             });
             out.readings_sent = (readings.len() - end) as u64;
             out.readings_stored = count(&readings[end..]);
@@ -373,8 +373,8 @@ pub async fn run(
             out.aggregator = Side::default();
         }
     }
-    out.ingest.units = Units::from(ingest_meter.take());
-    out.aggregator.units = Units::from(agg_meter.take());
+    out.ingest.units = Units::from(ingest_meter.take().await);
+    out.aggregator.units = Units::from(agg_meter.take().await);
     out.seconds = began.elapsed().as_secs_f64();
     Ok(out)
 }
