@@ -6,7 +6,8 @@
 //! one device with the same timestamp become one reading holding every metric they carry; the
 //! same metric sent again with another value is a correction and the later record (Kinesis
 //! order) wins; an exact resend changes nothing. Inside a batch the writer merges such records
-//! before writing; across batches each reading is written as a merge into what the table holds
+//! before writing; across batches each reading is written as a merge into what the table holds:
+//! new ones as conditional inserts, 25 a call ([`tidemark_store::insert`]), the rest one by one
 //! ([`tidemark_store::merge`]), so nothing sent is ever erased by a later record.
 //!
 //! - [`decode_record`]: pure decoding and validation of one record.

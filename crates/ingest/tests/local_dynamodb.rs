@@ -400,7 +400,7 @@ async fn unprocessed_items_and_throttling_are_retried_with_nothing_lost() {
     let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
     assert!(failures(&resp).is_empty());
     // At least the injected ones (a busy DynamoDB Local may time out a few more). Readings
-    // are merges, one item a call: a stingy call is a throttled one there.
+    // are inserts, 25 a call: a stingy call throttles half of its statements.
     assert!(stats.throttled + stats.unprocessed >= 11, "{stats:?}");
     assert!(stats.retries >= 11, "{stats:?}");
     assert_eq!(stats.written, 500);

@@ -18,8 +18,8 @@
 //!    item under a reading's key), `PutItem` replacing it, on the condition that it still has
 //!    no such map; if that fails, someone wrote a proper item meanwhile: back to step 1.
 //!
-//! `BatchWriteItem` has no conditions, so merges go one item a call; the batch writer keeps
-//! many in flight.
+//! The batch writer tries step 1 for 25 items a call first ([`crate::insert`]); only the items
+//! whose key is taken come here.
 
 use std::collections::HashMap;
 
