@@ -90,11 +90,13 @@ heat:
 
 ## bench: cost and speed on the local stack, side by side with the textbook design; writes
 ## bench/REPORT.md and bench/report.json (BENCH_ARGS=--quick for small fleets, see --help),
-## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, then the
+## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, what
+## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, then the
 ## dashboard's time to a drawn page and asset size into bench/DASHBOARD.md
 bench:
 	scripts/services.sh start
 	$(CARGO) run --release -p tidemark-bench -- $(BENCH_ARGS)
 	$(CARGO) run --release -p tidemark-bench --example alert_latency
+	$(CARGO) run --release -p tidemark-bench --example write_ceiling
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed
