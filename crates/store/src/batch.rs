@@ -821,11 +821,14 @@ mod tests {
                         Inserted::Retry("ThrottlingError (injected)".into())
                     } else if item.get("v") == Some(&AttributeValue::S("bad".into())) {
                         Inserted::Refused("ValidationError (injected)".into())
-                    } else if stored.contains_key(&k) {
-                        Inserted::Taken
                     } else {
-                        stored.insert(k, item);
-                        Inserted::Yes
+                        match stored.entry(k) {
+                            std::collections::hash_map::Entry::Occupied(_) => Inserted::Taken,
+                            std::collections::hash_map::Entry::Vacant(v) => {
+                                v.insert(item);
+                                Inserted::Yes
+                            }
+                        }
                     }
                 })
                 .collect())
