@@ -1,6 +1,6 @@
 //! The encoding of packed readings (issue 16's slot items): many readings of one device in
-//! one attribute, exact and small. Nothing stores packed items yet; this is the codec they
-//! will use, with its guarantees tested on its own.
+//! one attribute, exact and small. Nothing stores packed items yet; this is the codec and the
+//! merge rules they will use, with their guarantees tested on their own.
 //!
 //! Layout (version 1), all integers LEB128 varints:
 //! - `1` (version), `n` (readings), then the timestamps as microseconds after the slot's
@@ -228,6 +228,64 @@ pub fn decode(start: Timestamp, bytes: &[u8]) -> Result<SlotReadings, PackError>
     Ok(out)
 }
 
+/// `incoming` merged into `stored` as ingest merges a record into a single reading item: a
+/// reading's metrics merge name by name and the incoming value wins for a name both carry. `None`
+/// when nothing changes (an exact resend, or a subset of what is stored), so the slot item is
+/// not written at all. Values compare bit for bit.
+pub fn merge(stored: &SlotReadings, incoming: &SlotReadings) -> Option<SlotReadings> {
+    let mut out = stored.clone();
+    let mut changed = false;
+    for (at, metrics) in incoming {
+        let row = out.entry(*at).or_default();
+        for (name, v) in metrics {
+            if row.get(name).map(|x| x.to_bits()) != Some(v.to_bits()) {
+                row.insert(name.clone(), *v);
+                changed = true;
+            }
+        }
+        if row.is_empty() {
+            // A reading without metrics adds nothing (ingest never sends one).
+            out.remove(at);
+        }
+    }
+    changed.then_some(out)
+}
+
+/// One reading's change between two images of a slot item: `before` is `None` for a reading
+/// the new image adds, `after` is `None` for one it drops. What the aggregator applies, as it
+/// applies a single reading item's INSERT, MODIFY or REMOVE.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadingChange<'a> {
+    pub at: Timestamp,
+    pub before: Option<&'a BTreeMap<MetricName, f64>>,
+    pub after: Option<&'a BTreeMap<MetricName, f64>>,
+}
+
+/// The readings that differ between `old` and `new` (bit for bit), in time order.
+pub fn diff<'a>(old: &'a SlotReadings, new: &'a SlotReadings) -> Vec<ReadingChange<'a>> {
+    let bits = |m: &BTreeMap<MetricName, f64>| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), v.to_bits()))
+            .collect::<Vec<_>>()
+    };
+    let times: std::collections::BTreeSet<&Timestamp> = old.keys().chain(new.keys()).collect();
+    times
+        .into_iter()
+        .filter_map(|at| {
+            let (before, after) = (old.get(at), new.get(at));
+            let same = match (before, after) {
+                (Some(a), Some(b)) => bits(a) == bits(b),
+                _ => false,
+            };
+            (!same).then_some(ReadingChange {
+                at: *at,
+                before,
+                after,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +336,55 @@ mod tests {
         ));
     }
 
+    fn readings_strategy() -> impl Strategy<Value = SlotReadings> {
+        proptest::collection::btree_map(
+            0i64..20,
+            proptest::collection::btree_map(
+                prop_oneof![Just("t"), Just("h")],
+                prop_oneof![Just(1.0f64), Just(2.0), Just(-0.0), Just(0.0)],
+                1..3,
+            ),
+            0..8,
+        )
+        .prop_map(|rows| {
+            rows.into_iter()
+                .map(|(off, ms)| {
+                    (
+                        start().plus_micros(off).unwrap(),
+                        ms.into_iter().map(|(k, v)| (m(k), v)).collect(),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn a_removed_reading_and_a_corrected_one_are_changes_and_the_rest_is_not() {
+        let t = |s| start().plus_micros(s).unwrap();
+        let old: SlotReadings = BTreeMap::from([
+            (t(1), BTreeMap::from([(m("t"), 1.0)])),
+            (t(2), BTreeMap::from([(m("t"), 2.0)])),
+            (t(3), BTreeMap::from([(m("t"), 3.0)])),
+        ]);
+        let new: SlotReadings = BTreeMap::from([
+            (t(1), BTreeMap::from([(m("t"), 1.0)])),
+            (t(2), BTreeMap::from([(m("t"), -2.0)])),
+            (t(4), BTreeMap::from([(m("t"), 4.0)])),
+        ]);
+        let changes: Vec<_> = diff(&old, &new)
+            .into_iter()
+            .map(|c| (c.at, c.before.is_some(), c.after.is_some()))
+            .collect();
+        assert_eq!(
+            changes,
+            [(t(2), true, true), (t(3), true, false), (t(4), false, true)]
+        );
+        // -0.0 and 0.0 are different values, bit for bit.
+        let zero = BTreeMap::from([(t(1), BTreeMap::from([(m("t"), 0.0)]))]);
+        let negative_zero = BTreeMap::from([(t(1), BTreeMap::from([(m("t"), -0.0)]))]);
+        assert!(merge(&zero, &negative_zero).is_some());
+    }
+
     proptest! {
         #[test]
         fn any_readings_read_back_bit_for_bit(
@@ -310,6 +417,36 @@ mod tests {
                 };
                 prop_assert_eq!(bits(a), bits(b));
             }
+        }
+
+        #[test]
+        fn merging_then_diffing_gives_exactly_the_readings_a_batch_changed(
+            stored in readings_strategy(),
+            incoming in readings_strategy(),
+        ) {
+            let merged = merge(&stored, &incoming);
+            let after = merged.clone().unwrap_or_else(|| stored.clone());
+            // Every incoming value is in the result, every stored reading is kept.
+            for (at, ms) in &incoming {
+                for (k, v) in ms {
+                    prop_assert_eq!(after[at][k].to_bits(), v.to_bits());
+                }
+            }
+            for (at, ms) in &stored {
+                for k in ms.keys() {
+                    prop_assert!(after[at].contains_key(k));
+                }
+            }
+            // The diff names exactly the readings the batch changed, and none when nothing did.
+            let changes = diff(&stored, &after);
+            prop_assert_eq!(merged.is_none(), changes.is_empty());
+            for c in &changes {
+                prop_assert!(incoming.contains_key(&c.at));
+                prop_assert!(c.after.is_some());
+                prop_assert_eq!(c.before, stored.get(&c.at));
+            }
+            // Merging the same batch again changes nothing: a replay is free.
+            prop_assert!(merge(&after, &incoming).is_none());
         }
 
         #[test]
