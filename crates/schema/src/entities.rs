@@ -33,6 +33,10 @@ pub mod field {
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
     pub const ALERT_SLOTS: &str = "alertSlots";
+    /// A slot item's readings, in [`crate::packed`]'s encoding (binary).
+    pub const PACKED: &str = "packed";
+    /// How many readings a slot item holds.
+    pub const READING_COUNT: &str = "readingCount";
     pub const VALUE: &str = "value";
     pub const BREACH_COUNT: &str = "breachCount";
     pub const LAST_BREACH_AT: &str = "lastBreachAt";

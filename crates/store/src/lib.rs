@@ -10,6 +10,7 @@ pub mod insert;
 pub mod items;
 pub mod merge;
 pub mod retry;
+pub mod slots;
 pub mod table;
 
 pub use client::{ClientSettings, dynamodb_client, sdk_config};
