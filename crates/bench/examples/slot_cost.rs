@@ -7,8 +7,9 @@
 //! cargo run --release -p tidemark-bench --example slot_cost   # writes bench/SLOTS.md
 //! ```
 //!
-//! Two devices: one at 1 Hz (an hour), one at 1 reading a minute (the standard fleet's, 12
-//! hours); 4 metrics each, values as the simulator's. A batch holds what one ingest window
+//! Three devices: one at 1 Hz (an hour), one at 1 reading a minute (the standard fleet's, 12
+//! hours), one at 2 kHz (10 s, the hot device's rate, one partition key: DynamoDB allows a key
+//! 1,000 WCU/s); 4 metrics each. A batch holds what one ingest window
 //! collects; each slot it touches is written once. Ingest only: the aggregator's side and
 //! the read side come with the feature.
 
@@ -24,6 +25,15 @@ use tidemark_store::ClientSettings;
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, write_slot};
 
+struct Device {
+    name: &'static str,
+    every_us: i64,
+    count: i64,
+    /// Ingest windows and slot lengths to try, in seconds.
+    windows: &'static [i64],
+    slots: &'static [i64],
+}
+
 struct Row {
     device: &'static str,
     window_s: i64,
@@ -32,6 +42,8 @@ struct Row {
     wru: f64,
     rru: f64,
     bytes: usize,
+    /// The most write units the slot's key took in one second.
+    peak_per_second: f64,
 }
 
 fn series(
@@ -68,17 +80,44 @@ async fn main() {
         tidemark_store::dynamodb_client(&ClientSettings::local(format!("http://{}", dynamo.addr)))
             .await;
     let start = Timestamp::parse_rfc3339("2026-04-20T00:00:00Z").expect("a time");
-    let devices = [("1 Hz", 1i64, 3600i64), ("1/min", 60, 720)];
+    let windows = &[1, 10, 60, 300];
+    let slots = &[60, 600, 3600];
+    let devices = [
+        Device {
+            name: "1 Hz",
+            every_us: 1_000_000,
+            count: 3600,
+            windows,
+            slots,
+        },
+        Device {
+            name: "1/min",
+            every_us: 60_000_000,
+            count: 720,
+            windows,
+            slots,
+        },
+        Device {
+            name: "2 kHz",
+            every_us: 500,
+            count: 20_000,
+            windows: &[1],
+            slots: &[1, 10],
+        },
+    ];
     let mut rows = Vec::new();
-    for (device, every, count) in devices {
+    for d in devices {
+        let (device, every, count, windows, slots) =
+            (d.name, d.every_us, d.count, d.windows, d.slots);
         let readings = series(every, count, start);
-        for window in [1i64, 10, 60, 300] {
-            for slot in [60i64, 600, 3600] {
-                let table = format!("slots-{}-{window}-{slot}", every);
+        for &window in windows {
+            for &slot in slots {
+                let table = format!("slots-{every}-{window}-{slot}");
                 tidemark_store::create_table(&direct, &table, &TABLE)
                     .await
                     .expect("table");
                 let _ = meter.take().await;
+                let (mut wru_total, mut reads_total) = (0.0f64, 0.0f64);
                 // One batch per window; within it, one write per slot touched.
                 let mut batches: BTreeMap<(i64, i64), SlotReadings> = BTreeMap::new();
                 for (t, m) in &readings {
@@ -88,7 +127,11 @@ async fn main() {
                         .or_default()
                         .insert(*t, m.clone());
                 }
-                for ((_, slot_index), batch) in &batches {
+                // The most units one key took in one second: a batch is one window.
+                let mut peak_per_second = 0.0f64;
+                let mut spent = 0.0f64;
+                let mut second = -1i64;
+                for ((window_index, slot_index), batch) in &batches {
                     let slot_start = start
                         .plus_micros(slot_index * slot * 1_000_000)
                         .expect("in range");
@@ -109,8 +152,17 @@ async fn main() {
                     )
                     .await
                     .expect("slot write");
+                    // Spread over the window the batch stands for (a window of 1 s or more).
+                    let t = meter.take().await;
+                    let units = t.writes().0.total;
+                    if *window_index != second {
+                        (second, spent) = (*window_index, 0.0);
+                    }
+                    spent += units / window as f64;
+                    peak_per_second = peak_per_second.max(spent);
+                    wru_total += units;
+                    reads_total += t.reads().0.total;
                 }
-                let totals = meter.take().await;
                 let items = direct
                     .scan()
                     .table_name(&table)
@@ -134,13 +186,14 @@ async fn main() {
                     window_s: window,
                     slot_s: slot,
                     readings: n,
-                    wru: totals.writes().0.total / n as f64,
-                    rru: totals.reads().0.total / n as f64,
+                    wru: wru_total / n as f64,
+                    rru: reads_total / n as f64,
                     bytes,
+                    peak_per_second,
                 });
                 eprintln!(
-                    "slot_cost: {device} window {window} s slot {slot} s: {:.4} WRU/r",
-                    totals.writes().0.total / n as f64
+                    "slot_cost: {device} window {window} s slot {slot} s: {:.4} WRU/r, peak {peak_per_second:.0} WCU/s",
+                    wru_total / n as f64
                 );
             }
         }
@@ -158,8 +211,8 @@ async fn main() {
          lock. A write is billed by the item's size, so a slot rewritten often while it grows \
          costs more than its readings' bytes. Ingest only: the aggregator and API sides come \
          with the feature. Today's single items cost 1.000 WRU per reading at ingest.\n\n\
-         | device | readings | ingest window | slot | WRU per reading | RRU per reading | packed bytes per reading |\n\
-         |---|---|---|---|---|---|---|\n",
+         | device | readings | ingest window | slot | WRU per reading | RRU per reading | packed bytes per reading | peak WCU/s on one key |\n\
+         |---|---|---|---|---|---|---|---|\n",
         m.git_commit,
         if m.git_dirty {
             " (uncommitted changes)"
@@ -170,14 +223,15 @@ async fn main() {
     );
     for r in &rows {
         md.push_str(&format!(
-            "| {} | {} | {} s | {} s | {:.4} | {:.4} | {:.2} |\n",
+            "| {} | {} | {} s | {} s | {:.4} | {:.4} | {:.2} | {:.0} |\n",
             r.device,
             r.readings,
             r.window_s,
             r.slot_s,
             r.wru,
             r.rru,
-            r.bytes as f64 / r.readings as f64
+            r.bytes as f64 / r.readings as f64,
+            r.peak_per_second
         ));
     }
     let out = workspace_root().join("bench").join("SLOTS.md");
