@@ -47,7 +47,7 @@ struct Row {
 }
 
 fn series(
-    every_s: i64,
+    every_us: i64,
     count: i64,
     start: Timestamp,
 ) -> Vec<(Timestamp, BTreeMap<MetricName, f64>)> {
@@ -55,7 +55,7 @@ fn series(
     (0..count)
         .map(|i| {
             let t = start
-                .plus_micros(i * every_s * 1_000_000)
+                .plus_micros(i * every_us)
                 .expect("in range");
             let wave = (i as f64 / 30.0).sin();
             (
