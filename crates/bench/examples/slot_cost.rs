@@ -223,7 +223,7 @@ async fn main() {
     );
     for r in &rows {
         md.push_str(&format!(
-            "| {} | {} | {} s | {} s | {:.4} | {:.4} | {:.2} | {:.0} |\n",
+            "| {} | {} | {} s | {} s | {:.4} | {:.4} | {:.2} | {:.1} |\n",
             r.device,
             r.readings,
             r.window_s,
