@@ -54,9 +54,7 @@ fn series(
     let m = |s: &str| MetricName::new(s).expect("a valid name");
     (0..count)
         .map(|i| {
-            let t = start
-                .plus_micros(i * every_us)
-                .expect("in range");
+            let t = start.plus_micros(i * every_us).expect("in range");
             let wave = (i as f64 / 30.0).sin();
             (
                 t,
