@@ -8,8 +8,9 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{MetricName, Timestamp, field};
+use tidemark_store::StoreError;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, write_slot};
+use tidemark_store::slots::{SlotKey, SlotWrite, write_slot};
 use tidemark_testkit::TestTable;
 
 fn start() -> Timestamp {
@@ -40,6 +41,24 @@ fn deadline() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(60)
 }
 
+/// One slot write with the store's backoff and a minute to finish.
+async fn write(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    batch: &SlotReadings,
+) -> Result<SlotWrite, StoreError> {
+    write_slot(
+        client,
+        table,
+        &key(),
+        batch,
+        0,
+        RetryPolicy::default(),
+        deadline(),
+    )
+    .await
+}
+
 async fn stored(t: &TestTable) -> (SlotReadings, u64) {
     let items = t.scan().await;
     assert_eq!(items.len(), 1);
@@ -65,19 +84,7 @@ async fn concurrent_writers_of_one_slot_lose_no_reading_and_no_metric() {
         mine.extend(readings(0..10, &format!("m{w}"), w as f64));
         let client = t.client.clone();
         let name = t.name.clone();
-        tokio::spawn(async move {
-            write_slot(
-                &client,
-                &name,
-                &key(),
-                &mine,
-                0,
-                RetryPolicy::default(),
-                deadline(),
-            )
-            .await
-            .unwrap()
-        })
+        tokio::spawn(async move { write(&client, &name, &mine).await.unwrap() })
     });
     let results = futures::future::join_all(writes).await;
     // THEN every write went through and the slot holds all 80 own readings and the ten shared
@@ -93,45 +100,15 @@ async fn concurrent_writers_of_one_slot_lose_no_reading_and_no_metric() {
 async fn a_replayed_batch_writes_nothing_and_a_correction_wins() {
     let t = TestTable::new("slots-replay").await;
     let batch = readings(0..60, "temperature", 21.5);
-    let first = write_slot(
-        &t.client,
-        &t.name,
-        &key(),
-        &batch,
-        0,
-        RetryPolicy::default(),
-        deadline(),
-    )
-    .await
-    .unwrap();
+    let first = write(&t.client, &t.name, &batch).await.unwrap();
     assert!(first.written);
     // WHEN the same batch comes again THEN nothing is written (the version stays)
-    let again = write_slot(
-        &t.client,
-        &t.name,
-        &key(),
-        &batch,
-        0,
-        RetryPolicy::default(),
-        deadline(),
-    )
-    .await
-    .unwrap();
+    let again = write(&t.client, &t.name, &batch).await.unwrap();
     assert!(!again.written);
     assert_eq!(stored(&t).await.1, 1);
     // WHEN one reading is corrected THEN its value wins and the other 59 stay
     let fix = readings(7..8, "temperature", 22.0);
-    write_slot(
-        &t.client,
-        &t.name,
-        &key(),
-        &fix,
-        0,
-        RetryPolicy::default(),
-        deadline(),
-    )
-    .await
-    .unwrap();
+    write(&t.client, &t.name, &fix).await.unwrap();
     let (slot, version) = stored(&t).await;
     assert_eq!((slot.len(), version), (60, 2));
     let seventh = &slot[&start().plus_micros(7_000_000).unwrap()];
@@ -152,17 +129,7 @@ async fn an_unreadable_slot_item_is_an_error_and_is_left_as_it_is() {
         .await
         .unwrap();
     let batch = readings(0..3, "temperature", 21.5);
-    let err = write_slot(
-        &t.client,
-        &t.name,
-        &key(),
-        &batch,
-        0,
-        RetryPolicy::default(),
-        deadline(),
-    )
-    .await
-    .unwrap_err();
+    let err = write(&t.client, &t.name, &batch).await.unwrap_err();
     assert!(err.is_unreadable(), "{err}");
     let items = t.scan().await;
     assert_eq!(
