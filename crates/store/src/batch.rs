@@ -57,6 +57,20 @@ pub struct BatchCallError {
     pub error: StoreError,
 }
 
+impl BatchCallError {
+    /// A request that went wrong before or outside DynamoDB's own errors (one the SDK refused
+    /// to build, an answer that does not add up, a key still contended).
+    pub fn request(retryable: bool, operation: &'static str, message: impl Into<String>) -> Self {
+        BatchCallError {
+            retryable,
+            error: StoreError::Request {
+                operation,
+                message: message.into(),
+            },
+        }
+    }
+}
+
 /// The store operations the writer needs.
 pub trait BatchWriteApi: Send + Sync {
     /// Puts at most [`MAX_BATCH_WRITE`] items (distinct keys) into `table` in one call and
@@ -97,13 +111,7 @@ impl BatchWriteApi for Client {
             let put = PutRequest::builder()
                 .set_item(Some(item))
                 .build()
-                .map_err(|e| BatchCallError {
-                    retryable: false,
-                    error: StoreError::Request {
-                        operation: "BatchWriteItem",
-                        message: e.to_string(),
-                    },
-                })?;
+                .map_err(|e| BatchCallError::request(false, "BatchWriteItem", e.to_string()))?;
             requests.push(WriteRequest::builder().put_request(put).build());
         }
         let out = self
@@ -618,13 +626,11 @@ mod tests {
             let mut n = self.n.lock().unwrap();
             if *n > 0 {
                 *n -= 1;
-                return Err(BatchCallError {
-                    retryable: true,
-                    error: StoreError::Request {
-                        operation: "UpdateItem",
-                        message: "ThrottlingException (injected)".into(),
-                    },
-                });
+                return Err(BatchCallError::request(
+                    true,
+                    "UpdateItem",
+                    "ThrottlingException (injected)",
+                ));
             }
             let mut stored = self.stored.lock().unwrap();
             let k = key_of(&item).unwrap();
@@ -800,13 +806,11 @@ mod tests {
                 let mut r = self.refuse_calls.lock().unwrap();
                 if *r > 0 {
                     *r -= 1;
-                    return Err(BatchCallError {
-                        retryable: false,
-                        error: StoreError::Request {
-                            operation: "BatchExecuteStatement",
-                            message: "ValidationException (injected)".into(),
-                        },
-                    });
+                    return Err(BatchCallError::request(
+                        false,
+                        "BatchExecuteStatement",
+                        "ValidationException (injected)",
+                    ));
                 }
             }
             let mut throttle = self.throttle.lock().unwrap();

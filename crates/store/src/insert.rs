@@ -53,13 +53,7 @@ fn request(table: &str, item: Item) -> Result<BatchStatementRequest, BatchCallEr
         .statement(text)
         .set_parameters(Some(fields.into_iter().map(|(_, v)| v).collect()))
         .build()
-        .map_err(|e| BatchCallError {
-            retryable: false,
-            error: StoreError::Request {
-                operation: "BatchExecuteStatement",
-                message: e.to_string(),
-            },
-        })
+        .map_err(|e| BatchCallError::request(false, "BatchExecuteStatement", e.to_string()))
 }
 
 /// Inserts `items` (at most 25, distinct keys) with one `BatchExecuteStatement`; the answer
@@ -85,13 +79,11 @@ pub async fn insert_batch(
         })?;
     let responses = out.responses.unwrap_or_default();
     if responses.len() != n {
-        return Err(BatchCallError {
-            retryable: true,
-            error: StoreError::Request {
-                operation: "BatchExecuteStatement",
-                message: format!("{} responses for {n} statements", responses.len()),
-            },
-        });
+        return Err(BatchCallError::request(
+            true,
+            "BatchExecuteStatement",
+            format!("{} responses for {n} statements", responses.len()),
+        ));
     }
     Ok(responses
         .into_iter()

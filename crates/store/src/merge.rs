@@ -151,13 +151,11 @@ pub async fn merge_item(
             }
         }
     }
-    Err(BatchCallError {
-        retryable: true,
-        error: StoreError::Request {
-            operation: "UpdateItem",
-            message: format!("key still contended after {MAX_ROUNDS} rounds"),
-        },
-    })
+    Err(BatchCallError::request(
+        true,
+        "UpdateItem",
+        format!("key still contended after {MAX_ROUNDS} rounds"),
+    ))
 }
 
 /// `UpdateItem` setting every map entry by path and every other attribute whole, if the map

@@ -185,13 +185,11 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
     async fn put_batch(&self, table: &str, items: Vec<Item>) -> Result<Vec<Item>, BatchCallError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if take_one(&self.throttle_calls) {
-            return Err(BatchCallError {
-                retryable: true,
-                error: StoreError::Request {
-                    operation: "BatchWriteItem",
-                    message: "ProvisionedThroughputExceededException (injected)".into(),
-                },
-            });
+            return Err(BatchCallError::request(
+                true,
+                "BatchWriteItem",
+                "ProvisionedThroughputExceededException (injected)",
+            ));
         }
         let (poisoned, mut items): (Vec<Item>, Vec<Item>) = items
             .into_iter()
@@ -215,22 +213,18 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
     ) -> Result<Merged, BatchCallError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if take_one(&self.throttle_calls) || take_one(&self.stingy_calls) {
-            return Err(BatchCallError {
-                retryable: true,
-                error: StoreError::Request {
-                    operation: "UpdateItem",
-                    message: "ProvisionedThroughputExceededException (injected)".into(),
-                },
-            });
+            return Err(BatchCallError::request(
+                true,
+                "UpdateItem",
+                "ProvisionedThroughputExceededException (injected)",
+            ));
         }
         if self.poison_pk.as_deref() == Some(s(&item, "pk").as_str()) {
-            return Err(BatchCallError {
-                retryable: true,
-                error: StoreError::Request {
-                    operation: "UpdateItem",
-                    message: "InternalServerError (injected, always)".into(),
-                },
-            });
+            return Err(BatchCallError::request(
+                true,
+                "UpdateItem",
+                "InternalServerError (injected, always)",
+            ));
         }
         self.inner.merge_item(table, item, map_attr).await
     }
@@ -242,13 +236,11 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
     ) -> Result<Vec<Inserted>, BatchCallError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if take_one(&self.throttle_calls) {
-            return Err(BatchCallError {
-                retryable: true,
-                error: StoreError::Request {
-                    operation: "BatchExecuteStatement",
-                    message: "ProvisionedThroughputExceededException (injected)".into(),
-                },
-            });
+            return Err(BatchCallError::request(
+                true,
+                "BatchExecuteStatement",
+                "ProvisionedThroughputExceededException (injected)",
+            ));
         }
         // Poisoned items and, on a stingy call, the second half are throttled statements.
         let stingy = take_one(&self.stingy_calls);
@@ -310,13 +302,11 @@ impl BatchWriteApi for &MemoryStore {
             "DynamoDB refuses duplicate keys in one call"
         );
         if self.refuse_writes.load(Ordering::SeqCst) {
-            return Err(BatchCallError {
-                retryable: false,
-                error: StoreError::Request {
-                    operation: "BatchWriteItem",
-                    message: "ValidationException (injected)".into(),
-                },
-            });
+            return Err(BatchCallError::request(
+                false,
+                "BatchWriteItem",
+                "ValidationException (injected)",
+            ));
         }
         let mut t = self.items.lock().unwrap();
         for i in items {
@@ -333,13 +323,11 @@ impl BatchWriteApi for &MemoryStore {
     ) -> Result<Merged, BatchCallError> {
         self.write_calls.fetch_add(1, Ordering::SeqCst);
         if self.refuse_writes.load(Ordering::SeqCst) {
-            return Err(BatchCallError {
-                retryable: false,
-                error: StoreError::Request {
-                    operation: "UpdateItem",
-                    message: "ValidationException (injected)".into(),
-                },
-            });
+            return Err(BatchCallError::request(
+                false,
+                "UpdateItem",
+                "ValidationException (injected)",
+            ));
         }
         let mut t = self.items.lock().unwrap();
         let k = key_of(&item);
