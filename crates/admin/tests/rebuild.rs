@@ -19,6 +19,7 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
         tidemark_schema::ShardHistory::from_epochs(vec![tidemark_schema::shard::ShardEpoch {
             from: ago(24 * 60),
             count: 3,
+            slot: None,
         }])
         .unwrap(),
     );

@@ -23,7 +23,7 @@ use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{MetricName, TABLE, Timestamp};
 use tidemark_store::ClientSettings;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, write_slot};
+use tidemark_store::slots::{SlotKey, SlotWriter};
 
 struct Device {
     name: &'static str,
@@ -135,21 +135,13 @@ async fn main() {
                         .expect("in range");
                     let key = SlotKey {
                         pk: "DEVICE#d".into(),
-                        sk: format!("SLOT#{slot_index:08}"),
                         start: slot_start,
                     };
                     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-                    write_slot(
-                        &client,
-                        &table,
-                        &key,
-                        batch,
-                        0,
-                        RetryPolicy::default(),
-                        deadline,
-                    )
-                    .await
-                    .expect("slot write");
+                    SlotWriter::new(client.clone(), &table, RetryPolicy::default())
+                        .write(&key, batch, 0, deadline)
+                        .await
+                        .expect("slot write");
                     // Spread over the window the batch stands for (a window of 1 s or more).
                     let t = meter.take().await;
                     let units = t.writes().0.total;

@@ -37,6 +37,8 @@ pub mod field {
     pub const PACKED: &str = "packed";
     /// How many readings a slot item holds.
     pub const READING_COUNT: &str = "readingCount";
+    /// A slot part that takes no new readings (the slot continues in the next part).
+    pub const SEALED: &str = "sealed";
     pub const VALUE: &str = "value";
     pub const BREACH_COUNT: &str = "breachCount";
     pub const LAST_BREACH_AT: &str = "lastBreachAt";

@@ -13,6 +13,9 @@ use crate::time::{Bucket, Day, Period, Timestamp};
 pub const DEVICE_PREFIX: &str = "DEVICE#";
 pub const DEVICE_METADATA_SK: &str = "#METADATA";
 pub const READING_PREFIX: &str = "READING#";
+/// Packed readings (issue 16): `SLOT#<slot start>#<part>`, in the same partitions as single
+/// readings. A slot that would outgrow its item continues in part 1, 2, …
+pub const SLOT_PREFIX: &str = "SLOT#";
 pub const ALERT_PREFIX: &str = "ALERT#";
 pub const AGG_PREFIX: &str = "AGG#";
 pub const QUARANTINE_PREFIX: &str = "QUARANTINE#";
@@ -68,6 +71,13 @@ pub enum EntityKey {
         shard: Option<u16>,
         at: Timestamp,
     },
+    /// One part of a packed slot of readings ([`crate::layout`]).
+    Slot {
+        device: DeviceId,
+        shard: Option<u16>,
+        start: Timestamp,
+        part: u16,
+    },
     Alert {
         device: DeviceId,
         alert: AlertId,
@@ -103,6 +113,12 @@ impl EntityKey {
             EntityKey::Reading { device, shard, at } => {
                 Key::new(reading_pk(device, *shard), reading_sk(*at))
             }
+            EntityKey::Slot {
+                device,
+                shard,
+                start,
+                part,
+            } => Key::new(reading_pk(device, *shard), slot_sk(*start, *part)),
             EntityKey::Alert { device, alert } => Key::new(device_pk(device), alert_sk(alert)),
             EntityKey::Aggregate { device, bucket } => {
                 Key::new(device_pk(device), aggregate_sk(*bucket))
@@ -212,6 +228,19 @@ impl EntityKey {
             let at = Timestamp::parse_canonical(ts).map_err(|e| err(&e.to_string()))?;
             return Ok(EntityKey::Reading { device, shard, at });
         }
+        if let Some(rest) = sk.strip_prefix(SLOT_PREFIX) {
+            let (start, part) = rest
+                .split_once('#')
+                .ok_or_else(|| err("slot sk is SLOT#<start>#<part>"))?;
+            let start = Timestamp::parse_canonical(start).map_err(|e| err(&e.to_string()))?;
+            let part = parse_small(part).ok_or_else(|| err("bad slot part"))?;
+            return Ok(EntityKey::Slot {
+                device,
+                shard,
+                start,
+                part,
+            });
+        }
         if shard.is_some() {
             return Err(err("only readings live in shard partitions"));
         }
@@ -270,6 +299,15 @@ pub fn reading_pk(d: &DeviceId, shard: Option<u16>) -> String {
 
 pub fn reading_sk(at: Timestamp) -> String {
     format!("{READING_PREFIX}{at}")
+}
+
+/// The sort keys of every part of the slot starting at `start` begin with this.
+pub fn slot_sk_prefix(start: Timestamp) -> String {
+    format!("{SLOT_PREFIX}{start}#")
+}
+
+pub fn slot_sk(start: Timestamp, part: u16) -> String {
+    format!("{}{part}", slot_sk_prefix(start))
 }
 
 pub fn alert_sk(a: &AlertId) -> String {
@@ -388,6 +426,37 @@ mod tests {
         let key = k.key();
         assert_eq!(EntityKey::parse(&key.pk, &key.sk).unwrap(), k, "{key}");
         key
+    }
+
+    #[test]
+    fn slot_keys_share_the_reading_partitions_and_round_trip() {
+        let start = ts("2026-04-20T14:01:00Z");
+        let k = round_trip(EntityKey::Slot {
+            device: dev(),
+            shard: None,
+            start,
+            part: 0,
+        });
+        assert_eq!(
+            (k.pk.as_str(), k.sk.as_str()),
+            ("DEVICE#sensor_01", "SLOT#2026-04-20T14:01:00.000000Z#0")
+        );
+        let k = round_trip(EntityKey::Slot {
+            device: dev(),
+            shard: Some(3),
+            start,
+            part: 12,
+        });
+        assert_eq!(k.pk, "DEVICE#sensor_01#S3");
+        assert!(k.sk.starts_with(&slot_sk_prefix(start)));
+        for bad in [
+            "SLOT#2026-04-20T14:01:00.000000Z",
+            "SLOT#2026-04-20T14:01:00.000000Z#01",
+            "SLOT#2026-04-20T14:01:00Z#0",
+            "SLOT#2026-04-20T14:01:00.000000Z#x",
+        ] {
+            assert!(EntityKey::parse("DEVICE#sensor_01", bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod entities;
 pub mod ids;
 pub mod keys;
+pub mod layout;
 pub mod packed;
 pub mod shard;
 pub mod table;
@@ -15,6 +16,7 @@ pub mod time;
 pub use entities::*;
 pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, MetricName, Severity};
 pub use keys::{EntityKey, Key, KeyError};
+pub use layout::{Layout, Segment, SlotLen};
 pub use shard::{ShardHistory, ShardHistoryError, ShardLead, shard_for};
 pub use table::{TABLE, TableDefinition};
 pub use time::{Bucket, Day, Period, Timestamp, TimestampError};

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::layout::{Layout, SlotLen};
 use crate::time::Timestamp;
 
 /// The most shards one device may have (each can take 1,000 writes/s).
@@ -102,6 +103,14 @@ pub enum ShardHistoryError {
 pub struct ShardEpoch {
     pub from: Timestamp,
     pub count: u16,
+    /// Packed into slots of this length from `from` on (absent: single items); see
+    /// [`crate::layout`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "slotSeconds"
+    )]
+    pub slot: Option<SlotLen>,
 }
 
 /// A device's shard counts over time. Before the first epoch the count is 1.
@@ -118,7 +127,7 @@ impl ShardHistory {
     pub fn from_epochs(epochs: Vec<ShardEpoch>) -> Result<Self, ShardHistoryError> {
         let mut h = ShardHistory::default();
         for e in epochs {
-            h = h.with_change(e.from, e.count)?;
+            h = h.with_layout(e.from, e.layout())?;
         }
         Ok(h)
     }
@@ -126,6 +135,17 @@ impl ShardHistory {
     /// The history with the count becoming `count` at `from`. Changes only append, so the
     /// shard of an already-written reading never changes.
     pub fn with_change(&self, from: Timestamp, count: u16) -> Result<Self, ShardHistoryError> {
+        let layout = Layout {
+            shards: count,
+            ..self.layout_at(from)
+        };
+        self.with_layout(from, layout)
+    }
+
+    /// The history with readings stored as `layout` from `from` on (appends, as
+    /// [`ShardHistory::with_change`]).
+    pub fn with_layout(&self, from: Timestamp, layout: Layout) -> Result<Self, ShardHistoryError> {
+        let count = layout.shards;
         if !(1..=MAX_SHARDS).contains(&count) {
             return Err(ShardHistoryError::Count(count));
         }
@@ -138,15 +158,19 @@ impl ShardHistory {
             });
         }
         let mut epochs = self.0.clone();
-        epochs.push(ShardEpoch { from, count });
+        epochs.push(ShardEpoch {
+            from,
+            count,
+            slot: layout.slot,
+        });
         Ok(ShardHistory(epochs))
     }
 
-    /// The history after "from `from` on, `count` shards", decided at `now`: epochs that have
-    /// not begun to be used (see [`ShardLead`]) are dropped in favour of the new plan, and
-    /// nothing is appended when `count` is already the count in force at `from`. So a
-    /// mistaken change can be taken back before it takes effect, and repeating a change
-    /// changes nothing.
+    /// The history after "from `from` on, `count` shards" (keeping the packing in force at
+    /// `from`), decided at `now`: epochs that have not begun to be used (see [`ShardLead`])
+    /// are dropped in favour of the new plan, and nothing is appended when `count` is already
+    /// the count in force at `from`. So a mistaken change can be taken back before it takes
+    /// effect, and repeating a change changes nothing.
     pub fn planned(
         &self,
         from: Timestamp,
@@ -154,8 +178,22 @@ impl ShardHistory {
         now: Timestamp,
         lead: ShardLead,
     ) -> Result<Self, ShardHistoryError> {
-        if !(1..=MAX_SHARDS).contains(&count) {
-            return Err(ShardHistoryError::Count(count));
+        let layout = Layout {
+            shards: count,
+            ..self.layout_at(from)
+        };
+        self.plan(from, layout, now, lead)
+    }
+
+    pub(crate) fn plan(
+        &self,
+        from: Timestamp,
+        layout: Layout,
+        now: Timestamp,
+        lead: ShardLead,
+    ) -> Result<Self, ShardHistoryError> {
+        if !(1..=MAX_SHARDS).contains(&layout.shards) {
+            return Err(ShardHistoryError::Count(layout.shards));
         }
         let earliest = lead.earliest_change(now);
         if from < earliest {
@@ -169,10 +207,10 @@ impl ShardHistory {
                 .filter(|e| e.from <= settled)
                 .collect(),
         );
-        if kept.count_at(from) == count {
+        if kept.layout_at(from) == layout {
             Ok(kept)
         } else {
-            kept.with_change(from, count)
+            kept.with_layout(from, layout)
         }
     }
 

@@ -1,25 +1,34 @@
-//! Writing readings into a packed slot item (issue 16) so that concurrent writers lose nothing.
+//! Writing readings into a packed slot (issue 16) so that concurrent writers lose nothing.
 //!
-//! A slot item holds many readings of one device in one binary attribute
-//! ([`tidemark_schema::packed`]), so DynamoDB cannot merge into it entry by entry as it does
-//! into a single reading's metrics map. Instead each write is a read-merge-write under an
-//! optimistic lock:
-//! 1. read the item (eventually consistent is enough: a stale read only loses step 3);
-//! 2. merge the batch's readings into its readings ([`packed::merge`]); if nothing changes
+//! A slot is one or more part items (`SLOT#<start>#<part>`), each holding readings of the
+//! device in one binary attribute ([`tidemark_schema::packed`]), so DynamoDB cannot merge into
+//! them entry by entry as it does into a single reading's metrics map. Instead each write is
+//! a read-merge-write under an optimistic lock:
+//! 1. query the slot's parts (eventually consistent is enough: a stale read only makes
+//!    step 3 fail);
+//! 2. merge each incoming reading into the part that holds it (a correction, a new metric),
+//!    and the readings no part holds into the open part, the last one; if nothing changes
 //!    (a replay, a resend) stop: nothing is written;
-//! 3. put the merged item on the condition that its `version` is still the one read (or, for
-//!    a new slot, that no item has the key), with `version` + 1.
+//! 3. put each changed part on the condition that its `version` is still the one read (or,
+//!    for a new part, that no item has its key), with `version` + 1.
 //!
 //! Two writers of one slot (two shards of the stream, a retry racing a late batch) both read
 //! version *v*; one put succeeds, the other's condition fails, and it starts again from step 1
 //! with the winner's readings in hand. So no write is ever based on readings it did not see,
 //! and none is lost. A lost race is retried with the store's backoff until the deadline.
 //!
-//! Nothing calls this yet: layouts that store readings packed are still to come.
+//! A part stays well under DynamoDB's 400 KB: when new readings would grow the open part
+//! past [`MAX_PART_BYTES`], it is first *sealed* (rewritten unchanged with `sealed`, which
+//! bumps its version) and the readings go to a new part. New readings only ever go to the
+//! open part, and a part is sealed before the next one exists, so a writer that missed a
+//! newer part always fails its condition: a reading is in exactly one part. Sealed parts
+//! still take corrections of the readings they hold. Parts are bounded, so a write never
+//! rewrites more than one part's worth of bytes plus what it adds.
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
+use tidemark_schema::keys;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::table::attr;
 use tidemark_schema::{Timestamp, field};
@@ -28,12 +37,21 @@ use tokio::time::Instant;
 use crate::retry::RetryPolicy;
 use crate::{Item, StoreError};
 
+/// The encoded size at which a part is sealed. Every write of a part is billed by its
+/// whole size, so this also bounds what one write costs (64 WCU).
+pub const MAX_PART_BYTES: usize = 64 * 1024;
+
 /// Where a slot lives and when it starts (its readings are encoded relative to the start).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotKey {
     pub pk: String,
-    pub sk: String,
     pub start: Timestamp,
+}
+
+impl SlotKey {
+    fn sk(&self, part: u16) -> String {
+        keys::slot_sk(self.start, part)
+    }
 }
 
 /// What a slot write did.
@@ -45,140 +63,320 @@ pub struct SlotWrite {
     pub conflicts: u32,
     /// Readings in the slot after the write.
     pub readings: usize,
+    /// Part items the slot has after the write.
+    pub parts: usize,
 }
 
-/// A slot as stored: its readings and the version they were read at (`None`: no item).
-struct Stored {
+/// Writes packed slots: the client, table and retry policy of one function.
+#[derive(Debug, Clone)]
+pub struct SlotWriter {
+    pub client: Client,
+    pub table: String,
+    pub retry: RetryPolicy,
+    /// [`MAX_PART_BYTES`] except in tests of splitting.
+    pub part_bytes: usize,
+}
+
+/// One part as stored.
+#[derive(Debug, Clone)]
+struct Part {
+    number: u16,
     readings: SlotReadings,
-    version: Option<u64>,
+    version: u64,
+    sealed: bool,
 }
 
-fn unreadable(key: &SlotKey, message: impl Into<String>) -> StoreError {
+/// One conditional put of a step 3.
+#[derive(Debug)]
+struct Put {
+    number: u16,
+    readings: SlotReadings,
+    /// `None`: a new part.
+    expected: Option<u64>,
+    sealed: bool,
+}
+
+fn unreadable(pk: &str, sk: &str, message: impl Into<String>) -> StoreError {
     StoreError::Unreadable {
-        key: format!("{}/{}", key.pk, key.sk),
+        key: format!("{pk}/{sk}"),
         message: message.into(),
     }
 }
 
-async fn read(client: &Client, table: &str, key: &SlotKey) -> Result<Stored, StoreError> {
-    let out = client
-        .get_item()
-        .table_name(table)
-        .key(attr::PK, AttributeValue::S(key.pk.clone()))
-        .key(attr::SK, AttributeValue::S(key.sk.clone()))
-        .send()
-        .await
-        .map_err(StoreError::sdk("GetItem"))?;
-    let Some(item) = out.item else {
-        return Ok(Stored {
-            readings: SlotReadings::new(),
-            version: None,
-        });
-    };
-    let version = match item.get(field::VERSION) {
-        Some(AttributeValue::N(n)) => n
-            .parse::<u64>()
-            .map_err(|e| unreadable(key, e.to_string()))?,
-        _ => return Err(unreadable(key, "no version")),
-    };
-    let bytes = match item.get(field::PACKED) {
-        Some(AttributeValue::B(b)) => b.as_ref(),
-        _ => return Err(unreadable(key, "no packed readings")),
-    };
-    let readings = packed::decode(key.start, bytes).map_err(|e| unreadable(key, e.to_string()))?;
-    Ok(Stored {
-        readings,
-        version: Some(version),
+fn encoded(start: Timestamp, readings: &SlotReadings) -> Result<Vec<u8>, StoreError> {
+    packed::encode(start, readings).map_err(|e| StoreError::Request {
+        operation: "PutItem",
+        message: e.to_string(),
     })
 }
 
-fn item(
-    key: &SlotKey,
-    readings: &SlotReadings,
-    version: u64,
-    ttl: i64,
-) -> Result<Item, StoreError> {
-    let bytes = packed::encode(key.start, readings).map_err(|e| StoreError::Request {
-        operation: "PutItem",
-        message: e.to_string(),
-    })?;
-    Ok(Item::from([
-        (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
-        (attr::SK.to_owned(), AttributeValue::S(key.sk.clone())),
-        (
-            field::PACKED.to_owned(),
-            AttributeValue::B(Blob::new(bytes)),
-        ),
-        (
-            field::READING_COUNT.to_owned(),
-            AttributeValue::N(readings.len().to_string()),
-        ),
-        (
-            field::VERSION.to_owned(),
-            AttributeValue::N(version.to_string()),
-        ),
-        (attr::TTL.to_owned(), AttributeValue::N(ttl.to_string())),
-    ]))
+/// A part item's readings, version and seal, or why it cannot be read.
+fn parse_part(key: &SlotKey, item: &Item) -> Result<Part, StoreError> {
+    let sk = item
+        .get(attr::SK)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default();
+    let bad = |m: String| unreadable(&key.pk, &sk, m);
+    let number = sk
+        .strip_prefix(&keys::slot_sk_prefix(key.start))
+        .and_then(|n| n.parse::<u16>().ok())
+        .ok_or_else(|| bad("not a part of this slot".into()))?;
+    let version = match item.get(field::VERSION) {
+        Some(AttributeValue::N(n)) => n.parse::<u64>().map_err(|e| bad(e.to_string()))?,
+        _ => return Err(bad("no version".into())),
+    };
+    let bytes = match item.get(field::PACKED) {
+        Some(AttributeValue::B(b)) => b.as_ref(),
+        _ => return Err(bad("no packed readings".into())),
+    };
+    let readings = packed::decode(key.start, bytes).map_err(|e| bad(e.to_string()))?;
+    let sealed = matches!(item.get(field::SEALED), Some(AttributeValue::Bool(true)));
+    Ok(Part {
+        number,
+        readings,
+        version,
+        sealed,
+    })
 }
 
-/// Merges `incoming` into the slot `key` (see the module docs). An unreadable slot item is
-/// an error naming its key, never overwritten: its readings would be lost.
-pub async fn write_slot(
-    client: &Client,
-    table: &str,
-    key: &SlotKey,
-    incoming: &SlotReadings,
-    ttl: i64,
-    retry: RetryPolicy,
-    deadline: Instant,
-) -> Result<SlotWrite, StoreError> {
-    let mut conflicts = 0u32;
-    loop {
-        let stored = read(client, table, key).await?;
-        let Some(merged) = packed::merge(&stored.readings, incoming) else {
-            return Ok(SlotWrite {
-                written: false,
-                conflicts,
-                readings: stored.readings.len(),
+impl SlotWriter {
+    pub fn new(client: Client, table: impl Into<String>, retry: RetryPolicy) -> Self {
+        SlotWriter {
+            client,
+            table: table.into(),
+            retry,
+            part_bytes: MAX_PART_BYTES,
+        }
+    }
+
+    async fn read(&self, key: &SlotKey) -> Result<Vec<Part>, StoreError> {
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#sk", attr::SK)
+            .expression_attribute_values(":pk", AttributeValue::S(key.pk.clone()))
+            .expression_attribute_values(
+                ":prefix",
+                AttributeValue::S(keys::slot_sk_prefix(key.start)),
+            )
+            .into_paginator()
+            .items()
+            .send();
+        let mut parts = Vec::new();
+        while let Some(item) = pages.next().await {
+            let item = item.map_err(StoreError::sdk("Query"))?;
+            parts.push(parse_part(key, &item)?);
+        }
+        parts.sort_by_key(|p| p.number);
+        Ok(parts)
+    }
+
+    /// Step 2: the puts that merge `incoming` into `parts` (empty: nothing changes).
+    fn plan(
+        &self,
+        key: &SlotKey,
+        parts: &[Part],
+        incoming: &SlotReadings,
+    ) -> Result<Vec<Put>, StoreError> {
+        let open = parts.last().filter(|p| !p.sealed).map(|p| p.number);
+        let mut routed: Vec<SlotReadings> = vec![SlotReadings::new(); parts.len()];
+        let mut fresh = SlotReadings::new();
+        for (at, metrics) in incoming {
+            match parts.iter().position(|p| p.readings.contains_key(at)) {
+                Some(i) => routed[i].insert(*at, metrics.clone()),
+                None => fresh.insert(*at, metrics.clone()),
+            };
+        }
+        let mut puts = Vec::new();
+        for (part, batch) in parts.iter().zip(&mut routed) {
+            if Some(part.number) == open {
+                batch.append(&mut fresh.clone());
+            }
+            let merged = packed::merge(&part.readings, batch);
+            let too_big = Some(part.number) == open
+                && !fresh.is_empty()
+                && merged
+                    .as_ref()
+                    .map(|m| encoded(key.start, m).map(|b| b.len() > self.part_bytes))
+                    .transpose()?
+                    .unwrap_or(false);
+            if too_big {
+                // Seal the open part with only its corrections; the new readings start a
+                // new part below.
+                let own: SlotReadings = batch
+                    .iter()
+                    .filter(|(at, _)| part.readings.contains_key(at))
+                    .map(|(at, m)| (*at, m.clone()))
+                    .collect();
+                puts.push(Put {
+                    number: part.number,
+                    readings: packed::merge(&part.readings, &own)
+                        .unwrap_or_else(|| part.readings.clone()),
+                    expected: Some(part.version),
+                    sealed: true,
+                });
+                continue;
+            }
+            if Some(part.number) == open {
+                fresh.clear();
+            }
+            if let Some(readings) = merged {
+                puts.push(Put {
+                    number: part.number,
+                    readings,
+                    expected: Some(part.version),
+                    sealed: part.sealed,
+                });
+            }
+        }
+        if fresh.is_empty() {
+            return Ok(puts);
+        }
+        let mut number = parts.last().map_or(0, |p| p.number + 1);
+        let chunks = self.chunks(key.start, fresh)?;
+        let last = chunks.len() - 1;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            // Created in order, each sealed before the next exists (see the module docs).
+            puts.push(Put {
+                number,
+                readings: chunk,
+                expected: None,
+                sealed: i < last,
             });
-        };
-        let next = stored.version.map_or(1, |v| v + 1);
-        let mut put = client
+            number = number.checked_add(1).ok_or_else(|| StoreError::Request {
+                operation: "PutItem",
+                message: format!("slot {}/{} has too many parts", key.pk, key.start),
+            })?;
+        }
+        Ok(puts)
+    }
+
+    /// New readings cut into runs that each encode under the part size.
+    fn chunks(
+        &self,
+        start: Timestamp,
+        readings: SlotReadings,
+    ) -> Result<Vec<SlotReadings>, StoreError> {
+        if readings.len() <= 1 || encoded(start, &readings)?.len() <= self.part_bytes {
+            return Ok(vec![readings]);
+        }
+        let mut first = readings;
+        let middle = *first
+            .keys()
+            .nth(first.len() / 2)
+            .expect("more than one reading");
+        let second = first.split_off(&middle);
+        let mut out = self.chunks(start, first)?;
+        out.extend(self.chunks(start, second)?);
+        Ok(out)
+    }
+
+    fn item(&self, key: &SlotKey, put: &Put, ttl: i64) -> Result<Item, StoreError> {
+        let version = put.expected.map_or(1, |v| v + 1);
+        let mut item = Item::from([
+            (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
+            (attr::SK.to_owned(), AttributeValue::S(key.sk(put.number))),
+            (
+                field::PACKED.to_owned(),
+                AttributeValue::B(Blob::new(encoded(key.start, &put.readings)?)),
+            ),
+            (
+                field::READING_COUNT.to_owned(),
+                AttributeValue::N(put.readings.len().to_string()),
+            ),
+            (
+                field::VERSION.to_owned(),
+                AttributeValue::N(version.to_string()),
+            ),
+            (attr::TTL.to_owned(), AttributeValue::N(ttl.to_string())),
+        ]);
+        if put.sealed {
+            item.insert(field::SEALED.to_owned(), AttributeValue::Bool(true));
+        }
+        Ok(item)
+    }
+
+    /// Step 3 for one part. `Ok(false)`: another writer changed it first.
+    async fn put(&self, key: &SlotKey, put: &Put, ttl: i64) -> Result<bool, StoreError> {
+        let req = self
+            .client
             .put_item()
-            .table_name(table)
-            .set_item(Some(item(key, &merged, next, ttl)?));
-        put = match stored.version {
-            None => put
+            .table_name(&self.table)
+            .set_item(Some(self.item(key, put, ttl)?));
+        let req = match put.expected {
+            None => req
                 .condition_expression("attribute_not_exists(#pk)")
                 .expression_attribute_names("#pk", attr::PK),
-            Some(v) => put
+            Some(v) => req
                 .condition_expression("#v = :v")
                 .expression_attribute_names("#v", field::VERSION)
                 .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
         };
-        match put.send().await.map_err(StoreError::sdk("PutItem")) {
-            Ok(_) => {
+        match req.send().await.map_err(StoreError::sdk("PutItem")) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conditional_check_failed() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Merges `incoming` into the slot `key` (see the module docs). An unreadable part is an
+    /// error naming its key, never overwritten: its readings would be lost.
+    pub async fn write(
+        &self,
+        key: &SlotKey,
+        incoming: &SlotReadings,
+        ttl: i64,
+        deadline: Instant,
+    ) -> Result<SlotWrite, StoreError> {
+        let mut conflicts = 0u32;
+        let mut written = false;
+        loop {
+            let parts = self.read(key).await?;
+            let puts = self.plan(key, &parts, incoming)?;
+            let mut lost = false;
+            for put in &puts {
+                if self.put(key, put, ttl).await? {
+                    written = true;
+                } else {
+                    lost = true;
+                    break;
+                }
+            }
+            if !lost {
+                let after = self.read_counts(&parts, &puts);
                 return Ok(SlotWrite {
-                    written: true,
+                    written,
                     conflicts,
-                    readings: merged.len(),
+                    readings: after.0,
+                    parts: after.1,
                 });
             }
-            Err(e) if e.is_conditional_check_failed() => {
-                conflicts += 1;
-                let wait = retry.delay(conflicts);
-                if Instant::now() + wait >= deadline {
-                    return Err(StoreError::Request {
-                        operation: "PutItem",
-                        message: format!(
-                            "slot {}/{} still contended after {conflicts} tries",
-                            key.pk, key.sk
-                        ),
-                    });
-                }
-                tokio::time::sleep(wait).await;
+            conflicts += 1;
+            let wait = self.retry.delay(conflicts);
+            if Instant::now() + wait >= deadline {
+                return Err(StoreError::Request {
+                    operation: "PutItem",
+                    message: format!(
+                        "slot {}/{} still contended after {conflicts} tries",
+                        key.pk, key.start
+                    ),
+                });
             }
-            Err(e) => return Err(e),
+            tokio::time::sleep(wait).await;
         }
+    }
+
+    /// (readings, parts) of the slot once `puts` landed on `parts`.
+    fn read_counts(&self, parts: &[Part], puts: &[Put]) -> (usize, usize) {
+        let mut counts: std::collections::BTreeMap<u16, usize> =
+            parts.iter().map(|p| (p.number, p.readings.len())).collect();
+        for p in puts {
+            counts.insert(p.number, p.readings.len());
+        }
+        (counts.values().sum(), counts.len())
     }
 }

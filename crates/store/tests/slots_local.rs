@@ -10,7 +10,7 @@ use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{MetricName, Timestamp, field};
 use tidemark_store::StoreError;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWrite, write_slot};
+use tidemark_store::slots::{MAX_PART_BYTES, SlotKey, SlotWrite, SlotWriter};
 use tidemark_testkit::TestTable;
 
 fn start() -> Timestamp {
@@ -20,7 +20,6 @@ fn start() -> Timestamp {
 fn key() -> SlotKey {
     SlotKey {
         pk: "DEVICE#d".into(),
-        sk: "SLOT#2026-04-20T14:00:00.000000Z".into(),
         start: start(),
     }
 }
@@ -47,16 +46,9 @@ async fn write(
     table: &str,
     batch: &SlotReadings,
 ) -> Result<SlotWrite, StoreError> {
-    write_slot(
-        client,
-        table,
-        &key(),
-        batch,
-        0,
-        RetryPolicy::default(),
-        deadline(),
-    )
-    .await
+    SlotWriter::new(client.clone(), table, RetryPolicy::default())
+        .write(&key(), batch, 0, deadline())
+        .await
 }
 
 async fn stored(t: &TestTable) -> (SlotReadings, u64) {
@@ -122,7 +114,10 @@ async fn an_unreadable_slot_item_is_an_error_and_is_left_as_it_is() {
         .put_item()
         .table_name(&t.name)
         .item("pk", AttributeValue::S(key().pk))
-        .item("sk", AttributeValue::S(key().sk))
+        .item(
+            "sk",
+            AttributeValue::S(tidemark_schema::keys::slot_sk(start(), 0)),
+        )
         .item(field::PACKED, AttributeValue::B(Blob::new(vec![9, 9, 9])))
         .item(field::VERSION, AttributeValue::N("3".into()))
         .send()
@@ -135,5 +130,122 @@ async fn an_unreadable_slot_item_is_an_error_and_is_left_as_it_is() {
     assert_eq!(
         items[0][field::PACKED],
         AttributeValue::B(Blob::new(vec![9, 9, 9]))
+    );
+}
+
+/// Every part of the slot: (part number, readings, sealed).
+async fn parts(t: &TestTable) -> Vec<(u16, SlotReadings, bool)> {
+    let mut out: Vec<_> = t
+        .scan()
+        .await
+        .into_iter()
+        .map(|item| {
+            let AttributeValue::S(sk) = &item["sk"] else {
+                panic!("a string sort key")
+            };
+            let AttributeValue::B(b) = &item[field::PACKED] else {
+                panic!("packed readings are binary");
+            };
+            (
+                sk.rsplit('#').next().unwrap().parse().unwrap(),
+                packed::decode(start(), b.as_ref()).unwrap(),
+                item.get(field::SEALED) == Some(&AttributeValue::Bool(true)),
+            )
+        })
+        .collect();
+    out.sort_by_key(|p| p.0);
+    out
+}
+
+#[tokio::test]
+async fn a_slot_that_outgrows_its_part_continues_in_a_sealed_chain_holding_each_reading_once() {
+    let t = TestTable::new("slots-split").await;
+    let writer = SlotWriter {
+        part_bytes: 300,
+        ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+    };
+    // GIVEN batches of 40 readings with values that do not compress, written one after another
+    let batch = |from: i64| -> SlotReadings {
+        (from..from + 40)
+            .map(|s| {
+                (
+                    start().plus_micros(s * 1_000_000).unwrap(),
+                    BTreeMap::from([(MetricName::new("t").unwrap(), s as f64 * 1.37)]),
+                )
+            })
+            .collect()
+    };
+    for from in [0, 40, 80, 120] {
+        writer
+            .write(&key(), &batch(from), 0, deadline())
+            .await
+            .unwrap();
+    }
+    // THEN the slot is several parts, all under the limit, every one but the last sealed,
+    // and together they hold each of the 160 readings exactly once
+    let ps = parts(&t).await;
+    assert!(ps.len() > 2, "{} parts", ps.len());
+    for (n, r, sealed) in &ps {
+        assert!(packed::encode(start(), r).unwrap().len() <= 300, "part {n}");
+        assert_eq!(*sealed, *n != ps.last().unwrap().0, "part {n}");
+    }
+    let total: usize = ps.iter().map(|p| p.1.len()).sum();
+    assert_eq!(total, 160);
+    // WHEN the first batch is replayed THEN nothing is written; WHEN one of its readings is
+    // corrected THEN the sealed part holding it takes the correction, and no part is added
+    let again = writer
+        .write(&key(), &batch(0), 0, deadline())
+        .await
+        .unwrap();
+    assert!(!again.written);
+    let fix = readings(3..4, "t", -1.0);
+    let fixed = writer.write(&key(), &fix, 0, deadline()).await.unwrap();
+    assert_eq!((fixed.readings, fixed.parts), (160, ps.len()));
+    let after = parts(&t).await;
+    let holder = after
+        .iter()
+        .find(|p| p.1.contains_key(&start().plus_micros(3_000_000).unwrap()))
+        .unwrap();
+    assert!(holder.2, "the reading was in a sealed part");
+    assert_eq!(
+        holder.1[&start().plus_micros(3_000_000).unwrap()][&MetricName::new("t").unwrap()],
+        -1.0
+    );
+    assert_eq!(after.iter().map(|p| p.1.len()).sum::<usize>(), 160);
+    assert!(MAX_PART_BYTES < 400 * 1024 / 2);
+}
+
+#[tokio::test]
+async fn racing_writers_past_the_part_limit_still_hold_every_reading_once() {
+    let t = TestTable::new("slots-split-race").await;
+    let writes = (0..6i64).map(|w| {
+        let writer = SlotWriter {
+            part_bytes: 200,
+            ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+        };
+        // Each writer its own 20 readings, plus 5 every writer sends (a replay racing).
+        let mut mine: SlotReadings = (0..20)
+            .map(|i| {
+                (
+                    start().plus_micros((100 + w * 20 + i) * 1_000_000).unwrap(),
+                    BTreeMap::from([(MetricName::new("t").unwrap(), (w * 20 + i) as f64 * 0.7)]),
+                )
+            })
+            .collect();
+        mine.extend(readings(0..5, "shared", 1.5));
+        tokio::spawn(async move { writer.write(&key(), &mine, 0, deadline()).await.unwrap() })
+    });
+    futures::future::join_all(writes).await;
+    let ps = parts(&t).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for (_, r, _) in &ps {
+        for at in r.keys() {
+            assert!(seen.insert(*at), "{at} is in two parts");
+        }
+    }
+    assert_eq!(seen.len(), 6 * 20 + 5);
+    assert!(
+        ps.iter().rev().skip(1).all(|p| p.2),
+        "all but the last sealed"
     );
 }
