@@ -40,6 +40,7 @@ use crate::{Item, StoreError};
 /// The encoded size at which a part is sealed. Every write of a part is billed by its
 /// whole size, so this also bounds what one write costs (64 WCU).
 pub const MAX_PART_BYTES: usize = 64 * 1024;
+const _: () = assert!(MAX_PART_BYTES < 400 * 1024 / 4, "well under the item limit");
 
 /// Where a slot lives and when it starts (its readings are encoded relative to the start).
 #[derive(Debug, Clone, PartialEq, Eq)]

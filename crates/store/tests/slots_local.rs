@@ -10,7 +10,7 @@ use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{MetricName, Timestamp, field};
 use tidemark_store::StoreError;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{MAX_PART_BYTES, SlotKey, SlotWrite, SlotWriter};
+use tidemark_store::slots::{SlotKey, SlotWrite, SlotWriter};
 use tidemark_testkit::TestTable;
 
 fn start() -> Timestamp {
@@ -212,7 +212,6 @@ async fn a_slot_that_outgrows_its_part_continues_in_a_sealed_chain_holding_each_
         -1.0
     );
     assert_eq!(after.iter().map(|p| p.1.len()).sum::<usize>(), 160);
-    assert!(MAX_PART_BYTES < 400 * 1024 / 2);
 }
 
 #[tokio::test]
