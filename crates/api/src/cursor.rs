@@ -28,6 +28,10 @@ pub struct CursorState {
     /// later pages do not drift with the clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub range: Option<(String, String)>,
+    /// Lists read stretch by stretch (a device's readings, one layout segment after another):
+    /// an instant of the stretch `parts` belong to, where the walk stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
     /// Partitions still to read: (partition label, position after which to resume; `None`
     /// before the first item). Finished partitions are left out.
     pub parts: Vec<(String, Option<Vec<String>>)>,
@@ -114,6 +118,7 @@ mod tests {
     fn state() -> CursorState {
         CursorState {
             range: Some(("a".into(), "b".into())),
+            at: None,
             parts: vec![
                 ("S1".into(), Some(vec!["READING#x".into()])),
                 ("S2".into(), None),

@@ -1,16 +1,11 @@
 //! One function per route. Each validates everything before touching the store.
 
-use std::collections::HashMap;
-
-use futures::future::try_join_all;
-use futures::{StreamExt, TryStreamExt};
 use http::StatusCode;
 use lambda_http::Request;
 use serde_json::{Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertState, DeviceId, DeviceStatus, EntityKey, Period, Severity, ShardConfigItem, ShardHistory,
-    ShardHistoryError, Timestamp, keys,
+    AlertState, DeviceId, DeviceStatus, EntityKey, Period, Severity, Timestamp, keys,
 };
 use tidemark_store::Item;
 
@@ -25,6 +20,8 @@ use crate::store::{Place, QuerySpec, SkRange, Store};
 use crate::validate;
 
 mod alert_actions;
+mod layout;
+mod readings;
 
 type Reply = (StatusCode, Value);
 
@@ -111,6 +108,8 @@ impl<S: Store> App<S> {
             Route::PutDevice => self.put_device(id()?, req.body().as_ref()).await,
             Route::GetShards => self.get_shards(id()?).await,
             Route::PutShards => self.put_shards(id()?, req.body().as_ref()).await,
+            Route::GetLayout => self.get_layout(id()?).await,
+            Route::PutLayout => self.put_layout(id()?, req.body().as_ref()).await,
             Route::ListDevices => self.list_devices(p).await,
             Route::Readings => self.readings(id()?, p).await,
             Route::LatestReading => self.latest_reading(id()?).await,
@@ -155,23 +154,9 @@ impl<S: Store> App<S> {
         let mut sources = Vec::with_capacity(parts.len());
         for (label, after) in parts {
             let spec = spec_for(&label).ok_or_else(bad_cursor)?;
-            if after
-                .as_ref()
-                .is_some_and(|a| a.len() != spec.position_attrs().len())
-            {
-                return Err(bad_cursor());
+            if let Some(after) = resume_at(&spec, after)? {
+                sources.push(Source::new(label, spec, after));
             }
-            // A position the range has moved past (the retention edge overtook a cursor kept
-            // too long) is not a valid ExclusiveStartKey: DynamoDB would refuse it. The
-            // readings between it and the edge have expired, so the walk goes on from the
-            // edge, or the partition is done if the walk was heading away from it.
-            let after = match after.as_ref().map(|a| spec.place_of(&a[0])) {
-                Some(Place::Inside) | None => after,
-                Some(Place::Before) if spec.forward => None,
-                Some(Place::After) if !spec.forward => None,
-                Some(_) => continue,
-            };
-            sources.push(Source { label, spec, after });
         }
         let page = merged_page(&self.store, sources, limit, keep).await?;
         let cursor = (!page.rest.is_empty()).then(|| {
@@ -179,6 +164,7 @@ impl<S: Store> App<S> {
                 scope,
                 &CursorState {
                     range,
+                    at: None,
                     parts: page.rest,
                 },
             )
@@ -278,258 +264,6 @@ impl<S: Store> App<S> {
             .map(render::device_item)
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
-    }
-
-    /// The shard history and whether the device is registered, in one BatchGetItem.
-    async fn shards_of(&self, id: &DeviceId) -> Result<Shards, ApiError> {
-        let cfg_key = EntityKey::ShardConfig(id.clone()).key();
-        let dev_key = EntityKey::Device(id.clone()).key();
-        let items = self
-            .store
-            .batch_get(vec![cfg_key.clone(), dev_key.clone()])
-            .await?;
-        let mut out = Shards::default();
-        for item in items {
-            let sk = item.get(attr::SK).and_then(|v| v.as_s().ok());
-            if sk == Some(&cfg_key.sk) {
-                let c: ShardConfigItem = tidemark_store::from_item(item)?;
-                out.history = c.epochs;
-                out.version = c.version;
-            } else if sk == Some(&dev_key.sk) {
-                out.exists = true;
-            }
-        }
-        if !out.exists {
-            return Err(device_not_found(id));
-        }
-        Ok(out)
-    }
-
-    async fn get_shards(&self, id: DeviceId) -> Result<Reply, ApiError> {
-        let s = self.shards_of(&id).await?;
-        Ok((StatusCode::OK, render::shards(&id, &s.history, self.now())))
-    }
-
-    /// Schedules a shard-count change of a hot device. It takes effect no earlier than
-    /// ingest containers can have learnt of it ([`tidemark_schema::ShardLead`]), so every
-    /// reading, in flight or re-sent, keeps the partition it was or will be written to, and
-    /// nothing moves. An announced change not yet in use is replaced; repeating a change is
-    /// a no-op; of two racing changes one gets a 409.
-    async fn put_shards(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
-        let change = validate::shard_change(self.within_body_limit(body)?)?;
-        let now = self.now();
-        let lead = self.config.shard_lead;
-        let from = change
-            .effective_from
-            .unwrap_or_else(|| lead.earliest_change(now));
-        let current = self.shards_of(&id).await?;
-        let next = current
-            .history
-            .planned(from, change.count, now, lead)
-            .map_err(|e| match e {
-                ShardHistoryError::Count(_) => ApiError::bad("count", e.to_string()),
-                ShardHistoryError::TooSoon { .. } => ApiError::bad("effectiveFrom", e.to_string()),
-                ShardHistoryError::NotAfterLast { .. } => ApiError::Conflict(e.to_string()),
-            })?;
-        if next != current.history
-            && !self
-                .store
-                .replace_shards(&id, &next, current.version)
-                .await?
-        {
-            return Err(ApiError::Conflict(format!(
-                "the shard history of device {id} changed while this request ran; read it \
-                 (GET /devices/{id}/shards) and try again"
-            )));
-        }
-        Ok((StatusCode::OK, render::shards(&id, &next, now)))
-    }
-
-    /// Readings of a range (AP3), across every shard the device had over it.
-    ///
-    /// Expired readings: a reading's `ttl` is its time plus the retention, so every reading
-    /// older than `now - retention` is expired and every newer one is not. The key condition
-    /// starts at that instant, so DynamoDB never reads the expired ones; the check after the
-    /// read only catches readings written under a shorter retention, a small minority, which
-    /// is why it is not the "filter that throws most items away" DESIGN §6 forbids.
-    async fn readings(&self, id: DeviceId, p: &Params) -> Result<Reply, ApiError> {
-        let limit = validate::limit(p)?;
-        let forward = validate::order(p, true)?;
-        let scope = format!(
-            "readings|{id}|{}|{}",
-            validate::range_scope(p)?,
-            if forward { "asc" } else { "desc" }
-        );
-        let now = self.now();
-        let (start, (from, to)) = match self.open(&scope, p)? {
-            Some(state) => {
-                let r = resume_range(&state)?;
-                (Start::Resume(state), r)
-            }
-            None => {
-                let (from, to) = validate::range(p, now, HOUR_MS)?;
-                let history = self.shards_of(&id).await?.history;
-                let lo = from.max(self.config.retention_start(now));
-                let labels = if lo > to {
-                    Vec::new()
-                } else {
-                    history
-                        .shards_over(lo, to)
-                        .into_iter()
-                        .map(shard_label)
-                        .collect()
-                };
-                (
-                    Start::Fresh {
-                        range: Some((from.to_string(), to.to_string())),
-                        labels,
-                    },
-                    (from, to),
-                )
-            }
-        };
-        let lo = from.max(self.config.retention_start(now));
-        if lo > to {
-            return Ok(list(Vec::new(), None));
-        }
-        let spec_for = |label: &str| {
-            let shard = parse_shard_label(label)?;
-            Some(QuerySpec::table(
-                keys::reading_pk(&id, shard),
-                SkRange::Between(keys::reading_sk(lo), keys::reading_sk(to)),
-                forward,
-            ))
-        };
-        let (items, cursor) = self
-            .page(&scope, start, spec_for, limit, |it| !expired(it, now))
-            .await?;
-        let items = items
-            .into_iter()
-            .map(render::reading)
-            .collect::<Result<_, _>>()?;
-        Ok(list(items, cursor))
-    }
-
-    /// The newest unexpired reading (AP4).
-    async fn latest_reading(&self, id: DeviceId) -> Result<Reply, ApiError> {
-        let now = self.now();
-        let history = self.shards_of(&id).await?.history;
-        let newest = self
-            .newest_reading(&id, &history, now, true)
-            .await?
-            .ok_or_else(|| {
-                ApiError::NotFound(format!(
-                    "device {id} has no readings in the last {} days",
-                    self.config.retention_days
-                ))
-            })?;
-        Ok((StatusCode::OK, render::reading(newest)?))
-    }
-
-    /// A newest-first query of one item on every shard that may hold an unexpired reading
-    /// of the device, in parallel; the newest of their answers.
-    async fn newest_reading(
-        &self,
-        id: &DeviceId,
-        history: &ShardHistory,
-        now: Timestamp,
-        consistent: bool,
-    ) -> Result<Option<Item>, ApiError> {
-        let lo = self.config.retention_start(now);
-        let specs: Vec<QuerySpec> = history
-            .shards_over(lo, Timestamp::MAX)
-            .into_iter()
-            .map(|shard| QuerySpec {
-                consistent,
-                ..QuerySpec::table(
-                    keys::reading_pk(id, shard),
-                    SkRange::Between(keys::reading_sk(lo), keys::reading_sk(Timestamp::MAX)),
-                    false,
-                )
-            })
-            .collect();
-        let pages = try_join_all(specs.iter().map(|s| self.store.query(s, None, 1))).await?;
-        let sk = |i: &Item| i.get(attr::SK).and_then(|v| v.as_s().ok()).cloned();
-        Ok(pages
-            .into_iter()
-            .flat_map(|p| p.items)
-            .filter(|it| !expired(it, now))
-            .max_by_key(sk))
-    }
-
-    /// Latest reading of up to 100 devices, read from their reading partitions (so as
-    /// fresh as ingest): one BatchGetItem for their shard counts, then a one-item query per
-    /// device and live shard, [`LATEST_CONCURRENCY`] devices at a time.
-    async fn latest_of_devices(&self, p: &Params) -> Result<Reply, ApiError> {
-        let raw = p.get("ids").ok_or_else(|| {
-            ApiError::bad("ids", "required: a comma-separated list of device IDs")
-        })?;
-        let mut ids: Vec<DeviceId> = Vec::new();
-        for part in raw.split(',') {
-            let id = DeviceId::new(part).map_err(|e| ApiError::bad("ids", e.to_string()))?;
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-        if ids.len() > validate::MAX_IDS {
-            return Err(ApiError::bad(
-                "ids",
-                format!("{} IDs; at most {} at once", ids.len(), validate::MAX_IDS),
-            ));
-        }
-        let configs = self
-            .store
-            .batch_get(
-                ids.iter()
-                    .map(|id| EntityKey::ShardConfig(id.clone()).key())
-                    .collect(),
-            )
-            .await?;
-        let mut histories: HashMap<DeviceId, ShardHistory> = HashMap::new();
-        for item in configs {
-            let c: ShardConfigItem = tidemark_store::from_item(item)?;
-            if let Ok(EntityKey::ShardConfig(id)) = EntityKey::parse(&c.pk, &c.sk) {
-                histories.insert(id, c.epochs);
-            }
-        }
-        let now = self.now();
-        let none = ShardHistory::default();
-        let lo = self.config.retention_start(now);
-        let queries: usize = ids
-            .iter()
-            .map(|id| {
-                histories
-                    .get(id)
-                    .unwrap_or(&none)
-                    .shards_over(lo, Timestamp::MAX)
-                    .len()
-            })
-            .sum();
-        if queries > validate::MAX_LATEST_QUERIES {
-            return Err(ApiError::bad(
-                "ids",
-                format!(
-                    "these {} devices span {queries} partitions (their shards); at most {} \
-                     can be read in one request: ask for fewer devices",
-                    ids.len(),
-                    validate::MAX_LATEST_QUERIES
-                ),
-            ));
-        }
-        let reads: Vec<_> = ids
-            .iter()
-            .map(|id| self.newest_reading(id, histories.get(id).unwrap_or(&none), now, false))
-            .collect();
-        let newest: Vec<Option<Item>> = futures::stream::iter(reads)
-            .buffered(LATEST_CONCURRENCY)
-            .try_collect()
-            .await?;
-        let out = newest
-            .into_iter()
-            .flatten()
-            .map(render::reading)
-            .collect::<Result<_, _>>()?;
-        Ok(list(out, None))
     }
 
     /// Alerts of one device, newest first (AP5): alert IDs start with their opening time.
@@ -772,14 +506,6 @@ impl<S: Store> App<S> {
 /// Lambda's response limit is 6 MB).
 pub const QUARANTINE_PAGE_BYTES: u64 = 3 * 1024 * 1024;
 
-/// A device's stored shard history.
-#[derive(Debug, Default)]
-struct Shards {
-    history: ShardHistory,
-    version: u64,
-    exists: bool,
-}
-
 /// Where a list starts: fresh (every partition from its beginning) or from a cursor.
 enum Start {
     Fresh {
@@ -796,6 +522,31 @@ impl Start {
             labels: vec![WHOLE.to_owned()],
         }
     }
+}
+
+/// Where a partition resumes: `Some(after)` (`None` inside: from the start of its range), or
+/// `None` when it has nothing left in the walk's direction. A position the range has moved
+/// past (the retention edge overtook a cursor kept too long) is not a valid
+/// ExclusiveStartKey: DynamoDB would refuse it. The readings between it and the edge have
+/// expired, so the walk goes on from the edge, or the partition is done if the walk was
+/// heading away from it.
+#[allow(clippy::type_complexity)]
+fn resume_at(
+    spec: &QuerySpec,
+    after: Option<Vec<String>>,
+) -> Result<Option<Option<Vec<String>>>, ApiError> {
+    if after
+        .as_ref()
+        .is_some_and(|a| a.len() != spec.position_attrs().len())
+    {
+        return Err(bad_cursor());
+    }
+    Ok(match after.as_ref().map(|a| spec.place_of(&a[0])) {
+        Some(Place::Inside) | None => Some(after),
+        Some(Place::Before) if spec.forward => Some(None),
+        Some(Place::After) if !spec.forward => Some(None),
+        Some(_) => None,
+    })
 }
 
 /// The range a cursor fixed on its first page.

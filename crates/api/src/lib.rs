@@ -19,6 +19,7 @@ pub mod render;
 pub mod request;
 pub mod routes;
 pub mod secret;
+pub mod slots;
 pub mod store;
 pub mod ui;
 pub mod validate;

@@ -8,13 +8,21 @@
 //! returns (1 MB caps, filters). Each partition's position is the key of the last item taken
 //! from it, so the next page resumes every partition exactly where this one stopped: every
 //! item exactly once, in order, in both directions.
+//!
+//! A partition of packed readings ([`crate::slots`]) is a source too: its query reads slot
+//! parts, a slot is unpacked once all its parts are in (a page of the query may end inside
+//! one: its parts wait for the next page), and its readings join the merge as reading items.
+//! Its position is a reading's time, so a cursor can stop inside a slot: the next page
+//! queries from that slot again and skips what was emitted.
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use futures::future::try_join_all;
+use tidemark_schema::Timestamp;
 use tidemark_store::{Item, StoreError};
 
+use crate::slots::{self, Packed};
 use crate::store::{QuerySpec, QueryStore};
 
 /// One partition of a merged list, with where to resume it.
@@ -25,6 +33,20 @@ pub struct Source {
     pub spec: QuerySpec,
     /// `None`: from the start of the range.
     pub after: Option<Vec<String>>,
+    /// Packed readings: `spec` reads their slots (built by [`Packed::query`]), and `after`
+    /// is a reading's position (`READING#<ts>`), never a key to resume the query from.
+    pub packed: Option<Packed>,
+}
+
+impl Source {
+    pub fn new(label: String, spec: QuerySpec, after: Option<Vec<String>>) -> Self {
+        Source {
+            label,
+            spec,
+            after,
+            packed: None,
+        }
+    }
 }
 
 /// One page of a merged list.
@@ -33,6 +55,8 @@ pub struct MergedPage {
     pub items: Vec<Item>,
     /// Partitions that may hold more, with their positions; empty when the list is done.
     pub rest: Vec<(String, Option<Vec<String>>)>,
+    /// Packed parts or readings that could not be read (each was logged).
+    pub skipped: usize,
 }
 
 /// Query rounds per page at most: a range full of skipped (expired) items ends a page early
@@ -46,6 +70,96 @@ struct State {
     more: bool,
     /// Position of the last item DynamoDB evaluated (the next query starts after it).
     fetched_to: Option<Vec<String>>,
+    /// Where `after` moves once the buffer is drained: everything up to it was buffered or
+    /// dropped (for items, `fetched_to`; for packed readings, the end of the last whole slot).
+    settled: Option<Vec<String>>,
+    /// Packed: parts of a slot the last query may have cut short, waiting for the rest.
+    pending: Vec<Item>,
+    /// Packed: readings and parts seen, to size the next query.
+    unpacked: (usize, usize),
+}
+
+impl State {
+    /// Items to ask for: `chunk`, or for packed readings about as many parts as the
+    /// readings still needed take, judging by the parts read so far.
+    fn query_limit(&self, chunk: usize, need: usize) -> i32 {
+        let n = match self.source.packed {
+            None => chunk,
+            Some(_) => {
+                let (readings, parts) = self.unpacked;
+                let per_part = if parts == 0 {
+                    need
+                } else {
+                    readings.div_ceil(parts)
+                };
+                (need.div_ceil(per_part.max(1)) + 1).clamp(2, chunk.max(2))
+            }
+        };
+        i32::try_from(n).unwrap_or(i32::MAX)
+    }
+
+    /// Buffers what a query page brought: items as they are (those `keep` accepts), slot
+    /// parts once their slot is whole. Returns how many packed items were skipped.
+    fn take(&mut self, items: Vec<Item>, keep: &impl Fn(&Item) -> bool) -> usize {
+        let Some(p) = self.source.packed else {
+            self.settled = self.fetched_to.clone();
+            self.buffer.extend(items.into_iter().filter(|it| keep(it)));
+            return 0;
+        };
+        self.pending.extend(items);
+        // A slot is whole unless the query may go on inside it.
+        let open = if self.more {
+            self.pending.last().and_then(slots::slot_start)
+        } else {
+            None
+        };
+        let mut skipped = 0;
+        let mut rest = Vec::new();
+        let mut slot: Option<(Timestamp, Vec<Item>)> = None;
+        for item in std::mem::take(&mut self.pending) {
+            let Some(start) = slots::slot_start(&item) else {
+                slots::skip(&item, "not a slot part");
+                skipped += 1;
+                continue;
+            };
+            if Some(start) == open {
+                rest.push(item);
+                continue;
+            }
+            match &mut slot {
+                Some((s, parts)) if *s == start => parts.push(item),
+                _ => {
+                    if let Some((s, parts)) = slot.take() {
+                        skipped += self.unpack(&p, s, &parts, keep);
+                    }
+                    slot = Some((start, vec![item]));
+                }
+            }
+        }
+        if let Some((s, parts)) = slot {
+            skipped += self.unpack(&p, s, &parts, keep);
+        }
+        self.pending = rest;
+        skipped
+    }
+
+    /// Buffers the wanted readings of one whole slot; returns how many were skipped.
+    fn unpack(
+        &mut self,
+        p: &Packed,
+        start: Timestamp,
+        parts: &[Item],
+        keep: &impl Fn(&Item) -> bool,
+    ) -> usize {
+        let forward = self.source.spec.forward;
+        let u = slots::unpack(start, parts, p, forward);
+        self.unpacked.0 += u.items.len();
+        self.unpacked.1 += parts.len();
+        self.buffer
+            .extend(u.items.into_iter().filter(|it| keep(it)));
+        self.settled = Some(p.settled_after(start, forward));
+        u.skipped
+    }
 }
 
 /// Reads up to `limit` items in sort-key order (descending unless `spec.forward`) across
@@ -60,17 +174,20 @@ pub async fn merged_page<S: QueryStore + Sync>(
     let n = sources.len().max(1);
     // A lookahead of one item tells a single partition's last page apart from a full one.
     let chunk = (limit.div_ceil(n) + if n > 1 { 8 } else { 0 }).min(limit) + 1;
-    let chunk = i32::try_from(chunk).unwrap_or(i32::MAX);
     let mut states: Vec<State> = sources
         .into_iter()
         .map(|s| State {
-            fetched_to: s.after.clone(),
+            fetched_to: s.packed.is_none().then(|| s.after.clone()).flatten(),
+            settled: None,
             source: s,
             buffer: VecDeque::new(),
             more: true,
+            pending: Vec::new(),
+            unpacked: (0, 0),
         })
         .collect();
     let mut out = Vec::with_capacity(limit);
+    let mut skipped = 0;
     let mut rounds = 0;
     while out.len() < limit {
         let dry: Vec<usize> = (0..states.len())
@@ -87,7 +204,11 @@ pub async fn merged_page<S: QueryStore + Sync>(
                     .fetched_to
                     .as_ref()
                     .and_then(|p| st.source.spec.start_key(p));
-                store.query(&st.source.spec, start, chunk)
+                store.query(
+                    &st.source.spec,
+                    start,
+                    st.query_limit(chunk, limit - out.len()),
+                )
             }))
             .await?;
             for (i, page) in dry.into_iter().zip(pages) {
@@ -105,10 +226,9 @@ pub async fn merged_page<S: QueryStore + Sync>(
                     // A LastEvaluatedKey we cannot resume from: stop rather than loop.
                     st.more = false;
                 }
-                st.buffer
-                    .extend(page.items.into_iter().filter(|it| keep(it)));
-                if st.buffer.is_empty() && st.fetched_to.is_some() {
-                    st.source.after = st.fetched_to.clone();
+                skipped += st.take(page.items, &keep);
+                if st.buffer.is_empty() && st.settled.is_some() {
+                    st.source.after = st.settled.clone();
                 }
             }
             continue;
@@ -121,7 +241,9 @@ pub async fn merged_page<S: QueryStore + Sync>(
         st.source.after = st.source.spec.position_of(&item);
         if st.buffer.is_empty() && st.more {
             // Everything fetched is consumed (or filtered): resume after what was evaluated.
-            st.source.after = st.fetched_to.clone();
+            if st.settled.is_some() {
+                st.source.after = st.settled.clone();
+            }
         }
         out.push(item);
     }
@@ -130,7 +252,11 @@ pub async fn merged_page<S: QueryStore + Sync>(
         .filter(|st| !st.buffer.is_empty() || st.more)
         .map(|st| (st.source.label, st.source.after))
         .collect();
-    Ok(MergedPage { items: out, rest })
+    Ok(MergedPage {
+        items: out,
+        rest,
+        skipped,
+    })
 }
 
 /// The partition whose head comes next (ties go to the earlier partition, consistently).

@@ -63,6 +63,19 @@ pub fn shards(id: &DeviceId, history: &ShardHistory, now: Timestamp) -> Value {
     })
 }
 
+/// `{"deviceId", "shards", "slotSeconds": <n, or null for single items>, "epochs": […]}`:
+/// the layout in force now, and every epoch (`{"from", "count", "slotSeconds"?}`); epochs
+/// later than now are announced changes.
+pub fn layout(id: &DeviceId, history: &ShardHistory, now: Timestamp) -> Value {
+    let l = history.layout_at(now);
+    json!({
+        "deviceId": id.as_str(),
+        "shards": l.shards,
+        "slotSeconds": l.slot.map(|s| s.seconds()),
+        "epochs": history.epochs(),
+    })
+}
+
 pub fn alert(item: Item) -> Result<Value, ApiError> {
     let a: AlertItem = tidemark_store::from_item(item)?;
     Ok(without_keys(serde_json::to_value(&a).map_err(corrupt)?))

@@ -11,6 +11,8 @@ pub enum Route {
     GetDevice,
     GetShards,
     PutShards,
+    GetLayout,
+    PutLayout,
     Readings,
     LatestReading,
     LatestOfDevices,
@@ -47,6 +49,7 @@ impl Route {
         match self {
             Route::PutDevice
             | Route::PutShards
+            | Route::PutLayout
             | Route::AckAlert
             | Route::SnoozeAlert
             | Route::UnsnoozeAlert => Scope::Write,
@@ -54,6 +57,7 @@ impl Route {
             Route::ListDevices
             | Route::GetDevice
             | Route::GetShards
+            | Route::GetLayout
             | Route::Readings
             | Route::LatestReading
             | Route::LatestOfDevices
@@ -84,6 +88,8 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
     (Method::GET, "/devices/{id}", Route::GetDevice, &[]),
     (Method::GET, "/devices/{id}/shards", Route::GetShards, &[]),
     (Method::PUT, "/devices/{id}/shards", Route::PutShards, &[]),
+    (Method::GET, "/devices/{id}/layout", Route::GetLayout, &[]),
+    (Method::PUT, "/devices/{id}/layout", Route::PutLayout, &[]),
     (
         Method::GET,
         "/devices/{id}/readings",

@@ -230,6 +230,7 @@ mod tests {
     fn state() -> CursorState {
         CursorState {
             range: None,
+            at: None,
             parts: vec![("0".into(), None)],
         }
     }

@@ -310,6 +310,12 @@ pub fn slot_sk(start: Timestamp, part: u16) -> String {
     format!("{}{part}", slot_sk_prefix(start))
 }
 
+/// Sorts after every part of the slot starting at `start` (part numbers are digits) and
+/// before the next slot: the inclusive upper bound of a query ending with that slot.
+pub fn slot_sk_end(start: Timestamp) -> String {
+    format!("{}~", slot_sk_prefix(start))
+}
+
 pub fn alert_sk(a: &AlertId) -> String {
     format!("{ALERT_PREFIX}{a}")
 }
@@ -449,6 +455,15 @@ mod tests {
         });
         assert_eq!(k.pk, "DEVICE#sensor_01#S3");
         assert!(k.sk.starts_with(&slot_sk_prefix(start)));
+        let next = ts("2026-04-20T14:01:00.000001Z");
+        for part in [0, 9, 10, u16::MAX] {
+            let sk = slot_sk(start, part);
+            assert!(
+                slot_sk_prefix(start) < sk && sk < slot_sk_end(start),
+                "{sk}"
+            );
+        }
+        assert!(slot_sk_end(start) < slot_sk_prefix(next));
         for bad in [
             "SLOT#2026-04-20T14:01:00.000000Z",
             "SLOT#2026-04-20T14:01:00.000000Z#01",

@@ -1,0 +1,189 @@
+//! Packed readings (issue 16) read back as the reading items they stand for.
+//!
+//! A packed partition holds slot parts (`SLOT#<start>#<part>`); the readings of one slot may
+//! be spread over several parts that interleave in time, so a slot is read whole (every part,
+//! unioned) before any of its readings is emitted. Each reading becomes the item a single
+//! reading would be (`READING#<ts>` sort key, its metrics, the slot's `ttl`), so ordering,
+//! cursor positions, expiry and rendering are the ones of single readings: a client cannot
+//! tell the layouts apart. A packed reading has no `metadata` (the encoding keeps metrics
+//! only). A part that cannot be read (not a slot of this partition, no `packed` bytes, bytes
+//! that do not decode) is skipped, logged with its key and counted, never an error: one bad
+//! item must not hide the rest of a device's history.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use tidemark_schema::packed::{self, SlotReadings};
+use tidemark_schema::table::attr;
+use tidemark_schema::{EntityKey, ReadingItem, SlotLen, Timestamp, field, keys};
+use tidemark_store::Item;
+
+use crate::store::{QuerySpec, SkRange};
+
+/// Where a packed source stands: its slot length, the readings it wants, and the position a
+/// cursor resumes it after (readings at or beyond it in the walk's direction were emitted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed {
+    pub len: SlotLen,
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub after: Option<Timestamp>,
+}
+
+impl Packed {
+    /// The query for every part of every slot that may hold a reading of `[from, to]` not
+    /// yet emitted: from the slot of the first such instant to the slot of the last.
+    pub fn query(&self, partition: String, forward: bool) -> QuerySpec {
+        let (mut lo, mut hi) = (self.from, self.to);
+        match self.after {
+            Some(a) if forward => lo = lo.max(a.succ().unwrap_or(Timestamp::MAX)),
+            Some(a) => hi = hi.min(a.pred().unwrap_or(Timestamp::MIN)),
+            None => {}
+        }
+        QuerySpec::table(
+            partition,
+            SkRange::Between(
+                keys::slot_sk_prefix(self.len.start_of(lo)),
+                keys::slot_sk_end(self.len.start_of(hi.max(lo))),
+            ),
+            forward,
+        )
+    }
+
+    /// Whether a reading at `at` is one this source still has to emit.
+    fn wants(&self, at: Timestamp, forward: bool) -> bool {
+        let fresh = match self.after {
+            None => true,
+            Some(a) if forward => at > a,
+            Some(a) => at < a,
+        };
+        fresh && self.from <= at && at <= self.to
+    }
+
+    /// The position after which nothing of the slot starting at `start` is left, in the
+    /// walk's direction: its last instant going forward, its first going back.
+    pub fn settled_after(&self, start: Timestamp, forward: bool) -> Vec<String> {
+        let at = if forward {
+            self.len.last_of(start)
+        } else {
+            start
+        };
+        vec![keys::reading_sk(at)]
+    }
+}
+
+/// The start of the slot a part item belongs to, if its key is a slot part's.
+pub fn slot_start(item: &Item) -> Option<Timestamp> {
+    let s = |a| item.get(a).and_then(|v| v.as_s().ok());
+    match EntityKey::parse(s(attr::PK)?, s(attr::SK)?) {
+        Ok(EntityKey::Slot { start, .. }) => Some(start),
+        _ => None,
+    }
+}
+
+/// The readings of one whole slot, as reading items in the walk's order.
+#[derive(Debug, Default)]
+pub struct Unpacked {
+    pub items: Vec<Item>,
+    /// Parts (and stray readings) that could not be read; each was logged.
+    pub skipped: usize,
+}
+
+fn text(item: &Item, a: &str) -> String {
+    item.get(a)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Logs an item of a packed partition that cannot be read, with its key and why.
+pub fn skip(item: &Item, why: &str) {
+    tracing::warn!(pk = %text(item, attr::PK), sk = %text(item, attr::SK), reason = why,
+        "unreadable slot part skipped");
+}
+
+/// Reads every part of the slot starting at `start` (all its parts, any order) and returns
+/// the readings `p` still wants. A reading found in two parts (never written so) takes the
+/// metrics of both, the higher part's value winning, as the writer's merge would.
+pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Unpacked {
+    let mut out = Unpacked::default();
+    let mut readings = SlotReadings::new();
+    let mut ttl: Option<i64> = None;
+    let mut sorted: Vec<(u16, &Item)> = Vec::with_capacity(parts.len());
+    let mut skip = |item: &Item, why: &str| {
+        skip(item, why);
+        out.skipped += 1;
+    };
+    for item in parts {
+        let s = |a| text(item, a);
+        match EntityKey::parse(&s(attr::PK), &s(attr::SK)) {
+            Ok(EntityKey::Slot {
+                start: st, part, ..
+            }) if st == start => sorted.push((part, item)),
+            _ => skip(item, "not a part of this slot"),
+        }
+    }
+    sorted.sort_by_key(|(n, _)| *n);
+    let mut pk = String::new();
+    for (_, item) in sorted {
+        let bytes = match item.get(field::PACKED) {
+            Some(AttributeValue::B(b)) => b.as_ref(),
+            _ => {
+                skip(item, "no packed readings");
+                continue;
+            }
+        };
+        let decoded = match packed::decode(start, bytes) {
+            Ok(d) => d,
+            Err(e) => {
+                skip(item, &e.to_string());
+                continue;
+            }
+        };
+        for (at, metrics) in decoded {
+            readings.entry(at).or_default().extend(metrics);
+        }
+        if let Some(t) = item
+            .get(attr::TTL)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<i64>().ok())
+        {
+            ttl = Some(ttl.map_or(t, |old| old.max(t)));
+        }
+        pk = text(item, attr::PK);
+    }
+    let last = p.len.last_of(start);
+    let mut emit = |at: Timestamp, metrics: BTreeMap<_, _>| {
+        if !p.wants(at, forward) {
+            return;
+        }
+        if at > last {
+            // Past its own slot (a slot of another length shares the key only across a
+            // layout change, whose readings the range leaves out): emitting it here would
+            // break the order.
+            tracing::warn!(%pk, %start, %at, "packed reading outside its slot skipped");
+            out.skipped += 1;
+            return;
+        }
+        let item = ReadingItem {
+            pk: pk.clone(),
+            sk: keys::reading_sk(at),
+            metrics,
+            metadata: None,
+            ttl: ttl.unwrap_or(i64::MAX),
+        };
+        match tidemark_store::to_item(&item) {
+            Ok(i) => out.items.push(i),
+            Err(e) => {
+                tracing::warn!(%pk, %at, error = %e, "packed reading not convertible");
+                out.skipped += 1;
+            }
+        }
+    };
+    if forward {
+        readings.into_iter().for_each(|(at, m)| emit(at, m));
+    } else {
+        readings.into_iter().rev().for_each(|(at, m)| emit(at, m));
+    }
+    out
+}
