@@ -433,3 +433,129 @@ async fn expired_packed_readings_are_never_returned() {
     let (_, page) = get(&app(&t), "/devices/sensor_01/readings").await;
     assert_eq!(page["items"].as_array().unwrap().len(), 3);
 }
+
+async fn config_version(t: &TestTable) -> Option<String> {
+    let item = t
+        .client
+        .get_item()
+        .table_name(&t.name)
+        .key("pk", AttributeValue::S(keys::CONFIG_PK.into()))
+        .key("sk", AttributeValue::S(keys::shard_config_sk(&dev("sensor_01"))))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item?;
+    item.get("version").and_then(|v| v.as_n().ok()).cloned()
+}
+
+#[tokio::test]
+async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_packing() {
+    let t = sample_table("api-layout-put").await;
+    let app = app(&t); // 15:00
+    // Unknown devices, bad fields and changes sooner than ingest can learn of them are 4xx.
+    let (status, _) = call(&app, "PUT", "/devices/nobody/layout", r#"{"slotSeconds":60}"#).await;
+    assert_eq!(status, 404);
+    for (body, param) in [
+        (r#"{"slotSeconds":7}"#, "slotSeconds"),
+        (r#"{"slotSeconds":60,"shards":99}"#, "shards"),
+        (r#"{"slotSeconds":60,"effectiveFrom":"2026-04-20T15:01:00Z"}"#, "effectiveFrom"),
+        (r#"{"slot":60}"#, "body"),
+    ] {
+        let (status, answer) = call(&app, "PUT", "/devices/sensor_01/layout", body).await;
+        assert_eq!(status, 400, "{body}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("invalid {param}")), "{body}: {message}");
+    }
+    assert_eq!(config_version(&t).await, None);
+    assert_eq!(
+        get(&app, "/devices/sensor_01/layout").await,
+        (
+            200,
+            json!({"deviceId":"sensor_01","shards":1,"slotSeconds":null,"epochs":[]})
+        )
+    );
+
+    // Packed from 16:00 is announced; repeating it writes nothing.
+    let packed_at_16 = json!({"deviceId":"sensor_01","shards":1,"slotSeconds":null,
+        "epochs":[{"from":"2026-04-20T16:00:00.000000Z","count":1,"slotSeconds":60}]});
+    let body = r#"{"slotSeconds":60,"effectiveFrom":"2026-04-20T16:00:00Z"}"#;
+    for _ in 0..2 {
+        assert_eq!(
+            call(&app, "PUT", "/devices/sensor_01/layout", body).await,
+            (200, packed_at_16.clone())
+        );
+        assert_eq!(config_version(&t).await.as_deref(), Some("1"));
+    }
+    // Once it is in use, a shard change keeps the packing; the shards route shows it.
+    let (status, shards) = call(
+        &at_clock(&t, "2026-04-20T16:30:00Z"),
+        "PUT",
+        "/devices/sensor_01/shards",
+        r#"{"count":4,"effectiveFrom":"2026-04-20T17:00:00Z"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{shards}");
+    assert_eq!(
+        shards["epochs"][1],
+        json!({"from":"2026-04-20T17:00:00.000000Z","count":4,"slotSeconds":60})
+    );
+    let later = at_clock(&t, "2026-04-20T17:30:00Z");
+    assert_eq!(
+        get(&later, "/devices/sensor_01/layout").await.1["slotSeconds"],
+        60
+    );
+    assert_eq!(get(&later, "/devices/sensor_01/shards").await.1["count"], 4);
+    // Back to single items keeps the shard count unless told otherwise.
+    let (status, single) = call(
+        &later,
+        "PUT",
+        "/devices/sensor_01/layout",
+        r#"{"slotSeconds":null,"effectiveFrom":"2026-04-20T18:00:00Z"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        single["epochs"][2],
+        json!({"from":"2026-04-20T18:00:00.000000Z","count":4})
+    );
+    // A change sooner than the lead time is refused.
+    let (status, _) = call(
+        &at_clock(&t, "2026-04-20T18:30:00Z"),
+        "PUT",
+        "/devices/sensor_01/layout",
+        r#"{"slotSeconds":10,"effectiveFrom":"2026-04-20T17:59:00Z"}"#,
+    )
+    .await;
+    assert_eq!(status, 400, "before the lead time");
+
+    // Racing changes: each answer a 200 or a 409, each 200 one stored version.
+    let v0: usize = config_version(&t).await.unwrap().parse().unwrap();
+    let racer = at_clock(&t, "2026-04-20T18:30:00Z");
+    let bodies: Vec<String> = [1, 2, 5, 10, 30, 60, 600]
+        .iter()
+        .map(|n| json!({"slotSeconds": n, "effectiveFrom": "2026-04-20T19:00:00Z"}).to_string())
+        .collect();
+    let answers = futures::future::join_all(
+        bodies
+            .iter()
+            .map(|b| call(&racer, "PUT", "/devices/sensor_01/layout", b)),
+    )
+    .await;
+    assert!(
+        answers.iter().all(|(s, _)| *s == 200 || *s == 409),
+        "{answers:?}"
+    );
+    let won: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, b)| b)
+        .collect();
+    assert!(!won.is_empty());
+    assert_eq!(
+        config_version(&t).await,
+        Some((v0 + won.len()).to_string())
+    );
+    let stored = get(&racer, "/devices/sensor_01/layout").await.1;
+    assert!(won.contains(&&stored), "{stored} not among {won:?}");
+}
