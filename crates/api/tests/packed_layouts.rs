@@ -440,7 +440,10 @@ async fn config_version(t: &TestTable) -> Option<String> {
         .get_item()
         .table_name(&t.name)
         .key("pk", AttributeValue::S(keys::CONFIG_PK.into()))
-        .key("sk", AttributeValue::S(keys::shard_config_sk(&dev("sensor_01"))))
+        .key(
+            "sk",
+            AttributeValue::S(keys::shard_config_sk(&dev("sensor_01"))),
+        )
         .consistent_read(true)
         .send()
         .await
@@ -454,18 +457,30 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
     let t = sample_table("api-layout-put").await;
     let app = app(&t); // 15:00
     // Unknown devices, bad fields and changes sooner than ingest can learn of them are 4xx.
-    let (status, _) = call(&app, "PUT", "/devices/nobody/layout", r#"{"slotSeconds":60}"#).await;
+    let (status, _) = call(
+        &app,
+        "PUT",
+        "/devices/nobody/layout",
+        r#"{"slotSeconds":60}"#,
+    )
+    .await;
     assert_eq!(status, 404);
     for (body, param) in [
         (r#"{"slotSeconds":7}"#, "slotSeconds"),
         (r#"{"slotSeconds":60,"shards":99}"#, "shards"),
-        (r#"{"slotSeconds":60,"effectiveFrom":"2026-04-20T15:01:00Z"}"#, "effectiveFrom"),
+        (
+            r#"{"slotSeconds":60,"effectiveFrom":"2026-04-20T15:01:00Z"}"#,
+            "effectiveFrom",
+        ),
         (r#"{"slot":60}"#, "body"),
     ] {
         let (status, answer) = call(&app, "PUT", "/devices/sensor_01/layout", body).await;
         assert_eq!(status, 400, "{body}");
         let message = answer["error"]["message"].as_str().unwrap();
-        assert!(message.starts_with(&format!("invalid {param}")), "{body}: {message}");
+        assert!(
+            message.starts_with(&format!("invalid {param}")),
+            "{body}: {message}"
+        );
     }
     assert_eq!(config_version(&t).await, None);
     assert_eq!(
@@ -552,10 +567,7 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
         .map(|(_, b)| b)
         .collect();
     assert!(!won.is_empty());
-    assert_eq!(
-        config_version(&t).await,
-        Some((v0 + won.len()).to_string())
-    );
+    assert_eq!(config_version(&t).await, Some((v0 + won.len()).to_string()));
     let stored = get(&racer, "/devices/sensor_01/layout").await.1;
     assert!(won.contains(&&stored), "{stored} not among {won:?}");
 }

@@ -1,0 +1,173 @@
+//! Packed readings over the in-memory store, for many random layout histories: single items
+//! and packed slots (of several lengths, over several shards, each slot split into parts
+//! that interleave in time), query pages cut short (the 1 MB cap) so that a slot's parts
+//! arrive over several pages, random ranges and page sizes, both ways. The same behaviours
+//! run against DynamoDB Local in `packed_layouts.rs`.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::*;
+use tidemark_api::memory::MemoryStore;
+use tidemark_api::{ApiConfig, App};
+use tidemark_schema::packed::{self, SlotReadings};
+use tidemark_schema::table::attr;
+use tidemark_schema::{
+    Layout, ReadingItem, ShardConfigItem, ShardHistory, SlotLen, Timestamp, field, keys,
+};
+use tidemark_store::Item;
+
+/// A small deterministic generator (no test depends on luck).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn random_layout(rng: &mut Lcg) -> Layout {
+    let slot = [None, Some(1), Some(10), Some(60), Some(600)][rng.next(5) as usize]
+        .map(|s| SlotLen::new(s).unwrap());
+    Layout {
+        shards: 1 + rng.next(3) as u16,
+        slot,
+    }
+}
+
+/// Slot part items holding `readings`, each reading in one random part of `parts`.
+fn part_items(
+    pk: &str,
+    start: Timestamp,
+    readings: &SlotReadings,
+    parts: u16,
+    rng: &mut Lcg,
+) -> Vec<Item> {
+    let mut split: Vec<SlotReadings> = vec![SlotReadings::new(); usize::from(parts)];
+    for (at, m) in readings {
+        split[rng.next(u64::from(parts)) as usize].insert(*at, m.clone());
+    }
+    split
+        .into_iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(n, r)| {
+            Item::from([
+                (attr::PK.to_owned(), AttributeValue::S(pk.to_owned())),
+                (
+                    attr::SK.to_owned(),
+                    AttributeValue::S(keys::slot_sk(start, n as u16)),
+                ),
+                (
+                    field::PACKED.to_owned(),
+                    AttributeValue::B(Blob::new(packed::encode(start, &r).unwrap())),
+                ),
+                (
+                    field::READING_COUNT.to_owned(),
+                    AttributeValue::N(r.len().to_string()),
+                ),
+                (field::VERSION.to_owned(), AttributeValue::N("1".into())),
+                (
+                    attr::TTL.to_owned(),
+                    AttributeValue::N(start.ttl_after_days(31).to_string()),
+                ),
+            ])
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn walks_across_random_layouts_return_every_reading_once_in_order_under_short_pages() {
+    let base = ts("2026-04-20T14:00:00Z");
+    let mut rng = Lcg(16);
+    for case in 0..60 {
+        // GIVEN a random layout history with up to four changes inside the hour
+        let mut history = ShardHistory::default();
+        let mut at = 0;
+        for _ in 0..rng.next(5) {
+            at += 1000 * (1 + rng.next(1_200) as i64);
+            history = history
+                .with_layout(base.plus_millis(at).unwrap(), random_layout(&mut rng))
+                .unwrap();
+        }
+        // AND readings at random microseconds, stored as the layout of their time says
+        let store = MemoryStore::new().with_page_cap(1 + rng.next(4) as usize);
+        store.put_entity(&sample_device()).unwrap();
+        store
+            .put_entity(&ShardConfigItem::new(&dev("sensor_01"), history.clone()))
+            .unwrap();
+        let mut times: Vec<Timestamp> = (0..(rng.next(250)))
+            .map(|_| {
+                Timestamp::from_epoch_micros(base.epoch_micros() + rng.next(3_600_000_000) as i64)
+                    .unwrap()
+            })
+            .collect();
+        times.sort();
+        times.dedup();
+        let mut slots: BTreeMap<(String, Timestamp), SlotReadings> = BTreeMap::new();
+        for (i, t) in times.iter().enumerate() {
+            let r = reading("sensor_01", *t, &[("n", i as f64), ("x", (i as f64).ln())]);
+            let shard = history.shard_at(*t);
+            match history.layout_at(*t).slot {
+                None => store.put_entity(&ReadingItem::new(&r, shard, 30)).unwrap(),
+                Some(len) => {
+                    slots
+                        .entry((keys::reading_pk(&r.device_id, shard), len.start_of(*t)))
+                        .or_default()
+                        .insert(*t, r.metrics.clone());
+                }
+            }
+        }
+        for ((pk, start), rs) in &slots {
+            let parts = 1 + rng.next(4) as u16;
+            for item in part_items(pk, *start, rs, parts, &mut rng) {
+                store.put(item);
+            }
+        }
+        let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
+        // WHEN a random range is walked page by page, both ways
+        let lo = rng.next(3_700) as i64 - 100;
+        let hi = lo + rng.next(3_700) as i64;
+        let (from, to) = (
+            base.plus_millis(lo * 1000).unwrap(),
+            base.plus_millis(hi * 1000).unwrap(),
+        );
+        let limit = 1 + rng.next(30);
+        for order in ["asc", "desc"] {
+            let (got, _) = walk(
+                &app,
+                &format!(
+                    "/devices/sensor_01/readings?from={from}&to={to}&order={order}&limit={limit}"
+                ),
+            )
+            .await;
+            // THEN every reading of the range comes back exactly once, in order
+            let ns: Vec<i64> = got.iter().map(|r| r["n"].as_i64().unwrap()).collect();
+            let mut want: Vec<i64> = times
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| from <= **t && **t <= to)
+                .map(|(i, _)| i as i64)
+                .collect();
+            if order == "desc" {
+                want.reverse();
+            }
+            assert_eq!(
+                ns, want,
+                "case {case}, {order}, limit {limit}, {from}..{to}, {history:?}"
+            );
+        }
+        // AND the latest is the newest reading, whatever its layout
+        let (status, latest) = get(&app, "/devices/sensor_01/readings/latest").await;
+        match times.len() {
+            0 => assert_eq!(status, 404, "case {case}"),
+            n => assert_eq!(latest["n"], (n - 1) as i64, "case {case}, {history:?}"),
+        }
+    }
+}
