@@ -60,8 +60,12 @@ pub struct MergedPage {
 }
 
 /// Query rounds per page at most: a range full of skipped (expired) items ends a page early
-/// with a cursor instead of holding the request open.
+/// with a cursor instead of holding the request open. Reading the rest of a slot whose first
+/// parts are in does not count: a page ended there would start that slot again, and a slot
+/// with more parts than the rounds allow would never be passed.
 const MAX_ROUNDS: usize = 64;
+/// Parts asked for at once while a slot is incomplete (DynamoDB's 1 MB page bounds it too).
+const PARTS_MID_SLOT: usize = 100;
 
 struct State {
     source: Source,
@@ -85,6 +89,7 @@ impl State {
     fn query_limit(&self, chunk: usize, need: usize) -> i32 {
         let n = match self.source.packed {
             None => chunk,
+            Some(_) if !self.pending.is_empty() => PARTS_MID_SLOT,
             Some(_) => {
                 let (readings, parts) = self.unpacked;
                 let per_part = if parts == 0 {
@@ -194,10 +199,12 @@ pub async fn merged_page<S: QueryStore + Sync>(
             .filter(|&i| states[i].buffer.is_empty() && states[i].more)
             .collect();
         if !dry.is_empty() {
-            if rounds == MAX_ROUNDS {
-                break;
+            if dry.iter().all(|&i| states[i].pending.is_empty()) {
+                if rounds == MAX_ROUNDS {
+                    break;
+                }
+                rounds += 1;
             }
-            rounds += 1;
             let pages = try_join_all(dry.iter().map(|&i| {
                 let st = &states[i];
                 let start = st

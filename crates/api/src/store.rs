@@ -216,9 +216,9 @@ pub trait DeviceWriter {
 }
 
 pub trait ShardWriter {
-    /// Stores `history` as the shard history of `device` if the stored one is still at
-    /// `version` (0: never written), bumping the version; `false` when another change
-    /// landed first.
+    /// Stores `history` as the layout (shard and packing) history of `device` if the stored
+    /// one is still at `version` (0: never written), bumping the version; `false` when
+    /// another change landed first.
     fn replace_shards(
         &self,
         device: &DeviceId,

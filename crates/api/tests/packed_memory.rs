@@ -171,3 +171,50 @@ async fn walks_across_random_layouts_return_every_reading_once_in_order_under_sh
         }
     }
 }
+
+#[tokio::test]
+async fn a_slot_of_more_parts_than_a_page_has_query_rounds_is_still_read_whole() {
+    // GIVEN one 10-minute slot whose 70 readings are spread over 70 parts (more than the 64 query rounds of a page), and a store that
+    // returns one item per query page
+    let store = MemoryStore::new().with_page_cap(1);
+    store.put_entity(&sample_device()).unwrap();
+    let h = ShardHistory::default()
+        .with_layout(
+            ts("2026-04-20T14:00:00Z"),
+            Layout::packed(SlotLen::new(600).unwrap()),
+        )
+        .unwrap();
+    store
+        .put_entity(&ShardConfigItem::new(&dev("sensor_01"), h))
+        .unwrap();
+    let start = ts("2026-04-20T14:00:00Z");
+    for i in 0..70u16 {
+        let at = start.plus_millis(i64::from(i) * 5_000).unwrap();
+        let one: SlotReadings = [(at, [(metric("n"), f64::from(i))].into_iter().collect())]
+            .into_iter()
+            .collect();
+        let mut item = part_items("DEVICE#sensor_01", start, &one, 1, &mut Lcg(1)).remove(0);
+        item.insert(
+            attr::SK.to_owned(),
+            AttributeValue::S(keys::slot_sk(start, 69 - i)),
+        );
+        store.put(item);
+    }
+    let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
+    // WHEN it is walked a reading at a time
+    for order in ["asc", "desc"] {
+        let (got, pages) = walk(
+            &app,
+            &format!("/devices/sensor_01/readings?from=2026-04-20T14:00:00Z&order={order}&limit=1"),
+        )
+        .await;
+        // THEN every reading comes back, one a page
+        let ns: Vec<i64> = got.iter().map(|r| r["n"].as_i64().unwrap()).collect();
+        let mut want: Vec<i64> = (0..70).collect();
+        if order == "desc" {
+            want.reverse();
+        }
+        assert_eq!(ns, want, "{order}");
+        assert_eq!(pages, 70, "{order}");
+    }
+}
