@@ -218,3 +218,83 @@ async fn a_slot_of_more_parts_than_a_page_has_query_rounds_is_still_read_whole()
         assert_eq!(pages, 70, "{order}");
     }
 }
+
+#[tokio::test]
+async fn a_layout_announced_between_pages_neither_skips_nor_repeats_a_reading() {
+    use tidemark_api::store::ShardWriter;
+    for order in ["asc", "desc"] {
+        // GIVEN a device packed from 14:30 with readings every 20 s until 15:04 (now is 15:00)
+        let store = MemoryStore::new();
+        store.put_entity(&sample_device()).unwrap();
+        let packed = ShardHistory::default()
+            .with_layout(
+                ts("2026-04-20T14:30:00Z"),
+                Layout::packed(SlotLen::new(60).unwrap()),
+            )
+            .unwrap();
+        let id = dev("sensor_01");
+        assert!(store.replace_shards(&id, &packed, 0).await.unwrap());
+        let times: Vec<Timestamp> = (0..193)
+            .map(|i| ts("2026-04-20T14:00:00Z").plus_millis(i * 20_000).unwrap())
+            .collect();
+        let mut slots: BTreeMap<Timestamp, SlotReadings> = BTreeMap::new();
+        for (i, t) in times.iter().enumerate() {
+            let r = reading("sensor_01", *t, &[("n", i as f64)]);
+            match packed.layout_at(*t).slot {
+                None => store.put_entity(&ReadingItem::new(&r, None, 30)).unwrap(),
+                Some(len) => {
+                    slots
+                        .entry(len.start_of(*t))
+                        .or_default()
+                        .insert(*t, r.metrics);
+                }
+            }
+        }
+        let mut rng = Lcg(3);
+        for (start, rs) in &slots {
+            for item in part_items("DEVICE#sensor_01", *start, rs, 2, &mut rng) {
+                store.put(item);
+            }
+        }
+        let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
+        let uri = format!(
+            "/devices/sensor_01/readings?from=2026-04-20T14:00:00Z&to=2026-04-20T16:00:00Z&order={order}&limit=7"
+        );
+        // WHEN a walk takes its first pages, then a change to 4 shards of single items from
+        // 15:30 (after anything ingest may be writing) is announced, and the walk goes on
+        let mut got = Vec::new();
+        let mut cursor: Option<String> = None;
+        for page in 0.. {
+            if page == 3 {
+                let next = packed
+                    .with_layout(
+                        ts("2026-04-20T15:30:00Z"),
+                        Layout {
+                            shards: 4,
+                            slot: None,
+                        },
+                    )
+                    .unwrap();
+                assert!(app.store().replace_shards(&id, &next, 1).await.unwrap());
+            }
+            let u = match &cursor {
+                None => uri.clone(),
+                Some(c) => format!("{uri}&cursor={c}"),
+            };
+            let (status, body) = get(&app, &u).await;
+            assert_eq!(status, 200, "{body}");
+            got.extend(body["items"].as_array().unwrap().iter().cloned());
+            match body["cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        // THEN every reading comes back once, in order
+        let ns: Vec<i64> = got.iter().map(|r| r["n"].as_i64().unwrap()).collect();
+        let mut want: Vec<i64> = (0..times.len() as i64).collect();
+        if order == "desc" {
+            want.reverse();
+        }
+        assert_eq!(ns, want, "{order}");
+    }
+}
