@@ -72,13 +72,11 @@ impl Packed {
     }
 }
 
-/// The start of the slot a part item belongs to, if its key is a slot part's.
+/// The start of the slot whose key range an item of a packed query lies in
+/// (`SLOT#<start>#…`), whether or not the rest of its key is a part's: a foreign item there
+/// is grouped with that slot and skipped when the slot is read.
 pub fn slot_start(item: &Item) -> Option<Timestamp> {
-    let s = |a| item.get(a).and_then(|v| v.as_s().ok());
-    match EntityKey::parse(s(attr::PK)?, s(attr::SK)?) {
-        Ok(EntityKey::Slot { start, .. }) => Some(start),
-        _ => None,
-    }
+    keys::slot_start_of_sk(item.get(attr::SK).and_then(|v| v.as_s().ok())?)
 }
 
 /// The readings of one whole slot, as reading items in the walk's order.

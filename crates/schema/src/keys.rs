@@ -316,6 +316,13 @@ pub fn slot_sk_end(start: Timestamp) -> String {
     format!("{}~", slot_sk_prefix(start))
 }
 
+/// The slot start of a sort key in a slot's key range (`SLOT#<start>#…`), whatever follows
+/// it: a reader groups what a query returns by slot before it parses each part.
+pub fn slot_start_of_sk(sk: &str) -> Option<Timestamp> {
+    let (start, _) = sk.strip_prefix(SLOT_PREFIX)?.split_once('#')?;
+    Timestamp::parse_canonical(start).ok()
+}
+
 pub fn alert_sk(a: &AlertId) -> String {
     format!("{ALERT_PREFIX}{a}")
 }
@@ -464,6 +471,15 @@ mod tests {
             );
         }
         assert!(slot_sk_end(start) < slot_sk_prefix(next));
+        assert_eq!(slot_start_of_sk(&slot_sk(start, 3)), Some(start));
+        assert_eq!(
+            slot_start_of_sk(&format!("{}x", slot_sk_prefix(start))),
+            Some(start)
+        );
+        assert_eq!(
+            slot_start_of_sk("READING#2026-04-20T14:01:00.000000Z"),
+            None
+        );
         for bad in [
             "SLOT#2026-04-20T14:01:00.000000Z",
             "SLOT#2026-04-20T14:01:00.000000Z#01",
