@@ -49,6 +49,23 @@ fn fresh(seg: &Segment) -> Vec<Part> {
         .collect()
 }
 
+/// Every partition of `seg` when a walk enters it from the previous segment: placed just
+/// before its first instant in the walk's direction rather than nowhere, so that should an
+/// announced (not yet used) layout change be replaced before the next page, and `seg` then
+/// start later, the segment that now holds that instant goes on from there instead of
+/// starting over.
+fn entering(seg: &Segment, forward: bool) -> Vec<Part> {
+    let edge = if forward {
+        seg.from.pred().unwrap_or(Timestamp::MIN)
+    } else {
+        seg.to.succ().unwrap_or(Timestamp::MAX)
+    };
+    seg.shards()
+        .into_iter()
+        .map(|s| (shard_label(s), Some(vec![keys::reading_sk(edge)])))
+        .collect()
+}
+
 /// The time of a reading position (`READING#<ts>`, a single item's sort key or a packed
 /// reading's).
 fn position_time(pos: &[String]) -> Result<Timestamp, ApiError> {
@@ -206,7 +223,7 @@ impl<S: Store> App<S> {
             let Some(seg) = segments.get(i) else {
                 break;
             };
-            parts = fresh(seg);
+            parts = entering(seg, forward);
             if items.len() == limit {
                 let at = if forward { seg.from } else { seg.to };
                 next = Some(CursorState {
@@ -267,8 +284,8 @@ impl<S: Store> App<S> {
     }
 
     /// Latest reading of up to 100 devices, read from their reading partitions (so as
-    /// fresh as ingest): one BatchGetItem for their shard counts, then a one-item query per
-    /// device and live shard, [`LATEST_CONCURRENCY`] devices at a time.
+    /// fresh as ingest): one BatchGetItem for their layout histories, then
+    /// [`Self::newest_reading`] per device, [`LATEST_CONCURRENCY`] devices at a time.
     pub(super) async fn latest_of_devices(&self, p: &Params) -> Result<Reply, ApiError> {
         let raw = p.get("ids").ok_or_else(|| {
             ApiError::bad("ids", "required: a comma-separated list of device IDs")
