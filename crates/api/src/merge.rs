@@ -64,8 +64,6 @@ pub struct MergedPage {
 /// parts are in does not count: a page ended there would start that slot again, and a slot
 /// with more parts than the rounds allow would never be passed.
 const MAX_ROUNDS: usize = 64;
-/// Parts asked for at once while a slot is incomplete (DynamoDB's 1 MB page bounds it too).
-const PARTS_MID_SLOT: usize = 100;
 
 struct State {
     source: Source,
@@ -85,11 +83,13 @@ struct State {
 
 impl State {
     /// Items to ask for: `chunk`, or for packed readings about as many parts as the
-    /// readings still needed take, judging by the parts read so far.
+    /// readings still needed take, judging by the parts read so far (a page ends with the
+    /// rest of a slot read and thrown away, so asking for more than needed costs), and at
+    /// least twice the parts already waiting when a slot has many (so a slot of hundreds of
+    /// parts takes a few rounds, not hundreds).
     fn query_limit(&self, chunk: usize, need: usize) -> i32 {
         let n = match self.source.packed {
             None => chunk,
-            Some(_) if !self.pending.is_empty() => PARTS_MID_SLOT,
             Some(_) => {
                 let (readings, parts) = self.unpacked;
                 let per_part = if parts == 0 {
@@ -97,7 +97,9 @@ impl State {
                 } else {
                     readings.div_ceil(parts)
                 };
-                (need.div_ceil(per_part.max(1)) + 1).clamp(2, chunk.max(2))
+                (need.div_ceil(per_part.max(1)) + 1)
+                    .clamp(2, chunk.max(2))
+                    .max(2 * self.pending.len())
             }
         };
         i32::try_from(n).unwrap_or(i32::MAX)
@@ -158,7 +160,7 @@ impl State {
     ) -> usize {
         let forward = self.source.spec.forward;
         let u = slots::unpack(start, parts, p, forward);
-        self.unpacked.0 += u.items.len();
+        self.unpacked.0 += u.decoded;
         self.unpacked.1 += parts.len();
         self.buffer
             .extend(u.items.into_iter().filter(|it| keep(it)));

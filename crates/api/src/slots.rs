@@ -85,6 +85,8 @@ pub struct Unpacked {
     pub items: Vec<Item>,
     /// Parts (and stray readings) that could not be read; each was logged.
     pub skipped: usize,
+    /// Readings the slot holds, wanted or not (how full its parts are).
+    pub decoded: usize,
 }
 
 fn text(item: &Item, a: &str) -> String {
@@ -150,6 +152,7 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
         }
         pk = text(item, attr::PK);
     }
+    out.decoded = readings.len();
     let last = p.len.last_of(start);
     let mut emit = |at: Timestamp, metrics: BTreeMap<_, _>| {
         if !p.wants(at, forward) {
