@@ -188,3 +188,91 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::primitives::Blob;
+    use tidemark_schema::MetricName;
+
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn part(start: Timestamp, n: u16, secs: &[i64]) -> Item {
+        let readings: SlotReadings = secs
+            .iter()
+            .map(|s| {
+                let at = start.plus_millis(s * 1000).unwrap();
+                (at, [(MetricName::new("s").unwrap(), *s as f64)].into())
+            })
+            .collect();
+        Item::from([
+            (attr::PK.into(), AttributeValue::S("DEVICE#d".into())),
+            (attr::SK.into(), AttributeValue::S(keys::slot_sk(start, n))),
+            (
+                field::PACKED.into(),
+                AttributeValue::B(Blob::new(packed::encode(start, &readings).unwrap())),
+            ),
+            (attr::TTL.into(), AttributeValue::N("99".into())),
+        ])
+    }
+
+    fn secs(u: &Unpacked, start: Timestamp) -> Vec<i64> {
+        u.items
+            .iter()
+            .map(|i| {
+                let r: ReadingItem = tidemark_store::from_item(i.clone()).unwrap();
+                assert_eq!(r.ttl, 99);
+                let at = Timestamp::parse_canonical(&r.sk[keys::READING_PREFIX.len()..]).unwrap();
+                (at.epoch_millis() - start.epoch_millis()) / 1000
+            })
+            .collect()
+    }
+
+    #[test]
+    fn interleaved_parts_come_out_as_one_ordered_slot_after_the_cursor() {
+        let start = ts("2026-04-20T14:00:00Z");
+        let parts = [part(start, 1, &[1, 4, 5]), part(start, 0, &[0, 2, 3, 59])];
+        let p = Packed {
+            len: SlotLen::new(60).unwrap(),
+            from: ts("2026-04-20T14:00:01Z"),
+            to: ts("2026-04-20T14:00:58Z"),
+            after: None,
+        };
+        let u = unpack(start, &parts, &p, true);
+        assert_eq!(
+            (secs(&u, start), u.skipped, u.decoded),
+            (vec![1, 2, 3, 4, 5], 0, 7)
+        );
+        let after = Packed {
+            after: Some(ts("2026-04-20T14:00:03Z")),
+            ..p
+        };
+        assert_eq!(secs(&unpack(start, &parts, &after, true), start), [4, 5]);
+        assert_eq!(secs(&unpack(start, &parts, &after, false), start), [2, 1]);
+    }
+
+    #[test]
+    fn unreadable_and_foreign_parts_are_counted_and_the_rest_is_read() {
+        let start = ts("2026-04-20T14:00:00Z");
+        let mut garbage = part(start, 2, &[7]);
+        garbage.insert(
+            field::PACKED.into(),
+            AttributeValue::B(Blob::new(vec![9, 9])),
+        );
+        let mut no_bytes = part(start, 3, &[8]);
+        no_bytes.remove(field::PACKED);
+        let other_slot = part(ts("2026-04-20T14:01:00Z"), 0, &[1]);
+        let parts = [part(start, 0, &[1, 2]), garbage, no_bytes, other_slot];
+        let p = Packed {
+            len: SlotLen::new(60).unwrap(),
+            from: start,
+            to: ts("2026-04-20T15:00:00Z"),
+            after: None,
+        };
+        let u = unpack(start, &parts, &p, true);
+        assert_eq!((secs(&u, start), u.skipped), (vec![1, 2], 3));
+    }
+}

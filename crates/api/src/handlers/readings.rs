@@ -23,6 +23,7 @@ use tidemark_schema::{
     DeviceId, EntityKey, Segment, ShardConfigItem, ShardHistory, Timestamp, keys,
 };
 use tidemark_store::Item;
+use tidemark_store::emf::Metrics;
 
 use super::{
     HOUR_MS, LATEST_CONCURRENCY, Reply, bad_cursor, expired, list, parse_shard_label, resume_at,
@@ -64,6 +65,17 @@ fn entering(seg: &Segment, forward: bool) -> Vec<Part> {
         .into_iter()
         .map(|s| (shard_label(s), Some(vec![keys::reading_sk(edge)])))
         .collect()
+}
+
+/// Logs and counts (the `PackedItemsSkipped` metric, in EMF) the unreadable packed items a
+/// read left out; each was logged with its key where it was found.
+fn skipped(id: &DeviceId, n: usize) {
+    if n > 0 {
+        tracing::warn!(device = %id, skipped = n, "unreadable packed items left out of a read");
+        Metrics::new("api")
+            .count("PackedItemsSkipped", n as u64)
+            .emit();
+    }
 }
 
 /// The time of a reading position (`READING#<ts>`, a single item's sort key or a packed
@@ -201,10 +213,7 @@ impl<S: Store> App<S> {
                     !expired(it, now)
                 })
                 .await?;
-                if page.skipped > 0 {
-                    tracing::warn!(device = %id, skipped = page.skipped,
-                        "unreadable packed readings left out of a page");
-                }
+                skipped(&id, page.skipped);
                 items.extend(page.items);
                 if !page.rest.is_empty() {
                     let at = frontier(seg.from, seg.to, &page.rest, forward);
@@ -272,10 +281,7 @@ impl<S: Store> App<S> {
         for seg in history.segments(lo, Timestamp::MAX).iter().rev() {
             let sources = self.reading_sources(id, seg, fresh(seg), false, consistent)?;
             let page = merged_page(&self.store, sources, 1, |it| !expired(it, now)).await?;
-            if page.skipped > 0 {
-                tracing::warn!(device = %id, skipped = page.skipped,
-                    "unreadable packed readings left out of the latest");
-            }
+            skipped(id, page.skipped);
             if let Some(item) = page.items.into_iter().next() {
                 return Ok(Some(item));
             }
