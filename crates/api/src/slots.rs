@@ -20,8 +20,9 @@ use tidemark_store::Item;
 
 use crate::store::{QuerySpec, SkRange};
 
-/// Where a packed source stands: its slot length, the readings it wants, and the position a
-/// cursor resumes it after (readings at or beyond it in the walk's direction were emitted).
+/// Where a packed source stands: its slot length, the readings it wants (`[from, to]`), and
+/// the instant a cursor resumes it after (it and every reading before it in the walk's
+/// direction were dealt with).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packed {
     pub len: SlotLen,
