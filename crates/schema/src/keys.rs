@@ -21,6 +21,8 @@ pub const AGG_PREFIX: &str = "AGG#";
 pub const QUARANTINE_PREFIX: &str = "QUARANTINE#";
 pub const CONFIG_PK: &str = "CONFIG";
 pub const SHARDS_PREFIX: &str = "SHARDS#";
+/// `CONFIG` / `#DEFAULT_LAYOUT`: the layout history of every device without one of its own.
+pub const DEFAULT_LAYOUT_SK: &str = "#DEFAULT_LAYOUT";
 pub const DEVICE_STATUS_PREFIX: &str = "DEVICE_STATUS#";
 pub const ALERT_SEVERITY_PREFIX: &str = "ALERT_SEVERITY#";
 /// Marks a hot device's reading shard in its partition key: `DEVICE#<id>#S<n>`.
@@ -102,6 +104,8 @@ pub enum EntityKey {
         part: u16,
     },
     ShardConfig(DeviceId),
+    /// The fleet's default layout history ([`crate::layout`]).
+    DefaultLayout,
     /// An alert notification already published (see [`NOTIFIED_PREFIX`]).
     NotifyMarker(EventId),
 }
@@ -143,6 +147,7 @@ impl EntityKey {
                 quarantine_part_sk(*received, sequence, *part),
             ),
             EntityKey::ShardConfig(d) => Key::new(CONFIG_PK.to_owned(), shard_config_sk(d)),
+            EntityKey::DefaultLayout => Key::new(CONFIG_PK.to_owned(), DEFAULT_LAYOUT_SK),
             EntityKey::NotifyMarker(e) => Key::new(notify_marker_pk(e), NOTIFY_MARKER_SK),
         }
     }
@@ -154,9 +159,12 @@ impl EntityKey {
             reason: reason.to_owned(),
         };
         if pk == CONFIG_PK {
+            if sk == DEFAULT_LAYOUT_SK {
+                return Ok(EntityKey::DefaultLayout);
+            }
             let id = sk
                 .strip_prefix(SHARDS_PREFIX)
-                .ok_or_else(|| err("config sort key must start with SHARDS#"))?;
+                .ok_or_else(|| err("config sort key must be SHARDS#<id> or #DEFAULT_LAYOUT"))?;
             return DeviceId::new(id)
                 .map(EntityKey::ShardConfig)
                 .map_err(|e| err(&e.to_string()));
@@ -426,6 +434,15 @@ mod tests {
         let key = k.key();
         assert_eq!(EntityKey::parse(&key.pk, &key.sk).unwrap(), k, "{key}");
         key
+    }
+
+    #[test]
+    fn the_default_layout_lives_beside_the_shard_configs() {
+        let k = round_trip(EntityKey::DefaultLayout);
+        assert_eq!(
+            (k.pk.as_str(), k.sk.as_str()),
+            ("CONFIG", "#DEFAULT_LAYOUT")
+        );
     }
 
     #[test]

@@ -78,6 +78,35 @@ pub struct SlotWriter {
     pub part_bytes: usize,
 }
 
+/// Where ingest writes packed slots: DynamoDB (through a [`SlotWriter`]), or a test's fake.
+pub trait SlotStore: Send + Sync {
+    fn write_slot(
+        &self,
+        table: &str,
+        retry: RetryPolicy,
+        key: &SlotKey,
+        incoming: &SlotReadings,
+        ttl: i64,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<SlotWrite, StoreError>> + Send;
+}
+
+impl SlotStore for Client {
+    async fn write_slot(
+        &self,
+        table: &str,
+        retry: RetryPolicy,
+        key: &SlotKey,
+        incoming: &SlotReadings,
+        ttl: i64,
+        deadline: Instant,
+    ) -> Result<SlotWrite, StoreError> {
+        SlotWriter::new(self.clone(), table, retry)
+            .write(key, incoming, ttl, deadline)
+            .await
+    }
+}
+
 /// One part as stored.
 #[derive(Debug, Clone)]
 struct Part {
