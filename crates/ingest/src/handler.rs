@@ -323,6 +323,7 @@ where
         stats.slot_writes = packed.written;
         stats.slots_unchanged = packed.unchanged;
         stats.slot_conflicts = packed.conflicts;
+        stats.unreadable_items += packed.unreadable_parts;
         stats.failed_items += packed.failed_tags.len() as u64;
         stats.written += packed.written;
         let error = report

@@ -9,10 +9,9 @@
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{Reading, SlotLen, Timestamp, keys};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotStore};
+use tidemark_store::slots::{Content, SlotKey, SlotStore};
 use tokio::time::Instant;
 
 /// The readings of one batch bound for packed slots.
@@ -24,7 +23,7 @@ pub struct SlotBatch {
 
 #[derive(Debug)]
 struct Pending {
-    readings: SlotReadings,
+    content: Content,
     ttl: i64,
     /// The earliest record with a reading in this slot: reported if the write fails.
     first_tag: usize,
@@ -41,6 +40,8 @@ pub struct SlotReport {
     pub unchanged: u64,
     /// Races lost to another writer of the same slot, each retried.
     pub conflicts: u64,
+    /// Slot parts found unreadable: left as they were, the slot going on past them.
+    pub unreadable_parts: u64,
     /// The earliest record of each slot that could not be written.
     pub failed_tags: Vec<usize>,
     pub last_error: Option<String>,
@@ -59,17 +60,26 @@ impl SlotBatch {
         let start = len.start_of(reading.timestamp);
         let pk = keys::reading_pk(&reading.device_id, shard);
         let pending = self.slots.entry((pk, start)).or_insert_with(|| Pending {
-            readings: SlotReadings::new(),
+            content: Content::default(),
             // The slot lives as long as its last possible reading; reads drop expired ones.
             ttl: len.last_of(start).ttl_after_days(retention_days),
             first_tag: tag,
         });
         pending.first_tag = pending.first_tag.min(tag);
-        let row = pending.readings.entry(reading.timestamp).or_default();
+        let row = pending
+            .content
+            .readings
+            .entry(reading.timestamp)
+            .or_default();
         if row.is_empty() {
             self.readings += 1;
         }
         row.extend(reading.metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        if let Some(m) = &reading.metadata {
+            // Checked by decoding (an object of bounded size): it serialises.
+            let json = serde_json::to_string(m).unwrap_or_default();
+            pending.content.metadata.insert(reading.timestamp, json);
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -92,7 +102,7 @@ impl SlotBatch {
         let writes = self.slots.into_iter().map(|((pk, start), p)| async move {
             let key = SlotKey { pk, start };
             let out = api
-                .write_slot(table, retry, &key, &p.readings, p.ttl, deadline)
+                .write_slot(table, retry, &key, &p.content, p.ttl, deadline)
                 .await;
             (key, p.first_tag, out)
         });
@@ -101,6 +111,7 @@ impl SlotBatch {
             match out {
                 Ok(w) => {
                     report.conflicts += u64::from(w.conflicts);
+                    report.unreadable_parts += w.unreadable_parts as u64;
                     if w.written {
                         report.written += 1;
                     } else {

@@ -339,3 +339,25 @@ async fn a_device_with_its_own_layout_ignores_the_fleet_default() {
         ["DEVICE#other_01"]
     );
 }
+
+#[tokio::test]
+async fn a_packed_reading_keeps_its_metadata() {
+    let t = TestTable::new("ingest-packed-meta").await;
+    pack(&t, "meta_01", 60).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let batch = [record(
+        "meta_01",
+        "2026-04-20T14:00:05Z",
+        json!({"t": 1.0, "metadata": {"fw": "2.1.0"}}),
+    )];
+    ingest.process(&event_of(&batch), soon()).await.unwrap();
+    let items = t.scan().await;
+    let slot = items
+        .iter()
+        .find(|i| s(i, "sk").starts_with("SLOT#"))
+        .unwrap();
+    let c = tidemark_store::slots::parse_content(ts("2026-04-20T14:00:00Z"), slot).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&c.metadata[&ts("2026-04-20T14:00:05Z")]).unwrap();
+    assert_eq!(meta, json!({"fw": "2.1.0"}));
+}

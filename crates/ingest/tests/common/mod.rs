@@ -18,7 +18,7 @@ use tidemark_schema::{DeviceId, ShardConfigItem, Timestamp};
 use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotStore, SlotWrite};
+use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite};
 use tidemark_store::{Item, StoreError};
 
 /// The clock of every test: five minutes after the DESIGN sample readings.
@@ -186,7 +186,7 @@ impl<A: SlotStore> SlotStore for Flaky<A> {
         table: &str,
         retry: RetryPolicy,
         key: &SlotKey,
-        incoming: &SlotReadings,
+        incoming: &Content,
         ttl: i64,
         deadline: tokio::time::Instant,
     ) -> Result<SlotWrite, StoreError> {
@@ -418,7 +418,7 @@ impl SlotStore for &MemoryStore {
         _: &str,
         _: RetryPolicy,
         key: &SlotKey,
-        incoming: &SlotReadings,
+        incoming: &Content,
         _: i64,
         _: tokio::time::Instant,
     ) -> Result<SlotWrite, StoreError> {
@@ -430,7 +430,7 @@ impl SlotStore for &MemoryStore {
         }
         let mut slots = self.slots.lock().unwrap();
         let stored = slots.entry((key.pk.clone(), key.start)).or_default();
-        let merged = packed::merge(stored, incoming);
+        let merged = packed::merge(stored, &incoming.readings);
         let written = merged.is_some();
         if let Some(m) = merged {
             self.slot_writes.fetch_add(1, Ordering::SeqCst);
@@ -441,6 +441,7 @@ impl SlotStore for &MemoryStore {
             conflicts: 0,
             readings: stored.len(),
             parts: 1,
+            unreadable_parts: 0,
         })
     }
 }
