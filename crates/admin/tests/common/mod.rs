@@ -62,6 +62,7 @@ impl Stack {
             functions: Functions::InProcess,
             ingest: quick("ingest", 200),
             aggregator: quick("aggregator", 500),
+            default_layout: None,
             default_thresholds: "{}".into(),
             alerts: Some(AlertsConfig::ephemeral(quick("alerts", 500))),
         })
