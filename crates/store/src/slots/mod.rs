@@ -25,9 +25,10 @@
 //! still take corrections of the readings they hold. Parts are bounded, so a write never
 //! rewrites more than one part's worth of bytes plus what it adds.
 //!
-//! A reading's `metadata` (free-form JSON) is kept in the part holding the reading, in a map
-//! from its time to the JSON text; as for single items, a later record's metadata replaces an
-//! earlier one's, and a record without metadata keeps what is stored.
+//! A reading's `metadata` (free-form JSON) is kept in the part holding the reading: a map from
+//! each distinct JSON text to a bitmap of the readings carrying it, so a device's unchanging
+//! metadata is stored once a part. As for single items, a later record's metadata replaces
+//! an earlier one's, and a record without metadata keeps what is stored.
 //!
 //! A part that cannot be read (corrupt, or written by another tool) is left exactly as it is
 //! and counted: it takes no new readings (as if sealed), and the slot goes on in later parts.
@@ -324,13 +325,8 @@ impl SlotWriter {
             ),
             (attr::TTL.to_owned(), AttributeValue::N(ttl.to_string())),
         ]);
-        if !c.metadata.is_empty() {
-            let m = c
-                .metadata
-                .iter()
-                .map(|(at, json)| (at.to_string(), AttributeValue::S(json.clone())))
-                .collect();
-            item.insert(field::METADATA.to_owned(), AttributeValue::M(m));
+        if let Some(m) = c.metadata_attr() {
+            item.insert(field::METADATA.to_owned(), m);
         }
         if put.sealed {
             item.insert(field::SEALED.to_owned(), AttributeValue::Bool(true));
