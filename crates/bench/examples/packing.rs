@@ -13,7 +13,7 @@
 //!   read, scaled linearly from the measured span where it is shorter (a range read is billed
 //!   by the bytes it reads, so its cost is linear in the span).
 //!
-//!   cargo run --release -p tidemark-bench --example packing [-- --quick] [--only 1hz]
+//!   cargo run --release -p tidemark-bench --example packing [-- --quick] [--only 1hz] [--skip-reads]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -151,6 +151,17 @@ async fn read_cost(
     let client = tidemark_store::dynamodb_client(&ClientSettings::local(meter.endpoint())).await;
     let app = App::new(client, ApiConfig::new(table));
     let id = one.device_id(0);
+    // The readings routes answer for registered devices (the aggregator would register it).
+    let register: Request = http::Request::builder()
+        .method(http::Method::PUT)
+        .uri(format!("/devices/{id}"))
+        .body(Body::Text(r#"{"name":"bench"}"#.into()))
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let resp = app.handle(register).await;
+    if !resp.status().is_success() {
+        return Err(BenchError::Other(format!("registering {id}: {}", resp.status())));
+    }
+    meter.take().await;
     let to = start.plus_millis(span_ms - 1).unwrap_or(start);
     let mut cursor: Option<String> = None;
     let (mut got, mut pages) = (0u64, 0u64);
@@ -388,6 +399,10 @@ async fn main() -> Result<(), BenchError> {
             rep.runs.push(write_run(&packed, Design::Tidemark, start).await?);
             save(&rep)?;
         }
+    }
+    if args.iter().any(|a| a == "--skip-reads") {
+        save(&rep)?;
+        return Ok(());
     }
     // Reads: one device per fleet, single and packed (the slot of a 60 s window).
     let spans: BTreeMap<&str, (i64, i64)> = BTreeMap::from([

@@ -3,10 +3,10 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::{Key, ShardHistory, field};
+use tidemark_schema::{DeviceId, EntityKey, Key, ShardConfigItem, ShardHistory, field};
 
-use crate::StoreError;
-use crate::batch_get::key_item;
+use crate::batch_get::{GetOptions, batch_get, key_item};
+use crate::{StoreError, from_item};
 
 /// Sets the history stored at `key` to `history` if its version is still `version` (0: no
 /// item yet). `Ok(false)`: another change landed first; read it again and decide anew.
@@ -37,4 +37,31 @@ pub async fn replace_history(
         Err(e) if e.is_conditional_check_failed() => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// A device's layout history as a reader must see it: its own epochs over the fleet's
+/// default ([`ShardHistory::under`]), and its own item's version (0: none) for replacing it.
+/// One `BatchGetItem` of both items.
+pub async fn device_history(
+    client: &Client,
+    table: &str,
+    device: &DeviceId,
+) -> Result<(ShardHistory, u64), StoreError> {
+    let own_key = EntityKey::ShardConfig(device.clone()).key();
+    let default_key = EntityKey::DefaultLayout.key();
+    let options = GetOptions {
+        consistent: false,
+        keys_only: false,
+    };
+    let items = batch_get(client, table, &[own_key.clone(), default_key], options).await?;
+    let (mut own, mut version, mut default) = (ShardHistory::default(), 0, ShardHistory::default());
+    for item in items {
+        let c: ShardConfigItem = from_item(item)?;
+        if c.sk == own_key.sk {
+            (own, version) = (c.epochs, c.version);
+        } else {
+            default = c.epochs;
+        }
+    }
+    Ok((own.under(&default), version))
 }
