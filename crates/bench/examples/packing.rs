@@ -121,7 +121,9 @@ async fn read_cost(
         .set_item(Some(item))
         .send()
         .await
-        .map_err(|e| BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string()))?;
+        .map_err(|e| {
+            BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+        })?;
     let one = Scenario {
         devices: 1,
         span_ms,
@@ -159,7 +161,10 @@ async fn read_cost(
         .map_err(|e| BenchError::Other(e.to_string()))?;
     let resp = app.handle(register).await;
     if !resp.status().is_success() {
-        return Err(BenchError::Other(format!("registering {id}: {}", resp.status())));
+        return Err(BenchError::Other(format!(
+            "registering {id}: {}",
+            resp.status()
+        )));
     }
     meter.take().await;
     let to = start.plus_millis(span_ms - 1).unwrap_or(start);
@@ -209,8 +214,16 @@ async fn read_cost(
         readings: got,
         pages,
         rru,
-        rru_hour: if span_ms == HOUR_MS { rru } else { scale(HOUR_MS) },
-        rru_week: if span_ms == WEEK_MS { rru } else { scale(WEEK_MS) },
+        rru_hour: if span_ms == HOUR_MS {
+            rru
+        } else {
+            scale(HOUR_MS)
+        },
+        rru_week: if span_ms == WEEK_MS {
+            rru
+        } else {
+            scale(WEEK_MS)
+        },
     };
     eprintln!(
         "packing: reads {} {}: {} readings over {} s in {} pages, {:.1} RRU",
@@ -386,7 +399,8 @@ async fn main() -> Result<(), BenchError> {
         } else {
             base.span_ms /= 4;
         }
-        rep.runs.push(write_run(&base, Design::Baseline, start).await?);
+        rep.runs
+            .push(write_run(&base, Design::Baseline, start).await?);
         save(&rep)?;
         for w in WINDOWS_S {
             let single = sc.packed(Layout::SINGLE, w, PACKED_BATCH);
@@ -394,9 +408,11 @@ async fn main() -> Result<(), BenchError> {
                 hot_shards: sc.hot_shards,
                 ..single
             };
-            rep.runs.push(write_run(&single, Design::Tidemark, start).await?);
+            rep.runs
+                .push(write_run(&single, Design::Tidemark, start).await?);
             let packed = sc.packed(Layout::packed(slot_for(sc, w)), w, PACKED_BATCH);
-            rep.runs.push(write_run(&packed, Design::Tidemark, start).await?);
+            rep.runs
+                .push(write_run(&packed, Design::Tidemark, start).await?);
             save(&rep)?;
         }
     }

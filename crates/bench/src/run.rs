@@ -308,8 +308,12 @@ pub async fn run(
                 i
             }
         };
-        let ingest_window = scenario.ingest_window_ms.unwrap_or(scenario.window_ms).max(1);
-        let batch_of = |r: &SimReading| (r.at.epoch_millis() - start.epoch_millis()) / ingest_window;
+        let ingest_window = scenario
+            .ingest_window_ms
+            .unwrap_or(scenario.window_ms)
+            .max(1);
+        let batch_of =
+            |r: &SimReading| (r.at.epoch_millis() - start.epoch_millis()) / ingest_window;
         let windows = readings[i..end].chunk_by(|a, b| batch_of(a) == batch_of(b));
         for chunk in windows.flat_map(|w| w.chunks(scenario.ingest_batch_size)) {
             let event = kinesis_event(scenario, chunk, seq)?;

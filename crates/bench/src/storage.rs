@@ -54,7 +54,12 @@ pub fn item_size(item: &std::collections::HashMap<String, AttributeValue>) -> u6
 
 /// The reading and slot items of `table`.
 pub async fn readings_stored(client: &Client, table: &str) -> Result<Storage, BenchError> {
-    let mut pages = client.scan().table_name(table).into_paginator().items().send();
+    let mut pages = client
+        .scan()
+        .table_name(table)
+        .into_paginator()
+        .items()
+        .send();
     let mut out = Storage::default();
     while let Some(item) = pages.next().await {
         let item = item.map_err(|e| {

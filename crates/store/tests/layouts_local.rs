@@ -24,14 +24,26 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
         )
         .unwrap();
     let key = EntityKey::DefaultLayout.key();
-    assert!(replace_history(&t.client, &t.name, &key, &default, 0).await.unwrap());
+    assert!(
+        replace_history(&t.client, &t.name, &key, &default, 0)
+            .await
+            .unwrap()
+    );
     // A second writer that read no item loses: its change must be decided anew.
-    assert!(!replace_history(&t.client, &t.name, &key, &default, 0).await.unwrap());
+    assert!(
+        !replace_history(&t.client, &t.name, &key, &default, 0)
+            .await
+            .unwrap()
+    );
     let own = ShardHistory::default()
         .with_change(ts("2026-04-20T13:00:00Z"), 4)
         .unwrap();
     let own_key = EntityKey::ShardConfig(dev.clone()).key();
-    assert!(replace_history(&t.client, &t.name, &own_key, &own, 0).await.unwrap());
+    assert!(
+        replace_history(&t.client, &t.name, &own_key, &own, 0)
+            .await
+            .unwrap()
+    );
     let (h, v) = device_history(&t.client, &t.name, &dev).await.unwrap();
     assert_eq!(v, 1);
     assert_eq!(h, own.under(&default));

@@ -59,8 +59,8 @@ impl Content {
         }
     }
 
-    /// The bytes this content takes in an item: its encoding and its metadata.
-    pub(crate) fn size(&self, start: Timestamp) -> Result<usize, StoreError> {
+    /// The bytes this content takes in an item: its encoding and its metadata (encodes it).
+    pub fn size(&self, start: Timestamp) -> Result<usize, StoreError> {
         let meta: usize = self
             .metadata_groups()
             .iter()
