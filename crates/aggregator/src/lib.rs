@@ -35,6 +35,7 @@ mod rollups;
 pub mod store;
 #[cfg(test)]
 mod testing;
+mod walk;
 
 pub use both::BothRoles;
 pub use config::{AggregatorConfig, Role};
@@ -43,3 +44,4 @@ pub use handler::Aggregator;
 pub use notify::{Notifier, NotifyReport};
 pub use report::Report;
 pub use store::DynamoStore;
+pub use walk::Walked;
