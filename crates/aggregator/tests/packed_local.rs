@@ -242,7 +242,7 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
             r
         })
         .collect();
-    assert_exact(&t, &[packed.clone()], &as_single).await;
+    assert_exact(&t, std::slice::from_ref(&packed), &as_single).await;
     // AND the device item follows the packed device's newest reading as it does the other's
     let latest = |d: Option<tidemark_schema::DeviceItem>| d.and_then(|d| d.latest);
     assert_eq!(
