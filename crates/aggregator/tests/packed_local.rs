@@ -16,8 +16,8 @@ use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::shard::ShardEpoch;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, DeviceId, EntityKey, MetricName, ReadingItem, ShardHistory, SlotLen, Timestamp,
-    field, keys,
+    AggregateItem, DeviceId, EntityKey, MetricName, ReadingItem, Severity, ShardHistory, SlotLen,
+    Threshold, Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
@@ -155,16 +155,18 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
             ]),
         ),
         (60, rs(&[(61, &[("t", 19.0)])])),
-        // more readings, a late one, and a second metric for a stored reading
+        // more readings (one above the alert threshold), a late one, and a second metric
+        // for a stored reading
         (
             0,
             rs(&[
                 (3, &[("t", 22.0)]),
-                (12, &[("t", 23.5)]),
+                (12, &[("t", 26.5)]),
                 (5, &[("h", 40.0)]),
             ]),
         ),
-        // a correction lowering the hour's maximum (its extremes come from the table)
+        // a correction lowering the maximum of the hour (its extremes come from the table)
+        // and taking back the breach at 9 s
         (0, rs(&[(9, &[("t", 24.0)])])),
         // enough readings to split the slot into parts
         (
@@ -212,7 +214,15 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
     // WHEN the table's stream is delivered to the aggregator in small batches, each batch
     // after the first replaying the one before it, then all of it once more
     let records = stream_records(&t, 20).await;
-    let agg = aggregator(&t);
+    let agg = tidemark_aggregator::BothRoles::new(
+        t.client.clone(),
+        tidemark_aggregator::AggregatorConfig::new(&t.name).with_default_thresholds(
+            BTreeMap::from([(
+                MetricName::new("t").unwrap(),
+                Threshold::new(None, Some(25.0), Severity::Critical),
+            )]),
+        ),
+    );
     let mut unreadable = 0;
     for i in 0..records.len().div_ceil(3) {
         let from = (i * 3).saturating_sub(3);
@@ -232,7 +242,7 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
     assert_eq!(got.len(), 2, "one hour, one day: {got:#?}");
     for rollup in got.values() {
         let temp = rollup.metrics[&MetricName::new("t").unwrap()];
-        assert_eq!((temp.count, temp.max), (6 + 20, 24.0));
+        assert_eq!((temp.count, temp.max), (6 + 20, 26.5));
     }
     let as_single: Vec<ReadingItem> = singles
         .items()
@@ -243,6 +253,33 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
         })
         .collect();
     assert_exact(&t, std::slice::from_ref(&packed), &as_single).await;
+    // AND the alerts (a breach at 12 s, resolved by the readings after it) went the same way
+    let alerts = |id: &str| {
+        let t = &t;
+        let id = id.to_owned();
+        async move {
+            let mut a: Vec<_> = alerts_of(t, &id)
+                .await
+                .into_iter()
+                .map(|a| {
+                    (
+                        a.opened_at,
+                        a.metric,
+                        a.state,
+                        a.value,
+                        a.breach_count,
+                        a.last_breach_at,
+                        a.resolved_at,
+                    )
+                })
+                .collect();
+            a.sort_by_key(|x| x.0);
+            a
+        }
+    };
+    let packed_alerts = alerts("packed-1").await;
+    assert_eq!(packed_alerts, alerts(singles.device.as_str()).await);
+    assert!(!packed_alerts.is_empty(), "the breach made an alert");
     // AND the device item follows the packed device's newest reading as it does the other's
     let latest = |d: Option<tidemark_schema::DeviceItem>| d.and_then(|d| d.latest);
     assert_eq!(
