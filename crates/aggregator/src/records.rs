@@ -178,20 +178,29 @@ fn slot_image(k: &KeyAttrs, item: &serde_dynamo::Item) -> Result<SlotReadings, I
 }
 
 /// The reading changes of a slot part's record (whatever its event name: what a REMOVE by
-/// TTL means is the caller's business); `None` when the record is not a slot part's. A
-/// MODIFY needs both images, which the table's `NEW_AND_OLD_IMAGES` stream view gives.
+/// TTL means is the caller's business); `None` when the record is not a slot part's. Each
+/// event needs the images it changes between (an INSERT its new one, a REMOVE its old one, a
+/// MODIFY both), which the table's `NEW_AND_OLD_IMAGES` stream view gives: a record without
+/// them is unreadable, never an empty slot.
 pub fn slot_changes(rec: &EventRecord) -> Option<Result<SlotChanges, Ignored>> {
     let (k, EntityKey::Slot { device, .. }) = record_key(rec)? else {
         return None;
     };
     let c = &rec.change;
     Some((|| {
-        if rec.event_name == "MODIFY" && (c.old_image.is_empty() || c.new_image.is_empty()) {
+        let (need_old, need_new) = match rec.event_name.as_str() {
+            "INSERT" => (false, true),
+            "REMOVE" => (true, false),
+            _ => (true, true),
+        };
+        if (need_old && c.old_image.is_empty()) || (need_new && c.new_image.is_empty()) {
             return Err(Ignored::Unreadable {
                 key: format!("{}/{}", k.pk, k.sk),
-                reason: "slot MODIFY without both images (stream view must be \
-                         NEW_AND_OLD_IMAGES)"
-                    .into(),
+                reason: format!(
+                    "slot {} without the images it needs (stream view must be \
+                     NEW_AND_OLD_IMAGES)",
+                    rec.event_name
+                ),
             });
         }
         let old = slot_image(&k, &c.old_image)?;
@@ -401,6 +410,8 @@ mod tests {
         no_count.change.new_image.remove("readingCount");
         let mut no_old = slot_record(1, Some(&good), Some(&good));
         no_old.change.old_image.clear();
+        let mut keys_only = slot_record(1, None, Some(&good));
+        keys_only.change.new_image.clear();
         for rec in [
             slot_record(1, None, Some(&garbage)),
             slot_record(1, None, Some(&late)),
@@ -408,6 +419,7 @@ mod tests {
             wrong_type,
             no_count,
             no_old,
+            keys_only,
         ] {
             match classify(0, &rec) {
                 Err(Ignored::Unreadable { key: k, .. }) => assert_eq!(k, key),
