@@ -318,6 +318,13 @@ pub fn slot_sk(start: Timestamp, part: u16) -> String {
     format!("{}{part}", slot_sk_prefix(start))
 }
 
+/// The bounds of a `BETWEEN` on sort keys that holds every part of the slots starting from
+/// `first` to `last` (inclusive) and nothing else: part numbers are digits, and `~` sorts
+/// after every digit.
+pub fn slot_sk_between(first: Timestamp, last: Timestamp) -> (String, String) {
+    (slot_sk_prefix(first), format!("{}~", slot_sk_prefix(last)))
+}
+
 pub fn alert_sk(a: &AlertId) -> String {
     format!("{ALERT_PREFIX}{a}")
 }
@@ -466,6 +473,15 @@ mod tests {
         });
         assert_eq!(k.pk, "DEVICE#sensor_01#S3");
         assert!(k.sk.starts_with(&slot_sk_prefix(start)));
+        let next = ts("2026-04-20T14:01:10Z");
+        let (lo, hi) = slot_sk_between(start, start);
+        for part in [0, 9, 12, u16::MAX] {
+            let sk = slot_sk(start, part);
+            assert!(lo <= sk && sk <= hi, "{sk}");
+            assert!(slot_sk(next, part) > hi);
+        }
+        assert!(slot_sk(ts("2026-04-20T14:00:50Z"), u16::MAX) < lo);
+        assert!(reading_sk(start) < lo, "readings are not in a slot range");
         for bad in [
             "SLOT#2026-04-20T14:01:00.000000Z",
             "SLOT#2026-04-20T14:01:00.000000Z#01",
