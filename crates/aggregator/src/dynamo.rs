@@ -10,10 +10,10 @@ use aws_sdk_dynamodb::types::{
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
-    LatestReading, ShardConfigItem, ShardHistory, Timestamp, field, keys,
+    LatestReading, ShardHistory, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
-use tidemark_store::{Item, StoreError, from_item, from_stored, to_item};
+use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
@@ -90,22 +90,13 @@ impl DynamoStore {
             .collect())
     }
 
-    /// The device's shard counts over time (consistent read; none stored: one shard).
+    /// The device's layout over time: its own shard and layout epochs over the fleet's
+    /// default (consistent read; none stored: single items in one partition).
     pub async fn shard_history(&self, device: &DeviceId) -> Result<ShardHistory, StoreError> {
-        let k = EntityKey::ShardConfig(device.clone()).key();
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&k)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(StoreError::sdk("GetItem"))?;
-        match out.item {
-            Some(i) => Ok(from_item::<ShardConfigItem>(i)?.epochs),
-            None => Ok(ShardHistory::default()),
-        }
+        let (h, _) =
+            tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
+                .await?;
+        Ok(h)
     }
 }
 

@@ -46,11 +46,12 @@ pub async fn device_history(
     client: &Client,
     table: &str,
     device: &DeviceId,
+    consistent: bool,
 ) -> Result<(ShardHistory, u64), StoreError> {
     let own_key = EntityKey::ShardConfig(device.clone()).key();
     let default_key = EntityKey::DefaultLayout.key();
     let options = GetOptions {
-        consistent: false,
+        consistent,
         keys_only: false,
     };
     let items = batch_get(client, table, &[own_key.clone(), default_key], options).await?;

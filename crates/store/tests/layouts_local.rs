@@ -15,7 +15,9 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
     let dev = DeviceId::new("sensor_01").unwrap();
     let other = DeviceId::new("sensor_02").unwrap();
     // Nothing stored: single items throughout.
-    let (h, v) = device_history(&t.client, &t.name, &dev).await.unwrap();
+    let (h, v) = device_history(&t.client, &t.name, &dev, false)
+        .await
+        .unwrap();
     assert_eq!((h, v), (ShardHistory::default(), 0));
     let default = ShardHistory::default()
         .with_layout(
@@ -44,7 +46,9 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
             .await
             .unwrap()
     );
-    let (h, v) = device_history(&t.client, &t.name, &dev).await.unwrap();
+    let (h, v) = device_history(&t.client, &t.name, &dev, false)
+        .await
+        .unwrap();
     assert_eq!(v, 1);
     assert_eq!(h, own.under(&default));
     assert_eq!(
@@ -52,6 +56,8 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
         Layout::packed(SlotLen::new(60).unwrap())
     );
     assert_eq!(h.layout_at(ts("2026-04-20T13:30:00Z")).shards, 4);
-    let (h, v) = device_history(&t.client, &t.name, &other).await.unwrap();
+    let (h, v) = device_history(&t.client, &t.name, &other, true)
+        .await
+        .unwrap();
     assert_eq!((h, v), (default, 0));
 }
