@@ -3,7 +3,13 @@
 //! test checks) decodes them here, so "what is a readable part" has one answer: a slot key,
 //! every attribute present with its type, bytes that decode, as many readings as
 //! `readingCount` says, and every reading inside the hour of the slot's start (a slot never
-//! straddles an hour, whatever its length).
+//! straddles an hour, whatever its length), and metadata bitmaps that match the readings.
+//!
+//! A reading's `metadata` (free-form JSON) is kept in the part holding the reading: a map from
+//! each distinct JSON text to a bitmap of the part's readings (in time order) carrying it, so a
+//! device's unchanging metadata is stored once a part.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
@@ -27,6 +33,48 @@ pub struct SlotItem {
     pub ttl: i64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, Bitmap>,
+}
+
+/// A bitmap over a part's readings in time order (bit `i % 8` of byte `i / 8`), stored as a
+/// binary attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Bitmap(pub Vec<u8>);
+
+impl Serialize for Bitmap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        bytes_out(&self.0, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bitmap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bytes_in(d).map(Bitmap)
+    }
+}
+
+/// Each reading's metadata (JSON text) by time.
+pub type SlotMetadata = BTreeMap<Timestamp, String>;
+
+/// The `metadata` attribute of a part holding `readings` with `metadata`: each distinct text
+/// once, with the bitmap of the readings carrying it (metadata of a time without a reading is
+/// left out: it has nothing to describe).
+pub fn metadata_bitmaps(
+    readings: &SlotReadings,
+    metadata: &SlotMetadata,
+) -> BTreeMap<String, Bitmap> {
+    let mut out: BTreeMap<String, Bitmap> = BTreeMap::new();
+    let n = readings.len();
+    for (i, at) in readings.keys().enumerate() {
+        if let Some(json) = metadata.get(at) {
+            let bits = out
+                .entry(json.clone())
+                .or_insert_with(|| Bitmap(vec![0; n.div_ceil(8)]));
+            bits.0[i / 8] |= 1 << (i % 8);
+        }
+    }
+    out
 }
 
 /// A readable slot part.
@@ -37,6 +85,9 @@ pub struct SlotPart {
     pub start: Timestamp,
     pub part: u16,
     pub readings: SlotReadings,
+    pub metadata: SlotMetadata,
+    pub version: u64,
+    pub sealed: bool,
 }
 
 /// Why a slot part cannot be read.
@@ -50,6 +101,8 @@ pub enum SlotItemError {
     OutsideHour { at: Timestamp, start: Timestamp },
     #[error("readingCount says {stated} but the part holds {found} readings")]
     Count { stated: u64, found: usize },
+    #[error("metadata: {0}")]
+    Metadata(String),
 }
 
 impl SlotItem {
@@ -76,12 +129,33 @@ impl SlotItem {
                 found: readings.len(),
             });
         }
+        let mut metadata = SlotMetadata::new();
+        let times: Vec<Timestamp> = readings.keys().copied().collect();
+        for (json, bits) in &self.metadata {
+            if bits.0.len() != times.len().div_ceil(8) {
+                return Err(SlotItemError::Metadata(
+                    "a bitmap does not match the readings".into(),
+                ));
+            }
+            for (i, at) in times.iter().enumerate() {
+                if bits.0[i / 8] & (1 << (i % 8)) != 0
+                    && metadata.insert(*at, json.clone()).is_some()
+                {
+                    return Err(SlotItemError::Metadata(format!(
+                        "the reading at {at} has two"
+                    )));
+                }
+            }
+        }
         Ok(SlotPart {
             device,
             shard,
             start,
             part,
             readings,
+            metadata,
+            version: self.version,
+            sealed: self.sealed,
         })
     }
 }
@@ -130,6 +204,7 @@ mod tests {
             version: 1,
             ttl: 0,
             sealed: false,
+            metadata: BTreeMap::new(),
         }
     }
 
@@ -169,12 +244,40 @@ mod tests {
     }
 
     #[test]
+    fn metadata_is_stored_once_per_distinct_text_and_read_back_per_reading() {
+        let start = ts("2026-04-20T14:00:00Z");
+        let at = |i: i64| start.plus_micros(i * 1_000_000).unwrap();
+        let readings: SlotReadings = (0..10)
+            .map(|i| {
+                (
+                    at(i),
+                    BTreeMap::from([(MetricName::new("t").unwrap(), i as f64)]),
+                )
+            })
+            .collect();
+        let mut metadata = SlotMetadata::new();
+        for i in [0, 3, 9] {
+            metadata.insert(at(i), r#"{"fw":"1"}"#.into());
+        }
+        metadata.insert(at(4), r#"{"fw":"2"}"#.into());
+        let mut i = item(start, &readings);
+        i.metadata = metadata_bitmaps(&readings, &metadata);
+        assert_eq!(i.metadata.len(), 2, "one entry per distinct text");
+        assert_eq!(i.decode().unwrap().metadata, metadata);
+        // A bitmap of the wrong length is refused, not guessed at.
+        i.metadata = BTreeMap::from([("{}".to_owned(), Bitmap(vec![1]))]);
+        assert!(matches!(i.decode(), Err(SlotItemError::Metadata(_))));
+    }
+
+    #[test]
     fn the_attribute_names_are_the_schema_fields() {
         let mut i = item(ts("2026-04-20T14:00:00Z"), &one("2026-04-20T14:00:00Z"));
         i.sealed = true;
+        i.metadata = BTreeMap::from([("{}".to_owned(), Bitmap(vec![1]))]);
         let v = serde_json::to_value(&i).unwrap();
         for name in [
             field::PACKED,
+            field::METADATA,
             field::READING_COUNT,
             field::VERSION,
             field::SEALED,

@@ -10,7 +10,7 @@ use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{MetricName, Timestamp, field};
 use tidemark_store::StoreError;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotWrite, SlotWriter, parse_content};
+use tidemark_store::slots::{Content, SlotKey, SlotWrite, SlotWriter, read_part};
 use tidemark_testkit::TestTable;
 
 fn start() -> Timestamp {
@@ -165,7 +165,7 @@ async fn metadata_is_kept_per_reading_and_a_later_record_replaces_it() {
     assert!(w.written);
     // THEN 0 has the new metadata and 1 keeps its own; an exact resend writes nothing
     let items = t.scan().await;
-    let c = parse_content(start(), &items[0]).unwrap();
+    let c = read_part(&items[0]).unwrap();
     assert_eq!(c.metadata[&at(0)], r#"{"fw":"2"}"#);
     assert_eq!(c.metadata[&at(1)], r#"{"fw":"1"}"#);
     let again = writer

@@ -37,21 +37,20 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys;
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
-use tidemark_schema::{Timestamp, field};
+use tidemark_schema::{SlotItem, Timestamp, field, metadata_bitmaps};
 use tokio::time::Instant;
 
 mod content;
 
 use content::encoded;
-pub use content::{Content, SlotMetadata, parse_content};
+pub use content::{Content, read_part};
 
 use crate::retry::RetryPolicy;
-use crate::{Item, StoreError};
+use crate::{Item, StoreError, to_item};
 
 /// The encoded size at which a part is sealed. Every write of a part is billed by its
 /// whole size, so this also bounds what one write costs (64 WCU).
@@ -159,26 +158,22 @@ fn parse_part(key: &SlotKey, item: &Item) -> Option<Part> {
     let number = sk
         .strip_prefix(&keys::slot_sk_prefix(key.start))
         .and_then(|n| n.parse::<u16>().ok())?;
-    let version = match item.get(field::VERSION) {
-        Some(AttributeValue::N(n)) => n.parse::<u64>().ok(),
-        _ => None,
-    };
-    let content = version.and_then(|_| match parse_content(key.start, item) {
-        Ok(c) => Some(c),
+    Some(match read_part(item) {
+        Ok(p) => Part {
+            number,
+            version: p.version,
+            sealed: p.sealed,
+            content: Some(p.into()),
+        },
         Err(message) => {
             tracing::warn!(pk = %key.pk, sk = %sk, error = %message, "unreadable slot part left as it is");
-            None
+            Part {
+                number,
+                content: None,
+                version: 0,
+                sealed: true,
+            }
         }
-    });
-    if content.is_none() && version.is_none() {
-        tracing::warn!(pk = %key.pk, sk = %sk, "slot part without a version left as it is");
-    }
-    Some(Part {
-        number,
-        sealed: content.is_none()
-            || matches!(item.get(field::SEALED), Some(AttributeValue::Bool(true))),
-        content,
-        version: version.unwrap_or(0),
     })
 }
 
@@ -306,32 +301,17 @@ impl SlotWriter {
     }
 
     fn item(&self, key: &SlotKey, put: &Put, ttl: i64) -> Result<Item, StoreError> {
-        let version = put.expected.map_or(1, |v| v + 1);
         let c = &put.content;
-        let mut item = Item::from([
-            (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
-            (attr::SK.to_owned(), AttributeValue::S(key.sk(put.number))),
-            (
-                field::PACKED.to_owned(),
-                AttributeValue::B(Blob::new(encoded(key.start, &c.readings)?)),
-            ),
-            (
-                field::READING_COUNT.to_owned(),
-                AttributeValue::N(c.readings.len().to_string()),
-            ),
-            (
-                field::VERSION.to_owned(),
-                AttributeValue::N(version.to_string()),
-            ),
-            (attr::TTL.to_owned(), AttributeValue::N(ttl.to_string())),
-        ]);
-        if let Some(m) = c.metadata_attr() {
-            item.insert(field::METADATA.to_owned(), m);
-        }
-        if put.sealed {
-            item.insert(field::SEALED.to_owned(), AttributeValue::Bool(true));
-        }
-        Ok(item)
+        to_item(&SlotItem {
+            pk: key.pk.clone(),
+            sk: key.sk(put.number),
+            packed: encoded(key.start, &c.readings)?,
+            reading_count: c.readings.len() as u64,
+            version: put.expected.map_or(1, |v| v + 1),
+            ttl,
+            sealed: put.sealed,
+            metadata: metadata_bitmaps(&c.readings, &c.metadata),
+        })
     }
 
     /// Step 3 for one part. `Ok(false)`: another writer changed it first.
@@ -367,7 +347,7 @@ impl SlotWriter {
     ) -> Result<SlotWrite, StoreError> {
         let content = Content {
             readings: incoming.clone(),
-            metadata: SlotMetadata::new(),
+            metadata: Default::default(),
         };
         self.write_content(key, &content, ttl, deadline).await
     }
