@@ -76,6 +76,12 @@ async fn rebuild(c: Clients, args: &[String]) -> Result<(), AdminError> {
         "rebuilt {device}: {} readings over {} partition(s), {} aggregate items written ({} redone after a race with the aggregator)",
         r.readings, r.partitions, r.written, r.conflicts
     );
+    if r.unreadable > 0 {
+        println!(
+            "{} unreadable item(s) skipped (their keys are in the log): their readings are not in the rollups",
+            r.unreadable
+        );
+    }
     Ok(())
 }
 

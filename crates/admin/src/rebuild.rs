@@ -9,7 +9,9 @@
 //! 1. iterators at LATEST on every shard of the table's stream;
 //! 2. per source partition `P` of the device (its shard partitions over the range): write a
 //!    fence item (`#FENCE`) in `P` and read the stream until its record appears: `s0(P)`;
-//! 3. read the raw readings of the whole days (strongly consistent, every page);
+//! 3. read the raw readings of the whole days (strongly consistent, every page), layout
+//!    epoch by layout epoch: single items, and packed slot parts decoded and kept within
+//!    their epoch (an unreadable item is skipped, logged and counted);
 //! 4. a second fence per `P`: `s1(P)`. The read reflects every record of `P` up to `s0` and
 //!    none after `s1`; [`crate::window::readings_as_of`] turns it into the readings exactly as
 //!    of `s0`;
@@ -29,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tidemark_aggregator::DynamoStore;
 use tidemark_aggregator::records::cmp_seq;
-use tidemark_aggregator::store::{AggregateStore, ReadingStore, Written};
+use tidemark_aggregator::store::{AggregateStore, Written};
 use tidemark_devstack::esm::DynamoDbStreamSource;
 use tidemark_schema::{AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, keys};
 
@@ -80,6 +82,9 @@ pub struct RebuildReport {
     pub written: usize,
     /// Writes that lost a race with the aggregator and were redone.
     pub conflicts: usize,
+    /// Items (single readings, slot parts) and slot part stream records that do not parse:
+    /// skipped and logged with their key; the rebuilt rollups leave their readings out.
+    pub unreadable: u64,
 }
 
 /// Rebuilds rollups in one table.
@@ -129,13 +134,16 @@ impl Rebuilder {
         for p in &partitions {
             s0.insert(p.clone(), cursor.fence(&self.ddb, &self.table, p).await?);
         }
-        let read: Readings = self
+        // Single items and packed slot parts, epoch by epoch (unreadable ones skipped).
+        let mut read = Readings::new();
+        let walked = self
             .store
-            .readings_between(d, start, end)
-            .await?
-            .into_iter()
-            .filter(|(at, _)| *at < end)
-            .collect();
+            .walk_readings(d, start, end, false, None, |at, m| {
+                if at < end {
+                    read.insert(at, m);
+                }
+            })
+            .await?;
         let mut s1 = BTreeMap::new();
         for p in &partitions {
             s1.insert(p.clone(), cursor.fence(&self.ddb, &self.table, p).await?);
@@ -144,6 +152,7 @@ impl Rebuilder {
         let mut report = RebuildReport {
             partitions: partitions.len(),
             readings: read.len(),
+            unreadable: walked.unreadable,
             ..RebuildReport::default()
         };
         for bucket in buckets(&days) {
@@ -205,6 +214,7 @@ impl Rebuilder {
         for p in &partitions {
             remove_fence(&self.ddb, &self.table, p).await?;
         }
+        report.unreadable += cursor.unreadable;
         Ok(report)
     }
 }

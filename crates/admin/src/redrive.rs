@@ -17,10 +17,10 @@ use serde_json::Value;
 use tidemark_aggregator::records::cmp_seq;
 use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, KinesisSource, Start};
 use tidemark_ingest::Ingest;
-use tidemark_schema::{DeviceId, EntityKey, Timestamp};
+use tidemark_schema::{DeviceId, Timestamp};
 use tidemark_store::batch::RetryPolicy;
 
-use crate::window::reading_record;
+use crate::window::reading_records;
 use crate::{AdminError, Rebuild, Rebuilder};
 
 /// Records per ingest invocation (the template's ingest batch size is larger; smaller
@@ -172,18 +172,17 @@ impl Redriver {
             other => other,
         })?;
         let mut spans: BTreeMap<DeviceId, (Timestamp, Timestamp)> = BTreeMap::new();
+        let mut touch = |device: DeviceId, at: Timestamp| {
+            let e = spans.entry(device).or_insert((at, at));
+            e.0 = e.0.min(at);
+            e.1 = e.1.max(at);
+        };
         for rec in &records {
-            let Some(rr) = reading_record(rec) else {
-                continue;
-            };
-            let Ok(EntityKey::Reading { device, .. }) =
-                EntityKey::parse(&rr.pk, &reading_sk_of(rec))
-            else {
-                continue;
-            };
-            let e = spans.entry(device).or_insert((rr.at, rr.at));
-            e.0 = e.0.min(rr.at);
-            e.1 = e.1.max(rr.at);
+            match reading_records(rec) {
+                Ok(rrs) => rrs.into_iter().for_each(|rr| touch(rr.device, rr.at)),
+                // Its readings are unknown, but they are in the slot's hour.
+                Err(u) => touch(u.device, u.start),
+            }
         }
         let mut report = RedriveReport::default();
         for (device, (from, to)) in spans {
@@ -197,13 +196,6 @@ impl Redriver {
             report.rebuilt.insert(device.to_string(), (from, to));
         }
         Ok(report)
-    }
-}
-
-fn reading_sk_of(rec: &aws_lambda_events::event::dynamodb::EventRecord) -> String {
-    match rec.change.keys.get("sk") {
-        Some(serde_dynamo::AttributeValue::S(s)) => s.clone(),
-        _ => String::new(),
     }
 }
 

@@ -11,7 +11,7 @@ use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, Start};
 use tidemark_schema::keys::FENCE_SK;
 
 use crate::AdminError;
-use crate::window::{ReadingRecord, reading_record};
+use crate::window::{ReadingRecord, reading_records};
 
 /// How long a fence may take to show up in the stream before the rebuild gives up.
 const FENCE_WAIT: Duration = Duration::from_secs(60);
@@ -30,6 +30,8 @@ pub struct StreamCursor {
     fences: BTreeMap<(String, String), String>,
     /// Per partition, the highest sequence number seen so far.
     pub seen: BTreeMap<String, String>,
+    /// Records of slot parts whose images do not decode (skipped, logged with their key).
+    pub unreadable: u64,
 }
 
 impl StreamCursor {
@@ -50,6 +52,7 @@ impl StreamCursor {
             records: Vec::new(),
             fences: BTreeMap::new(),
             seen: BTreeMap::new(),
+            unreadable: 0,
         })
     }
 
@@ -65,7 +68,7 @@ impl StreamCursor {
             closed |= it.is_none();
             got += page.records.len();
             for r in &page.records {
-                absorb(
+                self.unreadable += absorb(
                     r,
                     &self.partitions,
                     &mut self.records,
@@ -155,33 +158,42 @@ pub async fn remove_fence(
     Ok(())
 }
 
+/// Keeps what `r` says about the partitions' readings and fences; returns 1 when it is an
+/// unreadable slot part's record (skipped).
 fn absorb(
     r: &EventRecord,
     partitions: &BTreeSet<String>,
     records: &mut Vec<ReadingRecord>,
     fences: &mut BTreeMap<(String, String), String>,
     seen: &mut BTreeMap<String, String>,
-) {
+) -> u64 {
     let c = &r.change;
     let s = |img: &serde_dynamo::Item, k: &str| match img.get(k) {
         Some(serde_dynamo::AttributeValue::S(v)) => Some(v.clone()),
         _ => None,
     };
-    let Some(pk) = s(&c.keys, "pk") else { return };
+    let Some(pk) = s(&c.keys, "pk") else { return 0 };
     if !partitions.contains(&pk) {
-        return;
+        return 0;
     }
     let Some(seq) = c.sequence_number.clone() else {
-        return;
+        return 0;
     };
     seen.insert(pk.clone(), seq.clone());
     if s(&c.keys, "sk").as_deref() == Some(FENCE_SK) {
         if let Some(nonce) = s(&c.new_image, "nonce") {
             fences.insert((pk, nonce), seq);
         }
-        return;
+        return 0;
     }
-    if let Some(rr) = reading_record(r) {
-        records.push(rr);
+    match reading_records(r) {
+        Ok(rrs) => {
+            records.extend(rrs);
+            0
+        }
+        Err(u) => {
+            tracing::warn!(key = %u.key, reason = %u.reason, "unreadable slot part's record skipped");
+            1
+        }
     }
 }

@@ -14,19 +14,21 @@
 use std::collections::{BTreeMap, HashSet};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
-use tidemark_aggregator::records::{TTL_PRINCIPAL, cmp_seq};
-use tidemark_schema::{EntityKey, MetricName, ReadingItem, Timestamp};
+use tidemark_aggregator::records::{Ignored, TTL_PRINCIPAL, cmp_seq, slot_changes};
+use tidemark_schema::{DeviceId, EntityKey, MetricName, ReadingItem, Timestamp};
 
 /// A reading's metrics.
 pub type Metrics = BTreeMap<MetricName, f64>;
 /// A device's readings by time (a reading's identity within its device).
 pub type Readings = BTreeMap<Timestamp, Metrics>;
 
-/// What one stream record did to one reading.
+/// What one stream record did to one reading (a slot part's record is one per reading its
+/// images differ in).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadingRecord {
     /// The reading's partition key (its source partition).
     pub pk: String,
+    pub device: DeviceId,
     pub seq: String,
     pub at: Timestamp,
     /// The reading before the change (`None` for an INSERT).
@@ -35,6 +37,16 @@ pub struct ReadingRecord {
     pub new: Option<Metrics>,
     /// A deletion by TTL, which rollups ignore.
     pub ttl_expiry: bool,
+}
+
+/// A slot part's record whose images do not decode: what it was about, for the log, the
+/// counts and a redrive's choice of days.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadableSlot {
+    pub key: String,
+    pub device: DeviceId,
+    pub start: Timestamp,
+    pub reason: String,
 }
 
 fn metrics(img: &serde_dynamo::Item) -> Option<Metrics> {
@@ -46,32 +58,64 @@ fn metrics(img: &serde_dynamo::Item) -> Option<Metrics> {
         .map(|r| r.metrics)
 }
 
-/// The record as a change of a reading, or `None` when it is not about a reading.
-pub fn reading_record(rec: &EventRecord) -> Option<ReadingRecord> {
+/// The record as changes of readings: one for a reading item, one per changed reading for a
+/// slot part (the aggregator's [`slot_changes`]), none for anything else.
+pub fn reading_records(rec: &EventRecord) -> Result<Vec<ReadingRecord>, UnreadableSlot> {
     let c = &rec.change;
-    let keys = [&c.keys, &c.new_image, &c.old_image]
+    let Some(keys) = [&c.keys, &c.new_image, &c.old_image]
         .into_iter()
-        .find(|i| !i.is_empty())?;
+        .find(|i| !i.is_empty())
+    else {
+        return Ok(Vec::new());
+    };
     let s = |k: &str| match keys.get(k) {
         Some(serde_dynamo::AttributeValue::S(v)) => Some(v.clone()),
         _ => None,
     };
-    let (pk, sk) = (s("pk")?, s("sk")?);
-    let EntityKey::Reading { at, .. } = EntityKey::parse(&pk, &sk).ok()? else {
-        return None;
+    let (Some(pk), Some(sk), Some(seq)) = (s("pk"), s("sk"), c.sequence_number.clone()) else {
+        return Ok(Vec::new());
     };
     let ttl_expiry = rec
         .user_identity
         .as_ref()
         .is_some_and(|u| u.principal_id == TTL_PRINCIPAL && u.type_ == "Service");
-    Some(ReadingRecord {
-        pk,
-        seq: c.sequence_number.clone()?,
-        at,
-        old: metrics(&c.old_image),
-        new: metrics(&c.new_image),
-        ttl_expiry,
-    })
+    match EntityKey::parse(&pk, &sk) {
+        Ok(EntityKey::Reading { device, at, .. }) => Ok(vec![ReadingRecord {
+            pk,
+            device,
+            seq,
+            at,
+            old: metrics(&c.old_image),
+            new: metrics(&c.new_image),
+            ttl_expiry,
+        }]),
+        Ok(EntityKey::Slot { device, start, .. }) => match slot_changes(rec) {
+            Some(Ok(slot)) => Ok(slot
+                .changes
+                .into_iter()
+                .map(|ch| ReadingRecord {
+                    pk: pk.clone(),
+                    device: device.clone(),
+                    seq: seq.clone(),
+                    at: ch.at,
+                    old: ch.before,
+                    new: ch.after,
+                    ttl_expiry,
+                })
+                .collect()),
+            Some(Err(why)) => Err(UnreadableSlot {
+                key: format!("{pk}/{sk}"),
+                device,
+                start,
+                reason: match why {
+                    Ignored::Unreadable { reason, .. } => reason,
+                    other => format!("{other:?}"),
+                },
+            }),
+            None => Ok(Vec::new()),
+        },
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// Where the fold stands for one source partition.
@@ -144,6 +188,7 @@ mod tests {
     fn rec(seq: u64, at: u32, old: Option<f64>, new: Option<f64>) -> ReadingRecord {
         ReadingRecord {
             pk: P.into(),
+            device: DeviceId::new("d").unwrap(),
             seq: format!("{seq:021}"),
             at: t(at),
             old: old.map(m),
@@ -174,6 +219,75 @@ mod tests {
             rec(25, 2, Some(2.0), None),
             rec(30, 4, None, Some(4.0)),
         ]
+    }
+
+    /// A stream record of part 0 of the slot at `t(0)` going from `old` to `new`.
+    fn slot_record(
+        seq: u64,
+        old: &[(u32, f64)],
+        new: &[(u32, f64)],
+    ) -> aws_lambda_events::event::dynamodb::EventRecord {
+        use tidemark_schema::{SlotItem, keys, packed};
+        let image = |r: &[(u32, f64)]| {
+            let readings: Readings = r.iter().map(|(s, v)| (t(*s), m(*v))).collect();
+            let item = SlotItem {
+                pk: P.into(),
+                sk: keys::slot_sk(t(0), 0),
+                packed: packed::encode(t(0), &readings).unwrap(),
+                reading_count: readings.len() as u64,
+                version: 1,
+                ttl: 0,
+                sealed: false,
+                metadata: Default::default(),
+            };
+            serde_dynamo::to_item(&item).unwrap()
+        };
+        let mut rec = aws_lambda_events::event::dynamodb::EventRecord::default();
+        rec.event_name = if old.is_empty() { "INSERT" } else { "MODIFY" }.into();
+        rec.change.keys =
+            serde_dynamo::to_item(serde_json::json!({"pk": P, "sk": keys::slot_sk(t(0), 0)}))
+                .unwrap();
+        if !old.is_empty() {
+            rec.change.old_image = image(old);
+        }
+        rec.change.new_image = image(new);
+        rec.change.sequence_number = Some(format!("{seq:021}"));
+        rec
+    }
+
+    #[test]
+    fn slot_records_rewind_and_roll_forward_reading_by_reading() {
+        // Slot created at 12 with readings 1 and 2; at 13 reading 1 corrected and 3 added.
+        let mut records = reading_records(&slot_record(12, &[], &[(1, 1.0), (2, 2.0)])).unwrap();
+        records.extend(
+            reading_records(&slot_record(
+                13,
+                &[(1, 1.0), (2, 2.0)],
+                &[(1, 1.5), (2, 2.0), (3, 3.0)],
+            ))
+            .unwrap(),
+        );
+        assert_eq!(records.len(), 4);
+        let read = Readings::from([(t(1), m(1.5)), (t(2), m(2.0)), (t(3), m(3.0))]);
+        assert_eq!(
+            readings_as_of(read.clone(), &records, &marks(10, 20, 10)),
+            Readings::new()
+        );
+        assert_eq!(
+            readings_as_of(read.clone(), &records, &marks(10, 20, 12)),
+            Readings::from([(t(1), m(1.0)), (t(2), m(2.0))])
+        );
+        assert_eq!(
+            readings_as_of(read.clone(), &records, &marks(10, 20, 13)),
+            read
+        );
+        let mut corrupt = slot_record(14, &[], &[(4, 4.0)]);
+        corrupt
+            .change
+            .new_image
+            .insert("packed".into(), serde_dynamo::AttributeValue::B(vec![1, 9]));
+        let u = reading_records(&corrupt).unwrap_err();
+        assert_eq!((u.device.as_str(), u.start), ("d", t(0)));
     }
 
     #[test]

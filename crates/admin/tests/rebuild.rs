@@ -3,12 +3,23 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Stack, ago, reading, readings_in};
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use common::{Stack, ago, corrupt_rollups, reading, readings_in};
 use tidemark_admin::{Rebuild, Rebuilder};
-use tidemark_schema::{AggregateItem, DeviceId, EntityKey};
-use tidemark_testkit::{rollups, services};
+use tidemark_schema::packed::SlotReadings;
+use tidemark_schema::shard::ShardEpoch;
+use tidemark_schema::table::attr;
+use tidemark_schema::{
+    DeviceId, MetricName, ShardConfigItem, ShardHistory, SlotLen, Timestamp, field, keys,
+};
+use tidemark_store::retry::RetryPolicy;
+use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_testkit::services;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
@@ -57,27 +68,8 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     stack.wait_exact(80, Duration::from_secs(60)).await;
 
     // AND rb-1's rollups corrupted (wrong counts and sums)
+    corrupt_rollups(&stack, "rb-1").await;
     let ddb = stack.table.client.clone();
-    for item in stack.table.scan().await {
-        let Ok(mut agg) = tidemark_store::from_item::<AggregateItem>(item) else {
-            continue;
-        };
-        if !matches!(EntityKey::parse(&agg.pk, &agg.sk), Ok(EntityKey::Aggregate { device, .. }) if device.as_str() == "rb-1")
-        {
-            continue;
-        }
-        for s in agg.metrics.values_mut() {
-            s.count += 100;
-            s.sum += 1000.0;
-        }
-        ddb.put_item()
-            .table_name(&stack.table.name)
-            .set_item(Some(tidemark_store::to_item(&agg).unwrap()))
-            .send()
-            .await
-            .unwrap();
-    }
-    assert!(!rollups::differences(&stack.table.scan().await).is_empty());
 
     // WHEN rb-1 is rebuilt while its new, late and corrected readings keep arriving
     let feeder = {
@@ -164,6 +156,151 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     );
     assert_eq!(
         readings_in(&items)[&("rb-1".to_owned(), t(150 - 7 * 3).epoch_millis())],
+        57.0
+    );
+    pipeline.stop().await;
+}
+
+/// Writes `readings` (seconds after `base` → temperature) of `device` into their 60 s slots.
+async fn write_packed(
+    writer: &SlotWriter,
+    device: &DeviceId,
+    base: Timestamp,
+    readings: &[(i64, f64)],
+) {
+    let len = SlotLen::new(60).unwrap();
+    let mut slots: BTreeMap<Timestamp, SlotReadings> = BTreeMap::new();
+    for (s, v) in readings {
+        let at = base.plus_millis(s * 1000).unwrap();
+        slots.entry(len.start_of(at)).or_default().insert(
+            at,
+            BTreeMap::from([(MetricName::new("temperature").unwrap(), *v)]),
+        );
+    }
+    for (start, r) in slots {
+        let key = SlotKey {
+            pk: keys::reading_pk(device, None),
+            start,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        writer
+            .write(&key, &r, 4_000_000_000, deadline)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rebuild_of_a_device_with_a_packed_epoch_reads_its_slots_and_stays_exact() {
+    // GIVEN rp-1, storing single items until an hour ago and 60 s slots since
+    let stack = Stack::new("rebuild-packed").await;
+    let d = DeviceId::new("rp-1").unwrap();
+    let len = SlotLen::new(60).unwrap();
+    let switch = len.start_of(ago(60));
+    let history = ShardConfigItem::new(
+        &d,
+        ShardHistory::from_epochs(vec![ShardEpoch {
+            from: switch,
+            count: 1,
+            slot: Some(len),
+        }])
+        .unwrap(),
+    );
+    let ddb = stack.table.client.clone();
+    ddb.put_item()
+        .table_name(&stack.table.name)
+        .set_item(Some(tidemark_store::to_item(&history).unwrap()))
+        .send()
+        .await
+        .unwrap();
+    // AND a running pipeline rolling up its single readings and packed slots (some split
+    // into parts), and a corrupt part it must skip
+    let pipeline = stack
+        .pipeline(services().dynamodb_endpoint.clone(), |_, m| m)
+        .await;
+    let singles: Vec<_> = (0..30)
+        .map(|i| {
+            reading(
+                "rp-1",
+                switch.minus_millis((3 + i * 3) * 60_000).unwrap(),
+                i % 7,
+            )
+        })
+        .collect();
+    stack.publish(&singles).await;
+    let writer = SlotWriter {
+        part_bytes: 60,
+        ..SlotWriter::new(ddb.clone(), &stack.table.name, RetryPolicy::default())
+    };
+    let packed: Vec<(i64, f64)> = (0..40).map(|i| (i * 70, (i % 11) as f64)).collect();
+    for chunk in packed.chunks(7) {
+        write_packed(&writer, &d, switch, chunk).await;
+    }
+    ddb.put_item()
+        .table_name(&stack.table.name)
+        .item("pk", AttributeValue::S(keys::reading_pk(&d, None)))
+        .item(
+            "sk",
+            AttributeValue::S(keys::slot_sk(switch.plus_millis(58 * 60_000).unwrap(), 0)),
+        )
+        .item(field::PACKED, AttributeValue::B(Blob::new(vec![1, 3, 255])))
+        .item(field::READING_COUNT, AttributeValue::N("3".into()))
+        .item(field::VERSION, AttributeValue::N("1".into()))
+        .item(attr::TTL, AttributeValue::N("4000000000".into()))
+        .send()
+        .await
+        .unwrap();
+    stack.wait_exact(70, Duration::from_secs(60)).await;
+    // AND its rollups corrupted
+    corrupt_rollups(&stack, "rp-1").await;
+
+    // WHEN it is rebuilt while new packed readings and corrections keep arriving, as fast as
+    // they can be written, so the aggregator moves past the first fence while the rebuild
+    // runs (the rebuild must roll its buckets forward through slot records)
+    let feeder = {
+        let (writer, d) = (writer.clone(), d.clone());
+        tokio::spawn(async move {
+            for wave in 0..30i64 {
+                let new = [(wave * 70 + 30, 20.0), (wave * 70 + 31, 21.0)];
+                let fix = [(wave * 70, 50.0 + wave as f64)];
+                write_packed(&writer, &d, switch, &new).await;
+                write_packed(&writer, &d, switch, &fix).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let rebuilder = Rebuilder::new(
+        ddb.clone(),
+        tidemark_devstack::LocalConfig {
+            dynamodb_endpoint: services().dynamodb_endpoint.clone(),
+            ..tidemark_devstack::LocalConfig::from_env()
+        }
+        .dynamodb_streams()
+        .await,
+        stack.table.name.clone(),
+    );
+    let report = rebuilder
+        .rebuild(&Rebuild {
+            device: d.clone(),
+            from: switch.minus_millis(100 * 60_000).unwrap(),
+            to: ago(0),
+        })
+        .await
+        .unwrap();
+    feeder.await.unwrap();
+
+    // THEN every rollup is exact once the pipeline has drained, the rebuild read both epochs
+    // and skipped (and counted) the corrupt part
+    stack.wait_exact(70 + 60, Duration::from_secs(60)).await;
+    assert!(report.readings >= 70, "{report:?}");
+    assert_eq!(report.unreadable, 1, "{report:?}");
+    assert_eq!(report.partitions, 1);
+    let items = stack.table.scan().await;
+    assert_eq!(
+        readings_in(&items)[&(
+            "rp-1".to_owned(),
+            switch.plus_millis(7 * 70_000).unwrap().epoch_millis()
+        )],
         57.0
     );
     pipeline.stop().await;

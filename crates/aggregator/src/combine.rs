@@ -5,6 +5,9 @@
 //! it applied (`applied`). Records of one partition key reach the aggregator in sequence
 //! order (one shard, one invocation at a time), so "apply only what is newer than the
 //! watermark" makes any replay, bisection or regrouping of already-applied records a no-op.
+//! A packed slot part's record changes several readings under one sequence number: each is a
+//! contribution of its own, compared with the watermark as read, so a record's readings in
+//! one item apply all together or not at all.
 //!
 //! A MODIFY of a reading is either a record adding metrics to a reading with the same device
 //! and timestamp (ingest merges them into one item) or a correction of a metric's value (the
@@ -147,9 +150,11 @@ pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
     let mut applied = 0;
     let mut readings_added = 0;
     let mut recompute = Recompute::default();
+    // The watermarks as read: one slot part's record brings several readings with the same
+    // sequence number, and each of them is newer than what the item applied before.
+    let marks = item.applied.clone();
     for c in &plan.contributions {
-        let newer = item
-            .applied
+        let newer = marks
             .get(&c.source_pk)
             .is_none_or(|w| cmp_seq(&c.seq, w).is_gt());
         if !newer {

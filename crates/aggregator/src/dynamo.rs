@@ -1,7 +1,7 @@
 //! The DynamoDB implementation of the aggregator's store traits. Every write asks for
 //! `ConsumedCapacity` (free) so the function can report what it costs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
@@ -10,10 +10,10 @@ use aws_sdk_dynamodb::types::{
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
-    LatestReading, MetricName, ReadingItem, ShardConfigItem, ShardHistory, Timestamp, field, keys,
+    LatestReading, ShardHistory, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
-use tidemark_store::{Item, StoreError, from_item, from_stored, to_item};
+use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
@@ -73,6 +73,10 @@ impl DynamoStore {
         &self.client
     }
 
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
     /// Consistent BatchGetItem of any number of keys, by key.
     async fn batch_get(&self, keys: &[Key]) -> Result<HashMap<Key, Item>, StoreError> {
         let options = GetOptions {
@@ -86,22 +90,13 @@ impl DynamoStore {
             .collect())
     }
 
-    /// The device's shard counts over time (consistent read; none stored: one shard).
+    /// The device's layout over time: its own shard and layout epochs over the fleet's
+    /// default (consistent read; none stored: single items in one partition).
     pub async fn shard_history(&self, device: &DeviceId) -> Result<ShardHistory, StoreError> {
-        let k = EntityKey::ShardConfig(device.clone()).key();
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&k)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(StoreError::sdk("GetItem"))?;
-        match out.item {
-            Some(i) => Ok(from_item::<ShardConfigItem>(i)?.epochs),
-            None => Ok(ShardHistory::default()),
-        }
+        let (h, _) =
+            tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
+                .await?;
+        Ok(h)
     }
 }
 
@@ -400,66 +395,6 @@ impl AlertStore for DynamoStore {
     }
 }
 
-impl DynamoStore {
-    /// Pages through the readings of `device` in `[from, to]`, shard partition by shard
-    /// partition, handing each readable one to `visit`; with `per_partition`, at most that
-    /// many of each partition, its first in the asked order (`newest_first` or oldest).
-    async fn visit_readings(
-        &self,
-        device: &DeviceId,
-        from: Timestamp,
-        to: Timestamp,
-        newest_first: bool,
-        per_partition: Option<usize>,
-        mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>),
-    ) -> Result<(), StoreError> {
-        let shards = self.shard_history(device).await?.shards_over(from, to);
-        for shard in shards {
-            let mut start: Option<Item> = None;
-            let mut left = per_partition.unwrap_or(usize::MAX);
-            'pages: loop {
-                let resp = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .consistent_read(true)
-                    .scan_index_forward(!newest_first)
-                    .set_limit(per_partition.map(|_| i32::try_from(left).unwrap_or(i32::MAX)))
-                    .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
-                    .expression_attribute_names("#pk", attr::PK)
-                    .expression_attribute_names("#sk", attr::SK)
-                    .expression_attribute_values(":pk", s(keys::reading_pk(device, shard)))
-                    .expression_attribute_values(":from", s(keys::reading_sk(from)))
-                    .expression_attribute_values(":to", s(keys::reading_sk(to)))
-                    .set_exclusive_start_key(start.take())
-                    .send()
-                    .await
-                    .map_err(StoreError::sdk("Query"))?;
-                for i in resp.items.unwrap_or_default() {
-                    left = left.saturating_sub(1);
-                    // An unreadable reading holds nothing we could use: skip it.
-                    match from_stored::<ReadingItem>(i) {
-                        Ok(r) => {
-                            if let Ok((reading, _)) = r.to_reading() {
-                                visit(reading.timestamp, reading.metrics);
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "unreadable reading skipped"),
-                    }
-                    if left == 0 {
-                        break 'pages;
-                    }
-                }
-                match resp.last_evaluated_key {
-                    Some(k) if !k.is_empty() => start = Some(k),
-                    _ => break,
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 impl ReadingStore for DynamoStore {
     async fn readings_between(
         &self,
@@ -468,7 +403,7 @@ impl ReadingStore for DynamoStore {
         to: Timestamp,
     ) -> Result<BucketReadings, StoreError> {
         let mut out = Vec::new();
-        self.visit_readings(device, from, to, false, None, |at, m| out.push((at, m)))
+        self.walk_readings(device, from, to, false, None, |at, m| out.push((at, m)))
             .await?;
         Ok(out)
     }
@@ -482,7 +417,7 @@ impl ReadingStore for DynamoStore {
         limit: usize,
     ) -> Result<BucketReadings, StoreError> {
         let mut out = Vec::new();
-        self.visit_readings(device, from, to, newest_first, Some(limit), |at, m| {
+        self.walk_readings(device, from, to, newest_first, Some(limit), |at, m| {
             out.push((at, m))
         })
         .await?;
@@ -497,7 +432,7 @@ impl ReadingStore for DynamoStore {
         to: Timestamp,
     ) -> Result<BucketSummary, StoreError> {
         let mut sum = BucketSummary::default();
-        self.visit_readings(device, from, to, false, None, |at, m| sum.add(at, &m))
+        self.walk_readings(device, from, to, false, None, |at, m| sum.add(at, &m))
             .await?;
         Ok(sum)
     }
@@ -508,7 +443,7 @@ impl ReadingStore for DynamoStore {
         since: Timestamp,
     ) -> Result<Option<LatestReading>, StoreError> {
         let mut newest: Option<LatestReading> = None;
-        self.visit_readings(
+        self.walk_readings(
             device,
             since,
             Timestamp::MAX,

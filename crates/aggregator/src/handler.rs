@@ -167,21 +167,31 @@ impl<S: Store> Aggregator<S> {
             records_seen: event.records.len() as u64,
             ..Default::default()
         };
+        let counters = Counters::default();
         let mut changes = Vec::new();
         for (i, rec) in event.records.iter().enumerate() {
             match classify(i, rec) {
-                Ok(c) => changes.push(c),
+                Ok(c) => changes.extend(c),
                 Err(why) => {
                     report.records_ignored += 1;
-                    if let Ignored::Malformed(reason) = &why {
-                        tracing::warn!(event_id = %rec.event_id, %reason, "record ignored");
-                    } else {
-                        tracing::debug!(event_id = %rec.event_id, reason = ?why, "record ignored");
+                    match &why {
+                        Ignored::Malformed(reason) => {
+                            tracing::warn!(event_id = %rec.event_id, %reason, "record ignored")
+                        }
+                        Ignored::Unreadable { key, reason } => {
+                            Counters::add(&counters.unreadable_items, 1);
+                            tracing::warn!(
+                                event_id = %rec.event_id, %key, %reason,
+                                "unreadable slot part: its record is skipped"
+                            );
+                        }
+                        _ => {
+                            tracing::debug!(event_id = %rec.event_id, reason = ?why, "record ignored")
+                        }
                     }
                 }
             }
         }
-        let counters = Counters::default();
         let mut failed: Vec<usize> = Vec::new();
         match self.config.role {
             Role::Rollups => self.rollups(&changes, &counters, &mut failed).await,
@@ -380,6 +390,42 @@ mod tests {
         assert_eq!(report.records_seen, 2);
         assert!(resp.batch_item_failures.is_empty());
         assert_eq!((report.records_ignored, report.items_written), (2, 0));
+    }
+
+    #[tokio::test]
+    async fn every_reading_of_a_slot_record_counts_once_and_a_corrupt_part_is_skipped_and_counted()
+    {
+        use crate::testing::{slot_item, slot_record};
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let start = ts("2026-04-20T14:00:00Z");
+        let v1 = slot_item("d1", start, 0, &[(0, 1.0), (10, 2.0), (20, 3.0)]);
+        let v2 = slot_item("d1", start, 0, &[(0, 1.0), (10, 2.0), (20, 3.0), (30, 4.0)]);
+        let mut corrupt = slot_item("d1", ts("2026-04-20T15:00:00Z"), 0, &[(0, 9.0)]);
+        corrupt.packed.truncate(3);
+        // GIVEN a batch: a slot part's INSERT (three readings of one hour), a corrupt part,
+        // a single reading of another device, then the part's MODIFY adding a fourth
+        let batch = vec![
+            slot_record(1, None, Some(&v1)),
+            slot_record(2, None, Some(&corrupt)),
+            insert(3, "d2", "2026-04-20T14:00:00Z", 5.0),
+            slot_record(4, Some(&v1), Some(&v2)),
+        ];
+        // WHEN it is delivered, bisected and delivered again
+        let (resp, report) = agg.process(&event(batch.clone())).await;
+        agg.process(&event(batch[..2].to_vec())).await;
+        agg.process(&event(batch.clone())).await;
+        // THEN nothing failed, the corrupt part was counted, and every reading counted once
+        assert!(resp.batch_item_failures.is_empty());
+        assert_eq!(report.unreadable_items, 1);
+        assert_eq!(report.readings_aggregated, 5);
+        let h = hourly(agg.store(), "d1", "2026-04-20T14:00:00Z").unwrap();
+        let s = h.metrics[&MetricName::new("t").unwrap()];
+        assert_eq!((s.count, s.sum, s.min, s.max), (4, 10.0, 1.0, 4.0));
+        assert_eq!(
+            count(&hourly(agg.store(), "d2", "2026-04-20T14:00:00Z").unwrap()),
+            1
+        );
+        assert!(hourly(agg.store(), "d1", "2026-04-20T15:00:00Z").is_none());
     }
 
     #[test]

@@ -12,6 +12,14 @@
 //!   only when a state changes or `lastSeenAt` is [`AggregatorConfig::device_refresh`]
 //!   (15 min) behind the newest reading.
 //!
+//! Both roles take reading changes from [`records`]: a single reading item's INSERT, MODIFY
+//! or user REMOVE is one; a packed slot part's record (issue 16) is one per reading its old
+//! and new images differ in, applied exactly as that reading's own record would be (a part
+//! only being sealed changes nothing; a TTL expiry, of a part as of a reading, never changes
+//! a rollup). A part whose image does not decode is skipped, logged with its key and counted
+//! (`UnreadableItems`); the rest of the batch goes on. Reads of stored readings (extremes to
+//! recompute, alert derivations) walk each layout epoch's single items or slot parts.
+//!
 //! The logic is pure ([`combine`], [`alerting::rules`], [`records`]) and talks to the table
 //! through the small traits of [`store`], implemented for DynamoDB by [`store::DynamoStore`].
 //!
@@ -35,6 +43,7 @@ mod rollups;
 pub mod store;
 #[cfg(test)]
 mod testing;
+mod walk;
 
 pub use both::BothRoles;
 pub use config::{AggregatorConfig, Role};
@@ -43,3 +52,4 @@ pub use handler::Aggregator;
 pub use notify::{Notifier, NotifyReport};
 pub use report::Report;
 pub use store::DynamoStore;
+pub use walk::Walked;

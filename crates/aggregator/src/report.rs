@@ -24,8 +24,9 @@ pub struct Report {
     /// Devices whose item was left as it was: only `lastSeenAt`/`latest` would have moved,
     /// by less than [`crate::AggregatorConfig::device_refresh`].
     pub device_writes_deferred: u64,
-    /// Items in the table that do not parse (written by another tool or an older version):
-    /// skipped and logged with their key; the rest of the batch goes on.
+    /// Items in the table that do not parse (written by another tool or an older version),
+    /// and slot part records whose images do not decode (also in `records_ignored`): skipped
+    /// and logged with their key; the rest of the batch goes on.
     pub unreadable_items: u64,
     /// Write request units DynamoDB reported for this invocation's writes.
     pub write_units: f64,

@@ -77,9 +77,9 @@ pub trait AlertStore {
 }
 
 pub trait ReadingStore {
-    /// Every reading of `device` in `[from, to]` across all its shard partitions, expired or
-    /// not (aggregates keep what TTL later deletes), in no particular order. Callers keep
-    /// the range small (a window of a derivation).
+    /// Every reading of `device` in `[from, to]` across all its shard partitions, stored
+    /// singly or packed, expired or not (aggregates keep what TTL later deletes), in no
+    /// particular order. Callers keep the range small (a window of a derivation).
     fn readings_between(
         &self,
         device: &DeviceId,

@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
-use tidemark_schema::{DeviceId, DeviceItem, MetricName, Reading, ReadingItem, Timestamp};
+use tidemark_schema::packed::{self, SlotReadings};
+use tidemark_schema::{
+    DeviceId, DeviceItem, EntityKey, MetricName, Reading, ReadingItem, SlotItem, Timestamp,
+};
 
 pub fn metric(m: &str) -> MetricName {
     MetricName::new(m).unwrap()
@@ -52,4 +55,59 @@ pub fn event(records: Vec<EventRecord>) -> Event {
     let mut e = Event::default();
     e.records = records;
     e
+}
+
+/// Part `part` of the slot of `device` starting at `start`, holding `readings` (one metric
+/// `t` each: (seconds after the start, value)).
+pub fn slot_item(device: &str, start: Timestamp, part: u16, readings: &[(i64, f64)]) -> SlotItem {
+    let readings: SlotReadings = readings
+        .iter()
+        .map(|(s, v)| {
+            (
+                start.plus_millis(s * 1000).unwrap(),
+                BTreeMap::from([(metric("t"), *v)]),
+            )
+        })
+        .collect();
+    let k = EntityKey::Slot {
+        device: DeviceId::new(device).unwrap(),
+        shard: None,
+        start,
+        part,
+    }
+    .key();
+    SlotItem {
+        pk: k.pk,
+        sk: k.sk,
+        packed: packed::encode(start, &readings).unwrap(),
+        reading_count: readings.len() as u64,
+        version: 1,
+        ttl: 0,
+        sealed: false,
+        metadata: Default::default(),
+    }
+}
+
+/// A record of a slot part going from `old` to `new` (`INSERT` without `old`, `REMOVE`
+/// without `new`).
+pub fn slot_record(seq: u64, old: Option<&SlotItem>, new: Option<&SlotItem>) -> EventRecord {
+    let any = new.or(old).expect("an image");
+    let mut c = StreamRecord::default();
+    c.keys = serde_dynamo::to_item(serde_json::json!({"pk": any.pk, "sk": any.sk})).unwrap();
+    if let Some(o) = old {
+        c.old_image = serde_dynamo::to_item(o).unwrap();
+    }
+    if let Some(n) = new {
+        c.new_image = serde_dynamo::to_item(n).unwrap();
+    }
+    c.sequence_number = Some(format!("{seq:021}"));
+    let mut r = EventRecord::default();
+    r.event_name = match (old, new) {
+        (None, _) => "INSERT",
+        (_, None) => "REMOVE",
+        _ => "MODIFY",
+    }
+    .into();
+    r.change = c;
+    r
 }

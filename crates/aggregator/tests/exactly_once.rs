@@ -1,16 +1,20 @@
 //! The property behind the aggregator: however the stream delivers the records — replayed,
 //! bisected, regrouped, shards in parallel — every aggregate equals a recomputation from the
-//! raw readings. Against DynamoDB Local.
+//! raw readings, stored one item per reading or packed into slot parts. Against DynamoDB
+//! Local.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
+use common::slots::{SlotAt, SlotSim};
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tidemark_schema::{DeviceId, ReadingItem, ShardHistory, Timestamp};
+use tidemark_schema::packed::SlotReadings;
+use tidemark_schema::shard::ShardEpoch;
+use tidemark_schema::{DeviceId, MetricName, ReadingItem, ShardHistory, SlotLen, Timestamp};
 use tidemark_testkit::TestTable;
 
 /// One generated reading: device index, seconds after the base time, value in quarters
@@ -23,7 +27,19 @@ struct Gen {
     /// Some(q): later corrected to q quarters; `delete`: later deleted by a user.
     correct: Option<i32>,
     delete: bool,
+    /// Packed devices: Some(q) later adds metric `w` (a record with the same timestamp).
+    extra: Option<i32>,
+    /// Packed devices: ingest's batch ends after this reading (one slot write per batch).
+    ends_batch: bool,
 }
+
+/// Devices 0–2 store single items (0 hot: two partitions); 3 and 4 pack into slots (4 in
+/// two partitions). Packed readings fall in the 200 s around midnight, so slots fill up,
+/// split into parts and hours and days still change under them.
+const DEVICES: usize = 5;
+const PACKED: usize = 3;
+/// Readings a simulated slot part holds before it is sealed.
+const PART_CAP: usize = 3;
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -37,20 +53,26 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     let reading = (
-        0..3usize,
+        0..DEVICES,
         0..(3 * 3600i64),
         -200..200i32,
         prop::option::weighted(0.15, -200..200i32),
         prop::bool::weighted(0.08),
+        prop::option::weighted(0.15, -200..200i32),
+        prop::bool::weighted(0.4),
     )
-        .prop_map(|(device, second, quarters, correct, delete)| Gen {
-            device,
-            second,
-            quarters,
-            correct,
-            delete,
-        });
-    prop::collection::vec(reading, 5..30).prop_flat_map(|readings| {
+        .prop_map(
+            |(device, second, quarters, correct, delete, extra, ends_batch)| Gen {
+                device,
+                second,
+                quarters,
+                correct,
+                delete,
+                extra,
+                ends_batch,
+            },
+        );
+    prop::collection::vec(reading, 5..40).prop_flat_map(|readings| {
         let n = readings.len();
         (
             Just(readings),
@@ -80,13 +102,34 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     let refresh_ms = config.device_refresh.as_millis() as i64;
     let agg = tidemark_aggregator::BothRoles::new(t.client.clone(), config);
     // device 0 is hot: two shard partitions, so two stream shards feed its aggregates
-    let devices: Vec<DeviceId> = (0..3).map(|i| dev(&format!("c{case_no}_d{i}"))).collect();
+    let devices: Vec<DeviceId> = (0..DEVICES)
+        .map(|i| dev(&format!("c{case_no}_d{i}")))
+        .collect();
     let hot = ShardHistory::default()
         .with_change(ts("2026-01-01T00:00:00Z"), 2)
         .unwrap();
     put_shard_history(t, &devices[0], &hot).await;
+    let packed_history = |count: u16, seconds: i64| {
+        ShardHistory::from_epochs(vec![ShardEpoch {
+            from: ts("2026-01-01T00:00:00Z"),
+            count,
+            slot: Some(SlotLen::new(seconds).unwrap()),
+        }])
+        .unwrap()
+    };
+    let histories = [hot.clone(), packed_history(1, 60), packed_history(2, 120)];
+    put_shard_history(t, &devices[3], &histories[1]).await;
+    put_shard_history(t, &devices[4], &histories[2]).await;
+    let at_of = |g: &Gen| {
+        let s = if g.device >= PACKED {
+            5300 + g.second / 54
+        } else {
+            g.second
+        };
+        base().plus_millis(s * 1000).unwrap()
+    };
     let item = |g: &Gen, q: i32| {
-        let at = base().plus_millis(g.second * 1000).unwrap();
+        let at = at_of(g);
         let shard = if g.device == 0 {
             hot.shard_at(at)
         } else {
@@ -99,17 +142,51 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
             shard,
         )
     };
+    let slot_of = |g: &Gen| -> SlotAt {
+        let h = &histories[g.device - PACKED + 1];
+        let at = at_of(g);
+        let len = h.layout_at(at).slot.unwrap();
+        (devices[g.device].clone(), h.shard_at(at), len.start_of(at))
+    };
+    let one = |g: &Gen, m: &str, q: i32| -> SlotReadings {
+        BTreeMap::from([(
+            at_of(g),
+            BTreeMap::from([(MetricName::new(m).unwrap(), f64::from(q) / 4.0)]),
+        )])
+    };
 
-    // One reading per (device, second); the stream sees INSERTs in arrival order, each
-    // correction or delete some time after its INSERT.
+    // Single items: one reading per (device, second); the stream sees INSERTs in arrival
+    // order, each correction or delete some time after its INSERT. Packed: readings arrive
+    // in ingest batches (a same-timestamp record merges into its reading, the later value
+    // winning), each batch one write per slot; corrections, added metrics and deletes later.
     let mut seen = BTreeSet::new();
     let mut sim = StreamSim::new(2);
+    let mut slots = SlotSim::new(PART_CAP);
     let mut per_shard: BTreeMap<usize, Vec<EventRecord>> = BTreeMap::new();
     let mut finals: Vec<ReadingItem> = Vec::new();
     let mut pending: Vec<EventRecord> = Vec::new();
     let mut later: Vec<(ReadingItem, ReadingItem, bool)> = Vec::new();
+    let mut batch: BTreeMap<SlotAt, SlotReadings> = BTreeMap::new();
+    let flush = |batch: &mut BTreeMap<SlotAt, SlotReadings>,
+                 slots: &mut SlotSim,
+                 sim: &mut StreamSim,
+                 pending: &mut Vec<EventRecord>| {
+        for (at, r) in std::mem::take(batch) {
+            pending.extend(slots.write(sim, &at, &r));
+        }
+    };
     for &i in &c.order {
         let g = &c.readings[i];
+        if g.device >= PACKED {
+            let merged = batch.entry(slot_of(g)).or_default();
+            for (at, m) in one(g, "v", g.quarters) {
+                merged.entry(at).or_default().extend(m);
+            }
+            if g.ends_batch {
+                flush(&mut batch, &mut slots, &mut sim, &mut pending);
+            }
+            continue;
+        }
         if !seen.insert((g.device, g.second)) {
             continue;
         }
@@ -125,6 +202,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
             _ => finals.push(first),
         }
     }
+    flush(&mut batch, &mut slots, &mut sim, &mut pending);
     for (old, new, delete) in &later {
         pending.push(if *delete {
             sim.user_remove(old)
@@ -132,8 +210,22 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
             sim.modify(old, new)
         });
     }
+    for g in c.readings.iter().filter(|g| g.device >= PACKED) {
+        let at = slot_of(g);
+        if let Some(q) = g.correct {
+            pending.extend(slots.write(&mut sim, &at, &one(g, "v", q)));
+        }
+        if let Some(q) = g.extra {
+            pending.extend(slots.write(&mut sim, &at, &one(g, "w", q)));
+        }
+        if g.delete {
+            pending.extend(slots.delete(&mut sim, &at, at_of(g)));
+        }
+    }
     // The table holds the final state (what any recompute may read at any time).
     put_readings(t, &finals).await;
+    put_items(t, &slots.items()).await;
+    finals.extend(slots.final_readings());
     for r in pending {
         let shard = shard_of_record(&r);
         per_shard.entry(shard).or_default().push(r);
@@ -184,12 +276,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     // Each device's lastSeenAt is its newest reading, whatever the order of arrival, or less
     // than the refresh interval behind it.
     for (i, d) in devices.iter().enumerate() {
-        let newest = c
-            .readings
-            .iter()
-            .filter(|g| g.device == i)
-            .map(|g| base().plus_millis(g.second * 1000).unwrap())
-            .max();
+        let newest = c.readings.iter().filter(|g| g.device == i).map(at_of).max();
         let k = tidemark_schema::EntityKey::Device(d.clone()).key();
         let item: Option<tidemark_schema::DeviceItem> = t
             .client

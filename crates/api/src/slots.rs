@@ -5,17 +5,16 @@
 //! unioned) before any of its readings is emitted. Each reading becomes the item a single
 //! reading would be (`READING#<ts>` sort key, its metrics, the slot's `ttl`), so ordering,
 //! cursor positions, expiry and rendering are the ones of single readings: a client cannot
-//! tell the layouts apart. A packed reading has no `metadata` (the encoding keeps metrics
-//! only). A part that cannot be read (not a slot of this partition, no `packed` bytes, bytes
-//! that do not decode) is skipped, logged with its key and counted, never an error: one bad
-//! item must not hide the rest of a device's history.
+//! tell the layouts apart (a packed reading's `metadata` is kept in its part, see
+//! [`SlotItem`]). A part that cannot be read ([`SlotItem::decode`] says which are readable) is
+//! skipped, logged with its key and counted, never an error: one bad item must not hide the
+//! rest of a device's history.
 
 use std::collections::BTreeMap;
 
-use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::packed::{self, SlotReadings};
+use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
-use tidemark_schema::{EntityKey, ReadingItem, SlotLen, Timestamp, field, keys};
+use tidemark_schema::{ReadingItem, SlotItem, SlotLen, SlotMetadata, SlotPart, Timestamp, keys};
 use tidemark_store::Item;
 
 use crate::store::{QuerySpec, SkRange};
@@ -41,14 +40,9 @@ impl Packed {
             Some(a) => hi = hi.min(a.pred().unwrap_or(Timestamp::MIN)),
             None => {}
         }
-        QuerySpec::table(
-            partition,
-            SkRange::Between(
-                keys::slot_sk_prefix(self.len.start_of(lo)),
-                keys::slot_sk_end(self.len.start_of(hi.max(lo))),
-            ),
-            forward,
-        )
+        let (first, last) =
+            keys::slot_sk_between(self.len.start_of(lo), self.len.start_of(hi.max(lo)));
+        QuerySpec::table(partition, SkRange::Between(first, last), forward)
     }
 
     /// Whether a reading at `at` is one this source still has to emit.
@@ -105,53 +99,39 @@ pub fn skip(item: &Item, why: &str) {
 
 /// Reads every part of the slot starting at `start` (all its parts, any order) and returns
 /// the readings `p` still wants. A reading found in two parts (never written so) takes the
-/// metrics of both, the higher part's value winning, as the writer's merge would.
+/// metrics of both, the higher part's values (and metadata) winning, as the writer's merge
+/// would.
 pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Unpacked {
     let mut out = Unpacked::default();
     let mut readings = SlotReadings::new();
+    let mut metadata = SlotMetadata::new();
     let mut ttl: Option<i64> = None;
-    let mut sorted: Vec<(u16, &Item)> = Vec::with_capacity(parts.len());
-    let mut skip = |item: &Item, why: &str| {
-        skip(item, why);
-        out.skipped += 1;
-    };
+    let mut pk = String::new();
+    let mut decoded: Vec<(SlotPart, i64, String)> = Vec::with_capacity(parts.len());
     for item in parts {
-        let s = |a| text(item, a);
-        match EntityKey::parse(&s(attr::PK), &s(attr::SK)) {
-            Ok(EntityKey::Slot {
-                start: st, part, ..
-            }) if st == start => sorted.push((part, item)),
-            _ => skip(item, "not a part of this slot"),
+        let read = tidemark_store::from_item::<SlotItem>(item.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|s| Ok((s.decode().map_err(|e| e.to_string())?, s.ttl, s.pk)));
+        match read {
+            Ok((part, t, k)) if part.start == start => decoded.push((part, t, k)),
+            Ok(_) => {
+                skip(item, "not a part of this slot");
+                out.skipped += 1;
+            }
+            Err(e) => {
+                skip(item, &e);
+                out.skipped += 1;
+            }
         }
     }
-    sorted.sort_by_key(|(n, _)| *n);
-    let mut pk = String::new();
-    for (_, item) in sorted {
-        let bytes = match item.get(field::PACKED) {
-            Some(AttributeValue::B(b)) => b.as_ref(),
-            _ => {
-                skip(item, "no packed readings");
-                continue;
-            }
-        };
-        let decoded = match packed::decode(start, bytes) {
-            Ok(d) => d,
-            Err(e) => {
-                skip(item, &e.to_string());
-                continue;
-            }
-        };
-        for (at, metrics) in decoded {
+    decoded.sort_by_key(|(part, _, _)| part.part);
+    for (part, t, k) in decoded {
+        for (at, metrics) in part.readings {
             readings.entry(at).or_default().extend(metrics);
         }
-        if let Some(t) = item
-            .get(attr::TTL)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|n| n.parse::<i64>().ok())
-        {
-            ttl = Some(ttl.map_or(t, |old| old.max(t)));
-        }
-        pk = text(item, attr::PK);
+        metadata.extend(part.metadata);
+        ttl = Some(ttl.map_or(t, |old| old.max(t)));
+        pk = k;
     }
     out.decoded = readings.len();
     let last = p.len.last_of(start);
@@ -167,11 +147,16 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
             out.skipped += 1;
             return;
         }
+        let metadata = metadata.get(&at).and_then(|text| {
+            serde_json::from_str(text)
+                .inspect_err(|e| tracing::warn!(%pk, %at, error = %e, "packed metadata left out"))
+                .ok()
+        });
         let item = ReadingItem {
             pk: pk.clone(),
             sk: keys::reading_sk(at),
             metrics,
-            metadata: None,
+            metadata,
             ttl: ttl.unwrap_or(i64::MAX),
         };
         match tidemark_store::to_item(&item) {
@@ -193,7 +178,9 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::primitives::Blob;
-    use tidemark_schema::MetricName;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use tidemark_schema::packed;
+    use tidemark_schema::{MetricName, field};
 
     use super::*;
 
@@ -217,6 +204,11 @@ mod tests {
                 AttributeValue::B(Blob::new(packed::encode(start, &readings).unwrap())),
             ),
             (attr::TTL.into(), AttributeValue::N("99".into())),
+            (
+                field::READING_COUNT.into(),
+                AttributeValue::N(readings.len().to_string()),
+            ),
+            (field::VERSION.into(), AttributeValue::N("1".into())),
         ])
     }
 

@@ -477,26 +477,7 @@ impl ShardWriter for DynamoStore {
         version: u64,
     ) -> Result<bool, StoreError> {
         let key = EntityKey::ShardConfig(device.clone()).key();
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&key)))
-            .update_expression("SET #e = :e, #v = :next")
-            .expression_attribute_names("#e", field::EPOCHS)
-            .expression_attribute_names("#v", field::VERSION)
-            .expression_attribute_values(":e", av(history)?)
-            .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()));
-        req = if version == 0 {
-            req.condition_expression("attribute_not_exists(#v)")
-        } else {
-            req.condition_expression("#v = :old")
-                .expression_attribute_values(":old", AttributeValue::N(version.to_string()))
-        };
-        match req.send().await.map_err(StoreError::sdk("UpdateItem")) {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_conditional_check_failed() => Ok(false),
-            Err(e) => Err(e),
-        }
+        tidemark_store::layouts::replace_history(&self.client, &self.table, &key, history, version)
+            .await
     }
 }

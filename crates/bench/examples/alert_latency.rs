@@ -81,6 +81,7 @@ async fn main() {
         functions: Functions::InProcess,
         ingest: mapping("ingest", 1),
         aggregator: mapping("aggregator", 300),
+        default_layout: None,
         default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),
         alerts: Some(AlertsConfig::ephemeral(mapping("alerts", 1))),
     })

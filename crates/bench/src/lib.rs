@@ -19,6 +19,7 @@ pub mod run;
 pub mod runtime;
 pub mod scenario;
 pub mod shadow;
+pub mod storage;
 pub mod stream;
 
 use thiserror::Error;

@@ -16,6 +16,7 @@ use crate::BenchError;
 use crate::baseline::Baseline;
 use crate::meter::{Meter, MeterTotals};
 use crate::scenario::{Scenario, SimReading, kinesis_event};
+use crate::storage::Storage;
 use crate::stream::{StreamReader, batches};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -106,6 +107,15 @@ pub struct DesignRun {
     /// filled) and every other figure covers the later windows only: the steady state a
     /// long-running fleet pays.
     pub warmup: Option<Warmup>,
+    /// How the run stored readings: `single`, or `packed:<slot seconds>` (issue 16).
+    #[serde(default)]
+    pub layout: String,
+    /// The ingest mapping's batching window, seconds.
+    #[serde(default)]
+    pub ingest_window_s: f64,
+    /// Reading and slot items left in the table (all readings, warm-up included).
+    #[serde(default)]
+    pub storage: Storage,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -198,6 +208,23 @@ pub async fn run(
     let began = Instant::now();
     let direct = target.client().await;
     tidemark_store::create_table(&direct, table, &tidemark_schema::TABLE).await?;
+    if let (Some(layout), Design::Tidemark) = (scenario.layout, design) {
+        // The fleet's default, in force from an hour before the first reading.
+        let from = start.minus_millis(3_600_000).unwrap_or(start);
+        let history = ShardHistory::default()
+            .with_layout(from, layout)
+            .map_err(|e| BenchError::Setup(e.to_string()))?;
+        let item = tidemark_store::to_item(&ShardConfigItem::default_layout(history))?;
+        direct
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| {
+                BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+            })?;
+    }
     if let (Some(n), Design::Tidemark) = (scenario.hot_shards, design) {
         // In force from an hour before the first reading (DESIGN §4: announced ahead).
         let from = start.minus_millis(3_600_000).unwrap_or(start);
@@ -255,6 +282,12 @@ pub async fn run(
         aggregator: Side::default(),
         seconds: 0.0,
         warmup: None,
+        layout: match scenario.layout.and_then(|l| l.slot) {
+            Some(len) => format!("packed:{}", len.seconds()),
+            None => "single".into(),
+        },
+        ingest_window_s: scenario.ingest_window_ms.unwrap_or(scenario.window_ms) as f64 / 1000.0,
+        storage: Storage::default(),
     };
 
     let mut seq = 1u64;
@@ -275,7 +308,14 @@ pub async fn run(
                 i
             }
         };
-        for chunk in readings[i..end].chunks(scenario.ingest_batch_size) {
+        let ingest_window = scenario
+            .ingest_window_ms
+            .unwrap_or(scenario.window_ms)
+            .max(1);
+        let batch_of =
+            |r: &SimReading| (r.at.epoch_millis() - start.epoch_millis()) / ingest_window;
+        let windows = readings[i..end].chunk_by(|a, b| batch_of(a) == batch_of(b));
+        for chunk in windows.flat_map(|w| w.chunks(scenario.ingest_batch_size)) {
             let event = kinesis_event(scenario, chunk, seq)?;
             seq += chunk.len() as u64;
             let t = Instant::now();
@@ -304,8 +344,10 @@ pub async fn run(
             // delivered (the aggregator's own writes never come back to it). The textbook
             // design has no filter and is invoked for its own writes too.
             records.retain(|r| {
-                key_attr(r, "sk")
-                    .is_some_and(|s| s.starts_with(tidemark_schema::keys::READING_PREFIX))
+                key_attr(r, "sk").is_some_and(|s| {
+                    s.starts_with(tidemark_schema::keys::READING_PREFIX)
+                        || s.starts_with(tidemark_schema::keys::SLOT_PREFIX)
+                })
             });
         }
         if verbose() {
@@ -324,7 +366,9 @@ pub async fn run(
                 .iter()
                 .filter_map(
                     |r| match EntityKey::parse(key_attr(r, "pk")?, key_attr(r, "sk")?) {
-                        Ok(EntityKey::Reading { device, .. }) => Some(device),
+                        Ok(EntityKey::Reading { device, .. } | EntityKey::Slot { device, .. }) => {
+                            Some(device)
+                        }
                         _ => None,
                     },
                 )
@@ -375,6 +419,7 @@ pub async fn run(
     }
     out.ingest.units = Units::from(ingest_meter.take().await);
     out.aggregator.units = Units::from(agg_meter.take().await);
+    out.storage = crate::storage::readings_stored(&direct, table).await?;
     out.seconds = began.elapsed().as_secs_f64();
     Ok(out)
 }

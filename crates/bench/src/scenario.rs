@@ -5,7 +5,7 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use base64::Engine;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tidemark_schema::{DeviceId, Timestamp};
+use tidemark_schema::{DeviceId, Layout, Timestamp};
 
 /// One benchmark scenario.
 #[derive(Debug, Clone, Serialize)]
@@ -28,6 +28,12 @@ pub struct Scenario {
     pub ingest_batch_size: usize,
     /// Measure from the second batching window on (the first creates every item).
     pub warmup_window: bool,
+    /// The fleet's default layout (issue 16), in force from an hour before the first
+    /// reading; `None`: single items, as before layouts existed.
+    pub layout: Option<Layout>,
+    /// The ingest mapping's batching window, milliseconds of simulated time (a divisor of
+    /// `window_ms`); `None`: the aggregator's window, cut only by `ingest_batch_size`.
+    pub ingest_window_ms: Option<i64>,
 }
 
 /// `template.yaml`: the ingest mapping's `BatchSize` (a test checks they agree).
@@ -54,6 +60,8 @@ impl Scenario {
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
             warmup_window: true,
+            layout: None,
+            ingest_window_ms: None,
         }
     }
 
@@ -72,6 +80,8 @@ impl Scenario {
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
             warmup_window: true,
+            layout: None,
+            ingest_window_ms: None,
         }
     }
 
@@ -91,11 +101,25 @@ impl Scenario {
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
             warmup_window: true,
+            layout: None,
+            ingest_window_ms: None,
+        }
+    }
+
+    /// The same fleet stored as `layout`, ingested in batches of `ingest_window_s` seconds.
+    pub fn packed(&self, layout: Layout, ingest_window_s: i64, batch: usize) -> Scenario {
+        Scenario {
+            layout: Some(layout),
+            ingest_window_ms: Some(ingest_window_s * 1000),
+            ingest_batch_size: batch,
+            // A packed device needs no write shards (that is the point).
+            hot_shards: self.hot_shards.filter(|_| layout.slot.is_none()),
+            ..self.clone()
         }
     }
 
     pub fn device_id(&self, i: u32) -> DeviceId {
-        let id = if self.hot_shards.is_some() {
+        let id = if self.name == "hot" {
             format!("hot-{i:04}")
         } else {
             format!("dev-{i:04}")

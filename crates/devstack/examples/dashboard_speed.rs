@@ -124,6 +124,7 @@ async fn main() {
         functions: Functions::InProcess,
         ingest: mapping("ingest"),
         aggregator: mapping("aggregator"),
+        default_layout: None,
         default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),
         alerts: Some(AlertsConfig::ephemeral(mapping("alerts"))),
     })

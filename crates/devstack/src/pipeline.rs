@@ -75,6 +75,9 @@ pub struct PipelineConfig {
     pub aggregator: MappingConfig,
     /// `DEFAULT_THRESHOLDS` of the aggregator, JSON (`{}` for none).
     pub default_thresholds: String,
+    /// `DEFAULT_LAYOUT` (`single` | `packed:<seconds>`) for the in-process ingest: how
+    /// devices without a layout of their own store readings (`None`: leave the stored one).
+    pub default_layout: Option<tidemark_schema::Layout>,
     /// The second mapping on the table stream, `tidemark-alerts` (the aggregator in the
     /// alerts role, publishing to the local event bus); `None` runs without it.
     pub alerts: Option<AlertsConfig>,
@@ -185,6 +188,12 @@ impl PipelineConfig {
             functions,
             ingest,
             aggregator,
+            default_layout: match var("DEFAULT_LAYOUT") {
+                None => None,
+                Some(v) => Some(v.parse().map_err(|e: tidemark_schema::layout::LayoutParseError| {
+                    DevstackError::Config(e.to_string())
+                })?),
+            },
             default_thresholds: var("DEFAULT_THRESHOLDS").unwrap_or_else(|| {
                 r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#.into()
             }),
@@ -245,7 +254,10 @@ impl Pipeline {
             Functions::InProcess => {
                 let ingest_fn = InProcessIngest(tidemark_ingest::Ingest::new(
                     ddb.clone(),
-                    tidemark_ingest::IngestConfig::new(table.clone()),
+                    tidemark_ingest::IngestConfig {
+                        default_layout: cfg.default_layout,
+                        ..tidemark_ingest::IngestConfig::new(table.clone())
+                    },
                 ));
                 let thresholds =
                     tidemark_aggregator::config::parse_thresholds(&cfg.default_thresholds)

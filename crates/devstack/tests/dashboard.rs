@@ -135,6 +135,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         functions: Functions::InProcess,
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
+        default_layout: None,
         default_thresholds: THRESHOLDS.into(),
         alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
     })

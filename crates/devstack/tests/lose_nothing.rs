@@ -45,6 +45,7 @@ async fn start(label: &str) -> Running {
         functions: Functions::InProcess,
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
+        default_layout: None,
         default_thresholds: "{}".into(),
         alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
     })

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use thiserror::Error;
-use tidemark_schema::ShardLead;
 use tidemark_schema::shard::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
+use tidemark_schema::{Layout, ShardLead};
 use tidemark_store::batch::RetryPolicy;
 
 /// What to do with a reading from a device that has no Device item.
@@ -74,6 +74,11 @@ pub struct IngestConfig {
     pub deadline_margin: Duration,
     /// `RETRY_BASE_MS` (25) and `RETRY_MAX_MS` (2000): backoff of re-sent writes.
     pub retry: RetryPolicy,
+    /// `DEFAULT_LAYOUT` (`single` | `packed:<slot seconds>`): how readings of devices without
+    /// a layout of their own are stored. A container whose value differs from the fleet's
+    /// default layout history appends it, effective after the shard lead time, so readings
+    /// already written keep their items ([`tidemark_schema::layout`]).
+    pub default_layout: Option<Layout>,
 }
 
 impl IngestConfig {
@@ -93,6 +98,7 @@ impl IngestConfig {
             device_cache_ttl: Duration::from_secs(60),
             deadline_margin: Duration::from_millis(500),
             retry: RetryPolicy::default(),
+            default_layout: None,
         }
     }
 
@@ -147,6 +153,13 @@ impl IngestConfig {
             |_: &u64| true,
         )? {
             c.max_future = Duration::from_secs(n);
+        }
+        if let Some(v) = get("DEFAULT_LAYOUT") {
+            c.default_layout = Some(v.parse().map_err(|_| ConfigError {
+                name: "DEFAULT_LAYOUT",
+                value: v,
+                expected: "single or packed:<seconds dividing an hour>, e.g. packed:60",
+            })?);
         }
         if let Some(v) = get("UNKNOWN_DEVICES") {
             c.unknown_devices = UnknownDevices::parse(&v).ok_or(ConfigError {

@@ -9,16 +9,17 @@ use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use thiserror::Error;
 use tidemark_schema::field;
-use tidemark_schema::{
-    DeviceId, QuarantineItem, QuarantineReason, Reading, ShardHistory, Timestamp,
-};
+use tidemark_schema::{DeviceId, QuarantineItem, QuarantineReason, Reading, Timestamp};
 use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteReport};
 use tidemark_store::emf::Metrics;
+use tidemark_store::slots::SlotStore;
 use tidemark_store::{Item, StoreError};
 
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, decode_record, reading_item};
+use crate::layouts::Layouts;
 use crate::lookups::{Clock, DeviceDirectory, DynamoLookups, ShardConfigSource, SystemClock};
+use crate::packing::{SlotBatch, SlotReport};
 
 #[derive(Debug, Error)]
 pub enum IngestError {
@@ -60,6 +61,14 @@ pub struct BatchStats {
     /// Items of the table that do not parse (a `CONFIG` item written by another tool):
     /// skipped and logged with their key.
     pub unreadable_items: u64,
+    /// Readings of packed layouts, merged into slot items rather than written one by one.
+    pub packed: u64,
+    /// Slot items written (each holding any number of the batch's readings).
+    pub slot_writes: u64,
+    /// Slots that already held every reading sent (a replay): nothing written.
+    pub slots_unchanged: u64,
+    /// Races lost to a concurrent writer of the same slot (each retried, nothing lost).
+    pub slot_conflicts: u64,
 }
 
 impl BatchStats {
@@ -77,7 +86,11 @@ impl BatchStats {
             .count("Throttled", self.throttled)
             .count("FailedItems", self.failed_items)
             .count("FailedBatches", u64::from(self.failed_from.is_some()))
-            .count("UnreadableItems", self.unreadable_items);
+            .count("UnreadableItems", self.unreadable_items)
+            .count("PackedReadings", self.packed)
+            .count("SlotWrites", self.slot_writes)
+            .count("SlotsUnchanged", self.slots_unchanged)
+            .count("SlotConflicts", self.slot_conflicts);
         for (reason, n) in &self.quarantined_by_reason {
             m = m.count(&format!("Quarantined.{}", reason.as_str()), *n);
         }
@@ -120,6 +133,9 @@ impl BatchStats {
                 retries = self.retries,
                 unprocessed = self.unprocessed,
                 throttled = self.throttled,
+                packed = self.packed,
+                slot_writes = self.slot_writes,
+                slot_conflicts = self.slot_conflicts,
                 "ingest batch written"
             );
         }
@@ -129,7 +145,7 @@ impl BatchStats {
 struct ShardSnapshot {
     /// By the injected clock, so tests can age it.
     loaded: Timestamp,
-    histories: Arc<HashMap<DeviceId, ShardHistory>>,
+    layouts: Arc<Layouts>,
 }
 
 /// Above this many cached existence answers the cache starts over (a bound on memory for a
@@ -165,7 +181,7 @@ impl Ingest {
 
 impl<W, S, D, C> Ingest<W, S, D, C>
 where
-    W: BatchWriteApi,
+    W: BatchWriteApi + SlotStore,
     S: ShardConfigSource,
     D: DeviceDirectory,
     C: Clock,
@@ -238,21 +254,25 @@ where
         if self.config.unknown_devices == UnknownDevices::Quarantine {
             self.quarantine_unknown_devices(&mut decoded).await?;
         }
-        let (shards, unreadable) = self.shard_histories().await?;
+        let (layouts, unreadable) = self.layouts().await?;
         stats.unreadable_items = unreadable;
 
         let mut puts = Vec::with_capacity(records.len());
+        let mut slots = SlotBatch::default();
         for (i, (record, d)) in records.iter().zip(decoded).enumerate() {
             match d {
                 Ok(readings) => {
                     for r in readings {
-                        let shard = shards
-                            .get(&r.device_id)
-                            .and_then(|h| h.shard_at(r.timestamp));
+                        let history = layouts.of(&r.device_id);
+                        let shard = history.shard_at(r.timestamp);
+                        stats.readings += 1;
+                        if let Some(len) = history.layout_at(r.timestamp).slot {
+                            slots.add(i, &r, shard, len, self.config.retention_days);
+                            continue;
+                        }
                         let item = reading_item(&r, shard, self.config.retention_days)
                             .map_err(IngestError::Item)?;
                         puts.push(PendingWrite::merge(i, item, field::METRICS));
-                        stats.readings += 1;
                     }
                 }
                 Err(rejection) => {
@@ -271,36 +291,62 @@ where
         let write_by = deadline
             .checked_sub(self.config.deadline_margin)
             .unwrap_or(deadline);
-        let report = self
-            .writer
-            .write_all(puts, tokio::time::Instant::from_std(write_by))
-            .await;
+        let write_by = tokio::time::Instant::from_std(write_by);
+        let packed = async {
+            if slots.is_empty() {
+                return SlotReport::default();
+            }
+            slots
+                .write(
+                    self.writer.api(),
+                    self.writer.table(),
+                    self.config.retry,
+                    self.config.max_in_flight,
+                    write_by,
+                )
+                .await
+        };
+        let (report, packed) = tokio::join!(self.writer.write_all(puts, write_by), packed);
         let mut response = KinesisEventResponse::default();
-        if let Some(first) = report.earliest_failed_tag() {
+        let first_failed = report
+            .earliest_failed_tag()
+            .into_iter()
+            .chain(packed.failed_tags.iter().copied())
+            .min();
+        if let Some(first) = first_failed {
             let seq = records[first].kinesis.sequence_number.clone();
             response.add_failure(seq.clone());
             stats.failed_from = Some(seq);
         }
         absorb(&mut stats, &report);
-        stats.log(report.last_error.as_deref());
+        stats.packed = packed.readings;
+        stats.slot_writes = packed.written;
+        stats.slots_unchanged = packed.unchanged;
+        stats.slot_conflicts = packed.conflicts;
+        stats.unreadable_items += packed.unreadable_parts;
+        stats.failed_items += packed.failed_tags.len() as u64;
+        stats.written += packed.written;
+        let error = report
+            .last_error
+            .as_deref()
+            .or(packed.last_error.as_deref());
+        stats.log(error);
         Ok((response, stats))
     }
 
-    /// The shard histories of hot devices. Refreshed once half of
+    /// The layout histories (shard counts and packing) of the fleet. Refreshed once half of
     /// [`IngestConfig::shard_cache_ttl`] has passed; a failed refresh keeps the previous
-    /// answer until the whole TTL has passed (that is the age the API's shard-change lead
+    /// answer until the whole TTL has passed (that is the age the API's layout-change lead
     /// time allows for), and fails the batch after that, so Lambda retries it rather than
-    /// writing with counts that may be out of date.
+    /// writing with layouts that may be out of date.
     /// Also returns how many unreadable `CONFIG` items a fresh load skipped.
-    async fn shard_histories(
-        &self,
-    ) -> Result<(Arc<HashMap<DeviceId, ShardHistory>>, u64), IngestError> {
+    async fn layouts(&self) -> Result<(Arc<Layouts>, u64), IngestError> {
         let now = self.clock.now();
         let ttl_ms = i64::try_from(self.config.shard_cache_ttl.as_millis()).unwrap_or(i64::MAX);
         let age = |loaded: Timestamp| now.epoch_millis().saturating_sub(loaded.epoch_millis());
         let cached = {
             let guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
-            guard.as_ref().map(|s| (s.loaded, s.histories.clone()))
+            guard.as_ref().map(|s| (s.loaded, s.layouts.clone()))
         };
         if let Some((loaded, h)) = &cached
             && age(*loaded) < ttl_ms / 2
@@ -311,40 +357,55 @@ where
         let loading = now;
         match self.shard_source.load_shard_configs().await {
             Ok(items) => {
-                let mut unreadable = 0;
-                let histories: Arc<HashMap<_, _>> = Arc::new(
-                    items
-                        .into_iter()
-                        .filter_map(|item| {
-                            let item = item
-                                .inspect_err(|e| {
-                                    unreadable += 1;
-                                    tracing::warn!(error = %e, "unreadable shard configuration skipped");
-                                })
-                                .ok()?;
-                            let Ok(tidemark_schema::EntityKey::ShardConfig(id)) =
-                                tidemark_schema::EntityKey::parse(&item.pk, &item.sk)
-                            else {
-                                return None;
-                            };
-                            Some((id, item.epochs))
-                        })
-                        .collect(),
-                );
+                let (layouts, unreadable) = Layouts::from_items(items);
+                let layouts = Arc::new(self.apply_default_layout(layouts, now).await);
                 let mut guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
                 *guard = Some(ShardSnapshot {
                     loaded: loading,
-                    histories: histories.clone(),
+                    layouts: layouts.clone(),
                 });
-                Ok((histories, unreadable))
+                Ok((layouts, unreadable))
             }
             Err(e) => match cached {
                 Some((loaded, h)) if age(loaded) < ttl_ms => {
-                    tracing::warn!(error = %e, "shard configuration refresh failed; using the cached one");
+                    tracing::warn!(error = %e, "layout configuration refresh failed; using the cached one");
                     Ok((h, 0))
                 }
                 _ => Err(IngestError::ShardConfig(e)),
             },
+        }
+    }
+
+    /// Makes the fleet's default layout the configured one (`DEFAULT_LAYOUT`) from the
+    /// earliest instant no container can already be writing with the old one, as a layout
+    /// change through the API would. A container that loses the race, or cannot write, keeps
+    /// the stored default: it is what every other container follows.
+    async fn apply_default_layout(&self, layouts: Layouts, now: Timestamp) -> Layouts {
+        let Some(wanted) = self.config.default_layout else {
+            return layouts;
+        };
+        let (current, version) = layouts.default_history();
+        if current.layout_at(Timestamp::MAX) == wanted {
+            return layouts;
+        }
+        let lead = self.config.shard_lead();
+        let Ok(next) = current.planned_layout(lead.earliest_change(now), wanted, now, lead) else {
+            return layouts;
+        };
+        match self
+            .shard_source
+            .replace_default_layout(&next, version)
+            .await
+        {
+            Ok(true) => {
+                tracing::info!(layout = %wanted, "fleet default layout changed");
+                layouts.with_default(next, version + 1)
+            }
+            Ok(false) => layouts,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not record the default layout; keeping the stored one");
+                layouts
+            }
         }
     }
 

@@ -20,7 +20,9 @@
 pub mod config;
 pub mod decode;
 pub mod handler;
+pub mod layouts;
 pub mod lookups;
+pub mod packing;
 
 pub use config::{ConfigError, IngestConfig, UnknownDevices};
 pub use decode::{Rejection, decode_record, reading_item};

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::keys::{CONFIG_PK, SHARDS_PREFIX};
+use tidemark_schema::keys::CONFIG_PK;
 use tidemark_schema::table::attr;
-use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, Timestamp};
+use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory, Timestamp};
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_stored};
 
@@ -48,14 +48,23 @@ impl Clock for FixedClock {
     }
 }
 
-/// Hot devices' shard counts: the whole `CONFIG` partition. Only hot devices have an item
-/// there, so one cached query answers for the whole fleet and an ordinary device costs no
-/// read at all. Each item comes back parsed or as [`StoreError::Unreadable`]: one bad item
-/// must not stop ingest.
+/// Layout histories: the whole `CONFIG` partition, the fleet's default layout and the
+/// devices with a shard count or layout of their own. Only those devices have an item there,
+/// so one cached query answers for the whole fleet and an ordinary device costs no read at
+/// all. Each item comes back parsed or as [`StoreError::Unreadable`]: one bad item must not
+/// stop ingest.
 pub trait ShardConfigSource: Send + Sync {
     fn load_shard_configs(
         &self,
     ) -> impl Future<Output = Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError>> + Send;
+
+    /// Replaces the fleet's default layout history if its version is still `version` (0: none
+    /// stored); `Ok(false)` when another container changed it first.
+    fn replace_default_layout(
+        &self,
+        history: &ShardHistory,
+        version: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// Which devices are registered (only asked with `UNKNOWN_DEVICES=quarantine`).
@@ -93,11 +102,9 @@ impl ShardConfigSource for DynamoLookups {
                 .client
                 .query()
                 .table_name(&self.table)
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .key_condition_expression("#pk = :pk")
                 .expression_attribute_names("#pk", attr::PK)
-                .expression_attribute_names("#sk", attr::SK)
                 .expression_attribute_values(":pk", AttributeValue::S(CONFIG_PK.to_owned()))
-                .expression_attribute_values(":prefix", AttributeValue::S(SHARDS_PREFIX.to_owned()))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
@@ -108,6 +115,21 @@ impl ShardConfigSource for DynamoLookups {
                 _ => return Ok(out),
             }
         }
+    }
+
+    async fn replace_default_layout(
+        &self,
+        history: &ShardHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        tidemark_store::layouts::replace_history(
+            &self.client,
+            &self.table,
+            &EntityKey::DefaultLayout.key(),
+            history,
+            version,
+        )
+        .await
     }
 }
 

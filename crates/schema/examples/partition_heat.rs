@@ -5,15 +5,25 @@
 //! throttled however much capacity the table has. Readings go to `DEVICE#<id>` (or, sharded,
 //! `DEVICE#<id>#S<hash(ts) % N>`), so one chatty device can exceed it alone.
 //!
+//! A packed device (issue 16) writes one slot item per ingest batch instead: the hot device's
+//! readings of each `--window` seconds are merged into their `--slot`-second slot, and that
+//! write costs the slot item's whole size (its exact encoding, plus its keys and counters) in
+//! 1 KB write units, all in the second the batch ends. (It counts a slot as one item; the
+//! store seals a part at 64 KB and never rewrites it, so long slots cost less than shown.)
+//!
 //!   cargo run -p tidemark-schema --example partition_heat -- \
 //!       [--devices 1000] [--per-minute 1] [--hot-rate 2000] [--hot-seconds 60] [--shards 0]
+//!       [--slot 1] [--window 1]
 //!
 //! `--shards 0` picks the smallest count that keeps every key under 70 % of the limit.
 
 use std::collections::HashMap;
 
+use std::collections::BTreeMap;
+
 use tidemark_schema::keys::reading_pk;
-use tidemark_schema::{DeviceId, Timestamp, shard_for};
+use tidemark_schema::packed::{self, SlotReadings};
+use tidemark_schema::{DeviceId, MetricName, SlotLen, Timestamp, shard_for};
 
 const PARTITION_LIMIT: u64 = 1_000;
 
@@ -22,6 +32,42 @@ struct Profile {
     per_minute: u32,
     hot_rate: u32,
     hot_seconds: u32,
+}
+
+/// Keys, version, count and TTL of a slot item, besides its packed readings.
+const SLOT_ITEM_OVERHEAD: usize = 120;
+
+/// The hot device packed: write units per second on its one key, the highest second.
+fn hottest_packed(p: &Profile, slot: SlotLen, window_s: i64) -> u64 {
+    let start = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").expect("valid start");
+    let metric = MetricName::new("vibration").expect("valid name");
+    let mut slots: BTreeMap<Timestamp, SlotReadings> = BTreeMap::new();
+    let mut per_second: HashMap<i64, u64> = HashMap::new();
+    let rate = i64::from(p.hot_rate.max(1));
+    for batch in 0..(i64::from(p.hot_seconds) / window_s.max(1)) {
+        let mut touched = Vec::new();
+        for us in (batch * window_s * 1_000_000..(batch + 1) * window_s * 1_000_000)
+            .step_by((1_000_000 / rate).max(1) as usize)
+        {
+            let at = start.plus_micros(us).expect("in range");
+            let s = slot.start_of(at);
+            // A vibration-like signal: a few distinct values, as sensors quantise.
+            let v = ((us / 500) % 17) as f64 * 0.25;
+            slots
+                .entry(s)
+                .or_default()
+                .insert(at, BTreeMap::from([(metric.clone(), v)]));
+            if touched.last() != Some(&s) {
+                touched.push(s);
+            }
+        }
+        let second = (batch + 1) * window_s;
+        for s in touched {
+            let bytes = packed::encode(s, &slots[&s]).expect("encodes").len() + SLOT_ITEM_OVERHEAD;
+            *per_second.entry(second).or_default() += bytes.div_ceil(1024) as u64;
+        }
+    }
+    per_second.values().copied().max().unwrap_or(0)
 }
 
 fn arg(args: &[String], name: &str, default: u32) -> u32 {
@@ -75,6 +121,8 @@ fn main() {
         hot_rate: arg(&args, "--hot-rate", 2000),
         hot_seconds: arg(&args, "--hot-seconds", 60),
     };
+    let slot = SlotLen::new(i64::from(arg(&args, "--slot", 1))).expect("--slot divides 3600");
+    let window = i64::from(arg(&args, "--window", 1).max(1));
     let mut shards = arg(&args, "--shards", 0) as u16;
     if shards == 0 {
         shards = 2;
@@ -101,4 +149,17 @@ fn main() {
         };
         println!("{label:<12} {n:>8} {key:>26} {rate:>10}  {verdict}");
     }
+    let rate = hottest_packed(&p, slot, window);
+    let verdict = if rate > PARTITION_LIMIT {
+        "THROTTLED"
+    } else {
+        "ok"
+    };
+    println!(
+        "{:<12} {:>8} {:>26} {rate:>10}  {verdict}   (slot {} s, ingest window {window} s; write units/s)",
+        "packed",
+        1,
+        reading_pk(&DeviceId::new("hot_device").expect("valid id"), None),
+        slot.seconds()
+    );
 }

@@ -657,7 +657,16 @@ pub struct ShardConfigItem {
 
 impl ShardConfigItem {
     pub fn new(device: &DeviceId, epochs: ShardHistory) -> Self {
-        let k = EntityKey::ShardConfig(device.clone()).key();
+        Self::at(EntityKey::ShardConfig(device.clone()), epochs)
+    }
+
+    /// The fleet's default layout history (same shape as a device's).
+    pub fn default_layout(epochs: ShardHistory) -> Self {
+        Self::at(EntityKey::DefaultLayout, epochs)
+    }
+
+    fn at(key: EntityKey, epochs: ShardHistory) -> Self {
+        let k = key.key();
         ShardConfigItem {
             pk: k.pk,
             sk: k.sk,

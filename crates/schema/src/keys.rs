@@ -21,6 +21,8 @@ pub const AGG_PREFIX: &str = "AGG#";
 pub const QUARANTINE_PREFIX: &str = "QUARANTINE#";
 pub const CONFIG_PK: &str = "CONFIG";
 pub const SHARDS_PREFIX: &str = "SHARDS#";
+/// `CONFIG` / `#DEFAULT_LAYOUT`: the layout history of every device without one of its own.
+pub const DEFAULT_LAYOUT_SK: &str = "#DEFAULT_LAYOUT";
 pub const DEVICE_STATUS_PREFIX: &str = "DEVICE_STATUS#";
 pub const ALERT_SEVERITY_PREFIX: &str = "ALERT_SEVERITY#";
 /// Marks a hot device's reading shard in its partition key: `DEVICE#<id>#S<n>`.
@@ -102,6 +104,8 @@ pub enum EntityKey {
         part: u16,
     },
     ShardConfig(DeviceId),
+    /// The fleet's default layout history ([`crate::layout`]).
+    DefaultLayout,
     /// An alert notification already published (see [`NOTIFIED_PREFIX`]).
     NotifyMarker(EventId),
 }
@@ -143,6 +147,7 @@ impl EntityKey {
                 quarantine_part_sk(*received, sequence, *part),
             ),
             EntityKey::ShardConfig(d) => Key::new(CONFIG_PK.to_owned(), shard_config_sk(d)),
+            EntityKey::DefaultLayout => Key::new(CONFIG_PK.to_owned(), DEFAULT_LAYOUT_SK),
             EntityKey::NotifyMarker(e) => Key::new(notify_marker_pk(e), NOTIFY_MARKER_SK),
         }
     }
@@ -154,9 +159,12 @@ impl EntityKey {
             reason: reason.to_owned(),
         };
         if pk == CONFIG_PK {
+            if sk == DEFAULT_LAYOUT_SK {
+                return Ok(EntityKey::DefaultLayout);
+            }
             let id = sk
                 .strip_prefix(SHARDS_PREFIX)
-                .ok_or_else(|| err("config sort key must start with SHARDS#"))?;
+                .ok_or_else(|| err("config sort key must be SHARDS#<id> or #DEFAULT_LAYOUT"))?;
             return DeviceId::new(id)
                 .map(EntityKey::ShardConfig)
                 .map_err(|e| err(&e.to_string()));
@@ -310,10 +318,11 @@ pub fn slot_sk(start: Timestamp, part: u16) -> String {
     format!("{}{part}", slot_sk_prefix(start))
 }
 
-/// Sorts after every part of the slot starting at `start` (part numbers are digits) and
-/// before the next slot: the inclusive upper bound of a query ending with that slot.
-pub fn slot_sk_end(start: Timestamp) -> String {
-    format!("{}~", slot_sk_prefix(start))
+/// The bounds of a `BETWEEN` on sort keys that holds every part of the slots starting from
+/// `first` to `last` (inclusive) and nothing else: part numbers are digits, and `~` sorts
+/// after every digit.
+pub fn slot_sk_between(first: Timestamp, last: Timestamp) -> (String, String) {
+    (slot_sk_prefix(first), format!("{}~", slot_sk_prefix(last)))
 }
 
 /// The slot start of a sort key in a slot's key range (`SLOT#<start>#…`), whatever follows
@@ -442,6 +451,15 @@ mod tests {
     }
 
     #[test]
+    fn the_default_layout_lives_beside_the_shard_configs() {
+        let k = round_trip(EntityKey::DefaultLayout);
+        assert_eq!(
+            (k.pk.as_str(), k.sk.as_str()),
+            ("CONFIG", "#DEFAULT_LAYOUT")
+        );
+    }
+
+    #[test]
     fn slot_keys_share_the_reading_partitions_and_round_trip() {
         let start = ts("2026-04-20T14:01:00Z");
         let k = round_trip(EntityKey::Slot {
@@ -462,15 +480,15 @@ mod tests {
         });
         assert_eq!(k.pk, "DEVICE#sensor_01#S3");
         assert!(k.sk.starts_with(&slot_sk_prefix(start)));
-        let next = ts("2026-04-20T14:01:00.000001Z");
-        for part in [0, 9, 10, u16::MAX] {
+        let next = ts("2026-04-20T14:01:10Z");
+        let (lo, hi) = slot_sk_between(start, start);
+        for part in [0, 9, 12, u16::MAX] {
             let sk = slot_sk(start, part);
-            assert!(
-                slot_sk_prefix(start) < sk && sk < slot_sk_end(start),
-                "{sk}"
-            );
+            assert!(lo <= sk && sk <= hi, "{sk}");
+            assert!(slot_sk(next, part) > hi);
         }
-        assert!(slot_sk_end(start) < slot_sk_prefix(next));
+        assert!(slot_sk(ts("2026-04-20T14:00:50Z"), u16::MAX) < lo);
+        assert!(reading_sk(start) < lo, "readings are not in a slot range");
         assert_eq!(slot_start_of_sk(&slot_sk(start, 3)), Some(start));
         assert_eq!(
             slot_start_of_sk(&format!("{}x", slot_sk_prefix(start))),

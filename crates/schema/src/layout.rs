@@ -182,6 +182,23 @@ impl ShardHistory {
             .map_or(Layout::SINGLE, ShardEpoch::layout)
     }
 
+    /// The history a device follows: its own from its first epoch on, and before that the
+    /// fleet's `default`. (An empty own history follows the default throughout; a device given
+    /// a layout or shard count of its own keeps it through later changes of the default.)
+    pub fn under(&self, default: &ShardHistory) -> ShardHistory {
+        let first = self.epochs().first().map_or(Timestamp::MAX, |e| e.from);
+        let mut out = ShardHistory::default();
+        for e in default
+            .epochs()
+            .iter()
+            .filter(|e| e.from < first)
+            .chain(self.epochs())
+        {
+            out = out.with_layout(e.from, e.layout()).unwrap_or(out);
+        }
+        out
+    }
+
     /// `[from, to]` cut where the layout changes, in time order, each piece with its layout.
     pub fn segments(&self, from: Timestamp, to: Timestamp) -> Vec<Segment> {
         if from > to {
@@ -345,6 +362,26 @@ mod tests {
             back.layout_at(ts("2026-04-20T12:59:59Z")),
             Layout::packed(len(10))
         );
+    }
+
+    #[test]
+    fn a_device_follows_the_default_until_its_own_history_begins() {
+        let default = ShardHistory::default()
+            .with_layout(ts("2026-04-20T12:00:00Z"), Layout::packed(len(60)))
+            .unwrap()
+            .with_layout(ts("2026-04-20T15:00:00Z"), Layout::packed(len(600)))
+            .unwrap();
+        assert_eq!(ShardHistory::default().under(&default), default);
+        let own = ShardHistory::default()
+            .with_layout(ts("2026-04-20T13:00:00Z"), Layout::SINGLE)
+            .unwrap();
+        let h = own.under(&default);
+        assert_eq!(h.layout_at(ts("2026-04-20T11:00:00Z")), Layout::SINGLE);
+        assert_eq!(
+            h.layout_at(ts("2026-04-20T12:30:00Z")),
+            Layout::packed(len(60))
+        );
+        assert_eq!(h.layout_at(ts("2026-04-20T16:00:00Z")), Layout::SINGLE);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod keys;
 pub mod layout;
 pub mod packed;
 pub mod shard;
+pub mod slot_item;
 pub mod table;
 pub mod time;
 
@@ -18,5 +19,6 @@ pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, Metr
 pub use keys::{EntityKey, Key, KeyError};
 pub use layout::{Layout, Segment, SlotLen};
 pub use shard::{ShardHistory, ShardHistoryError, ShardLead, shard_for};
+pub use slot_item::{Bitmap, SlotItem, SlotItemError, SlotMetadata, SlotPart, metadata_bitmaps};
 pub use table::{TABLE, TableDefinition};
 pub use time::{Bucket, Day, Period, Timestamp, TimestampError};

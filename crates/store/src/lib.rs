@@ -8,6 +8,7 @@ pub mod emf;
 pub mod error;
 pub mod insert;
 pub mod items;
+pub mod layouts;
 pub mod merge;
 pub mod retry;
 pub mod slots;

@@ -10,7 +10,7 @@ use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{MetricName, Timestamp, field};
 use tidemark_store::StoreError;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWrite, SlotWriter};
+use tidemark_store::slots::{Content, SlotKey, SlotWrite, SlotWriter, read_part};
 use tidemark_testkit::TestTable;
 
 fn start() -> Timestamp {
@@ -108,7 +108,7 @@ async fn a_replayed_batch_writes_nothing_and_a_correction_wins() {
 }
 
 #[tokio::test]
-async fn an_unreadable_slot_item_is_an_error_and_is_left_as_it_is() {
+async fn an_unreadable_part_is_left_as_it_is_and_the_slot_goes_on_past_it() {
     let t = TestTable::new("slots-corrupt").await;
     t.client
         .put_item()
@@ -123,14 +123,56 @@ async fn an_unreadable_slot_item_is_an_error_and_is_left_as_it_is() {
         .send()
         .await
         .unwrap();
+    // WHEN readings are written into the slot whose part 0 does not decode
     let batch = readings(0..3, "temperature", 21.5);
-    let err = write(&t.client, &t.name, &batch).await.unwrap_err();
-    assert!(err.is_unreadable(), "{err}");
+    let w = write(&t.client, &t.name, &batch).await.unwrap();
+    // THEN part 0 is untouched, counted, and the readings are in part 1
+    assert_eq!((w.written, w.unreadable_parts, w.parts), (true, 1, 2));
     let items = t.scan().await;
+    assert_eq!(items.len(), 2);
     assert_eq!(
         items[0][field::PACKED],
         AttributeValue::B(Blob::new(vec![9, 9, 9]))
     );
+    let AttributeValue::B(b) = &items[1][field::PACKED] else {
+        panic!("packed readings are binary");
+    };
+    assert_eq!(packed::decode(start(), b.as_ref()).unwrap(), batch);
+    // AND a replay finds them there: nothing written
+    assert!(!write(&t.client, &t.name, &batch).await.unwrap().written);
+}
+
+#[tokio::test]
+async fn metadata_is_kept_per_reading_and_a_later_record_replaces_it() {
+    let t = TestTable::new("slots-metadata").await;
+    let writer = SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default());
+    let at = |s: i64| start().plus_micros(s * 1_000_000).unwrap();
+    let content = |secs: &[i64], meta: &[(i64, &str)]| Content {
+        readings: readings(secs.iter().copied(), "t", 1.0),
+        metadata: meta.iter().map(|(s, m)| (at(*s), m.to_string())).collect(),
+    };
+    let first = content(&[0, 1], &[(0, r#"{"fw":"1"}"#), (1, r#"{"fw":"1"}"#)]);
+    writer
+        .write_content(&key(), &first, 0, deadline())
+        .await
+        .unwrap();
+    // WHEN reading 0 comes again with other metadata and reading 1 without any
+    let later = content(&[0, 1], &[(0, r#"{"fw":"2"}"#)]);
+    let w = writer
+        .write_content(&key(), &later, 0, deadline())
+        .await
+        .unwrap();
+    assert!(w.written);
+    // THEN 0 has the new metadata and 1 keeps its own; an exact resend writes nothing
+    let items = t.scan().await;
+    let c = read_part(&items[0]).unwrap();
+    assert_eq!(c.metadata[&at(0)], r#"{"fw":"2"}"#);
+    assert_eq!(c.metadata[&at(1)], r#"{"fw":"1"}"#);
+    let again = writer
+        .write_content(&key(), &later, 0, deadline())
+        .await
+        .unwrap();
+    assert!(!again.written);
 }
 
 /// Every part of the slot: (part number, readings, sealed).

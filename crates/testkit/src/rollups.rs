@@ -1,9 +1,12 @@
 //! The check every exactness test ends with: the hourly and daily rollups stored in a table
-//! equal a recomputation from the raw readings in that same table.
+//! equal a recomputation from the raw readings in that same table, stored singly or packed.
 
 use std::collections::BTreeMap;
 
-use tidemark_schema::{AggregateItem, EntityKey, Key, MetricName, Period, ReadingItem, Stats};
+use tidemark_schema::{
+    AggregateItem, DeviceId, EntityKey, Key, MetricName, Period, ReadingItem, SlotItem, Stats,
+    Timestamp,
+};
 use tidemark_store::Item;
 
 /// One bucket's rollup, as stored or as recomputed.
@@ -21,16 +24,38 @@ fn s(i: &Item, a: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Hourly and daily rollups of every reading among `items`, by aggregate key.
+/// Every reading among `items`: single reading items, and the readings of packed slot parts
+/// (a part that does not decode is left out, as the aggregator leaves it out).
+pub fn readings(items: &[Item]) -> Vec<(DeviceId, Timestamp, BTreeMap<MetricName, f64>)> {
+    let mut out = Vec::new();
+    for i in items {
+        match EntityKey::parse(&s(i, "pk"), &s(i, "sk")) {
+            Ok(EntityKey::Reading { device, at, .. }) => {
+                let r: ReadingItem = tidemark_store::from_item(i.clone())
+                    .unwrap_or_else(|e| panic!("reading {} / {}: {e}", s(i, "pk"), s(i, "sk")));
+                out.push((device, at, r.metrics));
+            }
+            Ok(EntityKey::Slot { .. }) => {
+                let Ok(part) = tidemark_store::from_item::<SlotItem>(i.clone())
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| p.decode().map_err(|e| e.to_string()))
+                else {
+                    continue;
+                };
+                for (at, m) in part.readings {
+                    out.push((part.device.clone(), at, m));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Hourly and daily rollups of every reading among `items` ([`readings`]), by aggregate key.
 pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
     let mut out: BTreeMap<Key, Rollup> = BTreeMap::new();
-    for i in items {
-        let Ok(EntityKey::Reading { device, at, .. }) = EntityKey::parse(&s(i, "pk"), &s(i, "sk"))
-        else {
-            continue;
-        };
-        let r: ReadingItem = tidemark_store::from_item(i.clone())
-            .unwrap_or_else(|e| panic!("reading {} / {}: {e}", s(i, "pk"), s(i, "sk")));
+    for (device, at, metrics) in readings(items) {
         for period in [Period::Hourly, Period::Daily] {
             let key = AggregateItem::key_for(&device, period.bucket(at));
             let e = out.entry(key).or_insert_with(|| Rollup {
@@ -40,7 +65,7 @@ pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
             });
             e.first_at = e.first_at.min(at);
             e.last_at = e.last_at.max(at);
-            for (m, v) in &r.metrics {
+            for (m, v) in &metrics {
                 e.metrics
                     .entry(m.clone())
                     .and_modify(|st| st.merge(&Stats::of(*v)))

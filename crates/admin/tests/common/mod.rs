@@ -10,7 +10,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
-use tidemark_schema::{EntityKey, ReadingItem, Timestamp};
+use tidemark_schema::{AggregateItem, EntityKey, Timestamp};
 use tidemark_testkit::{TestStream, TestTable, rollups, services, unique_name};
 
 pub struct Stack {
@@ -62,6 +62,7 @@ impl Stack {
             functions: Functions::InProcess,
             ingest: quick("ingest", 200),
             aggregator: quick("aggregator", 500),
+            default_layout: None,
             default_thresholds: "{}".into(),
             alerts: Some(AlertsConfig::ephemeral(quick("alerts", 500))),
         })
@@ -129,19 +130,42 @@ pub fn reading(device: &str, at: Timestamp, temperature: i64) -> (String, String
     )
 }
 
-/// `(device, epoch ms)` → temperature of the stored readings.
+/// `(device, epoch ms)` → temperature of the stored readings, single or packed.
 pub fn readings_in(items: &[tidemark_store::Item]) -> BTreeMap<(String, i64), f64> {
-    items
-        .iter()
-        .filter_map(|i| {
-            let r: ReadingItem = tidemark_store::from_item(i.clone()).ok()?;
-            let EntityKey::Reading { device, at, .. } = EntityKey::parse(&r.pk, &r.sk).ok()? else {
-                return None;
-            };
-            let t = r.metrics.values().next().copied()?;
+    rollups::readings(items)
+        .into_iter()
+        .filter_map(|(device, at, m)| {
+            let t = m.values().next().copied()?;
             Some(((device.to_string(), at.epoch_millis()), t))
         })
         .collect()
+}
+
+/// Adds 100 to every count and 1000 to every sum of `device`'s stored rollups.
+pub async fn corrupt_rollups(stack: &Stack, device: &str) {
+    for item in stack.table.scan().await {
+        let Ok(mut agg) = tidemark_store::from_item::<AggregateItem>(item) else {
+            continue;
+        };
+        if !matches!(EntityKey::parse(&agg.pk, &agg.sk), Ok(EntityKey::Aggregate { device: d, .. }) if d.as_str() == device)
+        {
+            continue;
+        }
+        for s in agg.metrics.values_mut() {
+            s.count += 100;
+            s.sum += 1000.0;
+        }
+        stack
+            .table
+            .client
+            .put_item()
+            .table_name(&stack.table.name)
+            .set_item(Some(tidemark_store::to_item(&agg).unwrap()))
+            .send()
+            .await
+            .unwrap();
+    }
+    assert!(!rollups::differences(&stack.table.scan().await).is_empty());
 }
 
 /// `minutes` minutes before now.

@@ -2,6 +2,8 @@
 //! DynamoDB Local, and the aggregates recomputed from raw readings to compare against.
 #![allow(dead_code)]
 
+pub mod slots;
+
 use std::collections::BTreeMap;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord, UserIdentity};
@@ -10,7 +12,7 @@ use serde::Serialize;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{
     AggregateItem, AlertItem, Bucket, DeviceId, DeviceItem, EntityKey, MetricName, Period, Reading,
-    ReadingItem, Stats, Timestamp, keys,
+    ReadingItem, SlotItem, Stats, Timestamp, keys,
 };
 use tidemark_testkit::TestTable;
 
@@ -82,13 +84,13 @@ impl StreamSim {
             % self.next.len()
     }
 
-    fn record(
+    fn record<T: Serialize>(
         &mut self,
         name: &str,
         pk: &str,
         sk: &str,
-        new: Option<&ReadingItem>,
-        old: Option<&ReadingItem>,
+        new: Option<&T>,
+        old: Option<&T>,
     ) -> EventRecord {
         let shard = self.shard_of(pk);
         let seq = self.next[shard];
@@ -129,6 +131,17 @@ impl StreamSim {
 
     pub fn user_remove(&mut self, old: &ReadingItem) -> EventRecord {
         self.record("REMOVE", &old.pk, &old.sk, None, Some(old))
+    }
+
+    /// A slot part's record: INSERT without `old`, user REMOVE without `new`, else MODIFY.
+    pub fn slot(&mut self, old: Option<&SlotItem>, new: Option<&SlotItem>) -> EventRecord {
+        let any = new.or(old).expect("an image");
+        let name = match (old, new) {
+            (None, _) => "INSERT",
+            (_, None) => "REMOVE",
+            _ => "MODIFY",
+        };
+        self.record(name, &any.pk, &any.sk, new, old)
     }
 
     pub fn ttl_remove(&mut self, old: &ReadingItem) -> EventRecord {
@@ -181,6 +194,19 @@ pub async fn put_readings(t: &TestTable, items: &[ReadingItem]) {
                 .and_then(|mut u| u.remove(&t.name))
                 .unwrap_or_default();
         }
+    }
+}
+
+/// Stores slot part items as they are (a test's final state of packed readings).
+pub async fn put_items<T: Serialize>(t: &TestTable, items: &[T]) {
+    for i in items {
+        t.client
+            .put_item()
+            .table_name(&t.name)
+            .set_item(Some(tidemark_store::to_item(i).unwrap()))
+            .send()
+            .await
+            .unwrap();
     }
 }
 

@@ -19,12 +19,22 @@ use crate::render;
 use crate::store::Store;
 use crate::validate;
 
-/// A device's stored shard history.
+/// A device's stored layout history, and the fleet's default it is laid over.
 #[derive(Debug, Default)]
 pub(super) struct Shards {
-    pub history: ShardHistory,
+    /// The device's own epochs, as stored.
+    pub own: ShardHistory,
     pub version: u64,
+    pub default: ShardHistory,
     pub exists: bool,
+}
+
+impl Shards {
+    /// What the device's readings follow: the default until its own first epoch, then its
+    /// own ([`ShardHistory::under`]).
+    pub fn history(&self) -> ShardHistory {
+        self.own.under(&self.default)
+    }
 }
 
 /// A planning error as the answer to a request whose shard count is the field `count_field`.
@@ -37,48 +47,62 @@ fn plan_error(e: ShardHistoryError, count_field: &str) -> ApiError {
 }
 
 impl<S: Store> App<S> {
-    /// The shard history and whether the device is registered, in one BatchGetItem.
-    pub(super) async fn shards_of(&self, id: &DeviceId) -> Result<Shards, ApiError> {
-        let cfg_key = EntityKey::ShardConfig(id.clone()).key();
+    /// The layout histories (the device's own and the fleet's default) and, if `device`,
+    /// whether the device is registered, in one BatchGetItem.
+    async fn read_layouts(&self, id: &DeviceId, device: bool) -> Result<Shards, ApiError> {
+        let own_key = EntityKey::ShardConfig(id.clone()).key();
+        let default_key = EntityKey::DefaultLayout.key();
         let dev_key = EntityKey::Device(id.clone()).key();
-        let items = self
-            .store
-            .batch_get(vec![cfg_key.clone(), dev_key.clone()])
-            .await?;
+        let mut keys = vec![own_key.clone(), default_key.clone()];
+        if device {
+            keys.push(dev_key.clone());
+        }
         let mut out = Shards::default();
-        for item in items {
-            let sk = item.get(attr::SK).and_then(|v| v.as_s().ok());
-            if sk == Some(&cfg_key.sk) {
-                let c: ShardConfigItem = tidemark_store::from_item(item)?;
-                out.history = c.epochs;
-                out.version = c.version;
-            } else if sk == Some(&dev_key.sk) {
+        for item in self.store.batch_get(keys).await? {
+            let sk = item.get(attr::SK).and_then(|v| v.as_s().ok()).cloned();
+            if sk.as_ref() == Some(&dev_key.sk) {
                 out.exists = true;
+                continue;
+            }
+            let c: ShardConfigItem = tidemark_store::from_item(item)?;
+            if c.sk == own_key.sk {
+                (out.own, out.version) = (c.epochs, c.version);
+            } else if c.sk == default_key.sk {
+                out.default = c.epochs;
             }
         }
+        Ok(out)
+    }
+
+    /// The layout histories of a registered device (a 404 otherwise).
+    pub(super) async fn shards_of(&self, id: &DeviceId) -> Result<Shards, ApiError> {
+        let out = self.read_layouts(id, true).await?;
         if !out.exists {
             return Err(device_not_found(id));
         }
         Ok(out)
     }
 
-    /// The layout history alone (one GetItem), for pages after the first.
+    /// The history a device's readings follow, without the registration check (pages after
+    /// the first).
     pub(super) async fn history_of(&self, id: &DeviceId) -> Result<ShardHistory, ApiError> {
-        let key = EntityKey::ShardConfig(id.clone()).key();
-        Ok(match self.store.get(key, false).await? {
-            Some(item) => tidemark_store::from_item::<ShardConfigItem>(item)?.epochs,
-            None => ShardHistory::default(),
-        })
+        Ok(self.read_layouts(id, false).await?.history())
     }
 
     pub(super) async fn get_shards(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let s = self.shards_of(&id).await?;
-        Ok((StatusCode::OK, render::shards(&id, &s.history, self.now())))
+        Ok((
+            StatusCode::OK,
+            render::shards(&id, &s.history(), self.now()),
+        ))
     }
 
     pub(super) async fn get_layout(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let s = self.shards_of(&id).await?;
-        Ok((StatusCode::OK, render::layout(&id, &s.history, self.now())))
+        Ok((
+            StatusCode::OK,
+            render::layout(&id, &s.history(), self.now()),
+        ))
     }
 
     /// Schedules a shard-count change of a hot device, keeping its packing (see the module
@@ -91,11 +115,11 @@ impl<S: Store> App<S> {
             .effective_from
             .unwrap_or_else(|| lead.earliest_change(now));
         let current = self.shards_of(&id).await?;
-        let next = current
-            .history
-            .planned(from, change.count, now, lead)
-            .map_err(|e| plan_error(e, "count"))?;
-        self.store_history(&id, &current, &next).await?;
+        let layout = Layout {
+            shards: change.count,
+            ..current.history().layout_at(from)
+        };
+        let next = self.plan(&id, &current, from, layout, "count").await?;
         Ok((StatusCode::OK, render::shards(&id, &next, now)))
     }
 
@@ -112,32 +136,40 @@ impl<S: Store> App<S> {
         let layout = Layout {
             shards: change
                 .shards
-                .unwrap_or_else(|| current.history.count_at(from)),
+                .unwrap_or_else(|| current.history().count_at(from)),
             slot: change.slot,
         };
-        let next = current
-            .history
-            .planned_layout(from, layout, now, lead)
-            .map_err(|e| plan_error(e, "shards"))?;
-        self.store_history(&id, &current, &next).await?;
+        let next = self.plan(&id, &current, from, layout, "shards").await?;
         Ok((StatusCode::OK, render::layout(&id, &next, now)))
     }
 
-    /// Stores `next` unless it is what is stored; a 409 if another change landed since
-    /// `current` was read.
-    async fn store_history(
+    /// Plans "`layout` from `from` on" into the device's own epochs (which override the
+    /// fleet's default from the first of them on), stores them unless unchanged, and returns
+    /// the history the device then follows; a 409 if another change landed since `current`
+    /// was read. `count_field` names the shard count in the request, for a 400.
+    async fn plan(
         &self,
         id: &DeviceId,
         current: &Shards,
-        next: &ShardHistory,
-    ) -> Result<(), ApiError> {
-        if *next != current.history && !self.store.replace_shards(id, next, current.version).await?
+        from: Timestamp,
+        layout: Layout,
+        count_field: &str,
+    ) -> Result<ShardHistory, ApiError> {
+        let next = current
+            .own
+            .planned_layout(from, layout, self.now(), self.config.shard_lead)
+            .map_err(|e| plan_error(e, count_field))?;
+        if next != current.own
+            && !self
+                .store
+                .replace_shards(id, &next, current.version)
+                .await?
         {
             return Err(ApiError::Conflict(format!(
                 "the layout history of device {id} changed while this request ran; read it \
                  (GET /devices/{id}/layout) and try again"
             )));
         }
-        Ok(())
+        Ok(next.under(&current.default))
     }
 }

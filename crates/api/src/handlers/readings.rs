@@ -171,7 +171,7 @@ impl<S: Store> App<S> {
             }
             None => {
                 let (from, to) = validate::range(p, now, HOUR_MS)?;
-                (from, to, self.shards_of(&id).await?.history)
+                (from, to, self.shards_of(&id).await?.history())
             }
         };
         let lo = from.max(self.config.retention_start(now));
@@ -254,7 +254,7 @@ impl<S: Store> App<S> {
     /// The newest unexpired reading (AP4).
     pub(super) async fn latest_reading(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let now = self.now();
-        let history = self.shards_of(&id).await?.history;
+        let history = self.shards_of(&id).await?.history();
         let newest = self
             .newest_reading(&id, &history, now, true)
             .await?
@@ -309,30 +309,40 @@ impl<S: Store> App<S> {
                 format!("{} IDs; at most {} at once", ids.len(), validate::MAX_IDS),
             ));
         }
-        let configs = self
-            .store
-            .batch_get(
-                ids.iter()
-                    .map(|id| EntityKey::ShardConfig(id.clone()).key())
-                    .collect(),
-            )
-            .await?;
-        let mut histories: HashMap<DeviceId, ShardHistory> = HashMap::new();
-        for item in configs {
+        // Their own layouts and the fleet's default, in one BatchGetItem (101 keys at most;
+        // the store splits it into calls of 100).
+        let mut keys: Vec<_> = ids
+            .iter()
+            .map(|id| EntityKey::ShardConfig(id.clone()).key())
+            .collect();
+        keys.push(EntityKey::DefaultLayout.key());
+        let mut own: HashMap<DeviceId, ShardHistory> = HashMap::new();
+        let mut default = ShardHistory::default();
+        for item in self.store.batch_get(keys).await? {
             let c: ShardConfigItem = tidemark_store::from_item(item)?;
-            if let Ok(EntityKey::ShardConfig(id)) = EntityKey::parse(&c.pk, &c.sk) {
-                histories.insert(id, c.epochs);
+            match EntityKey::parse(&c.pk, &c.sk) {
+                Ok(EntityKey::ShardConfig(id)) => {
+                    own.insert(id, c.epochs);
+                }
+                Ok(EntityKey::DefaultLayout) => default = c.epochs,
+                _ => {}
             }
         }
+        let histories: HashMap<DeviceId, ShardHistory> = own
+            .into_iter()
+            .map(|(id, h)| {
+                let effective = h.under(&default);
+                (id, effective)
+            })
+            .collect();
         let now = self.now();
-        let none = ShardHistory::default();
         let lo = self.config.retention_start(now);
         let queries: usize = ids
             .iter()
             .map(|id| {
                 histories
                     .get(id)
-                    .unwrap_or(&none)
+                    .unwrap_or(&default)
                     .segments(lo, Timestamp::MAX)
                     .iter()
                     .map(|s| s.shards().len())
@@ -352,7 +362,7 @@ impl<S: Store> App<S> {
         }
         let reads: Vec<_> = ids
             .iter()
-            .map(|id| self.newest_reading(id, histories.get(id).unwrap_or(&none), now, false))
+            .map(|id| self.newest_reading(id, histories.get(id).unwrap_or(&default), now, false))
             .collect();
         let newest: Vec<Option<Item>> = futures::stream::iter(reads)
             .buffered(LATEST_CONCURRENCY)

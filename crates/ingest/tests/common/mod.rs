@@ -12,9 +12,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use serde_json::json;
 use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
+use tidemark_schema::ShardHistory;
+use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{DeviceId, ShardConfigItem, Timestamp};
 use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use tidemark_store::merge::{merge_is_noop, merge_items};
+use tidemark_store::retry::RetryPolicy;
+use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite};
 use tidemark_store::{Item, StoreError};
 
 /// The clock of every test: five minutes after the DESIGN sample readings.
@@ -101,7 +105,7 @@ pub type LocalIngest<W = aws_sdk_dynamodb::Client> =
     Ingest<W, DynamoLookups, DynamoLookups, FixedClock>;
 
 /// The handler against a DynamoDB Local table, writing through `writes`.
-pub fn local_ingest<W: BatchWriteApi>(
+pub fn local_ingest<W: BatchWriteApi + SlotStore>(
     client: &aws_sdk_dynamodb::Client,
     config: IngestConfig,
     writes: W,
@@ -173,6 +177,23 @@ impl<A> Flaky<A> {
             poison_pk: None,
             calls: AtomicUsize::new(0),
         }
+    }
+}
+
+impl<A: SlotStore> SlotStore for Flaky<A> {
+    async fn write_slot(
+        &self,
+        table: &str,
+        retry: RetryPolicy,
+        key: &SlotKey,
+        incoming: &Content,
+        ttl: i64,
+        deadline: tokio::time::Instant,
+    ) -> Result<SlotWrite, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner
+            .write_slot(table, retry, key, incoming, ttl, deadline)
+            .await
     }
 }
 
@@ -275,6 +296,9 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
 pub struct MemoryStore {
     pub items: Mutex<HashMap<(String, String), Item>>,
     pub shard_configs: Mutex<Vec<ShardConfigItem>>,
+    /// Packed slots by (partition, slot start): the merge rule of the real slot writer.
+    pub slots: Mutex<HashMap<(String, Timestamp), SlotReadings>>,
+    pub slot_writes: AtomicUsize,
     pub devices: Mutex<HashSet<DeviceId>>,
     pub fail_shard_loads: std::sync::atomic::AtomicBool,
     pub shard_loads: AtomicUsize,
@@ -365,6 +389,60 @@ impl tidemark_ingest::ShardConfigSource for &MemoryStore {
             .cloned()
             .map(Ok)
             .collect())
+    }
+
+    async fn replace_default_layout(
+        &self,
+        history: &ShardHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        let mut configs = self.shard_configs.lock().unwrap();
+        let key = tidemark_schema::EntityKey::DefaultLayout.key();
+        let stored = configs.iter().position(|c| c.sk == key.sk);
+        if stored.map_or(0, |i| configs[i].version) != version {
+            return Ok(false);
+        }
+        let mut item = ShardConfigItem::default_layout(history.clone());
+        item.version = version + 1;
+        match stored {
+            Some(i) => configs[i] = item,
+            None => configs.push(item),
+        }
+        Ok(true)
+    }
+}
+
+impl SlotStore for &MemoryStore {
+    async fn write_slot(
+        &self,
+        _: &str,
+        _: RetryPolicy,
+        key: &SlotKey,
+        incoming: &Content,
+        _: i64,
+        _: tokio::time::Instant,
+    ) -> Result<SlotWrite, StoreError> {
+        if self.refuse_writes.load(Ordering::SeqCst) {
+            return Err(StoreError::Request {
+                operation: "PutItem",
+                message: "ValidationException (injected)".into(),
+            });
+        }
+        let mut slots = self.slots.lock().unwrap();
+        let stored = slots.entry((key.pk.clone(), key.start)).or_default();
+        let merged = packed::merge(stored, &incoming.readings);
+        let written = merged.is_some();
+        if let Some(m) = merged {
+            self.slot_writes.fetch_add(1, Ordering::SeqCst);
+            *stored = m;
+        }
+        Ok(SlotWrite {
+            written,
+            conflicts: 0,
+            readings: stored.len(),
+            parts: 1,
+            unreadable_parts: 0,
+        })
     }
 }
 

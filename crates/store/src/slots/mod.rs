@@ -24,18 +24,33 @@
 //! newer part always fails its condition: a reading is in exactly one part. Sealed parts
 //! still take corrections of the readings they hold. Parts are bounded, so a write never
 //! rewrites more than one part's worth of bytes plus what it adds.
+//!
+//! A reading's `metadata` (free-form JSON) is kept in the part holding the reading: a map from
+//! each distinct JSON text to a bitmap of the readings carrying it, so a device's unchanging
+//! metadata is stored once a part. As for single items, a later record's metadata replaces
+//! an earlier one's, and a record without metadata keeps what is stored.
+//!
+//! A part that cannot be read (corrupt, or written by another tool) is left exactly as it is
+//! and counted: it takes no new readings (as if sealed), and the slot goes on in later parts.
+//! Nothing it may hold is overwritten, and one bad item never stops ingest.
+
+use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys;
-use tidemark_schema::packed::{self, SlotReadings};
+use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
-use tidemark_schema::{Timestamp, field};
+use tidemark_schema::{SlotItem, Timestamp, field, metadata_bitmaps};
 use tokio::time::Instant;
 
+mod content;
+
+use content::encoded;
+pub use content::{Content, read_part};
+
 use crate::retry::RetryPolicy;
-use crate::{Item, StoreError};
+use crate::{Item, StoreError, to_item};
 
 /// The encoded size at which a part is sealed. Every write of a part is billed by its
 /// whole size, so this also bounds what one write costs (64 WCU).
@@ -66,6 +81,8 @@ pub struct SlotWrite {
     pub readings: usize,
     /// Part items the slot has after the write.
     pub parts: usize,
+    /// Parts that could not be read: left as they were (see the module docs).
+    pub unreadable_parts: usize,
 }
 
 /// Writes packed slots: the client, table and retry policy of one function.
@@ -78,66 +95,85 @@ pub struct SlotWriter {
     pub part_bytes: usize,
 }
 
-/// One part as stored.
+/// Where ingest writes packed slots: DynamoDB (through a [`SlotWriter`]), or a test's fake.
+pub trait SlotStore: Send + Sync {
+    fn write_slot(
+        &self,
+        table: &str,
+        retry: RetryPolicy,
+        key: &SlotKey,
+        incoming: &Content,
+        ttl: i64,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<SlotWrite, StoreError>> + Send;
+}
+
+impl SlotStore for Client {
+    async fn write_slot(
+        &self,
+        table: &str,
+        retry: RetryPolicy,
+        key: &SlotKey,
+        incoming: &Content,
+        ttl: i64,
+        deadline: Instant,
+    ) -> Result<SlotWrite, StoreError> {
+        SlotWriter::new(self.clone(), table, retry)
+            .write_content(key, incoming, ttl, deadline)
+            .await
+    }
+}
+
+/// One part as stored; `content` is `None` for an unreadable part.
 #[derive(Debug, Clone)]
 struct Part {
     number: u16,
-    readings: SlotReadings,
+    content: Option<Content>,
     version: u64,
     sealed: bool,
+}
+
+impl Part {
+    fn holds(&self, at: &Timestamp) -> bool {
+        self.content
+            .as_ref()
+            .is_some_and(|c| c.readings.contains_key(at))
+    }
 }
 
 /// One conditional put of a step 3.
 #[derive(Debug)]
 struct Put {
     number: u16,
-    readings: SlotReadings,
+    content: Content,
     /// `None`: a new part.
     expected: Option<u64>,
     sealed: bool,
 }
 
-fn unreadable(pk: &str, sk: &str, message: impl Into<String>) -> StoreError {
-    StoreError::Unreadable {
-        key: format!("{pk}/{sk}"),
-        message: message.into(),
-    }
-}
-
-fn encoded(start: Timestamp, readings: &SlotReadings) -> Result<Vec<u8>, StoreError> {
-    packed::encode(start, readings).map_err(|e| StoreError::Request {
-        operation: "PutItem",
-        message: e.to_string(),
-    })
-}
-
-/// A part item's readings, version and seal, or why it cannot be read.
-fn parse_part(key: &SlotKey, item: &Item) -> Result<Part, StoreError> {
-    let sk = item
-        .get(attr::SK)
-        .and_then(|v| v.as_s().ok())
-        .cloned()
-        .unwrap_or_default();
-    let bad = |m: String| unreadable(&key.pk, &sk, m);
+/// A part of the slot `key`: `None` when its sort key is not one of ours (a foreign item
+/// under the slot's prefix, which no write of ours can collide with).
+fn parse_part(key: &SlotKey, item: &Item) -> Option<Part> {
+    let sk = item.get(attr::SK).and_then(|v| v.as_s().ok())?;
     let number = sk
         .strip_prefix(&keys::slot_sk_prefix(key.start))
-        .and_then(|n| n.parse::<u16>().ok())
-        .ok_or_else(|| bad("not a part of this slot".into()))?;
-    let version = match item.get(field::VERSION) {
-        Some(AttributeValue::N(n)) => n.parse::<u64>().map_err(|e| bad(e.to_string()))?,
-        _ => return Err(bad("no version".into())),
-    };
-    let bytes = match item.get(field::PACKED) {
-        Some(AttributeValue::B(b)) => b.as_ref(),
-        _ => return Err(bad("no packed readings".into())),
-    };
-    let readings = packed::decode(key.start, bytes).map_err(|e| bad(e.to_string()))?;
-    let sealed = matches!(item.get(field::SEALED), Some(AttributeValue::Bool(true)));
-    Ok(Part {
-        number,
-        readings,
-        version,
-        sealed,
+        .and_then(|n| n.parse::<u16>().ok())?;
+    Some(match read_part(item) {
+        Ok(p) => Part {
+            number,
+            version: p.version,
+            sealed: p.sealed,
+            content: Some(p.into()),
+        },
+        Err(message) => {
+            tracing::warn!(pk = %key.pk, sk = %sk, error = %message, "unreadable slot part left as it is");
+            Part {
+                number,
+                content: None,
+                version: 0,
+                sealed: true,
+            }
+        }
     })
 }
 
@@ -170,7 +206,7 @@ impl SlotWriter {
         let mut parts = Vec::new();
         while let Some(item) = pages.next().await {
             let item = item.map_err(StoreError::sdk("Query"))?;
-            parts.push(parse_part(key, &item)?);
+            parts.extend(parse_part(key, &item));
         }
         parts.sort_by_key(|p| p.number);
         Ok(parts)
@@ -181,124 +217,101 @@ impl SlotWriter {
         &self,
         key: &SlotKey,
         parts: &[Part],
-        incoming: &SlotReadings,
+        incoming: &Content,
     ) -> Result<Vec<Put>, StoreError> {
         let open = parts.last().filter(|p| !p.sealed).map(|p| p.number);
-        let mut routed: Vec<SlotReadings> = vec![SlotReadings::new(); parts.len()];
-        let mut fresh = SlotReadings::new();
-        for (at, metrics) in incoming {
-            match parts.iter().position(|p| p.readings.contains_key(at)) {
-                Some(i) => routed[i].insert(*at, metrics.clone()),
-                None => fresh.insert(*at, metrics.clone()),
-            };
-        }
+        let fresh = incoming.only(|at| !parts.iter().any(|p| p.holds(at)));
+        let mut placed = false;
         let mut puts = Vec::new();
-        for (part, batch) in parts.iter().zip(&mut routed) {
-            if Some(part.number) == open {
-                batch.append(&mut fresh.clone());
-            }
-            let merged = packed::merge(&part.readings, batch);
-            let too_big = Some(part.number) == open
-                && !fresh.is_empty()
-                && merged
-                    .as_ref()
-                    .map(|m| encoded(key.start, m).map(|b| b.len() > self.part_bytes))
-                    .transpose()?
-                    .unwrap_or(false);
-            if too_big {
-                // Seal the open part with only its corrections; the new readings start a
-                // new part below.
-                let own: SlotReadings = batch
-                    .iter()
-                    .filter(|(at, _)| part.readings.contains_key(at))
-                    .map(|(at, m)| (*at, m.clone()))
-                    .collect();
+        for part in parts {
+            let Some(stored) = &part.content else {
+                continue;
+            };
+            let own = incoming.only(|at| part.holds(at));
+            if Some(part.number) == open && !fresh.readings.is_empty() {
+                let mut with_fresh = own.clone();
+                with_fresh.readings.extend(fresh.readings.clone());
+                with_fresh.metadata.extend(fresh.metadata.clone());
+                let merged = stored.merged(&with_fresh).unwrap_or_else(|| stored.clone());
+                if merged.size(key.start)? <= self.part_bytes {
+                    placed = true;
+                    puts.push(Put {
+                        number: part.number,
+                        content: merged,
+                        expected: Some(part.version),
+                        sealed: false,
+                    });
+                    continue;
+                }
+                // Too big with the new readings: seal it with only its own corrections; the
+                // new readings start a new part below.
                 puts.push(Put {
                     number: part.number,
-                    readings: packed::merge(&part.readings, &own)
-                        .unwrap_or_else(|| part.readings.clone()),
+                    content: stored.merged(&own).unwrap_or_else(|| stored.clone()),
                     expected: Some(part.version),
                     sealed: true,
                 });
                 continue;
             }
-            if Some(part.number) == open {
-                fresh.clear();
-            }
-            if let Some(readings) = merged {
+            if let Some(content) = stored.merged(&own) {
                 puts.push(Put {
                     number: part.number,
-                    readings,
+                    content,
                     expected: Some(part.version),
                     sealed: part.sealed,
                 });
             }
         }
-        if fresh.is_empty() {
+        if placed || fresh.readings.is_empty() {
             return Ok(puts);
         }
-        let mut number = parts.last().map_or(0, |p| p.number + 1);
+        let mut number = parts.last().map_or(Some(0), |p| p.number.checked_add(1));
         let chunks = self.chunks(key.start, fresh)?;
         let last = chunks.len() - 1;
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            // Created in order, each sealed before the next exists (see the module docs).
-            puts.push(Put {
-                number,
-                readings: chunk,
-                expected: None,
-                sealed: i < last,
-            });
-            number = number.checked_add(1).ok_or_else(|| StoreError::Request {
+        for (i, content) in chunks.into_iter().enumerate() {
+            let n = number.ok_or_else(|| StoreError::Request {
                 operation: "PutItem",
                 message: format!("slot {}/{} has too many parts", key.pk, key.start),
             })?;
+            // Created in order, each sealed before the next exists (see the module docs).
+            puts.push(Put {
+                number: n,
+                content,
+                expected: None,
+                sealed: i < last,
+            });
+            number = n.checked_add(1);
         }
         Ok(puts)
     }
 
-    /// New readings cut into runs that each encode under the part size.
-    fn chunks(
-        &self,
-        start: Timestamp,
-        readings: SlotReadings,
-    ) -> Result<Vec<SlotReadings>, StoreError> {
-        if readings.len() <= 1 || encoded(start, &readings)?.len() <= self.part_bytes {
-            return Ok(vec![readings]);
+    /// New readings cut into runs that each fit in a part.
+    fn chunks(&self, start: Timestamp, content: Content) -> Result<Vec<Content>, StoreError> {
+        if content.readings.len() <= 1 || content.size(start)? <= self.part_bytes {
+            return Ok(vec![content]);
         }
-        let mut first = readings;
-        let middle = *first
+        let middle = *content
+            .readings
             .keys()
-            .nth(first.len() / 2)
+            .nth(content.readings.len() / 2)
             .expect("more than one reading");
-        let second = first.split_off(&middle);
-        let mut out = self.chunks(start, first)?;
-        out.extend(self.chunks(start, second)?);
+        let mut out = self.chunks(start, content.only(|at| *at < middle))?;
+        out.extend(self.chunks(start, content.only(|at| *at >= middle))?);
         Ok(out)
     }
 
     fn item(&self, key: &SlotKey, put: &Put, ttl: i64) -> Result<Item, StoreError> {
-        let version = put.expected.map_or(1, |v| v + 1);
-        let mut item = Item::from([
-            (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
-            (attr::SK.to_owned(), AttributeValue::S(key.sk(put.number))),
-            (
-                field::PACKED.to_owned(),
-                AttributeValue::B(Blob::new(encoded(key.start, &put.readings)?)),
-            ),
-            (
-                field::READING_COUNT.to_owned(),
-                AttributeValue::N(put.readings.len().to_string()),
-            ),
-            (
-                field::VERSION.to_owned(),
-                AttributeValue::N(version.to_string()),
-            ),
-            (attr::TTL.to_owned(), AttributeValue::N(ttl.to_string())),
-        ]);
-        if put.sealed {
-            item.insert(field::SEALED.to_owned(), AttributeValue::Bool(true));
-        }
-        Ok(item)
+        let c = &put.content;
+        to_item(&SlotItem {
+            pk: key.pk.clone(),
+            sk: key.sk(put.number),
+            packed: encoded(key.start, &c.readings)?,
+            reading_count: c.readings.len() as u64,
+            version: put.expected.map_or(1, |v| v + 1),
+            ttl,
+            sealed: put.sealed,
+            metadata: metadata_bitmaps(&c.readings, &c.metadata),
+        })
     }
 
     /// Step 3 for one part. `Ok(false)`: another writer changed it first.
@@ -324,12 +337,26 @@ impl SlotWriter {
         }
     }
 
-    /// Merges `incoming` into the slot `key` (see the module docs). An unreadable part is an
-    /// error naming its key, never overwritten: its readings would be lost.
+    /// Merges `incoming` readings into the slot `key` (see the module docs).
     pub async fn write(
         &self,
         key: &SlotKey,
         incoming: &SlotReadings,
+        ttl: i64,
+        deadline: Instant,
+    ) -> Result<SlotWrite, StoreError> {
+        let content = Content {
+            readings: incoming.clone(),
+            metadata: Default::default(),
+        };
+        self.write_content(key, &content, ttl, deadline).await
+    }
+
+    /// Merges `incoming` readings and metadata into the slot `key` (see the module docs).
+    pub async fn write_content(
+        &self,
+        key: &SlotKey,
+        incoming: &Content,
         ttl: i64,
         deadline: Instant,
     ) -> Result<SlotWrite, StoreError> {
@@ -348,12 +375,13 @@ impl SlotWriter {
                 }
             }
             if !lost {
-                let after = self.read_counts(&parts, &puts);
+                let (readings, count) = counts(&parts, &puts);
                 return Ok(SlotWrite {
                     written,
                     conflicts,
-                    readings: after.0,
-                    parts: after.1,
+                    readings,
+                    parts: count,
+                    unreadable_parts: parts.iter().filter(|p| p.content.is_none()).count(),
                 });
             }
             conflicts += 1;
@@ -370,14 +398,16 @@ impl SlotWriter {
             tokio::time::sleep(wait).await;
         }
     }
+}
 
-    /// (readings, parts) of the slot once `puts` landed on `parts`.
-    fn read_counts(&self, parts: &[Part], puts: &[Put]) -> (usize, usize) {
-        let mut counts: std::collections::BTreeMap<u16, usize> =
-            parts.iter().map(|p| (p.number, p.readings.len())).collect();
-        for p in puts {
-            counts.insert(p.number, p.readings.len());
-        }
-        (counts.values().sum(), counts.len())
+/// (readable readings, parts) of the slot once `puts` landed on `parts`.
+fn counts(parts: &[Part], puts: &[Put]) -> (usize, usize) {
+    let mut counts: BTreeMap<u16, usize> = parts
+        .iter()
+        .map(|p| (p.number, p.content.as_ref().map_or(0, |c| c.readings.len())))
+        .collect();
+    for p in puts {
+        counts.insert(p.number, p.content.readings.len());
     }
+    (counts.values().sum(), counts.len())
 }

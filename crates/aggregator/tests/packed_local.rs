@@ -1,0 +1,377 @@
+//! Packed slot parts written by the store's `SlotWriter` into DynamoDB Local, read back from
+//! the table's real stream and aggregated: the rollups are exactly those of the same
+//! readings stored one item per reading.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::*;
+use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, Start};
+use tidemark_schema::packed::SlotReadings;
+use tidemark_schema::shard::ShardEpoch;
+use tidemark_schema::table::attr;
+use tidemark_schema::{
+    AggregateItem, DeviceId, EntityKey, MetricName, ReadingItem, Severity, ShardHistory, SlotLen,
+    Threshold, Timestamp, field, keys,
+};
+use tidemark_store::retry::RetryPolicy;
+use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_testkit::{TestTable, services};
+
+/// Every record of the table's stream so far, in stream order per shard.
+async fn stream_records(t: &TestTable, want: usize) -> Vec<EventRecord> {
+    let streams = tidemark_devstack::local_streams::client(&services().dynamodb_endpoint).await;
+    let source = DynamoDbStreamSource::for_table(&t.client, streams, &t.name)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let mut out = Vec::new();
+        for shard in source.shards().await.unwrap() {
+            let mut it = source
+                .iterator(&shard.id, &Start::TrimHorizon)
+                .await
+                .unwrap();
+            while let Some(i) = it {
+                let page = source.read(&shard.id, &i, 1000).await.unwrap();
+                if page.records.is_empty() {
+                    break;
+                }
+                out.extend(page.records);
+                it = page.next;
+            }
+        }
+        if out.len() >= want || started.elapsed() > Duration::from_secs(20) {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Readings with one or two metrics, at seconds after 14:00.
+fn rs(pairs: &[(i64, &[(&str, f64)])]) -> SlotReadings {
+    pairs
+        .iter()
+        .map(|(s, m)| {
+            (
+                ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap(),
+                metrics(m),
+            )
+        })
+        .collect()
+}
+
+/// The same writes for a device storing single items: each reading merged into its item
+/// (a new metric added, a value corrected), written only when it changes.
+struct Singles {
+    device: DeviceId,
+    stored: BTreeMap<Timestamp, BTreeMap<MetricName, f64>>,
+}
+
+impl Singles {
+    async fn write(&mut self, t: &TestTable, incoming: &SlotReadings) {
+        let mut items = Vec::new();
+        for (at, m) in incoming {
+            let row = self.stored.entry(*at).or_default();
+            let before = row.clone();
+            row.extend(m.clone());
+            if *row != before {
+                items.push(reading_at(&self.device, *at, row.clone(), None));
+            }
+        }
+        put_readings(t, &items).await;
+    }
+
+    fn items(&self) -> Vec<ReadingItem> {
+        self.stored
+            .iter()
+            .map(|(at, m)| reading_at(&self.device, *at, m.clone(), None))
+            .collect()
+    }
+}
+
+/// The rollups of `device` by bucket label.
+async fn rollups_of(t: &TestTable, device: &DeviceId) -> BTreeMap<String, Expected> {
+    stored_aggregates(t, std::slice::from_ref(device))
+        .await
+        .into_values()
+        .map(|a: AggregateItem| {
+            let label = match EntityKey::parse(&a.pk, &a.sk) {
+                Ok(EntityKey::Aggregate { bucket, .. }) => bucket.label(),
+                other => panic!("{other:?}"),
+            };
+            (
+                label,
+                Expected {
+                    metrics: a.metrics,
+                    first_at: a.first_at,
+                    last_at: a.last_at,
+                },
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
+    // GIVEN a device packing its readings into 60 s slots, and one storing them singly
+    let t = TestTable::new("agg-packed").await;
+    let packed = dev("packed-1");
+    let mut singles = Singles {
+        device: dev("single-1"),
+        stored: BTreeMap::new(),
+    };
+    let history = ShardHistory::from_epochs(vec![ShardEpoch {
+        from: ts("2026-01-01T00:00:00Z"),
+        count: 1,
+        slot: Some(SlotLen::new(60).unwrap()),
+    }])
+    .unwrap();
+    put_shard_history(&t, &packed, &history).await;
+    let writer = SlotWriter {
+        part_bytes: 120,
+        ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+    };
+    let slot = |start_s: i64| SlotKey {
+        pk: keys::reading_pk(&packed, None),
+        start: ts("2026-04-20T14:00:00Z")
+            .plus_millis(start_s * 1000)
+            .unwrap(),
+    };
+    let deadline = || tokio::time::Instant::now() + Duration::from_secs(10);
+    let writes: Vec<(i64, SlotReadings)> = vec![
+        // a new slot, and the next one
+        (
+            0,
+            rs(&[
+                (1, &[("t", 20.0)]),
+                (5, &[("t", 21.0)]),
+                (9, &[("t", 30.0)]),
+            ]),
+        ),
+        (60, rs(&[(61, &[("t", 19.0)])])),
+        // more readings (one above the alert threshold), a late one, and a second metric
+        // for a stored reading
+        (
+            0,
+            rs(&[
+                (3, &[("t", 22.0)]),
+                (12, &[("t", 26.5)]),
+                (5, &[("h", 40.0)]),
+            ]),
+        ),
+        // a correction lowering the maximum of the hour (its extremes come from the table)
+        // and taking back the breach at 9 s
+        (0, rs(&[(9, &[("t", 24.0)])])),
+        // enough readings to split the slot into parts
+        (
+            0,
+            (20..40)
+                .map(|s| (s, metrics(&[("t", s as f64 / 4.0), ("h", 50.0)])))
+                .map(|(s, m)| (ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap(), m))
+                .collect(),
+        ),
+    ];
+    for (start_s, readings) in &writes {
+        let w = writer
+            .write(&slot(*start_s), readings, 4_000_000_000, deadline())
+            .await
+            .unwrap();
+        assert!(w.written);
+        singles.write(&t, readings).await;
+    }
+    // AND exact replays of two writes (one into the split parts), which write nothing
+    for i in [2, 4] {
+        let replay = writer
+            .write(&slot(0), &writes[i].1, 4_000_000_000, deadline())
+            .await
+            .unwrap();
+        assert!(!replay.written);
+        assert!(replay.parts > 1, "the slot split into parts: {replay:?}");
+    }
+    // AND a corrupt part in another slot of the same hour
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .item("pk", AttributeValue::S(keys::reading_pk(&packed, None)))
+        .item(
+            "sk",
+            AttributeValue::S(keys::slot_sk(ts("2026-04-20T14:30:00Z"), 0)),
+        )
+        .item(field::PACKED, AttributeValue::B(Blob::new(vec![1, 5, 200])))
+        .item(field::READING_COUNT, AttributeValue::N("5".into()))
+        .item(field::VERSION, AttributeValue::N("1".into()))
+        .item(attr::TTL, AttributeValue::N("4000000000".into()))
+        .send()
+        .await
+        .unwrap();
+
+    // WHEN the table's stream is delivered to the aggregator in small batches, each batch
+    // after the first replaying the one before it, then all of it once more
+    let records = stream_records(&t, 20).await;
+    let agg = tidemark_aggregator::BothRoles::new(
+        t.client.clone(),
+        tidemark_aggregator::AggregatorConfig::new(&t.name).with_default_thresholds(
+            BTreeMap::from([(
+                MetricName::new("t").unwrap(),
+                Threshold::new(None, Some(25.0), Severity::Critical),
+            )]),
+        ),
+    );
+    let mut unreadable = 0;
+    for i in 0..records.len().div_ceil(3) {
+        let from = (i * 3).saturating_sub(3);
+        let to = (i * 3 + 3).min(records.len());
+        let (resp, report) = agg.process(&event(records[from..to].to_vec())).await;
+        assert!(resp.batch_item_failures.is_empty());
+        unreadable += report.unreadable_items;
+    }
+    let (resp, _) = agg.process(&event(records.clone())).await;
+    assert!(resp.batch_item_failures.is_empty());
+
+    // THEN the corrupt part was skipped and counted, and both devices have the same rollups,
+    // those of their readings
+    assert!(unreadable >= 1, "the corrupt part's record is counted");
+    let got = rollups_of(&t, &packed).await;
+    assert_eq!(got, rollups_of(&t, &singles.device).await);
+    assert_eq!(got.len(), 2, "one hour, one day: {got:#?}");
+    for rollup in got.values() {
+        let temp = rollup.metrics[&MetricName::new("t").unwrap()];
+        assert_eq!((temp.count, temp.max), (6 + 20, 26.5));
+    }
+    let as_single: Vec<ReadingItem> = singles
+        .items()
+        .into_iter()
+        .map(|mut r| {
+            r.pk = keys::reading_pk(&packed, None);
+            r
+        })
+        .collect();
+    assert_exact(&t, std::slice::from_ref(&packed), &as_single).await;
+    // AND the alerts (a breach at 12 s, resolved by the readings after it) went the same way
+    let alerts = |id: &str| {
+        let t = &t;
+        let id = id.to_owned();
+        async move {
+            let mut a: Vec<_> = alerts_of(t, &id)
+                .await
+                .into_iter()
+                .map(|a| {
+                    (
+                        a.opened_at,
+                        a.metric,
+                        a.state,
+                        a.value,
+                        a.breach_count,
+                        a.last_breach_at,
+                        a.resolved_at,
+                    )
+                })
+                .collect();
+            a.sort_by_key(|x| x.0);
+            a
+        }
+    };
+    let packed_alerts = alerts("packed-1").await;
+    assert_eq!(packed_alerts, alerts(singles.device.as_str()).await);
+    assert!(!packed_alerts.is_empty(), "the breach made an alert");
+    // AND the device item follows the packed device's newest reading as it does the other's
+    let latest = |d: Option<tidemark_schema::DeviceItem>| d.and_then(|d| d.latest);
+    assert_eq!(
+        latest(device_item(&t, "packed-1").await),
+        latest(device_item(&t, singles.device.as_str()).await)
+    );
+}
+
+#[tokio::test]
+async fn reading_walks_stitch_single_and_packed_epochs_and_keep_time_order_across_parts() {
+    use tidemark_aggregator::DynamoStore;
+    use tidemark_aggregator::store::ReadingStore;
+    // GIVEN a device storing single items until 14:00:30, then 60 s slots
+    let t = TestTable::new("agg-walk").await;
+    let d = dev("walk-1");
+    let at = |s: i64| ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap();
+    let history = ShardHistory::from_epochs(vec![ShardEpoch {
+        from: at(30),
+        count: 1,
+        slot: Some(SlotLen::new(60).unwrap()),
+    }])
+    .unwrap();
+    put_shard_history(&t, &d, &history).await;
+    let singles: Vec<ReadingItem> = [5, 10, 20]
+        .iter()
+        .map(|s| reading_at(&d, at(*s), metrics(&[("t", *s as f64)]), None))
+        .collect();
+    put_readings(&t, &singles).await;
+    // AND packed readings 40..59 s split into parts, then a late 35 s one in the last part
+    // (so parts are not in time order), and one in the next slot
+    let writer = SlotWriter {
+        part_bytes: 40,
+        ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+    };
+    let write = |start: i64, secs: Vec<i64>| {
+        let writer = writer.clone();
+        let key = SlotKey {
+            pk: keys::reading_pk(&d, None),
+            start: at(start),
+        };
+        async move {
+            let r: SlotReadings = secs
+                .iter()
+                .map(|s| (at(*s), metrics(&[("t", *s as f64)])))
+                .collect();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            writer
+                .write(&key, &r, 4_000_000_000, deadline)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(write(0, (40..60).collect()).await.parts > 2);
+    write(0, vec![35]).await;
+    write(60, vec![65]).await;
+    let store = DynamoStore::new(t.client.clone(), &t.name);
+    let secs = |r: Vec<(Timestamp, BTreeMap<MetricName, f64>)>| -> Vec<i64> {
+        r.iter()
+            .map(|(a, _)| (a.epoch_millis() - at(0).epoch_millis()) / 1000)
+            .collect()
+    };
+
+    // WHEN walked THEN every reading once, whichever epoch holds it
+    let mut all = secs(store.readings_between(&d, at(0), at(119)).await.unwrap());
+    all.sort();
+    let want: Vec<i64> = [5, 10, 20, 35]
+        .into_iter()
+        .chain(40..60)
+        .chain([65])
+        .collect();
+    assert_eq!(all, want);
+    // AND pages are the first readings in time order, either way
+    let page = |from, to, newest_first, limit| {
+        let store = store.clone();
+        let d = d.clone();
+        async move {
+            secs(
+                store
+                    .readings_page(&d, at(from), at(to), newest_first, limit)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(page(0, 119, false, 5).await, [5, 10, 20, 35, 40]);
+    assert_eq!(page(0, 59, true, 2).await, [59, 58]);
+    assert_eq!(page(0, 40, true, 2).await, [40, 35]);
+    assert_eq!(page(36, 119, false, 1).await, [40]);
+    assert_eq!(page(0, 119, true, 1).await, [65]);
+    let newest = store.newest_reading(&d, at(0)).await.unwrap().unwrap();
+    assert_eq!(newest.timestamp, at(65));
+    let sum = store.summarize(&d, at(0), at(59)).await.unwrap();
+    assert_eq!((sum.first, sum.last), (Some(at(5)), Some(at(59))));
+    assert_eq!(sum.extremes[&MetricName::new("t").unwrap()], (5.0, 59.0));
+}

@@ -1,0 +1,456 @@
+//! Issue 16's measurements: what packed readings cost against single items and the textbook
+//! design, for the 1 Hz fleet, the standard fleet and the 2 kHz device, at ingest batching
+//! windows of 1, 10, 60 and 300 s. Writes `bench/PACKING.md` and `bench/packing.json`.
+//!
+//! - Writes: every run pushes the same readings through the whole pipeline (ingest →
+//!   the table's stream → both aggregator roles, as `make bench` does), each on a freshly
+//!   started DynamoDB Local, behind the metering proxy; write request units per stored
+//!   reading, all in (ingest + aggregator + GSI), after a warm-up window.
+//! - Storage: the reading and slot items left, by DynamoDB's item-size rules.
+//! - Reads: one device's readings over a measured span, written by ingest in the layout, then
+//!   read back through the API handler (`GET /devices/{id}/readings`, pages of 1,000, cursor
+//!   to the end) behind the metering proxy; read request units of a one-hour and a seven-day
+//!   read, scaled linearly from the measured span where it is shorter (a range read is billed
+//!   by the bytes it reads, so its cost is linear in the span).
+//!
+//!   cargo run --release -p tidemark-bench --example packing [-- --quick] [--only 1hz] [--skip-reads]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use lambda_http::{Body, Request};
+use serde::Serialize;
+use tidemark_api::{ApiConfig, App};
+use tidemark_bench::BenchError;
+use tidemark_bench::local_ddb::LocalDynamo;
+use tidemark_bench::meter::Meter;
+use tidemark_bench::run::{self, Design, DesignRun, Target, simulated_start};
+use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH, kinesis_event};
+use tidemark_ingest::{Ingest, IngestConfig};
+use tidemark_schema::{Layout, ShardConfigItem, ShardHistory, SlotLen, Timestamp};
+use tidemark_store::ClientSettings;
+
+const WINDOWS_S: [i64; 4] = [1, 10, 60, 300];
+/// Kinesis' largest batch: with packing, a batch should span its whole window.
+const PACKED_BATCH: usize = 10_000;
+const HOUR_MS: i64 = 3_600_000;
+const WEEK_MS: i64 = 7 * 24 * HOUR_MS;
+
+#[derive(Debug, Serialize)]
+struct ReadCost {
+    scenario: String,
+    layout: String,
+    /// The span actually written and read.
+    measured_ms: i64,
+    readings: u64,
+    pages: u64,
+    rru: f64,
+    rru_hour: f64,
+    rru_week: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    runs: Vec<DesignRun>,
+    reads: Vec<ReadCost>,
+    notes: Vec<String>,
+}
+
+/// The slot length a fleet is packed in at an ingest window: the window itself, so each slot
+/// is written about once (a longer slot is rewritten, whole, by every batch while it fills);
+/// the 2 kHz device keeps 1 s slots, so no write carries more than a second of its readings.
+fn slot_for(scenario: &Scenario, window_s: i64) -> SlotLen {
+    let secs = if scenario.name == "hot" { 1 } else { window_s };
+    SlotLen::new(secs).expect("1, 60 and 300 divide an hour")
+}
+
+async fn fresh() -> Result<(LocalDynamo, Target), BenchError> {
+    let d = LocalDynamo::start().await?;
+    let t = Target { dynamodb: d.addr };
+    Ok((d, t))
+}
+
+async fn write_run(
+    scenario: &Scenario,
+    design: Design,
+    start: Timestamp,
+) -> Result<DesignRun, BenchError> {
+    let (local, target) = fresh().await?;
+    let readings = scenario.readings(start);
+    let r = run::run(&target, scenario, design, "packing", &readings, start).await;
+    local.stop().await;
+    let r = r?;
+    eprintln!(
+        "packing: {} {:?} {} window {} s: {:.4} WRU/reading ({:.4} ingest, {:.4} aggregator), {:.1} bytes/reading, {:.1} s",
+        r.scenario,
+        r.design,
+        r.layout,
+        r.ingest_window_s,
+        r.wru_per_reading(),
+        r.ingest_wru_per_reading(),
+        r.aggregator_wru_per_reading(),
+        r.storage.bytes as f64 / r.readings_stored.max(1) as f64,
+        r.seconds
+    );
+    Ok(r)
+}
+
+/// Writes one device of `scenario` for `span_ms` in `layout` (through ingest), then reads the
+/// whole span back through the API and meters what the reads cost.
+async fn read_cost(
+    scenario: &Scenario,
+    layout: Layout,
+    span_ms: i64,
+    now: Timestamp,
+) -> Result<ReadCost, BenchError> {
+    let (local, target) = fresh().await?;
+    let table = "reads";
+    let direct = target.client().await;
+    tidemark_store::create_table(&direct, table, &tidemark_schema::TABLE).await?;
+    let start = now
+        .minus_millis(span_ms + 2 * HOUR_MS)
+        .unwrap_or(Timestamp::MIN)
+        .hour_start();
+    let history = ShardHistory::default()
+        .with_layout(start.minus_millis(HOUR_MS).unwrap_or(start), layout)
+        .map_err(|e| BenchError::Setup(e.to_string()))?;
+    let item = tidemark_store::to_item(&ShardConfigItem::default_layout(history))?;
+    direct
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .map_err(|e| {
+            BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+        })?;
+    let one = Scenario {
+        devices: 1,
+        span_ms,
+        ..scenario.clone()
+    };
+    let readings = one.readings(start);
+    let ingest = Ingest::new(direct.clone(), IngestConfig::new(table));
+    let window_ms = 60_000;
+    let mut seq = 1u64;
+    for w in readings.chunk_by(|a, b| {
+        (a.at.epoch_millis() - start.epoch_millis()) / window_ms
+            == (b.at.epoch_millis() - start.epoch_millis()) / window_ms
+    }) {
+        for chunk in w.chunks(PACKED_BATCH) {
+            let event = kinesis_event(&one, chunk, seq)?;
+            seq += chunk.len() as u64;
+            let (resp, _) = ingest
+                .process(&event, Instant::now() + Duration::from_secs(120))
+                .await
+                .map_err(|e| BenchError::Function(e.to_string()))?;
+            if !resp.batch_item_failures.is_empty() {
+                return Err(BenchError::Function("ingest failed a batch".into()));
+            }
+        }
+    }
+    let meter = Meter::start(target.dynamodb).await?;
+    let client = tidemark_store::dynamodb_client(&ClientSettings::local(meter.endpoint())).await;
+    let app = App::new(client, ApiConfig::new(table));
+    let id = one.device_id(0);
+    // The readings routes answer for registered devices (the aggregator would register it).
+    let register: Request = http::Request::builder()
+        .method(http::Method::PUT)
+        .uri(format!("/devices/{id}"))
+        .body(Body::Text(r#"{"name":"bench"}"#.into()))
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let resp = app.handle(register).await;
+    if !resp.status().is_success() {
+        return Err(BenchError::Other(format!(
+            "registering {id}: {}",
+            resp.status()
+        )));
+    }
+    meter.take().await;
+    let to = start.plus_millis(span_ms - 1).unwrap_or(start);
+    let mut cursor: Option<String> = None;
+    let (mut got, mut pages) = (0u64, 0u64);
+    loop {
+        let mut uri = format!("/devices/{id}/readings?from={start}&to={to}&limit=1000");
+        if let Some(c) = &cursor {
+            uri.push_str(&format!("&cursor={c}"));
+        }
+        let req: Request = http::Request::builder()
+            .uri(uri)
+            .body(Body::Empty)
+            .map_err(|e| BenchError::Other(e.to_string()))?;
+        let resp = app.handle(req).await;
+        let body: serde_json::Value = match resp.body() {
+            Body::Text(t) => serde_json::from_str(t)?,
+            Body::Binary(b) => serde_json::from_slice(b)?,
+            Body::Empty => serde_json::Value::Null,
+            _ => serde_json::Value::Null,
+        };
+        if !resp.status().is_success() {
+            return Err(BenchError::Other(format!("readings read failed: {body}")));
+        }
+        pages += 1;
+        got += body["items"].as_array().map_or(0, |a| a.len() as u64);
+        match body["cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    let rru = meter.take().await.reads().0.total;
+    local.stop().await;
+    let stored = readings.len() as u64;
+    if got != stored {
+        return Err(BenchError::Other(format!(
+            "{} {}: read {got} readings of {stored}",
+            scenario.name,
+            layout_label(layout)
+        )));
+    }
+    let scale = |target: i64| rru * target as f64 / span_ms as f64;
+    let c = ReadCost {
+        scenario: scenario.name.to_owned(),
+        layout: layout_label(layout),
+        measured_ms: span_ms,
+        readings: got,
+        pages,
+        rru,
+        rru_hour: if span_ms == HOUR_MS {
+            rru
+        } else {
+            scale(HOUR_MS)
+        },
+        rru_week: if span_ms == WEEK_MS {
+            rru
+        } else {
+            scale(WEEK_MS)
+        },
+    };
+    eprintln!(
+        "packing: reads {} {}: {} readings over {} s in {} pages, {:.1} RRU",
+        c.scenario,
+        c.layout,
+        got,
+        span_ms / 1000,
+        pages,
+        rru
+    );
+    Ok(c)
+}
+
+fn layout_label(l: Layout) -> String {
+    match l.slot {
+        Some(s) => format!("packed:{}", s.seconds()),
+        None => "single".into(),
+    }
+}
+
+fn markdown(rep: &Report) -> String {
+    let mut md = String::from(
+        "# Packed readings: write, read and storage cost (issue 16)\n\n\
+         Produced by `cargo run --release -p tidemark-bench --example packing` (part of `make \
+         bench`). How it measures is in the example's doc comment; every figure below is \
+         measured in this run unless marked *scaled*.\n\n",
+    );
+    md.push_str("## Targets\n\n| target | goal | measured | verdict |\n|---|---|---|---|\n");
+    let find = |scenario: &str, layout_prefix: &str, window: f64| {
+        rep.runs.iter().find(|r| {
+            r.scenario == scenario
+                && r.design == Design::Tidemark
+                && r.layout.starts_with(layout_prefix)
+                && (r.ingest_window_s - window).abs() < 1e-9
+        })
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+    if let Some(r) = find("1hz", "packed", 60.0) {
+        let v = r.wru_per_reading();
+        md.push_str(&format!(
+            "| WRU per stored reading, 1 Hz fleet, 60 s window, all in | ≤ 0.05 | {v:.4} ({}) | {} |\n",
+            r.layout,
+            verdict(v <= 0.05)
+        ));
+    }
+    if let Some(r) = find("standard", "packed", 300.0) {
+        let v = r.wru_per_reading();
+        md.push_str(&format!(
+            "| WRU per stored reading, standard fleet, 300 s window, all in | ≤ 0.6 | {v:.4} (ingest {:.4} + aggregator {:.4}; {}) | {} |\n",
+            r.ingest_wru_per_reading(),
+            r.aggregator_wru_per_reading(),
+            r.layout,
+            verdict(v <= 0.6)
+        ));
+    }
+    if let Some(r) = find("hot", "packed", 1.0) {
+        md.push_str(&format!(
+            "| 2 kHz device stored whole, packed, no write sharding | all readings, 1 key | {} of {} stored in {} slot items on one key ({:.4} WRU/reading) | {} |\n",
+            r.readings_stored,
+            r.readings_sent,
+            r.storage.items,
+            r.wru_per_reading(),
+            verdict(r.readings_stored == r.readings_sent)
+        ));
+    }
+    md.push_str(
+        "\n## Writes and storage\n\nWRU per stored reading, all in (ingest + aggregator, GSI \
+         included), measured after the warm-up window; bytes per reading are the reading and \
+         slot items left (all windows).\n\n\
+         | scenario | design | layout | ingest window | readings | ingest WRU/r | aggregator WRU/r | **total WRU/r** | GSI WRU/r | billed WRU/r | items stored | bytes/reading |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in &rep.runs {
+        md.push_str(&format!(
+            "| {} | {:?} | {} | {} s | {} | {:.4} | {:.4} | **{:.4}** | {:.4} | {:.4} | {} | {:.1} |\n",
+            r.scenario,
+            r.design,
+            r.layout,
+            r.ingest_window_s,
+            r.readings_stored,
+            r.ingest_wru_per_reading(),
+            r.aggregator_wru_per_reading(),
+            r.wru_per_reading(),
+            r.gsi_wru_per_reading(),
+            r.billed_wru_per_reading(),
+            r.storage.items,
+            r.storage.bytes as f64
+                / (r.readings_stored + r.warmup.as_ref().map_or(0, |w| w.readings_stored)).max(1)
+                    as f64
+        ));
+    }
+    md.push_str(
+        "\n## Range reads\n\nRead request units of `GET /devices/{id}/readings` over the whole \
+         span, pages of 1,000 (eventually consistent queries). The textbook design stores \
+         readings as single items too: its reads cost what `single` costs.\n\n\
+         | scenario | layout | measured span | readings | pages | RRU measured | RRU, 1 h | RRU, 7 d |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for c in &rep.reads {
+        let mark = |exact: bool| if exact { "" } else { " *scaled*" };
+        md.push_str(&format!(
+            "| {} | {} | {} s | {} | {} | {:.1} | {:.1}{} | {:.1}{} |\n",
+            c.scenario,
+            c.layout,
+            c.measured_ms / 1000,
+            c.readings,
+            c.pages,
+            c.rru,
+            c.rru_hour,
+            mark(c.measured_ms == HOUR_MS),
+            c.rru_week,
+            mark(c.measured_ms == WEEK_MS),
+        ));
+    }
+    if !rep.notes.is_empty() {
+        md.push_str("\n## Notes\n\n");
+        for n in &rep.notes {
+            md.push_str(&format!("- {n}\n"));
+        }
+    }
+    md
+}
+
+fn save(rep: &Report) -> Result<(), BenchError> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("packing.json"), serde_json::to_vec_pretty(rep)?)?;
+    std::fs::write(dir.join("PACKING.md"), markdown(rep))?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BenchError> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only 1hz|standard|hot`: one fleet (while iterating; the report then has only it).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let now = Timestamp::now();
+    let start = simulated_start(now);
+    let agg = TEMPLATE_AGGREGATOR_BATCH;
+    // About 12,000 readings each (half with --quick): costs per reading do not depend on the
+    // fleet's size, only on each device's rate and the windows.
+    let k = if quick { 2 } else { 1 };
+    let fleets: Vec<Scenario> = [
+        Scenario::one_hz(10 / k, 20, agg),
+        Scenario::standard(200 / k, 60, agg),
+        Scenario::hot(6_000 / i64::from(k), agg),
+    ]
+    .into_iter()
+    .filter(|s| only.as_deref().is_none_or(|o| o == s.name))
+    .collect();
+    let mut rep = Report {
+        runs: Vec::new(),
+        reads: Vec::new(),
+        notes: vec![format!(
+            "Fleets: {}.",
+            fleets
+                .iter()
+                .map(|s| format!("{} ({})", s.name, s.description))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )],
+    };
+    for sc in &fleets {
+        let mut base = sc.clone();
+        // The textbook design's per-item calls are slow: it gets the first 3,000 readings' worth.
+        if base.devices > 1 {
+            base.devices = (base.devices / 4).max(1);
+        } else {
+            base.span_ms /= 4;
+        }
+        rep.runs
+            .push(write_run(&base, Design::Baseline, start).await?);
+        save(&rep)?;
+        for w in WINDOWS_S {
+            let single = sc.packed(Layout::SINGLE, w, PACKED_BATCH);
+            let single = Scenario {
+                hot_shards: sc.hot_shards,
+                ..single
+            };
+            rep.runs
+                .push(write_run(&single, Design::Tidemark, start).await?);
+            let packed = sc.packed(Layout::packed(slot_for(sc, w)), w, PACKED_BATCH);
+            rep.runs
+                .push(write_run(&packed, Design::Tidemark, start).await?);
+            save(&rep)?;
+        }
+    }
+    if args.iter().any(|a| a == "--skip-reads") {
+        save(&rep)?;
+        return Ok(());
+    }
+    // Reads: one device per fleet, single and packed (the slot of a 60 s window).
+    let spans: BTreeMap<&str, (i64, i64)> = BTreeMap::from([
+        // (span for the 1 h figure, span for the 7 d figure)
+        ("1hz", (HOUR_MS, 6 * HOUR_MS)),
+        ("standard", (HOUR_MS, WEEK_MS)),
+        ("hot", (6_000, 6_000)),
+    ]);
+    for sc in &fleets {
+        let (hour, week) = spans[sc.name];
+        for layout in [Layout::SINGLE, Layout::packed(slot_for(sc, 60))] {
+            let mut spans = vec![hour];
+            if week != hour {
+                spans.push(week);
+            }
+            let mut costs = Vec::new();
+            for s in spans {
+                costs.push(read_cost(sc, layout, s, now).await?);
+            }
+            // The hour figure from the hour run, the week figure from the longest one.
+            let mut c = costs.remove(0);
+            if let Some(w) = costs.pop() {
+                c.rru_week = w.rru_week;
+                if w.measured_ms == WEEK_MS {
+                    c.measured_ms = w.measured_ms;
+                }
+            }
+            rep.reads.push(c);
+            save(&rep)?;
+        }
+    }
+    save(&rep)?;
+    eprintln!("packing: wrote bench/PACKING.md");
+    Ok(())
+}

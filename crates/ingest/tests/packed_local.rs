@@ -1,0 +1,363 @@
+//! Ingest of devices whose layout packs readings into slot items (issue 16), against DynamoDB
+//! Local: the same guarantees as single items (nothing lost, a correction wins, an exact resend
+//! writes nothing), and layouts that change with no migration.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::*;
+use serde_json::json;
+use tidemark_ingest::IngestConfig;
+use tidemark_schema::packed;
+use tidemark_schema::{
+    EntityKey, Layout, ShardConfigItem, ShardHistory, ShardLead, SlotLen, Timestamp, field,
+};
+use tidemark_store::{Item, to_item};
+use tidemark_testkit::TestTable;
+
+type Stored = BTreeMap<(String, Timestamp), BTreeMap<String, f64>>;
+
+/// Every reading of the table by (partition, time): from single items and from every part
+/// of every slot, with how many slot parts held it (must be one).
+fn stored(items: &[Item]) -> (Stored, Stored) {
+    let mut single = Stored::new();
+    let mut slotted = Stored::new();
+    for i in items {
+        let (pk, sk) = (s(i, "pk"), s(i, "sk"));
+        match EntityKey::parse(&pk, &sk) {
+            Ok(EntityKey::Reading { at, .. }) => {
+                let Some(AttributeValue::M(m)) = i.get(field::METRICS) else {
+                    panic!("a reading has metrics")
+                };
+                let metrics = m
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_n().unwrap().parse().unwrap()))
+                    .collect();
+                single.insert((pk, at), metrics);
+            }
+            Ok(EntityKey::Slot { start, .. }) => {
+                let Some(AttributeValue::B(b)) = i.get(field::PACKED) else {
+                    panic!("a slot has packed readings")
+                };
+                for (at, m) in packed::decode(start, b.as_ref()).unwrap() {
+                    let metrics = m.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                    let old = slotted.insert((pk.clone(), at), metrics);
+                    assert!(old.is_none(), "{at} is in two slot parts");
+                }
+            }
+            _ => {}
+        }
+    }
+    (single, slotted)
+}
+
+fn slot_versions(items: &[Item]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .filter(|i| s(i, "sk").starts_with("SLOT#"))
+        .map(|i| (s(i, "sk"), s(i, field::VERSION)))
+        .collect()
+}
+
+/// `device` packed in 60 s slots from long before the test's readings.
+async fn pack(t: &TestTable, device: &str, slot: i64) {
+    let h = ShardHistory::default()
+        .with_layout(
+            ts("2026-04-20T00:00:00Z"),
+            Layout::packed(SlotLen::new(slot).unwrap()),
+        )
+        .unwrap();
+    put_config(t, ShardConfigItem::new(&dev(device), h)).await;
+}
+
+async fn put_config(t: &TestTable, item: ShardConfigItem) {
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(to_item(&item).unwrap()))
+        .send()
+        .await
+        .unwrap();
+}
+
+fn record(device: &str, at: &str, metrics: serde_json::Value) -> String {
+    let mut m = metrics.as_object().unwrap().clone();
+    m.insert("deviceId".into(), json!(device));
+    m.insert("timestamp".into(), json!(at));
+    serde_json::Value::Object(m).to_string()
+}
+
+fn m(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+#[tokio::test]
+async fn packed_readings_merge_into_slots_as_single_items_would() {
+    let t = TestTable::new("ingest-packed").await;
+    pack(&t, "packed_01", 60).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    // GIVEN a batch with a packed device (out of order, two slots, one reading sent as two
+    // records with different metrics, one metric corrected by a later record) and a single one
+    let batch = [
+        record("packed_01", "2026-04-20T14:01:30Z", json!({"t": 1.0})),
+        record("packed_01", "2026-04-20T14:00:10Z", json!({"t": 2.0})),
+        record("packed_01", "2026-04-20T14:00:10Z", json!({"h": 40.0})),
+        record("single_01", "2026-04-20T14:00:10Z", json!({"t": 9.0})),
+        record(
+            "packed_01",
+            "2026-04-20T14:00:20.000001Z",
+            json!({"t": 3.0}),
+        ),
+        record(
+            "packed_01",
+            "2026-04-20T14:00:20.000001Z",
+            json!({"t": 3.5}),
+        ),
+    ];
+    let (resp, stats) = ingest.process(&event_of(&batch), soon()).await.unwrap();
+    assert!(resp.batch_item_failures.is_empty());
+    // THEN the packed device's three readings are in two slot items, the other one is single
+    let (single, slotted) = stored(&t.scan().await);
+    assert_eq!(single.len(), 1);
+    assert!(single.contains_key(&("DEVICE#single_01".into(), ts("2026-04-20T14:00:10Z"))));
+    let pk = "DEVICE#packed_01".to_owned();
+    assert_eq!(
+        slotted,
+        Stored::from([
+            (
+                (pk.clone(), ts("2026-04-20T14:00:10Z")),
+                m(&[("h", 40.0), ("t", 2.0)])
+            ),
+            (
+                (pk.clone(), ts("2026-04-20T14:00:20.000001Z")),
+                m(&[("t", 3.5)])
+            ),
+            ((pk.clone(), ts("2026-04-20T14:01:30Z")), m(&[("t", 1.0)])),
+        ])
+    );
+    assert_eq!((stats.packed, stats.slot_writes), (3, 2));
+    assert_eq!(slot_versions(&t.scan().await).len(), 2);
+
+    // WHEN the batch is delivered again THEN no slot is written
+    let versions = slot_versions(&t.scan().await);
+    let (_, again) = ingest.process(&event_of(&batch), soon()).await.unwrap();
+    assert_eq!((again.slot_writes, again.slots_unchanged), (0, 2));
+    assert_eq!(slot_versions(&t.scan().await), versions);
+
+    // WHEN a later batch corrects one metric and adds one to the same slot THEN the slot
+    // holds both, and every other reading as it was
+    let later = [
+        record("packed_01", "2026-04-20T14:00:10Z", json!({"t": 2.25})),
+        record("packed_01", "2026-04-20T14:00:50Z", json!({"t": 4.0})),
+    ];
+    ingest.process(&event_of(&later), soon()).await.unwrap();
+    let (_, slotted) = stored(&t.scan().await);
+    assert_eq!(slotted.len(), 4);
+    assert_eq!(
+        slotted[&(pk.clone(), ts("2026-04-20T14:00:10Z"))],
+        m(&[("h", 40.0), ("t", 2.25)])
+    );
+}
+
+#[tokio::test]
+async fn bisected_and_replayed_batches_store_each_reading_once() {
+    let t = TestTable::new("ingest-packed-bisect").await;
+    pack(&t, "packed_02", 10).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let batch: Vec<String> = (0..40)
+        .map(|i| {
+            let at = ts("2026-04-20T14:00:00Z")
+                .plus_millis((i * 7919) % 60_000)
+                .unwrap();
+            record("packed_02", &at.to_string(), json!({"v": i as f64}))
+        })
+        .collect();
+    // GIVEN the batch handled in halves (Lambda bisecting it), then whole, then the second
+    // half again
+    ingest
+        .process(&event_of(&batch[..20]), soon())
+        .await
+        .unwrap();
+    ingest
+        .process(&event_of(&batch[20..]), soon())
+        .await
+        .unwrap();
+    ingest.process(&event_of(&batch), soon()).await.unwrap();
+    ingest
+        .process(&event_of(&batch[20..]), soon())
+        .await
+        .unwrap();
+    // THEN each of the 40 readings is stored once, in its 10 s slot, with its value
+    let (single, slotted) = stored(&t.scan().await);
+    assert!(single.is_empty());
+    assert_eq!(slotted.len(), 40);
+    for i in 0..40i64 {
+        let at = ts("2026-04-20T14:00:00Z")
+            .plus_millis((i * 7919) % 60_000)
+            .unwrap();
+        assert_eq!(
+            slotted[&("DEVICE#packed_02".into(), at)],
+            m(&[("v", i as f64)])
+        );
+    }
+    let slots = slot_versions(&t.scan().await);
+    assert_eq!(slots.len(), 6, "one item per 10 s slot of the minute");
+}
+
+#[tokio::test]
+async fn a_layout_change_moves_no_reading_and_each_goes_where_its_time_says() {
+    let t = TestTable::new("ingest-packed-change").await;
+    // GIVEN a device single until 14:00:30, packed from then, single again from 14:01:00
+    let h = ShardHistory::default()
+        .with_layout(
+            ts("2026-04-20T14:00:30Z"),
+            Layout::packed(SlotLen::new(60).unwrap()),
+        )
+        .unwrap()
+        .with_layout(ts("2026-04-20T14:01:00Z"), Layout::SINGLE)
+        .unwrap();
+    put_config(&t, ShardConfigItem::new(&dev("mover"), h)).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let batch: Vec<String> = (0..9)
+        .map(|i| {
+            let at = ts("2026-04-20T14:00:00Z").plus_millis(i * 10_000).unwrap();
+            record("mover", &at.to_string(), json!({"v": i as f64}))
+        })
+        .collect();
+    ingest.process(&event_of(&batch), soon()).await.unwrap();
+    // THEN readings before 14:00:30 and from 14:01:00 are single items, the three between in
+    // the 14:00 slot (whose item holds only them)
+    let (single, slotted) = stored(&t.scan().await);
+    let times = |s: &Stored| s.keys().map(|k| k.1.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        times(&slotted),
+        [
+            "2026-04-20T14:00:30.000000Z",
+            "2026-04-20T14:00:40.000000Z",
+            "2026-04-20T14:00:50.000000Z"
+        ]
+    );
+    assert_eq!(single.len(), 6);
+}
+
+#[tokio::test]
+async fn the_configured_default_layout_applies_after_the_lead_time_and_never_to_the_past() {
+    let t = TestTable::new("ingest-packed-default").await;
+    let mut c = config(&t.name);
+    c.default_layout = Some("packed:60".parse().unwrap());
+    let ingest = local_ingest(&t.client, c.clone(), t.client.clone());
+    // GIVEN a fleet with no default layout stored, and a container configured to pack
+    // WHEN it handles a batch
+    let now_batch = [record(
+        "fleet_01",
+        "2026-04-20T14:04:00Z",
+        json!({"v": 1.0}),
+    )];
+    ingest.process(&event_of(&now_batch), soon()).await.unwrap();
+    // THEN the default is stored, taking effect after the lead time, and the reading of now
+    // is a single item (a container with the old answer may be writing such readings)
+    let items = t.scan().await;
+    let default = items
+        .iter()
+        .find(|i| s(i, "sk") == "#DEFAULT_LAYOUT")
+        .expect("the default layout item");
+    let item: ShardConfigItem = tidemark_store::from_item(default.clone()).unwrap();
+    let from = ShardLead::default().earliest_change(now());
+    assert_eq!(item.epochs.epochs().len(), 1);
+    assert_eq!(item.epochs.epochs()[0].from, from);
+    assert_eq!(
+        item.epochs.layout_at(from),
+        Layout::packed(SlotLen::new(60).unwrap())
+    );
+    let (single, slotted) = stored(&items);
+    assert_eq!((single.len(), slotted.len()), (1, 0));
+    // WHEN a reading after the change arrives (at a later clock) THEN it is packed
+    ingest.clock().set(from.plus_millis(60_000).unwrap());
+    let after = [record(
+        "fleet_01",
+        &from.plus_millis(1_000).unwrap().to_string(),
+        json!({"v": 2.0}),
+    )];
+    ingest.process(&event_of(&after), soon()).await.unwrap();
+    let (single, slotted) = stored(&t.scan().await);
+    assert_eq!((single.len(), slotted.len()), (1, 1));
+    // AND a second container with the same setting changes nothing
+    let other = local_ingest(&t.client, c, t.client.clone());
+    other.process(&event_of(&after), soon()).await.unwrap();
+    let item: ShardConfigItem = tidemark_store::from_item(
+        t.scan()
+            .await
+            .into_iter()
+            .find(|i| s(i, "sk") == "#DEFAULT_LAYOUT")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(item.version, 1);
+}
+
+#[tokio::test]
+async fn a_device_with_its_own_layout_ignores_the_fleet_default() {
+    let t = TestTable::new("ingest-packed-own").await;
+    put_config(
+        &t,
+        ShardConfigItem::default_layout(
+            ShardHistory::default()
+                .with_layout(
+                    ts("2026-04-20T00:00:00Z"),
+                    Layout::packed(SlotLen::new(60).unwrap()),
+                )
+                .unwrap(),
+        ),
+    )
+    .await;
+    // GIVEN a device that chose single items itself, before the default changed
+    put_config(
+        &t,
+        ShardConfigItem::new(
+            &dev("own_01"),
+            ShardHistory::default()
+                .with_layout(ts("2026-04-19T00:00:00Z"), Layout::SINGLE)
+                .unwrap(),
+        ),
+    )
+    .await;
+    let ingest = local_ingest(&t.client, IngestConfig::new(&t.name), t.client.clone());
+    let batch = [
+        record("own_01", "2026-04-20T14:00:00Z", json!({"v": 1.0})),
+        record("other_01", "2026-04-20T14:00:00Z", json!({"v": 1.0})),
+    ];
+    ingest.process(&event_of(&batch), soon()).await.unwrap();
+    let (single, slotted) = stored(&t.scan().await);
+    assert_eq!(
+        single.keys().map(|k| k.0.as_str()).collect::<Vec<_>>(),
+        ["DEVICE#own_01"]
+    );
+    assert_eq!(
+        slotted.keys().map(|k| k.0.as_str()).collect::<Vec<_>>(),
+        ["DEVICE#other_01"]
+    );
+}
+
+#[tokio::test]
+async fn a_packed_reading_keeps_its_metadata() {
+    let t = TestTable::new("ingest-packed-meta").await;
+    pack(&t, "meta_01", 60).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let batch = [record(
+        "meta_01",
+        "2026-04-20T14:00:05Z",
+        json!({"t": 1.0, "metadata": {"fw": "2.1.0"}}),
+    )];
+    ingest.process(&event_of(&batch), soon()).await.unwrap();
+    let items = t.scan().await;
+    let slot = items
+        .iter()
+        .find(|i| s(i, "sk").starts_with("SLOT#"))
+        .unwrap();
+    let c = tidemark_store::slots::read_part(slot).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&c.metadata[&ts("2026-04-20T14:00:05Z")]).unwrap();
+    assert_eq!(meta, json!({"fw": "2.1.0"}));
+}

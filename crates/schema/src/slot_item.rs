@@ -1,0 +1,289 @@
+//! One part of a packed slot as stored (issue 16): `SLOT#<start>#<part>` with its readings in
+//! `packed` ([`crate::packed`]). Everything that reads slot parts (stream images, queries,
+//! test checks) decodes them here, so "what is a readable part" has one answer: a slot key,
+//! every attribute present with its type, bytes that decode, as many readings as
+//! `readingCount` says, and every reading inside the hour of the slot's start (a slot never
+//! straddles an hour, whatever its length), and metadata bitmaps that match the readings.
+//!
+//! A reading's `metadata` (free-form JSON) is kept in the part holding the reading: a map from
+//! each distinct JSON text to a bitmap of the part's readings (in time order) carrying it, so a
+//! device's unchanging metadata is stored once a part.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+
+use crate::ids::DeviceId;
+use crate::keys::EntityKey;
+use crate::packed::{self, PackError, SlotReadings};
+use crate::time::Timestamp;
+
+/// The attributes of a slot part item (names as [`crate::field`] spells them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotItem {
+    pub pk: String,
+    pub sk: String,
+    #[serde(serialize_with = "bytes_out", deserialize_with = "bytes_in")]
+    pub packed: Vec<u8>,
+    pub reading_count: u64,
+    pub version: u64,
+    /// Epoch seconds after which DynamoDB may delete the part.
+    pub ttl: i64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, Bitmap>,
+}
+
+/// A bitmap over a part's readings in time order (bit `i % 8` of byte `i / 8`), stored as a
+/// binary attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Bitmap(pub Vec<u8>);
+
+impl Serialize for Bitmap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        bytes_out(&self.0, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bitmap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bytes_in(d).map(Bitmap)
+    }
+}
+
+/// Each reading's metadata (JSON text) by time.
+pub type SlotMetadata = BTreeMap<Timestamp, String>;
+
+/// The `metadata` attribute of a part holding `readings` with `metadata`: each distinct text
+/// once, with the bitmap of the readings carrying it (metadata of a time without a reading is
+/// left out: it has nothing to describe).
+pub fn metadata_bitmaps(
+    readings: &SlotReadings,
+    metadata: &SlotMetadata,
+) -> BTreeMap<String, Bitmap> {
+    let mut out: BTreeMap<String, Bitmap> = BTreeMap::new();
+    let n = readings.len();
+    for (i, at) in readings.keys().enumerate() {
+        if let Some(json) = metadata.get(at) {
+            let bits = out
+                .entry(json.clone())
+                .or_insert_with(|| Bitmap(vec![0; n.div_ceil(8)]));
+            bits.0[i / 8] |= 1 << (i % 8);
+        }
+    }
+    out
+}
+
+/// A readable slot part.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotPart {
+    pub device: DeviceId,
+    pub shard: Option<u16>,
+    pub start: Timestamp,
+    pub part: u16,
+    pub readings: SlotReadings,
+    pub metadata: SlotMetadata,
+    pub version: u64,
+    pub sealed: bool,
+}
+
+/// Why a slot part cannot be read.
+#[derive(Debug, Error, PartialEq)]
+pub enum SlotItemError {
+    #[error("not a slot part key ({0})")]
+    Key(String),
+    #[error(transparent)]
+    Packed(#[from] PackError),
+    #[error("a reading at {at} is outside the hour of its slot starting {start}")]
+    OutsideHour { at: Timestamp, start: Timestamp },
+    #[error("readingCount says {stated} but the part holds {found} readings")]
+    Count { stated: u64, found: usize },
+    #[error("metadata: {0}")]
+    Metadata(String),
+}
+
+impl SlotItem {
+    /// The part's key and readings, checked (see the module docs).
+    pub fn decode(&self) -> Result<SlotPart, SlotItemError> {
+        let (device, shard, start, part) = match EntityKey::parse(&self.pk, &self.sk) {
+            Ok(EntityKey::Slot {
+                device,
+                shard,
+                start,
+                part,
+            }) => (device, shard, start, part),
+            Ok(_) => return Err(SlotItemError::Key("another entity".into())),
+            Err(e) => return Err(SlotItemError::Key(e.reason)),
+        };
+        let readings = packed::decode(start, &self.packed)?;
+        let hour = start.hour_start();
+        if let Some(at) = readings.keys().find(|at| at.hour_start() != hour) {
+            return Err(SlotItemError::OutsideHour { at: *at, start });
+        }
+        if self.reading_count != readings.len() as u64 {
+            return Err(SlotItemError::Count {
+                stated: self.reading_count,
+                found: readings.len(),
+            });
+        }
+        let mut metadata = SlotMetadata::new();
+        let times: Vec<Timestamp> = readings.keys().copied().collect();
+        for (json, bits) in &self.metadata {
+            if bits.0.len() != times.len().div_ceil(8) {
+                return Err(SlotItemError::Metadata(
+                    "a bitmap does not match the readings".into(),
+                ));
+            }
+            for (i, at) in times.iter().enumerate() {
+                if bits.0[i / 8] & (1 << (i % 8)) != 0
+                    && metadata.insert(*at, json.clone()).is_some()
+                {
+                    return Err(SlotItemError::Metadata(format!(
+                        "the reading at {at} has two"
+                    )));
+                }
+            }
+        }
+        Ok(SlotPart {
+            device,
+            shard,
+            start,
+            part,
+            readings,
+            metadata,
+            version: self.version,
+            sealed: self.sealed,
+        })
+    }
+}
+
+fn bytes_out<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bytes(v)
+}
+
+/// A binary attribute (`B`): serde's `Vec<u8>` would ask for a list of numbers.
+fn bytes_in<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    struct Bytes;
+    impl<'de> serde::de::Visitor<'de> for Bytes {
+        type Value = Vec<u8>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("binary data")
+        }
+        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+    }
+    d.deserialize_bytes(Bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::field;
+    use crate::ids::MetricName;
+    use crate::keys::{reading_pk, slot_sk};
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn item(start: Timestamp, readings: &SlotReadings) -> SlotItem {
+        SlotItem {
+            pk: reading_pk(&DeviceId::new("d").unwrap(), None),
+            sk: slot_sk(start, 0),
+            packed: packed::encode(start, readings).unwrap(),
+            reading_count: readings.len() as u64,
+            version: 1,
+            ttl: 0,
+            sealed: false,
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn one(at: &str) -> SlotReadings {
+        BTreeMap::from([(
+            ts(at),
+            BTreeMap::from([(MetricName::new("t").unwrap(), 1.5)]),
+        )])
+    }
+
+    #[test]
+    fn a_written_part_decodes_to_its_key_and_readings() {
+        let start = ts("2026-04-20T14:10:00Z");
+        let readings = one("2026-04-20T14:10:05Z");
+        let part = item(start, &readings).decode().unwrap();
+        assert_eq!((part.start, part.part, part.shard), (start, 0, None));
+        assert_eq!(part.readings, readings);
+    }
+
+    #[test]
+    fn a_reading_past_the_hour_a_wrong_count_or_a_foreign_key_is_unreadable() {
+        let start = ts("2026-04-20T14:50:00Z");
+        let late = item(start, &one("2026-04-20T15:00:00Z"));
+        assert!(matches!(
+            late.decode(),
+            Err(SlotItemError::OutsideHour { .. })
+        ));
+        let mut counted = item(start, &one("2026-04-20T14:50:01Z"));
+        counted.reading_count = 2;
+        assert!(matches!(counted.decode(), Err(SlotItemError::Count { .. })));
+        let mut foreign = item(start, &one("2026-04-20T14:50:01Z"));
+        foreign.sk = "READING#2026-04-20T14:50:01.000000Z".into();
+        assert!(matches!(foreign.decode(), Err(SlotItemError::Key(_))));
+        let mut garbage = item(start, &one("2026-04-20T14:50:01Z"));
+        garbage.packed = vec![9, 9];
+        assert!(matches!(garbage.decode(), Err(SlotItemError::Packed(_))));
+    }
+
+    #[test]
+    fn metadata_is_stored_once_per_distinct_text_and_read_back_per_reading() {
+        let start = ts("2026-04-20T14:00:00Z");
+        let at = |i: i64| start.plus_micros(i * 1_000_000).unwrap();
+        let readings: SlotReadings = (0..10)
+            .map(|i| {
+                (
+                    at(i),
+                    BTreeMap::from([(MetricName::new("t").unwrap(), i as f64)]),
+                )
+            })
+            .collect();
+        let mut metadata = SlotMetadata::new();
+        for i in [0, 3, 9] {
+            metadata.insert(at(i), r#"{"fw":"1"}"#.into());
+        }
+        metadata.insert(at(4), r#"{"fw":"2"}"#.into());
+        let mut i = item(start, &readings);
+        i.metadata = metadata_bitmaps(&readings, &metadata);
+        assert_eq!(i.metadata.len(), 2, "one entry per distinct text");
+        assert_eq!(i.decode().unwrap().metadata, metadata);
+        // A bitmap of the wrong length is refused, not guessed at.
+        i.metadata = BTreeMap::from([("{}".to_owned(), Bitmap(vec![1]))]);
+        assert!(matches!(i.decode(), Err(SlotItemError::Metadata(_))));
+    }
+
+    #[test]
+    fn the_attribute_names_are_the_schema_fields() {
+        let mut i = item(ts("2026-04-20T14:00:00Z"), &one("2026-04-20T14:00:00Z"));
+        i.sealed = true;
+        i.metadata = BTreeMap::from([("{}".to_owned(), Bitmap(vec![1]))]);
+        let v = serde_json::to_value(&i).unwrap();
+        for name in [
+            field::PACKED,
+            field::METADATA,
+            field::READING_COUNT,
+            field::VERSION,
+            field::SEALED,
+            crate::table::attr::TTL,
+        ] {
+            assert!(v.get(name).is_some(), "{name}");
+        }
+    }
+}
