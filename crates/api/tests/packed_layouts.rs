@@ -17,7 +17,7 @@ use tidemark_schema::{
     DeviceId, Layout, Reading, ReadingItem, ShardHistory, SlotLen, Timestamp, keys,
 };
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::slots::{Content, SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 fn at_clock(t: &TestTable, now: &str) -> App {
@@ -62,23 +62,26 @@ async fn store(t: &TestTable, device: &str, history: &ShardHistory, readings: &[
         ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
     };
     let mut singles = Vec::new();
-    let mut slots: BTreeMap<(String, Timestamp), SlotReadings> = BTreeMap::new();
+    let mut slots: BTreeMap<(String, Timestamp), Content> = BTreeMap::new();
     for r in readings {
         let shard = history.shard_at(r.timestamp);
         match history.layout_at(r.timestamp).slot {
             None => singles.push(ReadingItem::new(r, shard, 30)),
             Some(l) => {
                 let pk = keys::reading_pk(&dev(device), shard);
-                slots
-                    .entry((pk, l.start_of(r.timestamp)))
-                    .or_default()
-                    .insert(r.timestamp, r.metrics.clone());
+                let slot = slots.entry((pk, l.start_of(r.timestamp))).or_default();
+                slot.readings.insert(r.timestamp, r.metrics.clone());
+                if let Some(m) = &r.metadata {
+                    slot.metadata
+                        .insert(r.timestamp, Value::Object(m.clone()).to_string());
+                }
             }
         }
     }
     put_all(t, &singles).await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    for ((pk, start), rs) in slots {
+    for ((pk, start), content) in slots {
+        let rs = &content.readings;
         let l = history.layout_at(start.max(*rs.keys().next().unwrap()));
         let ttl = l.slot.unwrap().last_of(start).ttl_after_days(30);
         let key = SlotKey { pk, start };
@@ -89,8 +92,20 @@ async fn store(t: &TestTable, device: &str, history: &ShardHistory, readings: &[
                 .filter(|(i, _)| i % 2 == parity)
                 .map(|(_, (k, v))| (*k, v.clone()))
                 .collect();
-            if !half.is_empty() {
-                writer.write(&key, &half, ttl, deadline).await.unwrap();
+            let half = Content {
+                metadata: content
+                    .metadata
+                    .iter()
+                    .filter(|(at, _)| half.contains_key(at))
+                    .map(|(at, m)| (*at, m.clone()))
+                    .collect(),
+                readings: half,
+            };
+            if !half.readings.is_empty() {
+                writer
+                    .write_content(&key, &half, ttl, deadline)
+                    .await
+                    .unwrap();
             }
         }
     }
@@ -110,7 +125,19 @@ fn walk_readings() -> Vec<Reading> {
     times
         .into_iter()
         .enumerate()
-        .map(|(n, at)| reading("sensor_01", at, &metrics(n)))
+        .map(|(n, at)| {
+            let mut r = reading("sensor_01", at, &metrics(n));
+            // Some readings carry metadata, in runs, as devices send it.
+            if n % 5 < 2 {
+                r.metadata = Some(
+                    json!({"fw": format!("2.{}", n / 50), "site": "hall 3"})
+                        .as_object()
+                        .unwrap()
+                        .clone(),
+                );
+            }
+            r
+        })
         .collect()
 }
 
@@ -208,6 +235,14 @@ async fn a_device_switching_single_packed_single_reads_every_reading_once_in_ord
                 want.reverse();
             }
             assert_eq!(ns(&got), want, "{order} limit {limit}");
+            if limit == 9 {
+                // Every reading exactly as sent, metadata and all, whatever its layout.
+                let mut sent: Vec<Value> = readings.iter().map(as_parsed).collect();
+                if order == "desc" {
+                    sent.reverse();
+                }
+                assert_eq!(got, sent, "{order}");
+            }
             assert!(
                 pages <= all.len().div_ceil(limit) + 1,
                 "{order} {limit}: {pages} pages"
@@ -570,4 +605,70 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
     assert_eq!(config_version(&t).await, Some((v0 + won.len()).to_string()));
     let stored = get(&racer, "/devices/sensor_01/layout").await.1;
     assert!(won.contains(&&stored), "{stored} not among {won:?}");
+}
+
+#[tokio::test]
+async fn a_device_following_the_fleet_default_layout_reads_whole_and_keeps_it_through_a_shard_change()
+ {
+    // GIVEN a fleet default of 60 s slots from 14:10, and a device with no layout of its own
+    let t = TestTable::new("api-packed-default").await;
+    put(&t, &sample_device()).await;
+    let default = ShardHistory::default()
+        .with_layout(ts("2026-04-20T14:10:00Z"), Layout::packed(len(60)))
+        .unwrap();
+    put(
+        &t,
+        &tidemark_schema::ShardConfigItem::default_layout(default.clone()),
+    )
+    .await;
+    let readings: Vec<Reading> = (0..277)
+        .map(|i| {
+            let at = ts("2026-04-20T14:00:00Z").plus_millis(i * 13_000).unwrap();
+            reading("sensor_01", at, &metrics(i as usize))
+        })
+        .collect();
+    store(&t, "sensor_01", &default, &readings).await;
+    assert!(!slot_parts(&t, "DEVICE#sensor_01").await.is_empty());
+    let app = app(&t);
+    // WHEN its readings are read THEN they all come back, single and packed alike
+    for order in ["asc", "desc"] {
+        let (got, _) = walk(
+            &app,
+            &format!("/devices/sensor_01/readings?from=2026-04-20T14:00:00Z&order={order}&limit=7"),
+        )
+        .await;
+        let mut want: Vec<i64> = (0..277).collect();
+        if order == "desc" {
+            want.reverse();
+        }
+        assert_eq!(ns(&got), want, "{order}");
+    }
+    let newest = as_parsed(readings.last().unwrap());
+    assert_eq!(
+        get(&app, "/devices/sensor_01/readings/latest").await,
+        (200, newest.clone())
+    );
+    assert_eq!(
+        get(&app, "/latest?ids=sensor_01").await.1["items"],
+        json!([newest])
+    );
+    // AND its layout shows the default it follows
+    let from_default = json!({"from":"2026-04-20T14:10:00.000000Z","count":1,"slotSeconds":60});
+    assert_eq!(
+        get(&app, "/devices/sensor_01/layout").await.1,
+        json!({"deviceId":"sensor_01","shards":1,"slotSeconds":60,"epochs":[from_default]})
+    );
+    // WHEN its shard count is raised THEN the packing it follows is kept
+    let (status, shards) = call(
+        &app,
+        "PUT",
+        "/devices/sensor_01/shards",
+        r#"{"count":2,"effectiveFrom":"2026-04-20T16:00:00Z"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{shards}");
+    assert_eq!(
+        shards["epochs"],
+        json!([from_default, {"from":"2026-04-20T16:00:00.000000Z","count":2,"slotSeconds":60}])
+    );
 }
