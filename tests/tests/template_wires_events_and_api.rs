@@ -121,13 +121,17 @@ fn aggregator_reads_the_table_stream_through_its_dynamodb_event_and_never_skips(
     let filters = p["FilterCriteria"]["Filters"]
         .as_sequence()
         .expect("filters");
-    let reading_prefix = tidemark_schema::keys::READING_PREFIX;
-    assert!(
-        filters.iter().any(|f| f["Pattern"]
-            .as_str()
-            .is_some_and(|pat| pat.contains(&format!("\"prefix\":\"{reading_prefix}\"")))),
-        "the aggregator's mapping passes only readings ({reading_prefix}…)"
-    );
+    for reading_prefix in [
+        tidemark_schema::keys::READING_PREFIX,
+        tidemark_schema::keys::SLOT_PREFIX,
+    ] {
+        assert!(
+            filters.iter().any(|f| f["Pattern"]
+                .as_str()
+                .is_some_and(|pat| pat.contains(&format!("\"prefix\":\"{reading_prefix}\"")))),
+            "the aggregator's mapping passes single and packed readings ({reading_prefix}…)"
+        );
+    }
     assert!(
         filters.iter().all(|f| f["Pattern"].as_str().is_some_and(
             |pat| pat.contains(r#""userIdentity":{"principalId":[{"exists":false}]}"#)
@@ -164,12 +168,12 @@ fn alerts_read_the_table_stream_through_their_own_short_window_mapping_and_never
         .iter()
         .filter_map(|p| p["prefix"].as_str())
         .collect();
-    // Readings to evaluate, alert items whose changes are published; not the notification
-    // markers the function writes itself (their sort key matches neither prefix).
+    // Readings to evaluate (single or packed), alert items whose changes are published; not
+    // the notification markers the function writes itself (their sort key matches no prefix).
     use tidemark_schema::keys;
     assert_eq!(
         prefixes,
-        BTreeSet::from([keys::READING_PREFIX, keys::ALERT_PREFIX])
+        BTreeSet::from([keys::READING_PREFIX, keys::SLOT_PREFIX, keys::ALERT_PREFIX])
     );
     assert!(
         !prefixes
