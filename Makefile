@@ -84,19 +84,22 @@ events:
 sam-local: build
 	scripts/sam-local.sh
 
-## heat: partition-heat simulator: hottest partition key's writes/s with and without sharding
+## heat: partition-heat simulator: hottest partition key's writes/s with and without sharding,
+## and with the hot device packed (HEAT_ARGS="--slot 1 --window 1")
 heat:
 	$(CARGO) run --quiet -p tidemark-schema --example partition_heat -- $(HEAT_ARGS)
 
 ## bench: cost and speed on the local stack, side by side with the textbook design; writes
 ## bench/REPORT.md and bench/report.json (BENCH_ARGS=--quick for small fleets, see --help),
 ## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, what
-## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, then the
+## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
+## readings against single items at four ingest windows into bench/PACKING.md, then the
 ## dashboard's time to a drawn page and asset size into bench/DASHBOARD.md
 bench:
 	scripts/services.sh start
 	$(CARGO) run --release -p tidemark-bench -- $(BENCH_ARGS)
 	$(CARGO) run --release -p tidemark-bench --example alert_latency
 	$(CARGO) run --release -p tidemark-bench --example write_ceiling
+	$(CARGO) run --release -p tidemark-bench --example packing
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed

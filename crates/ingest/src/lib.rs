@@ -10,6 +10,12 @@
 //! new ones as conditional inserts, 25 a call ([`tidemark_store::insert`]), the rest one by one
 //! ([`tidemark_store::merge`]), so nothing sent is ever erased by a later record.
 //!
+//! A device whose layout packs readings (issue 16, [`tidemark_schema::layout`]) has each
+//! batch's readings merged into its slot items instead, one read-merge-write per slot under a
+//! version check ([`tidemark_store::slots`], [`packing`]), with the same rules. Layouts come
+//! from one cached query of the `CONFIG` partition ([`layouts`]); a configured
+//! `DEFAULT_LAYOUT` is recorded there for the future, never for readings already written.
+//!
 //! - [`decode_record`]: pure decoding and validation of one record.
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
 //!   [`DeviceDirectory`]) and a [`Clock`]; [`Ingest::new`] wires them to DynamoDB.
