@@ -114,16 +114,7 @@ async fn read_cost(
     let history = ShardHistory::default()
         .with_layout(start.minus_millis(HOUR_MS).unwrap_or(start), layout)
         .map_err(|e| BenchError::Setup(e.to_string()))?;
-    let item = tidemark_store::to_item(&ShardConfigItem::default_layout(history))?;
-    direct
-        .put_item()
-        .table_name(table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .map_err(|e| {
-            BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
-        })?;
+    run::put_config(&direct, table, &ShardConfigItem::default_layout(history)).await?;
     let one = Scenario {
         devices: 1,
         span_ms,

@@ -208,39 +208,21 @@ pub async fn run(
     let began = Instant::now();
     let direct = target.client().await;
     tidemark_store::create_table(&direct, table, &tidemark_schema::TABLE).await?;
+    // In force from an hour before the first reading (DESIGN §4: announced ahead).
+    let from = start.minus_millis(3_600_000).unwrap_or(start);
+    let setup = |e: tidemark_schema::ShardHistoryError| BenchError::Setup(e.to_string());
     if let (Some(layout), Design::Tidemark) = (scenario.layout, design) {
-        // The fleet's default, in force from an hour before the first reading.
-        let from = start.minus_millis(3_600_000).unwrap_or(start);
         let history = ShardHistory::default()
             .with_layout(from, layout)
-            .map_err(|e| BenchError::Setup(e.to_string()))?;
-        let item = tidemark_store::to_item(&ShardConfigItem::default_layout(history))?;
-        direct
-            .put_item()
-            .table_name(table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| {
-                BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
-            })?;
+            .map_err(setup)?;
+        put_config(&direct, table, &ShardConfigItem::default_layout(history)).await?;
     }
     if let (Some(n), Design::Tidemark) = (scenario.hot_shards, design) {
-        // In force from an hour before the first reading (DESIGN §4: announced ahead).
-        let from = start.minus_millis(3_600_000).unwrap_or(start);
         let history = ShardHistory::default()
             .with_change(from, n)
-            .map_err(|e| BenchError::Setup(e.to_string()))?;
-        let item = tidemark_store::to_item(&ShardConfigItem::new(&scenario.device_id(0), history))?;
-        direct
-            .put_item()
-            .table_name(table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| {
-                BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
-            })?;
+            .map_err(setup)?;
+        let item = ShardConfigItem::new(&scenario.device_id(0), history);
+        put_config(&direct, table, &item).await?;
     }
     let ingest_meter = Meter::start(target.dynamodb).await?;
     let agg_meter = Meter::start(target.dynamodb).await?;
@@ -422,6 +404,24 @@ pub async fn run(
     out.storage = crate::storage::readings_stored(&direct, table).await?;
     out.seconds = began.elapsed().as_secs_f64();
     Ok(out)
+}
+
+/// Stores a layout history (a device's, or the fleet default) before a run.
+pub async fn put_config(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    item: &ShardConfigItem,
+) -> Result<(), BenchError> {
+    client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(tidemark_store::to_item(item)?))
+        .send()
+        .await
+        .map_err(|e| {
+            BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+        })?;
+    Ok(())
 }
 
 /// `BENCH_VERBOSE=1` logs every window.

@@ -215,11 +215,7 @@ impl ShardHistory {
     }
 
     pub fn count_at(&self, at: Timestamp) -> u16 {
-        self.0
-            .iter()
-            .rev()
-            .find(|e| e.from <= at)
-            .map_or(1, |e| e.count)
+        self.layout_at(at).shards
     }
 
     /// The partition (shard) a reading at `at` is written to.
