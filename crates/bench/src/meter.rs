@@ -73,7 +73,7 @@ pub fn rewrite_request(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Capacity units of one response, split by where they were spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Capacity {
     pub total: f64,
     pub table: f64,
@@ -124,7 +124,7 @@ pub fn consumed(body: &[u8]) -> Capacity {
 }
 
 /// Per-operation counts of one proxy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct OpStats {
     pub calls: u64,
     pub capacity: Capacity,
@@ -137,7 +137,7 @@ pub struct OpStats {
 }
 
 /// Everything one proxy saw.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct MeterTotals {
     pub by_operation: BTreeMap<String, OpStats>,
     /// Items inserted by PartiQL and not metered yet.

@@ -19,7 +19,7 @@ use crate::scenario::{Scenario, SimReading, kinesis_event};
 use crate::storage::Storage;
 use crate::stream::{StreamReader, batches};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Design {
     Tidemark,
@@ -27,7 +27,7 @@ pub enum Design {
 }
 
 /// Units one function spent.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Units {
     pub wru_table: f64,
     pub wru_gsi: f64,
@@ -58,7 +58,7 @@ impl Units {
 }
 
 /// What one function did over the run.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Side {
     pub invocations: u64,
     /// Records delivered to the function (stream records include non-reading items).
@@ -80,7 +80,7 @@ impl Side {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct DesignRun {
     pub scenario: String,
     pub design: Design,
@@ -118,7 +118,7 @@ pub struct DesignRun {
     pub storage: Storage,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Warmup {
     pub readings_stored: u64,
     pub ingest: Units,

@@ -13,7 +13,7 @@ use crate::BenchError;
 /// DynamoDB's per-item storage overhead (its index and metadata), billed on every item.
 const ITEM_OVERHEAD: u64 = 100;
 
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct Storage {
     /// Reading items and slot parts.
     pub items: u64,
