@@ -469,24 +469,6 @@ async fn expired_packed_readings_are_never_returned() {
     assert_eq!(page["items"].as_array().unwrap().len(), 3);
 }
 
-async fn config_version(t: &TestTable) -> Option<String> {
-    let item = t
-        .client
-        .get_item()
-        .table_name(&t.name)
-        .key("pk", AttributeValue::S(keys::CONFIG_PK.into()))
-        .key(
-            "sk",
-            AttributeValue::S(keys::shard_config_sk(&dev("sensor_01"))),
-        )
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item?;
-    item.get("version").and_then(|v| v.as_n().ok()).cloned()
-}
-
 #[tokio::test]
 async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_packing() {
     let t = sample_table("api-layout-put").await;
@@ -517,7 +499,7 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
             "{body}: {message}"
         );
     }
-    assert_eq!(config_version(&t).await, None);
+    assert_eq!(shard_config_version(&t, "sensor_01").await, None);
     assert_eq!(
         get(&app, "/devices/sensor_01/layout").await,
         (
@@ -535,7 +517,10 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
             call(&app, "PUT", "/devices/sensor_01/layout", body).await,
             (200, packed_at_16.clone())
         );
-        assert_eq!(config_version(&t).await.as_deref(), Some("1"));
+        assert_eq!(
+            shard_config_version(&t, "sensor_01").await.as_deref(),
+            Some("1")
+        );
     }
     // Once it is in use, a shard change keeps the packing; the shards route shows it.
     let (status, shards) = call(
@@ -580,7 +565,11 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
     assert_eq!(status, 400, "before the lead time");
 
     // Racing changes: each answer a 200 or a 409, each 200 one stored version.
-    let v0: usize = config_version(&t).await.unwrap().parse().unwrap();
+    let v0: usize = shard_config_version(&t, "sensor_01")
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
     let racer = at_clock(&t, "2026-04-20T18:30:00Z");
     let bodies: Vec<String> = [1, 2, 5, 10, 30, 60, 600]
         .iter()
@@ -602,7 +591,10 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
         .map(|(_, b)| b)
         .collect();
     assert!(!won.is_empty());
-    assert_eq!(config_version(&t).await, Some((v0 + won.len()).to_string()));
+    assert_eq!(
+        shard_config_version(&t, "sensor_01").await,
+        Some((v0 + won.len()).to_string())
+    );
     let stored = get(&racer, "/devices/sensor_01/layout").await.1;
     assert!(won.contains(&&stored), "{stored} not among {won:?}");
 }

@@ -274,3 +274,20 @@ pub async fn walk<S: tidemark_api::Store>(app: &App<S>, uri: &str) -> (Vec<Value
     }
     (items, pages)
 }
+
+/// The stored version of a device's shard and layout history (`None`: no item).
+pub async fn shard_config_version(t: &TestTable, device: &str) -> Option<String> {
+    let key = tidemark_schema::EntityKey::ShardConfig(dev(device)).key();
+    let item = t
+        .client
+        .get_item()
+        .table_name(&t.name)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(key.pk))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(key.sk))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item?;
+    item.get("version").and_then(|v| v.as_n().ok()).cloned()
+}
