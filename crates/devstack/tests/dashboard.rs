@@ -17,12 +17,13 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::{Period, Timestamp};
 use tidemark_testkit::browser::{Browser, screenshot_dir};
-use tidemark_testkit::{TestStream, TestTable, services, unique_name};
+use tidemark_testkit::{TestStream, TestTable, unique_name};
+
+mod common;
 
 const THRESHOLDS: &str =
     r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;
@@ -113,7 +114,6 @@ fn records(now: Timestamp) -> (Vec<Record>, Vec<(Timestamp, f64)>) {
 async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
     let table = TestTable::new("dash").await;
     let stream = TestStream::new("dash", 1).await;
-    let s = services();
     let fast = |name: &str| MappingConfig {
         batch_size: 1000,
         batching_window: Duration::from_millis(300),
@@ -124,13 +124,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         ..MappingConfig::new(name)
     };
     let pipeline = Pipeline::start(PipelineConfig {
-        local: LocalConfig {
-            table: table.name.clone(),
-            stream: stream.name.clone(),
-            stream_shards: 1,
-            dynamodb_endpoint: s.dynamodb_endpoint.clone(),
-            kinesis_endpoint: s.kinesis_endpoint.clone(),
-        },
+        local: common::local_config(&table, &stream, 1),
         api_port: 0,
         functions: Functions::InProcess,
         ingest: fast("ingest"),

@@ -6,14 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::Value;
-use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::{
     DynamoDbStreamSource, EventSource, MappingConfig, Start, read_on_failure_records,
 };
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_devstack::simulator::{Fleet, Outgoing, RecordKind, SimConfig, SimStats, put_records};
 use tidemark_schema::{Period, Timestamp};
-use tidemark_testkit::{TestStream, TestTable, services, unique_name};
+use tidemark_testkit::{TestStream, TestTable, unique_name};
 
 mod common;
 use common::{all_items, encode, eventually, get, post, try_all_items};
@@ -92,14 +91,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     // GIVEN a fresh table and stream, and the pipeline running over them
     let table = TestTable::new("e2e").await;
     let stream = TestStream::new("e2e", 2).await;
-    let s = services();
-    let local = LocalConfig {
-        table: table.name.clone(),
-        stream: stream.name.clone(),
-        stream_shards: 2,
-        dynamodb_endpoint: s.dynamodb_endpoint.clone(),
-        kinesis_endpoint: s.kinesis_endpoint.clone(),
-    };
+    let local = common::local_config(&table, &stream, 2);
     let on_failure = std::env::temp_dir().join(unique_name("e2e-onfailure"));
     let fast = |name: &str, batch: usize, window_ms: u64| MappingConfig {
         batch_size: batch,
@@ -470,15 +462,9 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     }
     let source = DynamoDbStreamSource::for_table(
         &table.client,
-        LocalConfig {
-            table: table.name.clone(),
-            stream: stream.name.clone(),
-            stream_shards: 2,
-            dynamodb_endpoint: s.dynamodb_endpoint.clone(),
-            kinesis_endpoint: s.kinesis_endpoint.clone(),
-        }
-        .dynamodb_streams()
-        .await,
+        common::local_config(&table, &stream, 2)
+            .dynamodb_streams()
+            .await,
         &table.name,
     )
     .await

@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::Timestamp;
-use tidemark_testkit::{TestStream, TestTable, services};
+use tidemark_testkit::{TestStream, TestTable};
 
 mod common;
 use common::{encode, try_all_items};
@@ -24,14 +23,7 @@ struct Running {
 async fn start(label: &str) -> Running {
     let table = TestTable::new(label).await;
     let stream = TestStream::new(label, 1).await;
-    let s = services();
-    let local = LocalConfig {
-        table: table.name.clone(),
-        stream: stream.name.clone(),
-        stream_shards: 1,
-        dynamodb_endpoint: s.dynamodb_endpoint.clone(),
-        kinesis_endpoint: s.kinesis_endpoint.clone(),
-    };
+    let local = common::local_config(&table, &stream, 1);
     let fast = |name: &str| MappingConfig {
         batch_size: 100,
         batching_window: Duration::from_millis(200),

@@ -7,13 +7,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
 use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, Layout, ShardConfigItem, ShardHistory, SlotLen, Timestamp,
 };
-use tidemark_testkit::{TestStream, TestTable, services};
+use tidemark_testkit::{TestStream, TestTable};
 
 mod common;
 use common::{encode, try_all_items};
@@ -38,7 +37,6 @@ async fn send(stream: &TestStream, records: &[Value]) {
 async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls_up_exactly() {
     let table = TestTable::new("packed-flow").await;
     let stream = TestStream::new("packed-flow", 1).await;
-    let s = services();
     let fast = |name: &str| MappingConfig {
         batch_size: 25,
         batching_window: Duration::from_millis(200),
@@ -80,13 +78,7 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
             .unwrap();
     }
     let pipeline = Pipeline::start(PipelineConfig {
-        local: LocalConfig {
-            table: table.name.clone(),
-            stream: stream.name.clone(),
-            stream_shards: 1,
-            dynamodb_endpoint: s.dynamodb_endpoint.clone(),
-            kinesis_endpoint: s.kinesis_endpoint.clone(),
-        },
+        local: common::local_config(&table, &stream, 1),
         api_port: 0,
         functions: Functions::InProcess,
         ingest: fast("ingest"),

@@ -100,3 +100,19 @@ where
     }
     None
 }
+
+/// The local stack of a test's own table and stream, on the shared emulators.
+pub fn local_config(
+    table: &tidemark_testkit::TestTable,
+    stream: &tidemark_testkit::TestStream,
+    stream_shards: i32,
+) -> tidemark_devstack::LocalConfig {
+    let s = tidemark_testkit::services();
+    tidemark_devstack::LocalConfig {
+        table: table.name.clone(),
+        stream: stream.name.clone(),
+        stream_shards,
+        dynamodb_endpoint: s.dynamodb_endpoint.clone(),
+        kinesis_endpoint: s.kinesis_endpoint.clone(),
+    }
+}
