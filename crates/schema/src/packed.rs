@@ -1,6 +1,6 @@
 //! The encoding of packed readings (issue 16's slot items): many readings of one device in
-//! one attribute, exact and small. Nothing stores packed items yet; this is the codec and the
-//! merge rules they will use, with their guarantees tested on their own.
+//! one attribute, exact and small: the codec and the merge rules every slot writer and reader
+//! uses ([`crate::slot_item`], `tidemark_store::slots`), with their guarantees tested here.
 //!
 //! Layout (version 1), all integers LEB128 varints:
 //! - `1` (version), `n` (readings), then the timestamps as microseconds after the slot's
