@@ -13,6 +13,7 @@ use tidemark_schema::{
     LatestReading, ShardHistory, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
+use tidemark_store::limits::{MAX_TRANSACT_ACTIONS, too_many_actions};
 use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::alerting::plan::AlertWrite;
@@ -335,6 +336,17 @@ impl DeviceStore for DynamoStore {
         for w in alerts {
             items.push(self.transact_item(w)?);
         }
+        self.transact(items).await
+    }
+}
+
+impl DynamoStore {
+    /// One `TransactWriteItems`, refused here past DynamoDB's limit (a request DynamoDB would
+    /// refuse for ever must not be sent, or retried).
+    async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<Written, StoreError> {
+        if items.len() > MAX_TRANSACT_ACTIONS {
+            return Err(too_many_actions(items.len()));
+        }
         let r = self
             .client
             .transact_write_items()
@@ -370,6 +382,21 @@ impl DeviceStore for DynamoStore {
 }
 
 impl AlertStore for DynamoStore {
+    async fn put_alerts(
+        &self,
+        _device: &DeviceId,
+        alerts: &[AlertWrite],
+    ) -> Result<Written, StoreError> {
+        if alerts.is_empty() {
+            return Ok(Written::Ok { units: 0.0 });
+        }
+        let items = alerts
+            .iter()
+            .map(|w| self.transact_item(w))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.transact(items).await
+    }
+
     async fn get_alerts(
         &self,
         device: &DeviceId,

@@ -10,6 +10,7 @@ use tidemark_schema::{
     Timestamp,
 };
 use tidemark_store::StoreError;
+use tidemark_store::limits::{MAX_TRANSACT_ACTIONS, too_many_actions};
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
@@ -28,6 +29,8 @@ pub struct FakeStore {
     pub largest_read: std::sync::atomic::AtomicUsize,
     /// Aggregate writes to a sort key containing this fail like an outage.
     pub failing: Mutex<Option<String>>,
+    /// The next this many device commits fail like an outage (a crash before the write).
+    pub failing_commits: AtomicU32,
 }
 
 fn outage() -> StoreError {
@@ -105,6 +108,16 @@ impl DeviceStore for FakeStore {
         u: &DeviceUpdate,
         alerts: &[AlertWrite],
     ) -> Result<Written, StoreError> {
+        if alerts.len() + 1 > MAX_TRANSACT_ACTIONS {
+            return Err(too_many_actions(alerts.len() + 1));
+        }
+        if self
+            .failing_commits
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(outage());
+        }
         let mut m = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         let d = m
             .entry(u.device.clone())
@@ -113,16 +126,8 @@ impl DeviceStore for FakeStore {
             return Ok(Written::Conflict);
         }
         let mut a = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
-        // The transaction's conditions: creates are new, updates find an unresolved alert.
-        for w in alerts {
-            let k = (u.device.clone(), w.after().alert_id.clone());
-            let ok = match w {
-                AlertWrite::Create(_) => !a.contains_key(&k),
-                AlertWrite::Update { .. } => a.get(&k).is_some_and(|x| x.resolved_at.is_none()),
-            };
-            if !ok {
-                return Ok(Written::Conflict);
-            }
+        if !alerts_admitted(&a, &u.device, alerts) {
+            return Ok(Written::Conflict);
         }
         d.version = Some(u.expected_version.unwrap_or(0) + 1);
         d.last_seen_at = Some(u.last_seen_at);
@@ -130,34 +135,76 @@ impl DeviceStore for FakeStore {
             d.latest = Some(l.clone());
         }
         d.alert_slots = u.alert_slots.clone();
-        for w in alerts {
-            let after = w.after();
-            let k = (u.device.clone(), after.alert_id.clone());
-            match (w, a.get_mut(&k)) {
-                (AlertWrite::Update { .. }, Some(x)) => {
-                    // Only the evaluator's attributes, as the DynamoDB update does.
-                    x.value = after.value;
-                    x.breach_count = after.breach_count;
-                    x.last_breach_at = after.last_breach_at;
-                    if after.resolved_at.is_some() {
-                        x.resolved_at = after.resolved_at;
-                        x.state = after.state;
-                        x.gsi1pk = None;
-                        x.gsi1sk = None;
-                    }
-                }
-                _ => {
-                    a.insert(k, after.clone());
-                }
-            }
-        }
+        apply_alerts(&mut a, &u.device, alerts);
         Ok(Written::Ok {
             units: 1.0 + alerts.len() as f64,
         })
     }
 }
 
+/// The transaction's conditions: creates are new, updates find an unresolved alert.
+fn alerts_admitted(
+    a: &HashMap<(DeviceId, AlertId), AlertItem>,
+    device: &DeviceId,
+    alerts: &[AlertWrite],
+) -> bool {
+    alerts.iter().all(|w| {
+        let k = (device.clone(), w.after().alert_id.clone());
+        match w {
+            AlertWrite::Create(_) => !a.contains_key(&k),
+            AlertWrite::Update { .. } => a.get(&k).is_some_and(|x| x.resolved_at.is_none()),
+        }
+    })
+}
+
+fn apply_alerts(
+    a: &mut HashMap<(DeviceId, AlertId), AlertItem>,
+    device: &DeviceId,
+    alerts: &[AlertWrite],
+) {
+    for w in alerts {
+        let after = w.after();
+        let k = (device.clone(), after.alert_id.clone());
+        match (w, a.get_mut(&k)) {
+            (AlertWrite::Update { .. }, Some(x)) => {
+                // Only the evaluator's attributes, as the DynamoDB update does.
+                x.value = after.value;
+                x.breach_count = after.breach_count;
+                x.last_breach_at = after.last_breach_at;
+                x.opened_at = after.opened_at;
+                if after.resolved_at.is_some() {
+                    x.resolved_at = after.resolved_at;
+                    x.state = after.state;
+                    x.gsi1pk = None;
+                    x.gsi1sk = None;
+                }
+            }
+            _ => {
+                a.insert(k, after.clone());
+            }
+        }
+    }
+}
+
 impl AlertStore for FakeStore {
+    async fn put_alerts(
+        &self,
+        device: &DeviceId,
+        alerts: &[AlertWrite],
+    ) -> Result<Written, StoreError> {
+        if alerts.len() > MAX_TRANSACT_ACTIONS {
+            return Err(too_many_actions(alerts.len()));
+        }
+        let mut a = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
+        if !alerts_admitted(&a, device, alerts) {
+            return Ok(Written::Conflict);
+        }
+        apply_alerts(&mut a, device, alerts);
+        Ok(Written::Ok {
+            units: alerts.len() as f64,
+        })
+    }
+
     async fn get_alerts(
         &self,
         device: &DeviceId,

@@ -60,7 +60,8 @@ pub trait DeviceStore {
     /// it), registering an unknown device on the way (`if_not_exists`, no extra write),
     /// together with the alert writes it decided, atomically: the slots say which alerts are
     /// open, so they must never move without them (or they without the slots). Without
-    /// alert writes this is one plain UpdateItem.
+    /// alert writes this is one plain UpdateItem. One transaction: at most
+    /// `MAX_TRANSACT_ACTIONS - 1` alert writes ([`crate::alerting::commit`] chunks them).
     fn commit_device(
         &self,
         u: &DeviceUpdate,
@@ -69,6 +70,14 @@ pub trait DeviceStore {
 }
 
 pub trait AlertStore {
+    /// Writes `alerts` (at most `MAX_TRANSACT_ACTIONS`) in one transaction, each on the
+    /// condition [`DeviceStore::commit_device`] puts on it; [`Written::Conflict`] when one
+    /// fails. The alerts a device commit would not fit, written ahead of it.
+    fn put_alerts(
+        &self,
+        device: &DeviceId,
+        alerts: &[AlertWrite],
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
     fn get_alerts(
         &self,
         device: &DeviceId,

@@ -265,3 +265,27 @@ async fn replayed_and_bisected_batches_of_the_alert_mapping_duplicate_nothing() 
     assert_eq!((report.items_written, report.alerts_opened), (0, 0));
     assert_eq!(alerts_of(&t, "d").await, once);
 }
+
+#[tokio::test]
+async fn a_three_hundred_episode_upload_is_stored_whole_and_the_shard_moves_on() {
+    let t = TestTable::new("alerts-upload").await;
+    let agg = alerts_role(&t, MAX30);
+    let mut s = StreamSim::new(1);
+    // GIVEN a store-and-forward upload of 600 readings alternating above and below 30 (no
+    // deadband): 300 episodes, three times what one transaction may hold
+    let upload: Vec<ReadingItem> = (0..600)
+        .map(|i| temp("gw", i, if i % 2 == 0 { 35.0 } else { 25.0 }))
+        .collect();
+    // WHEN it arrives in one batch (DynamoDB refuses a transaction past 100 actions)
+    send(&t, &agg, &mut s, &upload).await;
+    // THEN every episode is one resolved alert and the device moved on
+    let alerts = alerts_of(&t, "gw").await;
+    assert_eq!(alerts.len(), 300);
+    assert!(unresolved(&alerts).is_empty());
+    let d = device_item(&t, "gw").await.unwrap();
+    assert_eq!(d.last_seen_at, Some(at(599)));
+    // AND a breach of another device on the same shard, in the next batch, opens its alert
+    send(&t, &agg, &mut s, &[temp("other", 600, 41.0)]).await;
+    let other = alerts_of(&t, "other").await;
+    assert_eq!(unresolved(&other).len(), 1, "{other:?}");
+}

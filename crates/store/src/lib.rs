@@ -9,6 +9,7 @@ pub mod error;
 pub mod insert;
 pub mod items;
 pub mod layouts;
+pub mod limits;
 pub mod merge;
 pub mod retry;
 pub mod slots;

@@ -7,6 +7,7 @@ use tidemark_schema::{
     Threshold, Timestamp, keys,
 };
 
+use super::commit::transactions;
 use super::derive::{Need, ScanLimits, derive};
 use super::plan::{AlertWrite, alerts_to_read, plan_derived, resolve_write};
 use super::rules::{Rule, could_change};
@@ -86,7 +87,43 @@ fn micros_between(a: Timestamp, b: Timestamp) -> i64 {
     b.epoch_micros() - a.epoch_micros()
 }
 
+/// Counts what a landed transaction wrote.
+fn count_written(counters: &Counters, units: f64, writes: &[AlertWrite]) {
+    counters.written(units);
+    for w in writes {
+        Counters::add(&counters.items_written, 1);
+        if matches!(w, AlertWrite::Create(_)) {
+            Counters::add(&counters.alerts_opened, 1);
+        }
+        if w.after().state == AlertState::Resolved {
+            Counters::add(&counters.alerts_resolved, 1);
+        }
+    }
+}
+
 impl<S: Store> Aggregator<S> {
+    /// The device update and its alert writes, in transactions DynamoDB takes
+    /// ([`super::commit`]); a conflict in any of them: decide again.
+    async fn commit(
+        &self,
+        update: &DeviceUpdate,
+        writes: Vec<AlertWrite>,
+        counters: &Counters,
+    ) -> Result<Written, AggregatorError> {
+        let (ahead, with_device) = transactions(writes);
+        for t in &ahead {
+            match self.store.put_alerts(&update.device, t).await? {
+                Written::Ok { units } => count_written(counters, units, t),
+                Written::Conflict => return Ok(Written::Conflict),
+            }
+        }
+        let w = self.store.commit_device(update, &with_device).await?;
+        if let Written::Ok { units } = w {
+            count_written(counters, units, &with_device);
+        }
+        Ok(w)
+    }
+
     pub(crate) async fn alert_device(
         &self,
         id: &DeviceId,
@@ -193,20 +230,8 @@ impl<S: Store> Aggregator<S> {
                     self.config.status_shards,
                 ),
             };
-            match self.store.commit_device(&update, &writes).await? {
-                Written::Ok { units } => {
-                    counters.written(units);
-                    for w in &writes {
-                        Counters::add(&counters.items_written, 1);
-                        if matches!(w, AlertWrite::Create(_)) {
-                            Counters::add(&counters.alerts_opened, 1);
-                        }
-                        if w.after().state == AlertState::Resolved {
-                            Counters::add(&counters.alerts_resolved, 1);
-                        }
-                    }
-                    return Ok(());
-                }
+            match self.commit(&update, writes, counters).await? {
+                Written::Ok { .. } => return Ok(()),
                 Written::Conflict => {
                     // Another invocation (a hot device's other shard, a retry) wrote first:
                     // back off, then decide again from what the table holds.

@@ -14,6 +14,7 @@
 //! hot device's shards, replays, bisected batches and late data all end in the state of the
 //! readings sorted by time. Writes of one device serialise on its `version`.
 
+pub mod commit;
 pub mod derive;
 pub mod device;
 pub mod plan;

@@ -286,6 +286,54 @@ async fn a_long_hold_is_derived_page_by_page_never_all_at_once() {
     assert!(largest <= 2_000, "one read returned {largest} readings");
 }
 
+/// A store-and-forward upload: `n` readings a second apart, alternating above and below 30.
+fn alternating(n: i64) -> Vec<(i64, f64)> {
+    (0..n)
+        .map(|i| (i, if i % 2 == 0 { 35.0 } else { 25.0 }))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_upload_of_three_hundred_episodes_is_written_in_transactions_of_at_most_a_hundred() {
+    // GIVEN a device that uploads 600 buffered readings, each breach ended by the next reading
+    let r = rig(MAX30);
+    // WHEN they arrive in one batch (the fake refuses a transaction past 100 actions, as
+    // DynamoDB does)
+    let report = r.send(&alternating(600)).await;
+    // THEN every episode is one resolved alert, and the device moved on
+    let alerts = r.alerts();
+    assert_eq!(alerts.len(), 300);
+    assert!(r.open_alerts().is_empty());
+    assert_eq!(report.alerts_opened, 300);
+    assert_eq!(r.device().last_seen_at, Some(at(599)));
+    assert_eq!(r.slot().map(|s| s.mode), Some(SlotMode::Normal));
+}
+
+#[tokio::test]
+async fn a_crash_between_alert_transactions_is_finished_by_the_retry_without_a_duplicate() {
+    let r = rig(MAX30);
+    let readings = alternating(600);
+    r.store(&readings);
+    // GIVEN the device's own transaction (the last one) fails once, after the alerts ahead of
+    // it were written
+    r.agg.store().failing_commits.store(1, Ordering::SeqCst);
+    let records: Vec<_> = readings
+        .iter()
+        .map(|(s, v)| insert(r.seq.fetch_add(1, Ordering::SeqCst), "d1", at(*s), "t", *v))
+        .collect();
+    let (resp, _) = r.agg.process(&event(records.clone())).await;
+    assert_eq!(resp.batch_item_failures.len(), 1);
+    let written_before_crash = r.alerts().len();
+    assert!(written_before_crash > 0 && written_before_crash < 300);
+    // WHEN Lambda retries the batch
+    let (resp, _) = r.agg.process(&event(records)).await;
+    // THEN every episode is there exactly once, and the slot knows it
+    assert!(resp.batch_item_failures.is_empty());
+    assert_eq!(r.alerts().len(), 300);
+    assert!(r.open_alerts().is_empty());
+    assert_eq!(r.slot().map(|s| s.mode), Some(SlotMode::Normal));
+}
+
 /// The states the readings sorted by time give, per the rules' own fold.
 fn expected(thresholds: &str, readings: &BTreeMap<i64, f64>) -> Phase {
     let th = parse_thresholds(thresholds).unwrap();
