@@ -208,9 +208,16 @@ fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
 /// Only what the evaluator owns: an acknowledgement or snooze the API wrote meanwhile is
 /// kept, and a resolved alert is never written again.
 fn alert_update_expr(after: &AlertItem) -> Result<Expr, StoreError> {
-    let mut set = vec!["#value = :value", "#count = :count", "#last = :last"];
+    let mut set = vec![
+        "#value = :value",
+        "#count = :count",
+        "#last = :last",
+        "#opened = :opened",
+    ];
     let mut e = Expr::default()
         .name("#pk", attr::PK)
+        .name("#opened", field::OPENED_AT)
+        .value(":opened", av(&after.opened_at)?)
         .name("#value", field::VALUE)
         .name("#count", field::BREACH_COUNT)
         .name("#last", field::LAST_BREACH_AT)
@@ -382,6 +389,34 @@ impl DynamoStore {
 }
 
 impl AlertStore for DynamoStore {
+    async fn alerts_since(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+    ) -> Result<HashMap<AlertId, AlertItem>, StoreError> {
+        let (lo, hi) = keys::alert_sk_range_from(from);
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#sk", attr::SK)
+            .expression_attribute_values(":pk", s(keys::device_pk(device)))
+            .expression_attribute_values(":lo", s(lo))
+            .expression_attribute_values(":hi", s(hi))
+            .into_paginator()
+            .items()
+            .send();
+        let mut out = HashMap::new();
+        while let Some(item) = pages.next().await {
+            let a: AlertItem = from_stored(item.map_err(StoreError::sdk("Query"))?)?;
+            out.insert(a.alert_id.clone(), a);
+        }
+        Ok(out)
+    }
+
     async fn put_alerts(
         &self,
         _device: &DeviceId,

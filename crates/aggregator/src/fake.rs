@@ -187,6 +187,18 @@ fn apply_alerts(
 }
 
 impl AlertStore for FakeStore {
+    async fn alerts_since(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+    ) -> Result<HashMap<AlertId, AlertItem>, StoreError> {
+        let m = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(m.iter()
+            .filter(|((d, id), _)| d == device && id.opened_at() >= from)
+            .map(|((_, id), a)| (id.clone(), a.clone()))
+            .collect())
+    }
+
     async fn put_alerts(
         &self,
         device: &DeviceId,

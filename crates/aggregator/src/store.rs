@@ -83,6 +83,15 @@ pub trait AlertStore {
         device: &DeviceId,
         ids: &[AlertId],
     ) -> impl Future<Output = Result<HashMap<AlertId, AlertItem>, StoreError>> + Send;
+    /// The device's alerts whose IDs were made at or after `from` (consistent): every alert
+    /// that opened at or after it, whatever its ID says, since an alert's opening only ever
+    /// moves earlier than its ID's time. How a derivation finds the alerts its episodes
+    /// already have.
+    fn alerts_since(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+    ) -> impl Future<Output = Result<HashMap<AlertId, AlertItem>, StoreError>> + Send;
 }
 
 pub trait ReadingStore {

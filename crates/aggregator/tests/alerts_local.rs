@@ -289,3 +289,55 @@ async fn a_three_hundred_episode_upload_is_stored_whole_and_the_shard_moves_on()
     let other = alerts_of(&t, "other").await;
     assert_eq!(unresolved(&other).len(), 1, "{other:?}");
 }
+
+#[tokio::test]
+async fn a_late_breach_before_a_snoozed_alert_keeps_it_and_the_shard_moves_on() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let t = TestTable::new("alerts-late-snoozed").await;
+    let agg = alerts_role(&t, MAX30);
+    let mut s = StreamSim::new(1);
+    // GIVEN an alert opened at 150 that an operator acknowledged and snoozed
+    send(
+        &t,
+        &agg,
+        &mut s,
+        &[temp("d", 100, 20.0), temp("d", 150, 35.0)],
+    )
+    .await;
+    let open = alerts_of(&t, "d").await;
+    assert_eq!(open.len(), 1);
+    let snoozed_until = at(7_200).to_string();
+    t.client
+        .update_item()
+        .table_name(&t.name)
+        .key("pk", AttributeValue::S(open[0].pk.clone()))
+        .key("sk", AttributeValue::S(open[0].sk.clone()))
+        .update_expression("SET #state = :ack, acknowledgedAt = :at, snoozedUntil = :until")
+        .expression_attribute_names("#state", "state")
+        .expression_attribute_values(":ack", AttributeValue::S("acknowledged".into()))
+        .expression_attribute_values(":at", AttributeValue::S(at(160).to_string()))
+        .expression_attribute_values(":until", AttributeValue::S(snoozed_until.clone()))
+        .send()
+        .await
+        .unwrap();
+    // WHEN a late breach at 140 arrives, with a breach of another device in the same batch
+    send(
+        &t,
+        &agg,
+        &mut s,
+        &[temp("d", 140, 33.0), temp("other", 141, 45.0)],
+    )
+    .await;
+    // THEN the alert is the same one, still acknowledged and snoozed, opened at 140
+    let alerts = alerts_of(&t, "d").await;
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0].alert_id, open[0].alert_id);
+    assert_eq!(alerts[0].state, AlertState::Acknowledged);
+    assert_eq!(
+        alerts[0].snoozed_until.map(|t| t.to_string()),
+        Some(snoozed_until)
+    );
+    assert_eq!(alerts[0].opened_at, at(140));
+    // AND the other device's breach opened its alert in the same invocation
+    assert_eq!(unresolved(&alerts_of(&t, "other").await).len(), 1);
+}

@@ -336,6 +336,15 @@ pub fn alert_sk(a: &AlertId) -> String {
     format!("{ALERT_PREFIX}{a}")
 }
 
+/// The sort-key range `[lo, hi]` of a device's alerts whose IDs were made at or after
+/// `from` (an alert ID starts with its compact opening time, so IDs sort by it).
+pub fn alert_sk_range_from(from: Timestamp) -> (String, String) {
+    (
+        format!("{ALERT_PREFIX}{}", from.to_compact_string()),
+        format!("{ALERT_PREFIX}~"),
+    )
+}
+
 /// Prefix shared by every aggregate sort key of one period, for range queries.
 pub fn aggregate_sk_prefix(p: Period) -> String {
     format!("{AGG_PREFIX}{}#", p.as_str())

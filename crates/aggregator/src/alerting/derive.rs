@@ -20,6 +20,9 @@ pub struct Need {
     pub rule: Rule,
     pub from: Timestamp,
     pub stored: Option<AlertSlot>,
+    /// Continue from the stored state at `from` instead of deriving from an anchor: a changed
+    /// threshold applies from the newest reading on and never replays history.
+    pub resume: bool,
 }
 
 /// A rule derived: its fold over every reading after the anchor.
@@ -56,9 +59,16 @@ impl Default for ScanLimits {
 /// The first backward page: a few readings, since the anchor is usually among the newest.
 const FIRST_PAGE: usize = 16;
 
-/// The stored state as a fold's starting phase (when no anchor could be found).
+/// The stored state as a fold's starting phase (when no anchor could be found, or the fold
+/// resumes it).
 fn phase_of(stored: Option<&AlertSlot>) -> Phase {
     match stored {
+        Some(s) if s.mode == SlotMode::Pending => Phase::Pending {
+            since: s.since.unwrap_or(s.at),
+            peak: f64::NAN,
+            breaches: 0,
+            last: s.at,
+        },
         Some(s) if s.mode == SlotMode::Open => Phase::Open(Episode {
             start: s.since.unwrap_or(s.at),
             opened_at: s.since.unwrap_or(s.at),
@@ -85,7 +95,7 @@ pub async fn derive<S: ReadingStore>(
     }
     // Backwards: one anchor per need.
     let mut anchors: Vec<Option<Timestamp>> = vec![None; needs.len()];
-    let mut open: Vec<bool> = vec![true; needs.len()];
+    let mut open: Vec<bool> = needs.iter().map(|n| !n.resume).collect();
     let top = needs.iter().map(|n| n.from).max().unwrap_or(Timestamp::MIN);
     let floor = top
         .minus_micros(limits.horizon_micros)
@@ -133,7 +143,9 @@ pub async fn derive<S: ReadingStore>(
     // none found, everything from where the backward walk stopped).
     let own_from: Vec<Timestamp> = anchors
         .iter()
-        .map(|a| match a {
+        .zip(&needs)
+        .map(|(a, n)| match a {
+            _ if n.resume => n.from,
             Some(a) => a.succ().unwrap_or(Timestamp::MAX),
             None if truncated => hi,
             None => floor,
@@ -144,7 +156,7 @@ pub async fn derive<S: ReadingStore>(
         .iter()
         .zip(&anchors)
         .map(|(n, a)| {
-            let phase = if a.is_none() && truncated {
+            let phase = if n.resume || (a.is_none() && truncated) {
                 phase_of(n.stored.as_ref())
             } else {
                 Phase::Normal

@@ -9,7 +9,7 @@ use tidemark_schema::{
 
 use super::commit::transactions;
 use super::derive::{Need, ScanLimits, derive};
-use super::plan::{AlertWrite, alerts_to_read, plan_derived, resolve_write};
+use super::plan::{AlertWrite, episodes_from, plan_derived, resolve_write, slot_alerts};
 use super::rules::{Rule, could_change};
 use crate::AggregatorError;
 use crate::handler::Aggregator;
@@ -58,11 +58,6 @@ fn needs(b: &DeviceBatch, rules: &[Rule], slots: &BTreeMap<String, AlertSlot>) -
         let stored = slots.get(&rule.slot());
         let mut from: Option<Timestamp> = None;
         let mut earliest = |t: Timestamp| from = Some(from.map_or(t, |f| f.min(t)));
-        if let Some(s) = stored
-            && s.threshold != rule.threshold
-        {
-            earliest(s.at);
-        }
         if let Some(t) = b.rewritten.get(&rule.metric) {
             earliest(*t);
         }
@@ -72,13 +67,20 @@ fn needs(b: &DeviceBatch, rules: &[Rule], slots: &BTreeMap<String, AlertSlot>) -
         }) {
             earliest(t);
         }
-        if let Some(from) = from {
-            out.push(Need {
-                rule: rule.clone(),
-                from,
-                stored: stored.cloned(),
-            });
-        }
+        // A changed threshold alone re-judges the newest reading from the stored state: it
+        // applies from now on, and the history before it stays as it was decided.
+        let changed = stored.filter(|s| s.threshold != rule.threshold);
+        let (from, resume) = match (from, changed) {
+            (Some(from), _) => (from, false),
+            (None, Some(s)) => (s.at, true),
+            (None, None) => continue,
+        };
+        out.push(Need {
+            rule: rule.clone(),
+            from,
+            stored: stored.cloned(),
+            resume,
+        });
     }
     out
 }
@@ -149,13 +151,16 @@ impl<S: Store> Aggregator<S> {
             let now = Timestamp::now();
             let (derived, newest) = derive(&self.store, id, needs, &limits).await?;
 
-            let mut ids = alerts_to_read(&derived, &stored);
+            let mut ids = slot_alerts(&stored);
             ids.retain(|a| !a.as_str().is_empty());
-            let known: HashMap<AlertId, AlertItem> = if ids.is_empty() {
+            let mut known: HashMap<AlertId, AlertItem> = if ids.is_empty() {
                 HashMap::new()
             } else {
                 self.store.get_alerts(id, &ids).await?
             };
+            if let Some(from) = episodes_from(&derived) {
+                known.extend(self.store.alerts_since(id, from).await?);
+            }
             let mut writes: Vec<AlertWrite> = Vec::new();
             let mut slots = stored.clone();
             for d in &derived {

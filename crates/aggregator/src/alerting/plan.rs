@@ -45,6 +45,22 @@ pub fn alert_id(rule: &Rule, e: &Episode) -> AlertId {
     AlertId::for_breach(e.start, &rule.metric, rule.rule)
 }
 
+/// The ID an episode goes by: the alert already stored for it, else one made from its start.
+/// Late readings can move an episode's start earlier, never its alert: an alert of the rule
+/// that opened inside the episode is that episode's, and keeps its ID, acknowledgement and
+/// snooze (the earliest, should a late reading have joined two episodes into one).
+pub fn episode_id(rule: &Rule, e: &Episode, known: &HashMap<AlertId, AlertItem>) -> AlertId {
+    let end = e.resolved_at.unwrap_or(Timestamp::MAX);
+    known
+        .values()
+        .filter(|a| a.metric == rule.metric && a.rule == rule.rule)
+        .filter(|a| a.opened_at >= e.start && a.opened_at < end)
+        // A resolved alert is never reopened: an episode open again is a new alert.
+        .filter(|a| e.resolved_at.is_some() || a.state != AlertState::Resolved)
+        .min_by_key(|a| (a.opened_at, a.alert_id.clone()))
+        .map_or_else(|| alert_id(rule, e), |a| a.alert_id.clone())
+}
+
 fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
     let id = alert_id(rule, e);
     let key = EntityKey::Alert {
@@ -106,6 +122,7 @@ fn moved_on(before: &AlertItem, e: &Episode) -> Option<AlertItem> {
     }
     a.breach_count = a.breach_count.max(e.breaches);
     a.last_breach_at = a.last_breach_at.max(e.last_breach_at);
+    a.opened_at = a.opened_at.min(e.opened_at);
     if let Some(r) = e.resolved_at {
         resolve(&mut a, r);
     }
@@ -125,9 +142,12 @@ pub fn plan_derived(
     if let Phase::Open(e) = &d.fold.phase {
         episodes.push(e);
     }
-    for e in &episodes {
-        let id = alert_id(rule, e);
-        match known.get(&id) {
+    let ids: Vec<AlertId> = episodes
+        .iter()
+        .map(|e| episode_id(rule, e, known))
+        .collect();
+    for (e, id) in episodes.iter().zip(&ids) {
+        match known.get(id) {
             None => plan
                 .writes
                 .push(AlertWrite::Create(Box::new(new_alert(device, rule, e)))),
@@ -149,12 +169,12 @@ pub fn plan_derived(
         .unwrap_or(d.need.from);
     // The stored open alert, if the readings no longer show it open, ends here.
     let open_now = match &d.fold.phase {
-        Phase::Open(e) => Some(alert_id(rule, e)),
+        Phase::Open(_) => ids.last().cloned(),
         _ => None,
     };
     if let Some(stale) = d.need.stored.as_ref().and_then(|s| s.alert.as_ref())
         && Some(stale) != open_now.as_ref()
-        && !episodes.iter().any(|e| &alert_id(rule, e) == stale)
+        && !ids.contains(stale)
     {
         plan.writes.extend(resolve_write(known.get(stale), at));
     }
@@ -184,16 +204,25 @@ pub fn resolve_write(stored: Option<&AlertItem>, at: Timestamp) -> Option<AlertW
     })
 }
 
-/// The alerts a plan must know before deciding: every episode's and each stored open one.
-pub fn alerts_to_read(derived: &[Derived], slots: &BTreeMap<String, AlertSlot>) -> Vec<AlertId> {
+/// The slots' open alerts (the episodes' own are found by [`crate::store::AlertStore::alerts_since`]).
+pub fn slot_alerts(slots: &BTreeMap<String, AlertSlot>) -> Vec<AlertId> {
     let mut ids: Vec<AlertId> = slots.values().filter_map(|s| s.alert.clone()).collect();
-    for d in derived {
-        ids.extend(d.fold.closed.iter().map(|e| alert_id(&d.fold.rule, e)));
-        if let Phase::Open(e) = &d.fold.phase {
-            ids.push(alert_id(&d.fold.rule, e));
-        }
-    }
     ids.sort();
     ids.dedup();
     ids
+}
+
+/// Where the derived episodes start at the earliest: every alert they may already have
+/// opened at or after it.
+pub fn episodes_from(derived: &[Derived]) -> Option<Timestamp> {
+    derived
+        .iter()
+        .flat_map(|d| {
+            let open = match &d.fold.phase {
+                Phase::Open(e) => Some(e.start),
+                _ => None,
+            };
+            d.fold.closed.iter().map(|e| e.start).chain(open)
+        })
+        .min()
 }

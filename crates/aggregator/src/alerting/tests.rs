@@ -286,6 +286,74 @@ async fn a_long_hold_is_derived_page_by_page_never_all_at_once() {
     assert!(largest <= 2_000, "one read returned {largest} readings");
 }
 
+#[tokio::test]
+async fn a_late_breach_before_a_snoozed_alert_keeps_its_id_acknowledgement_and_snooze() {
+    let r = rig(MAX30);
+    // GIVEN an alert opened at 150, acknowledged and snoozed by an operator
+    r.send(&[(100, 20.0), (150, 35.0), (160, 36.0)]).await;
+    let opened = r.open_alerts();
+    assert_eq!(opened.len(), 1);
+    let id = opened[0].alert_id.clone();
+    {
+        let mut alerts = r.agg.store().alerts.lock().unwrap();
+        let a = alerts.get_mut(&(device("d1"), id.clone())).unwrap();
+        a.state = AlertState::Acknowledged;
+        a.acknowledged_at = Some(at(170));
+        a.snoozed_until = Some(at(3_600));
+    }
+    // WHEN a late breach at 140 extends the episode backwards
+    r.send(&[(140, 33.0)]).await;
+    // THEN it is still the one alert, same ID, acknowledged and snoozed, now opened at 140
+    let alerts = r.alerts();
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    let a = &alerts[0];
+    assert_eq!(a.alert_id, id);
+    assert_eq!(a.state, AlertState::Acknowledged);
+    assert_eq!(a.snoozed_until, Some(at(3_600)));
+    assert_eq!(a.opened_at, at(140));
+    assert_eq!(r.slot().unwrap().alert, Some(id));
+}
+
+#[tokio::test]
+async fn a_late_breach_before_a_resolved_episode_adds_no_second_alert() {
+    let r = rig(MAX30);
+    // GIVEN an episode from 150 resolved at 200
+    r.send(&[(100, 20.0), (150, 35.0), (200, 20.0)]).await;
+    let before = r.alerts();
+    assert_eq!(before.len(), 1);
+    // WHEN a late breach at 140 belongs to the same episode
+    r.send(&[(140, 33.0)]).await;
+    // THEN the episode keeps its one alert, as it was
+    assert_eq!(r.alerts(), before);
+}
+
+#[tokio::test]
+async fn a_changed_threshold_applies_from_the_newest_reading_and_never_replays_history() {
+    let r = rig("{}");
+    r.set_device_thresholds(MAX30, None);
+    // GIVEN history with two episodes over 30, and readings of 25 that were normal
+    r.send(&[
+        (0, 25.0),
+        (10, 35.0),
+        (20, 25.0),
+        (30, 36.0),
+        (40, 25.0),
+        (50, 26.0),
+    ])
+    .await;
+    assert_eq!(r.alerts().len(), 2);
+    // WHEN the limit is lowered to 24 (every reading of the history would have breached)
+    r.change_thresholds(r#"{"t":{"max":24,"severity":"critical"}}"#, None)
+        .await;
+    // THEN the past is left as decided: one new alert, opened by the newest reading
+    let alerts = r.alerts();
+    assert_eq!(alerts.len(), 3, "{alerts:?}");
+    let open = r.open_alerts();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].opened_at, at(50));
+    assert_eq!(open[0].threshold, 24.0);
+}
+
 /// A store-and-forward upload: `n` readings a second apart, alternating above and below 30.
 fn alternating(n: i64) -> Vec<(i64, f64)> {
     (0..n)
