@@ -9,10 +9,15 @@
 //! The device item's `alertSlots` hold each rule's state as of its last change. A batch
 //! whose readings each leave that state as it is writes nothing (the common case: one
 //! consistent read of the device item per device and batch). A reading that could change it,
-//! a late one, a correction, a delete or a changed threshold derives the rule again from the
+//! a late one, a correction or a delete derives the rule again from the
 //! table, where every reading is before its stream record is: so concurrent invocations of a
 //! hot device's shards, replays, bisected batches and late data all end in the state of the
 //! readings sorted by time. Writes of one device serialise on its `version`.
+//!
+//! A changed threshold only re-judges the newest reading from the stored state (it applies
+//! from now on; history is never replayed as events), and an episode keeps the alert it
+//! already has when late readings move its start earlier ([`plan::episode_id`]). Alert
+//! writes go in transactions DynamoDB accepts ([`commit`]).
 
 pub mod commit;
 pub mod derive;
