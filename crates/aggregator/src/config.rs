@@ -73,6 +73,9 @@ pub struct AggregatorConfig {
     pub event_bus_name: Option<String>,
     /// A local EventBridge endpoint; `None` is the SDK's own resolution.
     pub eventbridge_endpoint: Option<String>,
+    /// Kept back from the invocation's deadline: work not finished by then is reported as
+    /// `batchItemFailures` (the next invocation continues there) instead of being killed.
+    pub deadline_margin: std::time::Duration,
 }
 
 impl AggregatorConfig {
@@ -89,6 +92,7 @@ impl AggregatorConfig {
             device_refresh: std::time::Duration::from_secs(900),
             event_bus_name: None,
             eventbridge_endpoint: None,
+            deadline_margin: std::time::Duration::from_secs(3),
         }
     }
 

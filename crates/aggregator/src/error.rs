@@ -9,4 +9,6 @@ pub enum AggregatorError {
     Store(#[from] StoreError),
     #[error("item {key} still conflicted after {attempts} attempts")]
     Contended { key: String, attempts: u32 },
+    #[error("not finished before the invocation's deadline")]
+    OutOfTime,
 }

@@ -31,6 +31,8 @@ pub struct FakeStore {
     pub failing: Mutex<Option<String>>,
     /// The next this many device commits fail like an outage (a crash before the write).
     pub failing_commits: AtomicU32,
+    /// How long each aggregate write takes (a slow or throttled table).
+    pub write_delay: Mutex<Option<std::time::Duration>>,
 }
 
 fn outage() -> StoreError {
@@ -57,6 +59,10 @@ impl AggregateStore for FakeStore {
         item: &AggregateItem,
         expected: Option<u64>,
     ) -> Result<Written, StoreError> {
+        let delay = *self.write_delay.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
         if self
             .failing
             .lock()

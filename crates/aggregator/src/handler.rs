@@ -133,10 +133,15 @@ impl<S: Store> Aggregator<S> {
         &self.config
     }
 
-    /// The Lambda handler: never fails on input; a store failure becomes a partial batch
-    /// failure from the first record of the items it left unwritten.
-    pub async fn handle(&self, event: Event) -> Result<DynamoDbEventResponse, AggregatorError> {
-        let (response, report) = self.process(&event).await;
+    /// The Lambda handler: never fails on input; a store failure, or work the `deadline`
+    /// (the invocation's, less [`AggregatorConfig::deadline_margin`]) left unfinished, becomes
+    /// a partial batch failure from the first record of the items it left unwritten.
+    pub async fn handle(
+        &self,
+        event: Event,
+        deadline: std::time::Instant,
+    ) -> Result<DynamoDbEventResponse, AggregatorError> {
+        let (response, report) = self.process_until(&event, deadline).await;
         tracing::info!(
             role = ?self.config.role,
             records_seen = report.records_seen,
@@ -151,6 +156,7 @@ impl<S: Store> Aggregator<S> {
             unreadable_items = report.unreadable_items,
             write_units = report.write_units,
             failed_items = report.failed_items,
+            out_of_time = report.out_of_time,
             "batch processed"
         );
         report.metrics().emit();
@@ -161,8 +167,23 @@ impl<S: Store> Aggregator<S> {
         Ok(response)
     }
 
-    /// [`Aggregator::handle`] without logging, returning what was done.
+    /// [`Aggregator::process_until`] with time enough for any batch (tests, tools).
     pub async fn process(&self, event: &Event) -> (DynamoDbEventResponse, Report) {
+        let hour = std::time::Duration::from_secs(3600);
+        self.process_until(event, std::time::Instant::now() + hour)
+            .await
+    }
+
+    /// [`Aggregator::handle`] without logging, returning what was done.
+    pub async fn process_until(
+        &self,
+        event: &Event,
+        deadline: std::time::Instant,
+    ) -> (DynamoDbEventResponse, Report) {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let stop = deadline
+            .checked_sub(self.config.deadline_margin)
+            .unwrap_or(deadline);
         let mut report = Report {
             records_seen: event.records.len() as u64,
             ..Default::default()
@@ -194,17 +215,26 @@ impl<S: Store> Aggregator<S> {
         }
         let mut failed: Vec<usize> = Vec::new();
         match self.config.role {
-            Role::Rollups => self.rollups(&changes, &counters, &mut failed).await,
+            Role::Rollups => self.rollups(&changes, &counters, stop, &mut failed).await,
             Role::Alerts => {
                 let batches = device_batches(&changes, event);
-                self.alerts(&batches, &counters, &mut failed).await;
+                self.alerts(&batches, &counters, stop, &mut failed).await;
             }
         }
 
         if let (Role::Alerts, Some(n)) = (self.config.role, &self.notifier) {
-            let (not_done, notified) = n.process(event).await;
-            report.notify = notified;
-            failed.extend(not_done);
+            match tokio::time::timeout_at(stop, n.process(event)).await {
+                Ok((not_done, notified)) => {
+                    report.notify = notified;
+                    failed.extend(not_done);
+                }
+                // Publishing is idempotent (markers): the next invocation publishes what
+                // this one had not, from the first record.
+                Err(_) => {
+                    Counters::add(&counters.out_of_time, 1);
+                    failed.extend((!event.records.is_empty()).then_some(0));
+                }
+            }
         }
         counters.fill(&mut report);
         report.failed_items = failed.len() as u64;
@@ -223,6 +253,7 @@ impl<S: Store> Aggregator<S> {
         &self,
         batches: &BTreeMap<DeviceId, DeviceBatch>,
         counters: &Counters,
+        stop: tokio::time::Instant,
         failed: &mut Vec<usize>,
     ) {
         let ids: Vec<DeviceId> = batches.keys().cloned().collect();
@@ -249,7 +280,9 @@ impl<S: Store> Aggregator<S> {
                     (
                         b.first_index,
                         id,
-                        self.alert_device(id, b, dev, counters).await,
+                        counters
+                            .until(stop, self.alert_device(id, b, dev, counters))
+                            .await,
                     )
                 }
             })
@@ -379,6 +412,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn work_the_deadline_leaves_is_reported_and_the_retry_finishes_it_exactly() {
+        // GIVEN a table so slow that the batch's four aggregate writes, one at a time, take
+        // longer than the invocation has
+        let mut config = AggregatorConfig::new("t");
+        config.write_concurrency = 1;
+        config.deadline_margin = std::time::Duration::ZERO;
+        let agg = Aggregator::with_store(FakeStore::default(), config);
+        *agg.store().write_delay.lock().unwrap() = Some(std::time::Duration::from_millis(300));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(450);
+        let (resp, report) = agg.process_until(&event(batch()), deadline).await;
+        // THEN the function answers before its deadline, with what it left undone as the
+        // batch item failure, instead of being killed with the whole batch
+        assert!(report.out_of_time >= 1, "{report:?}");
+        assert_eq!(resp.batch_item_failures.len(), 1);
+        // AND the retry from there finishes it, counting nothing twice
+        *agg.store().write_delay.lock().unwrap() = None;
+        let (resp, report) = agg.process(&event(batch())).await;
+        assert!(resp.batch_item_failures.is_empty());
+        assert_eq!(report.out_of_time, 0);
+        for d in ["d1", "d2"] {
+            assert_eq!(
+                count(&hourly(agg.store(), d, "2026-04-20T14:00:00Z").unwrap()),
+                2
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn records_that_are_not_readings_are_ignored_not_failed() {
         let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
         let mut foreign = insert(9, "d1", "2026-04-20T14:00:00Z", 1.0);
@@ -438,7 +499,7 @@ mod tests {
             aws_sdk_dynamodb::Client::from_conf(conf),
             AggregatorConfig::new("t"),
         );
-        let fut = agg.handle(Event::default());
+        let fut = agg.handle(Event::default(), std::time::Instant::now());
         assert_send(&fut);
     }
 

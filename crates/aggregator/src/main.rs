@@ -20,7 +20,11 @@ async fn main() -> Result<(), Error> {
     }
     let aggregator = &aggregator;
     lambda_runtime::run(service_fn(move |e: LambdaEvent<Event>| async move {
-        aggregator.handle(e.payload).await.map_err(Error::from)
+        let deadline = tidemark_store::deadline::from_epoch_millis(e.context.deadline);
+        aggregator
+            .handle(e.payload, deadline)
+            .await
+            .map_err(Error::from)
     }))
     .await
 }

@@ -31,6 +31,9 @@ pub struct Report {
     /// Write request units DynamoDB reported for this invocation's writes.
     pub write_units: f64,
     pub failed_items: u64,
+    /// Items or devices left for the next invocation because the deadline came first
+    /// (also in `failed_items`).
+    pub out_of_time: u64,
     /// Alert notifications (the alerts role).
     pub notify: crate::NotifyReport,
 }
@@ -50,6 +53,7 @@ impl Report {
         self.unreadable_items += o.unreadable_items;
         self.write_units += o.write_units;
         self.failed_items += o.failed_items;
+        self.out_of_time += o.out_of_time;
     }
 
     pub fn metrics(&self) -> Metrics {
@@ -66,6 +70,7 @@ impl Report {
             .count("UnreadableItems", self.unreadable_items)
             .count("WriteUnits", self.write_units.ceil() as u64)
             .count("FailedItems", self.failed_items)
+            .count("OutOfTime", self.out_of_time)
     }
 }
 
@@ -81,6 +86,7 @@ pub(crate) struct Counters {
     pub(crate) unreadable_items: AtomicU64,
     /// Thousandths of a write unit.
     pub(crate) write_milli_units: AtomicU64,
+    pub(crate) out_of_time: AtomicU64,
 }
 
 impl Counters {
@@ -108,6 +114,23 @@ impl Counters {
         }
     }
 
+    /// `work` unless `stop` comes first: then [`AggregatorError::OutOfTime`], counted. Dropping
+    /// the work between two requests is safe: every write is conditional and idempotent, as
+    /// after a crash.
+    pub(crate) async fn until<T>(
+        &self,
+        stop: tokio::time::Instant,
+        work: impl Future<Output = Result<T, AggregatorError>>,
+    ) -> Result<T, AggregatorError> {
+        match tokio::time::timeout_at(stop, work).await {
+            Ok(r) => r,
+            Err(_) => {
+                Self::add(&self.out_of_time, 1);
+                Err(AggregatorError::OutOfTime)
+            }
+        }
+    }
+
     /// Copies the counts into `report`.
     pub(crate) fn fill(&self, report: &mut Report) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -120,5 +143,6 @@ impl Counters {
         report.device_writes_deferred = get(&self.device_writes_deferred);
         report.unreadable_items = get(&self.unreadable_items);
         report.write_units = get(&self.write_milli_units) as f64 / 1000.0;
+        report.out_of_time = get(&self.out_of_time);
     }
 }

@@ -21,6 +21,7 @@ impl<S: Store> Aggregator<S> {
         &self,
         changes: &[StreamChange],
         counters: &Counters,
+        stop: tokio::time::Instant,
         failed: &mut Vec<usize>,
     ) {
         let plans = combine::plan(changes);
@@ -48,7 +49,9 @@ impl<S: Store> Aggregator<S> {
                 let p = &plans[i];
                 let current = aggs.get(&p.key).cloned();
                 async move {
-                    let r = self.write_aggregate(p, current, counters).await;
+                    let r = counters
+                        .until(stop, self.write_aggregate(p, current, counters))
+                        .await;
                     (p.first_index(), p.key.to_string(), r)
                 }
             })

@@ -65,8 +65,9 @@ async fn the_lambda_fixture_of_foreign_items_is_ignored_without_error() {
     assert_eq!(report.records_ignored, report.records_seen);
     assert_eq!(report.items_written, 0);
     assert_eq!(item_count(&t).await, 0);
-    agg.rollups.handle(e.clone()).await.unwrap();
-    agg.alerts.handle(e).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    agg.rollups.handle(e.clone(), deadline).await.unwrap();
+    agg.alerts.handle(e, deadline).await.unwrap();
 }
 
 #[tokio::test]

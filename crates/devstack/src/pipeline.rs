@@ -21,8 +21,9 @@ use crate::esm::{
 use crate::event_bus::{self, EventLog};
 use crate::{DevstackError, LocalConfig, http_api};
 
-/// Lambda's timeout for the functions in `template.yaml`: the handlers get the same deadline.
+/// Lambda's timeouts for the functions in `template.yaml`: the handlers get the same deadline.
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(60);
+const AGGREGATOR_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The ingest function, in process.
 pub struct InProcessIngest(pub tidemark_ingest::Ingest);
@@ -45,7 +46,10 @@ pub struct InProcessAggregator(pub Arc<tidemark_aggregator::Aggregator>);
 impl StreamHandler for InProcessAggregator {
     async fn handle(&self, event: Event) -> Result<DynamoDbEventResponse, FunctionError> {
         // The aggregator reports per-record failures in the response; it has no error path.
-        let (response, report) = self.0.process(&event).await;
+        let (response, report) = self
+            .0
+            .process_until(&event, Instant::now() + AGGREGATOR_TIMEOUT)
+            .await;
         tracing::debug!(?report, "batch aggregated");
         Ok(response)
     }

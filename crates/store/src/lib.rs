@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod batch_get;
 pub mod client;
+pub mod deadline;
 pub mod emf;
 pub mod error;
 pub mod insert;
