@@ -76,6 +76,8 @@ pub struct AggregatorConfig {
     /// Kept back from the invocation's deadline: work not finished by then is reported as
     /// `batchItemFailures` (the next invocation continues there) instead of being killed.
     pub deadline_margin: std::time::Duration,
+    /// How far an alert derivation reads (the documented bounds).
+    pub scan: crate::alerting::derive::ScanLimits,
 }
 
 impl AggregatorConfig {
@@ -93,6 +95,7 @@ impl AggregatorConfig {
             event_bus_name: None,
             eventbridge_endpoint: None,
             deadline_margin: std::time::Duration::from_secs(3),
+            scan: crate::alerting::derive::ScanLimits::default(),
         }
     }
 

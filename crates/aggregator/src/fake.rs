@@ -27,6 +27,8 @@ pub struct FakeStore {
     pub conflicts: AtomicU32,
     /// The most readings one `readings_page` call returned (bounded-memory checks).
     pub largest_read: std::sync::atomic::AtomicUsize,
+    /// Readings all `readings_page` calls returned (bounded-work checks).
+    pub readings_read: std::sync::atomic::AtomicUsize,
     /// Aggregate writes to a sort key containing this fail like an outage.
     pub failing: Mutex<Option<String>>,
     /// The next this many device commits fail like an outage (a crash before the write).
@@ -276,6 +278,7 @@ impl ReadingStore for FakeStore {
         };
         let all = crate::store::first_in_order(all, newest_first, limit);
         self.largest_read.fetch_max(all.len(), Ordering::SeqCst);
+        self.readings_read.fetch_add(all.len(), Ordering::SeqCst);
         Ok(all)
     }
 

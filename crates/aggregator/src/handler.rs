@@ -60,6 +60,8 @@ fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId,
         let mut rewrite = |m: &tidemark_schema::MetricName, at| {
             let t = b.rewritten.entry(m.clone()).or_insert(at);
             *t = (*t).min(at);
+            let u = b.rewritten_until.entry(m.clone()).or_insert(at);
+            *u = (*u).max(at);
         };
         match &sc.change {
             Change::Insert(i) => {

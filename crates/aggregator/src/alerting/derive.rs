@@ -2,9 +2,17 @@
 //!
 //! For each rule that must be derived from a time `from` on, the *anchor* is the newest
 //! clear reading of its metric before `from` (after a clear reading every rule is normal, so
-//! nothing older matters); the readings after the anchor are then folded in time order up to
-//! the newest. Both walks read pages of at most [`ScanLimits::page`] readings per shard
-//! partition, so a hot device's long history is never in memory at once.
+//! nothing older matters); the readings after the anchor are then folded in time order. Both
+//! walks read pages of at most [`ScanLimits::page`] readings per shard partition, so a hot
+//! device's long history is never in memory at once.
+//!
+//! The same property bounds the forward walk: the fold stops at the first clear reading after
+//! every change the batch brings (`until`), where the new history rejoins the old one, so the
+//! stored state holds from there on ([`Reach::Converged`]): a late reading from last month
+//! reads the readings around it, not a month of them. A change whose effect runs on for more
+//! than [`ScanLimits::max_forward`] readings (a breach or hold that long) is derived that far;
+//! the rule is then derived again from its newest change, so its current state is exact, and
+//! the episodes in between stay as they were decided (the documented bound).
 
 use std::collections::BTreeMap;
 
@@ -20,9 +28,25 @@ pub struct Need {
     pub rule: Rule,
     pub from: Timestamp,
     pub stored: Option<AlertSlot>,
-    /// Continue from the stored state at `from` instead of deriving from an anchor: a changed
-    /// threshold applies from the newest reading on and never replays history.
+    /// Continue from the stored state at the metric's newest reading instead of deriving from
+    /// an anchor: a changed threshold applies from the newest reading on and never replays
+    /// history.
     pub resume: bool,
+    /// The newest change the batch brings to the rule's metric: the fold may stop at the
+    /// first clear reading after it.
+    pub until: Timestamp,
+}
+
+/// How far a derivation's fold went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Up to the newest reading: its phase is the rule's state.
+    Newest,
+    /// To a clear reading after every change: the stored state stands from there on.
+    Converged,
+    /// To [`ScanLimits::max_forward`] readings, twice (see the module docs): the stored
+    /// state stands.
+    Cut,
 }
 
 /// A rule derived: its fold over every reading after the anchor.
@@ -30,7 +54,10 @@ pub struct Need {
 pub struct Derived {
     pub need: Need,
     pub anchor: Option<Timestamp>,
+    /// The first reading the fold took.
+    pub from: Timestamp,
     pub fold: Fold,
+    pub reach: Reach,
 }
 
 /// How far the walks go.
@@ -42,6 +69,8 @@ pub struct ScanLimits {
     pub max_back: u64,
     /// How far back to look for an anchor at all.
     pub horizon_micros: i64,
+    /// Readings folded forwards before a change's effect is cut (see the module docs).
+    pub max_forward: u64,
     /// Readings per page (per shard partition).
     pub page: usize,
 }
@@ -51,6 +80,7 @@ impl Default for ScanLimits {
         ScanLimits {
             max_back: 200_000,
             horizon_micros: 31 * 86_400 * 1_000_000,
+            max_forward: 200_000,
             page: 2_000,
         }
     }
@@ -90,8 +120,89 @@ pub async fn derive<S: ReadingStore>(
     needs: Vec<Need>,
     limits: &ScanLimits,
 ) -> Result<(Vec<Derived>, Newest), StoreError> {
+    let (mut derived, newest) = derive_once(store, device, needs, limits).await?;
+    // A change whose effect outran the budget: derive the rule again from its newest change.
+    let again: Vec<Need> = derived
+        .iter()
+        .filter(|d| d.reach == Reach::Cut && !d.need.resume)
+        .filter(|d| d.fold.newest.is_none_or(|n| n < d.need.until))
+        .map(|d| Need {
+            from: d.need.until,
+            ..d.need.clone()
+        })
+        .collect();
+    if again.is_empty() {
+        return Ok((derived, newest));
+    }
+    let (second, newer) = derive_once(store, device, again, limits).await?;
+    for s in second {
+        let Some(d) = derived
+            .iter_mut()
+            .find(|d| d.need.rule == s.need.rule && d.reach == Reach::Cut)
+        else {
+            continue;
+        };
+        // The first walk's episodes that ended before the second one starts are exact; the
+        // second walk's fold is the rule's state.
+        let mut closed: Vec<Episode> = d
+            .fold
+            .closed
+            .drain(..)
+            .filter(|e| e.resolved_at.is_some_and(|r| r < s.from))
+            .collect();
+        closed.extend(s.fold.closed);
+        d.fold = Fold { closed, ..s.fold };
+        d.reach = s.reach;
+    }
+    Ok((derived, newer.or(newest)))
+}
+
+/// The newest reading of `n`'s metric at or after `n.from` (bounded by `max_back`).
+async fn newest_of_metric<S: ReadingStore>(
+    store: &S,
+    device: &DeviceId,
+    n: &Need,
+    limits: &ScanLimits,
+) -> Result<Option<Timestamp>, StoreError> {
+    let mut hi = Timestamp::MAX; // inclusive
+    let mut size = FIRST_PAGE.min(limits.page);
+    let mut scanned: u64 = 0;
+    while scanned < limits.max_back {
+        let page = store.readings_page(device, n.from, hi, true, size).await?;
+        scanned += page.len() as u64;
+        if let Some((at, _)) = page.iter().find(|(_, m)| m.contains_key(&n.rule.metric)) {
+            return Ok(Some(*at));
+        }
+        match page.last().and_then(|(oldest, _)| oldest.pred()) {
+            Some(next) if page.len() >= size => {
+                hi = next;
+                size = (size * 4).min(limits.page);
+            }
+            _ => break,
+        }
+    }
+    Ok(None)
+}
+
+async fn derive_once<S: ReadingStore>(
+    store: &S,
+    device: &DeviceId,
+    needs: Vec<Need>,
+    limits: &ScanLimits,
+) -> Result<(Vec<Derived>, Newest), StoreError> {
     if needs.is_empty() {
         return Ok((Vec::new(), None));
+    }
+    // A resumed rule starts at its metric's newest reading.
+    let mut resume_from: Vec<Option<Timestamp>> = vec![None; needs.len()];
+    for (i, n) in needs.iter().enumerate() {
+        if n.resume {
+            resume_from[i] = Some(
+                newest_of_metric(store, device, n, limits)
+                    .await?
+                    .unwrap_or(n.from),
+            );
+        }
     }
     // Backwards: one anchor per need.
     let mut anchors: Vec<Option<Timestamp>> = vec![None; needs.len()];
@@ -143,9 +254,9 @@ pub async fn derive<S: ReadingStore>(
     // none found, everything from where the backward walk stopped).
     let own_from: Vec<Timestamp> = anchors
         .iter()
-        .zip(&needs)
-        .map(|(a, n)| match a {
-            _ if n.resume => n.from,
+        .zip(&resume_from)
+        .map(|(a, r)| match a {
+            _ if r.is_some() => r.unwrap_or(Timestamp::MIN),
             Some(a) => a.succ().unwrap_or(Timestamp::MAX),
             None if truncated => hi,
             None => floor,
@@ -164,41 +275,71 @@ pub async fn derive<S: ReadingStore>(
             Fold::new(n.rule.clone(), phase)
         })
         .collect();
+    let mut reach: Vec<Option<Reach>> = vec![None; needs.len()];
     let mut newest: Newest = None;
     let mut lo = start; // inclusive
+    let mut folded: u64 = 0;
+    let mut to_the_end = false;
     loop {
         let page = store
             .readings_page(device, lo, Timestamp::MAX, false, limits.page)
             .await?;
+        folded += page.len() as u64;
         for (at, metrics) in &page {
-            for ((f, n), from) in folds.iter_mut().zip(&needs).zip(&own_from) {
-                if *at >= *from
-                    && let Some(v) = metrics.get(&n.rule.metric)
-                {
-                    f.step(*at, *v);
+            for (i, (f, n)) in folds.iter_mut().zip(&needs).enumerate() {
+                if reach[i].is_some() || *at < own_from[i] {
+                    continue;
+                }
+                let Some(v) = metrics.get(&n.rule.metric) else {
+                    continue;
+                };
+                f.step(*at, *v);
+                // Past every change, a clear reading: the old history from here on.
+                // (No stored slot is the normal state: nothing ever changed it.)
+                if *at > n.until && f.phase == Phase::Normal && n.rule.class(*v) == Class::Clear {
+                    reach[i] = Some(Reach::Converged);
                 }
             }
         }
         let full = page.len() >= limits.page;
         if let Some((at, m)) = page.into_iter().next_back() {
-            lo = match at.succ() {
-                Some(next) => next,
+            newest = Some((at, m));
+            match at.succ() {
+                Some(next) => lo = next,
                 None => {
-                    newest = Some((at, m));
+                    to_the_end = true;
                     break;
                 }
-            };
-            newest = Some((at, m));
+            }
         }
         if !full {
+            to_the_end = true;
+            break;
+        }
+        if reach.iter().all(Option::is_some) {
+            break;
+        }
+        if folded >= limits.max_forward {
+            for r in reach.iter_mut().filter(|r| r.is_none()) {
+                *r = Some(Reach::Cut);
+            }
             break;
         }
     }
     let derived = needs
         .into_iter()
         .zip(anchors)
+        .zip(own_from)
         .zip(folds)
-        .map(|((need, anchor), fold)| Derived { need, anchor, fold })
+        .zip(reach)
+        .map(|((((need, anchor), from), fold), reach)| Derived {
+            need,
+            anchor,
+            from,
+            fold,
+            reach: reach.unwrap_or(Reach::Newest),
+        })
         .collect();
-    Ok((derived, newest))
+    // The device's newest reading, when the walk reached it.
+    Ok((derived, newest.filter(|_| to_the_end)))
 }

@@ -8,7 +8,7 @@ use tidemark_schema::{
 };
 
 use super::commit::transactions;
-use super::derive::{Need, ScanLimits, derive};
+use super::derive::{Need, derive};
 use super::plan::{AlertWrite, episodes_from, plan_derived, resolve_write, slot_alerts};
 use super::rules::{Rule, could_change};
 use crate::AggregatorError;
@@ -25,6 +25,8 @@ pub struct DeviceBatch {
     pub readings: BTreeMap<Timestamp, BTreeMap<MetricName, f64>>,
     /// Per metric, the earliest reading corrected or deleted: derived again from there.
     pub rewritten: BTreeMap<MetricName, Timestamp>,
+    /// Per metric, the newest reading corrected or deleted.
+    pub rewritten_until: BTreeMap<MetricName, Timestamp>,
     /// The device item changed its thresholds: every slot is checked against them.
     pub thresholds_changed: bool,
 }
@@ -75,11 +77,24 @@ fn needs(b: &DeviceBatch, rules: &[Rule], slots: &BTreeMap<String, AlertSlot>) -
             (None, Some(s)) => (s.at, true),
             (None, None) => continue,
         };
+        // The newest change the batch brings to the metric.
+        let until = b
+            .readings
+            .iter()
+            .rev()
+            .find(|(_, m)| m.contains_key(&rule.metric))
+            .map(|(at, _)| *at)
+            .into_iter()
+            .chain(b.rewritten_until.get(&rule.metric).copied())
+            .max()
+            .unwrap_or(from)
+            .max(from);
         out.push(Need {
             rule: rule.clone(),
             from,
             stored: stored.cloned(),
             resume,
+            until,
         });
     }
     out
@@ -133,7 +148,7 @@ impl<S: Store> Aggregator<S> {
         mut dev: Option<DeviceItem>,
         counters: &Counters,
     ) -> Result<(), AggregatorError> {
-        let limits = ScanLimits::default();
+        let limits = self.config.scan;
         let refresh = i64::try_from(self.config.device_refresh.as_micros()).unwrap_or(i64::MAX);
         for attempt in 1..=self.config.max_attempts {
             let thresholds = effective_thresholds(dev.as_ref(), &self.config.default_thresholds);

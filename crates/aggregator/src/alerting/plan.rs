@@ -7,7 +7,7 @@ use tidemark_schema::{
     keys, number,
 };
 
-use super::derive::Derived;
+use super::derive::{Derived, Reach};
 use super::rules::{Episode, Phase, Rule};
 
 /// A write the plan needs.
@@ -129,6 +129,23 @@ fn moved_on(before: &AlertItem, e: &Episode) -> Option<AlertItem> {
     (a != *before).then_some(a)
 }
 
+/// What an episode writes: its alert created, or moved on (nothing when already as it is).
+fn episode_write(
+    device: &DeviceId,
+    rule: &Rule,
+    e: &Episode,
+    id: &AlertId,
+    known: &HashMap<AlertId, AlertItem>,
+) -> Option<AlertWrite> {
+    match known.get(id) {
+        None => Some(AlertWrite::Create(Box::new(new_alert(device, rule, e)))),
+        Some(before) => moved_on(before, e).map(|after| AlertWrite::Update {
+            before: Box::new(before.clone()),
+            after: Box::new(after),
+        }),
+    }
+}
+
 /// The writes and the new slot of one derived rule. `known` holds the stored alerts of the
 /// episodes and of the slot's open alert.
 pub fn plan_derived(
@@ -139,6 +156,17 @@ pub fn plan_derived(
     let rule = &d.fold.rule;
     let mut plan = SlotPlan::default();
     let mut episodes: Vec<&Episode> = d.fold.closed.iter().collect();
+    // A fold that stopped short of the newest reading: the stored state stands (see
+    // [`Reach`]); only the episodes it closed are news.
+    let stands = d.reach != Reach::Newest;
+    if stands {
+        for (e, id) in episodes.iter().map(|e| (e, episode_id(rule, e, known))) {
+            plan.writes
+                .extend(episode_write(device, rule, e, &id, known));
+        }
+        plan.slot = d.need.stored.clone();
+        return plan;
+    }
     if let Phase::Open(e) = &d.fold.phase {
         episodes.push(e);
     }
@@ -147,19 +175,8 @@ pub fn plan_derived(
         .map(|e| episode_id(rule, e, known))
         .collect();
     for (e, id) in episodes.iter().zip(&ids) {
-        match known.get(id) {
-            None => plan
-                .writes
-                .push(AlertWrite::Create(Box::new(new_alert(device, rule, e)))),
-            Some(before) => {
-                if let Some(after) = moved_on(before, e) {
-                    plan.writes.push(AlertWrite::Update {
-                        before: Box::new(before.clone()),
-                        after: Box::new(after),
-                    });
-                }
-            }
-        }
+        plan.writes
+            .extend(episode_write(device, rule, e, id, known));
     }
     let at = d
         .fold

@@ -354,6 +354,87 @@ async fn a_changed_threshold_applies_from_the_newest_reading_and_never_replays_h
     assert_eq!(open[0].threshold, 24.0);
 }
 
+impl Rig {
+    /// Adds readings to the table directly (history too long to store one by one).
+    fn extend_history(&self, readings: impl Iterator<Item = (i64, f64)>) {
+        let mut m = self.agg.store().readings.lock().unwrap();
+        let (_, v) = m.iter_mut().find(|(d, _)| *d == device("d1")).unwrap();
+        v.extend(readings.map(|(s, x)| (at(s), BTreeMap::from([(metric("t"), x)]))));
+    }
+
+    fn readings_read(&self) -> usize {
+        self.agg.store().readings_read.swap(0, Ordering::SeqCst)
+    }
+}
+
+fn rig_with_budget(thresholds: &str, max_forward: u64) -> Rig {
+    let mut r = rig(thresholds);
+    let mut config = r.agg.config().clone();
+    config.scan.max_forward = max_forward;
+    r.agg = Aggregator::with_store(FakeStore::default(), config);
+    r
+}
+
+#[tokio::test]
+async fn a_late_breach_in_a_long_history_reads_only_the_readings_around_it() {
+    // GIVEN 100,000 normal readings a second apart
+    let r = rig(MAX30);
+    r.send(&[(0, 20.0)]).await;
+    r.extend_history((1..100_000).map(|s| (s, 20.0)));
+    r.send(&[(100_000, 21.0)]).await;
+    r.readings_read();
+    // WHEN a breach from the middle of it arrives late
+    r.send(&[(50_000, 40.0)]).await;
+    // THEN it is one resolved alert, ended by the reading after it
+    let alerts = r.alerts();
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].resolved_at, Some(at(50_001)));
+    assert!(r.open_alerts().is_empty());
+    // AND the derivation read the readings around it, not the 50,000 after it
+    let read = r.readings_read();
+    assert!(read < 5_000, "read {read} readings");
+}
+
+#[tokio::test]
+async fn a_late_change_and_a_new_breach_far_apart_are_both_derived_within_the_budget() {
+    // GIVEN 100,000 normal readings, and a derivation budget of 1,000 readings forwards
+    let r = rig_with_budget(MAX30, 1_000);
+    r.send(&[(0, 20.0)]).await;
+    r.extend_history((1..100_000).map(|s| (s, 20.0)));
+    r.send(&[(100_000, 21.0)]).await;
+    r.readings_read();
+    // WHEN one batch brings a late breach from near the start and a new breach
+    r.send(&[(10, 40.0), (100_001, 41.0)]).await;
+    // THEN the late one is a resolved alert and the new one is open: both exact
+    let alerts = r.alerts();
+    assert_eq!(alerts.len(), 2, "{alerts:?}");
+    assert_eq!(
+        (alerts[0].opened_at, alerts[0].resolved_at),
+        (at(10), Some(at(11)))
+    );
+    assert_eq!(r.open_alerts()[0].opened_at, at(100_001));
+    // AND nothing near the 100,000 readings between them was read
+    let read = r.readings_read();
+    assert!(read < 10_000, "read {read} readings");
+}
+
+#[tokio::test]
+async fn a_changed_threshold_on_a_long_history_reads_a_few_readings() {
+    let r = rig("{}");
+    r.set_device_thresholds(MAX30, None);
+    // GIVEN a breach long ago, then 100,000 normal readings that changed nothing
+    r.send(&[(0, 20.0), (1, 35.0), (2, 20.0)]).await;
+    r.extend_history((3..100_000).map(|s| (s, 25.0)));
+    r.readings_read();
+    // WHEN the limit is lowered below the newest value
+    r.change_thresholds(r#"{"t":{"max":24,"severity":"critical"}}"#, None)
+        .await;
+    // THEN the newest reading opens the alert, and the derivation read a few readings
+    assert_eq!(r.open_alerts()[0].opened_at, at(99_999));
+    let read = r.readings_read();
+    assert!(read < 100, "read {read} readings");
+}
+
 /// A store-and-forward upload: `n` readings a second apart, alternating above and below 30.
 fn alternating(n: i64) -> Vec<(i64, f64)> {
     (0..n)
