@@ -91,7 +91,8 @@ heat:
 
 ## bench: cost and speed on the local stack, side by side with the textbook design; writes
 ## bench/REPORT.md and bench/report.json (BENCH_ARGS=--quick for small fleets, see --help),
-## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, what
+## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, one
+## aggregator invocation on the worst cases of bounded work into bench/WORST_CASE.md, what
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
 ## readings against single items at four ingest windows into bench/PACKING.md, then the
 ## dashboard's time to a drawn page and asset size into bench/DASHBOARD.md
@@ -99,6 +100,7 @@ bench:
 	scripts/services.sh start
 	$(CARGO) run --release -p tidemark-bench -- $(BENCH_ARGS)
 	$(CARGO) run --release -p tidemark-bench --example alert_latency
+	$(CARGO) run --release -p tidemark-bench --example worst_case
 	$(CARGO) run --release -p tidemark-bench --example write_ceiling
 	$(CARGO) run --release -p tidemark-bench --example packing
 	scripts/browser.sh
