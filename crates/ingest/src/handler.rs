@@ -1,7 +1,7 @@
 //! The ingest handler: a Kinesis batch → reading items and quarantine items → the table, with
 //! a partial-batch response that never skips an unwritten record.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -9,8 +9,9 @@ use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use thiserror::Error;
 use tidemark_schema::field;
+use tidemark_schema::table::attr;
 use tidemark_schema::{DeviceId, QuarantineItem, QuarantineReason, Reading, Timestamp};
-use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteReport};
+use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteMode, WriteReport};
 use tidemark_store::emf::Metrics;
 use tidemark_store::slots::SlotStore;
 use tidemark_store::{Item, StoreError};
@@ -306,12 +307,17 @@ where
                 )
                 .await
         };
+        let sources = reading_sources(&puts);
         let (report, packed) = tokio::join!(self.writer.write_all(puts, write_by), packed);
+        let (refused_failed, refused_written) = self
+            .quarantine_refused(records, &report, &sources, write_by, &mut stats)
+            .await?;
         let mut response = KinesisEventResponse::default();
         let first_failed = report
             .earliest_failed_tag()
             .into_iter()
             .chain(packed.failed_tags.iter().copied())
+            .chain(refused_failed)
             .min();
         if let Some(first) = first_failed {
             let seq = records[first].kinesis.sequence_number.clone();
@@ -319,6 +325,7 @@ where
             stats.failed_from = Some(seq);
         }
         absorb(&mut stats, &report);
+        stats.written += refused_written as u64;
         stats.packed = packed.readings;
         stats.slot_writes = packed.written;
         stats.slots_unchanged = packed.unchanged;
@@ -409,6 +416,56 @@ where
         }
     }
 
+    /// Quarantines every record behind a reading DynamoDB refused for good (past its 400 KB
+    /// item limit) with `reading_too_large`, so the shard moves on and nothing is dropped.
+    /// Returns the records whose quarantine could not be written (a batch failure) and the
+    /// items it wrote.
+    async fn quarantine_refused(
+        &self,
+        records: &[KinesisEventRecord],
+        report: &WriteReport,
+        sources: &HashMap<(String, String), BTreeSet<usize>>,
+        write_by: tokio::time::Instant,
+        stats: &mut BatchStats,
+    ) -> Result<(Vec<usize>, usize), IngestError> {
+        let mut behind: BTreeMap<usize, &str> = BTreeMap::new();
+        for r in &report.refused {
+            let key = (r.pk.clone(), r.sk.clone());
+            for i in sources.get(&key).into_iter().flatten().chain([&r.tag]) {
+                behind.entry(*i).or_insert(r.why.as_str());
+            }
+        }
+        let mut puts = Vec::new();
+        for (i, why) in &behind {
+            tracing::warn!(
+                sequence_number = %records[*i].kinesis.sequence_number, error = %why,
+                "record quarantined: its reading is too large for one item"
+            );
+            let rejection = Rejection::new(
+                QuarantineReason::ReadingTooLarge,
+                format!(
+                    "its reading (this device's metrics at this timestamp, merged over the \
+                     records that carry it) would pass DynamoDB's 400 KB item limit; send \
+                     fewer or shorter metric names per timestamp, or pack the device \
+                     (PUT /devices/{{id}}/layout); DynamoDB said: {why}"
+                ),
+            );
+            for item in quarantine_items(&records[*i], &rejection).map_err(IngestError::Item)? {
+                puts.push(PendingWrite::put(*i, item));
+            }
+        }
+        if puts.is_empty() {
+            return Ok((Vec::new(), 0));
+        }
+        stats.quarantined += behind.len() as u64;
+        *stats
+            .quarantined_by_reason
+            .entry(QuarantineReason::ReadingTooLarge)
+            .or_default() += behind.len() as u64;
+        let r = self.writer.write_all(puts, write_by).await;
+        Ok((r.failed_tags, r.written))
+    }
+
     /// Replaces every record naming an unregistered device with an `unknown_device` rejection.
     async fn quarantine_unknown_devices(
         &self,
@@ -466,6 +523,22 @@ where
         }
         Ok(())
     }
+}
+
+/// Which records each reading item of the batch merges (a combined write carries only the
+/// earliest record's tag).
+fn reading_sources(puts: &[PendingWrite]) -> HashMap<(String, String), BTreeSet<usize>> {
+    let mut out: HashMap<(String, String), BTreeSet<usize>> = HashMap::new();
+    for p in puts {
+        if p.mode == WriteMode::Put {
+            continue;
+        }
+        let attr = |n: &str| p.item.get(n).and_then(|v| v.as_s().ok()).cloned();
+        if let (Some(pk), Some(sk)) = (attr(attr::PK), attr(attr::SK)) {
+            out.entry((pk, sk)).or_default().insert(p.tag);
+        }
+    }
+    out
 }
 
 fn absorb(stats: &mut BatchStats, r: &WriteReport) {

@@ -583,3 +583,85 @@ async fn an_unreadable_config_item_is_skipped_and_counted_and_ingest_goes_on() {
             .is_some()
     );
 }
+
+/// A gateway's record: `tags` metrics with long names, numbered from `first`, at `at`.
+fn gateway_record(device: &str, at: &str, first: usize, tags: usize) -> String {
+    let mut o = serde_json::Map::new();
+    o.insert("deviceId".into(), device.into());
+    o.insert("timestamp".into(), at.into());
+    for i in first..first + tags {
+        o.insert(format!("plc_{i:05}_{}", "x".repeat(50)), (i as f64).into());
+    }
+    serde_json::Value::Object(o).to_string()
+}
+
+#[tokio::test]
+async fn a_reading_too_large_for_one_item_is_quarantined_whole_and_the_shard_moves_on() {
+    // GIVEN a gateway that sends 8,000 tags with one timestamp, 32 a record (long tag names:
+    // one item would hold about 600 KB, past DynamoDB's 400 KB), then another device's reading
+    let t = TestTable::new("ingest-too-large").await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let at = now().to_string();
+    let mut payloads: Vec<String> = (0..250)
+        .map(|r| gateway_record("gw", &at, r * 32, 32))
+        .collect();
+    payloads.push(reading_json("other", &at, 21.5));
+    // WHEN the batch is handled, and handled again (a replay)
+    let resp = ingest.handle(event_of(&payloads), soon()).await.unwrap();
+    let again = ingest.handle(event_of(&payloads), soon()).await.unwrap();
+    // THEN no record fails the batch: the shard moves on
+    assert!(failures(&resp).is_empty(), "{:?}", failures(&resp));
+    assert!(failures(&again).is_empty());
+    // AND the gateway's records are kept whole, each with the reason; the other device's
+    // reading is stored
+    let items = scan(&t.client, &t.name).await;
+    let q = quarantined(&items);
+    let gw: Vec<_> = q
+        .iter()
+        .filter(|r| r.reason == QuarantineReason::ReadingTooLarge)
+        .collect();
+    assert_eq!(gw.len(), 250, "every record of the reading, once");
+    assert!(
+        gw.iter().all(|r| r.message.contains("400 KB")),
+        "{}",
+        gw[0].message
+    );
+    let stored = readings(&items);
+    assert!(stored.iter().any(|r| r.pk == "DEVICE#other"), "{stored:?}");
+}
+
+#[tokio::test]
+async fn a_reading_grown_past_one_item_by_later_batches_quarantines_only_what_does_not_fit() {
+    let t = TestTable::new("ingest-grown").await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let at = now().to_string();
+    // GIVEN a reading of 3,200 tags stored (about 240 KB)
+    let first: Vec<String> = (0..100)
+        .map(|r| gateway_record("gw", &at, r * 32, 32))
+        .collect();
+    let (resp, stats) = ingest.process(&event_of(&first), soon()).await.unwrap();
+    assert!(failures(&resp).is_empty(), "{stats:?}");
+    // WHEN a later batch brings 4,800 more tags for the same timestamp
+    let more: Vec<String> = (100..250)
+        .map(|r| gateway_record("gw", &at, r * 32, 32))
+        .collect();
+    let (resp, stats) = ingest.process(&event_of(&more), soon()).await.unwrap();
+    // THEN the batch succeeds, the stored reading keeps its 3,200 tags, and the records
+    // that would not fit are quarantined with the reason
+    assert!(failures(&resp).is_empty(), "{stats:?}");
+    let items = scan(&t.client, &t.name).await;
+    let stored = readings(&items);
+    let gw = stored.iter().find(|r| r.pk == "DEVICE#gw").unwrap();
+    assert!(gw.metrics.len() >= 3_200, "{}", gw.metrics.len());
+    let q = quarantined(&items);
+    assert!(!q.is_empty());
+    assert!(
+        q.iter()
+            .all(|r| r.reason == QuarantineReason::ReadingTooLarge)
+    );
+    assert_eq!(
+        gw.metrics.len() + q.len() * 32,
+        8_000,
+        "every tag stored or kept"
+    );
+}

@@ -432,6 +432,10 @@ pub enum QuarantineReason {
     /// `metadata` is not an object, or too large or too deep to store (DynamoDB refuses
     /// items over 400 KB and nesting over 32 levels; one bad item would fail a whole batch).
     InvalidMetadata,
+    /// Valid on its own, but its reading (the device's metrics at one timestamp, merged over
+    /// records) would pass DynamoDB's 400 KB item limit: every record of it in the batch is
+    /// kept here, since a write DynamoDB refuses for good would stall the stream shard.
+    ReadingTooLarge,
 }
 
 impl QuarantineReason {
@@ -448,6 +452,7 @@ impl QuarantineReason {
         QuarantineReason::PayloadTooLarge,
         QuarantineReason::UnknownDevice,
         QuarantineReason::InvalidMetadata,
+        QuarantineReason::ReadingTooLarge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -464,6 +469,7 @@ impl QuarantineReason {
             QuarantineReason::PayloadTooLarge => "payload_too_large",
             QuarantineReason::UnknownDevice => "unknown_device",
             QuarantineReason::InvalidMetadata => "invalid_metadata",
+            QuarantineReason::ReadingTooLarge => "reading_too_large",
         }
     }
 }

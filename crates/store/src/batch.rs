@@ -208,6 +208,9 @@ pub struct WriteReport {
     pub throttled: u64,
     /// Tags of the items not written (a combined item carries its earliest tag).
     pub failed_tags: Vec<usize>,
+    /// Items DynamoDB refused for good (too large): not retried, not in `failed_tags`; the
+    /// caller keeps what they came from elsewhere.
+    pub refused: Vec<Refused>,
     /// The last error seen, for the log.
     pub last_error: Option<String>,
 }
@@ -230,8 +233,18 @@ fn chunked(items: Vec<PendingWrite>) -> Vec<Vec<PendingWrite>> {
     chunks
 }
 
+/// A write DynamoDB refused for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub tag: usize,
+    pub pk: String,
+    pub sk: String,
+    pub why: String,
+}
+
 #[derive(Default)]
 struct ChunkOutcome {
+    refused: Vec<Refused>,
     written: usize,
     merged: u64,
     calls: u64,
@@ -251,6 +264,7 @@ impl ChunkOutcome {
         self.unprocessed += c.unprocessed;
         self.throttled += c.throttled;
         self.failed_tags.extend(c.failed_tags);
+        self.refused.extend(c.refused);
         if c.last_error.is_some() {
             self.last_error = c.last_error;
         }
@@ -368,6 +382,7 @@ impl<A: BatchWriteApi> BatchWriter<A> {
             unprocessed: total.unprocessed,
             throttled: total.throttled,
             failed_tags: total.failed_tags,
+            refused: total.refused,
             last_error: total.last_error,
         }
     }
@@ -500,6 +515,22 @@ impl<A: BatchWriteApi> BatchWriter<A> {
                     if m != Merged::Inserted {
                         out.merged += 1;
                     }
+                    return out;
+                }
+                Ok(Err(e)) if e.error.is_too_large() => {
+                    let attr = |n: &str| {
+                        p.item
+                            .get(n)
+                            .and_then(|v| v.as_s().ok())
+                            .cloned()
+                            .unwrap_or_default()
+                    };
+                    out.refused.push(Refused {
+                        tag: p.tag,
+                        pk: attr(tidemark_schema::table::attr::PK),
+                        sk: attr(tidemark_schema::table::attr::SK),
+                        why: e.error.to_string(),
+                    });
                     return out;
                 }
                 Ok(Err(e)) if e.retryable => {

@@ -21,6 +21,9 @@ pub enum StoreError {
     /// another tool or an older version): callers skip it, log it and count it.
     #[error("item {key} is unreadable: {message}")]
     Unreadable { key: String, message: String },
+    /// An item that would pass DynamoDB's 400 KB limit: refused here, before any write.
+    #[error("item {key} would be {bytes} bytes: over DynamoDB's 400 KB item size limit")]
+    TooLarge { key: String, bytes: usize },
     #[error("table {table} was not {state} after {seconds} s")]
     Timeout {
         table: String,
@@ -51,6 +54,22 @@ impl StoreError {
 
     pub fn is_unreadable(&self) -> bool {
         matches!(self, StoreError::Unreadable { .. })
+    }
+
+    /// A write DynamoDB refuses for good because of the item itself (past its 400 KB item
+    /// limit, or an update that would take it there): no retry can succeed.
+    pub fn is_too_large(&self) -> bool {
+        use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+        if matches!(self, StoreError::TooLarge { .. }) {
+            return true;
+        }
+        self.dynamo().is_some_and(|e| {
+            e.code() == Some("ValidationException")
+                && e.message().is_some_and(|m| {
+                    let m = m.to_ascii_lowercase();
+                    m.contains("item size") && m.contains("exceeded")
+                })
+        })
     }
 
     pub fn is_conditional_check_failed(&self) -> bool {

@@ -5,6 +5,13 @@
 /// Actions in one `TransactWriteItems` (a larger one is a `ValidationException`, for ever).
 pub const MAX_TRANSACT_ACTIONS: usize = 100;
 
+/// An item's size, as DynamoDB counts it (attribute names and values).
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// Entries one `UpdateItem` sets in a map: its expression stays well under DynamoDB's 4 KB
+/// expression limit (`#m.#e99 = :e99, ` is 16 bytes an entry).
+pub const MAX_UPDATE_ENTRIES: usize = 100;
+
 /// Puts and deletes in one `BatchWriteItem`.
 pub use crate::batch::MAX_BATCH_WRITE;
 
@@ -19,5 +26,34 @@ pub fn too_many_actions(actions: usize) -> crate::StoreError {
         message: format!(
             "ValidationException: {actions} actions; a transaction takes at most {MAX_TRANSACT_ACTIONS}"
         ),
+    }
+}
+
+/// The size DynamoDB bills and limits `item` by: each attribute's name plus its value (a
+/// string or binary its bytes, a number about one byte per two digits plus one, a map or list
+/// 3 bytes plus its elements (and a map's names) plus one byte each). A close estimate, never
+/// under the real size by more than a number's rounding.
+pub fn item_size(item: &crate::Item) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
+}
+
+fn value_size(v: &aws_sdk_dynamodb::types::AttributeValue) -> usize {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    match v {
+        A::S(s) => s.len(),
+        A::N(n) => n.len().div_ceil(2) + 1,
+        A::B(b) => b.as_ref().len(),
+        A::Bool(_) | A::Null(_) => 1,
+        A::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, v)| k.len() + value_size(v) + 1)
+                .sum::<usize>()
+        }
+        A::L(l) => 3 + l.iter().map(|v| value_size(v) + 1).sum::<usize>(),
+        A::Ss(x) => x.iter().map(String::len).sum(),
+        A::Ns(x) => x.iter().map(|n| n.len().div_ceil(2) + 1).sum(),
+        A::Bs(x) => x.iter().map(|b| b.as_ref().len()).sum(),
+        _ => 0,
     }
 }

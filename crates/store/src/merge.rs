@@ -30,6 +30,7 @@ use tidemark_schema::table::attr;
 use crate::Item;
 use crate::StoreError;
 use crate::batch::BatchCallError;
+use crate::limits::{MAX_ITEM_BYTES, MAX_UPDATE_ENTRIES, item_size};
 use crate::retry::is_retryable;
 
 /// What a merge did.
@@ -108,11 +109,20 @@ pub async fn merge_item(
                 }
             }
         };
-        if existing
-            .as_ref()
-            .is_some_and(|old| merge_is_noop(old, &item, map_attr))
-        {
-            return Ok(Merged::Unchanged);
+        if let Some(old) = &existing {
+            let merged = merge_items(old, &item, map_attr);
+            if merged == *old {
+                return Ok(Merged::Unchanged);
+            }
+            // Refused before any entry is written, so a reading is never stored in part.
+            let bytes = item_size(&merged);
+            if bytes > MAX_ITEM_BYTES {
+                let key = format!("{:?}/{:?}", item.get(attr::PK), item.get(attr::SK));
+                return Err(BatchCallError {
+                    retryable: false,
+                    error: StoreError::TooLarge { key, bytes },
+                });
+            }
         }
         // 2. Merge into the item that is there.
         match update_entries(client, table, &item, map_attr).await {
@@ -170,17 +180,13 @@ async fn update_entries(
     let mut names = HashMap::from([("#m".to_owned(), map_attr.to_owned())]);
     let mut values = HashMap::from([(":map".to_owned(), AttributeValue::S("M".into()))]);
     let mut sets = Vec::new();
+    let mut entries: Vec<(&String, &AttributeValue)> = Vec::new();
     for (i, (name, value)) in item.iter().enumerate() {
         if name == attr::PK || name == attr::SK {
             key.insert(name.clone(), value.clone());
         } else if name == map_attr {
-            let AttributeValue::M(entries) = value else {
-                continue;
-            };
-            for (j, (k, v)) in entries.iter().enumerate() {
-                names.insert(format!("#e{j}"), k.clone());
-                values.insert(format!(":e{j}"), v.clone());
-                sets.push(format!("#m.#e{j} = :e{j}"));
+            if let AttributeValue::M(m) = value {
+                entries.extend(m.iter());
             }
         } else {
             names.insert(format!("#a{i}"), name.clone());
@@ -188,13 +194,45 @@ async fn update_entries(
             sets.push(format!("#a{i} = :a{i}"));
         }
     }
+    // Map entries go [`MAX_UPDATE_ENTRIES`] an update, the other attributes with the first:
+    // each update sets entries by path, so a retry after a partial run ends the same.
+    let mut chunks = entries.chunks(MAX_UPDATE_ENTRIES);
+    let first = chunks.next().unwrap_or(&[]);
+    if !update_chunk(client, table, &key, names, values, sets, first).await? {
+        return Ok(false);
+    }
+    for chunk in chunks {
+        let names = HashMap::from([("#m".to_owned(), map_attr.to_owned())]);
+        let values = HashMap::from([(":map".to_owned(), AttributeValue::S("M".into()))]);
+        if !update_chunk(client, table, &key, names, values, Vec::new(), chunk).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// One `UpdateItem` of [`update_entries`]: `sets` plus `entries` of the map.
+async fn update_chunk(
+    client: &Client,
+    table: &str,
+    key: &HashMap<String, AttributeValue>,
+    mut names: HashMap<String, String>,
+    mut values: HashMap<String, AttributeValue>,
+    mut sets: Vec<String>,
+    entries: &[(&String, &AttributeValue)],
+) -> Result<bool, BatchCallError> {
+    for (j, (k, v)) in entries.iter().enumerate() {
+        names.insert(format!("#e{j}"), (*k).clone());
+        values.insert(format!(":e{j}"), (*v).clone());
+        sets.push(format!("#m.#e{j} = :e{j}"));
+    }
     if sets.is_empty() {
         return Ok(true);
     }
     let out = client
         .update_item()
         .table_name(table)
-        .set_key(Some(key))
+        .set_key(Some(key.clone()))
         .update_expression(format!("SET {}", sets.join(", ")))
         .condition_expression("attribute_type(#m, :map)")
         .set_expression_attribute_names(Some(names))
