@@ -41,7 +41,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys;
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
-use tidemark_schema::{SlotItem, Timestamp, field, metadata_bitmaps};
+use tidemark_schema::{MAX_ITEM_BYTES, SlotItem, Timestamp, field, metadata_bitmaps};
 use tokio::time::Instant;
 
 mod content;
@@ -93,6 +93,8 @@ pub struct SlotWriter {
     pub retry: RetryPolicy,
     /// [`MAX_PART_BYTES`] except in tests of splitting.
     pub part_bytes: usize,
+    /// [`MAX_ITEM_BYTES`] except in tests of the cap.
+    pub item_bytes: usize,
 }
 
 /// Where ingest writes packed slots: DynamoDB (through a [`SlotWriter`]), or a test's fake.
@@ -184,6 +186,7 @@ impl SlotWriter {
             table: table.into(),
             retry,
             part_bytes: MAX_PART_BYTES,
+            item_bytes: MAX_ITEM_BYTES,
         }
     }
 
@@ -310,6 +313,7 @@ impl SlotWriter {
             version: put.expected.map_or(1, |v| v + 1),
             ttl,
             sealed: put.sealed,
+            full: false,
             metadata: metadata_bitmaps(&c.readings, &c.metadata),
         })
     }
