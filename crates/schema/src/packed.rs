@@ -307,8 +307,9 @@ pub fn merge(stored: &SlotReadings, incoming: &SlotReadings) -> Option<SlotReadi
                 changed = true;
             }
         }
-        if row.is_empty() {
-            // A reading without metrics adds nothing (ingest never sends one).
+        if row.is_empty() && !stored.contains_key(at) {
+            // A reading without metrics adds nothing (ingest never sends one); one stored
+            // without metrics (a part carrying only a timestamp's metadata) stays.
             out.remove(at);
         }
     }
