@@ -1,11 +1,12 @@
 //! Packed readings (issue 16) read back as the reading items they stand for.
 //!
 //! A packed partition holds slot parts (`SLOT#<start>#<part>`); the readings of one slot may
-//! be spread over several parts that interleave in time, so a slot is read whole (every part,
-//! unioned) before any of its readings is emitted. Each reading becomes the item a single
+//! be spread over several parts that interleave in time, and the metrics of one reading over
+//! several parts, so a slot is read whole (every part, merged per timestamp) before any of its
+//! readings is emitted. Each reading becomes the item a single
 //! reading would be (`READING#<ts>` sort key, its metrics, the slot's `ttl`), so ordering,
 //! cursor positions, expiry and rendering are the ones of single readings: a client cannot
-//! tell the layouts apart (a packed reading's `metadata` is kept in its part, see
+//! tell the layouts apart (a packed reading's `metadata` is kept in its parts, see
 //! [`SlotItem`]). A part that cannot be read ([`SlotItem::decode`] says which are readable) is
 //! skipped, logged with its key and counted, never an error: one bad item must not hide the
 //! rest of a device's history.
@@ -98,9 +99,11 @@ pub fn skip(item: &Item, why: &str) {
 }
 
 /// Reads every part of the slot starting at `start` (all its parts, any order) and returns
-/// the readings `p` still wants. A reading found in two parts (never written so) takes the
-/// metrics of both, the higher part's values (and metadata) winning, as the writer's merge
-/// would.
+/// the readings `p` still wants. A timestamp's metrics may be spread over parts (a metric added
+/// when its part was full goes to a later one): it takes the metrics of all of them (were a
+/// value in two, the higher part's would win), and its metadata from the highest part
+/// carrying some, where the writer puts the latest. A timestamp without metrics in any part
+/// (one only carrying metadata, whose metrics are in an unreadable part) is no reading.
 pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Unpacked {
     let mut out = Unpacked::default();
     let mut readings = SlotReadings::new();
@@ -133,6 +136,7 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
         ttl = Some(ttl.map_or(t, |old| old.max(t)));
         pk = k;
     }
+    readings.retain(|_, m| !m.is_empty());
     out.decoded = readings.len();
     let last = p.len.last_of(start);
     let mut emit = |at: Timestamp, metrics: BTreeMap<_, _>| {
