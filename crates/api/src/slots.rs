@@ -272,4 +272,56 @@ mod tests {
         let u = unpack(start, &parts, &p, true);
         assert_eq!((secs(&u, start), u.skipped), (vec![1, 2], 3));
     }
+
+    #[test]
+    fn a_timestamps_metrics_spread_over_parts_merge_and_the_highest_parts_metadata_wins() {
+        use tidemark_schema::{DeviceId, SlotMetadata, metadata_bitmaps};
+        let start = ts("2026-04-20T14:00:00Z");
+        let at = start.plus_millis(4000).unwrap();
+        let m = |k: &str| MetricName::new(k).unwrap();
+        let item = |n: u16, readings: SlotReadings, meta: &str| {
+            let metadata = SlotMetadata::from([(at, meta.to_owned())]);
+            tidemark_store::to_item(&SlotItem {
+                pk: keys::reading_pk(&DeviceId::new("d").unwrap(), None),
+                sk: keys::slot_sk(start, n),
+                packed: packed::encode(start, &readings).unwrap(),
+                reading_count: readings.len() as u64,
+                version: 1,
+                ttl: 99,
+                sealed: n < 2,
+                full: n < 2,
+                metadata: metadata_bitmaps(&readings, &metadata),
+            })
+            .unwrap()
+        };
+        // Part 0 holds t, part 1 the metric h added later, part 2 only newer metadata.
+        let parts = [
+            item(2, [(at, BTreeMap::new())].into(), r#"{"fw":"3"}"#),
+            item(0, [(at, [(m("t"), 1.5)].into())].into(), r#"{"fw":"1"}"#),
+            item(1, [(at, [(m("h"), 40.0)].into())].into(), r#"{"fw":"2"}"#),
+        ];
+        let p = Packed {
+            len: SlotLen::new(60).unwrap(),
+            from: start,
+            to: ts("2026-04-20T14:00:59Z"),
+            after: None,
+        };
+        let u = unpack(start, &parts, &p, true);
+        assert_eq!((u.items.len(), u.skipped, u.decoded), (1, 0, 1));
+        let r: ReadingItem = tidemark_store::from_item(u.items[0].clone()).unwrap();
+        assert_eq!(r.metrics, [(m("t"), 1.5), (m("h"), 40.0)].into());
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(serde_json::json!({"fw": "3"}))
+        );
+        // Without the part carrying it, the metadata of part 1 wins; a timestamp with no
+        // metrics in any readable part is no reading.
+        let u = unpack(start, &parts[1..], &p, true);
+        let r: ReadingItem = tidemark_store::from_item(u.items[0].clone()).unwrap();
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(serde_json::json!({"fw": "2"}))
+        );
+        assert!(unpack(start, &parts[..1], &p, true).items.is_empty());
+    }
 }
