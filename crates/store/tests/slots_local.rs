@@ -450,7 +450,7 @@ async fn a_kilohertz_gateway_adding_metric_after_metric_keeps_every_part_under_t
     let n = 60_000i64;
     let names = ["temperature", "humidity", "pressure", "co2", "voc"];
     for (k, name) in names.iter().enumerate() {
-        let metric = MetricName::new(*name).unwrap();
+        let metric = MetricName::new(name).unwrap();
         // WHEN each later batch brings one more metric for the same timestamps, with values
         // that do not compress (nine bytes each): in place, the first part would pass 400 KB
         // at the third metric
