@@ -238,6 +238,7 @@ mod tests {
                 version: 1,
                 ttl: 0,
                 sealed: false,
+                full: false,
                 metadata: Default::default(),
             };
             serde_dynamo::to_item(&item).unwrap()

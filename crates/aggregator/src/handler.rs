@@ -64,8 +64,13 @@ fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId,
             *u = (*u).max(at);
         };
         match &sc.change {
+            // A slot's changes at one timestamp may come from several parts (each holding some
+            // of its metrics): they add up.
             Change::Insert(i) => {
-                b.readings.insert(i.at, i.metrics.clone());
+                b.readings
+                    .entry(i.at)
+                    .or_default()
+                    .extend(i.metrics.clone());
             }
             Change::Correct { old, new } => {
                 // Only a changed value rewrites history; an added metric is a new reading.
@@ -74,7 +79,10 @@ fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId,
                         rewrite(m, old.at);
                     }
                 }
-                b.readings.insert(new.at, new.metrics.clone());
+                b.readings
+                    .entry(new.at)
+                    .or_default()
+                    .extend(new.metrics.clone());
             }
             Change::Delete(i) => {
                 for m in i.metrics.keys() {
@@ -359,6 +367,43 @@ mod tests {
             insert(3, "d1", "2026-04-20T14:01:00Z", 3.0),
             insert(4, "d2", "2026-04-20T14:01:00Z", 4.0),
         ]
+    }
+
+    #[test]
+    fn changes_of_one_timestamp_from_two_slot_parts_merge_their_metrics() {
+        use crate::records::Image;
+        // A metric added to a reading whose other metrics are in another part: two changes
+        // of one batch at the same timestamp.
+        let image = |pairs: &[(&str, f64)]| Image {
+            pk: "DEVICE#d1".into(),
+            device: DeviceId::new("d1").unwrap(),
+            at: ts("2026-04-20T14:00:00Z"),
+            metrics: pairs
+                .iter()
+                .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+                .collect(),
+        };
+        let changes = [
+            StreamChange {
+                index: 0,
+                seq: "1".into(),
+                change: Change::Correct {
+                    old: image(&[("t", 1.0)]),
+                    new: image(&[("t", 2.0)]),
+                },
+            },
+            StreamChange {
+                index: 1,
+                seq: "2".into(),
+                change: Change::Insert(image(&[("h", 40.0)])),
+            },
+        ];
+        let batches = device_batches(&changes, &event(Vec::new()));
+        let b = &batches[&DeviceId::new("d1").unwrap()];
+        assert_eq!(
+            b.readings[&ts("2026-04-20T14:00:00Z")],
+            image(&[("t", 2.0), ("h", 40.0)]).metrics
+        );
     }
 
     #[tokio::test]

@@ -171,10 +171,14 @@ fn slot_image(k: &KeyAttrs, item: &serde_dynamo::Item) -> Result<SlotReadings, I
     if (slot.pk.as_str(), slot.sk.as_str()) != (k.pk.as_str(), k.sk.as_str()) {
         return Err(unreadable("image key differs from the record's key".into()));
     }
-    Ok(slot
+    // A timestamp without metrics only carries metadata for metrics held in other parts:
+    // it is no reading of this part's.
+    let mut readings = slot
         .decode()
         .map_err(|e| unreadable(e.to_string()))?
-        .readings)
+        .readings;
+    readings.retain(|_, m| !m.is_empty());
+    Ok(readings)
 }
 
 /// The reading changes of a slot part's record (whatever its event name: what a REMOVE by

@@ -84,6 +84,7 @@ pub fn slot_item(device: &str, start: Timestamp, part: u16, readings: &[(i64, f6
         version: 1,
         ttl: 0,
         sealed: false,
+        full: false,
         metadata: Default::default(),
     }
 }

@@ -5,8 +5,10 @@
 //! `tidemark-admin rebuild` read.
 //!
 //! The parts of one slot are not in time order among themselves (a late reading goes to the
-//! open part), so a slot is handed on only once all its parts are read. An unreadable item is
-//! skipped, logged with its key and counted: it holds nothing the walk could use.
+//! open part), and one timestamp's metrics may be spread over several of them (a metric added
+//! when its part was full), so a slot is handed on only once all its parts are read, each
+//! timestamp with the metrics of every part merged. An unreadable item is skipped, logged with
+//! its key and counted: it holds nothing the walk could use.
 
 use std::collections::BTreeMap;
 
@@ -188,10 +190,11 @@ impl DynamoStore {
         let mut open: Option<OpenSlot> = None;
         // Hands on the slot read so far: its readings inside the segment, in the asked order.
         let mut flush = |slot: OpenSlot, walked: &mut Walked, left: &mut usize| {
+            // A timestamp without metrics in every part only carried metadata.
             let inside = slot
                 .readings
                 .into_iter()
-                .filter(|(at, _)| seg.from <= *at && *at <= seg.to);
+                .filter(|(at, m)| seg.from <= *at && *at <= seg.to && !m.is_empty());
             let ordered: Box<dyn Iterator<Item = _>> = if newest_first {
                 Box::new(inside.rev())
             } else {
@@ -226,12 +229,13 @@ impl DynamoStore {
                     return false;
                 }
             }
-            open.get_or_insert_with(|| OpenSlot {
+            let slot = open.get_or_insert_with(|| OpenSlot {
                 start: part.start,
                 readings: SlotReadings::new(),
-            })
-            .readings
-            .extend(part.readings);
+            });
+            for (at, metrics) in part.readings {
+                slot.readings.entry(at).or_default().extend(metrics);
+            }
             true
         })
         .await?;

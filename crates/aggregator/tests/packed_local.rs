@@ -375,3 +375,131 @@ async fn reading_walks_stitch_single_and_packed_epochs_and_keep_time_order_acros
     assert_eq!((sum.first, sum.last), (Some(at(5)), Some(at(59))));
     assert_eq!(sum.extremes[&MetricName::new("t").unwrap()], (5.0, 59.0));
 }
+
+#[tokio::test]
+async fn metrics_added_in_a_later_part_roll_up_once_and_walks_merge_them_per_timestamp() {
+    use tidemark_aggregator::DynamoStore;
+    use tidemark_aggregator::store::ReadingStore;
+    // GIVEN a packed device and a single-item one, and a slot writer whose cap lets a part
+    // take two metrics over its readings, not four
+    let t = TestTable::new("agg-spread").await;
+    let packed = dev("spread-1");
+    let mut singles = Singles {
+        device: dev("spread-single"),
+        stored: BTreeMap::new(),
+    };
+    let history = ShardHistory::from_epochs(vec![ShardEpoch {
+        from: ts("2026-01-01T00:00:00Z"),
+        count: 1,
+        slot: Some(SlotLen::new(60).unwrap()),
+    }])
+    .unwrap();
+    put_shard_history(&t, &packed, &history).await;
+    let writer = SlotWriter {
+        part_bytes: 400,
+        item_bytes: tidemark_schema::ITEM_OVERHEAD_BYTES + 600,
+        ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+    };
+    let key = SlotKey {
+        pk: keys::reading_pk(&packed, None),
+        start: ts("2026-04-20T14:00:00Z"),
+    };
+    let deadline = || tokio::time::Instant::now() + Duration::from_secs(10);
+    let batch = |name: &str, k: f64| -> SlotReadings {
+        (0..30)
+            .map(|s| {
+                let at = ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap();
+                (at, metrics(&[(name, (s as f64 + 0.3) * k)]))
+            })
+            .collect()
+    };
+    // WHEN metric after metric arrives for the same 30 timestamps, and a correction of the
+    // first one rides with the last
+    let mut writes = vec![
+        batch("t", 1.37),
+        batch("h", 2.11),
+        batch("p", 3.7),
+        batch("co2", 5.3),
+    ];
+    writes[3].extend(rs(&[(4, &[("t", -1.0), ("co2", 99.0)])]));
+    for w in &writes {
+        assert!(
+            writer
+                .write(&key, w, 4_000_000_000, deadline())
+                .await
+                .unwrap()
+                .written
+        );
+        singles.write(&t, w).await;
+    }
+    // THEN some timestamp's metrics are spread over parts
+    let parts: Vec<_> = t
+        .scan()
+        .await
+        .iter()
+        .filter_map(|i| tidemark_store::slots::read_part(i).ok())
+        .collect();
+    let at4 = ts("2026-04-20T14:00:04Z");
+    let holding = parts
+        .iter()
+        .filter(|p| p.readings.contains_key(&at4))
+        .count();
+    assert!(holding > 1, "the metrics of 4 s are in {holding} parts");
+
+    // WHEN the stream is delivered in small overlapping batches, then all of it again
+    let records = stream_records(&t, parts.len()).await;
+    let agg = tidemark_aggregator::BothRoles::new(
+        t.client.clone(),
+        tidemark_aggregator::AggregatorConfig::new(&t.name),
+    );
+    for i in 0..records.len().div_ceil(2) {
+        let (from, to) = ((i * 2).saturating_sub(1), (i * 2 + 2).min(records.len()));
+        let (resp, _) = agg.process(&event(records[from..to].to_vec())).await;
+        assert!(resp.batch_item_failures.is_empty());
+    }
+    let (resp, _) = agg.process(&event(records.clone())).await;
+    assert!(resp.batch_item_failures.is_empty());
+    // THEN every metric is counted once, as for the single items
+    let got = rollups_of(&t, &packed).await;
+    assert_eq!(got, rollups_of(&t, &singles.device).await);
+    for rollup in got.values() {
+        for m in ["t", "h", "p", "co2"] {
+            assert_eq!(
+                rollup.metrics[&MetricName::new(m).unwrap()].count,
+                30,
+                "{m}"
+            );
+        }
+    }
+    let as_single: Vec<ReadingItem> = singles
+        .items()
+        .into_iter()
+        .map(|mut r| {
+            r.pk = keys::reading_pk(&packed, None);
+            r
+        })
+        .collect();
+    assert_exact(&t, std::slice::from_ref(&packed), &as_single).await;
+    // AND a walk gives each timestamp once with all its metrics
+    let store = DynamoStore::new(t.client.clone(), &t.name);
+    let walked = store
+        .readings_between(
+            &packed,
+            ts("2026-04-20T14:00:00Z"),
+            ts("2026-04-20T14:00:59Z"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(walked.len(), 30);
+    assert!(walked.iter().all(|(_, m)| m.len() == 4), "{walked:?}");
+    let four = &walked.iter().find(|(at, _)| *at == at4).unwrap().1;
+    assert_eq!(
+        four,
+        &metrics(&[
+            ("t", -1.0),
+            ("h", 4.3 * 2.11),
+            ("p", 4.3 * 3.7),
+            ("co2", 99.0)
+        ])
+    );
+}

@@ -1,11 +1,12 @@
 //! Packed readings (issue 16) read back as the reading items they stand for.
 //!
 //! A packed partition holds slot parts (`SLOT#<start>#<part>`); the readings of one slot may
-//! be spread over several parts that interleave in time, so a slot is read whole (every part,
-//! unioned) before any of its readings is emitted. Each reading becomes the item a single
+//! be spread over several parts that interleave in time, and the metrics of one reading over
+//! several parts, so a slot is read whole (every part, merged per timestamp) before any of its
+//! readings is emitted. Each reading becomes the item a single
 //! reading would be (`READING#<ts>` sort key, its metrics, the slot's `ttl`), so ordering,
 //! cursor positions, expiry and rendering are the ones of single readings: a client cannot
-//! tell the layouts apart (a packed reading's `metadata` is kept in its part, see
+//! tell the layouts apart (a packed reading's `metadata` is kept in its parts, see
 //! [`SlotItem`]). A part that cannot be read ([`SlotItem::decode`] says which are readable) is
 //! skipped, logged with its key and counted, never an error: one bad item must not hide the
 //! rest of a device's history.
@@ -98,9 +99,11 @@ pub fn skip(item: &Item, why: &str) {
 }
 
 /// Reads every part of the slot starting at `start` (all its parts, any order) and returns
-/// the readings `p` still wants. A reading found in two parts (never written so) takes the
-/// metrics of both, the higher part's values (and metadata) winning, as the writer's merge
-/// would.
+/// the readings `p` still wants. A timestamp's metrics may be spread over parts (a metric added
+/// when its part was full goes to a later one): it takes the metrics of all of them (were a
+/// value in two, the higher part's would win), and its metadata from the highest part
+/// carrying some, where the writer puts the latest. A timestamp without metrics in any part
+/// (one only carrying metadata, whose metrics are in an unreadable part) is no reading.
 pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Unpacked {
     let mut out = Unpacked::default();
     let mut readings = SlotReadings::new();
@@ -133,6 +136,7 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
         ttl = Some(ttl.map_or(t, |old| old.max(t)));
         pk = k;
     }
+    readings.retain(|_, m| !m.is_empty());
     out.decoded = readings.len();
     let last = p.len.last_of(start);
     let mut emit = |at: Timestamp, metrics: BTreeMap<_, _>| {
@@ -267,5 +271,57 @@ mod tests {
         };
         let u = unpack(start, &parts, &p, true);
         assert_eq!((secs(&u, start), u.skipped), (vec![1, 2], 3));
+    }
+
+    #[test]
+    fn a_timestamps_metrics_spread_over_parts_merge_and_the_highest_parts_metadata_wins() {
+        use tidemark_schema::{DeviceId, SlotMetadata, metadata_bitmaps};
+        let start = ts("2026-04-20T14:00:00Z");
+        let at = start.plus_millis(4000).unwrap();
+        let m = |k: &str| MetricName::new(k).unwrap();
+        let item = |n: u16, readings: SlotReadings, meta: &str| {
+            let metadata = SlotMetadata::from([(at, meta.to_owned())]);
+            tidemark_store::to_item(&SlotItem {
+                pk: keys::reading_pk(&DeviceId::new("d").unwrap(), None),
+                sk: keys::slot_sk(start, n),
+                packed: packed::encode(start, &readings).unwrap(),
+                reading_count: readings.len() as u64,
+                version: 1,
+                ttl: 99,
+                sealed: n < 2,
+                full: n < 2,
+                metadata: metadata_bitmaps(&readings, &metadata),
+            })
+            .unwrap()
+        };
+        // Part 0 holds t, part 1 the metric h added later, part 2 only newer metadata.
+        let parts = [
+            item(2, [(at, BTreeMap::new())].into(), r#"{"fw":"3"}"#),
+            item(0, [(at, [(m("t"), 1.5)].into())].into(), r#"{"fw":"1"}"#),
+            item(1, [(at, [(m("h"), 40.0)].into())].into(), r#"{"fw":"2"}"#),
+        ];
+        let p = Packed {
+            len: SlotLen::new(60).unwrap(),
+            from: start,
+            to: ts("2026-04-20T14:00:59Z"),
+            after: None,
+        };
+        let u = unpack(start, &parts, &p, true);
+        assert_eq!((u.items.len(), u.skipped, u.decoded), (1, 0, 1));
+        let r: ReadingItem = tidemark_store::from_item(u.items[0].clone()).unwrap();
+        assert_eq!(r.metrics, [(m("t"), 1.5), (m("h"), 40.0)].into());
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(serde_json::json!({"fw": "3"}))
+        );
+        // Without the part carrying it, the metadata of part 1 wins; a timestamp with no
+        // metrics in any readable part is no reading.
+        let u = unpack(start, &parts[1..], &p, true);
+        let r: ReadingItem = tidemark_store::from_item(u.items[0].clone()).unwrap();
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(serde_json::json!({"fw": "2"}))
+        );
+        assert!(unpack(start, &parts[..1], &p, true).items.is_empty());
     }
 }

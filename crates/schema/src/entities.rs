@@ -35,10 +35,13 @@ pub mod field {
     pub const ALERT_SLOTS: &str = "alertSlots";
     /// A slot item's readings, in [`crate::packed`]'s encoding (binary).
     pub const PACKED: &str = "packed";
-    /// How many readings a slot item holds.
+    /// How many timestamps a slot item holds.
     pub const READING_COUNT: &str = "readingCount";
     /// A slot part that takes no new readings (the slot continues in the next part).
     pub const SEALED: &str = "sealed";
+    /// A slot part that takes no new metric and no new metadata either, only corrections
+    /// of the values it holds (what no longer fits goes to the slot's open part).
+    pub const FULL: &str = "full";
     pub const VALUE: &str = "value";
     pub const BREACH_COUNT: &str = "breachCount";
     pub const LAST_BREACH_AT: &str = "lastBreachAt";

@@ -11,6 +11,14 @@
 //!   each XORed with the previous one's bits: a `0` byte for an unchanged value, otherwise
 //!   one byte `1 + 8·lead + trail` (zero bytes at each end of the XOR, 0..7) and the bytes in
 //!   between. A value read back is bit-for-bit the value written (NaN payloads, -0.0).
+//!
+//! Worst case ([`encoded_bound`]): a value never takes more than [`MAX_VALUE_BYTES`] (its
+//! control byte and all eight bytes of its XOR), whatever it and its neighbours are, and a
+//! timestamp never more than [`MAX_TIMESTAMP_BYTES`] (a 64-bit varint; one inside its slot's
+//! hour at most 5). Everything else (the header, the names, the presence bitmaps, the
+//! timestamps themselves) depends only on which metrics are at which times, not on the
+//! values: so a correction, whatever value it writes, can never grow an encoding past the
+//! bound of its shape.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +43,62 @@ pub enum PackError {
 }
 
 const VERSION: u8 = 1;
+
+/// The most bytes one value takes: its control byte and the eight bytes of a XOR with no
+/// zero byte at either end.
+pub const MAX_VALUE_BYTES: usize = 9;
+
+/// The most bytes one timestamp takes: a varint of 64 bits (an offset or a zigzagged
+/// delta-of-delta). Inside one hour (every slot) offsets and deltas are under 2^32 µs and a
+/// delta-of-delta's zigzag under 2^33, so at most 5 bytes.
+pub const MAX_TIMESTAMP_BYTES: usize = 10;
+
+/// The bytes `put_varint` writes for `v`.
+fn varint_len(v: u64) -> usize {
+    (64 - v.max(1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// The most bytes [`encode`] can write for readings at these times with these metrics,
+/// whatever their values: the exact bytes of everything but the values, plus
+/// [`MAX_VALUE_BYTES`] per value. A correction (a new value of a metric a reading already
+/// has) never changes the bound; a new metric or a new time is the only way to raise it.
+pub fn encoded_bound(start: Timestamp, readings: &SlotReadings) -> Result<usize, PackError> {
+    let n = readings.len();
+    let mut bytes = 1 + varint_len(n as u64);
+    let (mut prev, mut prev_delta) = (0i64, 0i64);
+    for (i, at) in readings.keys().enumerate() {
+        let off = at.epoch_micros() - start.epoch_micros();
+        if off < 0 {
+            return Err(PackError::BeforeStart { at: *at, start });
+        }
+        bytes += if i == 0 {
+            varint_len(off as u64)
+        } else {
+            let delta = off - prev;
+            let dod = zigzag(delta - prev_delta);
+            prev_delta = delta;
+            varint_len(dod)
+        };
+        prev = off;
+    }
+    // Per metric: how many readings carry it.
+    let mut counts: BTreeMap<&MetricName, usize> = BTreeMap::new();
+    for metrics in readings.values() {
+        for m in metrics.keys() {
+            *counts.entry(m).or_default() += 1;
+        }
+    }
+    bytes += varint_len(counts.len() as u64);
+    for (name, count) in counts {
+        let len = name.as_str().len();
+        bytes += varint_len(len as u64) + len + 1;
+        if count < n {
+            bytes += n.div_ceil(8);
+        }
+        bytes += count * MAX_VALUE_BYTES;
+    }
+    Ok(bytes)
+}
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -243,8 +307,9 @@ pub fn merge(stored: &SlotReadings, incoming: &SlotReadings) -> Option<SlotReadi
                 changed = true;
             }
         }
-        if row.is_empty() {
-            // A reading without metrics adds nothing (ingest never sends one).
+        if row.is_empty() && !stored.contains_key(at) {
+            // A reading without metrics adds nothing (ingest never sends one); one stored
+            // without metrics (a part carrying only a timestamp's metadata) stays.
             out.remove(at);
         }
     }
@@ -316,6 +381,16 @@ mod tests {
         assert_eq!(decode(start(), &bytes).unwrap(), readings);
         let per_reading = bytes.len() as f64 / 60.0;
         assert!(per_reading < 6.0, "{per_reading} bytes per reading");
+    }
+
+    #[test]
+    fn a_timestamp_takes_at_most_ten_bytes_and_five_inside_an_hour() {
+        assert_eq!(varint_len(u64::MAX), MAX_TIMESTAMP_BYTES);
+        let hour = 3_600_000_000i64;
+        assert_eq!(varint_len(hour as u64), 5);
+        assert_eq!(varint_len(zigzag(-hour)), 5);
+        assert_eq!(varint_len(zigzag(hour)), 5);
+        assert_eq!((varint_len(0), varint_len(127), varint_len(128)), (1, 1, 2));
     }
 
     #[test]
@@ -447,6 +522,63 @@ mod tests {
             }
             // Merging the same batch again changes nothing: a replay is free.
             prop_assert!(merge(&after, &incoming).is_none());
+        }
+
+        #[test]
+        fn no_values_encode_past_the_bound_of_their_shape_and_the_worst_reach_it(
+            rows in proptest::collection::btree_map(
+                // Anywhere in the hour, or packed a microsecond apart: every delta size.
+                prop_oneof![0i64..3_600_000_000, 0i64..64],
+                proptest::collection::btree_map(
+                    prop_oneof![Just("t"), Just("h"), Just("battery_level"), Just("p")],
+                    prop_oneof![
+                        any::<u64>(),
+                        Just(0u64),
+                        Just(u64::MAX),
+                        Just(f64::NAN.to_bits()),
+                        Just((-0.0f64).to_bits()),
+                        Just(0x0100_0000_0000_0001),
+                        Just(0x8000_0000_0000_0001),
+                    ],
+                    0..4,
+                ),
+                0..60,
+            ),
+            corrections in proptest::collection::vec(any::<u64>(), 0..60),
+        ) {
+            let at = |off: &i64| start().plus_micros(*off).unwrap();
+            let readings: SlotReadings = rows
+                .iter()
+                .map(|(off, ms)| {
+                    (at(off), ms.iter().map(|(k, b)| (m(k), f64::from_bits(*b))).collect())
+                })
+                .collect();
+            let bound = encoded_bound(start(), &readings).unwrap();
+            prop_assert!(encode(start(), &readings).unwrap().len() <= bound);
+            // Any correction of any values (same shape) stays under the same bound.
+            let mut fixed = readings.clone();
+            let mut values = corrections.iter().cycle();
+            for ms in fixed.values_mut() {
+                for v in ms.values_mut() {
+                    if let Some(b) = values.next() {
+                        *v = f64::from_bits(*b);
+                    }
+                }
+            }
+            prop_assert_eq!(encoded_bound(start(), &fixed).unwrap(), bound);
+            prop_assert!(encode(start(), &fixed).unwrap().len() <= bound);
+            // The worst values reach it: each one's XOR with the previous has no zero byte at
+            // either end (alternating between two such patterns).
+            let mut worst = readings.clone();
+            let mut flip: BTreeMap<MetricName, bool> = BTreeMap::new();
+            for ms in worst.values_mut() {
+                for (k, v) in ms.iter_mut() {
+                    let f = flip.entry(k.clone()).or_insert(false);
+                    *f = !*f;
+                    *v = f64::from_bits(if *f { 0x0101_0101_0101_0101 } else { 0 } ^ 0xff00_0000_0000_00ff);
+                }
+            }
+            prop_assert_eq!(encode(start(), &worst).unwrap().len(), bound);
         }
 
         #[test]

@@ -5,9 +5,19 @@
 //! `readingCount` says, and every reading inside the hour of the slot's start (a slot never
 //! straddles an hour, whatever its length), and metadata bitmaps that match the readings.
 //!
-//! A reading's `metadata` (free-form JSON) is kept in the part holding the reading: a map from
+//! A reading's `metadata` (free-form JSON) is kept in a part holding the reading: a map from
 //! each distinct JSON text to a bitmap of the part's readings (in time order) carrying it, so a
 //! device's unchanging metadata is stored once a part.
+//!
+//! The metrics of one timestamp may be spread over several parts of its slot (each
+//! (timestamp, metric) value is in exactly one), and so may copies of its metadata: readers
+//! merge a timestamp's metrics across parts and take its metadata from the highest-numbered
+//! readable part carrying metadata for it. A part may hold a timestamp without metrics only
+//! to carry its metadata ([`SlotPart::readings`] keeps it, with no metrics).
+//!
+//! Size: no part is written whose [`item_bound`] passes [`MAX_ITEM_BYTES`], well under
+//! DynamoDB's 400 KB item limit: the worst case of its readings whatever their values
+//! ([`packed::encoded_bound`]), plus its metadata and its other attributes.
 
 use std::collections::BTreeMap;
 
@@ -33,8 +43,46 @@ pub struct SlotItem {
     pub ttl: i64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
+    /// Takes only corrections of the values it holds ([`crate::field::FULL`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, Bitmap>,
+}
+
+/// The most a slot part item may take (DynamoDB's limit is 400 KB): every write keeps each
+/// part's [`item_bound`] under it.
+pub const MAX_ITEM_BYTES: usize = 350 * 1024;
+const _: () = assert!(
+    MAX_ITEM_BYTES + ITEM_OVERHEAD_BYTES <= 400 * 1024 - 32 * 1024,
+    "well under DynamoDB's 400 KB item limit"
+);
+
+/// What a slot part item takes besides its packed readings and its metadata: its keys (a
+/// device ID of at most 128 bytes, a shard, the slot's start and part number), the names of
+/// its attributes and its numbers (at most 21 bytes each). Generous (about 300 at most).
+pub const ITEM_OVERHEAD_BYTES: usize = 1024;
+
+/// The bytes the `metadata` attribute of a part holding `readings` with `metadata` takes: per
+/// distinct text, the text (the map key), its bitmap and DynamoDB's per-entry bytes.
+pub fn metadata_bytes(readings: &SlotReadings, metadata: &SlotMetadata) -> usize {
+    metadata_bitmaps(readings, metadata)
+        .iter()
+        .map(|(json, bits)| json.len() + bits.0.len() + 4)
+        .sum()
+}
+
+/// The most bytes a part item holding `readings` with `metadata` can take, whatever values
+/// later corrections write: [`packed::encoded_bound`] + [`metadata_bytes`] +
+/// [`ITEM_OVERHEAD_BYTES`].
+pub fn item_bound(
+    start: Timestamp,
+    readings: &SlotReadings,
+    metadata: &SlotMetadata,
+) -> Result<usize, PackError> {
+    Ok(packed::encoded_bound(start, readings)?
+        + metadata_bytes(readings, metadata)
+        + ITEM_OVERHEAD_BYTES)
 }
 
 /// A bitmap over a part's readings in time order (bit `i % 8` of byte `i / 8`), stored as a
@@ -88,6 +136,7 @@ pub struct SlotPart {
     pub metadata: SlotMetadata,
     pub version: u64,
     pub sealed: bool,
+    pub full: bool,
 }
 
 /// Why a slot part cannot be read.
@@ -156,6 +205,7 @@ impl SlotItem {
             metadata,
             version: self.version,
             sealed: self.sealed,
+            full: self.full,
         })
     }
 }
@@ -204,6 +254,7 @@ mod tests {
             version: 1,
             ttl: 0,
             sealed: false,
+            full: false,
             metadata: BTreeMap::new(),
         }
     }
@@ -270,9 +321,63 @@ mod tests {
     }
 
     #[test]
+    fn a_part_item_takes_at_most_its_bound_whatever_its_keys_and_numbers() {
+        // The longest device ID, a shard, the last part number, the largest numbers.
+        let device = DeviceId::new(&"d".repeat(DeviceId::MAX_LEN)).unwrap();
+        let start = ts("2026-04-20T14:59:59.999999Z");
+        let readings = one("2026-04-20T14:59:59.999999Z");
+        let metadata = SlotMetadata::from([(
+            ts("2026-04-20T14:59:59.999999Z"),
+            format!(r#"{{"note":"{}"}}"#, "x".repeat(1000)),
+        )]);
+        let i = SlotItem {
+            pk: reading_pk(&device, Some(u16::MAX)),
+            sk: slot_sk(start, u16::MAX),
+            packed: packed::encode(start, &readings).unwrap(),
+            reading_count: u64::MAX,
+            version: u64::MAX,
+            ttl: i64::MIN,
+            sealed: true,
+            full: true,
+            metadata: metadata_bitmaps(&readings, &metadata),
+        };
+        // DynamoDB's sizes: names and strings by their bytes, binaries by their length, a
+        // number at most 21, a boolean 1, a map 3 and 1 per entry.
+        let v = serde_json::to_value(&i).unwrap();
+        let mut size = 0;
+        for (name, value) in v.as_object().unwrap() {
+            size += name.len();
+            size += match name.as_str() {
+                field::PACKED => i.packed.len(),
+                field::METADATA => {
+                    3 + i
+                        .metadata
+                        .iter()
+                        .map(|(k, b)| k.len() + b.0.len() + 1)
+                        .sum::<usize>()
+                }
+                _ => match value {
+                    serde_json::Value::String(s) => s.len(),
+                    serde_json::Value::Number(_) => 21,
+                    serde_json::Value::Bool(_) => 1,
+                    other => panic!("{name}: {other}"),
+                },
+            };
+        }
+        let bound = item_bound(start, &readings, &metadata).unwrap();
+        assert!(size <= bound, "{size} > {bound}");
+        let overhead = size - i.packed.len() - metadata_bytes(&readings, &metadata);
+        assert!(
+            overhead * 2 < ITEM_OVERHEAD_BYTES,
+            "{overhead} bytes of keys and numbers"
+        );
+    }
+
+    #[test]
     fn the_attribute_names_are_the_schema_fields() {
         let mut i = item(ts("2026-04-20T14:00:00Z"), &one("2026-04-20T14:00:00Z"));
         i.sealed = true;
+        i.full = true;
         i.metadata = BTreeMap::from([("{}".to_owned(), Bitmap(vec![1]))]);
         let v = serde_json::to_value(&i).unwrap();
         for name in [
@@ -281,6 +386,7 @@ mod tests {
             field::READING_COUNT,
             field::VERSION,
             field::SEALED,
+            field::FULL,
             crate::table::attr::TTL,
         ] {
             assert!(v.get(name).is_some(), "{name}");

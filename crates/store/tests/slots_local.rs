@@ -290,3 +290,190 @@ async fn racing_writers_past_the_part_limit_still_hold_every_reading_once() {
         "all but the last sealed"
     );
 }
+
+/// The bytes DynamoDB counts for an item: names and strings by their bytes, binaries by their
+/// length, numbers by their digits (about one byte per two, plus one), booleans one, and a
+/// map three plus one per entry.
+fn item_size(item: &tidemark_store::Item) -> usize {
+    fn value(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::B(b) => b.as_ref().len(),
+            AttributeValue::N(n) => n.len().div_ceil(2) + 1,
+            AttributeValue::Bool(_) => 1,
+            AttributeValue::M(m) => {
+                3 + m.iter().map(|(k, v)| k.len() + value(v) + 1).sum::<usize>()
+            }
+            other => panic!("unexpected attribute {other:?}"),
+        }
+    }
+    item.iter().map(|(k, v)| k.len() + value(v)).sum()
+}
+
+/// The slot as a reader joins its parts: every (timestamp, metric) value with the number of
+/// parts holding it, and each timestamp's metadata from the highest part carrying it. Checks
+/// on the way that every part, as stored, is under `cap` and so is its worst case.
+async fn joined(
+    t: &TestTable,
+    cap: usize,
+) -> (
+    BTreeMap<(Timestamp, MetricName), (f64, usize)>,
+    BTreeMap<Timestamp, String>,
+    usize,
+) {
+    let mut items = t.scan().await;
+    items.sort_by_key(|i| {
+        let AttributeValue::S(sk) = &i["sk"] else {
+            panic!("a string sort key")
+        };
+        sk.rsplit('#').next().unwrap().parse::<u16>().unwrap()
+    });
+    let mut values = BTreeMap::new();
+    let mut metadata = BTreeMap::new();
+    for item in &items {
+        let size = item_size(item);
+        assert!(size <= cap, "a part of {size} bytes (cap {cap})");
+        let part = read_part(item).unwrap();
+        let bound = tidemark_schema::item_bound(start(), &part.readings, &part.metadata).unwrap();
+        assert!(
+            bound <= cap,
+            "part {} has a worst case of {bound} bytes",
+            part.part
+        );
+        assert!(
+            size <= bound,
+            "part {}: {size} bytes past its bound {bound}",
+            part.part
+        );
+        for (at, ms) in part.readings {
+            for (m, v) in ms {
+                let e = values.entry((at, m)).or_insert((v, 0));
+                *e = (v, e.1 + 1);
+            }
+        }
+        metadata.extend(part.metadata);
+    }
+    (values, metadata, items.len())
+}
+
+#[tokio::test]
+async fn metrics_and_metadata_added_to_sealed_readings_never_grow_a_part_past_the_cap() {
+    let t = TestTable::new("slots-bounded").await;
+    let cap = tidemark_schema::ITEM_OVERHEAD_BYTES + 2_000;
+    let writer = SlotWriter {
+        part_bytes: 300,
+        item_bytes: cap,
+        ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+    };
+    let at = |s: i64| start().plus_micros(s * 1_000_000).unwrap();
+    let value = |k: usize, s: i64| (s as f64 + 0.1) * 1.37f64.powi(k as i32 + 1);
+    // GIVEN 120 readings of one metric with values that do not compress, sealed into parts
+    for from in [0, 40, 80] {
+        let batch: SlotReadings = (from..from + 40)
+            .map(|s| {
+                (
+                    at(s),
+                    BTreeMap::from([(MetricName::new("m0").unwrap(), value(0, s))]),
+                )
+            })
+            .collect();
+        writer.write(&key(), &batch, 0, deadline()).await.unwrap();
+    }
+    let sealed = parts(&t).await.len();
+    assert!(sealed > 1, "{sealed} parts");
+    // WHEN later batches add metric after metric for the same timestamps, each with longer
+    // metadata, and a correction of the first metric rides along
+    let metrics = 8;
+    for k in 1..metrics {
+        let content = Content {
+            readings: (0..120)
+                .map(|s| {
+                    let mut ms =
+                        BTreeMap::from([(MetricName::new(&format!("m{k}")).unwrap(), value(k, s))]);
+                    if s % 7 == k as i64 {
+                        ms.insert(MetricName::new("m0").unwrap(), -value(k, s));
+                    }
+                    (at(s), ms)
+                })
+                .collect(),
+            metadata: (0..120)
+                .map(|s| {
+                    (
+                        at(s),
+                        format!(r#"{{"k":{k},"s":{s},"pad":"{}"}}"#, "x".repeat(4 * k)),
+                    )
+                })
+                .collect(),
+        };
+        let w = writer
+            .write_content(&key(), &content, 0, deadline())
+            .await
+            .unwrap();
+        assert!(w.written);
+        assert_eq!(w.readings, 120, "the slot holds 120 timestamps");
+        // AND the same batch again changes nothing
+        let again = writer
+            .write_content(&key(), &content, 0, deadline())
+            .await
+            .unwrap();
+        assert!(!again.written, "a replay after metric {k} wrote");
+    }
+    // THEN every part is under the cap, and the joined slot holds each (timestamp, metric)
+    // value exactly once, with its latest value and the latest metadata
+    let (values, metadata, count) = joined(&t, cap).await;
+    assert!(count > sealed, "added metrics went to new parts ({count})");
+    assert_eq!(values.len(), 120 * metrics);
+    for s in 0..120i64 {
+        for k in 0..metrics {
+            let (v, holders) = values[&(at(s), MetricName::new(&format!("m{k}")).unwrap())];
+            assert_eq!(holders, 1, "m{k} at {s}s is in {holders} parts");
+            let fixed = (1..metrics).rev().find(|j| k == 0 && s % 7 == *j as i64);
+            let want = fixed.map_or(value(k, s), |j| -value(j, s));
+            assert_eq!(v, want, "m{k} at {s}s");
+        }
+        let last = metrics - 1;
+        assert_eq!(
+            metadata[&at(s)],
+            format!(r#"{{"k":{last},"s":{s},"pad":"{}"}}"#, "x".repeat(4 * last))
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_kilohertz_gateway_adding_metric_after_metric_keeps_every_part_under_the_cap() {
+    let t = TestTable::new("slots-khz").await;
+    let writer = SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default());
+    let cap = tidemark_schema::MAX_ITEM_BYTES;
+    // GIVEN a 1 kHz gateway's minute: 60 000 timestamps, its first metric almost constant
+    // (two bytes a reading: parts of ~30 000 readings)
+    let at = |i: i64| start().plus_micros(i * 1_000).unwrap();
+    let n = 60_000i64;
+    let names = ["temperature", "humidity", "pressure", "co2", "voc"];
+    for (k, name) in names.iter().enumerate() {
+        let metric = MetricName::new(name).unwrap();
+        // WHEN each later batch brings one more metric for the same timestamps, with values
+        // that do not compress (nine bytes each): in place, the first part would pass 400 KB
+        // at the third metric
+        let readings: SlotReadings = (0..n)
+            .map(|i| {
+                let v = if k == 0 {
+                    21.5
+                } else {
+                    f64::from_bits(
+                        0x4035_0000_0000_0000
+                            ^ ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 12),
+                    )
+                };
+                (at(i), BTreeMap::from([(metric.clone(), v)]))
+            })
+            .collect();
+        let w = writer.write(&key(), &readings, 0, deadline()).await;
+        let w = w.unwrap_or_else(|e| panic!("writing {name}: {e}"));
+        assert!(w.written);
+    }
+    // THEN every part is under the cap and every value is in exactly one part
+    let (values, _, count) = joined(&t, cap).await;
+    assert_eq!(values.len(), n as usize * names.len());
+    assert!(values.values().all(|(_, holders)| *holders == 1));
+    assert!(count >= 3, "{count} parts");
+}

@@ -42,8 +42,12 @@ pub fn readings(items: &[Item]) -> Vec<(DeviceId, Timestamp, BTreeMap<MetricName
                 else {
                     continue;
                 };
+                // A timestamp's metrics may be spread over parts: each part's are its own
+                // readings here (a timestamp only carrying metadata has none).
                 for (at, m) in part.readings {
-                    out.push((part.device.clone(), at, m));
+                    if !m.is_empty() {
+                        out.push((part.device.clone(), at, m));
+                    }
                 }
             }
             _ => {}

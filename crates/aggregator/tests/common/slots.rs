@@ -42,6 +42,7 @@ fn part(at: &SlotAt, number: u16, r: &SlotReadings, version: u64, sealed: bool) 
         version,
         ttl: 4_000_000_000,
         sealed,
+        full: false,
         metadata: Default::default(),
     }
 }

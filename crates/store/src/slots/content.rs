@@ -3,7 +3,7 @@
 //! a readable part is, for every reader).
 
 use tidemark_schema::packed::{self, SlotReadings};
-use tidemark_schema::{SlotItem, SlotMetadata, SlotPart, Timestamp, metadata_bitmaps};
+use tidemark_schema::{SlotItem, SlotMetadata, SlotPart, Timestamp, item_bound, metadata_bytes};
 
 use crate::{Item, StoreError, from_item};
 
@@ -16,24 +16,39 @@ pub struct Content {
 
 impl Content {
     /// `incoming` merged in (see [`packed::merge`]; metadata replaced per reading); `None`
-    /// when nothing changes.
+    /// when nothing changes. A timestamp given metadata here and no metrics is kept without
+    /// metrics, to carry it (see [`tidemark_schema::slot_item`]).
     pub(crate) fn merged(&self, incoming: &Content) -> Option<Content> {
-        let readings = packed::merge(&self.readings, &incoming.readings);
+        let merged = packed::merge(&self.readings, &incoming.readings);
+        let mut changed = merged.is_some();
+        let mut readings = merged.unwrap_or_else(|| self.readings.clone());
         let mut metadata = self.metadata.clone();
-        let mut meta_changed = false;
         for (at, m) in &incoming.metadata {
             if metadata.get(at) != Some(m) {
                 metadata.insert(*at, m.clone());
-                meta_changed = true;
+                changed = true;
+            }
+            if !readings.contains_key(at) {
+                readings.insert(*at, Default::default());
+                changed = true;
             }
         }
-        if readings.is_none() && !meta_changed {
-            return None;
-        }
-        Some(Content {
-            readings: readings.unwrap_or_else(|| self.readings.clone()),
-            metadata,
-        })
+        changed.then_some(Content { readings, metadata })
+    }
+
+    /// `incoming` merged in, or this content as it is when nothing changes.
+    pub(crate) fn with(&self, incoming: &Content) -> Content {
+        self.merged(incoming).unwrap_or_else(|| self.clone())
+    }
+
+    /// Whether nothing is in it (neither a value nor metadata).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.readings.values().all(|m| m.is_empty()) && self.metadata.is_empty()
+    }
+
+    /// Every timestamp it says something about (a value or metadata).
+    pub(crate) fn times(&self) -> impl Iterator<Item = &Timestamp> {
+        self.readings.keys().chain(self.metadata.keys())
     }
 
     /// The readings (and their metadata) at the times `keep` says.
@@ -56,11 +71,13 @@ impl Content {
 
     /// The bytes this content takes in an item: its encoding and its metadata (encodes it).
     pub fn size(&self, start: Timestamp) -> Result<usize, StoreError> {
-        let meta: usize = metadata_bitmaps(&self.readings, &self.metadata)
-            .iter()
-            .map(|(json, bits)| json.len() + bits.0.len() + 2)
-            .sum();
-        Ok(encoded(start, &self.readings)?.len() + meta)
+        Ok(encoded(start, &self.readings)?.len() + metadata_bytes(&self.readings, &self.metadata))
+    }
+
+    /// The most bytes an item holding this content can take, whatever values corrections
+    /// later write ([`tidemark_schema::item_bound`]).
+    pub fn bound(&self, start: Timestamp) -> Result<usize, StoreError> {
+        item_bound(start, &self.readings, &self.metadata).map_err(pack_error)
     }
 }
 
@@ -73,11 +90,15 @@ impl From<SlotPart> for Content {
     }
 }
 
-pub(crate) fn encoded(start: Timestamp, readings: &SlotReadings) -> Result<Vec<u8>, StoreError> {
-    packed::encode(start, readings).map_err(|e| StoreError::Request {
+fn pack_error(e: packed::PackError) -> StoreError {
+    StoreError::Request {
         operation: "PutItem",
         message: e.to_string(),
-    })
+    }
+}
+
+pub(crate) fn encoded(start: Timestamp, readings: &SlotReadings) -> Result<Vec<u8>, StoreError> {
+    packed::encode(start, readings).map_err(pack_error)
 }
 
 /// A slot part item, decoded and checked, or why it cannot be read.

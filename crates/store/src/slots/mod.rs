@@ -6,33 +6,60 @@
 //! a read-merge-write under an optimistic lock:
 //! 1. query the slot's parts (eventually consistent is enough: a stale read only makes
 //!    step 3 fail);
-//! 2. merge each incoming reading into the part that holds it (a correction, a new metric),
-//!    and the readings no part holds into the open part, the last one; if nothing changes
-//!    (a replay, a resend) stop: nothing is written;
-//! 3. put each changed part on the condition that its `version` is still the one read (or,
-//!    for a new part, that no item has its key), with `version` + 1.
+//! 2. place each incoming value and metadata (below); if nothing changes (a replay, a
+//!    resend) stop: nothing is written;
+//! 3. put each changed part, in part order, on the condition that its `version` is still the
+//!    one read (or, for a new part, that no item has its key), with `version` + 1.
 //!
 //! Two writers of one slot (two shards of the stream, a retry racing a late batch) both read
 //! version *v*; one put succeeds, the other's condition fails, and it starts again from step 1
 //! with the winner's readings in hand. So no write is ever based on readings it did not see,
 //! and none is lost. A lost race is retried with the store's backoff until the deadline.
 //!
-//! A part stays well under DynamoDB's 400 KB: when new readings would grow the open part
-//! past [`MAX_PART_BYTES`], it is first *sealed* (rewritten unchanged with `sealed`, which
-//! bumps its version) and the readings go to a new part. New readings only ever go to the
-//! open part, and a part is sealed before the next one exists, so a writer that missed a
-//! newer part always fails its condition: a reading is in exactly one part. Sealed parts
-//! still take corrections of the readings they hold. Parts are bounded, so a write never
-//! rewrites more than one part's worth of bytes plus what it adds.
+//! **Size, bounded by construction.** Every part's worst case ([`Content::bound`]: its
+//! readings' encoding whatever values corrections write, its metadata, the item's other
+//! attributes) stays under [`MAX_ITEM_BYTES`] (350 KB; DynamoDB refuses items over 400 KB, and
+//! a refused write would stall the stream forever). Each value and each metadata change goes:
+//! - a correction of a (timestamp, metric) a part holds: in place (it cannot raise the
+//!   worst case);
+//! - a new metric for a timestamp parts hold: to the lowest of them that is not *full*, if
+//!   its worst case stays under the cap; otherwise that part is marked `full` and the new
+//!   metrics go to the open part, as fresh entries at the same timestamps;
+//! - new metadata for a timestamp: to the highest part carrying metadata for it (the one
+//!   readers take), or with none to the part a new metric would go to, if it stays under the
+//!   cap and that part is not full; otherwise to the open part (marking the part full), which
+//!   holds the timestamp, without metrics if need be, to carry it. The stale copy stays where
+//!   it was: readers take the highest part's, and the open part is after every other;
+//! - a new timestamp: to the open part, the last one.
 //!
-//! A reading's `metadata` (free-form JSON) is kept in the part holding the reading: a map from
-//! each distinct JSON text to a bitmap of the readings carrying it, so a device's unchanging
-//! metadata is stored once a part. As for single items, a later record's metadata replaces
-//! an earlier one's, and a record without metadata keeps what is stored.
+//! The open part is sealed (rewritten with `sealed`, which bumps its version) when what comes
+//! would pass [`MAX_PART_BYTES`] of actual size or the cap in worst case, and the rest starts
+//! a new part; it is also marked full when some of the rest is for a timestamp it holds. A
+//! single timestamp too big for a part (more than ingest lets a reading carry) still goes
+//! alone.
+//!
+//! So each (timestamp, metric) value is in exactly one part (a timestamp's metrics may be
+//! spread over parts): a writer that would place a new value in part *p* conditions its put
+//! on *p*'s version, and every decision to place it elsewhere is first written down in *p*
+//! (`full`, `sealed`, conditioned likewise) and never undone. A writer that missed that mark
+//! fails its condition on *p*; one that saw it places the value where the first writer did,
+//! the open part, whose own version (or, for a new part, its absent key: a part is sealed
+//! before the next one exists) serialises them. Writes of one batch to several parts are not
+//! atomic: a crash between them leaves some values written and the batch is retried whole,
+//! the written ones then being corrections of themselves (nothing).
+//!
+//! Bytes rewritten: every write of a part is billed by its whole size, so a write costs at
+//! most the parts it changes, each at most [`MAX_ITEM_BYTES`] (the open part at most
+//! [`MAX_PART_BYTES`] plus what it adds; a sealed part can grow past it with added metrics).
+//!
+//! A reading's `metadata` (free-form JSON) is kept per part: a map from each distinct JSON
+//! text to a bitmap of the part's readings carrying it, so a device's unchanging metadata is
+//! stored once a part. As for single items, a later record's metadata replaces an earlier
+//! one's, and a record without metadata keeps what is stored.
 //!
 //! A part that cannot be read (corrupt, or written by another tool) is left exactly as it is
-//! and counted: it takes no new readings (as if sealed), and the slot goes on in later parts.
-//! Nothing it may hold is overwritten, and one bad item never stops ingest.
+//! and counted: it takes nothing (as if sealed and full), and the slot goes on in later
+//! parts. Nothing it may hold is overwritten, and one bad item never stops ingest.
 
 use std::collections::BTreeMap;
 
@@ -52,10 +79,16 @@ pub use content::{Content, read_part};
 use crate::retry::RetryPolicy;
 use crate::{Item, StoreError, to_item};
 
-/// The encoded size at which a part is sealed. Every write of a part is billed by its
-/// whole size, so this also bounds what one write costs (64 WCU).
+/// The encoded size at which the open part is sealed. Every write of a part is billed by its
+/// whole size, so this bounds what adding new readings costs (64 WCU).
 pub const MAX_PART_BYTES: usize = 64 * 1024;
-const _: () = assert!(MAX_PART_BYTES < 400 * 1024 / 4, "well under the item limit");
+const _: () = assert!(
+    MAX_PART_BYTES < MAX_ITEM_BYTES / 4,
+    "well under the item cap"
+);
+
+/// The cap on every part's worst-case size (see the module docs).
+pub use tidemark_schema::MAX_ITEM_BYTES;
 
 /// Where a slot lives and when it starts (its readings are encoded relative to the start).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +110,7 @@ pub struct SlotWrite {
     pub written: bool,
     /// Races lost to another writer before this write went through.
     pub conflicts: u32,
-    /// Readings in the slot after the write.
+    /// Timestamps with a value in the slot after the write.
     pub readings: usize,
     /// Part items the slot has after the write.
     pub parts: usize,
@@ -93,6 +126,8 @@ pub struct SlotWriter {
     pub retry: RetryPolicy,
     /// [`MAX_PART_BYTES`] except in tests of splitting.
     pub part_bytes: usize,
+    /// [`MAX_ITEM_BYTES`] except in tests of the cap.
+    pub item_bytes: usize,
 }
 
 /// Where ingest writes packed slots: DynamoDB (through a [`SlotWriter`]), or a test's fake.
@@ -131,14 +166,7 @@ struct Part {
     content: Option<Content>,
     version: u64,
     sealed: bool,
-}
-
-impl Part {
-    fn holds(&self, at: &Timestamp) -> bool {
-        self.content
-            .as_ref()
-            .is_some_and(|c| c.readings.contains_key(at))
-    }
+    full: bool,
 }
 
 /// One conditional put of a step 3.
@@ -149,6 +177,15 @@ struct Put {
     /// `None`: a new part.
     expected: Option<u64>,
     sealed: bool,
+    full: bool,
+}
+
+/// What one write brings to one stored part: corrections of the values it holds, and
+/// additions (new metrics for its timestamps, new metadata) it takes only if they fit.
+#[derive(Debug, Default)]
+struct ForPart {
+    corrections: Content,
+    additions: Content,
 }
 
 /// A part of the slot `key`: `None` when its sort key is not one of ours (a foreign item
@@ -163,6 +200,7 @@ fn parse_part(key: &SlotKey, item: &Item) -> Option<Part> {
             number,
             version: p.version,
             sealed: p.sealed,
+            full: p.full,
             content: Some(p.into()),
         },
         Err(message) => {
@@ -172,6 +210,7 @@ fn parse_part(key: &SlotKey, item: &Item) -> Option<Part> {
                 content: None,
                 version: 0,
                 sealed: true,
+                full: true,
             }
         }
     })
@@ -184,6 +223,7 @@ impl SlotWriter {
             table: table.into(),
             retry,
             part_bytes: MAX_PART_BYTES,
+            item_bytes: MAX_ITEM_BYTES,
         }
     }
 
@@ -212,7 +252,15 @@ impl SlotWriter {
         Ok(parts)
     }
 
-    /// Step 2: the puts that merge `incoming` into `parts` (empty: nothing changes).
+    /// Whether `content` may be a part's: its worst case under the cap and, for the open
+    /// part, its actual size under the part size.
+    fn fits(&self, key: &SlotKey, content: &Content, open: bool) -> Result<bool, StoreError> {
+        Ok(content.bound(key.start)? <= self.item_bytes
+            && (!open || content.size(key.start)? <= self.part_bytes))
+    }
+
+    /// Step 2: the puts that merge `incoming` into `parts` (empty: nothing changes). See the
+    /// module docs for where each value and each metadata change goes.
     fn plan(
         &self,
         key: &SlotKey,
@@ -220,53 +268,141 @@ impl SlotWriter {
         incoming: &Content,
     ) -> Result<Vec<Put>, StoreError> {
         let open = parts.last().filter(|p| !p.sealed).map(|p| p.number);
-        let fresh = incoming.only(|at| !parts.iter().any(|p| p.holds(at)));
-        let mut placed = false;
-        let mut puts = Vec::new();
-        for part in parts {
-            let Some(stored) = &part.content else {
-                continue;
-            };
-            let own = incoming.only(|at| part.holds(at));
-            if Some(part.number) == open && !fresh.readings.is_empty() {
-                let mut with_fresh = own.clone();
-                with_fresh.readings.extend(fresh.readings.clone());
-                with_fresh.metadata.extend(fresh.metadata.clone());
-                let merged = stored.merged(&with_fresh).unwrap_or_else(|| stored.clone());
-                if merged.size(key.start)? <= self.part_bytes {
-                    placed = true;
-                    puts.push(Put {
-                        number: part.number,
-                        content: merged,
-                        expected: Some(part.version),
-                        sealed: false,
-                    });
+        let readable: Vec<(&Part, &Content)> = parts
+            .iter()
+            .filter_map(|p| p.content.as_ref().map(|c| (p, c)))
+            .collect();
+        let mut to: BTreeMap<u16, ForPart> = BTreeMap::new();
+        // What goes to the open part as new (or to new parts when it is full).
+        let mut fresh = Content::default();
+        // The part a new metric or metadata of `at` is offered to: the lowest non-full one
+        // holding `at`.
+        let candidate = |at: &Timestamp| {
+            readable
+                .iter()
+                .find(|(p, c)| !p.full && c.readings.contains_key(at))
+                .map(|(p, _)| p.number)
+        };
+        for (at, metrics) in &incoming.readings {
+            for (name, v) in metrics {
+                let holders: Vec<u16> = readable
+                    .iter()
+                    .filter(|(_, c)| c.readings.get(at).is_some_and(|m| m.contains_key(name)))
+                    .map(|(p, _)| p.number)
+                    .collect();
+                // A correction stays where the value is (in every part holding it, should a
+                // value ever be in two).
+                for n in &holders {
+                    let c = &mut to.entry(*n).or_default().corrections;
+                    c.readings.entry(*at).or_default().insert(name.clone(), *v);
+                }
+                if !holders.is_empty() {
                     continue;
                 }
-                // Too big with the new readings: seal it with only its own corrections; the
-                // new readings start a new part below.
-                puts.push(Put {
-                    number: part.number,
-                    content: stored.merged(&own).unwrap_or_else(|| stored.clone()),
-                    expected: Some(part.version),
-                    sealed: true,
-                });
+                let into = match candidate(at) {
+                    Some(n) => &mut to.entry(n).or_default().additions,
+                    None => &mut fresh,
+                };
+                into.readings
+                    .entry(*at)
+                    .or_default()
+                    .insert(name.clone(), *v);
+            }
+        }
+        for (at, json) in &incoming.metadata {
+            // Readers take a timestamp's metadata from the highest part carrying it.
+            let carrier = readable
+                .iter()
+                .rev()
+                .find(|(_, c)| c.metadata.contains_key(at));
+            let into = match carrier {
+                Some((_, c)) if c.metadata[at] == *json => continue,
+                Some((p, _)) if !p.full => &mut to.entry(p.number).or_default().additions,
+                Some(_) => &mut fresh,
+                None => match candidate(at) {
+                    Some(n) => &mut to.entry(n).or_default().additions,
+                    None => &mut fresh,
+                },
+            };
+            into.metadata.insert(*at, json.clone());
+        }
+        let mut puts = Vec::new();
+        // Parts before the open one: corrections always, additions only within the cap. A
+        // part that refuses additions is marked full first (so that no writer adds to it
+        // after this one sent them elsewhere), and they go to the open part.
+        for (part, stored) in &readable {
+            if Some(part.number) == open {
                 continue;
             }
-            if let Some(content) = stored.merged(&own) {
+            let Some(f) = to.remove(&part.number) else {
+                continue;
+            };
+            let (mut changed, mut full) = (false, part.full);
+            let corrected = merge_into(stored, &f.corrections, &mut changed);
+            let mut added = changed;
+            let mut content = merge_into(&corrected, &f.additions, &mut added);
+            if !f.additions.is_empty() && !self.fits(key, &content, false)? {
+                full = true;
+                content = corrected;
+                fresh = fresh.with(&f.additions);
+            } else {
+                changed = added;
+            }
+            if changed || full != part.full {
                 puts.push(Put {
                     number: part.number,
                     content,
                     expected: Some(part.version),
                     sealed: part.sealed,
+                    full,
                 });
             }
         }
-        if placed || fresh.readings.is_empty() {
+        let open_part = readable.iter().find(|(p, _)| Some(p.number) == open);
+        if let Some((part, stored)) = open_part {
+            let f = to.remove(&part.number).unwrap_or_default();
+            let mut changed = false;
+            let corrected = merge_into(stored, &f.corrections, &mut changed);
+            let mut added = changed;
+            let mut base = merge_into(&corrected, &f.additions, &mut added);
+            let mut full = false;
+            if !f.additions.is_empty() && !self.fits(key, &base, true)? {
+                full = true;
+                base = corrected;
+                fresh = fresh.with(&f.additions);
+            } else {
+                changed = added;
+            }
+            let mut grown = changed;
+            let with_fresh = merge_into(&base, &fresh, &mut grown);
+            if !full && (fresh.is_empty() || self.fits(key, &with_fresh, true)?) {
+                if grown {
+                    puts.push(Put {
+                        number: part.number,
+                        content: with_fresh,
+                        expected: Some(part.version),
+                        sealed: false,
+                        full: false,
+                    });
+                }
+                return Ok(puts);
+            }
+            // Too big with the rest: sealed with only its own changes; full too when
+            // something for a timestamp it holds goes elsewhere. The rest starts a new part.
+            let full = full || fresh.times().any(|at| stored.readings.contains_key(at));
+            puts.push(Put {
+                number: part.number,
+                content: base,
+                expected: Some(part.version),
+                sealed: true,
+                full,
+            });
+        }
+        if fresh.is_empty() {
             return Ok(puts);
         }
         let mut number = parts.last().map_or(Some(0), |p| p.number.checked_add(1));
-        let chunks = self.chunks(key.start, fresh)?;
+        let chunks = self.chunks(key, Content::default().with(&fresh))?;
         let last = chunks.len() - 1;
         for (i, content) in chunks.into_iter().enumerate() {
             let n = number.ok_or_else(|| StoreError::Request {
@@ -279,15 +415,17 @@ impl SlotWriter {
                 content,
                 expected: None,
                 sealed: i < last,
+                full: false,
             });
             number = n.checked_add(1);
         }
         Ok(puts)
     }
 
-    /// New readings cut into runs that each fit in a part.
-    fn chunks(&self, start: Timestamp, content: Content) -> Result<Vec<Content>, StoreError> {
-        if content.readings.len() <= 1 || content.size(start)? <= self.part_bytes {
+    /// New readings cut into runs that each fit in a part (a single timestamp always goes
+    /// alone: it cannot be cut).
+    fn chunks(&self, key: &SlotKey, content: Content) -> Result<Vec<Content>, StoreError> {
+        if content.readings.len() <= 1 || self.fits(key, &content, true)? {
             return Ok(vec![content]);
         }
         let middle = *content
@@ -295,8 +433,8 @@ impl SlotWriter {
             .keys()
             .nth(content.readings.len() / 2)
             .expect("more than one reading");
-        let mut out = self.chunks(start, content.only(|at| *at < middle))?;
-        out.extend(self.chunks(start, content.only(|at| *at >= middle))?);
+        let mut out = self.chunks(key, content.only(|at| *at < middle))?;
+        out.extend(self.chunks(key, content.only(|at| *at >= middle))?);
         Ok(out)
     }
 
@@ -310,6 +448,7 @@ impl SlotWriter {
             version: put.expected.map_or(1, |v| v + 1),
             ttl,
             sealed: put.sealed,
+            full: put.full,
             metadata: metadata_bitmaps(&c.readings, &c.metadata),
         })
     }
@@ -400,14 +539,227 @@ impl SlotWriter {
     }
 }
 
-/// (readable readings, parts) of the slot once `puts` landed on `parts`.
+/// `base` with `incoming` merged in; `changed` set when that changes anything.
+fn merge_into(base: &Content, incoming: &Content, changed: &mut bool) -> Content {
+    match base.merged(incoming) {
+        Some(c) => {
+            *changed = true;
+            c
+        }
+        None => base.clone(),
+    }
+}
+
+/// (timestamps with a value in readable parts, parts) of the slot once `puts` landed on
+/// `parts`.
 fn counts(parts: &[Part], puts: &[Put]) -> (usize, usize) {
-    let mut counts: BTreeMap<u16, usize> = parts
+    let mut contents: BTreeMap<u16, Option<&Content>> = parts
         .iter()
-        .map(|p| (p.number, p.content.as_ref().map_or(0, |c| c.readings.len())))
+        .map(|p| (p.number, p.content.as_ref()))
         .collect();
     for p in puts {
-        counts.insert(p.number, p.content.readings.len());
+        contents.insert(p.number, Some(&p.content));
     }
-    (counts.values().sum(), counts.len())
+    let times: std::collections::BTreeSet<&Timestamp> = contents
+        .values()
+        .flatten()
+        .flat_map(|c| {
+            c.readings
+                .iter()
+                .filter(|(_, m)| !m.is_empty())
+                .map(|(at, _)| at)
+        })
+        .collect();
+    (times.len(), contents.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use tidemark_schema::{ITEM_OVERHEAD_BYTES, MetricName, SlotMetadata};
+
+    use super::*;
+
+    fn start() -> Timestamp {
+        Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap()
+    }
+
+    fn key() -> SlotKey {
+        SlotKey {
+            pk: "DEVICE#d".into(),
+            start: start(),
+        }
+    }
+
+    fn at(s: i64) -> Timestamp {
+        start().plus_micros(s * 1_000_000).unwrap()
+    }
+
+    fn m(s: &str) -> MetricName {
+        MetricName::new(s).unwrap()
+    }
+
+    /// A writer (whose client never sends anything here) with the cap `cap`.
+    fn writer(cap: usize) -> SlotWriter {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        SlotWriter {
+            item_bytes: cap,
+            ..SlotWriter::new(Client::from_conf(conf), "t", RetryPolicy::default())
+        }
+    }
+
+    /// A reading a second over `secs`, each with `metrics` (value 1.0 each).
+    fn content(secs: std::ops::Range<i64>, metrics: &[&str]) -> Content {
+        Content {
+            readings: secs
+                .map(|s| (at(s), metrics.iter().map(|n| (m(n), 1.0)).collect()))
+                .collect(),
+            metadata: SlotMetadata::new(),
+        }
+    }
+
+    fn part(number: u16, content: Content, sealed: bool) -> Part {
+        Part {
+            number,
+            content: Some(content),
+            version: 3,
+            sealed,
+            full: false,
+        }
+    }
+
+    fn bound(c: &Content) -> usize {
+        c.bound(start()).unwrap()
+    }
+
+    /// Part 0 sealed with `a` at 0..10 s, part 1 open with `a` at 10..20 s; the cap fits two
+    /// metrics over ten timestamps, not three.
+    fn slot() -> (Vec<Part>, usize) {
+        let two = bound(&content(0..10, &["a", "b"]));
+        let cap = (two + bound(&content(0..10, &["a", "b", "c"]))) / 2;
+        let parts = vec![
+            part(0, content(0..10, &["a"]), true),
+            part(1, content(10..20, &["a"]), false),
+        ];
+        (parts, cap)
+    }
+
+    #[test]
+    fn a_new_metric_for_a_sealed_reading_stays_in_its_part_while_the_worst_case_fits() {
+        let (parts, cap) = slot();
+        let puts = writer(cap)
+            .plan(&key(), &parts, &content(0..10, &["b"]))
+            .unwrap();
+        assert_eq!(puts.len(), 1);
+        let p = &puts[0];
+        assert_eq!(
+            (p.number, p.sealed, p.full, p.expected),
+            (0, true, false, Some(3))
+        );
+        assert_eq!(p.content, content(0..10, &["a", "b"]));
+        assert!(bound(&p.content) <= cap);
+    }
+
+    #[test]
+    fn a_new_metric_past_the_cap_marks_the_part_full_and_goes_to_the_open_part() {
+        let (mut parts, cap) = slot();
+        parts[0].content = Some(content(0..10, &["a", "b"]));
+        let incoming = content(0..10, &["c"]);
+        let puts = writer(cap).plan(&key(), &parts, &incoming).unwrap();
+        // Part 0 is rewritten as it was, but full, before part 1 takes the new metric.
+        assert_eq!(puts.len(), 2);
+        assert_eq!(
+            (puts[0].number, puts[0].sealed, puts[0].full),
+            (0, true, true)
+        );
+        assert_eq!(puts[0].content, content(0..10, &["a", "b"]));
+        assert_eq!(
+            (puts[1].number, puts[1].sealed, puts[1].full),
+            (1, false, false)
+        );
+        let mut want = content(10..20, &["a"]);
+        want.readings.extend(incoming.readings.clone());
+        assert_eq!(puts[1].content, want);
+        // A full part takes corrections in place and nothing new: a later metric goes to the
+        // open part directly, and part 0 is not written.
+        parts[0].full = true;
+        let mut fix = content(0..10, &["d"]);
+        fix.readings.get_mut(&at(3)).unwrap().insert(m("a"), -1.0);
+        let puts = writer(cap).plan(&key(), &parts, &fix).unwrap();
+        assert_eq!(puts.len(), 2);
+        assert_eq!((puts[0].number, puts[0].full), (0, true));
+        assert_eq!(puts[0].content.readings[&at(3)][&m("a")], -1.0);
+        assert!(!puts[0].content.readings[&at(3)].contains_key(&m("d")));
+        assert!(puts[1].content.readings[&at(3)].contains_key(&m("d")));
+    }
+
+    #[test]
+    fn the_open_part_is_sealed_when_its_worst_case_would_pass_the_cap() {
+        let (parts, cap) = slot();
+        // Two metrics for its timestamps fit; new timestamps on top do not.
+        let mut incoming = content(10..20, &["b"]);
+        incoming.readings.extend(content(20..30, &["a"]).readings);
+        let puts = writer(cap).plan(&key(), &parts, &incoming).unwrap();
+        assert_eq!(puts.len(), 2);
+        assert_eq!(
+            (puts[0].number, puts[0].sealed, puts[0].full),
+            (1, true, false)
+        );
+        assert_eq!(puts[0].content, content(10..20, &["a", "b"]));
+        assert_eq!(
+            (puts[1].number, puts[1].expected, puts[1].sealed),
+            (2, None, false)
+        );
+        assert_eq!(puts[1].content, content(20..30, &["a"]));
+        assert!(puts.iter().all(|p| bound(&p.content) <= cap));
+    }
+
+    #[test]
+    fn metadata_past_the_cap_goes_to_the_open_part_carried_by_a_timestamp_without_metrics() {
+        let (mut parts, _) = slot();
+        let old = r#"{"fw":"1"}"#.to_owned();
+        parts[1].content = Some(content(10..12, &["a"]));
+        let c = parts[0].content.as_mut().unwrap();
+        c.metadata = (0..10).map(|s| (at(s), old.clone())).collect();
+        let cap = bound(c) + 40;
+        // WHEN reading 4 gets metadata too long for part 0
+        let new = format!(r#"{{"note":"{}"}}"#, "x".repeat(40));
+        let incoming = Content {
+            readings: SlotReadings::new(),
+            metadata: SlotMetadata::from([(at(4), new.clone())]),
+        };
+        let puts = writer(cap).plan(&key(), &parts, &incoming).unwrap();
+        // THEN part 0 is marked full (its metadata as it was) and part 1 carries the new
+        // metadata on a timestamp without metrics, which readers take (highest part wins)
+        assert_eq!(puts.len(), 2);
+        assert!(puts[0].full);
+        assert_eq!(puts[0].content.metadata[&at(4)], old);
+        assert_eq!(puts[1].number, 1);
+        assert_eq!(puts[1].content.metadata[&at(4)], new);
+        assert!(puts[1].content.readings[&at(4)].is_empty());
+        // AND short metadata that fits stays where the timestamp's metadata is
+        let short = Content {
+            readings: SlotReadings::new(),
+            metadata: SlotMetadata::from([(at(5), r#"{"fw":"2"}"#.to_owned())]),
+        };
+        let puts = writer(cap).plan(&key(), &parts, &short).unwrap();
+        assert_eq!((puts.len(), puts[0].number, puts[0].full), (1, 0, false));
+        assert_eq!(puts[0].content.metadata[&at(5)], r#"{"fw":"2"}"#);
+        assert!(ITEM_OVERHEAD_BYTES < cap);
+    }
+
+    #[test]
+    fn a_replay_of_values_already_spread_over_parts_writes_nothing() {
+        let (mut parts, cap) = slot();
+        parts[0].full = true;
+        let mut open = content(10..20, &["a"]);
+        open.readings.extend(content(0..10, &["c"]).readings);
+        parts[1].content = Some(open);
+        let puts = writer(cap)
+            .plan(&key(), &parts, &content(0..10, &["a", "c"]))
+            .unwrap();
+        assert!(puts.is_empty(), "{puts:?}");
+        assert_eq!(counts(&parts, &puts), (20, 2));
+    }
 }
