@@ -69,6 +69,7 @@ fn part(device: &DeviceId, start: Timestamp, readings: &SlotReadings, version: u
         version,
         ttl: 0,
         sealed: false,
+        full: false,
         metadata: Default::default(),
     }
 }

@@ -20,8 +20,8 @@ pub use keys::{EntityKey, Key, KeyError};
 pub use layout::{Layout, Segment, SlotLen};
 pub use shard::{ShardHistory, ShardHistoryError, ShardLead, shard_for};
 pub use slot_item::{
-    Bitmap, ITEM_OVERHEAD_BYTES, MAX_ITEM_BYTES, SlotItem, SlotItemError, SlotMetadata, SlotPart,
-    item_bound, metadata_bitmaps, metadata_bytes,
+    Bitmap, ITEM_OVERHEAD_BYTES, MAX_PART_ITEM_BYTES, SlotItem, SlotItemError, SlotMetadata,
+    SlotPart, item_bound, metadata_bitmaps, metadata_bytes,
 };
 pub use table::{TABLE, TableDefinition};
 pub use time::{Bucket, Day, Period, Timestamp, TimestampError};

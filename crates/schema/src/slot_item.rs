@@ -15,7 +15,7 @@
 //! readable part carrying metadata for it. A part may hold a timestamp without metrics only
 //! to carry its metadata ([`SlotPart::readings`] keeps it, with no metrics).
 //!
-//! Size: no part is written whose [`item_bound`] passes [`MAX_ITEM_BYTES`], well under
+//! Size: no part is written whose [`item_bound`] passes [`MAX_PART_ITEM_BYTES`], well under
 //! DynamoDB's 400 KB item limit: the worst case of its readings whatever their values
 //! ([`packed::encoded_bound`]), plus its metadata and its other attributes.
 
@@ -52,9 +52,9 @@ pub struct SlotItem {
 
 /// The most a slot part item may take (DynamoDB's limit is 400 KB): every write keeps each
 /// part's [`item_bound`] under it.
-pub const MAX_ITEM_BYTES: usize = 350 * 1024;
+pub const MAX_PART_ITEM_BYTES: usize = 350 * 1024;
 const _: () = assert!(
-    MAX_ITEM_BYTES + ITEM_OVERHEAD_BYTES <= 400 * 1024 - 32 * 1024,
+    MAX_PART_ITEM_BYTES + ITEM_OVERHEAD_BYTES <= crate::table::ITEM_LIMIT_BYTES - 32 * 1024,
     "well under DynamoDB's 400 KB item limit"
 );
 

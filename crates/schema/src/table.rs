@@ -14,6 +14,10 @@ pub mod attr {
 
 pub const GSI1: &str = "GSI1";
 
+/// DynamoDB's limit on one item's size (names and values): a write past it is refused for
+/// good, so every writer stays under it by construction.
+pub const ITEM_LIMIT_BYTES: usize = 400 * 1024;
+
 /// DynamoDB scalar attribute type of a key attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyType {

@@ -6,7 +6,7 @@
 pub const MAX_TRANSACT_ACTIONS: usize = 100;
 
 /// An item's size, as DynamoDB counts it (attribute names and values).
-pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+pub const MAX_ITEM_BYTES: usize = tidemark_schema::table::ITEM_LIMIT_BYTES;
 
 /// Entries one `UpdateItem` sets in a map: its expression stays well under DynamoDB's 4 KB
 /// expression limit (`#m.#e99 = :e99, ` is 16 bytes an entry).

@@ -443,7 +443,7 @@ async fn metrics_and_metadata_added_to_sealed_readings_never_grow_a_part_past_th
 async fn a_kilohertz_gateway_adding_metric_after_metric_keeps_every_part_under_the_cap() {
     let t = TestTable::new("slots-khz").await;
     let writer = SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default());
-    let cap = tidemark_schema::MAX_ITEM_BYTES;
+    let cap = tidemark_schema::MAX_PART_ITEM_BYTES;
     // GIVEN a 1 kHz gateway's minute: 60 000 timestamps, its first metric almost constant
     // (two bytes a reading: parts of ~30 000 readings)
     let at = |i: i64| start().plus_micros(i * 1_000).unwrap();

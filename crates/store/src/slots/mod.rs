@@ -18,7 +18,7 @@
 //!
 //! **Size, bounded by construction.** Every part's worst case ([`Content::bound`]: its
 //! readings' encoding whatever values corrections write, its metadata, the item's other
-//! attributes) stays under [`MAX_ITEM_BYTES`] (350 KB; DynamoDB refuses items over 400 KB, and
+//! attributes) stays under [`MAX_PART_ITEM_BYTES`] (350 KB; DynamoDB refuses items over 400 KB, and
 //! a refused write would stall the stream forever). Each value and each metadata change goes:
 //! - a correction of a (timestamp, metric) a part holds: in place (it cannot raise the
 //!   worst case);
@@ -49,7 +49,7 @@
 //! the written ones then being corrections of themselves (nothing).
 //!
 //! Bytes rewritten: every write of a part is billed by its whole size, so a write costs at
-//! most the parts it changes, each at most [`MAX_ITEM_BYTES`] (the open part at most
+//! most the parts it changes, each at most [`MAX_PART_ITEM_BYTES`] (the open part at most
 //! [`MAX_PART_BYTES`] plus what it adds; a sealed part can grow past it with added metrics).
 //!
 //! A reading's `metadata` (free-form JSON) is kept per part: a map from each distinct JSON
@@ -83,12 +83,12 @@ use crate::{Item, StoreError, to_item};
 /// whole size, so this bounds what adding new readings costs (64 WCU).
 pub const MAX_PART_BYTES: usize = 64 * 1024;
 const _: () = assert!(
-    MAX_PART_BYTES < MAX_ITEM_BYTES / 4,
+    MAX_PART_BYTES < MAX_PART_ITEM_BYTES / 4,
     "well under the item cap"
 );
 
 /// The cap on every part's worst-case size (see the module docs).
-pub use tidemark_schema::MAX_ITEM_BYTES;
+pub use tidemark_schema::MAX_PART_ITEM_BYTES;
 
 /// Where a slot lives and when it starts (its readings are encoded relative to the start).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +126,7 @@ pub struct SlotWriter {
     pub retry: RetryPolicy,
     /// [`MAX_PART_BYTES`] except in tests of splitting.
     pub part_bytes: usize,
-    /// [`MAX_ITEM_BYTES`] except in tests of the cap.
+    /// [`MAX_PART_ITEM_BYTES`] except in tests of the cap.
     pub item_bytes: usize,
 }
 
@@ -223,7 +223,7 @@ impl SlotWriter {
             table: table.into(),
             retry,
             part_bytes: MAX_PART_BYTES,
-            item_bytes: MAX_ITEM_BYTES,
+            item_bytes: MAX_PART_ITEM_BYTES,
         }
     }
 
