@@ -2,6 +2,10 @@
 //! the in-memory fakes refuse what DynamoDB would refuse, so a test meets the limit where
 //! production would.
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::Item;
+
 /// Actions in one `TransactWriteItems` (a larger one is a `ValidationException`, for ever).
 pub const MAX_TRANSACT_ACTIONS: usize = 100;
 
@@ -11,6 +15,10 @@ pub use crate::batch::MAX_BATCH_WRITE;
 /// Keys in one `BatchGetItem`.
 pub use crate::batch_get::MAX_KEYS as MAX_BATCH_GET_KEYS;
 
+/// The largest item DynamoDB stores (attribute names and values together): a bigger put is a
+/// `ValidationException`, for ever.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
 /// The error DynamoDB gives a transaction of more than [`MAX_TRANSACT_ACTIONS`] actions, as
 /// a fake returns it.
 pub fn too_many_actions(actions: usize) -> crate::StoreError {
@@ -19,5 +27,95 @@ pub fn too_many_actions(actions: usize) -> crate::StoreError {
         message: format!(
             "ValidationException: {actions} actions; a transaction takes at most {MAX_TRANSACT_ACTIONS}"
         ),
+    }
+}
+
+/// The error DynamoDB gives a put of an item over [`MAX_ITEM_BYTES`], as a fake returns it.
+pub fn item_too_large(bytes: usize) -> crate::StoreError {
+    crate::StoreError::Request {
+        operation: "PutItem",
+        message: format!(
+            "ValidationException: Item size has exceeded the maximum allowed size \
+             ({bytes} bytes; at most {MAX_ITEM_BYTES})"
+        ),
+    }
+}
+
+/// An item's size as DynamoDB counts it against [`MAX_ITEM_BYTES`] (and bills writes by):
+/// the UTF-8 length of every attribute name plus the size of its value. Values follow
+/// DynamoDB's published rules: strings and binaries their length, a number 1 byte per two
+/// significant digits plus 1 (plus 1 for a sign), booleans and nulls 1, a list or map 3
+/// bytes plus 1 per element plus its elements (a map's keys counted as names), a set its
+/// elements. Numbers are the one approximation, never by more than a byte each.
+pub fn item_size(item: &Item) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
+}
+
+fn number_size(n: &str) -> usize {
+    let mantissa = n.split(['e', 'E']).next().unwrap_or(n);
+    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+    let significant = digits
+        .trim_start_matches('0')
+        .trim_end_matches('0')
+        .len()
+        .max(1);
+    significant.div_ceil(2) + 1 + usize::from(n.starts_with('-'))
+}
+
+/// The size of one attribute value (see [`item_size`]).
+pub fn value_size(v: &AttributeValue) -> usize {
+    match v {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number_size(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(ss) => ss.iter().map(String::len).sum(),
+        AttributeValue::Ns(ns) => ns.iter().map(|n| number_size(n)).sum(),
+        AttributeValue::Bs(bs) => bs.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, v)| 1 + k.len() + value_size(v))
+                .sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn s(v: &str) -> AttributeValue {
+        AttributeValue::S(v.into())
+    }
+    fn n(v: &str) -> AttributeValue {
+        AttributeValue::N(v.into())
+    }
+
+    #[test]
+    fn item_size_counts_names_and_values_as_dynamodb_does() {
+        let item: Item = HashMap::from([
+            ("pk".to_owned(), s("DEVICE#a")),                  // 2 + 8
+            ("version".to_owned(), n("12345")),                // 7 + 4
+            ("sealed".to_owned(), AttributeValue::Bool(true)), // 6 + 1
+            (
+                "m".to_owned(),
+                AttributeValue::M(HashMap::from([("x".to_owned(), n("-1.5"))])),
+            ), // 1 + 3 + (1 + 1 + 3)
+        ]);
+        assert_eq!(item_size(&item), 10 + 11 + 7 + 9);
+        assert_eq!(number_size("0.000120"), 2);
+        assert_eq!(number_size("1e-7"), 2);
+        assert_eq!(number_size("123456789012345678901"), 12);
+    }
+
+    #[test]
+    fn a_large_string_is_over_the_item_limit() {
+        let item: Item = HashMap::from([("d".to_owned(), s(&"x".repeat(MAX_ITEM_BYTES)))]);
+        assert!(item_size(&item) > MAX_ITEM_BYTES);
     }
 }
