@@ -311,6 +311,7 @@ mod tests {
                 ("DEVICE#d#S1".to_owned(), "7".to_owned()),
             ]),
             version: 4,
+            sealed: false,
         };
         let temp = MetricName::new("temperature").unwrap();
         let readings = Readings::from([
@@ -347,6 +348,7 @@ mod tests {
             last_at: t(2),
             applied: BTreeMap::new(),
             version: 1,
+            sealed: false,
         };
         let item = rebuilt(
             Some(&current),

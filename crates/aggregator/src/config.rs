@@ -76,6 +76,9 @@ pub struct AggregatorConfig {
     /// Kept back from the invocation's deadline: work not finished by then is reported as
     /// `batchItemFailures` (the next invocation continues there) instead of being killed.
     pub deadline_margin: std::time::Duration,
+    /// The size past which a bucket's open rollup page takes no new metrics
+    /// ([`crate::pages::PAGE_BYTES`]; smaller only in tests of paging).
+    pub page_bytes: usize,
 }
 
 impl AggregatorConfig {
@@ -93,6 +96,7 @@ impl AggregatorConfig {
             event_bus_name: None,
             eventbridge_endpoint: None,
             deadline_margin: std::time::Duration::from_secs(3),
+            page_bytes: crate::pages::PAGE_BYTES,
         }
     }
 

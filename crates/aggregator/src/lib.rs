@@ -37,6 +37,7 @@ pub mod error;
 mod fake;
 pub mod handler;
 pub mod notify;
+pub mod pages;
 pub mod records;
 pub mod report;
 mod rollups;
