@@ -343,3 +343,299 @@ pub fn decide(
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::Ordering;
+
+    use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
+    use tidemark_schema::{
+        AggregateItem, DeviceId, Key, MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
+    };
+    use tidemark_store::limits::MAX_ITEM_BYTES;
+
+    use super::*;
+    use crate::fake::FakeStore;
+    use crate::{Aggregator, AggregatorConfig};
+
+    const HOUR: &str = "2026-04-20T14:00:00Z";
+
+    fn t0() -> Timestamp {
+        Timestamp::parse_rfc3339(HOUR).unwrap()
+    }
+
+    fn tag(i: usize) -> MetricName {
+        MetricName::new(&format!("plc1_line{}_tag{i:05}", i % 7)).unwrap()
+    }
+
+    /// An INSERT of a reading of `device` (in its shard partition `shard`) with `metrics`.
+    fn insert(
+        seq: u64,
+        device: &str,
+        shard: Option<u16>,
+        at: Timestamp,
+        metrics: BTreeMap<MetricName, f64>,
+    ) -> EventRecord {
+        let item = ReadingItem::new(
+            &Reading {
+                device_id: DeviceId::new(device).unwrap(),
+                timestamp: at,
+                metrics,
+                metadata: None,
+            },
+            shard,
+            30,
+        );
+        let mut c = StreamRecord::default();
+        c.keys = serde_dynamo::to_item(serde_json::json!({"pk": item.pk, "sk": item.sk})).unwrap();
+        c.new_image = serde_dynamo::to_item(&item).unwrap();
+        c.sequence_number = Some(format!("{seq:021}"));
+        let mut r = EventRecord::default();
+        r.event_name = "INSERT".into();
+        r.change = c;
+        r
+    }
+
+    fn event(records: &[EventRecord]) -> Event {
+        let mut e = Event::default();
+        e.records = records.to_vec();
+        e
+    }
+
+    /// Every page of the bucket as stored, and their merge.
+    fn bucket(
+        store: &FakeStore,
+        device: &str,
+        period: Period,
+    ) -> (Vec<AggregateItem>, AggregateItem) {
+        let d = DeviceId::new(device).unwrap();
+        let b = period.bucket(t0());
+        let m = store.aggregates.lock().unwrap();
+        let page0 = m.get(&AggregateItem::key_for(&d, b)).cloned();
+        let prefix = tidemark_schema::keys::aggregate_page_sk_prefix(b);
+        let overflow: Vec<_> = m
+            .iter()
+            .filter(|(k, _)| k.sk.starts_with(&prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        let pages = Pages::of(page0, overflow);
+        let merged = pages.merged().expect("the bucket has a rollup");
+        (pages.pages.into_iter().map(|(_, p)| p).collect(), merged)
+    }
+
+    /// A gateway's hour: `tags` metrics, 32 to a record, each read twice.
+    fn gateway_hour(tags: usize) -> (Vec<EventRecord>, BTreeMap<MetricName, Stats>) {
+        let mut records = Vec::new();
+        let mut want: BTreeMap<MetricName, Stats> = BTreeMap::new();
+        let mut seq = 100;
+        for round in 0..2u32 {
+            for (j, chunk) in (0..tags).collect::<Vec<_>>().chunks(32).enumerate() {
+                let at = t0()
+                    .plus_millis(i64::from(round) * 1_800_000 + j as i64 * 1_000)
+                    .unwrap();
+                let metrics: BTreeMap<MetricName, f64> = chunk
+                    .iter()
+                    .map(|i| (tag(*i), *i as f64 * 0.25 + f64::from(round) * 10.5))
+                    .collect();
+                for (m, v) in &metrics {
+                    want.entry(m.clone())
+                        .and_modify(|s| s.merge(&Stats::of(*v)))
+                        .or_insert_with(|| Stats::of(*v));
+                }
+                records.push(insert(seq, "gw", None, at, metrics));
+                seq += 1;
+            }
+        }
+        (records, want)
+    }
+
+    #[tokio::test]
+    async fn an_8000_tag_gateway_gets_every_hourly_and_daily_rollup_exactly_in_pages_under_400_kb()
+    {
+        // GIVEN a gateway with 8,000 tags under one device ID, 32 metrics a record, read
+        // twice in one hour (500 records)
+        let (records, want) = gateway_hour(8_000);
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        // WHEN delivered in batches, then replayed regrouped, then bisected and replayed
+        let mut deliveries: Vec<&[EventRecord]> = records.chunks(100).collect();
+        deliveries.extend(records.chunks(37));
+        deliveries.push(&records[..250]);
+        deliveries.push(&records);
+        for batch in deliveries {
+            let (resp, _) = agg.process(&event(batch)).await;
+            // THEN no batch ever fails
+            assert!(resp.batch_item_failures.is_empty(), "a batch failed");
+        }
+        // THEN every metric's hourly and daily rollup is exact, in pages under 400 KB
+        for period in [Period::Hourly, Period::Daily] {
+            let (pages, merged) = bucket(agg.store(), "gw", period);
+            assert_eq!(merged.metrics, want, "{period:?}");
+            assert_eq!(merged.first_at, t0());
+            assert_eq!(
+                merged.last_at,
+                t0().plus_millis(1_800_000 + 249 * 1_000).unwrap()
+            );
+            assert!(pages.len() > 1, "{period:?} is paged");
+            for (i, p) in pages.iter().enumerate() {
+                assert_eq!(p.sealed, i + 1 < pages.len(), "only the last page is open");
+                assert!(size(p).unwrap() <= PAGE_BYTES, "page {i} over the budget");
+            }
+            let held: usize = pages.iter().map(|p| p.metrics.len()).sum();
+            assert_eq!(held, want.len(), "each metric in exactly one page");
+            eprintln!("{period:?}: {} pages", pages.len());
+        }
+        // A page takes new metrics only under the budget; updates of its metrics may grow
+        // their numbers a little past it, never near the item limit.
+        let largest = agg.store().largest_item.load(Ordering::SeqCst);
+        eprintln!("largest item put: {largest} bytes");
+        assert!(largest <= PAGE_BYTES + PAGE_BYTES / 8, "{largest}");
+        assert!(largest < MAX_ITEM_BYTES);
+    }
+
+    #[tokio::test]
+    async fn an_ordinary_device_still_writes_one_item_per_bucket_per_batch() {
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let (records, want) = gateway_hour(40);
+        let (_, report) = agg.process(&event(&records)).await;
+        assert_eq!(report.items_written, 2, "one hourly and one daily item");
+        let (pages, merged) = bucket(agg.store(), "gw", Period::Hourly);
+        assert_eq!(pages.len(), 1);
+        assert!(!pages[0].sealed);
+        assert_eq!(merged.metrics, want);
+        let item = tidemark_store::to_item(&pages[0]).unwrap();
+        assert!(
+            !item.contains_key("sealed"),
+            "ordinary items are stored as before"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_writers_adding_new_metrics_to_a_full_page_never_put_a_metric_in_two_pages()
+    {
+        // GIVEN a small page budget and an hour whose open page is already full
+        let mut config = AggregatorConfig::new("t");
+        config.page_bytes = 4 * 1024;
+        let store = FakeStore::default();
+        *store.write_delay.lock().unwrap() = Some(std::time::Duration::from_millis(5));
+        let agg = Aggregator::with_store(store, config);
+        let (first, _) = gateway_hour(64);
+        let (resp, _) = agg.process(&event(&first[..2])).await;
+        assert!(resp.batch_item_failures.is_empty());
+        // WHEN two invocations (two shard partitions of a hot gateway) add new metrics at
+        // once, some of them the same
+        let batch = |shard: u16, name: &str| {
+            let metrics: BTreeMap<MetricName, f64> = (0..40)
+                .map(|i| (MetricName::new(&format!("{name}{i:03}")).unwrap(), 1.0))
+                .chain((0..20).map(|i| (MetricName::new(&format!("shared{i:03}")).unwrap(), 2.0)))
+                .collect();
+            let at = t0().plus_millis(i64::from(shard) * 60_000).unwrap();
+            vec![insert(500, "gw", Some(shard), at, metrics)]
+        };
+        let (a, b) = (batch(1, "a"), batch(2, "b"));
+        let (ea, eb) = (event(&a), event(&b));
+        let (ra, rb) = tokio::join!(agg.process(&ea), agg.process(&eb));
+        assert!(ra.0.batch_item_failures.is_empty() && rb.0.batch_item_failures.is_empty());
+        assert!(
+            ra.1.conflicts_retried + rb.1.conflicts_retried > 0,
+            "they raced"
+        );
+        // THEN every metric is in exactly one page, counted once per reading
+        for period in [Period::Hourly, Period::Daily] {
+            let (pages, merged) = bucket(agg.store(), "gw", period);
+            assert!(pages.len() >= 2, "{period:?}: {} pages", pages.len());
+            let mut seen: BTreeMap<&MetricName, usize> = BTreeMap::new();
+            for p in &pages {
+                for m in p.metrics.keys() {
+                    *seen.entry(m).or_default() += 1;
+                }
+            }
+            assert!(seen.values().all(|n| *n == 1), "a metric in two pages");
+            let shared = &merged.metrics[&MetricName::new("shared000").unwrap()];
+            assert_eq!((shared.count, shared.sum), (2, 4.0));
+            assert_eq!(merged.metrics[&MetricName::new("a000").unwrap()].count, 1);
+            assert_eq!(merged.metrics[&MetricName::new("b039").unwrap()].count, 1);
+            assert_eq!(merged.metrics.len(), 64 + 40 + 40 + 20);
+        }
+    }
+
+    fn key(n: u16) -> Key {
+        AggregateItem::page_key(
+            &DeviceId::new("gw").unwrap(),
+            Period::Hourly.bucket(t0()),
+            n,
+        )
+    }
+
+    #[test]
+    fn a_writer_that_read_before_a_seal_fails_its_first_condition() {
+        // GIVEN two writers that read the same full open page 0
+        let (records, _) = gateway_hour(64);
+        let plan_of = |records: &[EventRecord]| {
+            let changes: Vec<_> = records
+                .iter()
+                .enumerate()
+                .flat_map(|(i, r)| crate::records::classify(i, r).unwrap())
+                .collect();
+            crate::combine::plan(&changes).remove(1)
+        };
+        let base = plan_of(&records[..2]);
+        let Decision::Puts(puts) = decide(&base, &Pages::default(), 4096, None).unwrap() else {
+            panic!()
+        };
+        let mut table: BTreeMap<Key, AggregateItem> = BTreeMap::new();
+        let run = |table: &mut BTreeMap<Key, AggregateItem>, puts: &[PagePut]| -> bool {
+            for p in puts {
+                let k = Key {
+                    pk: p.item.pk.clone(),
+                    sk: p.item.sk.clone(),
+                };
+                if table.get(&k).map(|i| i.version) != p.expected {
+                    return false;
+                }
+                table.insert(k, p.item.clone());
+            }
+            true
+        };
+        assert!(run(&mut table, &puts));
+        let read = |table: &BTreeMap<Key, AggregateItem>| {
+            Pages::of(
+                table.get(&key(0)).cloned(),
+                table
+                    .values()
+                    .filter(|p| p.sk != key(0).sk)
+                    .cloned()
+                    .collect(),
+            )
+        };
+        let stale = read(&table);
+        let more = |name: &str, seq| {
+            let metrics = (0..80)
+                .map(|i| (MetricName::new(&format!("{name}{i:03}")).unwrap(), 1.0))
+                .collect();
+            plan_of(&[insert(seq, "gw", None, t0(), metrics)])
+        };
+        let (pa, pb) = (more("a", 900), more("a", 901));
+        let Decision::Puts(a) = decide(&pa, &stale, 4096, None).unwrap() else {
+            panic!()
+        };
+        let Decision::Puts(b) = decide(&pb, &stale, 4096, None).unwrap() else {
+            panic!()
+        };
+        // WHEN the first writer seals page 0 and places its metrics in new pages
+        assert!(a[0].item.sealed && a[0].expected.is_some(), "seal first");
+        assert!(run(&mut table, &a));
+        // THEN the second fails its first condition, and from a fresh read it updates the
+        // metrics where they are
+        assert!(!run(&mut table, &b[..1]));
+        let Decision::Puts(b) = decide(&pb, &read(&table), 4096, None).unwrap() else {
+            panic!()
+        };
+        assert!(b.iter().all(|p| p.expected.is_some()), "no new page");
+        assert!(run(&mut table, &b));
+        let merged = read(&table).merged().unwrap();
+        assert_eq!(merged.metrics[&MetricName::new("a000").unwrap()].count, 2);
+        let held: usize = table.values().map(|p| p.metrics.len()).sum();
+        assert_eq!(held, merged.metrics.len());
+    }
+}
