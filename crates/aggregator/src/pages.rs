@@ -344,6 +344,84 @@ pub fn decide(
     )
 }
 
+/// One metric of a rollup recomputed from raw readings: its stats and the first and last
+/// time of a reading carrying it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recomputed {
+    pub stats: tidemark_schema::Stats,
+    pub first: tidemark_schema::Timestamp,
+    pub last: tidemark_schema::Timestamp,
+}
+
+/// The puts that make a paged bucket's pages hold exactly `target` (`tidemark-admin
+/// rebuild`): every page keeps its metrics (with the recomputed stats, or emptied with
+/// count 0 when no reading has them any more), the metrics no page holds are placed as the
+/// aggregator places new ones ([`place`]), and every page written takes `marks` as its
+/// watermarks of those source partitions (its others kept).
+pub fn rebuild(
+    device: &DeviceId,
+    bucket: Bucket,
+    pages: &Pages,
+    target: &BTreeMap<MetricName, Recomputed>,
+    marks: &BTreeMap<String, String>,
+    budget: usize,
+) -> Result<Vec<PagePut>, StoreError> {
+    let holder = pages.holder();
+    let fresh: Vec<MetricName> = target
+        .keys()
+        .filter(|m| !holder.contains_key(m))
+        .cloned()
+        .collect();
+    let decision = place(
+        device,
+        bucket,
+        pages,
+        &fresh,
+        budget,
+        |key, page, offered| {
+            let mut item = page.cloned().unwrap_or_else(|| AggregateItem {
+                pk: key.pk.clone(),
+                sk: key.sk.clone(),
+                metrics: BTreeMap::new(),
+                first_at: tidemark_schema::Timestamp::MIN,
+                last_at: tidemark_schema::Timestamp::MIN,
+                applied: BTreeMap::new(),
+                version: 0,
+                sealed: false,
+            });
+            for (m, s) in item.metrics.iter_mut() {
+                *s = target.get(m).map_or(combine::EMPTIED, |r| r.stats);
+            }
+            for m in offered {
+                if let Some(r) = target.get(m) {
+                    item.metrics.insert(m.clone(), r.stats);
+                }
+            }
+            let held = || item.metrics.keys().filter_map(|m| target.get(m));
+            if let (Some(first), Some(last)) =
+                (held().map(|r| r.first).min(), held().map(|r| r.last).max())
+            {
+                item.first_at = first;
+                item.last_at = last;
+            }
+            for (p, w) in marks {
+                item.applied.insert(p.clone(), w.clone());
+            }
+            item.version = page.map_or(0, |p| p.version) + 1;
+            Built {
+                item,
+                changed: true,
+                needs_summary: false,
+                added: BTreeSet::new(),
+            }
+        },
+    )?;
+    match decision {
+        Decision::Puts(p) => Ok(p),
+        Decision::NeedsSummary => unreachable!("a rebuild needs no summary"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
