@@ -64,11 +64,10 @@ async fn an_8000_tag_gateway_gets_exact_paged_rollups_and_the_shard_goes_on() {
         let size = item_size(i);
         assert!(size < MAX_ITEM_BYTES, "an item of {size} bytes");
         let (pk, sk) = (i["pk"].as_s().unwrap(), i["sk"].as_s().unwrap());
-        match EntityKey::parse(pk, sk) {
-            Ok(EntityKey::Aggregate { bucket, .. } | EntityKey::AggregatePage { bucket, .. }) => {
-                *pages.entry(bucket.label()).or_default() += 1;
-            }
-            _ => {}
+        if let Ok(EntityKey::Aggregate { bucket, .. } | EntityKey::AggregatePage { bucket, .. }) =
+            EntityKey::parse(pk, sk)
+        {
+            *pages.entry(bucket.label()).or_default() += 1;
         }
     }
     eprintln!("pages per bucket: {pages:?}");
