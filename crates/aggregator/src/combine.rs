@@ -14,6 +14,11 @@
 //! later record wins): either way only the metrics whose value changed are moved, so each
 //! metric of a reading is counted once.
 //!
+//! In a paged bucket ([`crate::pages`]) each page is such an item: a plan is cut down to the
+//! metrics a page holds ([`restrict`]) and applied under that page's own watermarks, with
+//! the same code; a metric a delete empties stays in its page with count 0 there
+//! ([`apply_with`]), so it never moves to another page.
+//!
 //! Corrections and user deletes are applied as exact deltas on `count` and `sum`; only the
 //! extremes they may have removed (`min`, `max`, `firstAt`, `lastAt`) are recomputed from the
 //! raw readings. A full recompute of the bucket would not be exact: the table already holds

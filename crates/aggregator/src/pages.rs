@@ -16,7 +16,14 @@
 //!   page budget ([`PAGE_BYTES`]); what does not fit is put in new pages, and the open page
 //!   is first **sealed** (a conditional put bumping its version, `sealed = true`), and only
 //!   then the next page created (conditional on `attribute_not_exists`);
-//! - sealed pages keep taking updates of the metrics they hold.
+//! - sealed pages keep taking updates of the metrics they hold;
+//! - the puts of one decision run in order: the open page (all the new metrics, or only its
+//!   seal), the new pages, then the updates of every other page. So a page's watermarks
+//!   never advance over a record whose new metrics have no page yet, and a decision cut
+//!   short anywhere (a lost race, a crash) leaves nothing a retry would skip. A record may
+//!   start a metric only if page 0 has not applied it (that refuses a replay of a metric an
+//!   unpaged item once dropped on a delete), and a metric a delete empties in a page stays
+//!   there with count 0 (readers leave it out), so no replay can start it a second time.
 //!
 //! Each put is conditional on the page's version as read (or on its absence), so a writer
 //! that missed a newer page always fails a condition: the open page it would fill or seal
