@@ -20,6 +20,12 @@
 //!    item with watermark `max(s0, w)` on the condition `version = v`; on a conflict (the
 //!    aggregator wrote in between) read it again and redo this step.
 //!
+//! A bucket whose rollup is paged (the aggregator's [`tidemark_aggregator::pages`]) is
+//! rewritten page by page with the same protocol: each metric stays in its page (emptied to
+//! count 0 if no reading has it any more), metrics no page holds are placed as the
+//! aggregator places new ones, every page takes the watermarks `max(s0, w)` (`w` the
+//! furthest any page got), and the puts go in order, all read again on a lost race.
+//!
 //! The aggregator then applies exactly the records after the new watermark. Whole days are
 //! rebuilt (a daily rollup needs all its hours). The device item (`latest`, `lastSeenAt`) and
 //! alerts are left alone: they belong to the aggregator's alerts role, which derives alert
@@ -30,6 +36,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use tidemark_aggregator::DynamoStore;
+use tidemark_aggregator::pages::{self, PagePut, Pages, Recomputed};
 use tidemark_aggregator::records::cmp_seq;
 use tidemark_aggregator::store::{AggregateStore, Written};
 use tidemark_devstack::esm::DynamoDbStreamSource;
@@ -93,6 +100,8 @@ pub struct Rebuilder {
     streams: aws_sdk_dynamodbstreams::Client,
     table: String,
     store: DynamoStore,
+    /// [`pages::PAGE_BYTES`] except in tests of paged buckets.
+    pub page_bytes: usize,
 }
 
 impl Rebuilder {
@@ -107,6 +116,7 @@ impl Rebuilder {
             ddb,
             streams,
             table,
+            page_bytes: pages::PAGE_BYTES,
         }
     }
 
@@ -162,14 +172,26 @@ impl Rebuilder {
                 .map(|(t, m)| (*t, m.clone()))
                 .collect();
             loop {
-                let current = self
+                let page0 = self
                     .store
                     .get_aggregates(std::slice::from_ref(&key))
                     .await?
                     .remove(&key);
+                let overflow = if page0.as_ref().is_some_and(|p| p.sealed) {
+                    self.store.aggregate_pages(d, bucket).await?
+                } else {
+                    Vec::new()
+                };
+                let pages = Pages::of(page0, overflow);
+                let current = pages.pages.first().map(|(_, p)| p);
                 let mut marks = BTreeMap::new();
                 for p in &partitions {
-                    let w = current.as_ref().and_then(|c| c.applied.get(p));
+                    // The furthest any page got: every page is rewritten as of it.
+                    let w = pages
+                        .pages
+                        .iter()
+                        .filter_map(|(_, page)| page.applied.get(p))
+                        .max_by(|a, b| cmp_seq(a, b));
                     let upto = match w {
                         Some(w) if cmp_seq(w, &s0[p]).is_gt() => {
                             if cmp_seq(w, &s1[p]).is_gt() {
@@ -195,20 +217,54 @@ impl Rebuilder {
                     .cloned()
                     .collect();
                 let readings = readings_as_of(in_bucket.clone(), &records, &marks);
-                let Some(item) = rebuilt(current.as_ref(), &key, &readings, &marks) else {
-                    break;
+                let single = match pages.pages.as_slice() {
+                    [] => true,
+                    [(0, p)] => !p.sealed,
+                    _ => false,
                 };
-                match self
-                    .store
-                    .put_aggregate(&item, current.as_ref().map(|c| c.version))
-                    .await?
-                {
-                    Written::Ok { .. } => {
-                        report.written += 1;
-                        break;
+                let whole = if single {
+                    match rebuilt(current, &key, &readings, &marks) {
+                        None => break,
+                        Some(item) if pages::size(&item)? <= self.page_bytes => Some(item),
+                        Some(_) => None,
                     }
-                    Written::Conflict => report.conflicts += 1,
+                } else {
+                    None
+                };
+                let puts = match whole {
+                    Some(item) => vec![PagePut {
+                        number: 0,
+                        expected: current.map(|c| c.version),
+                        item,
+                        added: Default::default(),
+                    }],
+                    None => {
+                        let marks = marks.iter().map(|(p, m)| (p.clone(), m.upto.clone()));
+                        pages::rebuild(
+                            d,
+                            bucket,
+                            &pages,
+                            &recomputed(&readings),
+                            &marks.collect(),
+                            self.page_bytes,
+                        )?
+                    }
+                };
+                // In order (a seal before the pages after it); a lost race: read again.
+                let mut lost = false;
+                for put in &puts {
+                    match self.store.put_aggregate(&put.item, put.expected).await? {
+                        Written::Ok { .. } => report.written += 1,
+                        Written::Conflict => {
+                            lost = true;
+                            break;
+                        }
+                    }
                 }
+                if !lost {
+                    break;
+                }
+                report.conflicts += 1;
             }
         }
         for p in &partitions {
@@ -229,6 +285,27 @@ fn buckets(days: &[Day]) -> Vec<Bucket> {
             h = h.plus_millis(3_600_000).unwrap_or(Timestamp::MAX);
         }
         out.push(Bucket::Daily(*day));
+    }
+    out
+}
+
+/// Per metric, its stats and first/last time over `readings` (a paged bucket's pages).
+fn recomputed(readings: &Readings) -> BTreeMap<tidemark_schema::MetricName, Recomputed> {
+    let mut out: BTreeMap<_, Recomputed> = BTreeMap::new();
+    for (at, values) in readings {
+        for (m, v) in values {
+            out.entry(m.clone())
+                .and_modify(|r| {
+                    r.stats.merge(&Stats::of(*v));
+                    r.first = r.first.min(*at);
+                    r.last = r.last.max(*at);
+                })
+                .or_insert(Recomputed {
+                    stats: Stats::of(*v),
+                    first: *at,
+                    last: *at,
+                });
+        }
     }
     out
 }
@@ -272,6 +349,7 @@ pub fn rebuilt(
         last_at,
         applied,
         version: current.map_or(0, |c| c.version) + 1,
+        sealed: false,
     })
 }
 
@@ -311,6 +389,7 @@ mod tests {
                 ("DEVICE#d#S1".to_owned(), "7".to_owned()),
             ]),
             version: 4,
+            sealed: false,
         };
         let temp = MetricName::new("temperature").unwrap();
         let readings = Readings::from([
@@ -347,6 +426,7 @@ mod tests {
             last_at: t(2),
             applied: BTreeMap::new(),
             version: 1,
+            sealed: false,
         };
         let item = rebuilt(
             Some(&current),

@@ -305,3 +305,74 @@ async fn rebuild_of_a_device_with_a_packed_epoch_reads_its_slots_and_stays_exact
     );
     pipeline.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rebuild_of_a_paged_bucket_gives_the_rollups_the_aggregator_gave() {
+    // GIVEN a gateway whose 1,280 tags (32 a record) make its rollups outgrow one page,
+    // rolled up by the running pipeline
+    let stack = Stack::new("rebuild-paged").await;
+    let pipeline = stack
+        .pipeline(services().dynamodb_endpoint.clone(), |_, m| m)
+        .await;
+    let base = ago(20);
+    let records: Vec<(String, String)> = (0..40)
+        .map(|i| {
+            let at = base.plus_millis(i * 1_000).unwrap();
+            let tags: Vec<String> = (0..32)
+                .map(|k| format!(r#""gateway_plc_01_register_{:05}":{}"#, i * 32 + k, k + i))
+                .collect();
+            (
+                "gw-1".to_owned(),
+                format!(
+                    r#"{{"deviceId":"gw-1","timestamp":"{at}",{}}}"#,
+                    tags.join(",")
+                ),
+            )
+        })
+        .collect();
+    stack.publish(&records).await;
+    stack.wait_exact(40, Duration::from_secs(60)).await;
+    let items = stack.table.scan().await;
+    let paged = items.iter().any(|i| {
+        i.get("sk")
+            .and_then(|v| v.as_s().ok())
+            .is_some_and(|sk| sk.starts_with(keys::AGG_PAGE_PREFIX))
+    });
+    assert!(paged, "the gateway's rollups are paged");
+    let by_aggregator = tidemark_testkit::rollups::stored(&items);
+    assert_eq!(
+        by_aggregator.values().map(|r| r.metrics.len()).max(),
+        Some(1_280)
+    );
+
+    // WHEN its rollups are corrupted and rebuilt
+    corrupt_rollups(&stack, "gw-1").await;
+    let rebuilder = Rebuilder::new(
+        stack.table.client.clone(),
+        tidemark_devstack::LocalConfig {
+            dynamodb_endpoint: services().dynamodb_endpoint.clone(),
+            ..tidemark_devstack::LocalConfig::from_env()
+        }
+        .dynamodb_streams()
+        .await,
+        stack.table.name.clone(),
+    );
+    let report = rebuilder
+        .rebuild(&Rebuild {
+            device: DeviceId::new("gw-1").unwrap(),
+            from: base,
+            to: base.plus_millis(60_000).unwrap(),
+        })
+        .await
+        .unwrap();
+
+    // THEN the rollups are those the aggregator gave, page by page under the limit
+    assert!(report.written >= 4, "{report:?}");
+    stack.wait_exact(40, Duration::from_secs(60)).await;
+    let items = stack.table.scan().await;
+    assert_eq!(tidemark_testkit::rollups::stored(&items), by_aggregator);
+    for i in &items {
+        assert!(tidemark_store::limits::item_size(i) < tidemark_store::limits::MAX_ITEM_BYTES);
+    }
+    pipeline.stop().await;
+}

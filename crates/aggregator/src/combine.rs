@@ -14,6 +14,11 @@
 //! later record wins): either way only the metrics whose value changed are moved, so each
 //! metric of a reading is counted once.
 //!
+//! In a paged bucket ([`crate::pages`]) each page is such an item: a plan is cut down to the
+//! metrics a page holds ([`restrict`]) and applied under that page's own watermarks, with
+//! the same code; a metric a delete empties stays in its page with count 0 there
+//! ([`apply_with`]), so it never moves to another page.
+//!
 //! Corrections and user deletes are applied as exact deltas on `count` and `sum`; only the
 //! extremes they may have removed (`min`, `max`, `firstAt`, `lastAt`) are recomputed from the
 //! raw readings. A full recompute of the bucket would not be exact: the table already holds
@@ -113,6 +118,14 @@ pub fn plan(changes: &[StreamChange]) -> Vec<AggregatePlan> {
     out
 }
 
+/// A metric of a page whose readings are all gone (count 0): kept so it never moves.
+pub const EMPTIED: Stats = Stats {
+    count: 0,
+    sum: 0.0,
+    min: 0.0,
+    max: 0.0,
+};
+
 /// Which extremes must be taken from the raw readings after applying deltas.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recompute {
@@ -133,11 +146,25 @@ pub struct Applied {
     pub applied: usize,
     /// Readings added (INSERTs), for metrics.
     pub readings_added: usize,
+    /// Which readings those are (source partition, sequence number, time): a reading whose
+    /// metrics are spread over several pages of a bucket is counted once.
+    pub added: BTreeSet<(String, String, Timestamp)>,
     pub recompute: Recompute,
 }
 
 /// `current` with the plan's records newer than its watermarks applied, `version` bumped.
 pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
+    apply_with(current, plan, false)
+}
+
+/// [`apply`]; with `keep_emptied` a metric whose last value is removed stays, with count 0
+/// (a page of a paged bucket: its metrics never move, see [`crate::pages`]; readers leave
+/// such metrics out).
+pub fn apply_with(
+    current: Option<&AggregateItem>,
+    plan: &AggregatePlan,
+    keep_emptied: bool,
+) -> Applied {
     let mut item = current.cloned().unwrap_or_else(|| AggregateItem {
         pk: plan.key.pk.clone(),
         sk: plan.key.sk.clone(),
@@ -146,9 +173,11 @@ pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
         last_at: Timestamp::MIN,
         applied: BTreeMap::new(),
         version: 0,
+        sealed: false,
     });
     let mut applied = 0;
     let mut readings_added = 0;
+    let mut added = BTreeSet::new();
     let mut recompute = Recompute::default();
     // The watermarks as read: one slot part's record brings several readings with the same
     // sequence number, and each of them is newer than what the item applied before.
@@ -164,12 +193,13 @@ pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
         match &c.delta {
             Delta::Add(m) => {
                 readings_added += 1;
+                added.insert((c.source_pk.clone(), c.seq.clone(), c.at));
                 add(&mut item, m);
                 item.first_at = item.first_at.min(c.at);
                 item.last_at = item.last_at.max(c.at);
             }
             Delta::Remove(m) => {
-                remove(&mut item, m, &mut recompute);
+                remove(&mut item, m, &mut recompute, keep_emptied);
                 if c.at <= item.first_at || c.at >= item.last_at {
                     recompute.times = true;
                 }
@@ -179,7 +209,7 @@ pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
                 // (same device and timestamp) leaves the others exactly as they were, and
                 // needs no recompute of their extremes.
                 let (gone, came) = changed(old, new);
-                remove(&mut item, &gone, &mut recompute);
+                remove(&mut item, &gone, &mut recompute, keep_emptied);
                 add(&mut item, &came);
             }
         }
@@ -198,6 +228,7 @@ pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
         item,
         applied,
         readings_added,
+        added,
         recompute,
     }
 }
@@ -227,18 +258,36 @@ fn add(item: &mut AggregateItem, m: &BTreeMap<MetricName, f64>) {
     for (name, v) in m {
         item.metrics
             .entry(name.clone())
-            .and_modify(|s| s.merge(&Stats::of(*v)))
+            .and_modify(|s| {
+                if s.count == 0 {
+                    *s = Stats::of(*v);
+                } else {
+                    s.merge(&Stats::of(*v));
+                }
+            })
             .or_insert_with(|| Stats::of(*v));
     }
 }
 
-fn remove(item: &mut AggregateItem, m: &BTreeMap<MetricName, f64>, r: &mut Recompute) {
+fn remove(
+    item: &mut AggregateItem,
+    m: &BTreeMap<MetricName, f64>,
+    r: &mut Recompute,
+    keep_emptied: bool,
+) {
     for (name, v) in m {
         let Some(s) = item.metrics.get_mut(name) else {
             continue;
         };
+        if s.count == 0 {
+            continue;
+        }
         if s.count <= 1 {
-            item.metrics.remove(name);
+            if keep_emptied {
+                *s = EMPTIED;
+            } else {
+                item.metrics.remove(name);
+            }
             r.metrics.remove(name);
             continue;
         }
@@ -256,6 +305,9 @@ pub struct BucketSummary {
     pub extremes: BTreeMap<MetricName, (f64, f64)>,
     pub first: Option<Timestamp>,
     pub last: Option<Timestamp>,
+    /// Per metric, the first and last time of a reading carrying it (a page of a paged
+    /// bucket spans the readings with a metric in it).
+    pub times: BTreeMap<MetricName, (Timestamp, Timestamp)>,
 }
 
 impl BucketSummary {
@@ -263,6 +315,8 @@ impl BucketSummary {
         for (name, v) in metrics {
             let e = self.extremes.entry(name.clone()).or_insert((*v, *v));
             *e = (e.0.min(*v), e.1.max(*v));
+            let t = self.times.entry(name.clone()).or_insert((at, at));
+            *t = (t.0.min(at), t.1.max(at));
         }
         self.first = Some(self.first.map_or(at, |f| f.min(at)));
         self.last = Some(self.last.map_or(at, |l| l.max(at)));
@@ -275,6 +329,96 @@ impl BucketSummary {
         }
         s
     }
+}
+
+/// A plan's contributions cut down to the metrics `keep` takes, for the page `key` (a
+/// contribution left without any metric is dropped: it changes nothing in that page).
+pub fn restrict(
+    plan: &AggregatePlan,
+    key: Key,
+    keep: impl Fn(&Contribution, &MetricName) -> bool,
+) -> AggregatePlan {
+    let contributions = plan
+        .contributions
+        .iter()
+        .filter_map(|c| {
+            let only = |m: &BTreeMap<MetricName, f64>| -> BTreeMap<MetricName, f64> {
+                m.iter()
+                    .filter(|(k, _)| keep(c, k))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect()
+            };
+            let delta = match &c.delta {
+                Delta::Add(m) => Delta::Add(only(m)).nonempty()?,
+                Delta::Remove(m) => Delta::Remove(only(m)).nonempty()?,
+                Delta::Replace { old, new } => Delta::Replace {
+                    old: only(old),
+                    new: only(new),
+                }
+                .nonempty()?,
+            };
+            Some(Contribution { delta, ..c.clone() })
+        })
+        .collect();
+    AggregatePlan {
+        key,
+        device: plan.device.clone(),
+        bucket: plan.bucket,
+        contributions,
+    }
+}
+
+impl Delta {
+    fn nonempty(self) -> Option<Delta> {
+        let empty = match &self {
+            Delta::Add(m) | Delta::Remove(m) => m.is_empty(),
+            Delta::Replace { old, new } => old.is_empty() && new.is_empty(),
+        };
+        (!empty).then_some(self)
+    }
+
+    /// Every metric the record names, with a value it brings (what may start a metric).
+    pub fn brings(&self) -> impl Iterator<Item = &MetricName> {
+        let m = match self {
+            Delta::Add(m) | Delta::Replace { new: m, .. } => Some(m),
+            Delta::Remove(_) => None,
+        };
+        m.into_iter().flat_map(|m| m.keys())
+    }
+}
+
+/// [`fix_extremes`] for one page of a paged bucket: its first/last times are those of the
+/// readings carrying one of its metrics.
+pub fn fix_page_extremes(item: &mut AggregateItem, r: &Recompute, summary: &BucketSummary) {
+    let times = BucketSummary {
+        first: item
+            .metrics
+            .keys()
+            .filter_map(|m| summary.times.get(m).map(|t| t.0))
+            .min(),
+        last: item
+            .metrics
+            .keys()
+            .filter_map(|m| summary.times.get(m).map(|t| t.1))
+            .max(),
+        ..BucketSummary::default()
+    };
+    fix_extremes(
+        item,
+        &Recompute {
+            times: false,
+            ..r.clone()
+        },
+        summary,
+    );
+    fix_extremes(
+        item,
+        &Recompute {
+            metrics: BTreeSet::new(),
+            times: r.times,
+        },
+        &times,
+    );
 }
 
 /// Sets the extremes `r` names from the bucket's raw readings (what the table holds now).

@@ -78,6 +78,9 @@ pub struct AggregatorConfig {
     pub deadline_margin: std::time::Duration,
     /// How far an alert derivation reads (the documented bounds).
     pub scan: crate::alerting::derive::ScanLimits,
+    /// The size past which a bucket's open rollup page takes no new metrics
+    /// ([`crate::pages::PAGE_BYTES`]; smaller only in tests of paging).
+    pub page_bytes: usize,
 }
 
 impl AggregatorConfig {
@@ -96,6 +99,7 @@ impl AggregatorConfig {
             eventbridge_endpoint: None,
             deadline_margin: std::time::Duration::from_secs(3),
             scan: crate::alerting::derive::ScanLimits::default(),
+            page_bytes: crate::pages::PAGE_BYTES,
         }
     }
 

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
+    AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
     LatestReading, ShardHistory, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
@@ -111,6 +111,31 @@ impl AggregateStore for DynamoStore {
             .into_iter()
             .map(|(k, i)| Ok((k, from_stored(i)?)))
             .collect()
+    }
+
+    async fn aggregate_pages(
+        &self,
+        device: &DeviceId,
+        bucket: Bucket,
+    ) -> Result<Vec<AggregateItem>, StoreError> {
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#sk", attr::SK)
+            .expression_attribute_values(":pk", s(keys::device_pk(device)))
+            .expression_attribute_values(":prefix", s(keys::aggregate_page_sk_prefix(bucket)))
+            .into_paginator()
+            .items()
+            .send();
+        let mut out = Vec::new();
+        while let Some(item) = pages.next().await {
+            out.push(from_stored(item.map_err(StoreError::sdk("Query"))?)?);
+        }
+        Ok(out)
     }
 
     async fn put_aggregate(

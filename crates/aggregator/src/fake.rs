@@ -6,11 +6,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, DeviceId, DeviceItem, DeviceStatus, Key, LatestReading,
-    Timestamp,
+    AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, DeviceStatus, Key,
+    LatestReading, Timestamp,
 };
 use tidemark_store::StoreError;
-use tidemark_store::limits::{MAX_TRANSACT_ACTIONS, too_many_actions};
+use tidemark_store::limits::{
+    MAX_ITEM_BYTES, MAX_TRANSACT_ACTIONS, item_size, item_too_large, too_many_actions,
+};
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
@@ -33,6 +35,8 @@ pub struct FakeStore {
     pub failing: Mutex<Option<String>>,
     /// The next this many device commits fail like an outage (a crash before the write).
     pub failing_commits: AtomicU32,
+    /// The largest aggregate item a put was asked to store, in bytes as DynamoDB counts them.
+    pub largest_item: std::sync::atomic::AtomicUsize,
     /// How long each aggregate write takes (a slow or throttled table).
     pub write_delay: Mutex<Option<std::time::Duration>>,
 }
@@ -56,11 +60,32 @@ impl AggregateStore for FakeStore {
             .collect())
     }
 
+    async fn aggregate_pages(
+        &self,
+        device: &DeviceId,
+        bucket: Bucket,
+    ) -> Result<Vec<AggregateItem>, StoreError> {
+        let pk = tidemark_schema::keys::device_pk(device);
+        let prefix = tidemark_schema::keys::aggregate_page_sk_prefix(bucket);
+        let m = self.aggregates.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(m.iter()
+            .filter(|(k, _)| k.pk == pk && k.sk.starts_with(&prefix))
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
+    /// Refuses an item over DynamoDB's 400 KB (sized as DynamoDB counts it, from the item
+    /// the DynamoDB store would send) like DynamoDB: an error, for ever.
     async fn put_aggregate(
         &self,
         item: &AggregateItem,
         expected: Option<u64>,
     ) -> Result<Written, StoreError> {
+        let bytes = item_size(&tidemark_store::to_item(item)?);
+        self.largest_item.fetch_max(bytes, Ordering::SeqCst);
+        if bytes > MAX_ITEM_BYTES {
+            return Err(item_too_large(bytes));
+        }
         let delay = *self.write_delay.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = delay {
             tokio::time::sleep(d).await;

@@ -6,7 +6,9 @@
 //!   sequence number it has applied (`applied`) and a `version` for optimistic concurrency,
 //!   both advanced by the conditional write that applies a batch: replays and bisected
 //!   batches change nothing. One write per touched item per batch; a correction or delete
-//!   that moves an extreme folds the bucket's raw readings page by page.
+//!   that moves an extreme folds the bucket's raw readings page by page. A bucket whose
+//!   rollup outgrows 64 KB (a gateway with thousands of tags) continues in overflow pages
+//!   ([`pages`]), each with its own watermarks and version, none near the 400 KB limit.
 //! - **alerts** ([`alerting`], short window): each device's alert states follow its readings
 //!   in timestamp order (see that module), the device item's `lastSeenAt`/`latest`, written
 //!   only when a state changes or `lastSeenAt` is [`AggregatorConfig::device_refresh`]
@@ -37,6 +39,7 @@ pub mod error;
 mod fake;
 pub mod handler;
 pub mod notify;
+pub mod pages;
 pub mod records;
 pub mod report;
 mod rollups;

@@ -336,6 +336,21 @@ mod tests {
         assert_eq!(classify(0, &rec), Err(Ignored::NotReading));
     }
 
+    #[test]
+    fn the_aggregators_own_rollup_pages_are_not_readings() {
+        let k = tidemark_schema::AggregateItem::page_key(
+            &DeviceId::new("gw").unwrap(),
+            tidemark_schema::Period::Hourly.bucket(start()),
+            2,
+        );
+        let mut rec = EventRecord::default();
+        rec.event_name = "INSERT".into();
+        rec.change.sequence_number = Some("1".into());
+        rec.change.keys =
+            serde_dynamo::to_item(serde_json::json!({"pk": k.pk, "sk": k.sk})).unwrap();
+        assert_eq!(classify(0, &rec), Err(Ignored::NotReading));
+    }
+
     fn start() -> Timestamp {
         Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap()
     }

@@ -1,8 +1,10 @@
 //! The rollups role: every reading change becomes exact hourly and daily aggregates, each
 //! touched item written once per batch under its version (re-read, backed off and retried on
-//! a lost race).
+//! a lost race). A bucket whose rollup outgrows one item (thousands of metrics under one
+//! device ID) is split into pages ([`crate::pages`]); an ordinary device still writes one
+//! item per bucket per batch.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
 use tidemark_schema::{AggregateItem, Key, Period, Timestamp};
@@ -10,6 +12,7 @@ use tidemark_schema::{AggregateItem, Key, Period, Timestamp};
 use crate::AggregatorError;
 use crate::combine::{self, AggregatePlan, BucketSummary};
 use crate::handler::{Aggregator, read_skipping_unreadable};
+use crate::pages::{self, Decision, Pages};
 use crate::records::StreamChange;
 use crate::report::Counters;
 use crate::store::{Store, Written};
@@ -66,56 +69,67 @@ impl<S: Store> Aggregator<S> {
         }
     }
 
+    /// Writes one bucket's share of the batch into its pages ([`crate::pages`]): one put
+    /// for an ordinary bucket, one per changed page (plus a seal and new pages when new
+    /// metrics overflow the open page) for a paged one. A lost race on any page: read the
+    /// pages again and decide again (pages already written skip what they applied).
     async fn write_aggregate(
         &self,
         plan: &AggregatePlan,
         mut current: Option<AggregateItem>,
         counters: &Counters,
     ) -> Result<(), AggregatorError> {
-        let mut summary: Option<BucketSummary> = None;
+        let mut added = BTreeSet::new();
         for attempt in 1..=self.config.max_attempts {
-            let applied = combine::apply(current.as_ref(), plan);
-            if applied.applied == 0 {
+            let overflow = if current.as_ref().is_some_and(|c| c.sealed) {
+                self.store
+                    .aggregate_pages(&plan.device, plan.bucket)
+                    .await?
+            } else {
+                Vec::new()
+            };
+            let read = Pages::of(current.take(), overflow);
+            let budget = self.config.page_bytes;
+            // The bucket's raw readings are summarized only when a removed value was an
+            // extreme, and again after a lost race (the winner may have seen newer ones).
+            let mut decision = pages::decide(plan, &read, budget, None)?;
+            if decision == Decision::NeedsSummary {
+                let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
+                let s: BucketSummary = self
+                    .store
+                    .summarize(&plan.device, plan.bucket.start(), last)
+                    .await?;
+                decision = pages::decide(plan, &read, budget, Some(&s))?;
+            }
+            let Decision::Puts(puts) = decision else {
+                unreachable!("a decision with the bucket's summary needs nothing more")
+            };
+            let mut lost = false;
+            for put in &puts {
+                match self.store.put_aggregate(&put.item, put.expected).await? {
+                    Written::Ok { units } => {
+                        counters.written(units);
+                        added.extend(put.added.iter().cloned());
+                    }
+                    Written::Conflict => {
+                        lost = true;
+                        break;
+                    }
+                }
+            }
+            if !lost {
+                if plan.bucket.period() == Period::Hourly {
+                    Counters::add(&counters.readings_aggregated, added.len() as u64);
+                }
                 return Ok(());
             }
-            let mut item = applied.item;
-            if !applied.recompute.is_empty() {
-                if summary.is_none() {
-                    let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
-                    summary = Some(
-                        self.store
-                            .summarize(&plan.device, plan.bucket.start(), last)
-                            .await?,
-                    );
-                }
-                if let Some(s) = &summary {
-                    combine::fix_extremes(&mut item, &applied.recompute, s);
-                }
-            }
-            match self
+            Counters::add(&counters.conflicts_retried, 1);
+            tokio::time::sleep(self.config.retry.delay(attempt)).await;
+            current = self
                 .store
-                .put_aggregate(&item, current.as_ref().map(|c| c.version))
+                .get_aggregates(std::slice::from_ref(&plan.key))
                 .await?
-            {
-                Written::Ok { units } => {
-                    counters.written(units);
-                    if plan.bucket.period() == Period::Hourly {
-                        Counters::add(&counters.readings_aggregated, applied.readings_added as u64);
-                    }
-                    return Ok(());
-                }
-                Written::Conflict => {
-                    Counters::add(&counters.conflicts_retried, 1);
-                    tokio::time::sleep(self.config.retry.delay(attempt)).await;
-                    // The winner may have seen newer raw readings: ask the table again.
-                    summary = None;
-                    current = self
-                        .store
-                        .get_aggregates(std::slice::from_ref(&plan.key))
-                        .await?
-                        .remove(&plan.key);
-                }
-            }
+                .remove(&plan.key);
         }
         Err(AggregatorError::Contended {
             key: plan.key.to_string(),

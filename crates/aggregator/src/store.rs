@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, AlertSlot, DeviceId, DeviceItem, Key, LatestReading,
+    AggregateItem, AlertId, AlertItem, AlertSlot, Bucket, DeviceId, DeviceItem, Key, LatestReading,
     Timestamp,
 };
 use tidemark_store::StoreError;
@@ -43,7 +43,15 @@ pub trait AggregateStore {
         &self,
         keys: &[Key],
     ) -> impl Future<Output = Result<HashMap<Key, AggregateItem>, StoreError>> + Send;
-    /// Writes `item` if the stored version is still `expected` (`None`: no item yet).
+    /// The overflow pages of the bucket's rollup ([`crate::pages`]; page 0 is the item
+    /// [`AggregateStore::get_aggregates`] reads), consistent, in any order.
+    fn aggregate_pages(
+        &self,
+        device: &DeviceId,
+        bucket: Bucket,
+    ) -> impl Future<Output = Result<Vec<AggregateItem>, StoreError>> + Send;
+    /// Writes `item` (any page) if the stored version is still `expected` (`None`: no
+    /// item yet).
     fn put_aggregate(
         &self,
         item: &AggregateItem,

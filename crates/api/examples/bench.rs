@@ -255,6 +255,7 @@ fn fleet() -> Vec<Item> {
                 last_at: at,
                 applied: Default::default(),
                 version: 1,
+                sealed: false,
             }
         })
         .collect();

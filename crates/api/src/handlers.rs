@@ -1,11 +1,13 @@
 //! One function per route. Each validates everything before touching the store.
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use lambda_http::Request;
 use serde_json::{Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertState, DeviceId, DeviceStatus, EntityKey, Period, Severity, Timestamp, keys,
+    AggregateItem, AlertState, DeviceId, DeviceStatus, EntityKey, Period, Severity, Timestamp,
+    field, keys,
 };
 use tidemark_store::Item;
 
@@ -419,11 +421,44 @@ impl<S: Store> App<S> {
             })
         };
         let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
-        let items = items
-            .into_iter()
-            .map(render::aggregate)
-            .collect::<Result<_, _>>()?;
-        Ok(list(items, cursor))
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(self.aggregate_with_pages(item).await?);
+        }
+        Ok(list(out, cursor))
+    }
+
+    /// One aggregate item as a bucket's rollup: when it is page 0 of a paged bucket
+    /// (`sealed`), its overflow pages are read and merged in (an ordinary item costs nothing
+    /// more).
+    async fn aggregate_with_pages(&self, item: Item) -> Result<Value, ApiError> {
+        let sealed = matches!(item.get(field::SEALED), Some(AttributeValue::Bool(true)));
+        if !sealed {
+            return render::aggregate(item);
+        }
+        let page0: AggregateItem = tidemark_store::from_item(item)?;
+        let Ok(EntityKey::Aggregate { bucket, .. }) = EntityKey::parse(&page0.pk, &page0.sk) else {
+            return render::aggregate_item(page0);
+        };
+        let spec = QuerySpec::table(
+            page0.pk.clone(),
+            SkRange::BeginsWith(keys::aggregate_page_sk_prefix(bucket)),
+            true,
+        );
+        let mut pages = vec![page0];
+        let mut start = None;
+        loop {
+            let page = self.store.query(&spec, start, 100).await?;
+            for i in page.items {
+                pages.push(tidemark_store::from_item(i)?);
+            }
+            start = page.last_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        let merged = AggregateItem::merge_pages(pages).expect("page 0 is there");
+        render::aggregate_item(merged)
     }
 
     /// Quarantined records of a UTC day (default today), oldest first, merged over the

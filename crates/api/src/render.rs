@@ -88,7 +88,12 @@ pub fn reading(item: Item) -> Result<Value, ApiError> {
 }
 
 pub fn aggregate(item: Item) -> Result<Value, ApiError> {
-    let a: AggregateItem = tidemark_store::from_item(item)?;
+    aggregate_item(tidemark_store::from_item(item)?)
+}
+
+/// A bucket's rollup: an aggregate item, or a paged bucket's pages merged
+/// ([`AggregateItem::merge_pages`]); the same shape either way.
+pub fn aggregate_item(a: AggregateItem) -> Result<Value, ApiError> {
     let EntityKey::Aggregate { device, bucket } =
         EntityKey::parse(&a.pk, &a.sk).map_err(corrupt)?
     else {

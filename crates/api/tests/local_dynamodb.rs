@@ -1033,3 +1033,84 @@ async fn a_quarantine_listing_of_today_started_before_midnight_goes_on_after_it(
     let (_, today) = get(&after, "/quarantine").await;
     assert_eq!(today["items"], json!([]));
 }
+
+#[tokio::test]
+async fn a_paged_bucket_is_one_aggregate_with_every_metric_of_its_pages() {
+    use tidemark_schema::{AggregateItem, Period, Stats};
+    // GIVEN a gateway's hour of 2,000 metrics stored in three pages (as the aggregator
+    // splits it), and an ordinary hour after it
+    let t = TestTable::new("api-paged").await;
+    put(&t, &sample_device()).await;
+    let hour = Period::Hourly.bucket(ts("2026-04-20T14:00:00Z"));
+    let page = |n: u16, tags: std::ops::Range<usize>, first: &str, last: &str| {
+        let k = AggregateItem::page_key(&dev("sensor_01"), hour, n);
+        AggregateItem {
+            pk: k.pk,
+            sk: k.sk,
+            metrics: tags
+                .map(|i| (metric(&format!("tag{i:04}")), Stats::of(i as f64)))
+                .collect(),
+            first_at: ts(first),
+            last_at: ts(last),
+            applied: Default::default(),
+            version: 1,
+            sealed: n < 2,
+        }
+    };
+    put_all(
+        &t,
+        &[
+            page(0, 0..700, "2026-04-20T14:10:00Z", "2026-04-20T14:20:00Z"),
+            page(1, 700..1400, "2026-04-20T14:05:00Z", "2026-04-20T14:15:00Z"),
+            page(
+                2,
+                1400..2000,
+                "2026-04-20T14:12:00Z",
+                "2026-04-20T14:40:00Z",
+            ),
+        ],
+    )
+    .await;
+    let next = ts("2026-04-20T15:00:00Z");
+    put(
+        &t,
+        &aggregate(
+            "sensor_01",
+            Period::Hourly,
+            next,
+            &[reading("sensor_01", next, &[("temperature", 21.0)])],
+        ),
+    )
+    .await;
+    // WHEN the hours are asked for
+    let (status, body) = get(
+        &app(&t),
+        "/devices/sensor_01/aggregates?period=hourly&from=2026-04-20T00:00:00Z&to=2026-04-20T23:59:59Z",
+    )
+    .await;
+    // THEN the paged hour is one aggregate holding all its metrics, spanning its pages
+    assert_eq!(status, 200, "{body}");
+    let items = body["items"].as_array().unwrap();
+    assert_eq!(
+        items.len(),
+        2,
+        "no page shows up as an aggregate of its own"
+    );
+    let paged = &items[0];
+    assert_eq!(paged["start"], "2026-04-20T14:00:00.000000Z");
+    assert_eq!(paged["metrics"].as_object().unwrap().len(), 2_000);
+    assert_eq!(
+        paged["metrics"]["tag1999"],
+        json!({"count":1,"sum":1999,"min":1999,"max":1999,"avg":1999})
+    );
+    assert_eq!(paged["firstAt"], "2026-04-20T14:05:00.000000Z");
+    assert_eq!(paged["lastAt"], "2026-04-20T14:40:00.000000Z");
+    assert_eq!(
+        items[1]["metrics"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["temperature"]
+    );
+}

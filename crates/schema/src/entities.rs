@@ -389,7 +389,11 @@ impl Stats {
     }
 }
 
-/// `DEVICE#<id>` / `AGG#hourly#<hour>` or `AGG#daily#<day>`.
+/// `DEVICE#<id>` / `AGG#hourly#<hour>` or `AGG#daily#<day>`: a bucket's rollup, or page 0
+/// of it when it outgrew one item. The other pages (`AGGPAGE#<period>#<bucket>#<n>`,
+/// [`EntityKey::AggregatePage`]) have the same shape, each with its own metrics (a metric is
+/// in exactly one page), watermarks and version; `firstAt`/`lastAt` of a page are those of
+/// the readings with a metric in it. [`AggregateItem::merge_page`] puts them together.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AggregateItem {
@@ -405,6 +409,11 @@ pub struct AggregateItem {
     /// Optimistic-concurrency counter for conditional writes.
     #[serde(default)]
     pub version: u64,
+    /// The page takes no new metrics (only updates of those it holds): the bucket goes on
+    /// in a later page. Page 0 is sealed exactly when the bucket has overflow pages. Absent
+    /// (false) on every ordinary item.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }
 
 impl AggregateItem {
@@ -414,6 +423,55 @@ impl AggregateItem {
             bucket,
         }
         .key()
+    }
+
+    /// Page `page` of the bucket's rollup: page 0 is [`AggregateItem::key_for`].
+    pub fn page_key(device: &DeviceId, bucket: Bucket, page: u16) -> keys::Key {
+        if page == 0 {
+            return Self::key_for(device, bucket);
+        }
+        EntityKey::AggregatePage {
+            device: device.clone(),
+            bucket,
+            page,
+        }
+        .key()
+    }
+
+    /// A reader's view of a whole bucket from its pages (page 0 first): metrics unioned,
+    /// `firstAt` the earliest and `lastAt` the latest of the pages holding metrics (a page
+    /// emptied by deletes keeps times of readings no longer there), metrics with count 0
+    /// (emptied by deletes, kept in their page) left out. Key, watermarks,
+    /// version and `sealed` are page 0's: the merged item is for reading, never written back.
+    /// One page is returned as it is.
+    pub fn merge_pages(mut pages: Vec<AggregateItem>) -> Option<AggregateItem> {
+        for p in &mut pages {
+            // A page's metric whose readings are all gone stays there with count 0.
+            p.metrics.retain(|_, s| s.count > 0);
+        }
+        if pages.len() <= 1 {
+            return pages.pop();
+        }
+        let held: Vec<(Timestamp, Timestamp)> = pages
+            .iter()
+            .filter(|p| !p.metrics.is_empty())
+            .map(|p| (p.first_at, p.last_at))
+            .collect();
+        let mut rest = pages.split_off(1);
+        let mut out = pages.pop()?;
+        for p in &mut rest {
+            for (m, s) in std::mem::take(&mut p.metrics) {
+                out.metrics.entry(m).or_insert(s);
+            }
+        }
+        if let (Some(first), Some(last)) = (
+            held.iter().map(|h| h.0).min(),
+            held.iter().map(|h| h.1).max(),
+        ) {
+            out.first_at = first;
+            out.last_at = last;
+        }
+        Some(out)
     }
 }
 
@@ -811,8 +869,13 @@ mod tests {
             last_at: d.created_at,
             applied: BTreeMap::new(),
             version: 0,
+            sealed: false,
         };
         let v = serde_json::to_value(&a).unwrap();
+        assert!(
+            v.get(field::SEALED).is_none(),
+            "unsealed items write no sealed"
+        );
         for f in [
             field::METRICS,
             field::FIRST_AT,
@@ -828,6 +891,36 @@ mod tests {
         ))
         .unwrap();
         assert!(s.get(field::EPOCHS).is_some());
+    }
+
+    #[test]
+    fn merged_pages_union_metrics_and_span_the_pages_holding_metrics() {
+        let t = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+        let page = |n: u16, m: &str, first: &str, last: &str| AggregateItem {
+            pk: "DEVICE#d".into(),
+            sk: format!("p{n}"),
+            metrics: BTreeMap::from([(MetricName::new(m).unwrap(), Stats::of(n as f64))]),
+            first_at: t(first),
+            last_at: t(last),
+            applied: BTreeMap::new(),
+            version: 1,
+            sealed: n < 2,
+        };
+        let mut emptied = page(3, "z", "2026-04-20T14:00:00Z", "2026-04-20T14:59:00Z");
+        emptied.metrics.clear();
+        let merged = AggregateItem::merge_pages(vec![
+            page(0, "a", "2026-04-20T14:10:00Z", "2026-04-20T14:20:00Z"),
+            page(1, "b", "2026-04-20T14:05:00Z", "2026-04-20T14:15:00Z"),
+            page(2, "c", "2026-04-20T14:12:00Z", "2026-04-20T14:30:00Z"),
+            emptied,
+        ])
+        .unwrap();
+        assert_eq!(merged.sk, "p0");
+        assert_eq!(merged.metrics.len(), 3);
+        assert_eq!(merged.first_at, t("2026-04-20T14:05:00Z"));
+        assert_eq!(merged.last_at, t("2026-04-20T14:30:00Z"));
+        let one = page(0, "a", "2026-04-20T14:10:00Z", "2026-04-20T14:20:00Z");
+        assert_eq!(AggregateItem::merge_pages(vec![one.clone()]), Some(one));
     }
 
     #[test]

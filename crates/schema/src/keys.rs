@@ -18,6 +18,10 @@ pub const READING_PREFIX: &str = "READING#";
 pub const SLOT_PREFIX: &str = "SLOT#";
 pub const ALERT_PREFIX: &str = "ALERT#";
 pub const AGG_PREFIX: &str = "AGG#";
+/// Overflow pages of a large bucket's rollup: `AGGPAGE#<period>#<bucket>#<n>` (n = 1, 2, …),
+/// page 0 being the aggregate item itself. Outside `AGG#`, so range queries over a device's
+/// aggregates never meet them.
+pub const AGG_PAGE_PREFIX: &str = "AGGPAGE#";
 pub const QUARANTINE_PREFIX: &str = "QUARANTINE#";
 pub const CONFIG_PK: &str = "CONFIG";
 pub const SHARDS_PREFIX: &str = "SHARDS#";
@@ -88,6 +92,13 @@ pub enum EntityKey {
         device: DeviceId,
         bucket: Bucket,
     },
+    /// Overflow page `page` (1-based; page 0 is [`EntityKey::Aggregate`]) of a bucket's
+    /// rollup that outgrew one item.
+    AggregatePage {
+        device: DeviceId,
+        bucket: Bucket,
+        page: u16,
+    },
     Quarantine {
         day: Day,
         partition: u16,
@@ -127,6 +138,11 @@ impl EntityKey {
             EntityKey::Aggregate { device, bucket } => {
                 Key::new(device_pk(device), aggregate_sk(*bucket))
             }
+            EntityKey::AggregatePage {
+                device,
+                bucket,
+                page,
+            } => Key::new(device_pk(device), aggregate_page_sk(*bucket, *page)),
             EntityKey::Quarantine {
                 day,
                 partition,
@@ -259,6 +275,24 @@ impl EntityKey {
             let alert = AlertId::new(a).map_err(|e| err(&e.to_string()))?;
             return Ok(EntityKey::Alert { device, alert });
         }
+        if let Some(rest) = sk.strip_prefix(AGG_PAGE_PREFIX) {
+            let (period, rest) = rest
+                .split_once('#')
+                .ok_or_else(|| err("aggregate page sk is AGGPAGE#<period>#<bucket>#<n>"))?;
+            let (label, page) = rest
+                .rsplit_once('#')
+                .ok_or_else(|| err("aggregate page sk is AGGPAGE#<period>#<bucket>#<n>"))?;
+            let period = Period::parse(period).ok_or_else(|| err("unknown period"))?;
+            let bucket = Bucket::parse(period, label).map_err(|e| err(&e.to_string()))?;
+            let page = parse_small(page)
+                .filter(|n| *n > 0)
+                .ok_or_else(|| err("bad aggregate page number"))?;
+            return Ok(EntityKey::AggregatePage {
+                device,
+                bucket,
+                page,
+            });
+        }
         if let Some(rest) = sk.strip_prefix(AGG_PREFIX) {
             let (period, label) = rest
                 .split_once('#')
@@ -352,6 +386,16 @@ pub fn aggregate_sk_prefix(p: Period) -> String {
 
 pub fn aggregate_sk(b: Bucket) -> String {
     format!("{}{}", aggregate_sk_prefix(b.period()), b.label())
+}
+
+/// Every overflow page of the bucket `b` (and nothing else) has a sort key starting with this.
+pub fn aggregate_page_sk_prefix(b: Bucket) -> String {
+    format!("{AGG_PAGE_PREFIX}{}#{}#", b.period().as_str(), b.label())
+}
+
+/// Page `n` (1-based) of the bucket `b`; page 0 is [`aggregate_sk`].
+pub fn aggregate_page_sk(b: Bucket, n: u16) -> String {
+    format!("{}{n}", aggregate_page_sk_prefix(b))
 }
 
 pub fn quarantine_pk(day: Day, partition: u16) -> String {
@@ -614,6 +658,44 @@ mod tests {
         });
         assert_eq!(k.sk, "AGG#daily#2026-04-20");
         assert!(k.sk.starts_with(&aggregate_sk_prefix(Period::Daily)));
+    }
+
+    #[test]
+    fn aggregate_page_keys_round_trip_and_stay_out_of_aggregate_ranges() {
+        let t = ts("2026-04-20T14:37:00Z");
+        for bucket in [Period::Hourly.bucket(t), Period::Daily.bucket(t)] {
+            let k = round_trip(EntityKey::AggregatePage {
+                device: dev(),
+                bucket,
+                page: 12,
+            });
+            assert!(k.sk.starts_with(&aggregate_page_sk_prefix(bucket)));
+            assert!(!k.sk.starts_with(AGG_PREFIX), "{}", k.sk);
+            // Not between the bounds of any aggregate range query of the device.
+            for p in [Period::Hourly, Period::Daily] {
+                let lo = aggregate_sk(p.bucket(Timestamp::MIN));
+                let hi = aggregate_sk(p.bucket(Timestamp::MAX));
+                assert!(k.sk < lo || k.sk > hi, "{} in {lo}..{hi}", k.sk);
+            }
+        }
+        let k = EntityKey::AggregatePage {
+            device: dev(),
+            bucket: Period::Hourly.bucket(t),
+            page: 3,
+        }
+        .key();
+        assert_eq!(k.sk, "AGGPAGE#hourly#2026-04-20T14:00:00Z#3");
+        // Page 1 of one hour never shares a prefix with another hour's pages.
+        let other = aggregate_page_sk_prefix(Period::Hourly.bucket(ts("2026-04-20T15:00:00Z")));
+        assert!(!k.sk.starts_with(&other));
+        for sk in [
+            "AGGPAGE#hourly#2026-04-20T14:00:00Z#0",
+            "AGGPAGE#hourly#2026-04-20T14:00:00Z#01",
+            "AGGPAGE#hourly#2026-04-20T14:00:00Z",
+            "AGGPAGE#weekly#2026-04-20#1",
+        ] {
+            assert!(EntityKey::parse("DEVICE#sensor_01", sk).is_err(), "{sk}");
+        }
     }
 
     #[test]

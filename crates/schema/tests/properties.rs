@@ -50,6 +50,20 @@ fn any_entity_key() -> impl Strategy<Value = EntityKey> {
                 bucket: p.bucket(t),
             }
         }),
+        (any_device_id(), any_timestamp(), any::<bool>(), 1u16..).prop_map(
+            |(device, t, hourly, page)| {
+                let p = if hourly {
+                    Period::Hourly
+                } else {
+                    Period::Daily
+                };
+                EntityKey::AggregatePage {
+                    device,
+                    bucket: p.bucket(t),
+                    page,
+                }
+            }
+        ),
         (
             any_timestamp(),
             "[0-9]{1,60}",

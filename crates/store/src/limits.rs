@@ -2,10 +2,15 @@
 //! the in-memory fakes refuse what DynamoDB would refuse, so a test meets the limit where
 //! production would.
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::Item;
+
 /// Actions in one `TransactWriteItems` (a larger one is a `ValidationException`, for ever).
 pub const MAX_TRANSACT_ACTIONS: usize = 100;
 
-/// An item's size, as DynamoDB counts it (attribute names and values).
+/// The largest item DynamoDB stores (attribute names and values together): a bigger put is a
+/// `ValidationException`, for ever.
 pub const MAX_ITEM_BYTES: usize = tidemark_schema::table::ITEM_LIMIT_BYTES;
 
 /// Entries one `UpdateItem` sets in a map: its expression stays well under DynamoDB's 4 KB
@@ -29,31 +34,92 @@ pub fn too_many_actions(actions: usize) -> crate::StoreError {
     }
 }
 
-/// The size DynamoDB bills and limits `item` by: each attribute's name plus its value (a
-/// string or binary its bytes, a number about one byte per two digits plus one, a map or list
-/// 3 bytes plus its elements (and a map's names) plus one byte each). A close estimate, never
-/// under the real size by more than a number's rounding.
-pub fn item_size(item: &crate::Item) -> usize {
+/// The error DynamoDB gives a put of an item over [`MAX_ITEM_BYTES`], as a fake returns it.
+pub fn item_too_large(bytes: usize) -> crate::StoreError {
+    crate::StoreError::Request {
+        operation: "PutItem",
+        message: format!(
+            "ValidationException: Item size has exceeded the maximum allowed size \
+             ({bytes} bytes; at most {MAX_ITEM_BYTES})"
+        ),
+    }
+}
+
+/// An item's size as DynamoDB counts it against [`MAX_ITEM_BYTES`] (and bills writes by):
+/// the UTF-8 length of every attribute name plus the size of its value. Values follow
+/// DynamoDB's published rules: strings and binaries their length, a number 1 byte per two
+/// significant digits plus 1 (plus 1 for a sign), booleans and nulls 1, a list or map 3
+/// bytes plus 1 per element plus its elements (a map's keys counted as names), a set its
+/// elements. Numbers are the one approximation, never by more than a byte each.
+pub fn item_size(item: &Item) -> usize {
     item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
 }
 
-fn value_size(v: &aws_sdk_dynamodb::types::AttributeValue) -> usize {
-    use aws_sdk_dynamodb::types::AttributeValue as A;
+fn number_size(n: &str) -> usize {
+    let mantissa = n.split(['e', 'E']).next().unwrap_or(n);
+    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+    let significant = digits
+        .trim_start_matches('0')
+        .trim_end_matches('0')
+        .len()
+        .max(1);
+    significant.div_ceil(2) + 1 + usize::from(n.starts_with('-'))
+}
+
+/// The size of one attribute value (see [`item_size`]).
+pub fn value_size(v: &AttributeValue) -> usize {
     match v {
-        A::S(s) => s.len(),
-        A::N(n) => n.len().div_ceil(2) + 1,
-        A::B(b) => b.as_ref().len(),
-        A::Bool(_) | A::Null(_) => 1,
-        A::M(m) => {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number_size(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(ss) => ss.iter().map(String::len).sum(),
+        AttributeValue::Ns(ns) => ns.iter().map(|n| number_size(n)).sum(),
+        AttributeValue::Bs(bs) => bs.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
+        AttributeValue::M(m) => {
             3 + m
                 .iter()
-                .map(|(k, v)| k.len() + value_size(v) + 1)
+                .map(|(k, v)| 1 + k.len() + value_size(v))
                 .sum::<usize>()
         }
-        A::L(l) => 3 + l.iter().map(|v| value_size(v) + 1).sum::<usize>(),
-        A::Ss(x) => x.iter().map(String::len).sum(),
-        A::Ns(x) => x.iter().map(|n| n.len().div_ceil(2) + 1).sum(),
-        A::Bs(x) => x.iter().map(|b| b.as_ref().len()).sum(),
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn s(v: &str) -> AttributeValue {
+        AttributeValue::S(v.into())
+    }
+    fn n(v: &str) -> AttributeValue {
+        AttributeValue::N(v.into())
+    }
+
+    #[test]
+    fn item_size_counts_names_and_values_as_dynamodb_does() {
+        let item: Item = HashMap::from([
+            ("pk".to_owned(), s("DEVICE#a")),                  // 2 + 8
+            ("version".to_owned(), n("12345")),                // 7 + 4
+            ("sealed".to_owned(), AttributeValue::Bool(true)), // 6 + 1
+            (
+                "m".to_owned(),
+                AttributeValue::M(HashMap::from([("x".to_owned(), n("-1.5"))])),
+            ), // 1 + 3 + (1 + 1 + 3)
+        ]);
+        assert_eq!(item_size(&item), 10 + 11 + 7 + 9);
+        assert_eq!(number_size("0.000120"), 2);
+        assert_eq!(number_size("1e-7"), 2);
+        assert_eq!(number_size("123456789012345678901"), 12);
+    }
+
+    #[test]
+    fn a_large_string_is_over_the_item_limit() {
+        let item: Item = HashMap::from([("d".to_owned(), s(&"x".repeat(MAX_ITEM_BYTES)))]);
+        assert!(item_size(&item) > MAX_ITEM_BYTES);
     }
 }

@@ -80,27 +80,42 @@ pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
     out
 }
 
-/// The aggregate items among `items` (those with at least one metric), by key.
+/// The rollups stored among `items` (those with at least one metric), by key: aggregate
+/// items, each merged with its overflow pages when its bucket is paged
+/// ([`AggregateItem::merge_pages`]).
 pub fn stored(items: &[Item]) -> BTreeMap<Key, Rollup> {
-    items
-        .iter()
-        .filter(|i| {
-            matches!(
-                EntityKey::parse(&s(i, "pk"), &s(i, "sk")),
-                Ok(EntityKey::Aggregate { .. })
-            )
-        })
-        .map(|i| {
-            let a: AggregateItem = tidemark_store::from_item(i.clone())
-                .unwrap_or_else(|e| panic!("aggregate {} / {}: {e}", s(i, "pk"), s(i, "sk")));
-            (
-                Key { pk: a.pk, sk: a.sk },
+    let mut pages: BTreeMap<Key, Vec<AggregateItem>> = BTreeMap::new();
+    for i in items {
+        let key = match EntityKey::parse(&s(i, "pk"), &s(i, "sk")) {
+            Ok(EntityKey::Aggregate { device, bucket }) => AggregateItem::key_for(&device, bucket),
+            Ok(EntityKey::AggregatePage { device, bucket, .. }) => {
+                AggregateItem::key_for(&device, bucket)
+            }
+            _ => continue,
+        };
+        let a: AggregateItem = tidemark_store::from_item(i.clone())
+            .unwrap_or_else(|e| panic!("aggregate {} / {}: {e}", s(i, "pk"), s(i, "sk")));
+        let e = pages.entry(key).or_default();
+        // Page 0 first, the order a reader merges in.
+        if a.sk.starts_with(tidemark_schema::keys::AGG_PREFIX) {
+            e.insert(0, a);
+        } else {
+            e.push(a);
+        }
+    }
+    pages
+        .into_iter()
+        .filter(|(_, p)| p[0].sk.starts_with(tidemark_schema::keys::AGG_PREFIX))
+        .filter_map(|(k, p)| {
+            let a = AggregateItem::merge_pages(p)?;
+            Some((
+                k,
                 Rollup {
                     metrics: a.metrics,
                     first_at: a.first_at,
                     last_at: a.last_at,
                 },
-            )
+            ))
         })
         .filter(|(_, r)| !r.metrics.is_empty())
         .collect()

@@ -277,6 +277,11 @@ pub async fn stored_aggregates(
                 .unwrap();
             for i in resp.items.unwrap_or_default() {
                 let a: AggregateItem = tidemark_store::from_item(i).unwrap();
+                let a = if a.sealed {
+                    merged_pages(t, a).await
+                } else {
+                    a
+                };
                 out.insert((a.pk.clone(), a.sk.clone()), a);
             }
             start = resp.last_evaluated_key;
@@ -286,6 +291,39 @@ pub async fn stored_aggregates(
         }
     }
     out
+}
+
+/// The overflow pages of the bucket whose page 0 is `page0`, as stored (consistent).
+pub async fn overflow_pages(t: &TestTable, page0: &AggregateItem) -> Vec<AggregateItem> {
+    let Ok(EntityKey::Aggregate { bucket, .. }) = EntityKey::parse(&page0.pk, &page0.sk) else {
+        panic!("{} / {} is not an aggregate", page0.pk, page0.sk);
+    };
+    let mut out = Vec::new();
+    let mut pages = t
+        .client
+        .query()
+        .table_name(&t.name)
+        .consistent_read(true)
+        .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+        .expression_attribute_values(":pk", AttributeValue::S(page0.pk.clone()))
+        .expression_attribute_values(
+            ":prefix",
+            AttributeValue::S(keys::aggregate_page_sk_prefix(bucket)),
+        )
+        .into_paginator()
+        .items()
+        .send();
+    while let Some(i) = pages.next().await {
+        out.push(tidemark_store::from_item(i.unwrap()).unwrap());
+    }
+    out
+}
+
+/// A paged bucket's rollup as a reader sees it: page 0 merged with its overflow pages.
+pub async fn merged_pages(t: &TestTable, page0: AggregateItem) -> AggregateItem {
+    let mut pages = vec![page0.clone()];
+    pages.extend(overflow_pages(t, &page0).await);
+    AggregateItem::merge_pages(pages).unwrap()
 }
 
 /// Asserts the table's aggregates are exactly those recomputed from `readings`.

@@ -192,6 +192,7 @@ pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) ->
         last_at: rs.last().unwrap().timestamp,
         applied: BTreeMap::from([("shardId-0".into(), "100".into())]),
         version: 3,
+        sealed: false,
     }
 }
 

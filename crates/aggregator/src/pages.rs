@@ -1,0 +1,726 @@
+//! Paged rollups: a bucket whose rollup would outgrow one item (a gateway with thousands of
+//! tags under one device ID) continues in overflow pages, so no write is ever refused for
+//! its size and no batch stalls on it.
+//!
+//! Page 0 is the aggregate item (`AGG#<period>#<bucket>`); pages 1, 2, … live under
+//! `AGGPAGE#<period>#<bucket>#<n>` ([`tidemark_schema::keys::aggregate_page_sk`]), outside
+//! the API's aggregate ranges. Every page has the item's shape, with its own metrics,
+//! watermarks (`applied`) and `version`, plus `sealed`. An ordinary device never gets a
+//! second page: its bucket is one item written once per batch, exactly as before.
+//!
+//! The protocol is the packed slots' ([`tidemark_store::slots`]):
+//! - a metric lives in exactly one page and never moves; a batch's contribution to it is
+//!   applied to that page under that page's watermarks ([`crate::combine::apply`]), so
+//!   exactly-once holds page by page;
+//! - new metrics go only to the open page (the last, unsealed one) while it stays under the
+//!   page budget ([`PAGE_BYTES`]); what does not fit is put in new pages, and the open page
+//!   is first **sealed** (a conditional put bumping its version, `sealed = true`), and only
+//!   then the next page created (conditional on `attribute_not_exists`);
+//! - sealed pages keep taking updates of the metrics they hold;
+//! - the puts of one decision run in order: the open page (all the new metrics, or only its
+//!   seal), the new pages, then the updates of every other page. So a page's watermarks
+//!   never advance over a record whose new metrics have no page yet, and a decision cut
+//!   short anywhere (a lost race, a crash) leaves nothing a retry would skip. A record may
+//!   start a metric only if page 0 has not applied it (that refuses a replay of a metric an
+//!   unpaged item once dropped on a delete), and a metric a delete empties in a page stays
+//!   there with count 0 (readers leave it out), so no replay can start it a second time.
+//!
+//! Each put is conditional on the page's version as read (or on its absence), so a writer
+//! that missed a newer page always fails a condition: the open page it would fill or seal
+//! was bumped by the seal, or the page it would create exists. It then reads the pages
+//! again and decides again; pages it already wrote have advanced their watermarks, so
+//! applying the batch again changes nothing there. Two writers can never put one metric in
+//! two pages.
+//!
+//! Readers learn a bucket has overflow pages from page 0's `sealed` (page 0 is sealed
+//! exactly when page 1 exists, or is about to), Query the page prefix, and merge
+//! ([`AggregateItem::merge_pages`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, EntityKey, Key, MetricName};
+use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};
+use tidemark_store::{StoreError, to_item};
+
+use crate::combine::{self, AggregatePlan, BucketSummary};
+use crate::records::cmp_seq;
+
+/// The encoded size past which a page takes no new metrics. A write is billed by the whole
+/// item, so this also bounds what one page write costs (64 WCU); about 800 metrics of a
+/// gateway fit in one page.
+pub const PAGE_BYTES: usize = 64 * 1024;
+const _: () = assert!(
+    PAGE_BYTES <= MAX_ITEM_BYTES / 4,
+    "well under the item limit"
+);
+
+/// The page number of an aggregate item (page 0 or an overflow page), from its key.
+pub fn page_number(item: &AggregateItem) -> Option<u16> {
+    match EntityKey::parse(&item.pk, &item.sk).ok()? {
+        EntityKey::Aggregate { .. } => Some(0),
+        EntityKey::AggregatePage { page, .. } => Some(page),
+        _ => None,
+    }
+}
+
+/// An item's size as DynamoDB counts it.
+pub fn size(item: &AggregateItem) -> Result<usize, StoreError> {
+    Ok(item_size(&to_item(item)?))
+}
+
+/// A bucket's pages as read, in page order: page 0 first (absent: the bucket has no item
+/// yet), then its overflow pages.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pages {
+    pub pages: Vec<(u16, AggregateItem)>,
+}
+
+impl Pages {
+    /// Page 0 as read and the overflow pages (read only when page 0 is sealed), sorted.
+    pub fn of(page0: Option<AggregateItem>, overflow: Vec<AggregateItem>) -> Pages {
+        let mut pages: Vec<(u16, AggregateItem)> = page0.into_iter().map(|p| (0, p)).collect();
+        if pages.first().is_some_and(|(_, p)| p.sealed) {
+            pages.extend(
+                overflow
+                    .into_iter()
+                    .filter_map(|p| Some((page_number(&p).filter(|n| *n > 0)?, p))),
+            );
+        }
+        pages.sort_by_key(|(n, _)| *n);
+        Pages { pages }
+    }
+
+    fn holder(&self) -> BTreeMap<&MetricName, usize> {
+        let mut out = BTreeMap::new();
+        for (i, (_, p)) in self.pages.iter().enumerate() {
+            for m in p.metrics.keys() {
+                out.entry(m).or_insert(i);
+            }
+        }
+        out
+    }
+
+    /// The whole bucket as a reader sees it.
+    pub fn merged(&self) -> Option<AggregateItem> {
+        AggregateItem::merge_pages(self.pages.iter().map(|(_, p)| p.clone()).collect())
+    }
+}
+
+/// One conditional put of a page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PagePut {
+    pub number: u16,
+    pub item: AggregateItem,
+    /// The version as read (`None`: a new page, written only if no item has its key).
+    pub expected: Option<u64>,
+    /// The readings this put adds (for counting readings once across pages).
+    pub added: BTreeSet<(String, String, tidemark_schema::Timestamp)>,
+}
+
+/// What a page becomes, built by the caller for a page (as read, or new) and the new
+/// metrics it is offered.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub item: AggregateItem,
+    /// False: nothing changed, nothing to write (unless the page must be sealed).
+    pub changed: bool,
+    /// The extremes of a removed value must be taken from the raw readings first.
+    pub needs_summary: bool,
+    pub added: BTreeSet<(String, String, tidemark_schema::Timestamp)>,
+}
+
+/// The puts of one decision, or the news that raw readings must be summarized first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Puts(Vec<PagePut>),
+    NeedsSummary,
+}
+
+/// Places `fresh` metrics (held by no page, in order) and the updates `build` makes into
+/// puts, in the order they must run (see the module docs):
+/// 1. the open page with all the new metrics if it stays within `budget`; otherwise it is
+///    sealed as it is (nothing else changes in that put) and
+/// 2. the new metrics go to new pages, created in order, each sealed before the next;
+/// 3. then the updates of every other page (the one just sealed included).
+///
+/// A page's watermarks only advance once the new metrics of the records they cover have a
+/// page: a decision cut short after any put leaves nothing a retry would skip.
+/// `build(key, page, offered)` is what the page `key` (`None`: not written yet) becomes
+/// with its own metrics updated and the metrics `offered` added.
+pub fn place(
+    device: &DeviceId,
+    bucket: Bucket,
+    pages: &Pages,
+    fresh: &[MetricName],
+    budget: usize,
+    mut build: impl FnMut(Key, Option<&AggregateItem>, &[MetricName]) -> Built,
+) -> Result<Decision, StoreError> {
+    let mut puts = Vec::new();
+    let mut needs_summary = false;
+    let last = pages.pages.len().checked_sub(1);
+    let open = last.filter(|i| !pages.pages[*i].1.sealed);
+    let mut sealed_now: Option<AggregateItem> = None;
+    let mut placed = fresh.is_empty();
+    if let Some(i) = open {
+        let (n, p) = &pages.pages[i];
+        let b = build(AggregateItem::page_key(device, bucket, *n), Some(p), fresh);
+        needs_summary |= b.needs_summary;
+        if fresh.is_empty() || size(&b.item)? <= budget {
+            placed = true;
+            if b.changed {
+                puts.push(PagePut {
+                    number: *n,
+                    item: b.item,
+                    expected: Some(p.version),
+                    added: b.added,
+                });
+            }
+        } else {
+            let mut sealed = p.clone();
+            sealed.sealed = true;
+            sealed.version = p.version + 1;
+            puts.push(PagePut {
+                number: *n,
+                item: sealed.clone(),
+                expected: Some(p.version),
+                added: BTreeSet::new(),
+            });
+            sealed_now = Some(sealed);
+        }
+    }
+    let mut number = match last {
+        None => Some(0),
+        Some(i) => pages.pages[i].0.checked_add(1),
+    };
+    let mut rest = if placed { &fresh[..0] } else { fresh };
+    while !rest.is_empty() {
+        let n = number.ok_or_else(|| StoreError::Request {
+            operation: "PutItem",
+            message: format!("{device} {} has too many aggregate pages", bucket.label()),
+        })?;
+        let key = AggregateItem::page_key(device, bucket, n);
+        let (k, mut b) = fit(rest, budget, |offered| build(key.clone(), None, offered))?;
+        needs_summary |= b.needs_summary;
+        rest = &rest[k..];
+        b.item.sealed = !rest.is_empty();
+        puts.push(PagePut {
+            number: n,
+            item: b.item,
+            expected: None,
+            added: b.added,
+        });
+        number = n.checked_add(1);
+    }
+    for (i, (n, p)) in pages.pages.iter().enumerate() {
+        let current = match (Some(i) == open, &sealed_now) {
+            (false, _) => p,
+            (true, Some(s)) => s,
+            (true, None) => continue,
+        };
+        let b = build(
+            AggregateItem::page_key(device, bucket, *n),
+            Some(current),
+            &[],
+        );
+        needs_summary |= b.needs_summary;
+        if b.changed {
+            puts.push(PagePut {
+                number: *n,
+                item: b.item,
+                expected: Some(current.version),
+                added: b.added,
+            });
+        }
+    }
+    Ok(if needs_summary {
+        Decision::NeedsSummary
+    } else {
+        Decision::Puts(puts)
+    })
+}
+
+/// The longest prefix of `offered` (at least one metric) whose new page stays within
+/// `budget`, and that page. Binary search: a page only grows with the metrics it takes.
+fn fit(
+    offered: &[MetricName],
+    budget: usize,
+    mut build: impl FnMut(&[MetricName]) -> Built,
+) -> Result<(usize, Built), StoreError> {
+    let all = build(offered);
+    if size(&all.item)? <= budget {
+        return Ok((offered.len(), all));
+    }
+    let (mut lo, mut hi) = (1.min(offered.len()), offered.len());
+    let mut best = build(&offered[..lo]);
+    // Invariant: the prefix of `lo` is taken (fits, or is the minimum), `hi` does not fit.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let b = build(&offered[..mid]);
+        if size(&b.item)? <= budget {
+            lo = mid;
+            best = b;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok((lo, best))
+}
+
+/// The aggregator's decision for one batch's `plan` over the bucket's `pages`: each page
+/// gets the contributions to the metrics it holds, applied under its own watermarks; the
+/// metrics no page holds are placed by [`place`]. An ordinary bucket (one open page that
+/// stays within `budget`) gets exactly the single write it always had.
+pub fn decide(
+    plan: &AggregatePlan,
+    pages: &Pages,
+    budget: usize,
+    summary: Option<&BucketSummary>,
+) -> Result<Decision, StoreError> {
+    let single = match pages.pages.as_slice() {
+        [] => Some(None),
+        [(0, p)] if !p.sealed => Some(Some(p)),
+        _ => None,
+    };
+    if let Some(current) = single {
+        let a = combine::apply(current, plan);
+        if a.applied == 0 {
+            return Ok(Decision::Puts(Vec::new()));
+        }
+        let mut item = a.item;
+        if !a.recompute.is_empty() {
+            let Some(s) = summary else {
+                return Ok(Decision::NeedsSummary);
+            };
+            combine::fix_extremes(&mut item, &a.recompute, s);
+        }
+        if size(&item)? <= budget {
+            return Ok(Decision::Puts(vec![PagePut {
+                number: 0,
+                item,
+                expected: current.map(|c| c.version),
+                added: a.added,
+            }]));
+        }
+    }
+    let holder = pages.holder();
+    let mut fresh: BTreeSet<&MetricName> = BTreeSet::new();
+    for c in &plan.contributions {
+        fresh.extend(c.delta.brings().filter(|m| !holder.contains_key(m)));
+    }
+    let fresh: Vec<MetricName> = fresh.into_iter().cloned().collect();
+    let page0 = pages.pages.first().filter(|(n, _)| *n == 0).map(|(_, p)| p);
+    place(
+        &plan.device,
+        plan.bucket,
+        pages,
+        &fresh,
+        budget,
+        |key, page, offered| {
+            let offered: BTreeSet<&MetricName> = offered.iter().collect();
+            let own = |m: &MetricName| page.is_some_and(|p| p.metrics.contains_key(m));
+            // A record may start a metric only if page 0 has not applied it: page 0's
+            // watermarks advance after the record's new metrics have their page (so this
+            // refuses only what was applied before, e.g. a metric a delete emptied from an
+            // item that was not paged yet, replayed).
+            let newer = |c: &combine::Contribution| {
+                page0.is_none_or(|p| {
+                    p.applied
+                        .get(&c.source_pk)
+                        .is_none_or(|w| cmp_seq(&c.seq, w).is_gt())
+                })
+            };
+            let sub = combine::restrict(plan, key, |c, m| {
+                own(m) || (offered.contains(m) && newer(c))
+            });
+            let a = combine::apply_with(page, &sub, true);
+            let mut item = a.item;
+            let mut needs_summary = false;
+            if !a.recompute.is_empty() {
+                match summary {
+                    Some(s) => combine::fix_page_extremes(&mut item, &a.recompute, s),
+                    None => needs_summary = true,
+                }
+            }
+            Built {
+                item,
+                changed: a.applied > 0,
+                needs_summary,
+                added: a.added,
+            }
+        },
+    )
+}
+
+/// One metric of a rollup recomputed from raw readings: its stats and the first and last
+/// time of a reading carrying it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recomputed {
+    pub stats: tidemark_schema::Stats,
+    pub first: tidemark_schema::Timestamp,
+    pub last: tidemark_schema::Timestamp,
+}
+
+/// The puts that make a paged bucket's pages hold exactly `target` (`tidemark-admin
+/// rebuild`): every page keeps its metrics (with the recomputed stats, or emptied with
+/// count 0 when no reading has them any more), the metrics no page holds are placed as the
+/// aggregator places new ones ([`place`]), and every page written takes `marks` as its
+/// watermarks of those source partitions (its others kept).
+pub fn rebuild(
+    device: &DeviceId,
+    bucket: Bucket,
+    pages: &Pages,
+    target: &BTreeMap<MetricName, Recomputed>,
+    marks: &BTreeMap<String, String>,
+    budget: usize,
+) -> Result<Vec<PagePut>, StoreError> {
+    let holder = pages.holder();
+    let fresh: Vec<MetricName> = target
+        .keys()
+        .filter(|m| !holder.contains_key(m))
+        .cloned()
+        .collect();
+    let decision = place(
+        device,
+        bucket,
+        pages,
+        &fresh,
+        budget,
+        |key, page, offered| {
+            let mut item = page.cloned().unwrap_or_else(|| AggregateItem {
+                pk: key.pk.clone(),
+                sk: key.sk.clone(),
+                metrics: BTreeMap::new(),
+                first_at: tidemark_schema::Timestamp::MIN,
+                last_at: tidemark_schema::Timestamp::MIN,
+                applied: BTreeMap::new(),
+                version: 0,
+                sealed: false,
+            });
+            for (m, s) in item.metrics.iter_mut() {
+                *s = target.get(m).map_or(combine::EMPTIED, |r| r.stats);
+            }
+            for m in offered {
+                if let Some(r) = target.get(m) {
+                    item.metrics.insert(m.clone(), r.stats);
+                }
+            }
+            let held = || item.metrics.keys().filter_map(|m| target.get(m));
+            if let (Some(first), Some(last)) =
+                (held().map(|r| r.first).min(), held().map(|r| r.last).max())
+            {
+                item.first_at = first;
+                item.last_at = last;
+            }
+            for (p, w) in marks {
+                item.applied.insert(p.clone(), w.clone());
+            }
+            item.version = page.map_or(0, |p| p.version) + 1;
+            Built {
+                item,
+                changed: true,
+                needs_summary: false,
+                added: BTreeSet::new(),
+            }
+        },
+    )?;
+    match decision {
+        Decision::Puts(p) => Ok(p),
+        Decision::NeedsSummary => unreachable!("a rebuild needs no summary"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::Ordering;
+
+    use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
+    use tidemark_schema::{
+        AggregateItem, DeviceId, Key, MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
+    };
+    use tidemark_store::limits::MAX_ITEM_BYTES;
+
+    use super::*;
+    use crate::fake::FakeStore;
+    use crate::{Aggregator, AggregatorConfig};
+
+    const HOUR: &str = "2026-04-20T14:00:00Z";
+
+    fn t0() -> Timestamp {
+        Timestamp::parse_rfc3339(HOUR).unwrap()
+    }
+
+    fn tag(i: usize) -> MetricName {
+        MetricName::new(&format!("plc1_line{}_tag{i:05}", i % 7)).unwrap()
+    }
+
+    /// An INSERT of a reading of `device` (in its shard partition `shard`) with `metrics`.
+    fn insert(
+        seq: u64,
+        device: &str,
+        shard: Option<u16>,
+        at: Timestamp,
+        metrics: BTreeMap<MetricName, f64>,
+    ) -> EventRecord {
+        let item = ReadingItem::new(
+            &Reading {
+                device_id: DeviceId::new(device).unwrap(),
+                timestamp: at,
+                metrics,
+                metadata: None,
+            },
+            shard,
+            30,
+        );
+        let mut c = StreamRecord::default();
+        c.keys = serde_dynamo::to_item(serde_json::json!({"pk": item.pk, "sk": item.sk})).unwrap();
+        c.new_image = serde_dynamo::to_item(&item).unwrap();
+        c.sequence_number = Some(format!("{seq:021}"));
+        let mut r = EventRecord::default();
+        r.event_name = "INSERT".into();
+        r.change = c;
+        r
+    }
+
+    fn event(records: &[EventRecord]) -> Event {
+        let mut e = Event::default();
+        e.records = records.to_vec();
+        e
+    }
+
+    /// Every page of the bucket as stored, and their merge.
+    fn bucket(
+        store: &FakeStore,
+        device: &str,
+        period: Period,
+    ) -> (Vec<AggregateItem>, AggregateItem) {
+        let d = DeviceId::new(device).unwrap();
+        let b = period.bucket(t0());
+        let m = store.aggregates.lock().unwrap();
+        let page0 = m.get(&AggregateItem::key_for(&d, b)).cloned();
+        let prefix = tidemark_schema::keys::aggregate_page_sk_prefix(b);
+        let overflow: Vec<_> = m
+            .iter()
+            .filter(|(k, _)| k.sk.starts_with(&prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        let pages = Pages::of(page0, overflow);
+        let merged = pages.merged().expect("the bucket has a rollup");
+        (pages.pages.into_iter().map(|(_, p)| p).collect(), merged)
+    }
+
+    /// A gateway's hour: `tags` metrics, 32 to a record, each read twice.
+    fn gateway_hour(tags: usize) -> (Vec<EventRecord>, BTreeMap<MetricName, Stats>) {
+        let mut records = Vec::new();
+        let mut want: BTreeMap<MetricName, Stats> = BTreeMap::new();
+        let mut seq = 100;
+        for round in 0..2u32 {
+            for (j, chunk) in (0..tags).collect::<Vec<_>>().chunks(32).enumerate() {
+                let at = t0()
+                    .plus_millis(i64::from(round) * 1_800_000 + j as i64 * 1_000)
+                    .unwrap();
+                let metrics: BTreeMap<MetricName, f64> = chunk
+                    .iter()
+                    .map(|i| (tag(*i), *i as f64 * 0.25 + f64::from(round) * 10.5))
+                    .collect();
+                for (m, v) in &metrics {
+                    want.entry(m.clone())
+                        .and_modify(|s| s.merge(&Stats::of(*v)))
+                        .or_insert_with(|| Stats::of(*v));
+                }
+                records.push(insert(seq, "gw", None, at, metrics));
+                seq += 1;
+            }
+        }
+        (records, want)
+    }
+
+    #[tokio::test]
+    async fn an_8000_tag_gateway_gets_every_hourly_and_daily_rollup_exactly_in_pages_under_400_kb()
+    {
+        // GIVEN a gateway with 8,000 tags under one device ID, 32 metrics a record, read
+        // twice in one hour (500 records)
+        let (records, want) = gateway_hour(8_000);
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        // WHEN delivered in batches, then replayed regrouped, then bisected and replayed
+        let mut deliveries: Vec<&[EventRecord]> = records.chunks(100).collect();
+        deliveries.extend(records.chunks(37));
+        deliveries.push(&records[..250]);
+        deliveries.push(&records);
+        for batch in deliveries {
+            let (resp, _) = agg.process(&event(batch)).await;
+            // THEN no batch ever fails
+            assert!(resp.batch_item_failures.is_empty(), "a batch failed");
+        }
+        // THEN every metric's hourly and daily rollup is exact, in pages under 400 KB
+        for period in [Period::Hourly, Period::Daily] {
+            let (pages, merged) = bucket(agg.store(), "gw", period);
+            assert_eq!(merged.metrics, want, "{period:?}");
+            assert_eq!(merged.first_at, t0());
+            assert_eq!(
+                merged.last_at,
+                t0().plus_millis(1_800_000 + 249 * 1_000).unwrap()
+            );
+            assert!(pages.len() > 1, "{period:?} is paged");
+            for (i, p) in pages.iter().enumerate() {
+                assert_eq!(p.sealed, i + 1 < pages.len(), "only the last page is open");
+                assert!(size(p).unwrap() <= PAGE_BYTES, "page {i} over the budget");
+            }
+            let held: usize = pages.iter().map(|p| p.metrics.len()).sum();
+            assert_eq!(held, want.len(), "each metric in exactly one page");
+            eprintln!("{period:?}: {} pages", pages.len());
+        }
+        // A page takes new metrics only under the budget; updates of its metrics may grow
+        // their numbers a little past it, never near the item limit.
+        let largest = agg.store().largest_item.load(Ordering::SeqCst);
+        eprintln!("largest item put: {largest} bytes");
+        assert!(largest <= PAGE_BYTES + PAGE_BYTES / 8, "{largest}");
+        assert!(largest < MAX_ITEM_BYTES);
+    }
+
+    #[tokio::test]
+    async fn an_ordinary_device_still_writes_one_item_per_bucket_per_batch() {
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let (records, want) = gateway_hour(40);
+        let (_, report) = agg.process(&event(&records)).await;
+        assert_eq!(report.items_written, 2, "one hourly and one daily item");
+        let (pages, merged) = bucket(agg.store(), "gw", Period::Hourly);
+        assert_eq!(pages.len(), 1);
+        assert!(!pages[0].sealed);
+        assert_eq!(merged.metrics, want);
+        let item = tidemark_store::to_item(&pages[0]).unwrap();
+        assert!(
+            !item.contains_key("sealed"),
+            "ordinary items are stored as before"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_writers_adding_new_metrics_to_a_full_page_never_put_a_metric_in_two_pages()
+    {
+        // GIVEN a small page budget and an hour whose open page is already full
+        let mut config = AggregatorConfig::new("t");
+        config.page_bytes = 4 * 1024;
+        let store = FakeStore::default();
+        *store.write_delay.lock().unwrap() = Some(std::time::Duration::from_millis(5));
+        let agg = Aggregator::with_store(store, config);
+        let (first, _) = gateway_hour(64);
+        let (resp, _) = agg.process(&event(&first[..2])).await;
+        assert!(resp.batch_item_failures.is_empty());
+        // WHEN two invocations (two shard partitions of a hot gateway) add new metrics at
+        // once, some of them the same
+        let batch = |shard: u16, name: &str| {
+            let metrics: BTreeMap<MetricName, f64> = (0..40)
+                .map(|i| (MetricName::new(&format!("{name}{i:03}")).unwrap(), 1.0))
+                .chain((0..20).map(|i| (MetricName::new(&format!("shared{i:03}")).unwrap(), 2.0)))
+                .collect();
+            let at = t0().plus_millis(i64::from(shard) * 60_000).unwrap();
+            vec![insert(500, "gw", Some(shard), at, metrics)]
+        };
+        let (a, b) = (batch(1, "a"), batch(2, "b"));
+        let (ea, eb) = (event(&a), event(&b));
+        let (ra, rb) = tokio::join!(agg.process(&ea), agg.process(&eb));
+        assert!(ra.0.batch_item_failures.is_empty() && rb.0.batch_item_failures.is_empty());
+        assert!(
+            ra.1.conflicts_retried + rb.1.conflicts_retried > 0,
+            "they raced"
+        );
+        // THEN every metric is in exactly one page, counted once per reading
+        for period in [Period::Hourly, Period::Daily] {
+            let (pages, merged) = bucket(agg.store(), "gw", period);
+            assert!(pages.len() >= 2, "{period:?}: {} pages", pages.len());
+            let mut seen: BTreeMap<&MetricName, usize> = BTreeMap::new();
+            for p in &pages {
+                for m in p.metrics.keys() {
+                    *seen.entry(m).or_default() += 1;
+                }
+            }
+            assert!(seen.values().all(|n| *n == 1), "a metric in two pages");
+            let shared = &merged.metrics[&MetricName::new("shared000").unwrap()];
+            assert_eq!((shared.count, shared.sum), (2, 4.0));
+            assert_eq!(merged.metrics[&MetricName::new("a000").unwrap()].count, 1);
+            assert_eq!(merged.metrics[&MetricName::new("b039").unwrap()].count, 1);
+            assert_eq!(merged.metrics.len(), 64 + 40 + 40 + 20);
+        }
+    }
+
+    fn key(n: u16) -> Key {
+        AggregateItem::page_key(
+            &DeviceId::new("gw").unwrap(),
+            Period::Hourly.bucket(t0()),
+            n,
+        )
+    }
+
+    #[test]
+    fn a_writer_that_read_before_a_seal_fails_its_first_condition() {
+        // GIVEN two writers that read the same full open page 0
+        let (records, _) = gateway_hour(64);
+        let plan_of = |records: &[EventRecord]| {
+            let changes: Vec<_> = records
+                .iter()
+                .enumerate()
+                .flat_map(|(i, r)| crate::records::classify(i, r).unwrap())
+                .collect();
+            crate::combine::plan(&changes).remove(1)
+        };
+        let base = plan_of(&records[..2]);
+        let Decision::Puts(puts) = decide(&base, &Pages::default(), 4096, None).unwrap() else {
+            panic!()
+        };
+        let mut table: BTreeMap<Key, AggregateItem> = BTreeMap::new();
+        let run = |table: &mut BTreeMap<Key, AggregateItem>, puts: &[PagePut]| -> bool {
+            for p in puts {
+                let k = Key {
+                    pk: p.item.pk.clone(),
+                    sk: p.item.sk.clone(),
+                };
+                if table.get(&k).map(|i| i.version) != p.expected {
+                    return false;
+                }
+                table.insert(k, p.item.clone());
+            }
+            true
+        };
+        assert!(run(&mut table, &puts));
+        let read = |table: &BTreeMap<Key, AggregateItem>| {
+            Pages::of(
+                table.get(&key(0)).cloned(),
+                table
+                    .values()
+                    .filter(|p| p.sk != key(0).sk)
+                    .cloned()
+                    .collect(),
+            )
+        };
+        let stale = read(&table);
+        let more = |name: &str, seq| {
+            let metrics = (0..80)
+                .map(|i| (MetricName::new(&format!("{name}{i:03}")).unwrap(), 1.0))
+                .collect();
+            plan_of(&[insert(seq, "gw", None, t0(), metrics)])
+        };
+        let (pa, pb) = (more("a", 900), more("a", 901));
+        let Decision::Puts(a) = decide(&pa, &stale, 4096, None).unwrap() else {
+            panic!()
+        };
+        let Decision::Puts(b) = decide(&pb, &stale, 4096, None).unwrap() else {
+            panic!()
+        };
+        // WHEN the first writer seals page 0 and places its metrics in new pages
+        assert!(a[0].item.sealed && a[0].expected.is_some(), "seal first");
+        assert!(run(&mut table, &a));
+        // THEN the second fails its first condition, and from a fresh read it updates the
+        // metrics where they are
+        assert!(!run(&mut table, &b[..1]));
+        let Decision::Puts(b) = decide(&pb, &read(&table), 4096, None).unwrap() else {
+            panic!()
+        };
+        assert!(b.iter().all(|p| p.expected.is_some()), "no new page");
+        assert!(run(&mut table, &b));
+        let merged = read(&table).merged().unwrap();
+        assert_eq!(merged.metrics[&MetricName::new("a000").unwrap()].count, 2);
+        let held: usize = table.values().map(|p| p.metrics.len()).sum();
+        assert_eq!(held, merged.metrics.len());
+    }
+}
