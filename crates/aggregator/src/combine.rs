@@ -322,6 +322,14 @@ impl BucketSummary {
         self.last = Some(self.last.map_or(at, |l| l.max(at)));
     }
 
+    /// Folds in the extremes of a rollup of a part of the range (a day's hourly items).
+    pub fn add_extremes(&mut self, r: &AggregateItem) {
+        for (name, s) in r.metrics.iter().filter(|(_, s)| s.count > 0) {
+            let e = self.extremes.entry(name.clone()).or_insert((s.min, s.max));
+            *e = (e.0.min(s.min), e.1.max(s.max));
+        }
+    }
+
     pub fn of(readings: &[(Timestamp, BTreeMap<MetricName, f64>)]) -> Self {
         let mut s = BucketSummary::default();
         for (at, m) in readings {

@@ -29,6 +29,8 @@ pub struct FakeStore {
     pub conflicts: AtomicU32,
     /// The most readings one `readings_page` call returned (bounded-memory checks).
     pub largest_read: std::sync::atomic::AtomicUsize,
+    /// Readings all `summarize` calls folded (bounded-work checks).
+    pub readings_summarized: std::sync::atomic::AtomicUsize,
     /// Readings all `readings_page` calls returned (bounded-work checks).
     pub readings_read: std::sync::atomic::AtomicUsize,
     /// Aggregate writes to a sort key containing this fail like an outage.
@@ -313,9 +315,10 @@ impl ReadingStore for FakeStore {
         from: Timestamp,
         to: Timestamp,
     ) -> Result<BucketSummary, StoreError> {
-        Ok(BucketSummary::of(
-            &self.readings_between(device, from, to).await?,
-        ))
+        let readings = self.readings_between(device, from, to).await?;
+        self.readings_summarized
+            .fetch_add(readings.len(), Ordering::SeqCst);
+        Ok(BucketSummary::of(&readings))
     }
 
     async fn newest_reading(

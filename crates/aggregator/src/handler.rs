@@ -486,6 +486,70 @@ mod tests {
         }
     }
 
+    /// A MODIFY of a reading of `device` from `old` to `new` (one metric `t`).
+    fn modify(seq: u64, device: &str, at: &str, old: f64, new: f64) -> EventRecord {
+        let mut r = insert(seq, device, at, new);
+        let before = insert(seq, device, at, old);
+        r.change.old_image = before.change.new_image;
+        r.event_name = "MODIFY".into();
+        r
+    }
+
+    #[tokio::test]
+    async fn a_corrected_daily_maximum_is_recomputed_from_the_hours_not_the_days_readings() {
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let d1 = DeviceId::new("d1").unwrap();
+        // GIVEN three hours of a day, 60 readings each, with a spike of 90 at 14:30
+        let mut records = Vec::new();
+        let mut seq = 1;
+        for hour in [10, 14, 18] {
+            for minute in 0..60 {
+                let at = format!("2026-04-20T{hour:02}:{minute:02}:00Z");
+                let v = if hour == 14 && minute == 30 {
+                    90.0
+                } else {
+                    f64::from(hour) + f64::from(minute) / 100.0
+                };
+                agg.store().put_reading(
+                    &d1,
+                    ts(&at),
+                    BTreeMap::from([(MetricName::new("t").unwrap(), v)]),
+                );
+                records.push(insert(seq, "d1", &at, v));
+                seq += 1;
+            }
+        }
+        agg.process(&event(records)).await;
+        // WHEN the spike is corrected to 10
+        agg.store().put_reading(
+            &d1,
+            ts("2026-04-20T14:30:00Z"),
+            BTreeMap::from([(MetricName::new("t").unwrap(), 10.0)]),
+        );
+        agg.store().readings_summarized.store(0, Ordering::SeqCst);
+        let (resp, _) = agg
+            .process(&event(vec![modify(
+                seq,
+                "d1",
+                "2026-04-20T14:30:00Z",
+                90.0,
+                10.0,
+            )]))
+            .await;
+        assert!(resp.batch_item_failures.is_empty());
+        // THEN the hour and the day have their true extremes
+        let t = MetricName::new("t").unwrap();
+        let hour = hourly(agg.store(), "d1", "2026-04-20T14:00:00Z").unwrap();
+        assert_eq!((hour.metrics[&t].min, hour.metrics[&t].max), (10.0, 14.59));
+        let k = AggregateItem::key_for(&d1, Period::Daily.bucket(ts("2026-04-20T14:00:00Z")));
+        let day = agg.store().aggregates.lock().unwrap()[&k].clone();
+        assert_eq!((day.metrics[&t].min, day.metrics[&t].max), (10.0, 18.59));
+        assert_eq!(day.metrics[&t].count, 180);
+        // AND only the corrected hour's readings were read, not the day's
+        let read = agg.store().readings_summarized.load(Ordering::SeqCst);
+        assert_eq!(read, 60);
+    }
+
     #[tokio::test]
     async fn records_that_are_not_readings_are_ignored_not_failed() {
         let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
