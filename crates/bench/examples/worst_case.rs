@@ -337,9 +337,12 @@ async fn main() {
     )
     .await;
     let hour = Timestamp::parse_rfc3339("2026-04-29T10:00:00Z").unwrap();
-    let second = |s: i64| -> SlotReadings {
+    // Second `s` of the hour: 2,000 readings, and in the middle second a spike of 5,000
+    // (or the value it is corrected to).
+    let spike_second = hz2k_seconds / 2;
+    let second = |s: i64, spike: f64| -> (Timestamp, SlotReadings) {
         let start = hour.plus_millis(s * 1000).unwrap();
-        (0..2000i64)
+        let mut r: SlotReadings = (0..2000i64)
             .map(|i| {
                 let at = Timestamp::from_epoch_micros(start.epoch_micros() + i * 500).unwrap();
                 (
@@ -347,19 +350,19 @@ async fn main() {
                     BTreeMap::from([(metric(), ((s * 2000 + i) % 1000) as f64)]),
                 )
             })
-            .collect()
+            .collect();
+        if s == spike_second {
+            r.insert(
+                start.plus_millis(1).unwrap(),
+                BTreeMap::from([(metric(), spike)]),
+            );
+        }
+        (start, r)
     };
     let started = Instant::now();
     let mut items = Vec::with_capacity(hz2k_seconds as usize);
     for s in 0..hz2k_seconds {
-        let start = hour.plus_millis(s * 1000).unwrap();
-        let mut r = second(s);
-        if s == hz2k_seconds / 2 {
-            r.insert(
-                start.plus_millis(1).unwrap(),
-                BTreeMap::from([(metric(), 5_000.0)]),
-            );
-        }
+        let (start, r) = second(s, 5_000.0);
         items.push(tidemark_store::to_item(&part(&hot, start, &r, 1)).unwrap());
     }
     put_all(&client, items).await;
@@ -373,14 +376,7 @@ async fn main() {
     let mut seq = 100u64;
     let mut records = Vec::new();
     for s in 0..hz2k_seconds {
-        let start = hour.plus_millis(s * 1000).unwrap();
-        let mut r = second(s);
-        if s == hz2k_seconds / 2 {
-            r.insert(
-                start.plus_millis(1).unwrap(),
-                BTreeMap::from([(metric(), 5_000.0)]),
-            );
-        }
+        let (start, r) = second(s, 5_000.0);
         let p = part(&hot, start, &r, 1);
         seq += 1;
         let mut rec = record(seq, "INSERT", &p.pk, &p.sk, &p, &p);
@@ -392,18 +388,8 @@ async fn main() {
     }
     rollups.process(&event(records)).await;
     // The spike corrected: its part's MODIFY.
-    let s = hz2k_seconds / 2;
-    let start = hour.plus_millis(s * 1000).unwrap();
-    let mut spiked = second(s);
-    spiked.insert(
-        start.plus_millis(1).unwrap(),
-        BTreeMap::from([(metric(), 5_000.0)]),
-    );
-    let mut fixed = spiked.clone();
-    fixed.insert(
-        start.plus_millis(1).unwrap(),
-        BTreeMap::from([(metric(), 1.0)]),
-    );
+    let (start, spiked) = second(spike_second, 5_000.0);
+    let (_, fixed) = second(spike_second, 1.0);
     let old = part(&hot, start, &spiked, 1);
     let new = part(&hot, start, &fixed, 2);
     put_all(&client, vec![tidemark_store::to_item(&new).unwrap()]).await;

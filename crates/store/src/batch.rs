@@ -42,7 +42,7 @@ pub use crate::retry::{RetryPolicy, is_retryable};
 use crate::{Item, StoreError};
 
 /// DynamoDB's limit of requests in one `BatchWriteItem`.
-pub const MAX_BATCH_WRITE: usize = 25;
+pub use crate::limits::MAX_BATCH_WRITE;
 
 /// Single-item merges in flight for each batch call the writer may have in flight: a merge
 /// carries one item where a batch call carries 25.

@@ -17,7 +17,7 @@ use crate::retry::RetryPolicy;
 use crate::{Item, StoreError};
 
 /// DynamoDB's limit of keys in one `BatchGetItem`.
-pub const MAX_KEYS: usize = 100;
+pub const MAX_KEYS: usize = crate::limits::MAX_BATCH_GET_KEYS;
 /// Calls per chunk before unprocessed keys fail the read.
 pub const MAX_ATTEMPTS: u32 = 8;
 /// Chunks asked at once.

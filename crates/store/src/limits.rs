@@ -18,10 +18,10 @@ pub const MAX_ITEM_BYTES: usize = tidemark_schema::table::ITEM_LIMIT_BYTES;
 pub const MAX_UPDATE_ENTRIES: usize = 100;
 
 /// Puts and deletes in one `BatchWriteItem`.
-pub use crate::batch::MAX_BATCH_WRITE;
+pub const MAX_BATCH_WRITE: usize = 25;
 
 /// Keys in one `BatchGetItem`.
-pub use crate::batch_get::MAX_KEYS as MAX_BATCH_GET_KEYS;
+pub const MAX_BATCH_GET_KEYS: usize = 100;
 
 /// The error DynamoDB gives a transaction of more than [`MAX_TRANSACT_ACTIONS`] actions, as
 /// a fake returns it.
