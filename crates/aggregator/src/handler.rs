@@ -313,33 +313,16 @@ mod tests {
     use super::*;
     use crate::fake::FakeStore;
     use crate::report::Report;
-    use aws_lambda_events::event::dynamodb::{EventRecord, StreamRecord};
+    use aws_lambda_events::event::dynamodb::EventRecord;
     use std::sync::atomic::Ordering;
-    use tidemark_schema::{AggregateItem, MetricName, Period, Reading, ReadingItem, Timestamp};
+    use tidemark_schema::{AggregateItem, MetricName, Period, Timestamp};
 
     fn ts(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
     }
 
     fn insert(seq: u64, device: &str, at: &str, v: f64) -> EventRecord {
-        let item = ReadingItem::new(
-            &Reading {
-                device_id: DeviceId::new(device).unwrap(),
-                timestamp: ts(at),
-                metrics: BTreeMap::from([(MetricName::new("t").unwrap(), v)]),
-                metadata: None,
-            },
-            None,
-            30,
-        );
-        let mut c = StreamRecord::default();
-        c.keys = serde_dynamo::to_item(serde_json::json!({"pk": item.pk, "sk": item.sk})).unwrap();
-        c.new_image = serde_dynamo::to_item(&item).unwrap();
-        c.sequence_number = Some(format!("{seq:021}"));
-        let mut r = EventRecord::default();
-        r.event_name = "INSERT".into();
-        r.change = c;
-        r
+        crate::testing::insert(seq, device, ts(at), "t", v)
     }
 
     fn event(records: Vec<EventRecord>) -> Event {

@@ -434,14 +434,13 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::atomic::Ordering;
 
-    use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
-    use tidemark_schema::{
-        AggregateItem, DeviceId, Key, MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
-    };
+    use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+    use tidemark_schema::{AggregateItem, DeviceId, Key, MetricName, Period, Stats, Timestamp};
     use tidemark_store::limits::MAX_ITEM_BYTES;
 
     use super::*;
     use crate::fake::FakeStore;
+    use crate::testing::insert_reading;
     use crate::{Aggregator, AggregatorConfig};
 
     const HOUR: &str = "2026-04-20T14:00:00Z";
@@ -452,34 +451,6 @@ mod tests {
 
     fn tag(i: usize) -> MetricName {
         MetricName::new(&format!("plc1_line{}_tag{i:05}", i % 7)).unwrap()
-    }
-
-    /// An INSERT of a reading of `device` (in its shard partition `shard`) with `metrics`.
-    fn insert(
-        seq: u64,
-        device: &str,
-        shard: Option<u16>,
-        at: Timestamp,
-        metrics: BTreeMap<MetricName, f64>,
-    ) -> EventRecord {
-        let item = ReadingItem::new(
-            &Reading {
-                device_id: DeviceId::new(device).unwrap(),
-                timestamp: at,
-                metrics,
-                metadata: None,
-            },
-            shard,
-            30,
-        );
-        let mut c = StreamRecord::default();
-        c.keys = serde_dynamo::to_item(serde_json::json!({"pk": item.pk, "sk": item.sk})).unwrap();
-        c.new_image = serde_dynamo::to_item(&item).unwrap();
-        c.sequence_number = Some(format!("{seq:021}"));
-        let mut r = EventRecord::default();
-        r.event_name = "INSERT".into();
-        r.change = c;
-        r
     }
 
     fn event(records: &[EventRecord]) -> Event {
@@ -528,7 +499,7 @@ mod tests {
                         .and_modify(|s| s.merge(&Stats::of(*v)))
                         .or_insert_with(|| Stats::of(*v));
                 }
-                records.push(insert(seq, "gw", None, at, metrics));
+                records.push(insert_reading(seq, "gw", None, at, metrics));
                 seq += 1;
             }
         }
@@ -615,7 +586,7 @@ mod tests {
                 .chain((0..20).map(|i| (MetricName::new(&format!("shared{i:03}")).unwrap(), 2.0)))
                 .collect();
             let at = t0().plus_millis(i64::from(shard) * 60_000).unwrap();
-            vec![insert(500, "gw", Some(shard), at, metrics)]
+            vec![insert_reading(500, "gw", Some(shard), at, metrics)]
         };
         let (a, b) = (batch(1, "a"), batch(2, "b"));
         let (ea, eb) = (event(&a), event(&b));
@@ -698,7 +669,7 @@ mod tests {
             let metrics = (0..80)
                 .map(|i| (MetricName::new(&format!("{name}{i:03}")).unwrap(), 1.0))
                 .collect();
-            plan_of(&[insert(seq, "gw", None, t0(), metrics)])
+            plan_of(&[insert_reading(seq, "gw", None, t0(), metrics)])
         };
         let (pa, pb) = (more("a", 900), more("a", 901));
         let Decision::Puts(a) = decide(&pa, &stale, 4096, None).unwrap() else {

@@ -18,14 +18,25 @@ pub fn device(d: &str) -> DeviceId {
 
 /// An INSERT of a reading of `device` with one metric.
 pub fn insert(seq: u64, device: &str, at: Timestamp, m: &str, v: f64) -> EventRecord {
+    insert_reading(seq, device, None, at, BTreeMap::from([(metric(m), v)]))
+}
+
+/// An INSERT of a reading of `device` (in its shard partition `shard`) with `metrics`.
+pub fn insert_reading(
+    seq: u64,
+    device: &str,
+    shard: Option<u16>,
+    at: Timestamp,
+    metrics: BTreeMap<MetricName, f64>,
+) -> EventRecord {
     let item = ReadingItem::new(
         &Reading {
             device_id: DeviceId::new(device).unwrap(),
             timestamp: at,
-            metrics: BTreeMap::from([(metric(m), v)]),
+            metrics,
             metadata: None,
         },
-        None,
+        shard,
         30,
     );
     let mut c = StreamRecord::default();
