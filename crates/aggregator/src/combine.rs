@@ -2,9 +2,12 @@
 //! touches, so each item gets one conditional write per batch, never one per reading.
 //!
 //! Exactly once: an item keeps, per source partition key, the highest stream sequence number
-//! it applied (`applied`). Records of one partition key reach the aggregator in sequence
-//! order (one shard, one invocation at a time), so "apply only what is newer than the
-//! watermark" makes any replay, bisection or regrouping of already-applied records a no-op.
+//! it applied (`applied`). While a partition key's records reach the aggregator through one
+//! stream shard (in sequence order, one invocation at a time), "apply only what is newer than
+//! the watermark" makes any replay, bisection or regrouping of already-applied records a no-op.
+//! DynamoDB orders records per item only: after it splits a key's item collection over two
+//! partitions, the slower child shard's records can fall below the watermark and be skipped
+//! (docs/decisions/0002-exactly-once-rollups.md, with the per-item design that removes this).
 //! A packed slot part's record changes several readings under one sequence number: each is a
 //! contribution of its own, compared with the watermark as read, so a record's readings in
 //! one item apply all together or not at all.
