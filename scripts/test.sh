@@ -27,7 +27,7 @@ scripts/browser.sh
 step "unit, property and integration tests"
 cargo test --workspace --locked
 
-# The deployment checks (DESIGN §7): the template lints clean and `sam build` produces the
+# The deployment checks (docs/design.md §7): the template lints clean and `sam build` produces the
 # three arm64 `bootstrap` binaries exactly as a deploy would. The first build is a release
 # cross-compile (minutes); set TIDEMARK_SKIP_SAM_BUILD=1 to skip it in a quick local loop.
 step "template (sam validate --lint, checkov)"

@@ -1,5 +1,5 @@
 //! A hot device's shard count changed twice while its readings flow through ingest, with the
-//! API scheduling the changes and serving the reads, all on DynamoDB Local (issue 8).
+//! API scheduling the changes and serving the reads, all on DynamoDB Local (docs/design.md §4).
 //!
 //! Time is simulated: each ingest "container" and the API run on a clock the test moves, so
 //! the cache ages, the change lead time and the reading bounds are exact.

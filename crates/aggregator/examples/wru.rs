@@ -1,4 +1,4 @@
-//! Cost benchmark (DESIGN §8): write request units per stored reading on a simulated fleet,
+//! Cost benchmark (docs/design.md §8): write request units per stored reading on a simulated fleet,
 //! from DynamoDB's own ConsumedCapacity, against DynamoDB Local.
 //!
 //! The fleet: `DEVICES` devices (default 1,000), one reading a minute each with four metrics,

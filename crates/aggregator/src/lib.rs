@@ -15,7 +15,7 @@
 //!   (15 min) behind the newest reading.
 //!
 //! Both roles take reading changes from [`records`]: a single reading item's INSERT, MODIFY
-//! or user REMOVE is one; a packed slot part's record (issue 16) is one per reading its old
+//! or user REMOVE is one; a packed slot part's record (docs/design.md §5) is one per reading its old
 //! and new images differ in, applied exactly as that reading's own record would be (a part
 //! only being sealed changes nothing; a TTL expiry, of a part as of a reading, never changes
 //! a rollup). A part whose image does not decode is skipped, logged with its key and counted

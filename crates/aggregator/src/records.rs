@@ -1,5 +1,5 @@
 //! Stream records → what changed about which reading. A reading item's INSERT, MODIFY or
-//! user REMOVE is one change; a packed slot part's record (issue 16) is one change per reading
+//! user REMOVE is one change; a packed slot part's record (docs/design.md §5) is one change per reading
 //! its old and new images differ in ([`packed::diff`]), each the INSERT, correction or delete
 //! that reading would have been as a single item. Everything else is ignored here, with the
 //! reason.

@@ -52,7 +52,7 @@ pub enum ConfigError {
 }
 
 /// Where "now" comes from: the system clock, or a fixed instant for tests and fixtures
-/// (the DESIGN §9 sample data is from April 2026 and would otherwise be expired).
+/// (the docs/design.md §9 sample data is from April 2026 and would otherwise be expired).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Clock {
     System,

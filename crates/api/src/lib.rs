@@ -1,4 +1,4 @@
-//! Tidemark's HTTP API (DESIGN §6): one Lambda behind an API Gateway HTTP API (payload v2).
+//! Tidemark's HTTP API (docs/design.md §6): one Lambda behind an API Gateway HTTP API (payload v2).
 //!
 //! [`App::handle`] turns any request into a JSON response and never fails: bad input is a
 //! 400 naming the parameter, unknown routes 404, wrong methods 405, conflicts 409, and store

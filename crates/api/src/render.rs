@@ -1,4 +1,4 @@
-//! Items to the JSON shapes of DESIGN §6 (camelCase, keys never shown).
+//! Items to the JSON shapes of docs/design.md §6 (camelCase, keys never shown).
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;

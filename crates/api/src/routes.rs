@@ -1,4 +1,4 @@
-//! The route table (DESIGN §6). `openapi.yaml` must list exactly these; a test checks it.
+//! The route table (docs/design.md §6). `openapi.yaml` must list exactly these; a test checks it.
 
 use http::Method;
 

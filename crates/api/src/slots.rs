@@ -1,4 +1,4 @@
-//! Packed readings (issue 16) read back as the reading items they stand for.
+//! Packed readings (docs/design.md §2) read back as the reading items they stand for.
 //!
 //! A packed partition holds slot parts (`SLOT#<start>#<part>`); the readings of one slot may
 //! be spread over several parts that interleave in time, and the metrics of one reading over

@@ -1,4 +1,4 @@
-//! The API against DynamoDB Local: every access pattern of DESIGN §9 with its exact JSON,
+//! The API against DynamoDB Local: every access pattern of docs/design.md §9 with its exact JSON,
 //! pagination across pages and shards, and a table of bad inputs.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Issue 16's measurements: what packed readings cost against single items and the textbook
+//! The packed-readings measurements: what packed readings cost against single items and the textbook
 //! design, for the 1 Hz fleet, the standard fleet and the 2 kHz device, at ingest batching
 //! windows of 1, 10, 60 and 300 s. Writes `bench/PACKING.md` and `bench/packing.json`.
 //!
@@ -245,7 +245,7 @@ fn layout_label(l: Layout) -> String {
 
 fn markdown(rep: &Report) -> String {
     let mut md = String::from(
-        "# Packed readings: write, read and storage cost (issue 16)\n\n\
+        "# Packed readings: write, read and storage cost\n\n\
          Produced by `cargo run --release -p tidemark-bench --example packing` (part of `make \
          bench`). How it measures is in the example's doc comment; every figure below is \
          measured in this run unless marked *scaled*.\n\n",

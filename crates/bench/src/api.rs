@@ -36,7 +36,7 @@ pub struct RouteCase {
     pub make: Box<dyn Fn(usize) -> (http::Method, String, Option<String>) + Send + Sync>,
 }
 
-/// The routes of DESIGN §6 that read, plus device registration, over devices `ids` whose
+/// The routes of docs/design.md §6 that read, plus device registration, over devices `ids` whose
 /// readings span `[from, to)`.
 pub fn cases(ids: Vec<String>, from: Timestamp, to: Timestamp) -> Vec<RouteCase> {
     let ids = std::sync::Arc::new(ids);

@@ -1,5 +1,5 @@
 //! `make bench`: what Tidemark costs and how fast it is, measured on the local stack, side by
-//! side with the textbook design (DESIGN §8). Benchmarks report; they never assert.
+//! side with the textbook design (docs/design.md §8). Benchmarks report; they never assert.
 //!
 //! - [`meter`]: a metering proxy that makes DynamoDB report the write units of every call;
 //! - [`scenario`]: deterministic fleets and the Kinesis events they produce;

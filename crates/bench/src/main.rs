@@ -1,4 +1,4 @@
-//! `tidemark-bench`: runs every benchmark of issue 9 and writes `bench/REPORT.md` and
+//! `tidemark-bench`: runs every benchmark of docs/design.md §8 and writes `bench/REPORT.md` and
 //! `bench/report.json`. `make bench` runs it in release mode; `--quick` runs small fleets.
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -21,7 +21,7 @@ const USAGE: &str = "tidemark-bench [--quick] [--skip-build] [--skip-criterion] 
 Runs the scenarios through Tidemark and the textbook baseline on a DynamoDB Local of its own
 (started from .local/, in memory; --shared-dynamodb uses TIDEMARK_DYNAMODB_ENDPOINT or
 127.0.0.1:8000 instead) and writes DIR/REPORT.md and DIR/report.json (DIR: bench/).
-Defaults follow DESIGN §8: 1,000 devices for 60 simulated minutes, 50 devices at 1 Hz for 10,
+Defaults follow docs/design.md §8: 1,000 devices for 60 simulated minutes, 50 devices at 1 Hz for 10,
 one device at 2,000 readings/s for 5 s. Unless skipped it first runs `cargo build --release`
 of the three functions and the ingest criterion bench. --quick: small fleets, no builds, no
 criterion run (results already on disk are reported as such). BENCH_VERBOSE=1 logs windows.";
@@ -285,7 +285,7 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
     {
         let note = format!(
             "Hot device: at 2,000 readings/s a reading every 500 µs; keys keep microseconds \
-             (DESIGN §2), so {} readings sent became {} stored items.",
+             (docs/design.md §2), so {} readings sent became {} stored items.",
             h.readings_sent, h.readings_stored
         );
         rep.notes.push(note);

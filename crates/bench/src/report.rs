@@ -1,5 +1,5 @@
 //! The report: everything measured, as JSON (`bench/report.json`) and as Markdown
-//! (`bench/REPORT.md`), with each target of issue 9 checked and, where missed, explained.
+//! (`bench/REPORT.md`), with each cost and speed target checked and, where missed, explained.
 
 use std::fmt::Write as _;
 
@@ -178,13 +178,13 @@ fn structural(items: f64, k: f64, limit: f64) -> String {
         f64::INFINITY
     };
     format!(
-        " Still above the target by design (DESIGN §8): each device-invocation rewrites {items:.2} \
+        " Still above the target by design (docs/design.md §8): each device-invocation rewrites {items:.2} \
          items ({TOUCHES}), so the cost is 1 + {items:.2}/k with k = {k:.1}; the target needs \
          k ≥ {need:.1} with these touches, and Lambda's batching window cannot exceed 300 s."
     )
 }
 
-/// The targets of issue 9, checked against what was measured.
+/// The cost and speed targets, checked against what was measured.
 pub fn check_targets(report: &BenchReport, template_batch: usize) -> Vec<TargetCheck> {
     let runs = &report.runs;
     let mut out = vec![

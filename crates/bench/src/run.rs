@@ -107,7 +107,7 @@ pub struct DesignRun {
     /// filled) and every other figure covers the later windows only: the steady state a
     /// long-running fleet pays.
     pub warmup: Option<Warmup>,
-    /// How the run stored readings: `single`, or `packed:<slot seconds>` (issue 16).
+    /// How the run stored readings: `single`, or `packed:<slot seconds>` (docs/design.md §2).
     #[serde(default)]
     pub layout: String,
     /// The ingest mapping's batching window, seconds.
@@ -208,7 +208,7 @@ pub async fn run(
     let began = Instant::now();
     let direct = target.client().await;
     tidemark_store::create_table(&direct, table, &tidemark_schema::TABLE).await?;
-    // In force from an hour before the first reading (DESIGN §4: announced ahead).
+    // In force from an hour before the first reading (docs/design.md §4: announced ahead).
     let from = start.minus_millis(3_600_000).unwrap_or(start);
     let setup = |e: tidemark_schema::ShardHistoryError| BenchError::Setup(e.to_string());
     if let (Some(layout), Design::Tidemark) = (scenario.layout, design) {

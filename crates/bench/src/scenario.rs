@@ -28,7 +28,7 @@ pub struct Scenario {
     pub ingest_batch_size: usize,
     /// Measure from the second batching window on (the first creates every item).
     pub warmup_window: bool,
-    /// The fleet's default layout (issue 16), in force from an hour before the first
+    /// The fleet's default layout (docs/design.md §2), in force from an hour before the first
     /// reading; `None`: single items, as before layouts existed.
     pub layout: Option<Layout>,
     /// The ingest mapping's batching window, milliseconds of simulated time (a divisor of
@@ -45,7 +45,7 @@ pub const MAX_PAYLOAD_BYTES: usize = 6 * 1024 * 1024;
 pub const WINDOW_MS: i64 = 300_000;
 
 impl Scenario {
-    /// `devices` devices (1,000 in DESIGN §8), one reading a minute, for `minutes` (60).
+    /// `devices` devices (1,000 in docs/design.md §8), one reading a minute, for `minutes` (60).
     pub fn standard(devices: u32, minutes: i64, aggregator_batch_size: usize) -> Scenario {
         Scenario {
             name: "standard",
@@ -174,7 +174,7 @@ fn unit(device: u32, n: u64, salt: u64) -> f64 {
     (mix((u64::from(device) << 40) ^ (n << 4) ^ salt) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// The DESIGN §3 reading shape with four metrics and firmware metadata (about 200 bytes as
+/// The docs/design.md §3 reading shape with four metrics and firmware metadata (about 200 bytes as
 /// an item, well under one write unit).
 pub fn reading_json(id: &DeviceId, at: Timestamp, device: u32, n: u64) -> Vec<u8> {
     let r1 = |x: f64| (x * 10.0).round() / 10.0;

@@ -42,7 +42,7 @@ pub enum DevstackError {
     Events(String),
 }
 
-/// Where the local stack lives; every field has DESIGN §7's default and an env override.
+/// Where the local stack lives; every field has docs/design.md §7's default and an env override.
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
     pub table: String,

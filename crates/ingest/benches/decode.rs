@@ -1,5 +1,5 @@
 //! CPU per reading of decode + validate + item build (the target is at most 2 µs), and of
-//! decode + validate + packing into a slot item's encoding (issue 16: at most 3 µs).
+//! decode + validate + packing into a slot item's encoding (target: at most 3 µs, `bench/PACKING.md`).
 //!
 //! `cargo bench -p tidemark-ingest --bench decode`
 

@@ -12,7 +12,7 @@ use tidemark_store::batch::RetryPolicy;
 pub enum UnknownDevices {
     /// Store the reading; ingest does nothing extra. The device is registered by the
     /// aggregator's device update, which sets `createdAt`, `status` and the GSI1 keys with
-    /// `if_not_exists` and so costs no extra write unit (DESIGN §5). A conditional put here
+    /// `if_not_exists` and so costs no extra write unit (docs/design.md §5). A conditional put here
     /// would pay a write unit per device per container even when the device exists.
     Register,
     /// Quarantine records naming a device that is not registered (reason `unknown_device`).
@@ -53,7 +53,7 @@ pub struct IngestConfig {
     pub unknown_devices: UnknownDevices,
     /// `MAX_IN_FLIGHT` (4): concurrent `BatchWriteItem` calls.
     pub max_in_flight: usize,
-    /// `MAX_METRICS` (32, DESIGN §3).
+    /// `MAX_METRICS` (32, docs/design.md §3).
     pub max_metrics: usize,
     /// `MAX_ARRAY_LEN` (1000): readings in one record.
     pub max_array_len: usize,
@@ -82,7 +82,7 @@ pub struct IngestConfig {
 }
 
 impl IngestConfig {
-    /// The defaults of DESIGN §3/§4 for `table_name` (what tests start from).
+    /// The defaults of docs/design.md §3/§4 for `table_name` (what tests start from).
     pub fn new(table_name: impl Into<String>) -> Self {
         IngestConfig {
             table_name: table_name.into(),

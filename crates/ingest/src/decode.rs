@@ -1,4 +1,4 @@
-//! Kinesis record bytes → validated readings (DESIGN §3). Pure: no I/O, the clock is a
+//! Kinesis record bytes → validated readings (docs/design.md §3). Pure: no I/O, the clock is a
 //! parameter, so every bound is testable to the microsecond.
 //!
 //! A record holds one reading (a JSON object) or several (an array of objects). A record

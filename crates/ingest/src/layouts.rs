@@ -1,4 +1,4 @@
-//! The layout histories ingest writes with (issue 16): each device's own shard and layout
+//! The layout histories ingest writes with (docs/design.md §4): each device's own shard and layout
 //! epochs over the fleet's default, from one cached query of the `CONFIG` partition.
 
 use std::collections::HashMap;

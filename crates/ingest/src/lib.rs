@@ -1,4 +1,4 @@
-//! Tidemark's ingest function (DESIGN §3–§4): Kinesis records → validated readings → one
+//! Tidemark's ingest function (docs/design.md §3–§4): Kinesis records → validated readings → one
 //! DynamoDB table, bad records quarantined with their raw bytes, and a partial-batch response
 //! that never lets the event source mapping skip an unwritten record.
 //!
@@ -10,7 +10,7 @@
 //! new ones as conditional inserts, 25 a call ([`tidemark_store::insert`]), the rest one by one
 //! ([`tidemark_store::merge`]), so nothing sent is ever erased by a later record.
 //!
-//! A device whose layout packs readings (issue 16, [`tidemark_schema::layout`]) has each
+//! A device whose layout packs readings (docs/design.md §4, [`tidemark_schema::layout`]) has each
 //! batch's readings merged into its slot items instead, one read-merge-write per slot under a
 //! version check ([`tidemark_store::slots`], [`packing`]), with the same rules. Layouts come
 //! from one cached query of the `CONFIG` partition ([`layouts`]); a configured

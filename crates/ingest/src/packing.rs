@@ -1,4 +1,4 @@
-//! Readings of devices whose layout packs them (issue 16): grouped by slot item, then merged
+//! Readings of devices whose layout packs them (docs/design.md §4): grouped by slot item, then merged
 //! into it by [`tidemark_store::slots`] (read, merge, write under a version check).
 //!
 //! A slot is written once per batch that has readings for it, whatever their number: that

@@ -148,7 +148,7 @@ async fn readings_of_several_devices_and_arrays_are_stored_normalised_with_ttl()
     .collect();
     assert_eq!(keys, want);
 
-    // The DESIGN §9 sample row, as DynamoDB holds it.
+    // The docs/design.md §9 sample row, as DynamoDB holds it.
     let raw = get(
         &t.client,
         &t.name,

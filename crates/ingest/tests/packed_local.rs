@@ -1,4 +1,4 @@
-//! Ingest of devices whose layout packs readings into slot items (issue 16), against DynamoDB
+//! Ingest of devices whose layout packs readings into slot items (docs/design.md §4), against DynamoDB
 //! Local: the same guarantees as single items (nothing lost, a correction wins, an exact resend
 //! writes nothing), and layouts that change with no migration.
 

@@ -5,7 +5,7 @@
 //! throttled however much capacity the table has. Readings go to `DEVICE#<id>` (or, sharded,
 //! `DEVICE#<id>#S<hash(ts) % N>`), so one chatty device can exceed it alone.
 //!
-//! A packed device (issue 16) writes one slot item per ingest batch instead: the hot device's
+//! A packed device (docs/decisions/0001-packed-readings.md) writes one slot item per ingest batch instead: the hot device's
 //! readings of each `--window` seconds are merged into their `--slot`-second slot, and that
 //! write costs the slot item's whole size (its exact encoding, plus its keys and counters) in
 //! 1 KB write units, all in the second the batch ends. (It counts a slot as one item; the

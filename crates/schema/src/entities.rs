@@ -71,7 +71,7 @@ pub struct Reading {
 }
 
 impl Reading {
-    /// The flat JSON shape of DESIGN §6: `{"deviceId","timestamp",<metric>:n…,"metadata"?}`.
+    /// The flat JSON shape of docs/design.md §6: `{"deviceId","timestamp",<metric>:n…,"metadata"?}`.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("deviceId".into(), Value::String(self.device_id.to_string()));

@@ -1,4 +1,4 @@
-//! Every key of the table, built and parsed in one place (DESIGN §2).
+//! Every key of the table, built and parsed in one place (docs/design.md §2).
 //!
 //! `#` separates key parts. No validated ID or label can contain `#`, so parsing is exact and
 //! no input can build a key that parses as another entity.
@@ -13,7 +13,7 @@ use crate::time::{Bucket, Day, Period, Timestamp};
 pub const DEVICE_PREFIX: &str = "DEVICE#";
 pub const DEVICE_METADATA_SK: &str = "#METADATA";
 pub const READING_PREFIX: &str = "READING#";
-/// Packed readings (issue 16): `SLOT#<slot start>#<part>`, in the same partitions as single
+/// Packed readings (docs/decisions/0001-packed-readings.md): `SLOT#<slot start>#<part>`, in the same partitions as single
 /// readings. A slot that would outgrow its item continues in part 1, 2, …
 pub const SLOT_PREFIX: &str = "SLOT#";
 pub const ALERT_PREFIX: &str = "ALERT#";

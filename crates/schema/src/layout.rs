@@ -1,4 +1,4 @@
-//! How a device's readings are stored, over time (issue 16).
+//! How a device's readings are stored, over time (docs/design.md §2, docs/decisions/0001-packed-readings.md).
 //!
 //! A device's layout history is its shard history ([`crate::shard`]) with one more fact per
 //! epoch: whether readings are single items (`READING#<ts>`) or packed into time-slot items
@@ -90,7 +90,7 @@ pub struct Layout {
 
 impl Layout {
     /// Single items in the device's own partition: every device's layout before its first
-    /// epoch, and all there was before issue 16.
+    /// epoch, and all there was before packed layouts.
     pub const SINGLE: Layout = Layout {
         shards: 1,
         slot: None,

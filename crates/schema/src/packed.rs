@@ -1,4 +1,4 @@
-//! The encoding of packed readings (issue 16's slot items): many readings of one device in
+//! The encoding of packed readings (slot items, docs/decisions/0001-packed-readings.md): many readings of one device in
 //! one attribute, exact and small: the codec and the merge rules every slot writer and reader
 //! uses ([`crate::slot_item`], `tidemark_store::slots`), with their guarantees tested here.
 //!

@@ -1,4 +1,4 @@
-//! Write sharding of hot devices (DESIGN §4).
+//! Write sharding of hot devices (docs/design.md §4).
 //!
 //! A device whose shard count is N > 1 writes each reading to `DEVICE#<id>#S<hash(ts) % N>`.
 //! The count keeps its history with effective-from times, so the shard of any reading is a

@@ -1,4 +1,4 @@
-//! One part of a packed slot as stored (issue 16): `SLOT#<start>#<part>` with its readings in
+//! One part of a packed slot as stored (docs/design.md §2): `SLOT#<start>#<part>` with its readings in
 //! `packed` ([`crate::packed`]). Everything that reads slot parts (stream images, queries,
 //! test checks) decodes them here, so "what is a readable part" has one answer: a slot key,
 //! every attribute present with its type, bytes that decode, as many readings as

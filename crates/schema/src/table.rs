@@ -82,7 +82,7 @@ const fn s(name: &'static str) -> KeyAttribute {
     }
 }
 
-/// Tidemark's one table (DESIGN §2).
+/// Tidemark's one table (docs/design.md §2).
 ///
 /// GSI1 projects only the attributes the fleet-wide listings return (device summary for AP2,
 /// alert for AP6), not `lastSeenAt`/`latest`, which the aggregator rewrites on every batch:

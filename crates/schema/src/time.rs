@@ -3,7 +3,7 @@
 //! A [`Timestamp`] is a UTC instant with microsecond precision between 1970-01-01 and
 //! 9999-12-31. It always prints as 27 fixed-width characters (`2026-04-20T14:00:00.000000Z`),
 //! so the string order of keys is the time order of readings, and a device sampling faster
-//! than 1 kHz keeps every reading (DESIGN §2).
+//! than 1 kHz keeps every reading (docs/design.md §2).
 
 use std::fmt;
 use std::str::FromStr;
@@ -284,7 +284,7 @@ impl Timestamp {
         (y, m, d, h, mi, s, us)
     }
 
-    /// `2026-04-20T14:00:00Z`: the hour-bucket form DESIGN §2 uses in aggregate keys.
+    /// `2026-04-20T14:00:00Z`: the hour-bucket form docs/design.md §2 uses in aggregate keys.
     pub fn to_hour_string(self) -> String {
         let (y, m, d, h, _, _, _) = self.hour_start().civil();
         format!("{y:04}-{m:02}-{d:02}T{h:02}:00:00Z")

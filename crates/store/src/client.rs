@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::config::Credentials;
 
 /// Environment variable naming a DynamoDB endpoint (e.g. `http://127.0.0.1:8000`).
 pub const DYNAMODB_ENDPOINT_ENV: &str = "TIDEMARK_DYNAMODB_ENDPOINT";
-/// Environment variable naming the table; DESIGN's default is `tidemark`.
+/// Environment variable naming the table; docs/design.md §7 has the default `tidemark`.
 pub const TABLE_NAME_ENV: &str = "TABLE_NAME";
 
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@
 //! than `now - retention` is expired and every newer one is not. The key condition starts at
 //! that instant, so DynamoDB never reads the expired ones; the check after the read only
 //! catches readings written under a shorter retention, a small minority, which is why it is
-//! not the "filter that throws most items away" DESIGN §6 forbids. A packed reading carries
+//! not the "filter that throws most items away" docs/design.md §6 forbids. A packed reading carries
 //! its slot's `ttl` (the slot's last instant plus the retention), and the range's start
 //! leaves out its readings older than the retention.
 

@@ -1,4 +1,4 @@
-//! Shared helpers: the DESIGN §9 sample data, items written straight through the schema
+//! Shared helpers: the docs/design.md §9 sample data, items written straight through the schema
 //! types, and requests built the way the local server builds them (plain `http::Request`).
 
 #![allow(dead_code)]
@@ -196,7 +196,7 @@ pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) ->
     }
 }
 
-/// A table holding every row of DESIGN §9.
+/// A table holding every row of docs/design.md §9.
 pub async fn sample_table(label: &str) -> TestTable {
     let t = TestTable::new(label).await;
     put(&t, &sample_device()).await;

@@ -21,7 +21,7 @@ use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite};
 use tidemark_store::{Item, StoreError};
 
-/// The clock of every test: five minutes after the DESIGN sample readings.
+/// The clock of every test: five minutes after the sample readings of docs/design.md §9.
 pub fn now() -> Timestamp {
     ts("2026-04-20T14:05:00Z")
 }

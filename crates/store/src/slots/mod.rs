@@ -1,4 +1,4 @@
-//! Writing readings into a packed slot (issue 16) so that concurrent writers lose nothing.
+//! Writing readings into a packed slot (docs/design.md §4) so that concurrent writers lose nothing.
 //!
 //! A slot is one or more part items (`SLOT#<start>#<part>`), each holding readings of the
 //! device in one binary attribute ([`tidemark_schema::packed`]), so DynamoDB cannot merge into
