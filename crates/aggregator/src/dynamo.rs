@@ -187,7 +187,7 @@ impl Expr {
 fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
     let mut set = vec![
         "#seen = :seen",
-        "#slots = :slots",
+        "#rule_states = :rule_states",
         "#ver = :ver",
         "#created = if_not_exists(#created, :now)",
         "#status = if_not_exists(#status, :status)",
@@ -198,7 +198,7 @@ fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
     let next = u.expected_version.unwrap_or(0) + 1;
     let mut e = Expr::default()
         .name("#seen", field::LAST_SEEN_AT)
-        .name("#slots", field::ALERT_SLOTS)
+        .name("#rule_states", field::RULE_STATES)
         .name("#ver", field::VERSION)
         .name("#created", field::CREATED_AT)
         .name("#status", field::STATUS)
@@ -206,7 +206,7 @@ fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
         .name("#g1pk", attr::GSI1PK)
         .name("#g1sk", attr::GSI1SK)
         .value(":seen", av(&u.last_seen_at)?)
-        .value(":slots", av(&u.alert_slots)?)
+        .value(":rule_states", av(&u.rule_states)?)
         .value(":ver", AttributeValue::N(next.to_string()))
         .value(":now", av(&u.now)?)
         .value(":status", av(&DeviceStatus::Active)?)

@@ -169,7 +169,7 @@ impl DeviceStore for FakeStore {
         if let Some(l) = &u.latest {
             d.latest = Some(l.clone());
         }
-        d.alert_slots = u.alert_slots.clone();
+        d.rule_states = u.rule_states.clone();
         apply_alerts(&mut a, &u.device, alerts);
         Ok(Written::Ok {
             units: 1.0 + alerts.len() as f64,

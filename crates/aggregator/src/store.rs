@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, AlertSlot, Bucket, DeviceId, DeviceItem, Key, LatestReading,
+    AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, Key, LatestReading, RuleState,
     Timestamp,
 };
 use tidemark_store::StoreError;
@@ -30,7 +30,7 @@ pub struct DeviceUpdate {
     pub last_seen_at: Timestamp,
     /// `None` leaves `latest` as it is (the newest stored reading is older than it).
     pub latest: Option<LatestReading>,
-    pub alert_slots: BTreeMap<String, AlertSlot>,
+    pub rule_states: BTreeMap<String, RuleState>,
     /// `createdAt` of a device this write registers.
     pub now: Timestamp,
     /// GSI1 status key of a device this write registers (active, in its status shard).
@@ -64,11 +64,11 @@ pub trait DeviceStore {
         &self,
         ids: &[DeviceId],
     ) -> impl Future<Output = Result<HashMap<DeviceId, DeviceItem>, StoreError>> + Send;
-    /// Sets `lastSeenAt`, `latest` and `alertSlots` if `version` is still as read (bumping
+    /// Sets `lastSeenAt`, `latest` and the rule states if `version` is still as read (bumping
     /// it), registering an unknown device on the way (`if_not_exists`, no extra write),
-    /// together with the alert writes it decided, atomically: the slots say which alerts are
-    /// open, so they must never move without them (or they without the slots). Without
-    /// alert writes this is one plain UpdateItem. One transaction: at most
+    /// together with the alert writes it decided, atomically: the rule states say which
+    /// alerts are open, so they must never move without them (or they without the rule
+    /// states). Without alert writes this is one plain UpdateItem. One transaction: at most
     /// `MAX_TRANSACT_ACTIONS - 1` alert writes ([`crate::alerting::commit`] chunks them).
     fn commit_device(
         &self,

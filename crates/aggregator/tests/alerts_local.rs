@@ -8,7 +8,8 @@ use common::*;
 use tidemark_aggregator::config::{Role, parse_thresholds};
 use tidemark_aggregator::{Aggregator, AggregatorConfig};
 use tidemark_schema::{
-    AlertItem, AlertState, DeviceItem, DeviceStatus, ReadingItem, ShardHistory, SlotMode, Timestamp,
+    AlertItem, AlertState, DeviceItem, DeviceStatus, ReadingItem, RulePhase, ShardHistory,
+    Timestamp,
 };
 use tidemark_testkit::TestTable;
 
@@ -189,7 +190,7 @@ async fn removing_a_threshold_resolves_the_alert_it_opened() {
     assert!(unresolved(&alerts).is_empty(), "{alerts:?}");
     assert_eq!(alerts[0].resolved_at, Some(at(20)));
     assert_eq!(alerts[0].gsi1pk, None);
-    assert!(device_item(&t, "d").await.unwrap().alert_slots.is_empty());
+    assert!(device_item(&t, "d").await.unwrap().rule_states.is_empty());
 }
 
 #[tokio::test]
@@ -224,8 +225,11 @@ async fn for_seconds_opens_only_once_the_breach_has_lasted_on_reading_time() {
     let mut s = StreamSim::new(1);
     send(&t, &agg, &mut s, &[temp("d", 0, 31.0), temp("d", 30, 31.0)]).await;
     assert!(alerts_of(&t, "d").await.is_empty());
-    let slot = device_item(&t, "d").await.unwrap().alert_slots["temperature-max"].clone();
-    assert_eq!((slot.mode, slot.since), (SlotMode::Pending, Some(at(0))));
+    let rule_state = device_item(&t, "d").await.unwrap().rule_states["temperature-max"].clone();
+    assert_eq!(
+        (rule_state.mode, rule_state.since),
+        (RulePhase::Pending, Some(at(0)))
+    );
     // a reading back inside restarts the clock
     send(
         &t,

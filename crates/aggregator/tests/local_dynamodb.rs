@@ -328,7 +328,7 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
         [id.to_string()]
     );
     assert_eq!(
-        device_item(&t, "sensor_01").await.unwrap().alert_slots["temperature-max"].alert,
+        device_item(&t, "sensor_01").await.unwrap().rule_states["temperature-max"].alert,
         Some(id.clone())
     );
 
@@ -402,7 +402,7 @@ async fn alerts_open_update_stay_acknowledged_and_resolve() {
     assert_eq!((a.gsi1pk.as_ref(), a.gsi1sk.as_ref()), (None, None));
     assert!(open_alert_ids(&t, Severity::Critical).await.is_empty());
     assert!(
-        device_item(&t, "sensor_01").await.unwrap().alert_slots["temperature-max"]
+        device_item(&t, "sensor_01").await.unwrap().rule_states["temperature-max"]
             .alert
             .is_none()
     );

@@ -32,7 +32,9 @@ pub mod field {
     pub const VERSION: &str = "version";
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
-    pub const ALERT_SLOTS: &str = "alertSlots";
+    /// The device's alert rule states ([`super::RuleState`]); the attribute keeps the name it
+    /// was first stored under.
+    pub const RULE_STATES: &str = "alertSlots";
     /// A slot item's readings, in [`crate::packed`]'s encoding (binary).
     pub const PACKED: &str = "packed";
     /// How many timestamps a slot item holds.
@@ -237,11 +239,15 @@ pub struct DeviceItem {
     pub last_seen_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest: Option<LatestReading>,
-    /// Where each (metric, rule) stands, per [`DeviceItem::alert_slot`]: the alert
+    /// Where each (metric, rule) stands, per [`DeviceItem::rule_state_key`]: the alert
     /// evaluator's state, written only by it, only when a state changes (or `lastSeenAt`
-    /// is refreshed), under `version`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub alert_slots: BTreeMap<String, AlertSlot>,
+    /// is refreshed), under `version`. Stored as `alertSlots` ([`field::RULE_STATES`]).
+    #[serde(
+        default,
+        rename = "alertSlots",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub rule_states: BTreeMap<String, RuleState>,
     /// Bumped by every write of the alert evaluator: its optimistic lock (absent until the
     /// first one; the API's writes leave it alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -251,7 +257,7 @@ pub struct DeviceItem {
 /// The phase of one (metric, rule) of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SlotMode {
+pub enum RulePhase {
     /// Inside the limit (or never evaluated).
     Normal,
     /// Breaching since `since`, for less than the threshold's `forSeconds` so far.
@@ -265,8 +271,8 @@ pub enum SlotMode {
 /// readings; otherwise nothing is written).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AlertSlot {
-    pub mode: SlotMode,
+pub struct RuleState {
+    pub mode: RulePhase,
     /// Start of the breach (pending or open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Timestamp>,
@@ -298,13 +304,13 @@ impl DeviceItem {
             updated_at: None,
             last_seen_at: None,
             latest: None,
-            alert_slots: BTreeMap::new(),
+            rule_states: BTreeMap::new(),
             version: None,
         }
     }
 
-    /// The `alertSlots` map key of a (metric, rule): `temperature-max`.
-    pub fn alert_slot(metric: &MetricName, rule: AlertRule) -> String {
+    /// The rule-state map key of a (metric, rule): `temperature-max`.
+    pub fn rule_state_key(metric: &MetricName, rule: AlertRule) -> String {
         format!("{metric}-{rule}")
     }
 }
@@ -830,10 +836,10 @@ mod tests {
             timestamp: d.created_at,
             metrics: BTreeMap::new(),
         });
-        d.alert_slots.insert(
-            DeviceItem::alert_slot(&MetricName::new("temperature").unwrap(), AlertRule::Max),
-            AlertSlot {
-                mode: SlotMode::Open,
+        d.rule_states.insert(
+            DeviceItem::rule_state_key(&MetricName::new("temperature").unwrap(), AlertRule::Max),
+            RuleState {
+                mode: RulePhase::Open,
                 since: Some(d.created_at),
                 alert: Some(AlertId::for_breach(
                     d.created_at,
@@ -857,7 +863,7 @@ mod tests {
             field::LAST_SEEN_AT,
             field::LATEST,
             field::THRESHOLDS,
-            field::ALERT_SLOTS,
+            field::RULE_STATES,
         ] {
             assert!(v.get(f).is_some(), "device item has no {f}: {v}");
         }

@@ -1,7 +1,7 @@
 //! Writing one device's decision in transactions DynamoDB accepts.
 //!
-//! The device item's slots say which alerts are open, so the slots and the alerts they name
-//! move together, in one transaction with the device update. A store-and-forward upload can
+//! The device item's rule states say which alerts are open, so the rule states and the
+//! alerts they name move together, in one transaction with the device update. A store-and-forward upload can
 //! derive hundreds of episodes in one batch, more than a transaction's
 //! [`MAX_TRANSACT_ACTIONS`]: the writes that do not fit are written first, in transactions of
 //! their own, the history (episodes already over) first, and the device update goes last.
@@ -20,7 +20,7 @@ use super::plan::AlertWrite;
 /// `writes` as transactions: those written ahead (each at most [`MAX_TRANSACT_ACTIONS`]),
 /// then those that go with the device update (at most one less, the update being an action).
 pub fn transactions(mut writes: Vec<AlertWrite>) -> (Vec<Vec<AlertWrite>>, Vec<AlertWrite>) {
-    // History first: an episode that is already over names no slot.
+    // History first: an episode that is already over names no rule state.
     writes.sort_by_key(|w| !is_history(w));
     let with_device = writes.len().min(MAX_TRANSACT_ACTIONS - 1);
     let last = writes.split_off(writes.len() - with_device);

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_schema::{AlertSlot, DeviceId, MetricName, SlotMode, Timestamp};
+use tidemark_schema::{DeviceId, MetricName, RulePhase, RuleState, Timestamp};
 use tidemark_store::StoreError;
 
 use super::rules::{Class, Episode, Fold, Phase, Rule};
@@ -27,7 +27,7 @@ use crate::store::ReadingStore;
 pub struct Need {
     pub rule: Rule,
     pub from: Timestamp,
-    pub stored: Option<AlertSlot>,
+    pub stored: Option<RuleState>,
     /// Continue from the stored state at the metric's newest reading instead of deriving from
     /// an anchor: a changed threshold applies from the newest reading on and never replays
     /// history.
@@ -91,15 +91,15 @@ const FIRST_PAGE: usize = 16;
 
 /// The stored state as a fold's starting phase (when no anchor could be found, or the fold
 /// resumes it).
-fn phase_of(stored: Option<&AlertSlot>) -> Phase {
+fn phase_of(stored: Option<&RuleState>) -> Phase {
     match stored {
-        Some(s) if s.mode == SlotMode::Pending => Phase::Pending {
+        Some(s) if s.mode == RulePhase::Pending => Phase::Pending {
             since: s.since.unwrap_or(s.at),
             peak: f64::NAN,
             breaches: 0,
             last: s.at,
         },
-        Some(s) if s.mode == SlotMode::Open => Phase::Open(Episode {
+        Some(s) if s.mode == RulePhase::Open => Phase::Open(Episode {
             start: s.since.unwrap_or(s.at),
             opened_at: s.since.unwrap_or(s.at),
             peak: f64::NAN,
@@ -295,7 +295,7 @@ async fn derive_once<S: ReadingStore>(
                 };
                 f.step(*at, *v);
                 // Past every change, a clear reading: the old history from here on.
-                // (No stored slot is the normal state: nothing ever changed it.)
+                // (No stored rule state is the normal state: nothing ever changed it.)
                 if *at > n.until && f.phase == Phase::Normal && n.rule.class(*v) == Class::Clear {
                     reach[i] = Some(Reach::Converged);
                 }

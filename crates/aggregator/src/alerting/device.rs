@@ -3,13 +3,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_schema::{
-    AlertId, AlertItem, AlertSlot, AlertState, DeviceId, DeviceItem, DeviceStatus, MetricName,
+    AlertId, AlertItem, AlertState, DeviceId, DeviceItem, DeviceStatus, MetricName, RuleState,
     Threshold, Timestamp, keys,
 };
 
 use super::commit::transactions;
 use super::derive::{Need, derive};
-use super::plan::{AlertWrite, episodes_from, plan_derived, resolve_write, slot_alerts};
+use super::plan::{AlertWrite, episodes_from, plan_derived, resolve_write, rule_state_alerts};
 use super::rules::{Rule, could_change};
 use crate::AggregatorError;
 use crate::handler::Aggregator;
@@ -27,7 +27,7 @@ pub struct DeviceBatch {
     pub rewritten: BTreeMap<MetricName, Timestamp>,
     /// Per metric, the newest reading corrected or deleted.
     pub rewritten_until: BTreeMap<MetricName, Timestamp>,
-    /// The device item changed its thresholds: every slot is checked against them.
+    /// The device item changed its thresholds: every rule state is checked against them.
     pub thresholds_changed: bool,
 }
 
@@ -54,10 +54,10 @@ pub fn effective_thresholds(
 }
 
 /// The rules of `thresholds` that must be derived again, from when.
-fn needs(b: &DeviceBatch, rules: &[Rule], slots: &BTreeMap<String, AlertSlot>) -> Vec<Need> {
+fn needs(b: &DeviceBatch, rules: &[Rule], rule_states: &BTreeMap<String, RuleState>) -> Vec<Need> {
     let mut out = Vec::new();
     for rule in rules {
-        let stored = slots.get(&rule.slot());
+        let stored = rule_states.get(&rule.state_key());
         let mut from: Option<Timestamp> = None;
         let mut earliest = |t: Timestamp| from = Some(from.map_or(t, |f| f.min(t)));
         if let Some(t) = b.rewritten.get(&rule.metric) {
@@ -156,9 +156,9 @@ impl<S: Store> Aggregator<S> {
                 .iter()
                 .flat_map(|(m, t)| Rule::of(m, t))
                 .collect();
-            let stored: BTreeMap<String, AlertSlot> = dev
+            let stored: BTreeMap<String, RuleState> = dev
                 .as_ref()
-                .map(|d| d.alert_slots.clone())
+                .map(|d| d.rule_states.clone())
                 .unwrap_or_default();
             let needs = needs(b, &rules, &stored);
             Counters::add(&counters.alert_derivations, needs.len() as u64);
@@ -166,7 +166,7 @@ impl<S: Store> Aggregator<S> {
             let now = Timestamp::now();
             let (derived, newest) = derive(&self.store, id, needs, &limits).await?;
 
-            let mut ids = slot_alerts(&stored);
+            let mut ids = rule_state_alerts(&stored);
             ids.retain(|a| !a.as_str().is_empty());
             let mut known: HashMap<AlertId, AlertItem> = if ids.is_empty() {
                 HashMap::new()
@@ -177,16 +177,16 @@ impl<S: Store> Aggregator<S> {
                 known.extend(self.store.alerts_since(id, from).await?);
             }
             let mut writes: Vec<AlertWrite> = Vec::new();
-            let mut slots = stored.clone();
+            let mut rule_states = stored.clone();
             for d in &derived {
                 let p = plan_derived(id, d, &known);
                 writes.extend(p.writes);
-                if let Some(s) = p.slot {
-                    slots.insert(d.fold.rule.slot(), s);
+                if let Some(s) = p.rule_state {
+                    rule_states.insert(d.fold.rule.state_key(), s);
                 }
             }
             // A threshold that is gone resolves what it opened, at the change.
-            let live: Vec<String> = rules.iter().map(Rule::slot).collect();
+            let live: Vec<String> = rules.iter().map(Rule::state_key).collect();
             for (k, s) in &stored {
                 if live.contains(k) {
                     continue;
@@ -199,7 +199,7 @@ impl<S: Store> Aggregator<S> {
                 if let Some(a) = &s.alert {
                     writes.extend(resolve_write(known.get(a), at));
                 }
-                slots.remove(k);
+                rule_states.remove(k);
             }
 
             let last_seen = dev.as_ref().and_then(|d| d.last_seen_at);
@@ -208,7 +208,7 @@ impl<S: Store> Aggregator<S> {
                 .is_some_and(|d| d.version.is_some() && d.last_seen_at.is_some());
             let lagging = batch_newest
                 .is_some_and(|n| last_seen.is_none_or(|l| micros_between(l, n) >= refresh));
-            if slots == stored && writes.is_empty() && !lagging {
+            if rule_states == stored && writes.is_empty() && !lagging {
                 if registered && batch_newest.is_some_and(|n| last_seen.is_some_and(|l| n > l)) {
                     Counters::add(&counters.device_writes_deferred, 1);
                 }
@@ -242,7 +242,7 @@ impl<S: Store> Aggregator<S> {
                 expected_version: dev.as_ref().and_then(|d| d.version),
                 last_seen_at,
                 latest,
-                alert_slots: slots,
+                rule_states,
                 now,
                 status_gsi1pk: keys::device_status_gsi1pk(
                     id,

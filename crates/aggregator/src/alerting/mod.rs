@@ -3,7 +3,7 @@
 //!
 //! - [`rules`]: one (metric, rule) as a state machine (breach, deadband hold, `forSeconds`).
 //! - [`derive`](mod@derive): a rule's state derived again from the stored readings, in bounded memory.
-//! - [`plan`]: alert items and the device's slots to write.
+//! - [`plan`]: alert items and the device's rule states to write.
 //! - [`device`]: one device's batch: decide whether anything may change, derive, write.
 //!
 //! The device item's `alertSlots` hold each rule's state as of its last change. A batch

@@ -1,10 +1,10 @@
-//! From derived folds to alert items and the device's slots: what to write.
+//! From derived folds to alert items and the device's rule states: what to write.
 
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertSlot, AlertState, DeviceId, EntityKey, SlotMode, Timestamp,
-    keys, number,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, RulePhase, RuleState,
+    Timestamp, keys, number,
 };
 
 use super::derive::{Derived, Reach};
@@ -33,12 +33,12 @@ impl AlertWrite {
     }
 }
 
-/// What one slot becomes.
+/// What one rule state becomes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SlotPlan {
     pub writes: Vec<AlertWrite>,
-    /// `None`: the slot is dropped (its threshold is gone).
-    pub slot: Option<AlertSlot>,
+    /// `None`: the rule state is dropped (its threshold is gone).
+    pub rule_state: Option<RuleState>,
 }
 
 pub fn alert_id(rule: &Rule, e: &Episode) -> AlertId {
@@ -146,8 +146,8 @@ fn episode_write(
     }
 }
 
-/// The writes and the new slot of one derived rule. `known` holds the stored alerts of the
-/// episodes and of the slot's open alert.
+/// The writes and the new rule state of one derived rule. `known` holds the stored alerts of the
+/// episodes and of the rule state's open alert.
 pub fn plan_derived(
     device: &DeviceId,
     d: &Derived,
@@ -164,7 +164,7 @@ pub fn plan_derived(
             plan.writes
                 .extend(episode_write(device, rule, e, &id, known));
         }
-        plan.slot = d.need.stored.clone();
+        plan.rule_state = d.need.stored.clone();
         return plan;
     }
     if let Phase::Open(e) = &d.fold.phase {
@@ -196,11 +196,11 @@ pub fn plan_derived(
         plan.writes.extend(resolve_write(known.get(stale), at));
     }
     let (mode, since) = match &d.fold.phase {
-        Phase::Normal => (SlotMode::Normal, None),
-        Phase::Pending { since, .. } => (SlotMode::Pending, Some(*since)),
-        Phase::Open(e) => (SlotMode::Open, Some(e.start)),
+        Phase::Normal => (RulePhase::Normal, None),
+        Phase::Pending { since, .. } => (RulePhase::Pending, Some(*since)),
+        Phase::Open(e) => (RulePhase::Open, Some(e.start)),
     };
-    plan.slot = Some(AlertSlot {
+    plan.rule_state = Some(RuleState {
         mode,
         since,
         alert: open_now,
@@ -221,9 +221,13 @@ pub fn resolve_write(stored: Option<&AlertItem>, at: Timestamp) -> Option<AlertW
     })
 }
 
-/// The slots' open alerts (the episodes' own are found by [`crate::store::AlertStore::alerts_since`]).
-pub fn slot_alerts(slots: &BTreeMap<String, AlertSlot>) -> Vec<AlertId> {
-    let mut ids: Vec<AlertId> = slots.values().filter_map(|s| s.alert.clone()).collect();
+/// The rule states' open alerts (the episodes' own are found by
+/// [`crate::store::AlertStore::alerts_since`]).
+pub fn rule_state_alerts(rule_states: &BTreeMap<String, RuleState>) -> Vec<AlertId> {
+    let mut ids: Vec<AlertId> = rule_states
+        .values()
+        .filter_map(|s| s.alert.clone())
+        .collect();
     ids.sort();
     ids.dedup();
     ids

@@ -9,7 +9,7 @@
 //! last clear one, which is what makes deriving it again from the table cheap and exact.
 
 use tidemark_schema::{
-    AlertRule, AlertSlot, DeviceItem, MetricName, SlotMode, Threshold, Timestamp,
+    AlertRule, DeviceItem, MetricName, RulePhase, RuleState, Threshold, Timestamp,
 };
 
 /// One limit of one metric, with the threshold it comes from.
@@ -44,8 +44,8 @@ impl Rule {
             .collect()
     }
 
-    pub fn slot(&self) -> String {
-        DeviceItem::alert_slot(&self.metric, self.rule)
+    pub fn state_key(&self) -> String {
+        DeviceItem::rule_state_key(&self.metric, self.rule)
     }
 
     fn deadband(&self) -> f64 {
@@ -192,20 +192,20 @@ impl Fold {
 /// derived again from the table. Readings that each leave a state as it is leave it as it is
 /// in any order, so skipping them (and not writing) is exact; a reading at or before the
 /// state's own time is late and always derived again.
-pub fn could_change(slot: Option<&AlertSlot>, rule: &Rule, at: Timestamp, v: f64) -> bool {
+pub fn could_change(rule_state: Option<&RuleState>, rule: &Rule, at: Timestamp, v: f64) -> bool {
     let class = rule.class(v);
-    let Some(s) = slot else {
+    let Some(s) = rule_state else {
         return class == Class::Breach;
     };
     if at <= s.at {
         return true;
     }
     match s.mode {
-        SlotMode::Normal => class == Class::Breach,
-        SlotMode::Pending => {
+        RulePhase::Normal => class == Class::Breach,
+        RulePhase::Pending => {
             class != Class::Breach || s.since.is_none_or(|since| rule.lasted(since, at))
         }
-        SlotMode::Open => class == Class::Clear,
+        RulePhase::Open => class == Class::Clear,
     }
 }
 
@@ -286,7 +286,7 @@ mod tests {
     #[test]
     fn only_readings_that_could_move_the_state_ask_for_a_derivation() {
         let r = rule(Some(2.0), Some(60));
-        let slot = |mode, since: Option<i64>| AlertSlot {
+        let rule_state = |mode, since: Option<i64>| RuleState {
             mode,
             since: since.map(t),
             alert: None,
@@ -295,18 +295,18 @@ mod tests {
         };
         assert!(!could_change(None, &r, t(1), 25.0));
         assert!(could_change(None, &r, t(1), 31.0));
-        let normal = slot(SlotMode::Normal, None);
+        let normal = rule_state(RulePhase::Normal, None);
         assert!(!could_change(Some(&normal), &r, t(101), 29.0));
         assert!(could_change(Some(&normal), &r, t(101), 31.0));
         assert!(could_change(Some(&normal), &r, t(99), 20.0), "late");
-        let pending = slot(SlotMode::Pending, Some(90));
+        let pending = rule_state(RulePhase::Pending, Some(90));
         assert!(!could_change(Some(&pending), &r, t(120), 31.0));
         assert!(
             could_change(Some(&pending), &r, t(150), 31.0),
             "lasted 60 s"
         );
         assert!(could_change(Some(&pending), &r, t(120), 29.0), "run ends");
-        let open = slot(SlotMode::Open, Some(10));
+        let open = rule_state(RulePhase::Open, Some(10));
         assert!(!could_change(Some(&open), &r, t(120), 29.0), "hold");
         assert!(could_change(Some(&open), &r, t(120), 27.0), "clear");
     }

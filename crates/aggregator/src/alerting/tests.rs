@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
-use tidemark_schema::{AlertItem, AlertSlot, AlertState, DeviceItem, SlotMode, Timestamp};
+use tidemark_schema::{AlertItem, AlertState, DeviceItem, RulePhase, RuleState, Timestamp};
 
 use super::rules::{Fold, Phase, Rule};
 use crate::config::{Role, parse_thresholds};
@@ -119,9 +119,9 @@ impl Rig {
         report
     }
 
-    fn slot(&self) -> Option<AlertSlot> {
+    fn rule_state(&self) -> Option<RuleState> {
         let devs = self.agg.store().devices.lock().unwrap();
-        devs.get(&device("d1"))?.alert_slots.get("t-max").cloned()
+        devs.get(&device("d1"))?.rule_states.get("t-max").cloned()
     }
 }
 
@@ -168,7 +168,7 @@ async fn every_reading_of_a_hot_device_is_evaluated_whichever_shard_commits_firs
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     assert_eq!((alerts[0].opened_at, alerts[0].value), (at(3), 99.0));
     assert_eq!(alerts[0].resolved_at, Some(at(4)));
-    assert_eq!(r.slot().unwrap().mode, SlotMode::Normal);
+    assert_eq!(r.rule_state().unwrap().mode, RulePhase::Normal);
 }
 
 #[tokio::test]
@@ -180,11 +180,11 @@ async fn removing_a_threshold_resolves_the_alert_it_opened() {
     assert_eq!(r.open_alerts().len(), 1);
     // WHEN the API removes the threshold (the device item's MODIFY reaches the stream)
     let report = r.change_thresholds("{}", Some(at(20))).await;
-    // THEN the alert is resolved at the change and the slot is gone
+    // THEN the alert is resolved at the change and the rule state is gone
     assert_eq!(report.alerts_resolved, 1);
     assert!(r.open_alerts().is_empty());
     assert_eq!(r.alerts()[0].resolved_at, Some(at(20)));
-    assert!(r.slot().is_none());
+    assert!(r.rule_state().is_none());
 }
 
 #[tokio::test]
@@ -197,7 +197,7 @@ async fn changing_a_threshold_re_evaluates_its_alert() {
         .await;
     // THEN the alert of the old limit is resolved and nothing is open under the new one
     assert!(r.open_alerts().is_empty(), "{:?}", r.alerts());
-    assert_eq!(r.slot().unwrap().threshold.max, Some(40.0));
+    assert_eq!(r.rule_state().unwrap().threshold.max, Some(40.0));
 }
 
 #[tokio::test]
@@ -220,7 +220,7 @@ async fn for_seconds_opens_only_when_the_breach_has_lasted() {
     let r = rig(r#"{"t":{"max":30,"forSeconds":60,"severity":"warning"}}"#);
     let report = r.send(&[(0, 31.0), (30, 31.0)]).await;
     assert_eq!(report.alerts_opened, 0);
-    assert_eq!(r.slot().unwrap().mode, SlotMode::Pending);
+    assert_eq!(r.rule_state().unwrap().mode, RulePhase::Pending);
     let report = r.send(&[(60, 32.0)]).await;
     assert_eq!(report.alerts_opened, 1);
     let a = &r.open_alerts()[0];
@@ -238,8 +238,8 @@ async fn a_late_reading_inside_the_deadband_that_breaks_a_run_closes_the_alert_i
     r.send(&[(15, 29.0)]).await;
     // THEN, in time order, the breach never lasted 30 s: nothing is open, a run is pending
     assert!(r.open_alerts().is_empty(), "{:?}", r.alerts());
-    let s = r.slot().unwrap();
-    assert_eq!((s.mode, s.since), (SlotMode::Pending, Some(at(30))));
+    let s = r.rule_state().unwrap();
+    assert_eq!((s.mode, s.since), (RulePhase::Pending, Some(at(30))));
 }
 
 #[tokio::test]
@@ -311,7 +311,7 @@ async fn a_late_breach_before_a_snoozed_alert_keeps_its_id_acknowledgement_and_s
     assert_eq!(a.state, AlertState::Acknowledged);
     assert_eq!(a.snoozed_until, Some(at(3_600)));
     assert_eq!(a.opened_at, at(140));
-    assert_eq!(r.slot().unwrap().alert, Some(id));
+    assert_eq!(r.rule_state().unwrap().alert, Some(id));
 }
 
 #[tokio::test]
@@ -455,7 +455,7 @@ async fn an_upload_of_three_hundred_episodes_is_written_in_transactions_of_at_mo
     assert!(r.open_alerts().is_empty());
     assert_eq!(report.alerts_opened, 300);
     assert_eq!(r.device().last_seen_at, Some(at(599)));
-    assert_eq!(r.slot().map(|s| s.mode), Some(SlotMode::Normal));
+    assert_eq!(r.rule_state().map(|s| s.mode), Some(RulePhase::Normal));
 }
 
 #[tokio::test]
@@ -476,11 +476,11 @@ async fn a_crash_between_alert_transactions_is_finished_by_the_retry_without_a_d
     assert!(written_before_crash > 0 && written_before_crash < 300);
     // WHEN Lambda retries the batch
     let (resp, _) = r.agg.process(&event(records)).await;
-    // THEN every episode is there exactly once, and the slot knows it
+    // THEN every episode is there exactly once, and the rule state knows it
     assert!(resp.batch_item_failures.is_empty());
     assert_eq!(r.alerts().len(), 300);
     assert!(r.open_alerts().is_empty());
-    assert_eq!(r.slot().map(|s| s.mode), Some(SlotMode::Normal));
+    assert_eq!(r.rule_state().map(|s| s.mode), Some(RulePhase::Normal));
 }
 
 /// The states the readings sorted by time give, per the rules' own fold.
@@ -546,21 +546,21 @@ proptest! {
                 }
             }
             let want = expected(rules, &table);
-            let slot = r.slot();
-            let mode = slot.as_ref().map_or(SlotMode::Normal, |s| s.mode);
+            let rule_state = r.rule_state();
+            let mode = rule_state.as_ref().map_or(RulePhase::Normal, |s| s.mode);
             let open = r.open_alerts();
             match &want {
                 Phase::Normal => {
-                    prop_assert_eq!(mode, SlotMode::Normal);
+                    prop_assert_eq!(mode, RulePhase::Normal);
                     prop_assert!(open.is_empty(), "{:?}", open);
                 }
                 Phase::Pending { since, .. } => {
-                    prop_assert_eq!(mode, SlotMode::Pending);
-                    prop_assert_eq!(slot.unwrap().since, Some(*since));
+                    prop_assert_eq!(mode, RulePhase::Pending);
+                    prop_assert_eq!(rule_state.unwrap().since, Some(*since));
                     prop_assert!(open.is_empty(), "{:?}", open);
                 }
                 Phase::Open(e) => {
-                    prop_assert_eq!(mode, SlotMode::Open);
+                    prop_assert_eq!(mode, RulePhase::Open);
                     prop_assert_eq!(open.len(), 1, "{:?}", open);
                     prop_assert_eq!(open[0].opened_at, e.opened_at);
                 }
