@@ -12,11 +12,11 @@ use base64::Engine;
 use lambda_http::{Body, Request};
 use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App};
-use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
-use tidemark_schema::{DeviceId, MetricName, ReadingItem, ShardHistory, Timestamp, keys};
+use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
+use tidemark_schema::{Clock, DeviceId, MetricName, ReadingItem, ShardHistory, Timestamp, keys};
 use tidemark_testkit::TestTable;
 
-type Container = Ingest<aws_sdk_dynamodb::Client, DynamoLookups, DynamoLookups, FixedClock>;
+type Container = Ingest<aws_sdk_dynamodb::Client, DynamoLookups, DynamoLookups>;
 
 fn ts(s: &str) -> Timestamp {
     Timestamp::parse_rfc3339(s).unwrap()
@@ -39,7 +39,7 @@ fn container(t: &TestTable, now: Timestamp) -> Container {
         t.client.clone(),
         lookups.clone(),
         lookups,
-        FixedClock::new(now),
+        Clock::fixed(now),
     )
 }
 

@@ -81,6 +81,8 @@ pub struct AggregatorConfig {
     /// The size past which a bucket's open rollup page takes no new metrics
     /// ([`crate::pages::PAGE_BYTES`]; smaller only in tests of paging).
     pub page_bytes: usize,
+    /// Where "now" comes from (the system clock; tests fix it).
+    pub clock: tidemark_schema::Clock,
 }
 
 impl AggregatorConfig {
@@ -100,6 +102,7 @@ impl AggregatorConfig {
             deadline_margin: std::time::Duration::from_secs(3),
             scan: crate::alerting::derive::ScanLimits::default(),
             page_bytes: crate::pages::PAGE_BYTES,
+            clock: tidemark_schema::Clock::system(),
         }
     }
 

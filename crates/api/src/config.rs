@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tidemark_schema::shard::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
-use tidemark_schema::{ShardLead, Timestamp};
+use tidemark_schema::{Clock, ShardLead, Timestamp};
 use tidemark_store::client::TABLE_NAME_ENV;
 
 /// The Secrets Manager secret holding the cursor key (deployed; see [`crate::secret`]).
@@ -51,23 +51,6 @@ pub enum ConfigError {
     },
 }
 
-/// Where "now" comes from: the system clock, or a fixed instant for tests and fixtures
-/// (the docs/design.md §9 sample data is from April 2026 and would otherwise be expired).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Clock {
-    System,
-    Fixed(Timestamp),
-}
-
-impl Clock {
-    pub fn now(self) -> Timestamp {
-        match self {
-            Clock::System => Timestamp::now(),
-            Clock::Fixed(t) => t,
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct ApiConfig {
     pub table_name: String,
@@ -82,6 +65,8 @@ pub struct ApiConfig {
     /// Ingest's shard-count cache and future-reading allowance (the same variables as
     /// ingest's): how far ahead a shard change must be scheduled.
     pub shard_lead: ShardLead,
+    /// Where "now" comes from: fixed in tests and fixtures (the docs/design.md §9 sample data
+    /// is from April 2026 and would otherwise be expired).
     pub clock: Clock,
     /// What the dashboard tells its user about auth (served as `/ui/config.json`).
     pub ui_auth: UiAuth,
@@ -132,13 +117,13 @@ impl ApiConfig {
             status_shards: 1,
             max_body_bytes: Self::DEFAULT_MAX_BODY,
             shard_lead: ShardLead::default(),
-            clock: Clock::System,
+            clock: Clock::system(),
             ui_auth: UiAuth::None,
         }
     }
 
     pub fn with_now(mut self, now: Timestamp) -> Self {
-        self.clock = Clock::Fixed(now);
+        self.clock = Clock::fixed(now);
         self
     }
 

@@ -33,7 +33,7 @@ use http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::Value;
 
-pub use config::{ApiConfig, Clock, ConfigError, UiAuth};
+pub use config::{ApiConfig, ConfigError, UiAuth};
 pub use error::ApiError;
 pub use routes::{Route, query_parameters, routes};
 pub use store::{DynamoStore, Store};

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use base64::Engine;
 use serde_json::json;
-use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
-use tidemark_schema::Timestamp;
+use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
+use tidemark_schema::{Clock, Timestamp};
 use tidemark_testkit::TestTable;
 
 fn event(n: usize, devices: usize, start: Timestamp) -> KinesisEvent {
@@ -57,7 +57,7 @@ async fn main() {
     config.max_in_flight = in_flight;
     let lookups = DynamoLookups::new(table.client.clone(), table.name.clone());
     let start = Timestamp::parse_rfc3339("2026-04-20T12:00:00Z").expect("a timestamp");
-    let clock = FixedClock::new(start.plus_millis(3_600_000).expect("in range"));
+    let clock = Clock::fixed(start.plus_millis(3_600_000).expect("in range"));
     let ingest = Ingest::from_parts(
         config,
         table.client.clone(),

@@ -10,7 +10,7 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use thiserror::Error;
 use tidemark_schema::field;
 use tidemark_schema::table::attr;
-use tidemark_schema::{DeviceId, QuarantineItem, QuarantineReason, Reading, Timestamp};
+use tidemark_schema::{Clock, DeviceId, QuarantineItem, QuarantineReason, Reading, Timestamp};
 use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteMode, WriteReport};
 use tidemark_store::emf::Metrics;
 use tidemark_store::slots::SlotStore;
@@ -19,7 +19,7 @@ use tidemark_store::{Item, StoreError};
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, decode_record, reading_item};
 use crate::layouts::Layouts;
-use crate::lookups::{Clock, DeviceDirectory, DynamoLookups, ShardConfigSource, SystemClock};
+use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
 use crate::packing::{SlotBatch, SlotReport};
 
 #[derive(Debug, Error)]
@@ -156,19 +156,14 @@ const DEVICE_CACHE_MAX: usize = 200_000;
 const MAX_MESSAGE_CHARS: usize = 1000;
 
 /// The ingest function. Build once per container (it holds the caches), call
-/// [`Ingest::handle`] per batch. Type parameters are the store operations and the clock, so
-/// tests swap any of them; [`Ingest::new`] wires DynamoDB and the system clock.
-pub struct Ingest<
-    W = aws_sdk_dynamodb::Client,
-    S = DynamoLookups,
-    D = DynamoLookups,
-    C = SystemClock,
-> {
+/// [`Ingest::handle`] per batch. Type parameters are the store operations, so tests swap any
+/// of them, and the clock is injected; [`Ingest::new`] wires DynamoDB and the system clock.
+pub struct Ingest<W = aws_sdk_dynamodb::Client, S = DynamoLookups, D = DynamoLookups> {
     config: IngestConfig,
     writer: BatchWriter<W>,
     shard_source: S,
     devices: D,
-    clock: C,
+    clock: Clock,
     shard_cache: Mutex<Option<ShardSnapshot>>,
     device_cache: Mutex<HashMap<DeviceId, (bool, Instant)>>,
 }
@@ -176,23 +171,22 @@ pub struct Ingest<
 impl Ingest {
     pub fn new(client: aws_sdk_dynamodb::Client, config: IngestConfig) -> Self {
         let lookups = DynamoLookups::new(client.clone(), config.table_name.clone());
-        Ingest::from_parts(config, client, lookups.clone(), lookups, SystemClock)
+        Ingest::from_parts(config, client, lookups.clone(), lookups, Clock::system())
     }
 }
 
-impl<W, S, D, C> Ingest<W, S, D, C>
+impl<W, S, D> Ingest<W, S, D>
 where
     W: BatchWriteApi + SlotStore,
     S: ShardConfigSource,
     D: DeviceDirectory,
-    C: Clock,
 {
     pub fn from_parts(
         config: IngestConfig,
         writes: W,
         shard_source: S,
         devices: D,
-        clock: C,
+        clock: Clock,
     ) -> Self {
         let writer = BatchWriter::new(
             writes,
@@ -215,7 +209,7 @@ where
         &self.config
     }
 
-    pub fn clock(&self) -> &C {
+    pub fn clock(&self) -> &Clock {
         &self.clock
     }
 

@@ -18,7 +18,7 @@
 //!
 //! - [`decode_record`]: pure decoding and validation of one record.
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
-//!   [`DeviceDirectory`]) and a [`Clock`]; [`Ingest::new`] wires them to DynamoDB.
+//!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
 //! - The `tidemark-ingest` binary is a thin Lambda wrapper around [`Ingest::handle`].
 //!
 //! [`BatchWriteApi`]: tidemark_store::batch::BatchWriteApi
@@ -35,6 +35,4 @@ pub use decode::{Rejection, decode_record, reading_item};
 pub use handler::{
     BatchStats, Ingest, IngestError, arrival_time, deadline_from_epoch_millis, quarantine_items,
 };
-pub use lookups::{
-    Clock, DeviceDirectory, DynamoLookups, FixedClock, ShardConfigSource, SystemClock,
-};
+pub use lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};

@@ -1,52 +1,15 @@
-//! The reads ingest needs, one small trait each, with their DynamoDB implementations, and the
-//! injected clock. Writes go through [`tidemark_store::batch::BatchWriteApi`].
+//! The reads ingest needs, one small trait each, with their DynamoDB implementations. Writes go through [`tidemark_store::batch::BatchWriteApi`].
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys::CONFIG_PK;
 use tidemark_schema::table::attr;
-use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory, Timestamp};
+use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory};
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_stored};
-
-/// The time readings are validated against. Injected so tests of the bounds are exact.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Timestamp;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-}
-
-/// A clock that says what it is told (tests, replays of recorded traffic).
-#[derive(Debug)]
-pub struct FixedClock(AtomicI64);
-
-impl FixedClock {
-    pub fn new(at: Timestamp) -> Self {
-        FixedClock(AtomicI64::new(at.epoch_micros()))
-    }
-
-    pub fn set(&self, at: Timestamp) {
-        self.0.store(at.epoch_micros(), Ordering::Relaxed);
-    }
-}
-
-impl Clock for FixedClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::from_epoch_micros(self.0.load(Ordering::Relaxed)).unwrap_or(Timestamp::MIN)
-    }
-}
 
 /// Layout histories: the whole `CONFIG` partition, the fleet's default layout and the
 /// devices with a shard count or layout of their own. Only those devices have an item there,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tidemark_ingest::{Clock, UnknownDevices};
+use tidemark_ingest::UnknownDevices;
 use tidemark_schema::{QuarantineReason, ShardConfigItem, ShardHistory};
 
 #[tokio::test]

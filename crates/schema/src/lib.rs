@@ -4,6 +4,7 @@
 //! so no other crate can write an item another entity could mistake for its own. The crate is
 //! pure (no AWS SDK): the store converts these types to items with `serde_dynamo`.
 
+pub mod clock;
 pub mod entities;
 pub mod ids;
 pub mod keys;
@@ -14,6 +15,7 @@ pub mod slot_item;
 pub mod table;
 pub mod time;
 
+pub use clock::Clock;
 pub use entities::*;
 pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, MetricName, Severity};
 pub use keys::{EntityKey, Key, KeyError};

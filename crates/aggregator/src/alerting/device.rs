@@ -163,7 +163,7 @@ impl<S: Store> Aggregator<S> {
             let needs = needs(b, &rules, &stored);
             Counters::add(&counters.alert_derivations, needs.len() as u64);
             let batch_newest = b.readings.keys().next_back().copied();
-            let now = Timestamp::now();
+            let now = self.config.clock.now();
             let (derived, newest) = derive(&self.store, id, needs, &limits).await?;
 
             let mut ids = rule_state_alerts(&stored);

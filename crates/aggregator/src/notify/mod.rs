@@ -35,7 +35,7 @@ mod markers;
 mod publish;
 
 use aws_lambda_events::event::dynamodb::Event;
-use tidemark_schema::{EventId, Timestamp};
+use tidemark_schema::{Clock, EventId};
 use tidemark_store::ClientSettings;
 use tidemark_store::emf::Metrics;
 use tidemark_store::retry::RetryPolicy;
@@ -97,6 +97,7 @@ pub struct Notifier<P = SdkPublisher, M = DynamoMarkers> {
     markers: M,
     bus: String,
     retry: RetryPolicy,
+    clock: Clock,
 }
 
 impl Notifier {
@@ -114,11 +115,13 @@ impl Notifier {
             ))
         })?;
         let client = eventbridge_client(config.eventbridge_endpoint.as_deref()).await;
-        Ok(Notifier::with_parts(
+        let mut n = Notifier::with_parts(
             SdkPublisher(client),
             DynamoMarkers::new(dynamodb, config.table_name.clone()),
             bus,
-        ))
+        );
+        n.clock = config.clock.clone();
+        Ok(n)
     }
 }
 
@@ -144,6 +147,7 @@ impl<P: Publisher, M: Markers> Notifier<P, M> {
             markers,
             bus: bus.into(),
             retry: RetryPolicy::default(),
+            clock: Clock::system(),
         }
     }
 
@@ -218,7 +222,7 @@ impl<P: Publisher, M: Markers> Notifier<P, M> {
             tracing::error!(event_id = %sendable[*i].event_id(), error = %e, "alert event not published");
         }
         if !published.is_empty() {
-            report.markers_failed = self.markers.mark(&published, Timestamp::now()).await as u64;
+            report.markers_failed = self.markers.mark(&published, self.clock.now()).await as u64;
         }
         let first = outcome.failed.iter().map(|(i, _)| sendable[*i].index).min();
         (first, report)

@@ -11,10 +11,10 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use serde_json::json;
-use tidemark_ingest::{DynamoLookups, FixedClock, Ingest, IngestConfig};
+use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
 use tidemark_schema::ShardHistory;
 use tidemark_schema::packed::{self, SlotReadings};
-use tidemark_schema::{DeviceId, ShardConfigItem, Timestamp};
+use tidemark_schema::{Clock, DeviceId, ShardConfigItem, Timestamp};
 use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::retry::RetryPolicy;
@@ -101,8 +101,7 @@ pub fn config(table: &str) -> IngestConfig {
     c
 }
 
-pub type LocalIngest<W = aws_sdk_dynamodb::Client> =
-    Ingest<W, DynamoLookups, DynamoLookups, FixedClock>;
+pub type LocalIngest<W = aws_sdk_dynamodb::Client> = Ingest<W, DynamoLookups, DynamoLookups>;
 
 /// The handler against a DynamoDB Local table, writing through `writes`.
 pub fn local_ingest<W: BatchWriteApi + SlotStore>(
@@ -116,7 +115,7 @@ pub fn local_ingest<W: BatchWriteApi + SlotStore>(
         writes,
         lookups.clone(),
         lookups,
-        FixedClock::new(now()),
+        Clock::fixed(now()),
     )
 }
 
@@ -455,8 +454,8 @@ impl tidemark_ingest::DeviceDirectory for &MemoryStore {
     }
 }
 
-pub type MemoryIngest<'a> = Ingest<&'a MemoryStore, &'a MemoryStore, &'a MemoryStore, FixedClock>;
+pub type MemoryIngest<'a> = Ingest<&'a MemoryStore, &'a MemoryStore, &'a MemoryStore>;
 
 pub fn memory_ingest(store: &MemoryStore, config: IngestConfig) -> MemoryIngest<'_> {
-    Ingest::from_parts(config, store, store, store, FixedClock::new(now()))
+    Ingest::from_parts(config, store, store, store, Clock::fixed(now()))
 }
