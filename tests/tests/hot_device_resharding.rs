@@ -13,7 +13,7 @@ use lambda_http::{Body, Request};
 use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App};
 use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
-use tidemark_schema::{Clock, DeviceId, MetricName, ReadingItem, ShardHistory, Timestamp, keys};
+use tidemark_schema::{Clock, DeviceId, LayoutHistory, MetricName, ReadingItem, Timestamp, keys};
 use tidemark_testkit::TestTable;
 
 type Container = Ingest<aws_sdk_dynamodb::Client, DynamoLookups, DynamoLookups>;
@@ -136,7 +136,7 @@ async fn stored_readings(t: &TestTable) -> BTreeMap<Timestamp, (String, i64)> {
     out
 }
 
-fn history_of(body: &Value) -> ShardHistory {
+fn history_of(body: &Value) -> LayoutHistory {
     serde_json::from_value(body["epochs"].clone()).unwrap()
 }
 
@@ -193,7 +193,7 @@ async fn shard_count_changed_while_readings_flow_loses_nothing_and_moves_nothing
         batches.push((sent_at, event));
 
         if step == 12 {
-            // The stale container reads the (still empty) shard history just before the
+            // The stale container reads the (still empty) layout history just before the
             // change is made...
             n += 1;
             let probe = at(sent_at, -5);

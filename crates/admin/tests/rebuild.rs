@@ -11,11 +11,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use common::{Stack, ago, corrupt_rollups, reading, readings_in};
 use tidemark_admin::{Rebuild, Rebuilder};
+use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;
-use tidemark_schema::shard::ShardEpoch;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, MetricName, ShardConfigItem, ShardHistory, SlotLen, Timestamp, field, keys,
+    DeviceId, LayoutHistory, MetricName, ShardConfigItem, SlotLen, Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
@@ -27,7 +27,7 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     let stack = Stack::new("rebuild").await;
     let hot = tidemark_schema::ShardConfigItem::new(
         &DeviceId::new("rb-1").unwrap(),
-        tidemark_schema::ShardHistory::from_epochs(vec![tidemark_schema::shard::ShardEpoch {
+        tidemark_schema::LayoutHistory::from_epochs(vec![tidemark_schema::history::LayoutEpoch {
             from: ago(24 * 60),
             count: 3,
             slot: None,
@@ -199,7 +199,7 @@ async fn rebuild_of_a_device_with_a_packed_epoch_reads_its_slots_and_stays_exact
     let switch = len.start_of(ago(60));
     let history = ShardConfigItem::new(
         &d,
-        ShardHistory::from_epochs(vec![ShardEpoch {
+        LayoutHistory::from_epochs(vec![LayoutEpoch {
             from: switch,
             count: 1,
             slot: Some(len),

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
-    LatestReading, ShardHistory, Timestamp, field, keys,
+    LatestReading, LayoutHistory, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
 use tidemark_store::limits::{MAX_TRANSACT_ACTIONS, too_many_actions};
@@ -93,7 +93,7 @@ impl DynamoStore {
 
     /// The device's layout over time: its own shard and layout epochs over the fleet's
     /// default (consistent read; none stored: single items in one partition).
-    pub async fn shard_history(&self, device: &DeviceId) -> Result<ShardHistory, StoreError> {
+    pub async fn shard_history(&self, device: &DeviceId) -> Result<LayoutHistory, StoreError> {
         let (h, _) =
             tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
                 .await?;

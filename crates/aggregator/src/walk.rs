@@ -1,5 +1,5 @@
 //! Walking a device's stored readings in a time range, layout epoch by layout epoch
-//! ([`ShardHistory::segments`]): single items (`READING#<ts>`) where the device stored them
+//! ([`LayoutHistory::segments`]): single items (`READING#<ts>`) where the device stored them
 //! one by one, packed slot parts (`SLOT#<start>#<part>`, docs/design.md §2) where it packed them, in
 //! every shard partition of each epoch. What the rollups' extremes, the alert derivations and
 //! `tidemark-admin rebuild` read.

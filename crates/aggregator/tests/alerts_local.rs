@@ -8,7 +8,7 @@ use common::*;
 use tidemark_aggregator::config::{Role, parse_thresholds};
 use tidemark_aggregator::{Aggregator, AggregatorConfig};
 use tidemark_schema::{
-    AlertItem, AlertState, DeviceItem, DeviceStatus, ReadingItem, RulePhase, ShardHistory,
+    AlertItem, AlertState, DeviceItem, DeviceStatus, LayoutHistory, ReadingItem, RulePhase,
     Timestamp,
 };
 use tidemark_testkit::TestTable;
@@ -87,7 +87,7 @@ async fn a_one_reading_spike_on_a_four_shard_device_is_never_missed() {
     let t = TestTable::new("alerts-hot").await;
     let agg = alerts_role(&t, MAX30);
     let d = dev("hot");
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 4)
         .unwrap();
     put_shard_history(&t, &d, &h).await;

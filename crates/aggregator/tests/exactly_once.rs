@@ -12,9 +12,9 @@ use common::slots::{SlotAt, SlotSim};
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;
-use tidemark_schema::shard::ShardEpoch;
-use tidemark_schema::{DeviceId, MetricName, ReadingItem, ShardHistory, SlotLen, Timestamp};
+use tidemark_schema::{DeviceId, LayoutHistory, MetricName, ReadingItem, SlotLen, Timestamp};
 use tidemark_testkit::TestTable;
 
 /// One generated reading: device index, seconds after the base time, value in quarters
@@ -105,12 +105,12 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     let devices: Vec<DeviceId> = (0..DEVICES)
         .map(|i| dev(&format!("c{case_no}_d{i}")))
         .collect();
-    let hot = ShardHistory::default()
+    let hot = LayoutHistory::default()
         .with_change(ts("2026-01-01T00:00:00Z"), 2)
         .unwrap();
     put_shard_history(t, &devices[0], &hot).await;
     let packed_history = |count: u16, seconds: i64| {
-        ShardHistory::from_epochs(vec![ShardEpoch {
+        LayoutHistory::from_epochs(vec![LayoutEpoch {
             from: ts("2026-01-01T00:00:00Z"),
             count,
             slot: Some(SlotLen::new(seconds).unwrap()),

@@ -10,7 +10,7 @@ use common::*;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
-    AlertState, DeviceItem, DeviceStatus, MetricName, Period, Severity, ShardHistory, Threshold,
+    AlertState, DeviceItem, DeviceStatus, LayoutHistory, MetricName, Period, Severity, Threshold,
     keys,
 };
 use tidemark_testkit::TestTable;
@@ -252,7 +252,7 @@ async fn a_hot_device_correction_reads_its_shard_partitions() {
     let t = TestTable::new("agg-hot").await;
     let agg = aggregator(&t);
     let d = dev("hot_01");
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 4)
         .unwrap();
     put_shard_history(&t, &d, &h).await;
@@ -446,7 +446,7 @@ async fn two_concurrent_invocations_for_one_device_stay_exact() {
         AggregatorConfig::new(&t.name).with_default_thresholds(thresholds()),
     );
     let d = dev("hot_01");
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 2)
         .unwrap();
     put_shard_history(&t, &d, &h).await;

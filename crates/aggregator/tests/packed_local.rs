@@ -12,11 +12,11 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
 use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, Start};
+use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;
-use tidemark_schema::shard::ShardEpoch;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, DeviceId, EntityKey, MetricName, ReadingItem, Severity, ShardHistory, SlotLen,
+    AggregateItem, DeviceId, EntityKey, LayoutHistory, MetricName, ReadingItem, Severity, SlotLen,
     Threshold, Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
@@ -126,7 +126,7 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
         device: dev("single-1"),
         stored: BTreeMap::new(),
     };
-    let history = ShardHistory::from_epochs(vec![ShardEpoch {
+    let history = LayoutHistory::from_epochs(vec![LayoutEpoch {
         from: ts("2026-01-01T00:00:00Z"),
         count: 1,
         slot: Some(SlotLen::new(60).unwrap()),
@@ -296,7 +296,7 @@ async fn reading_walks_stitch_single_and_packed_epochs_and_keep_time_order_acros
     let t = TestTable::new("agg-walk").await;
     let d = dev("walk-1");
     let at = |s: i64| ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap();
-    let history = ShardHistory::from_epochs(vec![ShardEpoch {
+    let history = LayoutHistory::from_epochs(vec![LayoutEpoch {
         from: at(30),
         count: 1,
         slot: Some(SlotLen::new(60).unwrap()),
@@ -388,7 +388,7 @@ async fn metrics_added_in_a_later_part_roll_up_once_and_walks_merge_them_per_tim
         device: dev("spread-single"),
         stored: BTreeMap::new(),
     };
-    let history = ShardHistory::from_epochs(vec![ShardEpoch {
+    let history = LayoutHistory::from_epochs(vec![LayoutEpoch {
         from: ts("2026-01-01T00:00:00Z"),
         count: 1,
         slot: Some(SlotLen::new(60).unwrap()),

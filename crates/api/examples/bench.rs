@@ -19,8 +19,8 @@ use tidemark_api::store::{
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus,
-    DeviceType, Key, LatestReading, MetricName, Period, Reading, ReadingItem, Severity,
-    ShardConfigItem, ShardHistory, Stats, Timestamp, keys,
+    DeviceType, Key, LatestReading, LayoutHistory, MetricName, Period, Reading, ReadingItem,
+    Severity, ShardConfigItem, Stats, Timestamp, keys,
 };
 use tidemark_store::{Item, StoreError};
 use tidemark_testkit::TestTable;
@@ -121,7 +121,7 @@ impl<S: ShardWriter + Sync> ShardWriter for Timed<S> {
     async fn replace_shards(
         &self,
         d: &DeviceId,
-        h: &ShardHistory,
+        h: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
         self.timed(self.inner.replace_shards(d, h, version)).await
@@ -218,7 +218,7 @@ fn fleet() -> Vec<Item> {
         })
         .collect();
     items(&mut out, &plain);
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_change(base.minus_millis(1).unwrap(), 4)
         .unwrap();
     items(

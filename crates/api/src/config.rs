@@ -5,8 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use thiserror::Error;
-use tidemark_schema::shard::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
-use tidemark_schema::{Clock, ShardLead, Timestamp};
+use tidemark_schema::history::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
+use tidemark_schema::{Clock, LayoutLead, Timestamp};
 use tidemark_store::client::TABLE_NAME_ENV;
 
 /// The Secrets Manager secret holding the cursor key (deployed; see [`crate::secret`]).
@@ -64,7 +64,7 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Ingest's shard-count cache and future-reading allowance (the same variables as
     /// ingest's): how far ahead a shard change must be scheduled.
-    pub shard_lead: ShardLead,
+    pub shard_lead: LayoutLead,
     /// Where "now" comes from: fixed in tests and fixtures (the docs/design.md §9 sample data
     /// is from April 2026 and would otherwise be expired).
     pub clock: Clock,
@@ -116,7 +116,7 @@ impl ApiConfig {
             retention_days: Self::DEFAULT_RETENTION_DAYS,
             status_shards: 1,
             max_body_bytes: Self::DEFAULT_MAX_BODY,
-            shard_lead: ShardLead::default(),
+            shard_lead: LayoutLead::default(),
             clock: Clock::system(),
             ui_auth: UiAuth::None,
         }
@@ -301,7 +301,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.shard_lead,
-            ShardLead {
+            LayoutLead {
                 shard_cache: Duration::from_secs(10),
                 max_future: Duration::from_secs(60)
             }

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertId, DeviceId, EntityKey, Key, ShardConfigItem, ShardHistory, Timestamp, field,
+    AlertId, DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, Timestamp, field,
 };
 use tidemark_store::{Item, StoreError};
 
@@ -214,7 +214,7 @@ impl ShardWriter for MemoryStore {
     async fn replace_shards(
         &self,
         device: &DeviceId,
-        history: &ShardHistory,
+        history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
         let k = EntityKey::ShardConfig(device.clone()).key();

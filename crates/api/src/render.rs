@@ -6,8 +6,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, QuarantineItem, QuarantinePartItem,
-    ReadingItem, ShardHistory, Timestamp, number,
+    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, LayoutHistory, QuarantineItem,
+    QuarantinePartItem, ReadingItem, Timestamp, number,
 };
 use tidemark_store::Item;
 
@@ -55,7 +55,7 @@ pub fn device_item(item: Item) -> Result<Value, ApiError> {
 
 /// `{"deviceId", "count": <in force now>, "epochs": [{"from", "count"}…]}`; epochs later
 /// than now are announced changes.
-pub fn shards(id: &DeviceId, history: &ShardHistory, now: Timestamp) -> Value {
+pub fn shards(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {
     json!({
         "deviceId": id.as_str(),
         "count": history.count_at(now),
@@ -66,7 +66,7 @@ pub fn shards(id: &DeviceId, history: &ShardHistory, now: Timestamp) -> Value {
 /// `{"deviceId", "shards", "slotSeconds": <n, or null for single items>, "epochs": […]}`:
 /// the layout in force now, and every epoch (`{"from", "count", "slotSeconds"?}`); epochs
 /// later than now are announced changes.
-pub fn layout(id: &DeviceId, history: &ShardHistory, now: Timestamp) -> Value {
+pub fn layout(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {
     let l = history.layout_at(now);
     json!({
         "deviceId": id.as_str(),

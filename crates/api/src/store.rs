@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key, MetricName, ShardHistory,
+    DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key, LayoutHistory, MetricName,
     Threshold, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
@@ -222,7 +222,7 @@ pub trait ShardWriter {
     fn replace_shards(
         &self,
         device: &DeviceId,
-        history: &ShardHistory,
+        history: &LayoutHistory,
         version: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
@@ -473,7 +473,7 @@ impl ShardWriter for DynamoStore {
     async fn replace_shards(
         &self,
         device: &DeviceId,
-        history: &ShardHistory,
+        history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
         let key = EntityKey::ShardConfig(device.clone()).key();

@@ -8,8 +8,8 @@ use common::*;
 use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
-    AlertState, DeviceStatus, QuarantineItem, QuarantineReason, ReadingItem, Severity,
-    ShardConfigItem, ShardHistory,
+    AlertState, DeviceStatus, LayoutHistory, QuarantineItem, QuarantineReason, ReadingItem,
+    Severity, ShardConfigItem,
 };
 use tidemark_testkit::TestTable;
 
@@ -309,7 +309,7 @@ async fn a_sharded_device_merges_its_shards_across_pages_both_ways() {
     let t = TestTable::new("api-shards").await;
     put(&t, &sample_device()).await;
     let base = ts("2026-04-20T14:00:00Z");
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_change(base.plus_millis(100_000).unwrap(), 4)
         .unwrap()
         .with_change(base.plus_millis(400_000).unwrap(), 2)
@@ -394,7 +394,7 @@ async fn latest_of_many_devices_in_request_order() {
         metrics: [(metric("t"), 0.0)].into_iter().collect(),
     });
     put(&t, &a).await;
-    let hot = ShardHistory::default()
+    let hot = LayoutHistory::default()
         .with_change(ts("2026-04-20T14:00:00Z"), 4)
         .unwrap();
     put(&t, &ShardConfigItem::new(&dev("b"), hot.clone())).await;

@@ -1,5 +1,5 @@
 //! The handlers over the in-memory store: the merge of many partitions under short
-//! DynamoDB pages (the 1 MB cap), for many shard histories and page sizes, without a
+//! DynamoDB pages (the 1 MB cap), for many layout histories and page sizes, without a
 //! database. The same behaviours run against DynamoDB Local in `local_dynamodb.rs`.
 
 mod common;
@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App};
-use tidemark_schema::{ReadingItem, ShardConfigItem, ShardHistory};
+use tidemark_schema::{LayoutHistory, ReadingItem, ShardConfigItem};
 
 /// A small deterministic generator (no test depends on luck).
 struct Lcg(u64);
@@ -26,8 +26,8 @@ async fn sharded_walks_return_every_reading_once_in_order_under_short_pages() {
     let base = ts("2026-04-20T14:00:00Z");
     let mut rng = Lcg(7);
     for case in 0..40 {
-        // GIVEN a random shard history with up to three changes inside the hour
-        let mut history = ShardHistory::default();
+        // GIVEN a random layout history with up to three changes inside the hour
+        let mut history = LayoutHistory::default();
         let mut at = 0;
         for _ in 0..rng.next(4) {
             at += 1 + rng.next(1_200_000) as i64;
@@ -101,19 +101,19 @@ async fn the_memory_store_refuses_a_shard_change_from_a_stale_version_like_dynam
     use tidemark_api::store::ShardWriter;
     let store = MemoryStore::new();
     let id = dev("hot");
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T16:00:00Z"), 4)
         .unwrap();
     assert!(store.replace_shards(&id, &h, 0).await.unwrap());
     assert!(
         !store
-            .replace_shards(&id, &ShardHistory::default(), 0)
+            .replace_shards(&id, &LayoutHistory::default(), 0)
             .await
             .unwrap()
     );
     assert!(
         store
-            .replace_shards(&id, &ShardHistory::default(), 1)
+            .replace_shards(&id, &LayoutHistory::default(), 1)
             .await
             .unwrap()
     );
@@ -124,7 +124,7 @@ async fn the_memory_store_refuses_a_shard_change_from_a_stale_version_like_dynam
 async fn latest_of_many_sharded_devices_is_refused_above_the_query_bound() {
     // GIVEN ten devices of 64 shards each (65 partitions with the unsharded one before)
     let store = MemoryStore::new();
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 64)
         .unwrap();
     let ids: Vec<String> = (0..10).map(|i| format!("hot_{i}")).collect();

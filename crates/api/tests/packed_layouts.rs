@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{
-    DeviceId, Layout, Reading, ReadingItem, ShardHistory, SlotLen, Timestamp, keys,
+    DeviceId, Layout, LayoutHistory, Reading, ReadingItem, SlotLen, Timestamp, keys,
 };
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{Content, SlotKey, SlotWriter};
@@ -31,8 +31,8 @@ fn len(s: i64) -> SlotLen {
 
 /// The layouts the walk test sets: single, packed 60 s from 14:10, single again from 14:40,
 /// packed 10 s over two shards from 14:50.
-fn history() -> ShardHistory {
-    ShardHistory::default()
+fn history() -> LayoutHistory {
+    LayoutHistory::default()
         .with_layout(ts("2026-04-20T14:10:00Z"), Layout::packed(len(60)))
         .unwrap()
         .with_layout(ts("2026-04-20T14:40:00Z"), Layout::SINGLE)
@@ -56,7 +56,7 @@ fn metrics(n: usize) -> Vec<(&'static str, f64)> {
 /// Stores `readings` of `device` as `history` says: single items with the existing item
 /// writes, packed ones with the slot writer, each slot in two writes (odd positions, then
 /// even ones) so that small parts interleave in time.
-async fn store(t: &TestTable, device: &str, history: &ShardHistory, readings: &[Reading]) {
+async fn store(t: &TestTable, device: &str, history: &LayoutHistory, readings: &[Reading]) {
     let writer = SlotWriter {
         part_bytes: 120,
         ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
@@ -209,7 +209,7 @@ async fn a_device_switching_single_packed_single_reads_every_reading_once_in_ord
     );
     let h = history();
     assert_eq!(
-        serde_json::from_value::<ShardHistory>(layout["epochs"].clone()).unwrap(),
+        serde_json::from_value::<LayoutHistory>(layout["epochs"].clone()).unwrap(),
         h
     );
     // AND readings written under each layout, packed slots in several interleaved parts
@@ -303,7 +303,7 @@ async fn latest_finds_the_newest_reading_whether_single_or_packed() {
     a.gsi1sk = keys::device_gsi1sk(&a.device_id);
     put(&t, &a).await;
     put(&t, &b).await;
-    let packed_a = ShardHistory::default()
+    let packed_a = LayoutHistory::default()
         .with_layout(ts("2026-04-20T14:10:00Z"), Layout::packed(len(600)))
         .unwrap();
     let packed_b = packed_a
@@ -362,7 +362,7 @@ async fn unreadable_slot_parts_are_skipped_and_the_rest_is_read() {
     // packed readings at all, and a stray item in the slot key range
     let t = TestTable::new("api-packed-corrupt").await;
     put(&t, &sample_device()).await;
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_layout(ts("2026-04-20T14:00:00Z"), Layout::packed(len(60)))
         .unwrap();
     put(
@@ -424,7 +424,7 @@ async fn expired_packed_readings_are_never_returned() {
     // GIVEN packed slots written with a one-day retention
     let t = TestTable::new("api-packed-ttl").await;
     put(&t, &sample_device()).await;
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_layout(ts("2026-04-20T13:00:00Z"), Layout::packed(len(60)))
         .unwrap();
     put(
@@ -605,7 +605,7 @@ async fn a_device_following_the_fleet_default_layout_reads_whole_and_keeps_it_th
     // GIVEN a fleet default of 60 s slots from 14:10, and a device with no layout of its own
     let t = TestTable::new("api-packed-default").await;
     put(&t, &sample_device()).await;
-    let default = ShardHistory::default()
+    let default = LayoutHistory::default()
         .with_layout(ts("2026-04-20T14:10:00Z"), Layout::packed(len(60)))
         .unwrap();
     put(

@@ -16,7 +16,7 @@ use tidemark_api::{ApiConfig, App};
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    Layout, ReadingItem, ShardConfigItem, ShardHistory, SlotLen, Timestamp, field, keys,
+    Layout, LayoutHistory, ReadingItem, ShardConfigItem, SlotLen, Timestamp, field, keys,
 };
 use tidemark_store::Item;
 
@@ -88,7 +88,7 @@ async fn walks_across_random_layouts_return_every_reading_once_in_order_under_sh
     let mut rng = Lcg(16);
     for case in 0..60 {
         // GIVEN a random layout history with up to four changes inside the hour
-        let mut history = ShardHistory::default();
+        let mut history = LayoutHistory::default();
         let mut at = 0;
         for _ in 0..rng.next(5) {
             at += 1000 * (1 + rng.next(1_200) as i64);
@@ -178,7 +178,7 @@ async fn a_slot_of_more_parts_than_a_page_has_query_rounds_is_still_read_whole()
     // returns one item per query page
     let store = MemoryStore::new().with_page_cap(1);
     store.put_entity(&sample_device()).unwrap();
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_layout(
             ts("2026-04-20T14:00:00Z"),
             Layout::packed(SlotLen::new(600).unwrap()),
@@ -226,7 +226,7 @@ async fn a_layout_announced_between_pages_neither_skips_nor_repeats_a_reading() 
         // GIVEN a device packed from 14:30 with readings every 20 s until 15:04 (now is 15:00)
         let store = MemoryStore::new();
         store.put_entity(&sample_device()).unwrap();
-        let packed = ShardHistory::default()
+        let packed = LayoutHistory::default()
             .with_layout(
                 ts("2026-04-20T14:30:00Z"),
                 Layout::packed(SlotLen::new(60).unwrap()),
@@ -318,7 +318,7 @@ async fn an_announced_layout_replaced_while_a_walk_stands_at_its_start_repeats_n
         // for 15:30 (now is 15:00), readings every 20 s until 15:04
         let store = MemoryStore::new();
         store.put_entity(&sample_device()).unwrap();
-        let packed = ShardHistory::default()
+        let packed = LayoutHistory::default()
             .with_layout(
                 ts("2026-04-20T14:30:00Z"),
                 Layout::packed(SlotLen::new(60).unwrap()),

@@ -27,7 +27,7 @@ use tidemark_bench::meter::Meter;
 use tidemark_bench::run::{self, Design, DesignRun, Target, simulated_start};
 use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH, kinesis_event};
 use tidemark_ingest::{Ingest, IngestConfig};
-use tidemark_schema::{Layout, ShardConfigItem, ShardHistory, SlotLen, Timestamp};
+use tidemark_schema::{Layout, LayoutHistory, ShardConfigItem, SlotLen, Timestamp};
 use tidemark_store::ClientSettings;
 
 const WINDOWS_S: [i64; 4] = [1, 10, 60, 300];
@@ -116,7 +116,7 @@ async fn read_cost(
         .minus_millis(span_ms + 2 * HOUR_MS)
         .unwrap_or(Timestamp::MIN)
         .hour_start();
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_layout(start.minus_millis(HOUR_MS).unwrap_or(start), layout)
         .map_err(|e| BenchError::Setup(e.to_string()))?;
     run::put_config(&direct, table, &ShardConfigItem::default_layout(history)).await?;

@@ -32,7 +32,7 @@ use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_schema::layout::{Layout, SlotLen};
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, EntityKey, MetricName, ShardConfigItem, ShardHistory,
+    DeviceId, DeviceItem, DeviceStatus, EntityKey, LayoutHistory, MetricName, ShardConfigItem,
     SlotItem, Timestamp,
 };
 use tidemark_store::ClientSettings;
@@ -161,7 +161,7 @@ async fn main() {
     let slot = SlotLen::new(60).unwrap();
     let now = Timestamp::parse_rfc3339("2026-04-30T00:00:00Z").unwrap();
     let first = now.minus_micros(days * 86_400_000_000).unwrap();
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_layout(Timestamp::MIN, Layout::packed(slot))
         .expect("a layout");
     put_all(
@@ -328,7 +328,7 @@ async fn main() {
         vec![
             tidemark_store::to_item(&ShardConfigItem::new(
                 &hot,
-                ShardHistory::default()
+                LayoutHistory::default()
                     .with_layout(Timestamp::MIN, Layout::packed(one_s))
                     .expect("a layout"),
             ))

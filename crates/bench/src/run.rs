@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_ingest::{Ingest, IngestConfig};
-use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory, Timestamp};
+use tidemark_schema::{DeviceId, EntityKey, LayoutHistory, ShardConfigItem, Timestamp};
 use tidemark_store::ClientSettings;
 
 use crate::BenchError;
@@ -210,15 +210,15 @@ pub async fn run(
     tidemark_store::create_table(&direct, table, &tidemark_schema::TABLE).await?;
     // In force from an hour before the first reading (docs/design.md §4: announced ahead).
     let from = start.minus_millis(3_600_000).unwrap_or(start);
-    let setup = |e: tidemark_schema::ShardHistoryError| BenchError::Setup(e.to_string());
+    let setup = |e: tidemark_schema::LayoutHistoryError| BenchError::Setup(e.to_string());
     if let (Some(layout), Design::Tidemark) = (scenario.layout, design) {
-        let history = ShardHistory::default()
+        let history = LayoutHistory::default()
             .with_layout(from, layout)
             .map_err(setup)?;
         put_config(&direct, table, &ShardConfigItem::default_layout(history)).await?;
     }
     if let (Some(n), Design::Tidemark) = (scenario.hot_shards, design) {
-        let history = ShardHistory::default()
+        let history = LayoutHistory::default()
             .with_change(from, n)
             .map_err(setup)?;
         let item = ShardConfigItem::new(&scenario.device_id(0), history);

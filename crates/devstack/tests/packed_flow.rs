@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, Layout, ShardConfigItem, ShardHistory, SlotLen, Timestamp,
+    DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, ShardConfigItem, SlotLen, Timestamp,
 };
 use tidemark_testkit::{TestStream, TestTable};
 
@@ -55,7 +55,7 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
     )
     .unwrap();
     let at = |min: i64, sec: i64| t0.plus_millis(min * 60_000 + sec * 1000).unwrap();
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_layout(at(20, 0), Layout::packed(SlotLen::new(60).unwrap()))
         .unwrap()
         .with_layout(at(40, 0), Layout::SINGLE)

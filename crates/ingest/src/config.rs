@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use thiserror::Error;
-use tidemark_schema::shard::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
-use tidemark_schema::{Layout, ShardLead};
+use tidemark_schema::history::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
+use tidemark_schema::{Layout, LayoutLead};
 use tidemark_store::batch::RetryPolicy;
 
 /// What to do with a reading from a device that has no Device item.
@@ -65,7 +65,7 @@ pub struct IngestConfig {
     /// `SHARD_CACHE_SECONDS` (30): the oldest shard counts a container writes with. It
     /// refreshes them after half of this, and keeps the old answer through a failed refresh
     /// only until this. The API schedules a shard change later than now + this +
-    /// `MAX_FUTURE_SECONDS` ([`tidemark_schema::ShardLead`]), so no container still holding
+    /// `MAX_FUTURE_SECONDS` ([`tidemark_schema::LayoutLead`]), so no container still holding
     /// the old count writes a reading of the new epoch. Both must match the API's.
     pub shard_cache_ttl: Duration,
     /// `DEVICE_CACHE_SECONDS` (60): how long an existence answer is trusted in quarantine mode.
@@ -87,14 +87,14 @@ impl IngestConfig {
         IngestConfig {
             table_name: table_name.into(),
             retention_days: 30,
-            max_future: ShardLead::default().max_future,
+            max_future: LayoutLead::default().max_future,
             unknown_devices: UnknownDevices::Register,
             max_in_flight: 4,
             max_metrics: 32,
             max_array_len: 1000,
             max_payload_bytes: 1024 * 1024,
             max_metadata_bytes: 1024,
-            shard_cache_ttl: ShardLead::default().shard_cache,
+            shard_cache_ttl: LayoutLead::default().shard_cache,
             device_cache_ttl: Duration::from_secs(60),
             deadline_margin: Duration::from_millis(500),
             retry: RetryPolicy::default(),
@@ -103,8 +103,8 @@ impl IngestConfig {
     }
 
     /// What the API must know of this configuration to schedule shard changes safely.
-    pub fn shard_lead(&self) -> ShardLead {
-        ShardLead {
+    pub fn shard_lead(&self) -> LayoutLead {
+        LayoutLead {
             shard_cache: self.shard_cache_ttl,
             max_future: self.max_future,
         }

@@ -3,17 +3,17 @@
 
 use std::collections::HashMap;
 
-use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory};
+use tidemark_schema::{DeviceId, EntityKey, LayoutHistory, ShardConfigItem};
 use tidemark_store::StoreError;
 
 /// Where every reading of the fleet goes, as of one load of the `CONFIG` partition.
 #[derive(Debug, Clone, Default)]
 pub struct Layouts {
     /// Devices' own histories, as stored.
-    own: HashMap<DeviceId, ShardHistory>,
-    /// The same, laid over the default ([`ShardHistory::under`]).
-    effective: HashMap<DeviceId, ShardHistory>,
-    default: ShardHistory,
+    own: HashMap<DeviceId, LayoutHistory>,
+    /// The same, laid over the default ([`LayoutHistory::under`]).
+    effective: HashMap<DeviceId, LayoutHistory>,
+    default: LayoutHistory,
     /// The default item's version (0: none stored), for replacing it.
     default_version: u64,
 }
@@ -24,7 +24,7 @@ impl Layouts {
     pub fn from_items(items: Vec<Result<ShardConfigItem, StoreError>>) -> (Self, u64) {
         let mut unreadable = 0;
         let mut own = HashMap::new();
-        let (mut default, mut version) = (ShardHistory::default(), 0);
+        let (mut default, mut version) = (LayoutHistory::default(), 0);
         for item in items {
             let item = match item {
                 Ok(i) => i,
@@ -53,7 +53,7 @@ impl Layouts {
     }
 
     /// The same devices over another default history.
-    pub fn with_default(mut self, default: ShardHistory, version: u64) -> Self {
+    pub fn with_default(mut self, default: LayoutHistory, version: u64) -> Self {
         self.effective = self
             .own
             .iter()
@@ -65,11 +65,11 @@ impl Layouts {
     }
 
     /// The history of `device`'s readings.
-    pub fn of(&self, device: &DeviceId) -> &ShardHistory {
+    pub fn of(&self, device: &DeviceId) -> &LayoutHistory {
         self.effective.get(device).unwrap_or(&self.default)
     }
 
-    pub fn default_history(&self) -> (&ShardHistory, u64) {
+    pub fn default_history(&self) -> (&LayoutHistory, u64) {
         (&self.default, self.default_version)
     }
 }

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys::CONFIG_PK;
 use tidemark_schema::table::attr;
-use tidemark_schema::{DeviceId, EntityKey, ShardConfigItem, ShardHistory};
+use tidemark_schema::{DeviceId, EntityKey, LayoutHistory, ShardConfigItem};
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_stored};
 
@@ -25,7 +25,7 @@ pub trait ShardConfigSource: Send + Sync {
     /// stored); `Ok(false)` when another container changed it first.
     fn replace_default_layout(
         &self,
-        history: &ShardHistory,
+        history: &LayoutHistory,
         version: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
@@ -82,7 +82,7 @@ impl ShardConfigSource for DynamoLookups {
 
     async fn replace_default_layout(
         &self,
-        history: &ShardHistory,
+        history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
         tidemark_store::layouts::replace_history(

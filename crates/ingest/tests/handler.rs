@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use tidemark_ingest::UnknownDevices;
-use tidemark_schema::{QuarantineReason, ShardConfigItem, ShardHistory};
+use tidemark_schema::{LayoutHistory, QuarantineReason, ShardConfigItem};
 
 #[tokio::test]
 async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
@@ -45,7 +45,7 @@ async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trus
         .unwrap()
         .push(ShardConfigItem::new(
             &dev("hot"),
-            ShardHistory::default()
+            LayoutHistory::default()
                 .with_change(ts("2026-04-20T00:00:00Z"), 4)
                 .unwrap(),
         ));

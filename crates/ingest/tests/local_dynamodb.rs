@@ -11,8 +11,8 @@ use common::*;
 use tidemark_ingest::UnknownDevices;
 use tidemark_schema::keys::{reading_pk, reading_sk};
 use tidemark_schema::{
-    DeviceItem, DeviceStatus, EntityKey, QuarantineItem, QuarantinePartItem, QuarantineReason,
-    ReadingItem, ShardConfigItem, ShardHistory,
+    DeviceItem, DeviceStatus, EntityKey, LayoutHistory, QuarantineItem, QuarantinePartItem,
+    QuarantineReason, ReadingItem, ShardConfigItem,
 };
 use tidemark_store::{from_item, to_item};
 use tidemark_testkit::TestTable;
@@ -315,7 +315,7 @@ async fn a_replayed_batch_leaves_the_table_byte_for_byte_identical() {
 #[tokio::test]
 async fn hot_device_readings_go_to_the_shard_of_their_time() {
     let t = TestTable::new("ingest-hot").await;
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_change(ts("2026-04-20T14:00:00Z"), 4)
         .unwrap();
     let config_item = ShardConfigItem::new(&dev("hot_01"), history.clone());
@@ -542,9 +542,9 @@ async fn metric_values_whose_sums_stay_storable_are_stored_and_the_rest_quaranti
 
 #[tokio::test]
 async fn an_unreadable_config_item_is_skipped_and_counted_and_ingest_goes_on() {
-    // GIVEN a hot device's shard history and, beside it, a CONFIG item nobody can read
+    // GIVEN a hot device's layout history and, beside it, a CONFIG item nobody can read
     let t = TestTable::new("ingest-poison-config").await;
-    let history = ShardHistory::default()
+    let history = LayoutHistory::default()
         .with_change(ts("2026-04-20T14:00:00Z"), 4)
         .unwrap();
     let good = to_item(&ShardConfigItem::new(&dev("hot_01"), history.clone())).unwrap();

@@ -12,7 +12,7 @@ use serde_json::json;
 use tidemark_ingest::IngestConfig;
 use tidemark_schema::packed;
 use tidemark_schema::{
-    EntityKey, Layout, ShardConfigItem, ShardHistory, ShardLead, SlotLen, Timestamp, field,
+    EntityKey, Layout, LayoutHistory, LayoutLead, ShardConfigItem, SlotLen, Timestamp, field,
 };
 use tidemark_store::{Item, to_item};
 use tidemark_testkit::TestTable;
@@ -63,7 +63,7 @@ fn slot_versions(items: &[Item]) -> Vec<(String, String)> {
 
 /// `device` packed in 60 s slots from long before the test's readings.
 async fn pack(t: &TestTable, device: &str, slot: i64) {
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_layout(
             ts("2026-04-20T00:00:00Z"),
             Layout::packed(SlotLen::new(slot).unwrap()),
@@ -210,7 +210,7 @@ async fn bisected_and_replayed_batches_store_each_reading_once() {
 async fn a_layout_change_moves_no_reading_and_each_goes_where_its_time_says() {
     let t = TestTable::new("ingest-packed-change").await;
     // GIVEN a device single until 14:00:30, packed from then, single again from 14:01:00
-    let h = ShardHistory::default()
+    let h = LayoutHistory::default()
         .with_layout(
             ts("2026-04-20T14:00:30Z"),
             Layout::packed(SlotLen::new(60).unwrap()),
@@ -264,7 +264,7 @@ async fn the_configured_default_layout_applies_after_the_lead_time_and_never_to_
         .find(|i| s(i, "sk") == "#DEFAULT_LAYOUT")
         .expect("the default layout item");
     let item: ShardConfigItem = tidemark_store::from_item(default.clone()).unwrap();
-    let from = ShardLead::default().earliest_change(now());
+    let from = LayoutLead::default().earliest_change(now());
     assert_eq!(item.epochs.epochs().len(), 1);
     assert_eq!(item.epochs.epochs()[0].from, from);
     assert_eq!(
@@ -303,7 +303,7 @@ async fn a_device_with_its_own_layout_ignores_the_fleet_default() {
     put_config(
         &t,
         ShardConfigItem::default_layout(
-            ShardHistory::default()
+            LayoutHistory::default()
                 .with_layout(
                     ts("2026-04-20T00:00:00Z"),
                     Layout::packed(SlotLen::new(60).unwrap()),
@@ -317,7 +317,7 @@ async fn a_device_with_its_own_layout_ignores_the_fleet_default() {
         &t,
         ShardConfigItem::new(
             &dev("own_01"),
-            ShardHistory::default()
+            LayoutHistory::default()
                 .with_layout(ts("2026-04-19T00:00:00Z"), Layout::SINGLE)
                 .unwrap(),
         ),

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::history::LayoutHistory;
 use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, MetricName, Severity};
 use crate::keys::{self, EntityKey, KeyError};
-use crate::shard::ShardHistory;
 use crate::time::{Bucket, Day, Timestamp};
 
 /// Attribute names used in update and condition expressions. A unit test checks they are the
@@ -722,23 +722,23 @@ mod serde_bytes_as_binary {
 pub struct ShardConfigItem {
     pub pk: String,
     pub sk: String,
-    pub epochs: ShardHistory,
+    pub epochs: LayoutHistory,
     /// Bumped by every change, so two concurrent changes cannot both land (absent = 0).
     #[serde(default)]
     pub version: u64,
 }
 
 impl ShardConfigItem {
-    pub fn new(device: &DeviceId, epochs: ShardHistory) -> Self {
+    pub fn new(device: &DeviceId, epochs: LayoutHistory) -> Self {
         Self::at(EntityKey::ShardConfig(device.clone()), epochs)
     }
 
     /// The fleet's default layout history (same shape as a device's).
-    pub fn default_layout(epochs: ShardHistory) -> Self {
+    pub fn default_layout(epochs: LayoutHistory) -> Self {
         Self::at(EntityKey::DefaultLayout, epochs)
     }
 
-    fn at(key: EntityKey, epochs: ShardHistory) -> Self {
+    fn at(key: EntityKey, epochs: LayoutHistory) -> Self {
         let k = key.key();
         ShardConfigItem {
             pk: k.pk,
@@ -893,7 +893,7 @@ mod tests {
         }
         let s = serde_json::to_value(ShardConfigItem::new(
             &DeviceId::new("x").unwrap(),
-            ShardHistory::default(),
+            LayoutHistory::default(),
         ))
         .unwrap();
         assert!(s.get(field::EPOCHS).is_some());

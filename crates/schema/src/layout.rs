@@ -1,18 +1,14 @@
-//! How a device's readings are stored, over time (docs/design.md §2, docs/decisions/0001-packed-readings.md).
-//!
-//! A device's layout history is its shard history ([`crate::shard`]) with one more fact per
-//! epoch: whether readings are single items (`READING#<ts>`) or packed into time-slot items
-//! (`SLOT#<slot start>#<part>`, [`crate::packed`]) of a given length. The layout of a reading
-//! is a pure function of (history, reading time), like its shard: a re-sent reading goes to
-//! the same item, and a read of any range knows which partitions and which kind of key to
-//! ask, epoch by epoch ([`ShardHistory::segments`]). Changing a layout migrates nothing.
+//! What one layout is (docs/design.md §2, docs/decisions/0001-packed-readings.md): how many
+//! partitions a device's readings are spread over, and whether they are single items
+//! (`READING#<ts>`) or packed into time-slot items (`SLOT#<slot start>#<part>`,
+//! [`crate::packed`]) of a given length. Which layout a reading has comes from the device's
+//! layout history ([`crate::history`]).
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
-use crate::shard::{ShardEpoch, ShardHistory, ShardHistoryError, ShardLead};
 use crate::time::Timestamp;
 
 const US_PER_SECOND: i64 = 1_000_000;
@@ -145,104 +141,6 @@ impl std::str::FromStr for Layout {
     }
 }
 
-/// A stretch of a read range stored under one layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Segment {
-    pub from: Timestamp,
-    pub to: Timestamp,
-    pub layout: Layout,
-}
-
-impl Segment {
-    /// The partitions (shards) this segment's readings are in.
-    pub fn shards(&self) -> Vec<Option<u16>> {
-        if self.layout.shards <= 1 {
-            vec![None]
-        } else {
-            (0..self.layout.shards).map(Some).collect()
-        }
-    }
-}
-
-impl ShardEpoch {
-    pub fn layout(&self) -> Layout {
-        Layout {
-            shards: self.count,
-            slot: self.slot,
-        }
-    }
-}
-
-impl ShardHistory {
-    pub fn layout_at(&self, at: Timestamp) -> Layout {
-        self.epochs()
-            .iter()
-            .rev()
-            .find(|e| e.from <= at)
-            .map_or(Layout::SINGLE, ShardEpoch::layout)
-    }
-
-    /// The history a device follows: its own from its first epoch on, and before that the
-    /// fleet's `default`. (An empty own history follows the default throughout; a device given
-    /// a layout or shard count of its own keeps it through later changes of the default.)
-    pub fn under(&self, default: &ShardHistory) -> ShardHistory {
-        let first = self.epochs().first().map_or(Timestamp::MAX, |e| e.from);
-        let mut out = ShardHistory::default();
-        for e in default
-            .epochs()
-            .iter()
-            .filter(|e| e.from < first)
-            .chain(self.epochs())
-        {
-            out = out.with_layout(e.from, e.layout()).unwrap_or(out);
-        }
-        out
-    }
-
-    /// `[from, to]` cut where the layout changes, in time order, each piece with its layout.
-    pub fn segments(&self, from: Timestamp, to: Timestamp) -> Vec<Segment> {
-        if from > to {
-            return Vec::new();
-        }
-        let mut out = vec![Segment {
-            from,
-            to,
-            layout: self.layout_at(from),
-        }];
-        for e in self
-            .epochs()
-            .iter()
-            .filter(|e| e.from > from && e.from <= to)
-        {
-            let last = out.last_mut().expect("starts with one segment");
-            last.to = e.from.pred().unwrap_or(Timestamp::MIN);
-            if last.layout == e.layout() {
-                last.to = to;
-                continue;
-            }
-            out.push(Segment {
-                from: e.from,
-                to,
-                layout: e.layout(),
-            });
-        }
-        out
-    }
-
-    /// The history after "from `from` on, store readings as `layout`", decided at `now`, with
-    /// the rules of [`ShardHistory::planned`] (the lead time, replacing an epoch not yet in
-    /// use, a repeat changing nothing).
-    pub fn planned_layout(
-        &self,
-        from: Timestamp,
-        layout: Layout,
-        now: Timestamp,
-        lead: ShardLead,
-    ) -> Result<Self, ShardHistoryError> {
-        self.plan(from, layout, now, lead)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,110 +190,5 @@ mod tests {
         for bad in ["", "packed", "packed:7", "packed:x", "pack:60"] {
             assert!(bad.parse::<Layout>().is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn segments_cut_a_range_where_the_layout_changes() {
-        let h = ShardHistory::default()
-            .with_layout(ts("2026-04-20T12:00:00Z"), Layout::packed(len(60)))
-            .unwrap()
-            .with_change(ts("2026-04-20T13:00:00Z"), 4)
-            .unwrap();
-        assert_eq!(
-            h.layout_at(ts("2026-04-20T13:30:00Z")),
-            Layout {
-                shards: 4,
-                slot: Some(len(60))
-            }
-        );
-        let s = h.segments(ts("2026-04-20T11:00:00Z"), ts("2026-04-20T14:00:00Z"));
-        assert_eq!(s.len(), 3);
-        assert_eq!(s[0].layout, Layout::SINGLE);
-        assert_eq!(s[0].to, ts("2026-04-20T11:59:59.999999Z"));
-        assert_eq!(s[1].from, ts("2026-04-20T12:00:00Z"));
-        assert_eq!(s[1].layout, Layout::packed(len(60)));
-        assert_eq!(s[2].from, ts("2026-04-20T13:00:00Z"));
-        assert_eq!(s[2].to, ts("2026-04-20T14:00:00Z"));
-        assert_eq!(s[2].shards().len(), 4);
-        let inside = h.segments(ts("2026-04-20T12:10:00Z"), ts("2026-04-20T12:20:00Z"));
-        assert_eq!(inside.len(), 1);
-        assert_eq!(inside[0].layout, Layout::packed(len(60)));
-    }
-
-    #[test]
-    fn a_shard_change_keeps_the_packing_and_a_layout_change_keeps_nothing_else() {
-        let lead = ShardLead::default();
-        let now = ts("2026-04-20T10:00:00Z");
-        let packed = ShardHistory::default()
-            .planned_layout(
-                ts("2026-04-20T12:00:00Z"),
-                Layout::packed(len(10)),
-                now,
-                lead,
-            )
-            .unwrap();
-        let later = ts("2026-04-20T12:10:00Z");
-        let again = packed
-            .planned_layout(
-                ts("2026-04-20T12:30:00Z"),
-                Layout::packed(len(10)),
-                later,
-                lead,
-            )
-            .unwrap();
-        assert_eq!(again, packed, "repeating a layout changes nothing");
-        let sharded = packed
-            .planned(ts("2026-04-20T12:30:00Z"), 2, later, lead)
-            .unwrap();
-        assert_eq!(
-            sharded.layout_at(ts("2026-04-20T12:30:00Z")),
-            Layout {
-                shards: 2,
-                slot: Some(len(10))
-            }
-        );
-        let back = packed
-            .planned_layout(ts("2026-04-20T13:00:00Z"), Layout::SINGLE, later, lead)
-            .unwrap();
-        assert_eq!(back.layout_at(ts("2026-04-20T13:00:00Z")), Layout::SINGLE);
-        assert_eq!(
-            back.layout_at(ts("2026-04-20T12:59:59Z")),
-            Layout::packed(len(10))
-        );
-    }
-
-    #[test]
-    fn a_device_follows_the_default_until_its_own_history_begins() {
-        let default = ShardHistory::default()
-            .with_layout(ts("2026-04-20T12:00:00Z"), Layout::packed(len(60)))
-            .unwrap()
-            .with_layout(ts("2026-04-20T15:00:00Z"), Layout::packed(len(600)))
-            .unwrap();
-        assert_eq!(ShardHistory::default().under(&default), default);
-        let own = ShardHistory::default()
-            .with_layout(ts("2026-04-20T13:00:00Z"), Layout::SINGLE)
-            .unwrap();
-        let h = own.under(&default);
-        assert_eq!(h.layout_at(ts("2026-04-20T11:00:00Z")), Layout::SINGLE);
-        assert_eq!(
-            h.layout_at(ts("2026-04-20T12:30:00Z")),
-            Layout::packed(len(60))
-        );
-        assert_eq!(h.layout_at(ts("2026-04-20T16:00:00Z")), Layout::SINGLE);
-    }
-
-    #[test]
-    fn epochs_without_a_slot_read_as_before() {
-        let old: ShardHistory =
-            serde_json::from_str(r#"[{"from":"2026-04-20T12:00:00.000000Z","count":4}]"#).unwrap();
-        assert_eq!(
-            old.layout_at(ts("2026-04-20T12:00:00Z")),
-            Layout {
-                shards: 4,
-                slot: None
-            }
-        );
-        let json = serde_json::to_string(&old).unwrap();
-        assert!(!json.contains("slot"), "{json}");
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod entities;
+pub mod history;
 pub mod ids;
 pub mod keys;
 pub mod layout;
@@ -17,10 +18,11 @@ pub mod time;
 
 pub use clock::Clock;
 pub use entities::*;
+pub use history::{LayoutEpoch, LayoutHistory, LayoutHistoryError, LayoutLead, Segment};
 pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, MetricName, Severity};
 pub use keys::{EntityKey, Key, KeyError};
-pub use layout::{Layout, Segment, SlotLen};
-pub use shard::{ShardHistory, ShardHistoryError, ShardLead, shard_for};
+pub use layout::{Layout, SlotLen};
+pub use shard::shard_for;
 pub use slot_item::{
     Bitmap, ITEM_OVERHEAD_BYTES, MAX_PART_ITEM_BYTES, SlotItem, SlotItemError, SlotMetadata,
     SlotPart, item_bound, metadata_bitmaps, metadata_bytes,

@@ -170,7 +170,7 @@ proptest! {
     fn shard_of_a_reading_never_changes_when_history_grows(
         t in any_timestamp(), n1 in 1u16..16, n2 in 1u16..16, gap in 1i64..1_000_000)
     {
-        let h1 = ShardHistory::default().with_change(Timestamp::MIN, n1).unwrap();
+        let h1 = LayoutHistory::default().with_change(Timestamp::MIN, n1).unwrap();
         let Some(later) = t.plus_millis(gap) else { return Ok(()); };
         let h2 = h1.with_change(later, n2).unwrap();
         prop_assert_eq!(h1.shard_at(t), h2.shard_at(t));

@@ -3,7 +3,7 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::{DeviceId, EntityKey, Key, ShardConfigItem, ShardHistory, field};
+use tidemark_schema::{DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, field};
 
 use crate::batch_get::{GetOptions, batch_get, key_item};
 use crate::{StoreError, from_item};
@@ -14,7 +14,7 @@ pub async fn replace_history(
     client: &Client,
     table: &str,
     key: &Key,
-    history: &ShardHistory,
+    history: &LayoutHistory,
     version: u64,
 ) -> Result<bool, StoreError> {
     let mut req = client
@@ -40,14 +40,14 @@ pub async fn replace_history(
 }
 
 /// A device's layout history as a reader must see it: its own epochs over the fleet's
-/// default ([`ShardHistory::under`]), and its own item's version (0: none) for replacing it.
+/// default ([`LayoutHistory::under`]), and its own item's version (0: none) for replacing it.
 /// One `BatchGetItem` of both items.
 pub async fn device_history(
     client: &Client,
     table: &str,
     device: &DeviceId,
     consistent: bool,
-) -> Result<(ShardHistory, u64), StoreError> {
+) -> Result<(LayoutHistory, u64), StoreError> {
     let own_key = EntityKey::ShardConfig(device.clone()).key();
     let default_key = EntityKey::DefaultLayout.key();
     let options = GetOptions {
@@ -55,7 +55,8 @@ pub async fn device_history(
         keys_only: false,
     };
     let items = batch_get(client, table, &[own_key.clone(), default_key], options).await?;
-    let (mut own, mut version, mut default) = (ShardHistory::default(), 0, ShardHistory::default());
+    let (mut own, mut version, mut default) =
+        (LayoutHistory::default(), 0, LayoutHistory::default());
     for item in items {
         let c: ShardConfigItem = from_item(item)?;
         if c.sk == own_key.sk {

@@ -1,7 +1,7 @@
 //! Layout histories against DynamoDB Local: replaced under a version check, and read as a
 //! device sees them (its own epochs over the fleet's default).
 
-use tidemark_schema::{DeviceId, EntityKey, Layout, ShardHistory, SlotLen, Timestamp};
+use tidemark_schema::{DeviceId, EntityKey, Layout, LayoutHistory, SlotLen, Timestamp};
 use tidemark_store::layouts::{device_history, replace_history};
 use tidemark_testkit::TestTable;
 
@@ -18,8 +18,8 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
     let (h, v) = device_history(&t.client, &t.name, &dev, false)
         .await
         .unwrap();
-    assert_eq!((h, v), (ShardHistory::default(), 0));
-    let default = ShardHistory::default()
+    assert_eq!((h, v), (LayoutHistory::default(), 0));
+    let default = LayoutHistory::default()
         .with_layout(
             ts("2026-04-20T12:00:00Z"),
             Layout::packed(SlotLen::new(60).unwrap()),
@@ -37,7 +37,7 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
             .await
             .unwrap()
     );
-    let own = ShardHistory::default()
+    let own = LayoutHistory::default()
         .with_change(ts("2026-04-20T13:00:00Z"), 4)
         .unwrap();
     let own_key = EntityKey::ShardConfig(dev.clone()).key();

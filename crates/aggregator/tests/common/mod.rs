@@ -384,11 +384,11 @@ pub async fn alerts_of(t: &TestTable, id: &str) -> Vec<AlertItem> {
         .collect()
 }
 
-/// Stores `device`'s shard history, as `PUT /devices/{id}/shards` would (a hot device).
+/// Stores `device`'s layout history, as `PUT /devices/{id}/shards` would (a hot device).
 pub async fn put_shard_history(
     t: &TestTable,
     device: &DeviceId,
-    h: &tidemark_schema::ShardHistory,
+    h: &tidemark_schema::LayoutHistory,
 ) {
     t.client
         .put_item()

@@ -1,7 +1,7 @@
 //! A device's reading layout over time: its write shards (`/devices/{id}/shards`) and whether
 //! its readings are single items or packed into slots (`/devices/{id}/layout`). Both routes
-//! edit the one history ([`ShardHistory`]): a change takes effect no earlier than ingest
-//! containers can have learnt of it ([`tidemark_schema::ShardLead`]), so every reading, in
+//! edit the one history ([`LayoutHistory`]): a change takes effect no earlier than ingest
+//! containers can have learnt of it ([`tidemark_schema::LayoutLead`]), so every reading, in
 //! flight or re-sent, keeps the item it was or will be written to, and nothing moves; reads
 //! stitch the epochs. An announced change not yet in use is replaced; repeating a change is a
 //! no-op; of two racing changes one gets a 409.
@@ -9,7 +9,7 @@
 use http::StatusCode;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, EntityKey, Layout, ShardConfigItem, ShardHistory, ShardHistoryError, Timestamp,
+    DeviceId, EntityKey, Layout, LayoutHistory, LayoutHistoryError, ShardConfigItem, Timestamp,
 };
 
 use super::{Reply, device_not_found};
@@ -23,26 +23,26 @@ use crate::validate;
 #[derive(Debug, Default)]
 pub(super) struct Shards {
     /// The device's own epochs, as stored.
-    pub own: ShardHistory,
+    pub own: LayoutHistory,
     pub version: u64,
-    pub default: ShardHistory,
+    pub default: LayoutHistory,
     pub exists: bool,
 }
 
 impl Shards {
     /// What the device's readings follow: the default until its own first epoch, then its
-    /// own ([`ShardHistory::under`]).
-    pub fn history(&self) -> ShardHistory {
+    /// own ([`LayoutHistory::under`]).
+    pub fn history(&self) -> LayoutHistory {
         self.own.under(&self.default)
     }
 }
 
 /// A planning error as the answer to a request whose shard count is the field `count_field`.
-fn plan_error(e: ShardHistoryError, count_field: &str) -> ApiError {
+fn plan_error(e: LayoutHistoryError, count_field: &str) -> ApiError {
     match e {
-        ShardHistoryError::Count(_) => ApiError::bad(count_field, e.to_string()),
-        ShardHistoryError::TooSoon { .. } => ApiError::bad("effectiveFrom", e.to_string()),
-        ShardHistoryError::NotAfterLast { .. } => ApiError::Conflict(e.to_string()),
+        LayoutHistoryError::Count(_) => ApiError::bad(count_field, e.to_string()),
+        LayoutHistoryError::TooSoon { .. } => ApiError::bad("effectiveFrom", e.to_string()),
+        LayoutHistoryError::NotAfterLast { .. } => ApiError::Conflict(e.to_string()),
     }
 }
 
@@ -85,7 +85,7 @@ impl<S: Store> App<S> {
 
     /// The history a device's readings follow, without the registration check (pages after
     /// the first).
-    pub(super) async fn history_of(&self, id: &DeviceId) -> Result<ShardHistory, ApiError> {
+    pub(super) async fn history_of(&self, id: &DeviceId) -> Result<LayoutHistory, ApiError> {
         Ok(self.read_layouts(id, false).await?.history())
     }
 
@@ -154,7 +154,7 @@ impl<S: Store> App<S> {
         from: Timestamp,
         layout: Layout,
         count_field: &str,
-    ) -> Result<ShardHistory, ApiError> {
+    ) -> Result<LayoutHistory, ApiError> {
         let next = current
             .own
             .planned_layout(from, layout, self.now(), self.config.shard_lead)

@@ -1,6 +1,6 @@
 //! Reading reads (AP3, AP4, `GET /latest`), stitched across a device's layout history.
 //!
-//! A range is cut into segments where the layout changes ([`ShardHistory::segments`]) and
+//! A range is cut into segments where the layout changes ([`LayoutHistory::segments`]) and
 //! walked one segment after another, in the order asked: each segment's partitions (its
 //! shards) are merged by [`merged_page`], whether they hold single reading items or packed
 //! slots ([`crate::slots`]); both come out as reading items, so clients see one list. A page
@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use futures::{StreamExt, TryStreamExt};
 use http::StatusCode;
 use tidemark_schema::{
-    DeviceId, EntityKey, Segment, ShardConfigItem, ShardHistory, Timestamp, keys,
+    DeviceId, EntityKey, LayoutHistory, Segment, ShardConfigItem, Timestamp, keys,
 };
 use tidemark_store::Item;
 use tidemark_store::emf::Metrics;
@@ -273,7 +273,7 @@ impl<S: Store> App<S> {
     async fn newest_reading(
         &self,
         id: &DeviceId,
-        history: &ShardHistory,
+        history: &LayoutHistory,
         now: Timestamp,
         consistent: bool,
     ) -> Result<Option<Item>, ApiError> {
@@ -316,8 +316,8 @@ impl<S: Store> App<S> {
             .map(|id| EntityKey::ShardConfig(id.clone()).key())
             .collect();
         keys.push(EntityKey::DefaultLayout.key());
-        let mut own: HashMap<DeviceId, ShardHistory> = HashMap::new();
-        let mut default = ShardHistory::default();
+        let mut own: HashMap<DeviceId, LayoutHistory> = HashMap::new();
+        let mut default = LayoutHistory::default();
         for item in self.store.batch_get(keys).await? {
             let c: ShardConfigItem = tidemark_store::from_item(item)?;
             match EntityKey::parse(&c.pk, &c.sk) {
@@ -328,7 +328,7 @@ impl<S: Store> App<S> {
                 _ => {}
             }
         }
-        let histories: HashMap<DeviceId, ShardHistory> = own
+        let histories: HashMap<DeviceId, LayoutHistory> = own
             .into_iter()
             .map(|(id, h)| {
                 let effective = h.under(&default);

@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use serde_json::json;
 use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
-use tidemark_schema::ShardHistory;
+use tidemark_schema::LayoutHistory;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{Clock, DeviceId, ShardConfigItem, Timestamp};
 use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
@@ -392,7 +392,7 @@ impl tidemark_ingest::ShardConfigSource for &MemoryStore {
 
     async fn replace_default_layout(
         &self,
-        history: &ShardHistory,
+        history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
         let mut configs = self.shard_configs.lock().unwrap();
