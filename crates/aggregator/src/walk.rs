@@ -6,17 +6,17 @@
 //!
 //! The parts of one slot are not in time order among themselves (a late reading goes to the
 //! open part), and one timestamp's metrics may be spread over several of them (a metric added
-//! when its part was full), so a slot is handed on only once all its parts are read, each
-//! timestamp with the metrics of every part merged. An unreadable item is skipped, logged with
+//! when its part was full), so a slot is handed on only once all its parts are read, joined by
+//! the one rule every reader uses ([`tidemark_schema::join_parts`]). An unreadable item is skipped, logged with
 //! its key and counted: it holds nothing the walk could use.
 
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, MetricName, ReadingItem, Segment, SlotItem, SlotLen, Timestamp, keys,
+    DeviceId, MetricName, ReadingItem, Segment, SlotItem, SlotLen, SlotPart, Timestamp, join_parts,
+    keys,
 };
 use tidemark_store::{Item, StoreError, from_stored};
 
@@ -44,10 +44,10 @@ struct Ask {
     page: Option<i32>,
 }
 
-/// The readings of one slot (all its parts read so far), handed on in the asked order.
+/// One slot's parts read so far, joined and handed on in the asked order once all are read.
 struct OpenSlot {
     start: Timestamp,
-    readings: SlotReadings,
+    parts: Vec<SlotPart>,
 }
 
 impl DynamoStore {
@@ -190,11 +190,10 @@ impl DynamoStore {
         let mut open: Option<OpenSlot> = None;
         // Hands on the slot read so far: its readings inside the segment, in the asked order.
         let mut flush = |slot: OpenSlot, walked: &mut Walked, left: &mut usize| {
-            // A timestamp without metrics in every part only carried metadata.
-            let inside = slot
-                .readings
+            let (readings, _) = join_parts(slot.parts);
+            let inside = readings
                 .into_iter()
-                .filter(|(at, m)| seg.from <= *at && *at <= seg.to && !m.is_empty());
+                .filter(|(at, _)| seg.from <= *at && *at <= seg.to);
             let ordered: Box<dyn Iterator<Item = _>> = if newest_first {
                 Box::new(inside.rev())
             } else {
@@ -229,13 +228,12 @@ impl DynamoStore {
                     return false;
                 }
             }
-            let slot = open.get_or_insert_with(|| OpenSlot {
+            open.get_or_insert_with(|| OpenSlot {
                 start: part.start,
-                readings: SlotReadings::new(),
-            });
-            for (at, metrics) in part.readings {
-                slot.readings.entry(at).or_default().extend(metrics);
-            }
+                parts: Vec::new(),
+            })
+            .parts
+            .push(part);
             true
         })
         .await?;

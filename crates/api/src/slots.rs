@@ -13,9 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
-use tidemark_schema::{ReadingItem, SlotItem, SlotLen, SlotMetadata, SlotPart, Timestamp, keys};
+use tidemark_schema::{ReadingItem, SlotItem, SlotLen, SlotPart, Timestamp, join_parts, keys};
 use tidemark_store::Item;
 
 use crate::store::{QuerySpec, SkRange};
@@ -99,15 +98,9 @@ pub fn skip(item: &Item, why: &str) {
 }
 
 /// Reads every part of the slot starting at `start` (all its parts, any order) and returns
-/// the readings `p` still wants. A timestamp's metrics may be spread over parts (a metric added
-/// when its part was full goes to a later one): it takes the metrics of all of them (were a
-/// value in two, the higher part's would win), and its metadata from the highest part
-/// carrying some, where the writer puts the latest. A timestamp without metrics in any part
-/// (one only carrying metadata, whose metrics are in an unreadable part) is no reading.
+/// the readings `p` still wants, joined by [`tidemark_schema::join_parts`].
 pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Unpacked {
     let mut out = Unpacked::default();
-    let mut readings = SlotReadings::new();
-    let mut metadata = SlotMetadata::new();
     let mut ttl: Option<i64> = None;
     let mut pk = String::new();
     let mut decoded: Vec<(SlotPart, i64, String)> = Vec::with_capacity(parts.len());
@@ -127,16 +120,13 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
             }
         }
     }
-    decoded.sort_by_key(|(part, _, _)| part.part);
+    let mut parts = Vec::with_capacity(decoded.len());
     for (part, t, k) in decoded {
-        for (at, metrics) in part.readings {
-            readings.entry(at).or_default().extend(metrics);
-        }
-        metadata.extend(part.metadata);
         ttl = Some(ttl.map_or(t, |old| old.max(t)));
         pk = k;
+        parts.push(part);
     }
-    readings.retain(|_, m| !m.is_empty());
+    let (readings, metadata) = join_parts(parts);
     out.decoded = readings.len();
     let last = p.len.last_of(start);
     let mut emit = |at: Timestamp, metrics: BTreeMap<_, _>| {
@@ -183,7 +173,7 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
 mod tests {
     use aws_sdk_dynamodb::primitives::Blob;
     use aws_sdk_dynamodb::types::AttributeValue;
-    use tidemark_schema::packed;
+    use tidemark_schema::packed::{self, SlotReadings};
     use tidemark_schema::{MetricName, field};
 
     use super::*;

@@ -25,7 +25,7 @@ pub use layout::{Layout, SlotLen};
 pub use shard::shard_for;
 pub use slot_item::{
     Bitmap, ITEM_OVERHEAD_BYTES, MAX_PART_ITEM_BYTES, SlotItem, SlotItemError, SlotMetadata,
-    SlotPart, item_bound, metadata_bitmaps, metadata_bytes,
+    SlotPart, item_bound, join_parts, metadata_bitmaps, metadata_bytes,
 };
 pub use table::{TABLE, TableDefinition};
 pub use time::{Bucket, Day, Period, Timestamp, TimestampError};

@@ -139,6 +139,28 @@ pub struct SlotPart {
     pub full: bool,
 }
 
+/// One slot's readings and metadata from its parts, in any order: the one joining rule every
+/// reader of packed readings uses (the API, alert derivations, rollup extremes, rebuild).
+/// A timestamp's metrics may be spread over parts (a metric added when its part was full goes
+/// to a later one): it gets the metrics of all of them, and were a value in two parts (the
+/// writer never puts it there) the higher part's would win; its metadata comes from the
+/// highest part carrying some, where the writer puts the latest. A timestamp with no metric
+/// in any part (metadata whose metrics are in an unreadable part) is no reading.
+pub fn join_parts(mut parts: Vec<SlotPart>) -> (SlotReadings, SlotMetadata) {
+    parts.sort_by_key(|p| p.part);
+    let mut readings = SlotReadings::new();
+    let mut metadata = SlotMetadata::new();
+    for part in parts {
+        for (at, metrics) in part.readings {
+            readings.entry(at).or_default().extend(metrics);
+        }
+        metadata.extend(part.metadata);
+    }
+    readings.retain(|_, m| !m.is_empty());
+    metadata.retain(|at, _| readings.contains_key(at));
+    (readings, metadata)
+}
+
 /// Why a slot part cannot be read.
 #[derive(Debug, Error, PartialEq)]
 pub enum SlotItemError {
@@ -390,6 +412,59 @@ mod tests {
             crate::table::attr::TTL,
         ] {
             assert!(v.get(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn parts_join_in_part_order_whatever_order_they_come_in() {
+        let start = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap();
+        let t1 = start.plus_millis(1_000).unwrap();
+        let t2 = start.plus_millis(2_000).unwrap();
+        let m = |pairs: &[(&str, f64)]| -> BTreeMap<MetricName, f64> {
+            pairs
+                .iter()
+                .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+                .collect()
+        };
+        let part = |n: u16, readings: SlotReadings, metadata: SlotMetadata| SlotPart {
+            device: DeviceId::new("d").unwrap(),
+            shard: None,
+            start,
+            part: n,
+            readings,
+            metadata,
+            version: 1,
+            sealed: false,
+            full: false,
+        };
+        // part 0: t1 with a and b; part 1: t1's c (added when part 0 was full) and a value of
+        // b it never holds in practice; part 2: only t2's metadata (its metrics unreadable)
+        let p0 = part(
+            0,
+            BTreeMap::from([(t1, m(&[("a", 1.0), ("b", 2.0)]))]),
+            BTreeMap::from([(t1, "{\"fw\":1}".to_owned())]),
+        );
+        let p1 = part(
+            1,
+            BTreeMap::from([(t1, m(&[("b", 9.0), ("c", 3.0)]))]),
+            BTreeMap::from([(t1, "{\"fw\":2}".to_owned())]),
+        );
+        let p2 = part(
+            2,
+            BTreeMap::from([(t2, m(&[]))]),
+            BTreeMap::from([(t2, "{}".to_owned())]),
+        );
+        for order in [
+            vec![p0.clone(), p1.clone(), p2.clone()],
+            vec![p2.clone(), p1.clone(), p0.clone()],
+            vec![p1.clone(), p2.clone(), p0.clone()],
+        ] {
+            let (readings, metadata) = join_parts(order);
+            assert_eq!(
+                readings,
+                BTreeMap::from([(t1, m(&[("a", 1.0), ("b", 9.0), ("c", 3.0)]))])
+            );
+            assert_eq!(metadata, BTreeMap::from([(t1, "{\"fw\":2}".to_owned())]));
         }
     }
 }
