@@ -18,9 +18,9 @@ use tidemark_store::{Item, StoreError};
 
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, decode_record, reading_item};
-use crate::layouts::Layouts;
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
 use crate::packing::{SlotBatch, SlotReport};
+use tidemark_store::layouts::LayoutBook;
 
 #[derive(Debug, Error)]
 pub enum IngestError {
@@ -146,7 +146,7 @@ impl BatchStats {
 struct ShardSnapshot {
     /// By the injected clock, so tests can age it.
     loaded: Timestamp,
-    layouts: Arc<Layouts>,
+    layouts: Arc<LayoutBook>,
 }
 
 /// Above this many cached existence answers the cache starts over (a bound on memory for a
@@ -258,10 +258,10 @@ where
             match d {
                 Ok(readings) => {
                     for r in readings {
-                        let history = layouts.of(&r.device_id);
-                        let shard = history.shard_at(r.timestamp);
+                        let layout = layouts.of(&r.device_id).layout_at(r.timestamp);
+                        let shard = layout.shard_of(r.timestamp);
                         stats.readings += 1;
-                        if let Some(len) = history.layout_at(r.timestamp).slot {
+                        if let Some(len) = layout.slot {
                             slots.add(i, &r, shard, len, self.config.retention_days);
                             continue;
                         }
@@ -341,7 +341,7 @@ where
     /// time allows for), and fails the batch after that, so Lambda retries it rather than
     /// writing with layouts that may be out of date.
     /// Also returns how many unreadable `CONFIG` items a fresh load skipped.
-    async fn layouts(&self) -> Result<(Arc<Layouts>, u64), IngestError> {
+    async fn layouts(&self) -> Result<(Arc<LayoutBook>, u64), IngestError> {
         let now = self.clock.now();
         let ttl_ms = i64::try_from(self.config.shard_cache_ttl.as_millis()).unwrap_or(i64::MAX);
         let age = |loaded: Timestamp| now.epoch_millis().saturating_sub(loaded.epoch_millis());
@@ -358,7 +358,7 @@ where
         let loading = now;
         match self.shard_source.load_shard_configs().await {
             Ok(items) => {
-                let (layouts, unreadable) = Layouts::from_items(items);
+                let (layouts, unreadable) = LayoutBook::from_items(items);
                 let layouts = Arc::new(self.apply_default_layout(layouts, now).await);
                 let mut guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
                 *guard = Some(ShardSnapshot {
@@ -381,7 +381,7 @@ where
     /// earliest instant no container can already be writing with the old one, as a layout
     /// change through the API would. A container that loses the race, or cannot write, keeps
     /// the stored default: it is what every other container follows.
-    async fn apply_default_layout(&self, layouts: Layouts, now: Timestamp) -> Layouts {
+    async fn apply_default_layout(&self, layouts: LayoutBook, now: Timestamp) -> LayoutBook {
         let Some(wanted) = self.config.default_layout else {
             return layouts;
         };

@@ -13,8 +13,9 @@
 //! A device whose layout packs readings (docs/design.md §4, [`tidemark_schema::layout`]) has each
 //! batch's readings merged into its slot items instead, one read-merge-write per slot under a
 //! version check ([`tidemark_store::slots`], [`packing`]), with the same rules. Layouts come
-//! from one cached query of the `CONFIG` partition ([`layouts`]); a configured
-//! `DEFAULT_LAYOUT` is recorded there for the future, never for readings already written.
+//! from one cached query of the `CONFIG` partition, read into the layout book every function
+//! uses ([`tidemark_store::layouts::LayoutBook`]); a configured `DEFAULT_LAYOUT` is recorded
+//! there for the future, never for readings already written.
 //!
 //! - [`decode_record`]: pure decoding and validation of one record.
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
@@ -26,7 +27,6 @@
 pub mod config;
 pub mod decode;
 pub mod handler;
-pub mod layouts;
 pub mod lookups;
 pub mod packing;
 

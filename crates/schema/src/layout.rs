@@ -98,6 +98,11 @@ impl Layout {
             slot: Some(slot),
         }
     }
+
+    /// The partition (shard) a reading at `at` goes to under this layout.
+    pub fn shard_of(&self, at: Timestamp) -> Option<u16> {
+        crate::shard::shard_for(at, self.shards)
+    }
 }
 
 impl Default for Layout {

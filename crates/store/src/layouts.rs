@@ -1,12 +1,127 @@
-//! Replacing a layout history (a device's shard and layout epochs, or the fleet's default
-//! layout) under an optimistic lock, so two concurrent changes cannot both land.
+//! The layout book (docs/design.md §2): how every function learns where a device's readings
+//! are, from the `CONFIG` items (each device's own shard and layout epochs, and the fleet's
+//! default), and how a history is replaced under an optimistic lock so that two concurrent
+//! changes cannot both land.
+
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::{DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, field};
 
 use crate::batch_get::{GetOptions, batch_get, key_item};
-use crate::{StoreError, from_item};
+use crate::{Item, StoreError, from_item};
+
+static NO_EPOCHS: LayoutHistory = LayoutHistory::EMPTY;
+
+/// Where readings go: the layout histories of some devices (or, from one load of the whole
+/// `CONFIG` partition, of the fleet), each over the fleet's default
+/// ([`LayoutHistory::under`]). Every function turns `CONFIG` items into histories through
+/// this one book, so they all follow the same ones.
+#[derive(Debug, Clone, Default)]
+pub struct LayoutBook {
+    /// Devices' own histories as stored, with their items' versions.
+    own: HashMap<DeviceId, (LayoutHistory, u64)>,
+    /// The same, laid over the default.
+    effective: HashMap<DeviceId, LayoutHistory>,
+    default: LayoutHistory,
+    /// The default item's version (0: none stored), for replacing it.
+    default_version: u64,
+}
+
+impl LayoutBook {
+    /// The keys to read for `devices`' histories: each one's own item, then the default.
+    pub fn keys(devices: &[DeviceId]) -> Vec<Key> {
+        devices
+            .iter()
+            .map(|d| EntityKey::ShardConfig(d.clone()).key())
+            .chain([EntityKey::DefaultLayout.key()])
+            .collect()
+    }
+
+    /// The histories in `items` (`CONFIG` items as read), and how many were unreadable
+    /// (skipped and logged: one bad item must not stop a function).
+    pub fn from_items(
+        items: impl IntoIterator<Item = Result<ShardConfigItem, StoreError>>,
+    ) -> (Self, u64) {
+        let mut unreadable = 0;
+        let mut own = HashMap::new();
+        let (mut default, mut version) = (LayoutHistory::default(), 0);
+        for item in items {
+            let item = match item {
+                Ok(i) => i,
+                Err(e) => {
+                    unreadable += 1;
+                    tracing::warn!(error = %e, "unreadable layout configuration skipped");
+                    continue;
+                }
+            };
+            match EntityKey::parse(&item.pk, &item.sk) {
+                Ok(EntityKey::ShardConfig(id)) => {
+                    own.insert(id, (item.epochs, item.version));
+                }
+                Ok(EntityKey::DefaultLayout) => (default, version) = (item.epochs, item.version),
+                _ => {
+                    unreadable += 1;
+                    tracing::warn!(pk = %item.pk, sk = %item.sk, "unknown configuration item skipped");
+                }
+            }
+        }
+        let book = LayoutBook {
+            own,
+            ..LayoutBook::default()
+        };
+        (book.with_default(default, version), unreadable)
+    }
+
+    /// [`LayoutBook::from_items`] of raw items.
+    pub fn from_raw(items: impl IntoIterator<Item = Item>) -> (Self, u64) {
+        LayoutBook::from_items(items.into_iter().map(from_item::<ShardConfigItem>))
+    }
+
+    /// One `BatchGetItem` of `devices`' histories and the default.
+    pub async fn read(
+        client: &Client,
+        table: &str,
+        devices: &[DeviceId],
+        consistent: bool,
+    ) -> Result<(Self, u64), StoreError> {
+        let options = GetOptions {
+            consistent,
+            keys_only: false,
+        };
+        let items = batch_get(client, table, &LayoutBook::keys(devices), options).await?;
+        Ok(LayoutBook::from_raw(items))
+    }
+
+    /// The same devices over another default history.
+    pub fn with_default(mut self, default: LayoutHistory, version: u64) -> Self {
+        self.effective = self
+            .own
+            .iter()
+            .map(|(id, (h, _))| (id.clone(), h.under(&default)))
+            .collect();
+        self.default = default;
+        self.default_version = version;
+        self
+    }
+
+    /// The history of `device`'s readings.
+    pub fn of(&self, device: &DeviceId) -> &LayoutHistory {
+        self.effective.get(device).unwrap_or(&self.default)
+    }
+
+    /// `device`'s own history as stored and its item's version (0: none), for replacing it.
+    pub fn own(&self, device: &DeviceId) -> (&LayoutHistory, u64) {
+        self.own
+            .get(device)
+            .map_or((&NO_EPOCHS, 0), |(h, v)| (h, *v))
+    }
+
+    pub fn default_history(&self) -> (&LayoutHistory, u64) {
+        (&self.default, self.default_version)
+    }
+}
 
 /// Sets the history stored at `key` to `history` if its version is still `version` (0: no
 /// item yet). `Ok(false)`: another change landed first; read it again and decide anew.
@@ -39,31 +154,15 @@ pub async fn replace_history(
     }
 }
 
-/// A device's layout history as a reader must see it: its own epochs over the fleet's
-/// default ([`LayoutHistory::under`]), and its own item's version (0: none) for replacing it.
-/// One `BatchGetItem` of both items.
+/// A device's layout history as a reader must see it and its own item's version (0: none)
+/// for replacing it: one `BatchGetItem` of both items.
 pub async fn device_history(
     client: &Client,
     table: &str,
     device: &DeviceId,
     consistent: bool,
 ) -> Result<(LayoutHistory, u64), StoreError> {
-    let own_key = EntityKey::ShardConfig(device.clone()).key();
-    let default_key = EntityKey::DefaultLayout.key();
-    let options = GetOptions {
-        consistent,
-        keys_only: false,
-    };
-    let items = batch_get(client, table, &[own_key.clone(), default_key], options).await?;
-    let (mut own, mut version, mut default) =
-        (LayoutHistory::default(), 0, LayoutHistory::default());
-    for item in items {
-        let c: ShardConfigItem = from_item(item)?;
-        if c.sk == own_key.sk {
-            (own, version) = (c.epochs, c.version);
-        } else {
-            default = c.epochs;
-        }
-    }
-    Ok((own.under(&default), version))
+    let (book, _) =
+        LayoutBook::read(client, table, std::slice::from_ref(device), consistent).await?;
+    Ok((book.of(device).clone(), book.own(device).1))
 }

@@ -8,9 +8,8 @@
 
 use http::StatusCode;
 use tidemark_schema::table::attr;
-use tidemark_schema::{
-    DeviceId, EntityKey, Layout, LayoutHistory, LayoutHistoryError, ShardConfigItem, Timestamp,
-};
+use tidemark_schema::{DeviceId, EntityKey, Layout, LayoutHistory, LayoutHistoryError, Timestamp};
+use tidemark_store::layouts::LayoutBook;
 
 use super::{Reply, device_not_found};
 use crate::App;
@@ -50,28 +49,28 @@ impl<S: Store> App<S> {
     /// The layout histories (the device's own and the fleet's default) and, if `device`,
     /// whether the device is registered, in one BatchGetItem.
     async fn read_layouts(&self, id: &DeviceId, device: bool) -> Result<Shards, ApiError> {
-        let own_key = EntityKey::ShardConfig(id.clone()).key();
-        let default_key = EntityKey::DefaultLayout.key();
         let dev_key = EntityKey::Device(id.clone()).key();
-        let mut keys = vec![own_key.clone(), default_key.clone()];
+        let mut keys = LayoutBook::keys(std::slice::from_ref(id));
         if device {
             keys.push(dev_key.clone());
         }
-        let mut out = Shards::default();
+        let mut exists = false;
+        let mut config = Vec::new();
         for item in self.store.batch_get(keys).await? {
-            let sk = item.get(attr::SK).and_then(|v| v.as_s().ok()).cloned();
-            if sk.as_ref() == Some(&dev_key.sk) {
-                out.exists = true;
-                continue;
-            }
-            let c: ShardConfigItem = tidemark_store::from_item(item)?;
-            if c.sk == own_key.sk {
-                (out.own, out.version) = (c.epochs, c.version);
-            } else if c.sk == default_key.sk {
-                out.default = c.epochs;
+            if item.get(attr::SK).and_then(|v| v.as_s().ok()) == Some(&dev_key.sk) {
+                exists = true;
+            } else {
+                config.push(item);
             }
         }
-        Ok(out)
+        let (book, _) = LayoutBook::from_raw(config);
+        let (own, version) = book.own(id);
+        Ok(Shards {
+            own: own.clone(),
+            version,
+            default: book.default_history().0.clone(),
+            exists,
+        })
     }
 
     /// The layout histories of a registered device (a 404 otherwise).

@@ -15,15 +15,12 @@
 //! its slot's `ttl` (the slot's last instant plus the retention), and the range's start
 //! leaves out its readings older than the retention.
 
-use std::collections::HashMap;
-
 use futures::{StreamExt, TryStreamExt};
 use http::StatusCode;
-use tidemark_schema::{
-    DeviceId, EntityKey, LayoutHistory, Segment, ShardConfigItem, Timestamp, keys,
-};
+use tidemark_schema::{DeviceId, LayoutHistory, Segment, Timestamp, keys};
 use tidemark_store::Item;
 use tidemark_store::emf::Metrics;
+use tidemark_store::layouts::LayoutBook;
 
 use super::{
     HOUR_MS, LATEST_CONCURRENCY, Reply, bad_cursor, expired, list, parse_shard_label, resume_at,
@@ -311,38 +308,13 @@ impl<S: Store> App<S> {
         }
         // Their own layouts and the fleet's default, in one BatchGetItem (101 keys at most;
         // the store splits it into calls of 100).
-        let mut keys: Vec<_> = ids
-            .iter()
-            .map(|id| EntityKey::ShardConfig(id.clone()).key())
-            .collect();
-        keys.push(EntityKey::DefaultLayout.key());
-        let mut own: HashMap<DeviceId, LayoutHistory> = HashMap::new();
-        let mut default = LayoutHistory::default();
-        for item in self.store.batch_get(keys).await? {
-            let c: ShardConfigItem = tidemark_store::from_item(item)?;
-            match EntityKey::parse(&c.pk, &c.sk) {
-                Ok(EntityKey::ShardConfig(id)) => {
-                    own.insert(id, c.epochs);
-                }
-                Ok(EntityKey::DefaultLayout) => default = c.epochs,
-                _ => {}
-            }
-        }
-        let histories: HashMap<DeviceId, LayoutHistory> = own
-            .into_iter()
-            .map(|(id, h)| {
-                let effective = h.under(&default);
-                (id, effective)
-            })
-            .collect();
+        let (book, _) = LayoutBook::from_raw(self.store.batch_get(LayoutBook::keys(&ids)).await?);
         let now = self.now();
         let lo = self.config.retention_start(now);
         let queries: usize = ids
             .iter()
             .map(|id| {
-                histories
-                    .get(id)
-                    .unwrap_or(&default)
+                book.of(id)
                     .segments(lo, Timestamp::MAX)
                     .iter()
                     .map(|s| s.shards().len())
@@ -362,7 +334,7 @@ impl<S: Store> App<S> {
         }
         let reads: Vec<_> = ids
             .iter()
-            .map(|id| self.newest_reading(id, histories.get(id).unwrap_or(&default), now, false))
+            .map(|id| self.newest_reading(id, book.of(id), now, false))
             .collect();
         let newest: Vec<Option<Item>> = futures::stream::iter(reads)
             .buffered(LATEST_CONCURRENCY)

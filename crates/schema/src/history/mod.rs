@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::layout::{Layout, SlotLen};
-use crate::shard::{MAX_SHARDS, shard_for};
+use crate::shard::MAX_SHARDS;
 use crate::time::Timestamp;
 
 /// How long an ingest container trusts the shard counts it read (the same variable names
@@ -102,6 +102,9 @@ pub struct LayoutEpoch {
 pub struct LayoutHistory(Vec<LayoutEpoch>);
 
 impl LayoutHistory {
+    /// No epoch: single items in the device's own partition throughout.
+    pub const EMPTY: LayoutHistory = LayoutHistory(Vec::new());
+
     pub fn epochs(&self) -> &[LayoutEpoch] {
         &self.0
     }
@@ -203,7 +206,7 @@ impl LayoutHistory {
 
     /// The partition (shard) a reading at `at` is written to.
     pub fn shard_at(&self, at: Timestamp) -> Option<u16> {
-        shard_for(at, self.count_at(at))
+        self.layout_at(at).shard_of(at)
     }
 
     /// Every shard a reading in `[from, to]` may be in, in a stable order.
