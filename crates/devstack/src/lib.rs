@@ -16,9 +16,6 @@ pub mod http_api;
 pub mod pipeline;
 pub mod simulator;
 
-// Until the users import it from tidemark_streams.
-pub use tidemark_streams::local_streams;
-
 use std::time::Duration;
 
 use aws_sdk_kinesis::types::StreamStatus;

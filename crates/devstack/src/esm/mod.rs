@@ -44,11 +44,7 @@ use tokio::task::JoinSet;
 
 pub use handlers::{KinesisHandler, StreamHandler};
 pub use invoke::HttpFunction;
-use tidemark_streams::{LOCAL_ACCOUNT, LOCAL_REGION};
-// Until the users import them from tidemark_streams.
-pub use tidemark_streams::{
-    DynamoDbStreamSource, EventSource, KinesisSource, Start, StreamError as EsmError,
-};
+use tidemark_streams::{EventSource, LOCAL_ACCOUNT, LOCAL_REGION, Start};
 
 /// A function error as the mapping sees it: the message goes to the log and the on-failure
 /// record, never anywhere the function's caller could act on it.
