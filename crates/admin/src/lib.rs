@@ -9,8 +9,9 @@
 //!   retains them; the aggregator's become rebuilds of the devices and days they touched.
 //!
 //! A separate crate rather than a devstack subcommand: devstack is the local stack, this is an
-//! operator tool for deployed tables too. It reuses devstack's stream readers
-//! ([`tidemark_devstack::esm`]) so the GetShardIterator/GetRecords code exists once.
+//! operator tool for deployed tables too, and does not depend on it. It reads streams with
+//! [`tidemark_streams`], the GetShardIterator/GetRecords code devstack's mappings poll with too,
+//! so that code exists once.
 
 pub mod files;
 pub mod rebuild;
@@ -30,7 +31,7 @@ pub enum AdminError {
     #[error(transparent)]
     Store(#[from] tidemark_store::StoreError),
     #[error(transparent)]
-    Source(#[from] tidemark_devstack::esm::EsmError),
+    Source(#[from] tidemark_streams::StreamError),
     #[error("DynamoDB {operation} failed: {message}")]
     DynamoDb {
         operation: &'static str,

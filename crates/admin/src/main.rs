@@ -5,6 +5,7 @@ use tidemark_admin::files::{DONE_DIR, redrive_files};
 use tidemark_admin::{AdminError, Rebuild, Rebuilder, Redriver};
 use tidemark_schema::{DeviceId, Timestamp};
 use tidemark_store::ClientSettings;
+use tidemark_streams::LocalEndpoints;
 
 const USAGE: &str = "usage: tidemark-admin [--local] <command>
 
@@ -28,13 +29,15 @@ struct Clients {
 }
 
 async fn clients(local: bool) -> Clients {
+    let table = std::env::var(tidemark_store::client::TABLE_NAME_ENV)
+        .unwrap_or_else(|_| tidemark_schema::TABLE.default_name.to_owned());
     if local {
-        let cfg = tidemark_devstack::LocalConfig::from_env();
+        let local = LocalEndpoints::from_env();
         return Clients {
-            ddb: cfg.dynamodb().await,
-            streams: cfg.dynamodb_streams().await,
-            kinesis: cfg.kinesis().await,
-            table: cfg.table,
+            ddb: local.dynamodb().await,
+            streams: local.dynamodb_streams().await,
+            kinesis: local.kinesis().await,
+            table,
         };
     }
     let settings = ClientSettings::from_env();
@@ -43,8 +46,7 @@ async fn clients(local: bool) -> Clients {
         ddb: tidemark_store::dynamodb_client(&settings).await,
         streams: aws_sdk_dynamodbstreams::Client::new(&shared),
         kinesis: aws_sdk_kinesis::Client::new(&shared),
-        table: std::env::var(tidemark_store::client::TABLE_NAME_ENV)
-            .unwrap_or_else(|_| tidemark_schema::TABLE.default_name.to_owned()),
+        table,
     }
 }
 

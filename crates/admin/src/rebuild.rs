@@ -39,8 +39,8 @@ use tidemark_aggregator::DynamoStore;
 use tidemark_aggregator::pages::{self, PagePut, Pages, Recomputed};
 use tidemark_aggregator::records::cmp_seq;
 use tidemark_aggregator::store::{AggregateStore, Written};
-use tidemark_devstack::esm::DynamoDbStreamSource;
 use tidemark_schema::{AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, keys};
+use tidemark_streams::DynamoDbStreamSource;
 
 use crate::AdminError;
 use crate::stream::{StreamCursor, remove_fence};

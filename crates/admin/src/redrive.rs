@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use serde_json::Value;
 use tidemark_aggregator::records::cmp_seq;
-use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, KinesisSource, Start};
 use tidemark_ingest::Ingest;
 use tidemark_schema::{DeviceId, Timestamp};
 use tidemark_store::batch::RetryPolicy;
+use tidemark_streams::{DynamoDbStreamSource, EventSource, KinesisSource, Start};
 
 use crate::window::reading_records;
 use crate::{AdminError, Rebuild, Rebuilder};
@@ -200,7 +200,7 @@ impl Redriver {
 }
 
 /// The stream says the records (or their whole shard) are gone.
-fn no_longer_there(e: &tidemark_devstack::esm::EsmError) -> bool {
+fn no_longer_there(e: &tidemark_streams::StreamError) -> bool {
     let s = e.to_string();
     e.is_trimmed() || s.contains("TrimmedDataAccess") || s.contains("ResourceNotFound")
 }

@@ -1,5 +1,5 @@
-//! Reading a table's stream from "now" on, through devstack's [`DynamoDbStreamSource`] (the
-//! same GetShardIterator/GetRecords code the emulated mapping uses), and the fence items
+//! Reading a table's stream from "now" on, through [`DynamoDbStreamSource`] (the same
+//! GetShardIterator/GetRecords code devstack's emulated mapping uses), and the fence items
 //! whose records mark positions in a source partition's stream order.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, Start};
 use tidemark_schema::keys::FENCE_SK;
+use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
 
 use crate::AdminError;
 use crate::window::{ReadingRecord, reading_records};

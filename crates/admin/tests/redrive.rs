@@ -174,7 +174,7 @@ async fn a_range_kinesis_no_longer_holds_is_reported_as_not_retained() {
 async fn an_aggregator_range_the_table_stream_no_longer_holds_says_what_to_rebuild() {
     let stack = Stack::new("redrive-gone-ddb").await;
     let r = redriver(&stack).await;
-    let source = tidemark_devstack::esm::DynamoDbStreamSource::for_table(
+    let source = tidemark_streams::DynamoDbStreamSource::for_table(
         &stack.table.client,
         r.streams.clone(),
         &stack.table.name,

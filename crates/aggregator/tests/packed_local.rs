@@ -11,7 +11,6 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
-use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, Start};
 use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
@@ -21,11 +20,12 @@ use tidemark_schema::{
 };
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
 use tidemark_testkit::{TestTable, services};
 
 /// Every record of the table's stream so far, in stream order per shard.
 async fn stream_records(t: &TestTable, want: usize) -> Vec<EventRecord> {
-    let streams = tidemark_devstack::local_streams::client(&services().dynamodb_endpoint).await;
+    let streams = tidemark_streams::local_streams::client(&services().dynamodb_endpoint).await;
     let source = DynamoDbStreamSource::for_table(&t.client, streams, &t.name)
         .await
         .unwrap();

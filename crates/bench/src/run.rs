@@ -170,7 +170,7 @@ impl Target {
         tidemark_store::dynamodb_client(&ClientSettings::local(self.endpoint())).await
     }
     pub async fn streams(&self) -> aws_sdk_dynamodbstreams::Client {
-        tidemark_devstack::local_streams::client(&self.endpoint()).await
+        tidemark_streams::local_streams::client(&self.endpoint()).await
     }
 }
 

@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use tidemark_devstack::esm::{DynamoDbStreamSource, EventSource, Start};
+use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
 
 use crate::BenchError;
 
 /// A reader that remembers, per shard, the last sequence number it returned. The stream
-/// calls are devstack's (the same source its emulated event-source mappings poll).
+/// calls are `tidemark_streams`' (the same source devstack's emulated event-source mappings
+/// poll).
 pub struct StreamReader {
     source: DynamoDbStreamSource,
     after: HashMap<String, String>,

@@ -19,11 +19,12 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+use tidemark_streams::{LOCAL_ACCOUNT, LOCAL_REGION};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Mutex, watch};
 
-use crate::esm::{LOCAL_ACCOUNT, LOCAL_REGION, stop_requested};
+use crate::esm::stop_requested;
 
 /// EventBridge's limit on a `PutEvents` request.
 const MAX_REQUEST_BYTES: usize = 256 * 1024;

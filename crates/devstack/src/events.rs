@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use tidemark_ingest::{IngestConfig, decode_record, reading_item};
 use tidemark_schema::Timestamp;
 use tidemark_schema::table::attr;
+use tidemark_streams::KinesisSource;
 
 use crate::DevstackError;
-use crate::esm::kinesis::KinesisSource;
 
 const REGION: &str = "us-east-1";
 const ACCOUNT: &str = "123456789012";

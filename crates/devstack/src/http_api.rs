@@ -17,10 +17,11 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Map, Value, json};
+use tidemark_streams::LOCAL_ACCOUNT;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::esm::{LOCAL_ACCOUNT, stop_requested};
+use crate::esm::stop_requested;
 
 /// API Gateway's own limit on a request payload.
 pub const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;

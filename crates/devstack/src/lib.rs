@@ -2,7 +2,7 @@
 //!
 //! - [`bootstrap`]: the table and the stream, from the same definition the template uses;
 //! - [`esm`]: emulated event-source mappings (Kinesis → ingest, DynamoDB Streams → the
-//!   aggregator's rollups and alerts roles);
+//!   aggregator's rollups and alerts roles), polling `tidemark_streams`' sources;
 //! - [`event_bus`]: a local `PutEvents` endpoint the alerts role publishes to;
 //! - [`events`]: sample Lambda events dated now (`make events`, for `sam local invoke`);
 //! - [`http_api`]: API Gateway's stand-in on loopback, in front of the API function;
@@ -13,7 +13,6 @@ pub mod esm;
 pub mod event_bus;
 pub mod events;
 pub mod http_api;
-pub mod local_streams;
 pub mod pipeline;
 pub mod simulator;
 
@@ -22,6 +21,7 @@ use std::time::Duration;
 use aws_sdk_kinesis::types::StreamStatus;
 use thiserror::Error;
 use tidemark_store::{ClientSettings, StoreError};
+use tidemark_streams::LocalEndpoints;
 
 #[derive(Debug, Error)]
 pub enum DevstackError {
@@ -35,7 +35,7 @@ pub enum DevstackError {
     #[error("stream {0} did not become active")]
     StreamTimeout(String),
     #[error(transparent)]
-    Mapping(#[from] esm::EsmError),
+    Mapping(#[from] tidemark_streams::StreamError),
     #[error("configuration: {0}")]
     Config(String),
     #[error("sample events: {0}")]
@@ -55,20 +55,13 @@ pub struct LocalConfig {
 impl LocalConfig {
     pub fn from_env() -> Self {
         let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
-        let ddb_port = var("TIDEMARK_DYNAMODB_PORT", "8000");
-        let kin_port = var("TIDEMARK_KINESIS_PORT", "4567");
+        let endpoints = LocalEndpoints::from_env();
         LocalConfig {
             table: var("TABLE_NAME", tidemark_schema::TABLE.default_name),
             stream: var("STREAM_NAME", "tidemark-readings"),
             stream_shards: var("STREAM_SHARDS", "2").parse().unwrap_or(2),
-            dynamodb_endpoint: var(
-                "TIDEMARK_DYNAMODB_ENDPOINT",
-                &format!("http://127.0.0.1:{ddb_port}"),
-            ),
-            kinesis_endpoint: var(
-                "TIDEMARK_KINESIS_ENDPOINT",
-                &format!("http://127.0.0.1:{kin_port}"),
-            ),
+            dynamodb_endpoint: endpoints.dynamodb,
+            kinesis_endpoint: endpoints.kinesis,
         }
     }
 
@@ -78,16 +71,11 @@ impl LocalConfig {
 
     /// DynamoDB Streams is served on the DynamoDB endpoint.
     pub async fn dynamodb_streams(&self) -> aws_sdk_dynamodbstreams::Client {
-        local_streams::client(&self.dynamodb_endpoint).await
+        tidemark_streams::local_streams::client(&self.dynamodb_endpoint).await
     }
 
     pub async fn kinesis(&self) -> aws_sdk_kinesis::Client {
-        let shared =
-            tidemark_store::sdk_config(&ClientSettings::local(&self.kinesis_endpoint)).await;
-        let conf = aws_sdk_kinesis::config::Builder::from(&shared)
-            .endpoint_url(&self.kinesis_endpoint)
-            .build();
-        aws_sdk_kinesis::Client::from_conf(conf)
+        tidemark_streams::local::kinesis_client(&self.kinesis_endpoint).await
     }
 }
 

@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
+use tidemark_streams::{DynamoDbStreamSource, EventSource, KinesisSource};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::esm::{
-    BatchFunction, DynamoDbStreamSource, EventSource, FunctionError, HttpFunction, KinesisHandler,
-    KinesisSource, Mapping, MappingConfig, MappingStats, StreamHandler,
+    BatchFunction, FunctionError, HttpFunction, KinesisHandler, Mapping, MappingConfig,
+    MappingStats, StreamHandler,
 };
 use crate::event_bus::{self, EventLog};
 use crate::{DevstackError, LocalConfig, http_api};

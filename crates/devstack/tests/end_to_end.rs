@@ -6,12 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::Value;
-use tidemark_devstack::esm::{
-    DynamoDbStreamSource, EventSource, MappingConfig, Start, read_on_failure_records,
-};
+use tidemark_devstack::esm::{MappingConfig, read_on_failure_records};
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_devstack::simulator::{Fleet, Outgoing, RecordKind, SimConfig, SimStats, put_records};
 use tidemark_schema::{Period, Timestamp};
+use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
 use tidemark_testkit::{TestStream, TestTable, unique_name};
 
 mod common;

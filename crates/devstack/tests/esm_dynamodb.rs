@@ -7,9 +7,8 @@ use std::time::Duration;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_devstack::esm::{
-    DynamoDbStreamSource, FunctionError, Mapping, MappingConfig, StreamHandler,
-};
+use tidemark_devstack::esm::{FunctionError, Mapping, MappingConfig, StreamHandler};
+use tidemark_streams::DynamoDbStreamSource;
 use tidemark_testkit::{TestTable, services};
 use tokio::sync::watch;
 
@@ -37,7 +36,7 @@ impl StreamHandler for Fake {
 }
 
 async fn streams_client() -> aws_sdk_dynamodbstreams::Client {
-    tidemark_devstack::local_streams::client(&services().dynamodb_endpoint).await
+    tidemark_streams::local_streams::client(&services().dynamodb_endpoint).await
 }
 
 async fn put(t: &TestTable, pk: &str, sk: &str, v: i64) {

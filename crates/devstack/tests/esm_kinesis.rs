@@ -9,9 +9,9 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_kinesis::primitives::Blob;
 use tidemark_devstack::esm::{
-    FunctionError, KinesisHandler, KinesisSource, Mapping, MappingConfig, MappingStats,
-    read_on_failure_records,
+    FunctionError, KinesisHandler, Mapping, MappingConfig, MappingStats, read_on_failure_records,
 };
+use tidemark_streams::KinesisSource;
 use tidemark_testkit::{TestStream, unique_name};
 use tokio::sync::watch;
 

@@ -23,10 +23,12 @@
 //! real one allows, per partition key and per shard alike), `MaximumRecordAgeInSeconds` (the
 //! template sets -1, no limit, which is what this poller does), tumbling windows and filters
 //! (Tidemark uses neither).
+//!
+//! The sources (shards, lineage, iterators, records in the event's shape) are
+//! `tidemark_streams`'; this module is the engine that polls them.
 
-pub mod dynamodb;
+pub mod handlers;
 pub mod invoke;
-pub mod kinesis;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -40,32 +42,9 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use dynamodb::{DynamoDbStreamSource, StreamHandler};
+pub use handlers::{KinesisHandler, StreamHandler};
 pub use invoke::HttpFunction;
-pub use kinesis::{KinesisHandler, KinesisSource};
-
-/// The account and region local ARNs are made of.
-pub const LOCAL_ACCOUNT: &str = "000000000000";
-pub const LOCAL_REGION: &str = "us-east-1";
-
-#[derive(Debug, Error)]
-pub enum EsmError {
-    #[error("{service} {operation} failed: {message}")]
-    Source {
-        service: &'static str,
-        operation: &'static str,
-        message: String,
-    },
-    #[error("table {0} has no stream")]
-    NoStream(String),
-}
-
-impl EsmError {
-    /// The stream no longer holds the records asked for (`TrimmedDataAccessException`).
-    pub fn is_trimmed(&self) -> bool {
-        matches!(self, EsmError::Source { message, .. } if message.starts_with("TrimmedDataAccessException"))
-    }
-}
+use tidemark_streams::{EventSource, LOCAL_ACCOUNT, LOCAL_REGION, Start};
 
 /// A function error as the mapping sees it: the message goes to the log and the on-failure
 /// record, never anywhere the function's caller could act on it.
@@ -79,67 +58,11 @@ impl FunctionError {
     }
 }
 
-/// A shard and its lineage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardInfo {
-    pub id: String,
-    pub parent: Option<String>,
-    pub adjacent_parent: Option<String>,
-}
-
-/// Where a shard poller starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start {
-    TrimHorizon,
-    Latest,
-    After(String),
-    /// At this sequence number, included (`AT_SEQUENCE_NUMBER`: what a re-drive starts at).
-    At(String),
-}
-
 /// Where a new mapping starts reading (the `StartingPosition` of the real one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartingPosition {
     TrimHorizon,
     Latest,
-}
-
-/// One GetRecords answer.
-#[derive(Debug)]
-pub struct Page<R> {
-    pub records: Vec<R>,
-    /// `None` once a closed shard has been read to its end.
-    pub next: Option<String>,
-    /// Kinesis' `MillisBehindLatest`, when the source reports it.
-    pub millis_behind: Option<i64>,
-}
-
-/// A stream the mapping polls. Records are already in the Lambda event's shape.
-pub trait EventSource: Send + Sync + 'static {
-    type Record: Clone + Send + Sync + 'static;
-
-    /// The stream's ARN (the `eventSourceARN` of every record).
-    fn arn(&self) -> &str;
-    /// The key of the batch description in an on-failure record.
-    fn batch_info_key(&self) -> &'static str;
-    /// Most records one GetRecords call may return.
-    fn max_read(&self) -> usize;
-    fn shards(&self) -> impl Future<Output = Result<Vec<ShardInfo>, EsmError>> + Send;
-    /// A shard iterator, `None` if the shard has nothing more to give.
-    fn iterator(
-        &self,
-        shard: &str,
-        start: &Start,
-    ) -> impl Future<Output = Result<Option<String>, EsmError>> + Send;
-    fn read(
-        &self,
-        shard: &str,
-        iterator: &str,
-        limit: usize,
-    ) -> impl Future<Output = Result<Page<Self::Record>, EsmError>> + Send;
-    fn sequence(record: &Self::Record) -> &str;
-    /// Approximate arrival (Kinesis) or creation (DynamoDB) time, epoch milliseconds.
-    fn arrival_millis(record: &Self::Record) -> i64;
 }
 
 /// What an invocation returned, reduced to what the mapping acts on.

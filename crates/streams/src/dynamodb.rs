@@ -1,45 +1,14 @@
-//! DynamoDB Streams → function: the source side of a DynamoDB stream event-source mapping.
+//! A table's DynamoDB stream, read as a stream event-source mapping reads it.
 
-use std::future::Future;
-
-use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use super::{
-    BatchFunction, EsmError, EventSource, FunctionError, Invocation, LOCAL_REGION, Page, ShardInfo,
-    Start,
-};
+use crate::{EventSource, LOCAL_REGION, Page, ShardInfo, Start, StreamError};
 
-/// A function fed by a DynamoDB stream mapping (the aggregator, or a fake in tests).
-pub trait StreamHandler: Send + Sync + 'static {
-    fn handle(
-        &self,
-        event: Event,
-    ) -> impl Future<Output = Result<DynamoDbEventResponse, FunctionError>> + Send;
-}
-
-impl<H: StreamHandler> BatchFunction<EventRecord> for H {
-    async fn invoke(&self, records: Vec<EventRecord>) -> Invocation {
-        let mut event = Event::default();
-        event.records = records;
-        match self.handle(event).await {
-            Ok(r) if r.batch_item_failures.is_empty() => Invocation::Success,
-            Ok(r) => Invocation::ItemFailures(
-                r.batch_item_failures
-                    .into_iter()
-                    .map(|f| f.item_identifier)
-                    .collect(),
-            ),
-            Err(e) => Invocation::Error(e),
-        }
-    }
-}
-
-fn err(operation: &'static str) -> impl FnOnce(String) -> EsmError {
-    move |message| EsmError::Source {
+fn err(operation: &'static str) -> impl FnOnce(String) -> StreamError {
+    move |message| StreamError::Source {
         service: "DynamoDB Streams",
         operation,
         message,
@@ -74,7 +43,7 @@ impl DynamoDbStreamSource {
         dynamodb: &aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::Client,
         table: &str,
-    ) -> Result<Self, EsmError> {
+    ) -> Result<Self, StreamError> {
         let d = dynamodb
             .describe_table()
             .table_name(table)
@@ -89,7 +58,7 @@ impl DynamoDbStreamSource {
         let arn = d
             .table()
             .and_then(|t| t.latest_stream_arn())
-            .ok_or_else(|| EsmError::NoStream(table.to_owned()))?;
+            .ok_or_else(|| StreamError::NoStream(table.to_owned()))?;
         Ok(DynamoDbStreamSource {
             client: streams,
             arn: arn.to_owned(),
@@ -196,7 +165,7 @@ impl EventSource for DynamoDbStreamSource {
         1_000
     }
 
-    async fn shards(&self) -> Result<Vec<ShardInfo>, EsmError> {
+    async fn shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
         let mut out = Vec::new();
         let mut last: Option<String> = None;
         loop {
@@ -225,7 +194,7 @@ impl EventSource for DynamoDbStreamSource {
         }
     }
 
-    async fn iterator(&self, shard: &str, start: &Start) -> Result<Option<String>, EsmError> {
+    async fn iterator(&self, shard: &str, start: &Start) -> Result<Option<String>, StreamError> {
         let req = self
             .client
             .get_shard_iterator()
@@ -254,7 +223,7 @@ impl EventSource for DynamoDbStreamSource {
         _shard: &str,
         iterator: &str,
         limit: usize,
-    ) -> Result<Page<EventRecord>, EsmError> {
+    ) -> Result<Page<EventRecord>, StreamError> {
         let out = self
             .client
             .get_records()

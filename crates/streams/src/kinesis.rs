@@ -1,46 +1,15 @@
-//! Kinesis → function: the source side of a Kinesis event-source mapping.
+//! A Kinesis stream, read as a Kinesis event-source mapping reads it.
 
-use std::future::Future;
-
-use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use aws_lambda_events::event::streams::KinesisEventResponse;
+use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use base64::Engine;
 use serde_json::json;
 
-use super::{
-    BatchFunction, EsmError, EventSource, FunctionError, Invocation, LOCAL_ACCOUNT, LOCAL_REGION,
-    Page, ShardInfo, Start,
-};
+use crate::{EventSource, LOCAL_ACCOUNT, LOCAL_REGION, Page, ShardInfo, Start, StreamError};
 
-/// A function fed by a Kinesis mapping (the ingest function, or a fake in tests).
-pub trait KinesisHandler: Send + Sync + 'static {
-    fn handle(
-        &self,
-        event: KinesisEvent,
-    ) -> impl Future<Output = Result<KinesisEventResponse, FunctionError>> + Send;
-}
-
-impl<H: KinesisHandler> BatchFunction<KinesisEventRecord> for H {
-    async fn invoke(&self, records: Vec<KinesisEventRecord>) -> Invocation {
-        let mut event = KinesisEvent::default();
-        event.records = records;
-        match self.handle(event).await {
-            Ok(r) if r.batch_item_failures.is_empty() => Invocation::Success,
-            Ok(r) => Invocation::ItemFailures(
-                r.batch_item_failures
-                    .into_iter()
-                    .map(|f| f.item_identifier)
-                    .collect(),
-            ),
-            Err(e) => Invocation::Error(e),
-        }
-    }
-}
-
-fn err(operation: &'static str) -> impl FnOnce(aws_sdk_kinesis::Error) -> EsmError {
+fn err(operation: &'static str) -> impl FnOnce(aws_sdk_kinesis::Error) -> StreamError {
     use aws_sdk_kinesis::error::ProvideErrorMetadata;
-    move |e| EsmError::Source {
+    move |e| StreamError::Source {
         service: "Kinesis",
         operation,
         message: match (e.code(), e.message()) {
@@ -58,7 +27,7 @@ pub struct KinesisSource {
 }
 
 impl KinesisSource {
-    pub async fn new(client: aws_sdk_kinesis::Client, stream: &str) -> Result<Self, EsmError> {
+    pub async fn new(client: aws_sdk_kinesis::Client, stream: &str) -> Result<Self, StreamError> {
         let d = client
             .describe_stream_summary()
             .stream_name(stream)
@@ -123,7 +92,7 @@ impl EventSource for KinesisSource {
         10_000
     }
 
-    async fn shards(&self) -> Result<Vec<ShardInfo>, EsmError> {
+    async fn shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -144,7 +113,7 @@ impl EventSource for KinesisSource {
         }
     }
 
-    async fn iterator(&self, shard: &str, start: &Start) -> Result<Option<String>, EsmError> {
+    async fn iterator(&self, shard: &str, start: &Start) -> Result<Option<String>, StreamError> {
         let req = self
             .client
             .get_shard_iterator()
@@ -172,7 +141,7 @@ impl EventSource for KinesisSource {
         shard: &str,
         iterator: &str,
         limit: usize,
-    ) -> Result<Page<KinesisEventRecord>, EsmError> {
+    ) -> Result<Page<KinesisEventRecord>, StreamError> {
         let out = self
             .client
             .get_records()
@@ -183,7 +152,7 @@ impl EventSource for KinesisSource {
             .map_err(|e| err("GetRecords")(e.into()))?;
         let mut records = Vec::with_capacity(out.records().len());
         for r in out.records() {
-            let rec = Self::event_record(&self.arn, shard, r).map_err(|e| EsmError::Source {
+            let rec = Self::event_record(&self.arn, shard, r).map_err(|e| StreamError::Source {
                 service: "Kinesis",
                 operation: "GetRecords",
                 message: format!("record not convertible to a Lambda event: {e}"),

@@ -2,9 +2,9 @@
 //!
 //! DynamoDB Local (2026-05-28) writes an empty map in a stream record's image as `{}` where
 //! AWS writes `{"M":{}}`, and no SDK parses the former ("Union did not contain a valid
-//! variant"): one device item without alert slots would stop the whole local pipeline. This
-//! client reads each response whole and puts the `M` back before the SDK parses it. Nothing
-//! else in a response changes, and nothing here is used against AWS.
+//! variant"): one device item without alert rule states would stop the whole local pipeline.
+//! This client reads each response whole and puts the `M` back before the SDK parses it.
+//! Nothing else in a response changes, and nothing here is used against AWS.
 
 use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use aws_smithy_runtime_api::client::http::{
