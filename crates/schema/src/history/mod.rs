@@ -168,10 +168,13 @@ impl LayoutHistory {
             shards: count,
             ..self.layout_at(from)
         };
-        self.plan(from, layout, now, lead)
+        self.planned_layout(from, layout, now, lead)
     }
 
-    pub(crate) fn plan(
+    /// The history after "from `from` on, store readings as `layout`", decided at `now`, with
+    /// the rules of [`LayoutHistory::planned`] (the lead time, replacing an epoch not yet in
+    /// use, a repeat changing nothing).
+    pub fn planned_layout(
         &self,
         from: Timestamp,
         layout: Layout,
@@ -312,19 +315,6 @@ impl LayoutHistory {
             });
         }
         out
-    }
-
-    /// The history after "from `from` on, store readings as `layout`", decided at `now`, with
-    /// the rules of [`LayoutHistory::planned`] (the lead time, replacing an epoch not yet in
-    /// use, a repeat changing nothing).
-    pub fn planned_layout(
-        &self,
-        from: Timestamp,
-        layout: Layout,
-        now: Timestamp,
-        lead: LayoutLead,
-    ) -> Result<Self, LayoutHistoryError> {
-        self.plan(from, layout, now, lead)
     }
 }
 
