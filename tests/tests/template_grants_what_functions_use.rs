@@ -3,14 +3,13 @@
 //! calls with what `template.yaml` gives it.
 //!
 //! Variables: each function reads its settings only through `*Config::from_lookup` (checked
-//! below by scanning the source for other `env::var` calls), so calling `from_lookup` with a
-//! recording closure lists exactly what the function reads.
+//! below by scanning the source for other `env::var` calls), so `settings_agree.rs`, which
+//! records what `from_lookup` reads, sees everything a function reads.
 //!
 //! Actions: the DynamoDB operations each function's code calls, found in its source (and the
 //! store modules it uses), must be allowed by its policy — and nothing more is allowed, so the
 //! policy stays least-privilege as the code changes.
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -23,85 +22,6 @@ fn root() -> PathBuf {
 fn template() -> Value {
     let text = std::fs::read_to_string(root().join("template.yaml")).expect("read template");
     serde_yaml::from_str(&text).expect("template.yaml is YAML")
-}
-
-/// Variables Lambda sets itself, and local-only switches (never needed when deployed).
-fn provided_by_the_platform(var: &str) -> bool {
-    var.starts_with("AWS_") || var.starts_with("_") || var.starts_with("TIDEMARK_")
-}
-
-fn record_reads<T, E>(
-    run: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<T, E>,
-) -> BTreeSet<String>
-where
-    E: std::fmt::Debug,
-{
-    let seen = RefCell::new(BTreeSet::new());
-    let lookup = |k: &str| {
-        seen.borrow_mut().insert(k.to_owned());
-        // The one required setting, so the whole configuration is read past it.
-        (k == "CURSOR_SECRET_ARN").then(|| "arn:aws:secretsmanager:r:1:secret:x".to_owned())
-    };
-    run(&lookup).expect("configuration with only the required variables is valid");
-    seen.into_inner()
-}
-
-fn declared_env(t: &Value, function: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for vars in [
-        &t["Globals"]["Function"]["Environment"]["Variables"],
-        &t["Resources"][function]["Properties"]["Environment"]["Variables"],
-    ] {
-        if let Some(m) = vars.as_mapping() {
-            out.extend(m.keys().filter_map(|k| k.as_str().map(str::to_owned)));
-        }
-    }
-    out
-}
-
-fn assert_env_declared(function: &str, reads: BTreeSet<String>) {
-    let declared = declared_env(&template(), function);
-    let missing: Vec<_> = reads
-        .iter()
-        .filter(|v| !provided_by_the_platform(v) && !declared.contains(*v))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{function} reads {missing:?} but template.yaml does not declare them"
-    );
-    assert!(
-        !reads.is_empty(),
-        "{function}: nothing was recorded; the check is broken"
-    );
-}
-
-#[test]
-fn ingest_environment_is_declared() {
-    let reads = record_reads(|get| tidemark_ingest::IngestConfig::from_lookup(get));
-    assert_env_declared("IngestFunction", reads);
-}
-
-#[test]
-fn aggregator_environment_is_declared() {
-    let reads = record_reads(|get| tidemark_aggregator::AggregatorConfig::from_lookup(get));
-    assert_env_declared("AggregatorFunction", reads);
-}
-
-#[test]
-fn alert_environment_is_declared() {
-    let seen = RefCell::new(BTreeSet::new());
-    let lookup = |k: &str| {
-        seen.borrow_mut().insert(k.to_owned());
-        match k {
-            "AGGREGATOR_ROLE" => Some("alerts".to_owned()),
-            "EVENT_BUS_NAME" => Some("bus".to_owned()),
-            _ => None,
-        }
-    };
-    tidemark_aggregator::AggregatorConfig::from_lookup(lookup).expect("valid alerts config");
-    let reads = seen.into_inner();
-    assert!(reads.contains("EVENT_BUS_NAME"));
-    assert_env_declared("AlertFunction", reads);
 }
 
 #[test]
@@ -121,12 +41,6 @@ fn each_aggregator_function_runs_its_role() {
         env["EVENT_BUS_NAME"],
         serde_yaml::from_str::<Value>("!Ref AlertEventBus").unwrap()
     );
-}
-
-#[test]
-fn api_environment_is_declared() {
-    let reads = record_reads(|get| tidemark_api::ApiConfig::from_lookup(get));
-    assert_env_declared("ApiFunction", reads);
 }
 
 fn rust_sources(dir: &Path) -> Vec<(PathBuf, String)> {
