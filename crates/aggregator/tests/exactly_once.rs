@@ -2,6 +2,10 @@
 //! bisected, regrouped, shards in parallel — every aggregate equals a recomputation from the
 //! raw readings, stored one item per reading or packed into slot parts. Against DynamoDB
 //! Local.
+//!
+//! Also when DynamoDB has split a partition key's item collection by sort key (issue 30,
+//! scenario 5): the key's records then flow through two stream shards at once, ordered per
+//! item only, and their sequence numbers interleave across the two shards.
 
 mod common;
 
@@ -40,6 +44,16 @@ const DEVICES: usize = 5;
 const PACKED: usize = 3;
 /// Readings a simulated slot part holds before it is sealed.
 const PART_CAP: usize = 3;
+/// Devices whose partition DynamoDB has split by sort key, each into two child shards: 1
+/// (single items) at 23:30, inside the hour 23:00–24:00, and 3 (packed) at the slot of
+/// 23:59, inside the same hour. Each gets a reading generated on either side of its split
+/// point in that hour ([`anchors`]).
+const SPLIT: [usize; 2] = [1, 3];
+/// Seconds after the base time of the split points (packed: of the reading time, before
+/// `at_of`'s squeeze; 2160 s squeeze to 23:59:00, the start of a slot).
+const SPLIT_SECONDS: [i64; 2] = [3600, 2160];
+/// Stream shards: two hashed, then two children per split key.
+const SHARDS: usize = 2 + 2 * SPLIT.len();
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -49,15 +63,23 @@ struct Case {
     /// Per delivery: (which stream shard, how far back to replay, how many new records,
     /// run together with the next delivery).
     deliveries: Vec<(usize, usize, usize, bool)>,
+    /// Per split key, delivered first and concurrently: (the upper child leads, records
+    /// the leading child gets, records the lagging child gets), so one child shard runs far
+    /// ahead of the other.
+    leads: Vec<(bool, usize, usize)>,
 }
 
-fn case() -> impl Strategy<Value = Case> {
-    let reading = (
-        0..DEVICES,
-        0..(3 * 3600i64),
+fn reading_gen(
+    device: impl Strategy<Value = usize>,
+    second: impl Strategy<Value = i64>,
+    delete: impl Strategy<Value = bool>,
+) -> impl Strategy<Value = Gen> {
+    (
+        device,
+        second,
         -200..200i32,
         prop::option::weighted(0.15, -200..200i32),
-        prop::bool::weighted(0.08),
+        delete,
         prop::option::weighted(0.15, -200..200i32),
         prop::bool::weighted(0.4),
     )
@@ -71,18 +93,38 @@ fn case() -> impl Strategy<Value = Case> {
                 extra,
                 ends_batch,
             },
-        );
-    prop::collection::vec(reading, 5..40).prop_flat_map(|readings| {
+        )
+}
+
+/// A reading of each split device on either side of its split point, in the split point's
+/// hour (never deleted, so the hour keeps readings on both sides).
+fn anchors() -> impl Strategy<Value = Vec<Gen>> {
+    let no = || Just(false);
+    (
+        reading_gen(Just(SPLIT[0]), 1800..SPLIT_SECONDS[0], no()),
+        reading_gen(Just(SPLIT[0]), SPLIT_SECONDS[0]..5400, no()),
+        reading_gen(Just(SPLIT[1]), 0..SPLIT_SECONDS[1], no()),
+        reading_gen(Just(SPLIT[1]), SPLIT_SECONDS[1]..5400, no()),
+    )
+        .prop_map(|(a, b, c, d)| vec![a, b, c, d])
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let reading = reading_gen(0..DEVICES, 0..(3 * 3600i64), prop::bool::weighted(0.08));
+    (prop::collection::vec(reading, 5..40), anchors()).prop_flat_map(|(mut readings, a)| {
+        readings.extend(a);
         let n = readings.len();
         (
             Just(readings),
             Just((0..n).collect::<Vec<_>>()).prop_shuffle(),
-            prop::collection::vec((0..2usize, 0..6usize, 1..12usize, any::<bool>()), 24),
+            prop::collection::vec((0..SHARDS, 0..6usize, 1..12usize, any::<bool>()), 32),
+            prop::collection::vec((any::<bool>(), 4..20usize, 0..3usize), SPLIT.len()),
         )
-            .prop_map(|(readings, order, deliveries)| Case {
+            .prop_map(|(readings, order, deliveries, leads)| Case {
                 readings,
                 order,
                 deliveries,
+                leads,
             })
     })
 }
@@ -161,6 +203,43 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     // winning), each batch one write per slot; corrections, added metrics and deletes later.
     let mut seen = BTreeSet::new();
     let mut sim = StreamSim::new(2);
+    // DynamoDB split these devices' partitions by sort key: records of items below the
+    // split point go to one child shard, the others to the other.
+    let split_sk = |d: usize, second: i64| -> (String, String) {
+        let g = Gen {
+            device: d,
+            second,
+            quarters: 0,
+            correct: None,
+            delete: false,
+            extra: None,
+            ends_batch: false,
+        };
+        if d >= PACKED {
+            let (device, shard, start) = slot_of(&g);
+            let k = tidemark_schema::EntityKey::Slot {
+                device,
+                shard,
+                start,
+                part: 0,
+            }
+            .key();
+            assert_eq!(start, at_of(&g), "the split point starts a slot");
+            (k.pk, tidemark_schema::keys::slot_sk_prefix(start))
+        } else {
+            let r = item(&g, 0);
+            (r.pk, r.sk)
+        }
+    };
+    let children: Vec<[usize; 2]> = SPLIT
+        .iter()
+        .zip(SPLIT_SECONDS)
+        .map(|(&d, second)| {
+            let (pk, sk) = split_sk(d, second);
+            sim.split(&pk, &sk)
+        })
+        .collect();
+    assert_eq!(sim.shard_count(), SHARDS);
     let mut slots = SlotSim::new(PART_CAP);
     let mut per_shard: BTreeMap<usize, Vec<EventRecord>> = BTreeMap::new();
     let mut finals: Vec<ReadingItem> = Vec::new();
@@ -234,6 +313,27 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     // Deliver like Lambda: per shard in order from the checkpoint, replaying up to `back`
     // records before it, sometimes two shards at once.
     let mut checkpoint: BTreeMap<usize, usize> = BTreeMap::new();
+    // First the child shards of the split keys, concurrently, one of each pair far ahead.
+    let mut lead = Vec::new();
+    for (&[lower, upper], &(upper_leads, ahead, behind)) in children.iter().zip(&c.leads) {
+        let (leader, lagger) = if upper_leads {
+            (upper, lower)
+        } else {
+            (lower, upper)
+        };
+        for (shard, size) in [(leader, ahead), (lagger, behind)] {
+            let recs = per_shard.get(&shard).map_or(&[][..], |v| &v[..]);
+            let to = size.min(recs.len());
+            if to > 0 {
+                lead.push(event(recs[..to].to_vec()));
+                checkpoint.insert(shard, to);
+            }
+        }
+    }
+    let results = futures::future::join_all(lead.iter().map(|e| agg.process(e))).await;
+    for (resp, _) in results {
+        prop_assert!(resp.batch_item_failures.is_empty());
+    }
     let mut i = 0;
     while i < c.deliveries.len() {
         // Lambda runs one batch per shard at a time: only different shards go together
@@ -319,7 +419,18 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
             )
         })
         .collect();
-    prop_assert_eq!(got, want);
+    // Only the aggregates that differ, each as (key, got, want).
+    let keys: BTreeSet<_> = got.keys().chain(want.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter(|k| got.get(*k) != want.get(*k))
+        .map(|k| format!("{k:?}\n  got:  {:?}\n  want: {:?}", got.get(k), want.get(k)))
+        .collect();
+    prop_assert!(
+        differ.is_empty(),
+        "aggregates that differ from the recomputation:\n{}",
+        differ.join("\n")
+    );
     Ok(())
 }
 
@@ -358,5 +469,66 @@ fn any_delivery_of_the_stream_gives_the_aggregates_of_the_raw_readings() {
     drop(table);
     if let Err(e) = result {
         panic!("{e}");
+    }
+}
+
+/// Issue 30, scenario 5: DynamoDB has split `split_01`'s partition by sort key at 14:30, so
+/// its readings before 14:30 and from 14:30 on flow through two child shards at once, their
+/// sequence numbers interleaved. The upper shard runs ahead: its record numbered above the
+/// lower shard's second record is applied before that record arrives. Every reading must
+/// still be counted, once.
+#[tokio::test]
+async fn records_of_one_key_through_two_shards_are_each_counted_once() {
+    let t = TestTable::new("agg-split").await;
+    let agg = aggregator(&t);
+    let d = dev("split_01");
+    let mut s = StreamSim::new(1);
+    let [lower, upper] = s.split(
+        &tidemark_schema::keys::device_pk(&d),
+        &tidemark_schema::keys::reading_sk(ts("2026-04-20T14:30:00Z")),
+    );
+    // written in this order: lower, upper, lower, upper
+    let rs = vec![
+        reading("split_01", "2026-04-20T14:10:00Z", &[("t", 1.0)]),
+        reading("split_01", "2026-04-20T14:40:00Z", &[("t", 2.0)]),
+        reading("split_01", "2026-04-20T14:20:00Z", &[("t", 4.0)]),
+        reading("split_01", "2026-04-20T14:50:00Z", &[("t", 8.0)]),
+    ];
+    put_readings(&t, &rs).await;
+    let records: Vec<_> = rs.iter().map(|r| s.insert(r)).collect();
+    let on = |shard: usize| -> Vec<EventRecord> {
+        records
+            .iter()
+            .filter(|r| shard_of_record(r) == shard)
+            .cloned()
+            .collect()
+    };
+    let (low, up) = (on(lower), on(upper));
+    assert_eq!((low.len(), up.len()), (2, 2));
+    let seq = |r: &EventRecord| r.change.sequence_number.clone().unwrap();
+    assert!(
+        tidemark_aggregator::records::cmp_seq(&seq(&low[1]), &seq(&up[1])).is_lt(),
+        "the two shards' numbers interleave"
+    );
+    // the lower shard delivers its first record; the upper shard, ahead, both of its own;
+    // then the lower shard its second (numbered below the upper shard's last)
+    for batch in [&low[..1], &up[..], &low[1..]] {
+        let (resp, report) = agg.process(&event(batch.to_vec())).await;
+        assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+    }
+    let want = recompute(&rs);
+    let got = stored_aggregates(&t, std::slice::from_ref(&d)).await;
+    for period in [
+        tidemark_schema::Period::Hourly,
+        tidemark_schema::Period::Daily,
+    ] {
+        let k = bucket_key("split_01", period.bucket(ts("2026-04-20T14:00:00Z")));
+        let a = &got[&k];
+        let view = Expected {
+            metrics: a.metrics.clone(),
+            first_at: a.first_at,
+            last_at: a.last_at,
+        };
+        assert_eq!(view, want[&k], "{period:?} rollup of {}", k.1);
     }
 }

@@ -64,9 +64,18 @@ struct KeyOnly<'a> {
 }
 
 /// A DynamoDB stream with `shards` shards, each handing out increasing 21-digit sequence
-/// numbers as DynamoDB Local does. A partition key always maps to the same shard.
+/// numbers as DynamoDB Local does. A partition key always maps to the same shard, unless it
+/// is [`StreamSim::split`]: then DynamoDB has split its item collection by sort key, and its
+/// records flow through two child shards at once.
 pub struct StreamSim {
+    /// Sequence counters: one per hashed shard, then one per split key (shared by its two
+    /// children, so their numbers interleave: a later write on one child has a higher number
+    /// than an earlier write on the other).
     next: Vec<u128>,
+    /// Shards partition keys are hashed over.
+    shards: usize,
+    /// Split partition keys: (pk, first sort key of the upper child).
+    splits: Vec<(String, String)>,
 }
 
 impl StreamSim {
@@ -75,13 +84,56 @@ impl StreamSim {
             next: (0..shards as u128)
                 .map(|s| (s + 1) * 100_000_000_000_000_000 + 1)
                 .collect(),
+            shards,
+            splits: Vec::new(),
         }
+    }
+
+    /// From now on the records of `pk` go to two new child shards: items with a sort key
+    /// below `at_sk` to the first, the others to the second. Both children number their
+    /// records above every number of the parent shard, from one counter. Returns the two
+    /// child shards (as [`StreamSim::shard_of_item`] and the records' `eventID` name them).
+    pub fn split(&mut self, pk: &str, at_sk: &str) -> [usize; 2] {
+        assert!(
+            self.splits.iter().all(|(p, _)| p != pk),
+            "{pk} is split already"
+        );
+        let k = self.splits.len();
+        self.splits.push((pk.to_string(), at_sk.to_string()));
+        self.next
+            .push((self.shards + k + 1) as u128 * 100_000_000_000_000_000 + 1);
+        let lower = self.shards + 2 * k;
+        [lower, lower + 1]
+    }
+
+    /// Every shard, hashed and child (child shards follow the hashed ones).
+    pub fn shard_count(&self) -> usize {
+        self.shards + 2 * self.splits.len()
     }
 
     fn shard_of(&self, pk: &str) -> usize {
         pk.bytes()
             .fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize))
-            % self.next.len()
+            % self.shards
+    }
+
+    /// The shard an item's records go to.
+    pub fn shard_of_item(&self, pk: &str, sk: &str) -> usize {
+        self.place(pk, sk).0
+    }
+
+    /// (shard, sequence counter) of an item's records.
+    fn place(&self, pk: &str, sk: &str) -> (usize, usize) {
+        match self.splits.iter().position(|(p, _)| p == pk) {
+            Some(k) => {
+                let upper = sk >= self.splits[k].1.as_str();
+                (self.shards + 2 * k + usize::from(upper), self.shards + k)
+            }
+            None => {
+                let s = self.shard_of(pk);
+                (s, s)
+            }
+        }
     }
 
     fn record<T: Serialize>(
@@ -92,9 +144,9 @@ impl StreamSim {
         new: Option<&T>,
         old: Option<&T>,
     ) -> EventRecord {
-        let shard = self.shard_of(pk);
-        let seq = self.next[shard];
-        self.next[shard] += 1 + (seq % 7) * 13;
+        let (shard, counter) = self.place(pk, sk);
+        let seq = self.next[counter];
+        self.next[counter] += 1 + (seq % 7) * 13;
         let mut change = StreamRecord::default();
         change.keys = image(&KeyOnly { pk, sk });
         if let Some(n) = new {
