@@ -15,10 +15,11 @@
 //! 4. a second fence per `P`: `s1(P)`. The read reflects every record of `P` up to `s0` and
 //!    none after `s1`; [`crate::window::readings_as_of`] turns it into the readings exactly as
 //!    of `s0`;
-//! 5. per bucket: read the aggregate item (version `v`, watermark `w(P)`); roll the readings
-//!    forward to `max(s0, w)` (reading the stream further if `w > s1`), write the recomputed
-//!    item with watermark `max(s0, w)` on the condition `version = v`; on a conflict (the
-//!    aggregator wrote in between) read it again and redo this step.
+//! 5. per bucket: read the aggregate item (version `v`; `w(P)` the furthest it got in `P`, its
+//!    floor or its newest per-item mark); roll the readings forward to `max(s0, w)` (reading
+//!    the stream further if `w > s1`), write the recomputed item with the floor `max(s0, w)`
+//!    and no marks on the condition `version = v`; on a conflict (the aggregator wrote in
+//!    between) read it again and redo this step.
 //!
 //! A bucket whose rollup is paged (the aggregator's [`tidemark_aggregator::pages`]) is
 //! rewritten page by page with the same protocol: each metric stays in its page (emptied to
@@ -26,7 +27,10 @@
 //! aggregator places new ones, every page takes the watermarks `max(s0, w)` (`w` the
 //! furthest any page got), and the puts go in order, all read again on a lost race.
 //!
-//! The aggregator then applies exactly the records after the new watermark. Whole days are
+//! The aggregator then applies exactly the records after the new floor. This relies on each
+//! source partition's records reaching the stream in one shard's order (a fence marks a
+//! position in one shard): a rebuild while a partition is split over two child shards is not
+//! exact (docs/decisions/0002-exactly-once-rollups.md). Whole days are
 //! rebuilt (a daily rollup needs all its hours). The device item (`latest`, `lastSeenAt`) and
 //! alerts are left alone: they belong to the aggregator's alerts role, which derives alert
 //! states again from the stored readings whenever they could change; the API's latest readings
@@ -186,18 +190,25 @@ impl Rebuilder {
                 let current = pages.pages.first().map(|(_, p)| p);
                 let mut marks = BTreeMap::new();
                 for p in &partitions {
-                    // The furthest any page got: every page is rewritten as of it.
+                    // The furthest any page got (its floor or its newest mark): every page
+                    // is rewritten as of it.
                     let w = pages
                         .pages
                         .iter()
-                        .filter_map(|(_, page)| page.applied.get(p))
+                        .flat_map(|(_, page)| {
+                            page.applied
+                                .get(p)
+                                .map(String::as_str)
+                                .into_iter()
+                                .chain(page.marks.seqs(p))
+                        })
                         .max_by(|a, b| cmp_seq(a, b));
                     let upto = match w {
                         Some(w) if cmp_seq(w, &s0[p]).is_gt() => {
                             if cmp_seq(w, &s1[p]).is_gt() {
                                 cursor.reach(p, w).await?;
                             }
-                            w.clone()
+                            w.to_owned()
                         }
                         _ => s0[p].clone(),
                     };
@@ -348,6 +359,11 @@ pub fn rebuilt(
         first_at,
         last_at,
         applied,
+        // The floors cover what the rebuild read; a record above them is not in `metrics`,
+        // so no mark of the aggregator's may refuse it.
+        marks: Default::default(),
+        marked_at: 0,
+        folded: Default::default(),
         version: current.map_or(0, |c| c.version) + 1,
         sealed: false,
     })
@@ -388,6 +404,9 @@ mod tests {
                 ("DEVICE#d".to_owned(), "5".to_owned()),
                 ("DEVICE#d#S1".to_owned(), "7".to_owned()),
             ]),
+            marks: Default::default(),
+            marked_at: 0,
+            folded: Default::default(),
             version: 4,
             sealed: false,
         };
@@ -425,6 +444,9 @@ mod tests {
             first_at: t(2),
             last_at: t(2),
             applied: BTreeMap::new(),
+            marks: Default::default(),
+            marked_at: 0,
+            folded: Default::default(),
             version: 1,
             sealed: false,
         };

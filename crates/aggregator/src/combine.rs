@@ -1,16 +1,16 @@
 //! Combining a batch: every reading change of the batch folded into the aggregate items it
 //! touches, so each item gets one conditional write per batch, never one per reading.
 //!
-//! Exactly once: an item keeps, per source partition key, the highest stream sequence number
-//! it applied (`applied`). While a partition key's records reach the aggregator through one
-//! stream shard (in sequence order, one invocation at a time), "apply only what is newer than
-//! the watermark" makes any replay, bisection or regrouping of already-applied records a no-op.
-//! DynamoDB orders records per item only: after it splits a key's item collection over two
-//! partitions, the slower child shard's records can fall below the watermark and be skipped
-//! (docs/decisions/0002-exactly-once-rollups.md, with the per-item design that removes this).
-//! A packed slot part's record changes several readings under one sequence number: each is a
-//! contribution of its own, compared with the watermark as read, so a record's readings in
-//! one item apply all together or not at all.
+//! Exactly once: an item keeps, per source item (a reading or a slot part), the sequence
+//! number of the newest record it applied from it ([`tidemark_schema::marks`]), and applies a
+//! record only if it is newer than its own item's mark. DynamoDB orders a stream's records per
+//! item, whichever shard carries them, so replays, bisected and regrouped batches change
+//! nothing even after a key's item collection is split over two partitions whose child shards
+//! interleave (docs/decisions/0002-exactly-once-rollups.md). A per-partition floor (`applied`,
+//! set by rebuilds and by marks past their cap) also refuses what it covers. A packed slot
+//! part's record changes several readings under one sequence number: each is a contribution
+//! of its own, compared with the marks as read, so a record's readings in one item apply all
+//! together or not at all.
 //!
 //! A MODIFY of a reading is either a record adding metrics to a reading with the same device
 //! and timestamp (ingest merges them into one item) or a correction of a metric's value (the
@@ -18,7 +18,7 @@
 //! metric of a reading is counted once.
 //!
 //! In a paged bucket ([`crate::pages`]) each page is such an item: a plan is cut down to the
-//! metrics a page holds ([`restrict`]) and applied under that page's own watermarks, with
+//! metrics a page holds ([`restrict`]) and applied under that page's own marks, with
 //! the same code; a metric a delete empties stays in its page with count 0 there
 //! ([`apply_with`]), so it never moves to another page.
 //!
@@ -30,6 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tidemark_schema::marks::{self, ItemMarks};
 use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, MetricName, Period, Stats, Timestamp};
 
 use crate::records::{Change, StreamChange, cmp_seq};
@@ -52,6 +53,8 @@ pub enum Delta {
 pub struct Contribution {
     pub index: usize,
     pub source_pk: String,
+    /// The source item's name in this bucket's marks ([`marks::item_name`]).
+    pub item: String,
     pub seq: String,
     pub at: Timestamp,
     pub delta: Delta,
@@ -65,6 +68,8 @@ pub struct AggregatePlan {
     pub bucket: Bucket,
     /// In stream order.
     pub contributions: Vec<Contribution>,
+    /// When the batch is applied (epoch seconds): what marks written now are dated.
+    pub now: i64,
 }
 
 impl AggregatePlan {
@@ -78,8 +83,9 @@ impl AggregatePlan {
     }
 }
 
-/// Groups the batch's changes by aggregate item (hourly and daily of each reading's time).
-pub fn plan(changes: &[StreamChange]) -> Vec<AggregatePlan> {
+/// Groups the batch's changes by aggregate item (hourly and daily of each reading's time),
+/// applied at `now`.
+pub fn plan(changes: &[StreamChange], now: Timestamp) -> Vec<AggregatePlan> {
     let mut plans: BTreeMap<Key, AggregatePlan> = BTreeMap::new();
     for sc in changes {
         let (img, delta) = match &sc.change {
@@ -103,11 +109,13 @@ pub fn plan(changes: &[StreamChange]) -> Vec<AggregatePlan> {
                     device: img.device.clone(),
                     bucket,
                     contributions: Vec::new(),
+                    now: now.epoch_seconds(),
                 })
                 .contributions
                 .push(Contribution {
                     index: sc.index,
                     source_pk: img.pk.clone(),
+                    item: marks::item_name(&img.pk, &img.sk, bucket.start()),
                     seq: sc.seq.clone(),
                     at: img.at,
                     delta: delta.clone(),
@@ -155,7 +163,7 @@ pub struct Applied {
     pub recompute: Recompute,
 }
 
-/// `current` with the plan's records newer than its watermarks applied, `version` bumped.
+/// `current` with the plan's records newer than its marks (and floor) applied, `version` bumped.
 pub fn apply(current: Option<&AggregateItem>, plan: &AggregatePlan) -> Applied {
     apply_with(current, plan, false)
 }
@@ -168,28 +176,19 @@ pub fn apply_with(
     plan: &AggregatePlan,
     keep_emptied: bool,
 ) -> Applied {
-    let mut item = current.cloned().unwrap_or_else(|| AggregateItem {
-        pk: plan.key.pk.clone(),
-        sk: plan.key.sk.clone(),
-        metrics: BTreeMap::new(),
-        first_at: Timestamp::MAX,
-        last_at: Timestamp::MIN,
-        applied: BTreeMap::new(),
-        version: 0,
-        sealed: false,
-    });
+    let mut item = current
+        .cloned()
+        .unwrap_or_else(|| AggregateItem::empty(&plan.key));
+    item.marks.expire(item.marked_at, plan.now);
     let mut applied = 0;
     let mut readings_added = 0;
     let mut added = BTreeSet::new();
     let mut recompute = Recompute::default();
-    // The watermarks as read: one slot part's record brings several readings with the same
+    // The marks as read: one slot part's record brings several readings with the same
     // sequence number, and each of them is newer than what the item applied before.
-    let marks = item.applied.clone();
+    let (floor, marks) = (item.applied.clone(), item.marks.clone());
     for c in &plan.contributions {
-        let newer = marks
-            .get(&c.source_pk)
-            .is_none_or(|w| cmp_seq(&c.seq, w).is_gt());
-        if !newer {
+        if !is_new(&floor, &marks, c) {
             continue;
         }
         applied += 1;
@@ -216,7 +215,7 @@ pub fn apply_with(
                 add(&mut item, &came);
             }
         }
-        item.applied.insert(c.source_pk.clone(), c.seq.clone());
+        item.marks.set(&c.source_pk, c.item.clone(), c.seq.clone());
     }
     if item.first_at > item.last_at {
         // Only removals reached an item we never saw: keep times meaningful.
@@ -226,6 +225,8 @@ pub fn apply_with(
     }
     if applied > 0 {
         item.version = current.map_or(0, |c| c.version) + 1;
+        item.marked_at = plan.now;
+        collapse(&mut item);
     }
     Applied {
         item,
@@ -233,6 +234,32 @@ pub fn apply_with(
         readings_added,
         added,
         recompute,
+    }
+}
+
+/// Whether `c` is newer than what an item with this floor and these marks applied from its
+/// source item.
+pub fn is_new(floor: &BTreeMap<String, String>, marks: &ItemMarks, c: &Contribution) -> bool {
+    let above = |w: Option<&str>| w.is_none_or(|w| cmp_seq(&c.seq, w).is_gt());
+    above(floor.get(&c.source_pk).map(String::as_str)) && above(marks.get(&c.source_pk, &c.item))
+}
+
+/// Keeps the item's marks within their cap: a partition past it keeps only its floor, the
+/// newest sequence number it applied (exact while that partition is not split mid-bucket;
+/// docs/decisions/0002-exactly-once-rollups.md).
+fn collapse(item: &mut AggregateItem) {
+    for (pk, seqs) in item.marks.collapse() {
+        let floor = item.applied.entry(pk.clone()).or_default();
+        for s in seqs {
+            if floor.is_empty() || cmp_seq(&s, floor).is_gt() {
+                *floor = s;
+            }
+        }
+        tracing::warn!(
+            item = %format!("{}/{}", item.pk, item.sk),
+            partition = %pk,
+            "marks past their cap: the partition keeps a floor"
+        );
     }
 }
 
@@ -376,6 +403,7 @@ pub fn restrict(
         device: plan.device.clone(),
         bucket: plan.bucket,
         contributions,
+        now: plan.now,
     }
 }
 
@@ -452,7 +480,12 @@ pub fn fix_extremes(item: &mut AggregateItem, r: &Recompute, summary: &BucketSum
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pages;
     use crate::records::Image;
+
+    fn plan_now(changes: &[StreamChange]) -> Vec<AggregatePlan> {
+        plan(changes, ts("2026-04-20T15:00:00Z"))
+    }
 
     fn ts(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
@@ -466,6 +499,7 @@ mod tests {
     fn img(at: &str, t: f64) -> Image {
         Image {
             pk: "DEVICE#d1".into(),
+            sk: tidemark_schema::keys::reading_sk(ts(at)),
             device: DeviceId::new("d1").unwrap(),
             at: ts(at),
             metrics: m(&[("t", t)]),
@@ -490,7 +524,7 @@ mod tests {
             insert(1, 2, "2026-04-20T14:00:00Z", 2.0),
             insert(2, 3, "2026-04-20T14:01:00Z", 3.0),
         ];
-        let plans = plan(&changes);
+        let plans = plan_now(&changes);
         let sks: Vec<_> = plans.iter().map(|p| p.key.sk.as_str()).collect();
         assert_eq!(
             sks,
@@ -517,9 +551,9 @@ mod tests {
             insert(2, 12, "2026-04-20T14:02:00Z", 4.0),
         ];
         // first half, then the whole batch again (bisection then replay)
-        let p1 = plan(&all[..2]);
+        let p1 = plan_now(&all[..2]);
         let a1 = apply(None, &p1[1]);
-        let p2 = plan(&all);
+        let p2 = plan_now(&all);
         let a2 = apply(Some(&a1.item), &p2[1]);
         assert_eq!(a2.applied, 1);
         let a3 = apply(Some(&a2.item), &p2[1]);
@@ -529,19 +563,19 @@ mod tests {
     }
 
     #[test]
-    fn watermarks_compare_numerically_across_lengths() {
+    fn marks_compare_sequence_numbers_numerically_across_lengths() {
         let mut a = insert(0, 0, "2026-04-20T14:00:00Z", 1.0);
         a.seq = "99".into();
         let mut b = insert(1, 0, "2026-04-20T14:01:00Z", 2.0);
         b.seq = "100".into();
-        let first = apply(None, &plan(&[a])[1]);
-        let second = apply(Some(&first.item), &plan(&[b])[1]);
+        let first = apply(None, &plan_now(&[a])[1]);
+        let second = apply(Some(&first.item), &plan_now(&[b])[1]);
         assert_eq!(second.applied, 1, "100 is newer than 99");
     }
 
     #[test]
     fn a_correction_is_an_exact_delta_and_flags_a_lost_extreme() {
-        let p = plan(&[
+        let p = plan_now(&[
             insert(0, 1, "2026-04-20T14:00:00Z", 1.0),
             insert(1, 2, "2026-04-20T14:01:00Z", 9.0),
         ]);
@@ -554,7 +588,7 @@ mod tests {
                 new: img("2026-04-20T14:01:00Z", 5.0),
             },
         };
-        let a = apply(Some(&base), &plan(&[fix])[1]);
+        let a = apply(Some(&base), &plan_now(&[fix])[1]);
         let s = stats(&a.item);
         assert_eq!((s.count, s.sum), (2, 6.0));
         assert!(a.recompute.metrics.contains(&MetricName::new("t").unwrap()));
@@ -575,7 +609,7 @@ mod tests {
     #[test]
     fn a_record_adding_metrics_to_a_reading_counts_each_metric_once_and_recomputes_nothing() {
         // GIVEN a reading with temperature only
-        let p = plan(&[insert(0, 1, "2026-04-20T14:00:00Z", 22.4)]);
+        let p = plan_now(&[insert(0, 1, "2026-04-20T14:00:00Z", 22.4)]);
         let base = apply(None, &p[1]).item;
         // WHEN a second record of the same device and timestamp adds humidity
         let mut merged = img("2026-04-20T14:00:00Z", 22.4);
@@ -588,7 +622,7 @@ mod tests {
                 new: merged,
             },
         };
-        let a = apply(Some(&base), &plan(&[add_h])[1]);
+        let a = apply(Some(&base), &plan_now(&[add_h])[1]);
         // THEN temperature is still counted once and humidity once
         let s = stats(&a.item);
         assert_eq!((s.count, s.sum), (1, 22.4));
@@ -599,7 +633,7 @@ mod tests {
 
     #[test]
     fn a_delete_of_the_last_reading_recomputes_last_at() {
-        let p = plan(&[
+        let p = plan_now(&[
             insert(0, 1, "2026-04-20T14:00:00Z", 1.0),
             insert(1, 2, "2026-04-20T14:05:00Z", 3.0),
         ]);
@@ -609,7 +643,7 @@ mod tests {
             seq: format!("{:021}", 3),
             change: Change::Delete(img("2026-04-20T14:05:00Z", 3.0)),
         };
-        let a = apply(Some(&base), &plan(&[del])[1]);
+        let a = apply(Some(&base), &plan_now(&[del])[1]);
         assert!(a.recompute.times);
         let mut item = a.item;
         fix_extremes(
@@ -620,5 +654,64 @@ mod tests {
         let s = stats(&item);
         assert_eq!((s.count, s.sum, s.min, s.max), (1, 1.0, 1.0, 1.0));
         assert_eq!(item.last_at, ts("2026-04-20T14:00:00Z"));
+    }
+
+    #[test]
+    fn marks_of_an_hour_at_rest_are_dropped_at_its_first_write_a_day_later() {
+        let at = |t: &str| ts(t);
+        let first = plan(
+            &[insert(0, 5, "2026-04-20T14:01:00Z", 1.0)],
+            at("2026-04-20T15:00:00Z"),
+        );
+        let a = apply(None, &first[1]);
+        assert_eq!(
+            a.item.marks.get("DEVICE#d1", "r60000000"),
+            Some("000000000000000000005")
+        );
+        // a replay within the stream's retention is refused
+        let replay = plan(
+            &[insert(0, 5, "2026-04-20T14:01:00Z", 1.0)],
+            at("2026-04-21T15:00:00Z"),
+        );
+        assert_eq!(apply(Some(&a.item), &replay[1]).applied, 0);
+        // a new reading 26 h later is applied, and the old marks go
+        let later = plan(
+            &[insert(0, 9, "2026-04-20T14:02:00Z", 2.0)],
+            at("2026-04-21T17:00:00Z"),
+        );
+        let b = apply(Some(&a.item), &later[1]);
+        assert_eq!(b.applied, 1);
+        assert_eq!(b.item.marks.len(), 1);
+        assert_eq!(b.item.marks.get("DEVICE#d1", "r60000000"), None);
+        assert_eq!(stats(&b.item).count, 2);
+    }
+
+    #[test]
+    fn past_the_cap_a_partition_keeps_a_floor_that_still_refuses_replays() {
+        use tidemark_schema::marks::MAX_MARKS;
+        let changes: Vec<StreamChange> = (0..=MAX_MARKS)
+            .map(|i| {
+                let t = ts("2026-04-20T14:00:00Z").plus_millis(i as i64).unwrap();
+                let mut image = img("2026-04-20T14:00:00Z", 1.0);
+                image.at = t;
+                image.sk = tidemark_schema::keys::reading_sk(t);
+                StreamChange {
+                    index: i,
+                    seq: format!("{:021}", i + 1),
+                    change: Change::Insert(image),
+                }
+            })
+            .collect();
+        let now = ts("2026-04-20T15:00:00Z");
+        let a = apply(None, &plan(&changes, now)[1]);
+        assert_eq!(stats(&a.item).count, MAX_MARKS as u64 + 1);
+        assert!(a.item.marks.is_empty(), "the one partition collapsed");
+        assert_eq!(
+            a.item.applied["DEVICE#d1"],
+            format!("{:021}", MAX_MARKS + 1)
+        );
+        assert!(pages::size(&a.item).unwrap() < 2048);
+        let again = apply(Some(&a.item), &plan(&changes[..10], now)[1]);
+        assert_eq!(again.applied, 0, "the floor refuses a replay");
     }
 }

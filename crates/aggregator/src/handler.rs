@@ -359,6 +359,7 @@ mod tests {
         // of one batch at the same timestamp.
         let image = |pairs: &[(&str, f64)]| Image {
             pk: "DEVICE#d1".into(),
+            sk: "READING#2026-04-20T14:00:00.000000Z".into(),
             device: DeviceId::new("d1").unwrap(),
             at: ts("2026-04-20T14:00:00Z"),
             metrics: pairs

@@ -5,12 +5,12 @@
 //! Page 0 is the aggregate item (`AGG#<period>#<bucket>`); pages 1, 2, … live under
 //! `AGGPAGE#<period>#<bucket>#<n>` ([`tidemark_schema::keys::aggregate_page_sk`]), outside
 //! the API's aggregate ranges. Every page has the item's shape, with its own metrics,
-//! watermarks (`applied`) and `version`, plus `sealed`. An ordinary device never gets a
+//! marks (per source item, [`tidemark_schema::marks`]) and `version`, plus `sealed`. An ordinary device never gets a
 //! second page: its bucket is one item written once per batch, exactly as before.
 //!
 //! The protocol is the packed slots' ([`tidemark_store::slots`]):
 //! - a metric lives in exactly one page and never moves; a batch's contribution to it is
-//!   applied to that page under that page's watermarks ([`crate::combine::apply`]), so
+//!   applied to that page under that page's marks ([`crate::combine::apply`]), so
 //!   exactly-once holds page by page;
 //! - new metrics go only to the open page (the last, unsealed one) while it stays under the
 //!   page budget ([`PAGE_BYTES`]); what does not fit is put in new pages, and the open page
@@ -18,7 +18,7 @@
 //!   then the next page created (conditional on `attribute_not_exists`);
 //! - sealed pages keep taking updates of the metrics they hold;
 //! - the puts of one decision run in order: the open page (all the new metrics, or only its
-//!   seal), the new pages, then the updates of every other page. So a page's watermarks
+//!   seal), the new pages, then the updates of every other page. So a page's marks
 //!   never advance over a record whose new metrics have no page yet, and a decision cut
 //!   short anywhere (a lost race, a crash) leaves nothing a retry would skip. A record may
 //!   start a metric only if page 0 has not applied it (that refuses a replay of a metric an
@@ -28,7 +28,7 @@
 //! Each put is conditional on the page's version as read (or on its absence), so a writer
 //! that missed a newer page always fails a condition: the open page it would fill or seal
 //! was bumped by the seal, or the page it would create exists. It then reads the pages
-//! again and decides again; pages it already wrote have advanced their watermarks, so
+//! again and decides again; pages it already wrote have advanced their marks, so
 //! applying the batch again changes nothing there. Two writers can never put one metric in
 //! two pages.
 //!
@@ -38,12 +38,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tidemark_schema::marks::{MARK_BYTES, MAX_MARKS};
 use tidemark_schema::{AggregateItem, Bucket, DeviceId, EntityKey, Key, MetricName};
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};
 use tidemark_store::{StoreError, to_item};
 
 use crate::combine::{self, AggregatePlan, BucketSummary};
-use crate::records::cmp_seq;
 
 /// The encoded size past which a page takes no new metrics. A write is billed by the whole
 /// item, so this also bounds what one page write costs (64 WCU); about 800 metrics of a
@@ -52,6 +52,10 @@ pub const PAGE_BYTES: usize = 64 * 1024;
 const _: () = assert!(
     PAGE_BYTES <= MAX_ITEM_BYTES / 4,
     "well under the item limit"
+);
+const _: () = assert!(
+    PAGE_BYTES + MAX_MARKS * MARK_BYTES + 16 * 1024 <= MAX_ITEM_BYTES,
+    "a full page with all its marks stays under the item limit"
 );
 
 /// The page number of an aggregate item (page 0 or an overflow page), from its key.
@@ -63,9 +67,15 @@ pub fn page_number(item: &AggregateItem) -> Option<u16> {
     }
 }
 
-/// An item's size as DynamoDB counts it.
+/// An item's size as DynamoDB counts it, less its marks: marks have their own bound
+/// ([`MAX_MARKS`]), so a page's budget is spent on metrics alone.
 pub fn size(item: &AggregateItem) -> Result<usize, StoreError> {
-    Ok(item_size(&to_item(item)?))
+    if item.marks.is_empty() {
+        return Ok(item_size(&to_item(item)?));
+    }
+    let mut bare = item.clone();
+    bare.marks = Default::default();
+    Ok(item_size(&to_item(&bare)?))
 }
 
 /// A bucket's pages as read, in page order: page 0 first (absent: the bucket has no item
@@ -143,7 +153,7 @@ pub enum Decision {
 /// 2. the new metrics go to new pages, created in order, each sealed before the next;
 /// 3. then the updates of every other page (the one just sealed included).
 ///
-/// A page's watermarks only advance once the new metrics of the records they cover have a
+/// A page's marks only advance once the new metrics of the records they cover have a
 /// page: a decision cut short after any put leaves nothing a retry would skip.
 /// `build(key, page, offered)` is what the page `key` (`None`: not written yet) becomes
 /// with its own metrics updated and the metrics `offered` added.
@@ -267,7 +277,7 @@ fn fit(
 }
 
 /// The aggregator's decision for one batch's `plan` over the bucket's `pages`: each page
-/// gets the contributions to the metrics it holds, applied under its own watermarks; the
+/// gets the contributions to the metrics it holds, applied under its own marks; the
 /// metrics no page holds are placed by [`place`]. An ordinary bucket (one open page that
 /// stays within `budget`) gets exactly the single write it always had.
 pub fn decide(
@@ -319,15 +329,11 @@ pub fn decide(
             let offered: BTreeSet<&MetricName> = offered.iter().collect();
             let own = |m: &MetricName| page.is_some_and(|p| p.metrics.contains_key(m));
             // A record may start a metric only if page 0 has not applied it: page 0's
-            // watermarks advance after the record's new metrics have their page (so this
+            // marks advance after the record's new metrics have their page (so this
             // refuses only what was applied before, e.g. a metric a delete emptied from an
             // item that was not paged yet, replayed).
             let newer = |c: &combine::Contribution| {
-                page0.is_none_or(|p| {
-                    p.applied
-                        .get(&c.source_pk)
-                        .is_none_or(|w| cmp_seq(&c.seq, w).is_gt())
-                })
+                page0.is_none_or(|p| combine::is_new(&p.applied, &p.marks, c))
             };
             let sub = combine::restrict(plan, key, |c, m| {
                 own(m) || (offered.contains(m) && newer(c))
@@ -361,10 +367,10 @@ pub struct Recomputed {
 }
 
 /// The puts that make a paged bucket's pages hold exactly `target` (`tidemark-admin
-/// rebuild`): every page keeps its metrics (with the recomputed stats, or emptied with
+/// rebuild`, and the fold of a paged day): every page keeps its metrics (with the recomputed stats, or emptied with
 /// count 0 when no reading has them any more), the metrics no page holds are placed as the
 /// aggregator places new ones ([`place`]), and every page written takes `marks` as its
-/// watermarks of those source partitions (its others kept).
+/// floors of those source partitions (its others kept) and drops its per-item marks.
 pub fn rebuild(
     device: &DeviceId,
     bucket: Bucket,
@@ -393,6 +399,9 @@ pub fn rebuild(
                 first_at: tidemark_schema::Timestamp::MIN,
                 last_at: tidemark_schema::Timestamp::MIN,
                 applied: BTreeMap::new(),
+                marks: Default::default(),
+                marked_at: 0,
+                folded: Default::default(),
                 version: 0,
                 sealed: false,
             });
@@ -414,6 +423,9 @@ pub fn rebuild(
             for (p, w) in marks {
                 item.applied.insert(p.clone(), w.clone());
             }
+            // The floors cover what was recomputed: no per-item mark may refuse a record above.
+            item.marks = Default::default();
+            item.marked_at = 0;
             item.version = page.map_or(0, |p| p.version) + 1;
             Built {
                 item,
@@ -633,7 +645,7 @@ mod tests {
                 .enumerate()
                 .flat_map(|(i, r)| crate::records::classify(i, r).unwrap())
                 .collect();
-            crate::combine::plan(&changes).remove(1)
+            crate::combine::plan(&changes, t0()).remove(1)
         };
         let base = plan_of(&records[..2]);
         let Decision::Puts(puts) = decide(&base, &Pages::default(), 4096, None).unwrap() else {

@@ -29,6 +29,9 @@ pub fn cmp_seq(a: &str, b: &str) -> Ordering {
 pub struct Image {
     /// The partition key it was written to (`DEVICE#<id>` or a hot device's shard).
     pub pk: String,
+    /// The sort key of the item the record is about: the reading's own, or its slot part's
+    /// (what per-item marks name, see [`tidemark_schema::marks`]).
+    pub sk: String,
     pub device: DeviceId,
     pub at: Timestamp,
     pub metrics: BTreeMap<MetricName, f64>,
@@ -91,6 +94,7 @@ fn image(item: &serde_dynamo::Item) -> Result<Image, Ignored> {
     match EntityKey::parse(&r.pk, &r.sk) {
         Ok(EntityKey::Reading { device, at, .. }) => Ok(Image {
             pk: r.pk,
+            sk: r.sk,
             device,
             at,
             metrics: r.metrics,
@@ -141,6 +145,7 @@ pub struct SlotReadingChange {
 pub struct SlotChanges {
     /// The part's partition key (its source partition, shared with single readings).
     pub pk: String,
+    pub sk: String,
     pub device: DeviceId,
     /// In time order; empty when the images hold the same readings (a part being sealed).
     pub changes: Vec<SlotReadingChange>,
@@ -219,6 +224,7 @@ pub fn slot_changes(rec: &EventRecord) -> Option<Result<SlotChanges, Ignored>> {
             .collect();
         Ok(SlotChanges {
             pk: k.pk.clone(),
+            sk: k.sk.clone(),
             device,
             changes,
         })
@@ -252,6 +258,7 @@ fn classify_slot(index: usize, rec: &EventRecord) -> Result<Vec<StreamChange>, I
     }
     let image = |at, metrics| Image {
         pk: slot.pk.clone(),
+        sk: slot.sk.clone(),
         device: slot.device.clone(),
         at,
         metrics,

@@ -32,7 +32,7 @@ impl<S: Store> Aggregator<S> {
         stop: tokio::time::Instant,
         failed: &mut Vec<usize>,
     ) {
-        let plans = combine::plan(changes);
+        let plans = combine::plan(changes, self.config.clock.now());
         let keys: Vec<Key> = plans.iter().map(|p| p.key.clone()).collect();
         let store = &self.store;
         let (aggs, unreadable) =

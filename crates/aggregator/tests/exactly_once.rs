@@ -3,9 +3,10 @@
 //! raw readings, stored one item per reading or packed into slot parts. Against DynamoDB
 //! Local.
 //!
-//! Also when DynamoDB has split a partition key's item collection by sort key (issue 30,
-//! scenario 5): the key's records then flow through two stream shards at once, ordered per
-//! item only, and their sequence numbers interleave across the two shards.
+//! Also when DynamoDB has split a partition key's item collection by sort key: the key's
+//! records then flow through two stream shards at once, ordered per item only, and their
+//! sequence numbers interleave across the two shards
+//! (docs/decisions/0002-exactly-once-rollups.md).
 
 mod common;
 
@@ -472,7 +473,7 @@ fn any_delivery_of_the_stream_gives_the_aggregates_of_the_raw_readings() {
     }
 }
 
-/// Issue 30, scenario 5: DynamoDB has split `split_01`'s partition by sort key at 14:30, so
+/// DynamoDB has split `split_01`'s partition by sort key at 14:30, so
 /// its readings before 14:30 and from 14:30 on flow through two child shards at once, their
 /// sequence numbers interleaved. The upper shard runs ahead: its record numbered above the
 /// lower shard's second record is applied before that record arrives. Every reading must

@@ -254,6 +254,9 @@ fn fleet() -> Vec<Item> {
                 first_at: at,
                 last_at: at,
                 applied: Default::default(),
+                marks: Default::default(),
+                marked_at: 0,
+                folded: Default::default(),
                 version: 1,
                 sealed: false,
             }

@@ -1053,6 +1053,9 @@ async fn a_paged_bucket_is_one_aggregate_with_every_metric_of_its_pages() {
             first_at: ts(first),
             last_at: ts(last),
             applied: Default::default(),
+            marks: Default::default(),
+            marked_at: 0,
+            folded: Default::default(),
             version: 1,
             sealed: n < 2,
         }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::history::LayoutHistory;
 use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, MetricName, Severity};
 use crate::keys::{self, EntityKey, KeyError};
+use crate::marks::ItemMarks;
 use crate::time::{Bucket, Day, Timestamp};
 
 /// Attribute names used in update and condition expressions. A unit test checks they are the
@@ -29,6 +30,9 @@ pub mod field {
     pub const FIRST_AT: &str = "firstAt";
     pub const LAST_AT: &str = "lastAt";
     pub const APPLIED: &str = "applied";
+    pub const MARKS: &str = "marks";
+    pub const MARKED_AT: &str = "markedAt";
+    pub const FOLDED: &str = "folded";
     pub const VERSION: &str = "version";
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
@@ -408,10 +412,22 @@ pub struct AggregateItem {
     pub metrics: BTreeMap<MetricName, Stats>,
     pub first_at: Timestamp,
     pub last_at: Timestamp,
-    /// Per source partition key, the highest stream sequence number already applied
-    /// (decimal string; compare as integers). What makes replays harmless.
+    /// Per source partition key, a floor: a stream sequence number at or below which every
+    /// record of that partition is in this item (decimal string; compare as integers). Set by
+    /// `tidemark-admin rebuild` at its fences, and when an item's marks pass their cap.
     #[serde(default)]
     pub applied: BTreeMap<String, String>,
+    /// Hourly items: per source item, the newest record applied (above the floor), what makes
+    /// replays harmless however the source partitions split ([`crate::marks`]).
+    #[serde(default, skip_serializing_if = "ItemMarks::is_empty")]
+    pub marks: ItemMarks,
+    /// When `marks` were last written (epoch seconds): they expire a day later.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub marked_at: i64,
+    /// Daily items: per hour of the day (`"00"` … `"23"`), the version of the hourly item
+    /// whose content this day holds (docs/design.md §5: a day follows its hours).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub folded: BTreeMap<String, u64>,
     /// Optimistic-concurrency counter for conditional writes.
     #[serde(default)]
     pub version: u64,
@@ -422,7 +438,28 @@ pub struct AggregateItem {
     pub sealed: bool,
 }
 
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
 impl AggregateItem {
+    /// A bucket's item before anything was applied to it.
+    pub fn empty(key: &keys::Key) -> Self {
+        AggregateItem {
+            pk: key.pk.clone(),
+            sk: key.sk.clone(),
+            metrics: BTreeMap::new(),
+            first_at: Timestamp::MAX,
+            last_at: Timestamp::MIN,
+            applied: BTreeMap::new(),
+            marks: ItemMarks::default(),
+            marked_at: 0,
+            folded: BTreeMap::new(),
+            version: 0,
+            sealed: false,
+        }
+    }
+
     pub fn key_for(device: &DeviceId, bucket: Bucket) -> keys::Key {
         EntityKey::Aggregate {
             device: device.clone(),
@@ -874,6 +911,9 @@ mod tests {
             first_at: d.created_at,
             last_at: d.created_at,
             applied: BTreeMap::new(),
+            marks: Default::default(),
+            marked_at: 0,
+            folded: Default::default(),
             version: 0,
             sealed: false,
         };
@@ -909,6 +949,9 @@ mod tests {
             first_at: t(first),
             last_at: t(last),
             applied: BTreeMap::new(),
+            marks: Default::default(),
+            marked_at: 0,
+            folded: Default::default(),
             version: 1,
             sealed: n < 2,
         };

@@ -10,6 +10,7 @@ pub mod history;
 pub mod ids;
 pub mod keys;
 pub mod layout;
+pub mod marks;
 pub mod packed;
 pub mod shard;
 pub mod slot_item;

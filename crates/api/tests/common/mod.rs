@@ -191,6 +191,9 @@ pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) ->
         first_at: rs.first().unwrap().timestamp,
         last_at: rs.last().unwrap().timestamp,
         applied: BTreeMap::from([("shardId-0".into(), "100".into())]),
+        marks: Default::default(),
+        marked_at: 0,
+        folded: Default::default(),
         version: 3,
         sealed: false,
     }
