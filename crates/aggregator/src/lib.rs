@@ -1,14 +1,15 @@
 //! The aggregator function: the table's stream, read twice (two event-source mappings on one
 //! stream, the same binary in two roles, [`Role`]):
 //!
-//! - **rollups** (long batching window): exact hourly and
-//!   daily aggregates. Each aggregate item keeps, per source partition key, the highest stream
-//!   sequence number it has applied (`applied`) and a `version` for optimistic concurrency,
-//!   both advanced by the conditional write that applies a batch: replays and bisected
-//!   batches change nothing. One write per touched item per batch; a correction or delete
-//!   that moves an extreme folds the bucket's raw readings page by page. A bucket whose
+//! - **rollups** (long batching window): exact hourly and daily aggregates. An hourly item
+//!   keeps, per source item, the newest stream record it applied (`marks`,
+//!   [`tidemark_schema::marks`]) and a `version` for optimistic concurrency, both advanced by
+//!   the conditional write that applies a batch: replays, bisected batches and a partition
+//!   split over two stream shards change nothing. A day follows its hours ([`days`]). One
+//!   write per touched item per batch; a correction or delete that moves an hour's extreme
+//!   folds the hour's raw readings page by page. A bucket whose
 //!   rollup outgrows 64 KB (a gateway with thousands of tags) continues in overflow pages
-//!   ([`pages`]), each with its own watermarks and version, none near the 400 KB limit.
+//!   ([`pages`]), each with its own marks and version, none near the 400 KB limit.
 //! - **alerts** ([`alerting`], short window): each device's alert states follow its readings
 //!   in timestamp order (see that module), the device item's `lastSeenAt`/`latest`, written
 //!   only when a state changes or `lastSeenAt` is [`AggregatorConfig::device_refresh`]
@@ -22,7 +23,7 @@
 //! (`UnreadableItems`); the rest of the batch goes on. Reads of stored readings (extremes to
 //! recompute, alert derivations) walk each layout epoch's single items or slot parts.
 //!
-//! The logic is pure ([`combine`], [`alerting::rules`], [`records`]) and talks to the table
+//! The logic is pure ([`combine`], [`days`], [`alerting::rules`], [`records`]) and talks to the table
 //! through the small traits of [`store`], implemented for DynamoDB by [`store::DynamoStore`].
 //!
 //! In the alerts role (`AGGREGATOR_ROLE=alerts`) a [`Notifier`] also publishes every alert
@@ -33,6 +34,7 @@ pub mod alerting;
 mod both;
 pub mod combine;
 pub mod config;
+pub mod days;
 pub mod dynamo;
 pub mod error;
 #[cfg(test)]

@@ -1,18 +1,19 @@
-//! The rollups role: every reading change becomes exact hourly and daily aggregates, each
-//! touched item written once per batch under its version (re-read, backed off and retried on
-//! a lost race). A bucket whose rollup outgrows one item (thousands of metrics under one
-//! device ID) is split into pages ([`crate::pages`]); an ordinary device still writes one
-//! item per bucket per batch.
+//! The rollups role: every reading change becomes exact hourly aggregates, each touched
+//! item written once per batch under its version (re-read, backed off and retried on a lost
+//! race), and each touched day then follows its hours ([`crate::days`]). A bucket whose
+//! rollup outgrows one item (thousands of metrics under one device ID) is split into pages
+//! ([`crate::pages`]); an ordinary device still writes one item per bucket per batch.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
 use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp};
 
 use crate::AggregatorError;
-use crate::combine::{self, AggregatePlan, BucketSummary};
+use crate::combine::{self, AggregatePlan};
+use crate::days::{self, DayStep, HourChange};
 use crate::handler::{Aggregator, read_skipping_unreadable};
-use crate::pages::{self, Decision, Pages};
+use crate::pages::{self, Decision, PagePut, Pages};
 use crate::records::StreamChange;
 use crate::report::Counters;
 use crate::store::{Store, Written};
@@ -50,18 +51,26 @@ impl<S: Store> Aggregator<S> {
         let unreadable: &HashSet<Key> = &unreadable;
         let plans = &plans;
         let aggs = &aggs;
-        // Hourly items first, then daily ones: a day's extremes are recomputed from its hourly
-        // items ([`Self::summarize_day`]), which must already hold this batch.
+        // Hourly items first, then the days, which follow their hours.
         let (hourly, daily): (Vec<usize>, Vec<usize>) = (0..plans.len())
             .filter(|i| !unreadable.contains(&plans[*i].key))
             .partition(|i| plans[*i].bucket.period() == Period::Hourly);
         let mut behind: HashSet<(DeviceId, Bucket)> = HashSet::new();
+        let mut hours: HashMap<(DeviceId, Bucket), Vec<HourChange>> = HashMap::new();
         for (i, r) in self.write_plans(plans, hourly, aggs, counters, stop).await {
             let p = &plans[i];
-            if let Err(e) = r.or_else(|e| counters.skip_unreadable(e, "aggregate update")) {
-                tracing::error!(item = %p.key, error = %e, "aggregate not written");
-                failed.push(p.first_index());
-                behind.insert((p.device.clone(), day_of(p.bucket)));
+            match r {
+                Ok(h) => hours
+                    .entry((p.device.clone(), day_of(p.bucket)))
+                    .or_default()
+                    .push(h),
+                Err(e) => {
+                    if let Err(e) = counters.skip_unreadable(e, "aggregate update") {
+                        tracing::error!(item = %p.key, error = %e, "aggregate not written");
+                        failed.push(p.first_index());
+                    }
+                    behind.insert((p.device.clone(), day_of(p.bucket)));
+                }
             }
         }
         // A day whose hourly items this batch could not write waits for the retry.
@@ -69,13 +78,144 @@ impl<S: Store> Aggregator<S> {
             .into_iter()
             .partition(|i| !behind.contains(&(plans[*i].device.clone(), plans[*i].bucket)));
         failed.extend(waiting.iter().map(|i| plans[*i].first_index()));
-        for (i, r) in self.write_plans(plans, daily, aggs, counters, stop).await {
+        let hours = &hours;
+        let written: Vec<(usize, Result<(), AggregatorError>)> = futures::stream::iter(daily)
+            .map(|i| {
+                let p = &plans[i];
+                let current = aggs.get(&p.key).cloned();
+                async move {
+                    let changed = hours
+                        .get(&(p.device.clone(), p.bucket))
+                        .map_or(&[][..], Vec::as_slice);
+                    let r = counters
+                        .until(stop, self.write_day(p, current, changed, counters))
+                        .await;
+                    (i, r)
+                }
+            })
+            .buffer_unordered(self.config.write_concurrency.max(1))
+            .collect()
+            .await;
+        for (i, r) in written {
             let p = &plans[i];
             if let Err(e) = r.or_else(|e| counters.skip_unreadable(e, "aggregate update")) {
                 tracing::error!(item = %p.key, error = %e, "aggregate not written");
                 failed.push(p.first_index());
             }
         }
+    }
+
+    /// Brings the day `plan` names up to the hours this batch changed ([`crate::days`]): a
+    /// merge of their differences, or a fold of its hourly items, written on the day's
+    /// version as read; a lost race reads the day again and decides again.
+    async fn write_day(
+        &self,
+        plan: &AggregatePlan,
+        mut current: Option<AggregateItem>,
+        hours: &[HourChange],
+        counters: &Counters,
+    ) -> Result<(), AggregatorError> {
+        for attempt in 1..=self.config.max_attempts {
+            let puts = match days::merge(&plan.key, current.as_ref(), hours) {
+                DayStep::Nothing => return Ok(()),
+                DayStep::Write(item) => vec![PagePut {
+                    number: 0,
+                    expected: current.as_ref().map(|c| c.version),
+                    item,
+                    added: BTreeSet::new(),
+                }],
+                DayStep::Refold => self.refold_day(plan, current.take()).await?,
+            };
+            if self.put_pages(&puts, counters).await? {
+                return Ok(());
+            }
+            Counters::add(&counters.conflicts_retried, 1);
+            tokio::time::sleep(self.config.retry.delay(attempt)).await;
+            current = self
+                .store
+                .get_aggregates(std::slice::from_ref(&plan.key))
+                .await?
+                .remove(&plan.key);
+        }
+        Err(AggregatorError::Contended {
+            key: plan.key.to_string(),
+            attempts: self.config.max_attempts,
+        })
+    }
+
+    /// The puts that make the day the fold of its 24 hourly items (and their pages), read
+    /// after the day itself; none when it already is.
+    async fn refold_day(
+        &self,
+        plan: &AggregatePlan,
+        current: Option<AggregateItem>,
+    ) -> Result<Vec<PagePut>, AggregatorError> {
+        let (device, day) = (&plan.device, plan.bucket);
+        let overflow = if current.as_ref().is_some_and(|c| c.sealed) {
+            self.store.aggregate_pages(device, day).await?
+        } else {
+            Vec::new()
+        };
+        let hours: Vec<Bucket> = (0..24)
+            .filter_map(|h| day.start().plus_millis(h * 3_600_000))
+            .map(|t| Period::Hourly.bucket(t))
+            .collect();
+        let keys: Vec<Key> = hours
+            .iter()
+            .map(|h| AggregateItem::key_for(device, *h))
+            .collect();
+        let mut items = self.store.get_aggregates(&keys).await?;
+        let mut read = Vec::new();
+        for (hour, key) in hours.into_iter().zip(&keys) {
+            let mut pages: Vec<AggregateItem> = items.remove(key).into_iter().collect();
+            if pages.first().is_some_and(|p| p.sealed) {
+                pages.extend(self.store.aggregate_pages(device, hour).await?);
+            }
+            read.push((hour, pages));
+        }
+        let (target, folded) = days::fold(&read);
+        if overflow.is_empty() && !current.as_ref().is_some_and(|c| c.sealed) {
+            let item = days::single(&plan.key, current.as_ref(), &target, folded.clone());
+            if pages::size(&item)? <= self.config.page_bytes {
+                if !days::differs(current.as_ref(), &item) {
+                    return Ok(Vec::new());
+                }
+                return Ok(vec![PagePut {
+                    number: 0,
+                    expected: current.as_ref().map(|c| c.version),
+                    item,
+                    added: BTreeSet::new(),
+                }]);
+            }
+        }
+        let pages = Pages::of(current, overflow);
+        let mut puts = pages::rebuild(
+            device,
+            day,
+            &pages,
+            &target,
+            &BTreeMap::new(),
+            self.config.page_bytes,
+        )?;
+        for p in puts.iter_mut().filter(|p| p.number == 0) {
+            p.item.folded = folded.clone();
+        }
+        Ok(puts)
+    }
+
+    /// Runs `puts` in order; false when one lost its race (the rest are not tried).
+    async fn put_pages(
+        &self,
+        puts: &[PagePut],
+        counters: &Counters,
+    ) -> Result<bool, AggregatorError> {
+        for put in puts {
+            match self.store.put_aggregate(&put.item, put.expected).await? {
+                Written::Ok { units } => counters.written(units),
+                Written::Conflict => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 
     /// Writes the plans `which`, concurrently; each one's result by its index.
@@ -86,7 +226,7 @@ impl<S: Store> Aggregator<S> {
         aggs: &HashMap<Key, AggregateItem>,
         counters: &Counters,
         stop: tokio::time::Instant,
-    ) -> Vec<(usize, Result<(), AggregatorError>)> {
+    ) -> Vec<(usize, Result<HourChange, AggregatorError>)> {
         // Indexes, not borrowed items, feed the stream: closures over `&T` would make the
         // handler future !Send (a rustc limitation with higher-ranked lifetimes).
         futures::stream::iter(which)
@@ -105,55 +245,6 @@ impl<S: Store> Aggregator<S> {
             .await
     }
 
-    /// A day's extremes from its hourly rollups (24 items, and their overflow pages) and its
-    /// first and last reading times from one stored reading each way: a correction of a
-    /// day's extreme reads those, never the day's readings (170 million for a 2 kHz device).
-    /// Exact because the hourly items of the correction were written first; an hourly item
-    /// still behind on other records only lacks readings whose own records will still widen
-    /// the day's extremes when they come.
-    async fn summarize_day(
-        &self,
-        device: &DeviceId,
-        day: Bucket,
-    ) -> Result<BucketSummary, AggregatorError> {
-        let hours: Vec<Bucket> = (0..24)
-            .filter_map(|h| day.start().plus_millis(h * 3_600_000))
-            .map(|t| Period::Hourly.bucket(t))
-            .collect();
-        let keys: Vec<Key> = hours
-            .iter()
-            .map(|h| AggregateItem::key_for(device, *h))
-            .collect();
-        let items = self.store.get_aggregates(&keys).await?;
-        let mut summary = BucketSummary::default();
-        for (hour, key) in hours.into_iter().zip(&keys) {
-            let Some(item) = items.get(key) else {
-                continue;
-            };
-            let mut pages = vec![item.clone()];
-            if item.sealed {
-                pages.extend(self.store.aggregate_pages(device, hour).await?);
-            }
-            if let Some(merged) = AggregateItem::merge_pages(pages) {
-                summary.add_extremes(&merged);
-            }
-        }
-        // The day's first and last readings: one reading each way, as stored (like the raw
-        // extremes, they may be ahead of the stream; their own records widen nothing later).
-        let last = day.end_exclusive().pred().unwrap_or(Timestamp::MAX);
-        for newest_first in [false, true] {
-            let edge = self
-                .store
-                .readings_page(device, day.start(), last, newest_first, 1)
-                .await?;
-            if let Some((at, _)) = edge.first() {
-                summary.first = Some(summary.first.map_or(*at, |f| f.min(*at)));
-                summary.last = Some(summary.last.map_or(*at, |l| l.max(*at)));
-            }
-        }
-        Ok(summary)
-    }
-
     /// Writes one bucket's share of the batch into its pages ([`crate::pages`]): one put
     /// for an ordinary bucket, one per changed page (plus a seal and new pages when new
     /// metrics overflow the open page) for a paged one. A lost race on any page: read the
@@ -163,7 +254,7 @@ impl<S: Store> Aggregator<S> {
         plan: &AggregatePlan,
         mut current: Option<AggregateItem>,
         counters: &Counters,
-    ) -> Result<(), AggregatorError> {
+    ) -> Result<HourChange, AggregatorError> {
         let mut added = BTreeSet::new();
         for attempt in 1..=self.config.max_attempts {
             let overflow = if current.as_ref().is_some_and(|c| c.sealed) {
@@ -179,18 +270,11 @@ impl<S: Store> Aggregator<S> {
             // extreme, and again after a lost race (the winner may have seen newer ones).
             let mut decision = pages::decide(plan, &read, budget, None)?;
             if decision == Decision::NeedsSummary {
-                // A day of one item from its hours; a paged day, whose pages keep per-metric
-                // times, from its readings.
-                let s: BucketSummary = if plan.bucket.period() == Period::Daily
-                    && matches!(read.pages.as_slice(), [] | [(0, _)])
-                {
-                    self.summarize_day(&plan.device, plan.bucket).await?
-                } else {
-                    let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
-                    self.store
-                        .summarize(&plan.device, plan.bucket.start(), last)
-                        .await?
-                };
+                let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
+                let s = self
+                    .store
+                    .summarize(&plan.device, plan.bucket.start(), last)
+                    .await?;
                 decision = pages::decide(plan, &read, budget, Some(&s))?;
             }
             let Decision::Puts(puts) = decision else {
@@ -210,10 +294,8 @@ impl<S: Store> Aggregator<S> {
                 }
             }
             if !lost {
-                if plan.bucket.period() == Period::Hourly {
-                    Counters::add(&counters.readings_aggregated, added.len() as u64);
-                }
-                return Ok(());
+                Counters::add(&counters.readings_aggregated, added.len() as u64);
+                return Ok(hour_change(plan.bucket, &read, &puts));
             }
             Counters::add(&counters.conflicts_retried, 1);
             tokio::time::sleep(self.config.retry.delay(attempt)).await;
@@ -227,5 +309,24 @@ impl<S: Store> Aggregator<S> {
             key: plan.key.to_string(),
             attempts: self.config.max_attempts,
         })
+    }
+}
+
+/// What the puts of one decision did to the hour read as `read`.
+fn hour_change(hour: Bucket, read: &Pages, puts: &[PagePut]) -> HourChange {
+    let old: Vec<AggregateItem> = read.pages.iter().map(|(_, p)| p.clone()).collect();
+    let mut new: BTreeMap<u16, AggregateItem> = read.pages.iter().cloned().collect();
+    for put in puts {
+        new.insert(put.number, put.item.clone());
+    }
+    let new: Vec<AggregateItem> = new.into_values().collect();
+    let paged = |pages: &[AggregateItem]| pages.len() > 1 || pages.iter().any(|p| p.sealed);
+    HourChange {
+        hour,
+        paged: paged(&old) || paged(&new),
+        old_version: days::hour_version(&old),
+        new_version: days::hour_version(&new),
+        old: AggregateItem::merge_pages(old),
+        new: AggregateItem::merge_pages(new),
     }
 }

@@ -151,6 +151,70 @@ async fn replays_and_bisections_change_nothing() {
     assert_exact(&t, &[dev("sensor_01")], &rs).await;
 }
 
+/// A batch whose hourly write landed but whose daily write did not (the invocation died in
+/// between) is delivered again: the hour applies nothing, and the day, which holds an older
+/// version of the hour, is folded from its hours.
+#[tokio::test]
+async fn a_day_that_missed_its_hours_write_catches_up_on_the_replay() {
+    let t = TestTable::new("agg-day-behind").await;
+    let agg = aggregator(&t);
+    let mut s = StreamSim::new(1);
+    let rs: Vec<_> = ["14:00", "14:10", "15:00", "14:20"]
+        .iter()
+        .enumerate()
+        .map(|(i, hm)| {
+            reading(
+                "sensor_01",
+                &format!("2026-04-20T{hm}:00Z"),
+                &[("temperature", 20.0 + i as f64)],
+            )
+        })
+        .collect();
+    put_readings(&t, &rs).await;
+    let records: Vec<_> = rs.iter().map(|r| s.insert(r)).collect();
+    agg.process(&event(records[..3].to_vec())).await;
+    let day_key = tidemark_schema::AggregateItem::key_for(
+        &dev("sensor_01"),
+        Period::Daily.bucket(ts("2026-04-20T00:00:00Z")),
+    );
+    let get_day = || {
+        t.client
+            .get_item()
+            .table_name(&t.name)
+            .key("pk", AttributeValue::S(day_key.pk.clone()))
+            .key("sk", AttributeValue::S(day_key.sk.clone()))
+            .consistent_read(true)
+            .send()
+    };
+    let day_before = get_day().await.unwrap().item.unwrap();
+    agg.process(&event(records[3..].to_vec())).await;
+    // GIVEN the day as it was before the last batch (its write "never landed")
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(day_before))
+        .send()
+        .await
+        .unwrap();
+    // WHEN the last batch is delivered again
+    let (resp, again) = agg.process(&event(records[3..].to_vec())).await;
+    // THEN the hour is left alone and the day holds every reading once
+    assert!(resp.batch_item_failures.is_empty());
+    assert_eq!(again.items_written, 1, "only the day is written: {again:?}");
+    assert_exact(&t, &[dev("sensor_01")], &rs).await;
+    let day: tidemark_schema::AggregateItem =
+        tidemark_store::from_item(get_day().await.unwrap().item.unwrap()).unwrap();
+    assert_eq!(
+        day.folded.len(),
+        2,
+        "the day records both hours: {:?}",
+        day.folded
+    );
+    // AND one more replay writes nothing at all
+    let (_, third) = agg.process(&event(records[3..].to_vec())).await;
+    assert_eq!(third.items_written, 0);
+}
+
 #[tokio::test]
 async fn hour_and_day_boundaries_split_the_buckets() {
     let t = TestTable::new("agg-bounds").await;
@@ -583,17 +647,22 @@ async fn an_unreadable_item_is_skipped_and_counted_and_the_rest_of_the_batch_goe
         AttributeValue::S("not a map".into()),
         "the unreadable hourly item is left as it was"
     );
-    // AND every other item is exact: d1's daily, d2's rollups, all of d3
+    // AND every other item is exact: d2's rollups, all of d3
     assert_exact(&t, &[dev("d2"), dev("d3")], &rs[1..]).await;
+    // AND d1's day, which follows its hours, holds nothing of the hour it could not read
     let daily_key = tidemark_schema::AggregateItem::key_for(
         &dev("d1"),
         Period::Daily.bucket(ts("2026-04-20T14:00:00Z")),
     );
-    let daily: tidemark_schema::AggregateItem =
-        tidemark_store::from_item(get(daily_key).await).unwrap();
-    assert_eq!(
-        daily.metrics[&MetricName::new("temperature").unwrap()].count,
-        1
-    );
+    let daily = t
+        .client
+        .get_item()
+        .table_name(&t.name)
+        .key("pk", AttributeValue::S(daily_key.pk))
+        .key("sk", AttributeValue::S(daily_key.sk))
+        .send()
+        .await
+        .unwrap();
+    assert!(daily.item.is_none(), "{:?}", daily.item);
     assert!(device_item(&t, "d3").await.is_some());
 }

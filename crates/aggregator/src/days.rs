@@ -1,0 +1,401 @@
+//! A day's rollup follows its hours (docs/design.md §5): it is the sum of its 24 hourly
+//! items, never built from stream records itself, so it needs no marks of its own (a day of
+//! a busy device would have hundreds of thousands) and is exactly what its hours say.
+//!
+//! The daily item records, per hour, the version of the hourly item its content holds
+//! (`folded`). After this batch wrote an hour from version `old` to `new`:
+//! - the day holds `new` or later: nothing to do (a replay, or a faster writer);
+//! - the day holds `old`: the hour's difference is added ([`merge`]), unless the hour lost
+//!   an extreme or a first or last time (a correction or delete), which only a fold can
+//!   find;
+//! - otherwise (the day missed a write, e.g. a crash between an hour and its day, or the
+//!   item predates this scheme): the day is folded from its hourly items, read strongly
+//!   consistent after the day ([`fold`]).
+//!
+//! Every write of the day is conditional on its version as read, and every hour's write is
+//! followed by its day's merge (retried with the batch until it lands), so the last write of
+//! a day always holds its hours' last versions.
+
+use std::collections::BTreeMap;
+
+use tidemark_schema::{AggregateItem, Bucket, Key, MetricName, Stats, Timestamp};
+
+use crate::pages::Recomputed;
+
+/// What this batch did to one hour of a day: its content before and after (the same when the
+/// batch applied nothing there), and whether it is paged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HourChange {
+    pub hour: Bucket,
+    pub old: Option<AggregateItem>,
+    pub new: Option<AggregateItem>,
+    pub old_version: u64,
+    pub new_version: u64,
+    pub paged: bool,
+}
+
+/// The hour's name in a day's `folded`.
+pub fn hour_label(hour: Bucket) -> String {
+    let s = hour.start().epoch_seconds();
+    format!("{:02}", s.rem_euclid(86_400) / 3_600)
+}
+
+/// The version of an hour from its pages as read: any page's write raises it.
+pub fn hour_version(pages: &[AggregateItem]) -> u64 {
+    pages.iter().map(|p| p.version).sum()
+}
+
+/// What the day needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DayStep {
+    /// Already holds these hours.
+    Nothing,
+    /// This item, written on the version read.
+    Write(AggregateItem),
+    /// Fold it from its hourly items.
+    Refold,
+}
+
+/// The day `current` (as read; `None`: not written yet) with `hours` merged in.
+pub fn merge(key: &Key, current: Option<&AggregateItem>, hours: &[HourChange]) -> DayStep {
+    if current.is_some_and(|c| c.sealed) {
+        return DayStep::Refold;
+    }
+    let mut day = current
+        .cloned()
+        .unwrap_or_else(|| AggregateItem::empty(key));
+    let mut changed = false;
+    for h in hours {
+        let label = hour_label(h.hour);
+        let held = day.folded.get(&label).copied().unwrap_or(0);
+        if held >= h.new_version {
+            continue;
+        }
+        if held != h.old_version || h.paged || !shrinks_nothing(h.old.as_ref(), h.new.as_ref()) {
+            return DayStep::Refold;
+        }
+        if let Some(old) = &h.old {
+            for (name, s) in old.metrics.iter().filter(|(_, s)| s.count > 0) {
+                if let Some(d) = day.metrics.get_mut(name) {
+                    d.count = d.count.saturating_sub(s.count);
+                    d.sum -= s.sum;
+                }
+            }
+        }
+        if day.metrics.is_empty() {
+            // An emptied day's times are those of readings no longer there.
+            (day.first_at, day.last_at) = (Timestamp::MAX, Timestamp::MIN);
+        }
+        if let Some(new) = &h.new {
+            for (name, s) in new.metrics.iter().filter(|(_, s)| s.count > 0) {
+                day.metrics
+                    .entry(name.clone())
+                    .and_modify(|d| {
+                        d.count += s.count;
+                        d.sum += s.sum;
+                        d.min = d.min.min(s.min);
+                        d.max = d.max.max(s.max);
+                    })
+                    .or_insert(*s);
+            }
+            if !new.metrics.values().all(|s| s.count == 0) {
+                day.first_at = day.first_at.min(new.first_at);
+                day.last_at = day.last_at.max(new.last_at);
+            }
+        }
+        day.metrics.retain(|_, s| s.count > 0);
+        day.folded.insert(label, h.new_version);
+        changed = true;
+    }
+    if !changed {
+        return DayStep::Nothing;
+    }
+    settle(&mut day, current);
+    DayStep::Write(day)
+}
+
+/// True when `new` keeps every value of `old` that a day's extremes or times may rest on:
+/// no metric gone, no minimum raised, no maximum lowered, no first or last time moved in.
+fn shrinks_nothing(old: Option<&AggregateItem>, new: Option<&AggregateItem>) -> bool {
+    let Some(old) = old.filter(|o| o.metrics.values().any(|s| s.count > 0)) else {
+        return true;
+    };
+    let Some(new) = new else {
+        return false;
+    };
+    let kept = |name: &MetricName, s: &Stats| {
+        new.metrics
+            .get(name)
+            .is_some_and(|n| n.count > 0 && n.min <= s.min && n.max >= s.max)
+    };
+    old.metrics
+        .iter()
+        .filter(|(_, s)| s.count > 0)
+        .all(|(n, s)| kept(n, s))
+        && new.first_at <= old.first_at
+        && new.last_at >= old.last_at
+}
+
+/// A day's content folded from its hours' pages (each hour's pages as read, strongly
+/// consistent): per metric its stats and the span of the hour pages holding it, and per
+/// hour the version folded.
+pub fn fold(
+    hours: &[(Bucket, Vec<AggregateItem>)],
+) -> (BTreeMap<MetricName, Recomputed>, BTreeMap<String, u64>) {
+    let mut target: BTreeMap<MetricName, Recomputed> = BTreeMap::new();
+    let mut folded = BTreeMap::new();
+    for (hour, pages) in hours {
+        if pages.is_empty() {
+            continue;
+        }
+        folded.insert(hour_label(*hour), hour_version(pages));
+        for p in pages {
+            for (name, s) in p.metrics.iter().filter(|(_, s)| s.count > 0) {
+                target
+                    .entry(name.clone())
+                    .and_modify(|r| {
+                        r.stats.merge(s);
+                        r.first = r.first.min(p.first_at);
+                        r.last = r.last.max(p.last_at);
+                    })
+                    .or_insert(Recomputed {
+                        stats: *s,
+                        first: p.first_at,
+                        last: p.last_at,
+                    });
+            }
+        }
+    }
+    (target, folded)
+}
+
+/// The day as one item holding `target` (when it fits in one; the caller pages it
+/// otherwise).
+pub fn single(
+    key: &Key,
+    current: Option<&AggregateItem>,
+    target: &BTreeMap<MetricName, Recomputed>,
+    folded: BTreeMap<String, u64>,
+) -> AggregateItem {
+    let mut day = AggregateItem::empty(key);
+    day.metrics = target.iter().map(|(n, r)| (n.clone(), r.stats)).collect();
+    day.first_at = target
+        .values()
+        .map(|r| r.first)
+        .min()
+        .unwrap_or(Timestamp::MAX);
+    day.last_at = target
+        .values()
+        .map(|r| r.last)
+        .max()
+        .unwrap_or(Timestamp::MIN);
+    day.folded = folded;
+    settle(&mut day, current);
+    day
+}
+
+/// What every day write does: no marks or floors (a day has none), times kept meaningful,
+/// the version bumped from the one read.
+fn settle(day: &mut AggregateItem, current: Option<&AggregateItem>) {
+    day.applied.clear();
+    day.marks = Default::default();
+    day.marked_at = 0;
+    if day.first_at > day.last_at {
+        let at = current.map_or(Timestamp::MIN, |c| c.first_at);
+        day.first_at = at;
+        day.last_at = at;
+    }
+    day.version = current.map_or(0, |c| c.version) + 1;
+}
+
+/// Whether writing `new` over `current` would change what a reader sees or what the day
+/// records as folded.
+pub fn differs(current: Option<&AggregateItem>, new: &AggregateItem) -> bool {
+    current.is_none_or(|c| {
+        c.metrics != new.metrics
+            || c.first_at != new.first_at
+            || c.last_at != new.last_at
+            || c.folded != new.folded
+            || !c.applied.is_empty()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_schema::{DeviceId, Period};
+
+    fn t(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn hour(h: &str, version: u64, vals: &[f64]) -> AggregateItem {
+        let at = t(&format!("2026-04-20T{h}:00:00Z"));
+        let mut item = AggregateItem::empty(&AggregateItem::key_for(
+            &DeviceId::new("d").unwrap(),
+            Period::Hourly.bucket(at),
+        ));
+        let mut s: Option<Stats> = None;
+        for v in vals {
+            match &mut s {
+                Some(s) => s.merge(&Stats::of(*v)),
+                None => s = Some(Stats::of(*v)),
+            }
+        }
+        if let Some(s) = s {
+            item.metrics.insert(MetricName::new("t").unwrap(), s);
+            item.first_at = at;
+            item.last_at = at.plus_millis(vals.len() as i64 * 60_000 - 60_000).unwrap();
+        }
+        item.version = version;
+        item
+    }
+
+    fn day_key() -> Key {
+        AggregateItem::key_for(
+            &DeviceId::new("d").unwrap(),
+            Period::Daily.bucket(t("2026-04-20T00:00:00Z")),
+        )
+    }
+
+    fn change(h: &str, old: Option<AggregateItem>, new: AggregateItem) -> HourChange {
+        HourChange {
+            hour: Period::Hourly.bucket(t(&format!("2026-04-20T{h}:00:00Z"))),
+            old_version: old.as_ref().map_or(0, |o| o.version),
+            new_version: new.version,
+            old,
+            new: Some(new),
+            paged: false,
+        }
+    }
+
+    fn stats(d: &AggregateItem) -> Stats {
+        d.metrics[&MetricName::new("t").unwrap()]
+    }
+
+    #[test]
+    fn a_new_hour_adds_to_its_day_and_a_replay_of_it_changes_nothing() {
+        let c = change("14", None, hour("14", 1, &[1.0, 3.0]));
+        let DayStep::Write(day) = merge(&day_key(), None, std::slice::from_ref(&c)) else {
+            panic!("a new day is written")
+        };
+        assert_eq!(
+            stats(&day),
+            Stats {
+                count: 2,
+                sum: 4.0,
+                min: 1.0,
+                max: 3.0
+            }
+        );
+        assert_eq!(day.folded["14"], 1);
+        assert_eq!(merge(&day_key(), Some(&day), &[c]), DayStep::Nothing);
+    }
+
+    #[test]
+    fn an_hour_moving_on_replaces_what_the_day_held_of_it() {
+        let h1 = hour("14", 1, &[1.0, 3.0]);
+        let DayStep::Write(day) = merge(&day_key(), None, &[change("14", None, h1.clone())]) else {
+            panic!()
+        };
+        let DayStep::Write(day) = merge(
+            &day_key(),
+            Some(&day),
+            &[change("15", None, hour("15", 1, &[7.0]))],
+        ) else {
+            panic!()
+        };
+        let h2 = hour("14", 2, &[1.0, 3.0, 0.5]);
+        let DayStep::Write(day) = merge(&day_key(), Some(&day), &[change("14", Some(h1), h2)])
+        else {
+            panic!()
+        };
+        assert_eq!(
+            stats(&day),
+            Stats {
+                count: 4,
+                sum: 11.5,
+                min: 0.5,
+                max: 7.0
+            }
+        );
+        assert_eq!(day.version, 3);
+    }
+
+    #[test]
+    fn a_day_that_missed_a_write_of_the_hour_or_lost_an_extreme_is_folded() {
+        let h1 = hour("14", 1, &[1.0, 3.0]);
+        let DayStep::Write(day) = merge(&day_key(), None, &[change("14", None, h1.clone())]) else {
+            panic!()
+        };
+        // version 2 was written by a batch that never reached the day
+        let h2 = hour("14", 2, &[1.0, 3.0, 4.0]);
+        let h3 = hour("14", 3, &[1.0, 3.0, 4.0, 5.0]);
+        assert_eq!(
+            merge(&day_key(), Some(&day), &[change("14", Some(h2), h3)]),
+            DayStep::Refold
+        );
+        // a correction lowered the hour's maximum
+        let lowered = hour("14", 2, &[1.0, 2.0]);
+        assert_eq!(
+            merge(&day_key(), Some(&day), &[change("14", Some(h1), lowered)]),
+            DayStep::Refold
+        );
+    }
+
+    #[test]
+    fn a_day_emptied_by_deletes_takes_the_times_of_its_next_reading() {
+        let h1 = hour("14", 1, &[1.0]);
+        let DayStep::Write(day) = merge(&day_key(), None, &[change("14", None, h1)]) else {
+            panic!()
+        };
+        let (target, folded) = fold(&[(
+            Period::Hourly.bucket(t("2026-04-20T14:00:00Z")),
+            vec![hour("14", 2, &[])],
+        )]);
+        let emptied = single(&day_key(), Some(&day), &target, folded);
+        assert!(emptied.metrics.is_empty());
+        let DayStep::Write(day) = merge(
+            &day_key(),
+            Some(&emptied),
+            &[change("16", None, hour("16", 1, &[2.0]))],
+        ) else {
+            panic!()
+        };
+        assert_eq!(day.first_at, t("2026-04-20T16:00:00Z"));
+        assert_eq!(day.last_at, t("2026-04-20T16:00:00Z"));
+    }
+
+    #[test]
+    fn a_fold_sums_the_hours_and_records_their_versions() {
+        let hours = vec![
+            (
+                Period::Hourly.bucket(t("2026-04-20T14:00:00Z")),
+                vec![hour("14", 4, &[1.0, 3.0])],
+            ),
+            (Period::Hourly.bucket(t("2026-04-20T15:00:00Z")), vec![]),
+            (
+                Period::Hourly.bucket(t("2026-04-20T16:00:00Z")),
+                vec![hour("16", 2, &[9.0])],
+            ),
+        ];
+        let (target, folded) = fold(&hours);
+        let day = single(&day_key(), None, &target, folded);
+        assert_eq!(
+            stats(&day),
+            Stats {
+                count: 3,
+                sum: 13.0,
+                min: 1.0,
+                max: 9.0
+            }
+        );
+        assert_eq!(day.first_at, t("2026-04-20T14:00:00Z"));
+        assert_eq!(day.last_at, t("2026-04-20T16:00:00Z"));
+        assert_eq!(
+            day.folded,
+            BTreeMap::from([("14".into(), 4), ("16".into(), 2)])
+        );
+        assert!(!differs(Some(&day), &day));
+    }
+}
