@@ -129,13 +129,7 @@ impl<S: Store> Aggregator<S> {
             if self.put_pages(&puts, counters).await? {
                 return Ok(());
             }
-            Counters::add(&counters.conflicts_retried, 1);
-            tokio::time::sleep(self.config.retry.delay(attempt)).await;
-            current = self
-                .store
-                .get_aggregates(std::slice::from_ref(&plan.key))
-                .await?
-                .remove(&plan.key);
+            current = self.reread_after_lost_race(plan, attempt, counters).await?;
         }
         Err(AggregatorError::Contended {
             key: plan.key.to_string(),
@@ -201,6 +195,22 @@ impl<S: Store> Aggregator<S> {
             p.item.folded = folded.clone();
         }
         Ok(puts)
+    }
+
+    /// After a lost race on `plan`'s bucket: counts it, backs off, reads page 0 again.
+    async fn reread_after_lost_race(
+        &self,
+        plan: &AggregatePlan,
+        attempt: u32,
+        counters: &Counters,
+    ) -> Result<Option<AggregateItem>, AggregatorError> {
+        Counters::add(&counters.conflicts_retried, 1);
+        tokio::time::sleep(self.config.retry.delay(attempt)).await;
+        Ok(self
+            .store
+            .get_aggregates(std::slice::from_ref(&plan.key))
+            .await?
+            .remove(&plan.key))
     }
 
     /// Runs `puts` in order; false when one lost its race (the rest are not tried).
@@ -297,13 +307,7 @@ impl<S: Store> Aggregator<S> {
                 Counters::add(&counters.readings_aggregated, added.len() as u64);
                 return Ok(hour_change(plan.bucket, &read, &puts));
             }
-            Counters::add(&counters.conflicts_retried, 1);
-            tokio::time::sleep(self.config.retry.delay(attempt)).await;
-            current = self
-                .store
-                .get_aggregates(std::slice::from_ref(&plan.key))
-                .await?
-                .remove(&plan.key);
+            current = self.reread_after_lost_race(plan, attempt, counters).await?;
         }
         Err(AggregatorError::Contended {
             key: plan.key.to_string(),
