@@ -28,7 +28,9 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     let hot = tidemark_schema::ShardConfigItem::new(
         &DeviceId::new("rb-1").unwrap(),
         tidemark_schema::LayoutHistory::from_epochs(vec![tidemark_schema::history::LayoutEpoch {
-            from: ago(24 * 60),
+            // Before the whole days the rebuild covers (the day 150 minutes ago may be
+            // yesterday): three partitions over all of them, whatever the time of day.
+            from: ago(3 * 24 * 60),
             count: 3,
             slot: None,
         }])
