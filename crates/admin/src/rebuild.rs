@@ -363,6 +363,7 @@ pub fn rebuilt(
         // so no mark of the aggregator's may refuse it.
         marks: Default::default(),
         marked_at: 0,
+        from_table: false,
         folded: Default::default(),
         version: current.map_or(0, |c| c.version) + 1,
         sealed: false,
@@ -406,6 +407,7 @@ mod tests {
             ]),
             marks: Default::default(),
             marked_at: 0,
+            from_table: false,
             folded: Default::default(),
             version: 4,
             sealed: false,
@@ -446,6 +448,7 @@ mod tests {
             applied: BTreeMap::new(),
             marks: Default::default(),
             marked_at: 0,
+            from_table: false,
             folded: Default::default(),
             version: 1,
             sealed: false,

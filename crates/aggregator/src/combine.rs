@@ -7,7 +7,8 @@
 //! item, whichever shard carries them, so replays, bisected and regrouped batches change
 //! nothing even after a key's item collection is split over two partitions whose child shards
 //! interleave (docs/decisions/0002-exactly-once-rollups.md). A per-partition floor (`applied`,
-//! set by rebuilds and by marks past their cap) also refuses what it covers. A packed slot
+//! set by `tidemark-admin rebuild`) also refuses what it covers. An hour whose marks would
+//! pass their cap is taken from the table instead (`from_table`, [`crate::rollups`]). A packed slot
 //! part's record changes several readings under one sequence number: each is a contribution
 //! of its own, compared with the marks as read, so a record's readings in one item apply all
 //! together or not at all.
@@ -70,6 +71,8 @@ pub struct AggregatePlan {
     pub contributions: Vec<Contribution>,
     /// When the batch is applied (epoch seconds): what marks written now are dated.
     pub now: i64,
+    /// The most marks the item may keep ([`marks::MAX_MARKS`]; tests lower it).
+    pub max_marks: usize,
 }
 
 impl AggregatePlan {
@@ -110,6 +113,7 @@ pub fn plan(changes: &[StreamChange], now: Timestamp) -> Vec<AggregatePlan> {
                     bucket,
                     contributions: Vec::new(),
                     now: now.epoch_seconds(),
+                    max_marks: marks::MAX_MARKS,
                 })
                 .contributions
                 .push(Contribution {
@@ -185,10 +189,12 @@ pub fn apply_with(
     let mut added = BTreeSet::new();
     let mut recompute = Recompute::default();
     // The marks as read: one slot part's record brings several readings with the same
-    // sequence number, and each of them is newer than what the item applied before.
+    // sequence number, and each of them is newer than what the item applied before. An item
+    // taken from the table has none: every record is applied here, and the caller replaces
+    // the result with the table's (`from_table`).
     let (floor, marks) = (item.applied.clone(), item.marks.clone());
     for c in &plan.contributions {
-        if !is_new(&floor, &marks, c) {
+        if !item.from_table && !is_new(&floor, &marks, c) {
             continue;
         }
         applied += 1;
@@ -215,7 +221,9 @@ pub fn apply_with(
                 add(&mut item, &came);
             }
         }
-        item.marks.set(&c.source_pk, c.item.clone(), c.seq.clone());
+        if !item.from_table {
+            item.marks.set(&c.source_pk, c.item.clone(), c.seq.clone());
+        }
     }
     if item.first_at > item.last_at {
         // Only removals reached an item we never saw: keep times meaningful.
@@ -226,7 +234,12 @@ pub fn apply_with(
     if applied > 0 {
         item.version = current.map_or(0, |c| c.version) + 1;
         item.marked_at = plan.now;
-        collapse(&mut item);
+        if item.marks.len() > plan.max_marks {
+            // Past the cap: the hour is taken from the table from now on.
+            item.from_table = true;
+            item.marks = ItemMarks::default();
+            tracing::info!(item = %format!("{}/{}", item.pk, item.sk), "hour taken from the table");
+        }
     }
     Applied {
         item,
@@ -242,25 +255,6 @@ pub fn apply_with(
 pub fn is_new(floor: &BTreeMap<String, String>, marks: &ItemMarks, c: &Contribution) -> bool {
     let above = |w: Option<&str>| w.is_none_or(|w| cmp_seq(&c.seq, w).is_gt());
     above(floor.get(&c.source_pk).map(String::as_str)) && above(marks.get(&c.source_pk, &c.item))
-}
-
-/// Keeps the item's marks within their cap: a partition past it keeps only its floor, the
-/// newest sequence number it applied (exact while that partition is not split mid-bucket;
-/// docs/decisions/0002-exactly-once-rollups.md).
-fn collapse(item: &mut AggregateItem) {
-    for (pk, seqs) in item.marks.collapse() {
-        let floor = item.applied.entry(pk.clone()).or_default();
-        for s in seqs {
-            if floor.is_empty() || cmp_seq(&s, floor).is_gt() {
-                *floor = s;
-            }
-        }
-        tracing::warn!(
-            item = %format!("{}/{}", item.pk, item.sk),
-            partition = %pk,
-            "marks past their cap: the partition keeps a floor"
-        );
-    }
 }
 
 /// The values `old` had and `new` no longer has, and the values `new` brings, per metric:
@@ -338,6 +332,8 @@ pub struct BucketSummary {
     /// Per metric, the first and last time of a reading carrying it (a page of a paged
     /// bucket spans the readings with a metric in it).
     pub times: BTreeMap<MetricName, (Timestamp, Timestamp)>,
+    /// Per metric, the whole rollup of the readings (an hour taken from the table).
+    pub stats: BTreeMap<MetricName, Stats>,
 }
 
 impl BucketSummary {
@@ -347,17 +343,13 @@ impl BucketSummary {
             *e = (e.0.min(*v), e.1.max(*v));
             let t = self.times.entry(name.clone()).or_insert((at, at));
             *t = (t.0.min(at), t.1.max(at));
+            self.stats
+                .entry(name.clone())
+                .and_modify(|s| s.merge(&Stats::of(*v)))
+                .or_insert_with(|| Stats::of(*v));
         }
         self.first = Some(self.first.map_or(at, |f| f.min(at)));
         self.last = Some(self.last.map_or(at, |l| l.max(at)));
-    }
-
-    /// Folds in the extremes of a rollup of a part of the range (a day's hourly items).
-    pub fn add_extremes(&mut self, r: &AggregateItem) {
-        for (name, s) in r.metrics.iter().filter(|(_, s)| s.count > 0) {
-            let e = self.extremes.entry(name.clone()).or_insert((s.min, s.max));
-            *e = (e.0.min(s.min), e.1.max(s.max));
-        }
     }
 
     pub fn of(readings: &[(Timestamp, BTreeMap<MetricName, f64>)]) -> Self {
@@ -404,6 +396,7 @@ pub fn restrict(
         bucket: plan.bucket,
         contributions,
         now: plan.now,
+        max_marks: plan.max_marks,
     }
 }
 
@@ -687,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn past_the_cap_a_partition_keeps_a_floor_that_still_refuses_replays() {
+    fn past_the_cap_an_hour_keeps_no_marks_and_is_taken_from_the_table() {
         use tidemark_schema::marks::MAX_MARKS;
         let changes: Vec<StreamChange> = (0..=MAX_MARKS)
             .map(|i| {
@@ -703,15 +696,12 @@ mod tests {
             })
             .collect();
         let now = ts("2026-04-20T15:00:00Z");
-        let a = apply(None, &plan(&changes, now)[1]);
-        assert_eq!(stats(&a.item).count, MAX_MARKS as u64 + 1);
-        assert!(a.item.marks.is_empty(), "the one partition collapsed");
-        assert_eq!(
-            a.item.applied["DEVICE#d1"],
-            format!("{:021}", MAX_MARKS + 1)
-        );
-        assert!(pages::size(&a.item).unwrap() < 2048);
-        let again = apply(Some(&a.item), &plan(&changes[..10], now)[1]);
-        assert_eq!(again.applied, 0, "the floor refuses a replay");
+        let under = apply(None, &plan(&changes[..MAX_MARKS], now)[1]);
+        assert!(!under.item.from_table);
+        assert_eq!(under.item.marks.len(), MAX_MARKS);
+        let past = apply(None, &plan(&changes, now)[1]);
+        assert!(past.item.from_table);
+        assert!(past.item.marks.is_empty());
+        assert!(pages::size(&past.item).unwrap() < 2048);
     }
 }

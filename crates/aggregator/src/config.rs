@@ -81,6 +81,9 @@ pub struct AggregatorConfig {
     /// The size past which a bucket's open rollup page takes no new metrics
     /// ([`crate::pages::PAGE_BYTES`]; smaller only in tests of paging).
     pub page_bytes: usize,
+    /// The most per-item marks an hourly item keeps before the hour is taken from the table
+    /// ([`tidemark_schema::marks::MAX_MARKS`]; tests lower it).
+    pub max_marks: usize,
     /// Where "now" comes from (the system clock; tests fix it).
     pub clock: tidemark_schema::Clock,
 }
@@ -102,6 +105,7 @@ impl AggregatorConfig {
             deadline_margin: std::time::Duration::from_secs(3),
             scan: crate::alerting::derive::ScanLimits::default(),
             page_bytes: crate::pages::PAGE_BYTES,
+            max_marks: tidemark_schema::marks::MAX_MARKS,
             clock: tidemark_schema::Clock::system(),
         }
     }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use tidemark_schema::{AggregateItem, Bucket, Key, MetricName, Stats, Timestamp};
 
-use crate::pages::Recomputed;
+use crate::pages::{self, Recomputed};
 
 /// What this batch did to one hour of a day: its content before and after (the same when the
 /// batch applied nothing there), and whether it is paged.
@@ -110,7 +110,7 @@ pub fn merge(key: &Key, current: Option<&AggregateItem>, hours: &[HourChange]) -
     if !changed {
         return DayStep::Nothing;
     }
-    settle(&mut day, current);
+    pages::settle(&mut day, current);
     DayStep::Write(day)
 }
 
@@ -167,57 +167,6 @@ pub fn fold(
         }
     }
     (target, folded)
-}
-
-/// The day as one item holding `target` (when it fits in one; the caller pages it
-/// otherwise).
-pub fn single(
-    key: &Key,
-    current: Option<&AggregateItem>,
-    target: &BTreeMap<MetricName, Recomputed>,
-    folded: BTreeMap<String, u64>,
-) -> AggregateItem {
-    let mut day = AggregateItem::empty(key);
-    day.metrics = target.iter().map(|(n, r)| (n.clone(), r.stats)).collect();
-    day.first_at = target
-        .values()
-        .map(|r| r.first)
-        .min()
-        .unwrap_or(Timestamp::MAX);
-    day.last_at = target
-        .values()
-        .map(|r| r.last)
-        .max()
-        .unwrap_or(Timestamp::MIN);
-    day.folded = folded;
-    settle(&mut day, current);
-    day
-}
-
-/// What every day write does: no marks or floors (a day has none), times kept meaningful,
-/// the version bumped from the one read.
-fn settle(day: &mut AggregateItem, current: Option<&AggregateItem>) {
-    day.applied.clear();
-    day.marks = Default::default();
-    day.marked_at = 0;
-    if day.first_at > day.last_at {
-        let at = current.map_or(Timestamp::MIN, |c| c.first_at);
-        day.first_at = at;
-        day.last_at = at;
-    }
-    day.version = current.map_or(0, |c| c.version) + 1;
-}
-
-/// Whether writing `new` over `current` would change what a reader sees or what the day
-/// records as folded.
-pub fn differs(current: Option<&AggregateItem>, new: &AggregateItem) -> bool {
-    current.is_none_or(|c| {
-        c.metrics != new.metrics
-            || c.first_at != new.first_at
-            || c.last_at != new.last_at
-            || c.folded != new.folded
-            || !c.applied.is_empty()
-    })
 }
 
 #[cfg(test)]
@@ -353,7 +302,8 @@ mod tests {
             Period::Hourly.bucket(t("2026-04-20T14:00:00Z")),
             vec![hour("14", 2, &[])],
         )]);
-        let emptied = single(&day_key(), Some(&day), &target, folded);
+        let mut emptied = pages::one_item(&day_key(), Some(&day), &target);
+        emptied.folded = folded;
         assert!(emptied.metrics.is_empty());
         let DayStep::Write(day) = merge(
             &day_key(),
@@ -380,7 +330,8 @@ mod tests {
             ),
         ];
         let (target, folded) = fold(&hours);
-        let day = single(&day_key(), None, &target, folded);
+        let mut day = pages::one_item(&day_key(), None, &target);
+        day.folded = folded;
         assert_eq!(
             stats(&day),
             Stats {
@@ -396,6 +347,6 @@ mod tests {
             day.folded,
             BTreeMap::from([("14".into(), 4), ("16".into(), 2)])
         );
-        assert!(!differs(Some(&day), &day));
+        assert!(!pages::differs(Some(&day), &day));
     }
 }

@@ -401,6 +401,7 @@ pub fn rebuild(
                 applied: BTreeMap::new(),
                 marks: Default::default(),
                 marked_at: 0,
+                from_table: false,
                 folded: Default::default(),
                 version: 0,
                 sealed: false,
@@ -439,6 +440,56 @@ pub fn rebuild(
         Decision::Puts(p) => Ok(p),
         Decision::NeedsSummary => unreachable!("a rebuild needs no summary"),
     }
+}
+
+/// A bucket recomputed whole (a day folded from its hours, an hour taken from the table) as
+/// one item holding `target`, over `current` as read; the caller pages it when it does not
+/// fit in one ([`rebuild`]).
+pub fn one_item(
+    key: &Key,
+    current: Option<&AggregateItem>,
+    target: &BTreeMap<MetricName, Recomputed>,
+) -> AggregateItem {
+    let mut item = AggregateItem::empty(key);
+    item.metrics = target.iter().map(|(n, r)| (n.clone(), r.stats)).collect();
+    let times = || target.values();
+    item.first_at = times()
+        .map(|r| r.first)
+        .min()
+        .unwrap_or(tidemark_schema::Timestamp::MAX);
+    item.last_at = times()
+        .map(|r| r.last)
+        .max()
+        .unwrap_or(tidemark_schema::Timestamp::MIN);
+    settle(&mut item, current);
+    item
+}
+
+/// What every write of a recomputed bucket does: no marks or floors (its content does not
+/// come from applying records), times kept meaningful, the version bumped from the one read.
+pub fn settle(item: &mut AggregateItem, current: Option<&AggregateItem>) {
+    item.applied.clear();
+    item.marks = Default::default();
+    item.marked_at = 0;
+    if item.first_at > item.last_at {
+        let at = current.map_or(tidemark_schema::Timestamp::MIN, |c| c.first_at);
+        item.first_at = at;
+        item.last_at = at;
+    }
+    item.version = current.map_or(0, |c| c.version) + 1;
+}
+
+/// Whether writing the recomputed `new` over `current` changes anything stored.
+pub fn differs(current: Option<&AggregateItem>, new: &AggregateItem) -> bool {
+    current.is_none_or(|c| {
+        c.metrics != new.metrics
+            || c.first_at != new.first_at
+            || c.last_at != new.last_at
+            || c.folded != new.folded
+            || c.from_table != new.from_table
+            || !c.applied.is_empty()
+            || !c.marks.is_empty()
+    })
 }
 
 #[cfg(test)]

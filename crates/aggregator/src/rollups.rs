@@ -13,7 +13,7 @@ use crate::AggregatorError;
 use crate::combine::{self, AggregatePlan};
 use crate::days::{self, DayStep, HourChange};
 use crate::handler::{Aggregator, read_skipping_unreadable};
-use crate::pages::{self, Decision, PagePut, Pages};
+use crate::pages::{self, Decision, PagePut, Pages, Recomputed};
 use crate::records::StreamChange;
 use crate::report::Counters;
 use crate::store::{Store, Written};
@@ -33,7 +33,10 @@ impl<S: Store> Aggregator<S> {
         stop: tokio::time::Instant,
         failed: &mut Vec<usize>,
     ) {
-        let plans = combine::plan(changes, self.config.clock.now());
+        let mut plans = combine::plan(changes, self.config.clock.now());
+        for p in &mut plans {
+            p.max_marks = self.config.max_marks;
+        }
         let keys: Vec<Key> = plans.iter().map(|p| p.key.clone()).collect();
         let store = &self.store;
         let (aggs, unreadable) =
@@ -169,9 +172,10 @@ impl<S: Store> Aggregator<S> {
         }
         let (target, folded) = days::fold(&read);
         if overflow.is_empty() && !current.as_ref().is_some_and(|c| c.sealed) {
-            let item = days::single(&plan.key, current.as_ref(), &target, folded.clone());
+            let mut item = pages::one_item(&plan.key, current.as_ref(), &target);
+            item.folded = folded.clone();
             if pages::size(&item)? <= self.config.page_bytes {
-                if !days::differs(current.as_ref(), &item) {
+                if !pages::differs(current.as_ref(), &item) {
                     return Ok(Vec::new());
                 }
                 return Ok(vec![PagePut {
@@ -193,6 +197,83 @@ impl<S: Store> Aggregator<S> {
         )?;
         for p in puts.iter_mut().filter(|p| p.number == 0) {
             p.item.folded = folded.clone();
+        }
+        Ok(puts)
+    }
+
+    /// The puts that make an hour past its marks' cap what its stored readings say, read
+    /// strongly consistent after its pages (`read`), on their versions: content-idempotent,
+    /// so replays and records still ahead in the stream only write the same content again
+    /// (docs/design.md §5). Bounded by the hour: at most 3,600 s of one device's readings.
+    async fn hour_from_table(
+        &self,
+        plan: &AggregatePlan,
+        read: &Pages,
+    ) -> Result<Vec<PagePut>, AggregatorError> {
+        let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
+        let s = self
+            .store
+            .summarize(&plan.device, plan.bucket.start(), last)
+            .await?;
+        let target: BTreeMap<_, Recomputed> = s
+            .stats
+            .iter()
+            .filter_map(|(m, st)| {
+                let (first, last) = s.times.get(m)?;
+                Some((
+                    m.clone(),
+                    Recomputed {
+                        stats: *st,
+                        first: *first,
+                        last: *last,
+                    },
+                ))
+            })
+            .collect();
+        let mut puts = match read.pages.as_slice() {
+            [] | [(0, _)] if !read.pages.first().is_some_and(|(_, p)| p.sealed) => {
+                let current = read.pages.first().map(|(_, p)| p);
+                let mut item = pages::one_item(&plan.key, current, &target);
+                item.from_table = true;
+                if pages::size(&item)? > self.config.page_bytes {
+                    None
+                } else if pages::differs(current, &item) {
+                    Some(vec![PagePut {
+                        number: 0,
+                        expected: current.map(|c| c.version),
+                        item,
+                        added: BTreeSet::new(),
+                    }])
+                } else {
+                    Some(Vec::new())
+                }
+            }
+            _ => None,
+        };
+        if puts.is_none() {
+            let mut all = pages::rebuild(
+                &plan.device,
+                plan.bucket,
+                read,
+                &target,
+                &BTreeMap::new(),
+                self.config.page_bytes,
+            )?;
+            for p in &mut all {
+                p.item.from_table = true;
+            }
+            puts = Some(all);
+        }
+        let mut puts = puts.unwrap_or_default();
+        // Every reading the batch adds, for the readings-aggregated count (a replay of an
+        // hour taken from the table counts again there; its content does not change).
+        if let Some(first) = puts.first_mut() {
+            first.added = plan
+                .contributions
+                .iter()
+                .filter(|c| matches!(c.delta, combine::Delta::Add(_)))
+                .map(|c| (c.source_pk.clone(), c.seq.clone(), c.at))
+                .collect();
         }
         Ok(puts)
     }
@@ -276,19 +357,28 @@ impl<S: Store> Aggregator<S> {
             };
             let read = Pages::of(current.take(), overflow);
             let budget = self.config.page_bytes;
-            // The bucket's raw readings are summarized only when a removed value was an
-            // extreme, and again after a lost race (the winner may have seen newer ones).
-            let mut decision = pages::decide(plan, &read, budget, None)?;
-            if decision == Decision::NeedsSummary {
-                let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
-                let s = self
-                    .store
-                    .summarize(&plan.device, plan.bucket.start(), last)
-                    .await?;
-                decision = pages::decide(plan, &read, budget, Some(&s))?;
-            }
-            let Decision::Puts(puts) = decision else {
-                unreachable!("a decision with the bucket's summary needs nothing more")
+            let puts = if read.pages.first().is_some_and(|(_, p)| p.from_table) {
+                self.hour_from_table(plan, &read).await?
+            } else {
+                // The bucket's raw readings are summarized only when a removed value was an
+                // extreme, and again after a lost race (the winner may have seen newer ones).
+                let mut decision = pages::decide(plan, &read, budget, None)?;
+                if decision == Decision::NeedsSummary {
+                    let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
+                    let s = self
+                        .store
+                        .summarize(&plan.device, plan.bucket.start(), last)
+                        .await?;
+                    decision = pages::decide(plan, &read, budget, Some(&s))?;
+                }
+                let Decision::Puts(puts) = decision else {
+                    unreachable!("a decision with the bucket's summary needs nothing more")
+                };
+                if puts.iter().any(|p| p.item.from_table) {
+                    self.hour_from_table(plan, &read).await?
+                } else {
+                    puts
+                }
             };
             let mut lost = false;
             for put in &puts {

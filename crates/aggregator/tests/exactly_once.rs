@@ -481,7 +481,36 @@ fn any_delivery_of_the_stream_gives_the_aggregates_of_the_raw_readings() {
 #[tokio::test]
 async fn records_of_one_key_through_two_shards_are_each_counted_once() {
     let t = TestTable::new("agg-split").await;
-    let agg = aggregator(&t);
+    deliver_through_two_shards(&t, &aggregator(&t), 1).await;
+}
+
+/// The same, for an hour past its marks' cap (a single-item device sending faster than
+/// about one reading a second; here the cap is lowered to one mark): the hour is taken from
+/// the table, content-idempotent, so neither the split nor a full replay changes the count.
+#[tokio::test]
+async fn an_hour_past_its_marks_cap_is_taken_from_the_table_and_stays_exact() {
+    let t = TestTable::new("agg-split-cap").await;
+    let mut config = tidemark_aggregator::AggregatorConfig::new(&t.name);
+    config.max_marks = 1;
+    let agg = tidemark_aggregator::BothRoles::new(t.client.clone(), config);
+    deliver_through_two_shards(&t, &agg, 2).await;
+    let hour = bucket_key(
+        "split_01",
+        tidemark_schema::Period::Hourly.bucket(ts("2026-04-20T14:00:00Z")),
+    );
+    let got = stored_aggregates(&t, &[dev("split_01")]).await;
+    assert!(got[&hour].from_table, "{:?}", got[&hour]);
+    assert!(got[&hour].marks.is_empty());
+}
+
+/// Four readings of `split_01`, two on each side of a split at 14:30, delivered lower,
+/// upper (ahead), lower; `rounds` times over (the later rounds are replays). Both rollups
+/// must equal the readings'.
+async fn deliver_through_two_shards(
+    t: &TestTable,
+    agg: &tidemark_aggregator::BothRoles,
+    rounds: usize,
+) {
     let d = dev("split_01");
     let mut s = StreamSim::new(1);
     let [lower, upper] = s.split(
@@ -495,7 +524,7 @@ async fn records_of_one_key_through_two_shards_are_each_counted_once() {
         reading("split_01", "2026-04-20T14:20:00Z", &[("t", 4.0)]),
         reading("split_01", "2026-04-20T14:50:00Z", &[("t", 8.0)]),
     ];
-    put_readings(&t, &rs).await;
+    put_readings(t, &rs).await;
     let records: Vec<_> = rs.iter().map(|r| s.insert(r)).collect();
     let on = |shard: usize| -> Vec<EventRecord> {
         records
@@ -513,12 +542,14 @@ async fn records_of_one_key_through_two_shards_are_each_counted_once() {
     );
     // the lower shard delivers its first record; the upper shard, ahead, both of its own;
     // then the lower shard its second (numbered below the upper shard's last)
-    for batch in [&low[..1], &up[..], &low[1..]] {
-        let (resp, report) = agg.process(&event(batch.to_vec())).await;
-        assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+    for _ in 0..rounds {
+        for batch in [&low[..1], &up[..], &low[1..]] {
+            let (resp, report) = agg.process(&event(batch.to_vec())).await;
+            assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+        }
     }
     let want = recompute(&rs);
-    let got = stored_aggregates(&t, std::slice::from_ref(&d)).await;
+    let got = stored_aggregates(t, std::slice::from_ref(&d)).await;
     for period in [
         tidemark_schema::Period::Hourly,
         tidemark_schema::Period::Daily,

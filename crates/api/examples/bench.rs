@@ -256,6 +256,7 @@ fn fleet() -> Vec<Item> {
                 applied: Default::default(),
                 marks: Default::default(),
                 marked_at: 0,
+                from_table: false,
                 folded: Default::default(),
                 version: 1,
                 sealed: false,

@@ -1055,6 +1055,7 @@ async fn a_paged_bucket_is_one_aggregate_with_every_metric_of_its_pages() {
             applied: Default::default(),
             marks: Default::default(),
             marked_at: 0,
+            from_table: false,
             folded: Default::default(),
             version: 1,
             sealed: n < 2,

@@ -33,6 +33,7 @@ pub mod field {
     pub const MARKS: &str = "marks";
     pub const MARKED_AT: &str = "markedAt";
     pub const FOLDED: &str = "folded";
+    pub const FROM_TABLE: &str = "fromTable";
     pub const VERSION: &str = "version";
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
@@ -424,6 +425,10 @@ pub struct AggregateItem {
     /// When `marks` were last written (epoch seconds): they expire a day later.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub marked_at: i64,
+    /// Hourly items past [`crate::marks::MAX_MARKS`] source items: no marks; every batch that
+    /// touches the hour recomputes it from the stored readings (docs/design.md §5).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_table: bool,
     /// Daily items: per hour of the day (`"00"` … `"23"`), the version of the hourly item
     /// whose content this day holds (docs/design.md §5: a day follows its hours).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -454,6 +459,7 @@ impl AggregateItem {
             applied: BTreeMap::new(),
             marks: ItemMarks::default(),
             marked_at: 0,
+            from_table: false,
             folded: BTreeMap::new(),
             version: 0,
             sealed: false,
@@ -913,6 +919,7 @@ mod tests {
             applied: BTreeMap::new(),
             marks: Default::default(),
             marked_at: 0,
+            from_table: false,
             folded: Default::default(),
             version: 0,
             sealed: false,
@@ -951,6 +958,7 @@ mod tests {
             applied: BTreeMap::new(),
             marks: Default::default(),
             marked_at: 0,
+            from_table: false,
             folded: Default::default(),
             version: 1,
             sealed: n < 2,

@@ -12,8 +12,9 @@
 //! records 24 hours, so marks last written more than [`KEEP_SECONDS`] ago are dropped at
 //! the item's next write ([`ItemMarks::expire`]). An item holds at most [`MAX_MARKS`] marks
 //! (at most [`MARK_BYTES`] each), so the size bound of every write holds by construction:
-//! past it (a single-item device sending faster than one reading a second) a source
-//! partition's marks collapse into its floor ([`ItemMarks::collapse`]).
+//! past it (a single-item device sending faster than about one reading a second) the hour
+//! keeps no marks and is recomputed from the stored readings instead (the item's
+//! `fromTable`).
 //!
 //! Stored compactly: per source partition key one string of `<item>=<seq>` pairs, the item
 //! named by its sort key's offset from the bucket's start (`r<µs>` a reading, `s<µs>.<part>`
@@ -74,26 +75,6 @@ impl ItemMarks {
         if now.saturating_sub(marked_at) > KEEP_SECONDS {
             self.0.clear();
         }
-    }
-
-    /// The source partitions whose marks must collapse so that at most [`MAX_MARKS`] remain,
-    /// largest first, each with the highest sequence number among its marks (the caller
-    /// compares sequence numbers and keeps its floor). Their marks are removed.
-    pub fn collapse(&mut self) -> Vec<(String, Vec<String>)> {
-        let mut out = Vec::new();
-        while self.len() > MAX_MARKS {
-            let Some(pk) = self
-                .0
-                .iter()
-                .max_by_key(|(_, m)| m.len())
-                .map(|(pk, _)| pk.clone())
-            else {
-                break;
-            };
-            let marks = self.0.remove(&pk).unwrap_or_default();
-            out.push((pk, marks.into_values().collect()));
-        }
-        out
     }
 }
 
@@ -185,19 +166,5 @@ mod tests {
         assert_eq!(m.len(), 1, "a replay may still come");
         m.expire(1_000, 1_001 + KEEP_SECONDS);
         assert!(m.is_empty());
-    }
-
-    #[test]
-    fn past_the_cap_the_busiest_partition_collapses() {
-        let mut m = ItemMarks::default();
-        for i in 0..MAX_MARKS {
-            m.set("busy", format!("r{i}"), i.to_string());
-        }
-        m.set("calm", "r0".into(), "5".into());
-        let gone = m.collapse();
-        assert_eq!(gone.len(), 1);
-        assert_eq!(gone[0].0, "busy");
-        assert_eq!(gone[0].1.len(), MAX_MARKS);
-        assert_eq!(m.len(), 1);
     }
 }

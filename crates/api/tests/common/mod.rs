@@ -193,6 +193,7 @@ pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) ->
         applied: BTreeMap::from([("shardId-0".into(), "100".into())]),
         marks: Default::default(),
         marked_at: 0,
+        from_table: false,
         folded: Default::default(),
         version: 3,
         sealed: false,
