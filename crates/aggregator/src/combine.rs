@@ -8,7 +8,7 @@
 //! nothing even after a key's item collection is split over two partitions whose child shards
 //! interleave (docs/decisions/0002-exactly-once-rollups.md). A per-partition floor (`applied`,
 //! set by `tidemark-admin rebuild`) also refuses what it covers. An hour whose marks would
-//! pass their cap is taken from the table instead (`from_table`, [`crate::rollups`]). A packed slot
+//! pass their cap is taken from the table instead (`from_table`, the rollups role). A packed slot
 //! part's record changes several readings under one sequence number: each is a contribution
 //! of its own, compared with the marks as read, so a record's readings in one item apply all
 //! together or not at all.

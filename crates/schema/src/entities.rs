@@ -415,7 +415,7 @@ pub struct AggregateItem {
     pub last_at: Timestamp,
     /// Per source partition key, a floor: a stream sequence number at or below which every
     /// record of that partition is in this item (decimal string; compare as integers). Set by
-    /// `tidemark-admin rebuild` at its fences, and when an item's marks pass their cap.
+    /// `tidemark-admin rebuild` at its fences.
     #[serde(default)]
     pub applied: BTreeMap<String, String>,
     /// Hourly items: per source item, the newest record applied (above the floor), what makes
