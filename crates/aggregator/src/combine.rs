@@ -73,6 +73,8 @@ pub struct AggregatePlan {
     pub now: i64,
     /// The most marks the item may keep ([`marks::MAX_MARKS`]; tests lower it).
     pub max_marks: usize,
+    /// The most marks of single reading items ([`marks::MAX_SINGLE_MARKS`]).
+    pub max_single_marks: usize,
 }
 
 impl AggregatePlan {
@@ -114,6 +116,7 @@ pub fn plan(changes: &[StreamChange], now: Timestamp) -> Vec<AggregatePlan> {
                     contributions: Vec::new(),
                     now: now.epoch_seconds(),
                     max_marks: marks::MAX_MARKS,
+                    max_single_marks: marks::MAX_SINGLE_MARKS,
                 })
                 .contributions
                 .push(Contribution {
@@ -234,7 +237,7 @@ pub fn apply_with(
     if applied > 0 {
         item.version = current.map_or(0, |c| c.version) + 1;
         item.marked_at = plan.now;
-        if item.marks.len() > plan.max_marks {
+        if item.marks.len() > plan.max_marks || item.marks.singles() > plan.max_single_marks {
             // Past the cap: the hour is taken from the table from now on.
             item.from_table = true;
             item.marks = ItemMarks::default();
@@ -397,6 +400,7 @@ pub fn restrict(
         contributions,
         now: plan.now,
         max_marks: plan.max_marks,
+        max_single_marks: plan.max_single_marks,
     }
 }
 
@@ -696,12 +700,29 @@ mod tests {
             })
             .collect();
         let now = ts("2026-04-20T15:00:00Z");
-        let under = apply(None, &plan(&changes[..MAX_MARKS], now)[1]);
+        let plan_of = |c: &[StreamChange], singles: usize| {
+            let mut p = plan(c, now).remove(1);
+            p.max_single_marks = singles;
+            p
+        };
+        let under = apply(None, &plan_of(&changes[..MAX_MARKS], usize::MAX));
         assert!(!under.item.from_table);
         assert_eq!(under.item.marks.len(), MAX_MARKS);
-        let past = apply(None, &plan(&changes, now)[1]);
+        let past = apply(None, &plan_of(&changes, usize::MAX));
         assert!(past.item.from_table);
         assert!(past.item.marks.is_empty());
         assert!(pages::size(&past.item).unwrap() < 2048);
+        // single readings switch much sooner: their marks cost more than reading them back
+        let singles = tidemark_schema::marks::MAX_SINGLE_MARKS;
+        assert!(
+            !apply(None, &plan_of(&changes[..singles], singles))
+                .item
+                .from_table
+        );
+        assert!(
+            apply(None, &plan_of(&changes[..=singles], singles))
+                .item
+                .from_table
+        );
     }
 }

@@ -84,6 +84,9 @@ pub struct AggregatorConfig {
     /// The most per-item marks an hourly item keeps before the hour is taken from the table
     /// ([`tidemark_schema::marks::MAX_MARKS`]; tests lower it).
     pub max_marks: usize,
+    /// The same for marks of single reading items
+    /// ([`tidemark_schema::marks::MAX_SINGLE_MARKS`]).
+    pub max_single_marks: usize,
     /// Where "now" comes from (the system clock; tests fix it).
     pub clock: tidemark_schema::Clock,
 }
@@ -106,6 +109,7 @@ impl AggregatorConfig {
             scan: crate::alerting::derive::ScanLimits::default(),
             page_bytes: crate::pages::PAGE_BYTES,
             max_marks: tidemark_schema::marks::MAX_MARKS,
+            max_single_marks: tidemark_schema::marks::MAX_SINGLE_MARKS,
             clock: tidemark_schema::Clock::system(),
         }
     }

@@ -36,6 +36,7 @@ impl<S: Store> Aggregator<S> {
         let mut plans = combine::plan(changes, self.config.clock.now());
         for p in &mut plans {
             p.max_marks = self.config.max_marks;
+            p.max_single_marks = self.config.max_single_marks;
         }
         let keys: Vec<Key> = plans.iter().map(|p| p.key.clone()).collect();
         let store = &self.store;

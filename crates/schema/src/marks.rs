@@ -12,9 +12,9 @@
 //! records 24 hours, so marks last written more than [`KEEP_SECONDS`] ago are dropped at
 //! the item's next write ([`ItemMarks::expire`]). An item holds at most [`MAX_MARKS`] marks
 //! (at most [`MARK_BYTES`] each), so the size bound of every write holds by construction:
-//! past it (a single-item device sending faster than about one reading a second) the hour
-//! keeps no marks and is recomputed from the stored readings instead (the item's
-//! `fromTable`).
+//! past it, and past [`MAX_SINGLE_MARKS`] single reading items (whose marks would cost more
+//! to rewrite than the readings cost to read back), the hour keeps no marks and is
+//! recomputed from the stored readings instead (the item's `fromTable`).
 //!
 //! Stored compactly: per source partition key one string of `<item>=<seq>` pairs, the item
 //! named by its sort key's offset from the bucket's start (`r<µs>` a reading, `s<µs>.<part>`
@@ -36,6 +36,12 @@ pub const KEEP_SECONDS: i64 = 25 * 3600;
 /// second.
 pub const MAX_MARKS: usize = 4_000;
 
+/// The most marks of single reading items an aggregate item keeps. A single reading is
+/// small, so reading the hour back (strongly consistent, a quarter of a unit per 4 KB, billed
+/// at a fifth of a write) costs less than rewriting a mark for every reading in every batch:
+/// past this the hour is taken from the table (measured in `bench/PACKING.md`).
+pub const MAX_SINGLE_MARKS: usize = 16;
+
 /// What one mark costs in the stored item, at most: a 17-character item name and a
 /// sequence number of up to 40 digits (for size bounds).
 pub const MARK_BYTES: usize = 64;
@@ -51,6 +57,15 @@ impl ItemMarks {
 
     pub fn len(&self) -> usize {
         self.0.values().map(BTreeMap::len).sum()
+    }
+
+    /// How many marks name single reading items ([`item_name`]'s `r…`).
+    pub fn singles(&self) -> usize {
+        self.0
+            .values()
+            .flat_map(BTreeMap::keys)
+            .filter(|k| k.starts_with('r'))
+            .count()
     }
 
     /// The mark of one source item (`item` from [`item_name`]).
