@@ -265,18 +265,7 @@ impl<S: Store> Aggregator<S> {
             }
             puts = Some(all);
         }
-        let mut puts = puts.unwrap_or_default();
-        // Every reading the batch adds, for the readings-aggregated count (a replay of an
-        // hour taken from the table counts again there; its content does not change).
-        if let Some(first) = puts.first_mut() {
-            first.added = plan
-                .contributions
-                .iter()
-                .filter(|c| matches!(c.delta, combine::Delta::Add(_)))
-                .map(|c| (c.source_pk.clone(), c.seq.clone(), c.at))
-                .collect();
-        }
-        Ok(puts)
+        Ok(puts.unwrap_or_default())
     }
 
     /// After a lost race on `plan`'s bucket: counts it, backs off, reads page 0 again.
@@ -358,7 +347,8 @@ impl<S: Store> Aggregator<S> {
             };
             let read = Pages::of(current.take(), overflow);
             let budget = self.config.page_bytes;
-            let puts = if read.pages.first().is_some_and(|(_, p)| p.from_table) {
+            let mut from_table = read.pages.first().is_some_and(|(_, p)| p.from_table);
+            let puts = if from_table {
                 self.hour_from_table(plan, &read).await?
             } else {
                 // The bucket's raw readings are summarized only when a removed value was an
@@ -375,7 +365,8 @@ impl<S: Store> Aggregator<S> {
                 let Decision::Puts(puts) = decision else {
                     unreachable!("a decision with the bucket's summary needs nothing more")
                 };
-                if puts.iter().any(|p| p.item.from_table) {
+                from_table = puts.iter().any(|p| p.item.from_table);
+                if from_table {
                     self.hour_from_table(plan, &read).await?
                 } else {
                     puts
@@ -395,6 +386,16 @@ impl<S: Store> Aggregator<S> {
                 }
             }
             if !lost {
+                if from_table {
+                    // Every reading the batch adds, whether or not the table already showed
+                    // it (a replay of such an hour counts again here; its content does not).
+                    added.extend(
+                        plan.contributions
+                            .iter()
+                            .filter(|c| matches!(c.delta, combine::Delta::Add(_)))
+                            .map(|c| (c.source_pk.clone(), c.seq.clone(), c.at)),
+                    );
+                }
                 Counters::add(&counters.readings_aggregated, added.len() as u64);
                 return Ok(hour_change(plan.bucket, &read, &puts));
             }

@@ -542,10 +542,15 @@ async fn deliver_through_two_shards(
     );
     // the lower shard delivers its first record; the upper shard, ahead, both of its own;
     // then the lower shard its second (numbered below the upper shard's last)
-    for _ in 0..rounds {
+    for round in 0..rounds {
+        let mut aggregated = 0;
         for batch in [&low[..1], &up[..], &low[1..]] {
             let (resp, report) = agg.process(&event(batch.to_vec())).await;
             assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+            aggregated += report.readings_aggregated;
+        }
+        if round == 0 {
+            assert_eq!(aggregated, 4, "each reading counted once as aggregated");
         }
     }
     let want = recompute(&rs);
