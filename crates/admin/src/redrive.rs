@@ -3,8 +3,9 @@
 //! An on-failure record holds no records, only where they were: a shard and a range of
 //! sequence numbers. For the ingest mapping (`KinesisBatchInfo`) the range is re-read from
 //! Kinesis (AT_SEQUENCE_NUMBER up to the end) and fed through ingest again, which is
-//! idempotent. For the aggregator's (`DDBStreamBatchInfo`) re-feeding stream records would do
-//! nothing (the per-source watermarks are already past them); the retained range is read only
+//! idempotent. For the aggregator's (`DDBStreamBatchInfo`) re-feeding stream records cannot be
+//! trusted (an item's mark may already be past a record of it that was never applied, once a
+//! later record of the item was); the retained range is read only
 //! to learn which devices and days it touched, and those are rebuilt from the raw readings.
 //! A range the stream no longer retains cannot be re-driven: the error says so, with the time
 //! span the operator can rebuild instead.
