@@ -24,6 +24,10 @@ scripts/services.sh start
 step "headless browser (chromium, chromedriver)"
 scripts/browser.sh
 
+# The sign-in tests run against a real OpenID Connect provider (crates/devstack/tests/dashboard_auth.rs).
+step "local OpenID provider (oidc-provider)"
+scripts/oidc.sh >/dev/null
+
 step "unit, property and integration tests"
 cargo test --workspace --locked
 

@@ -6,9 +6,11 @@
 //! - [`event_bus`]: a local `PutEvents` endpoint the alerts role publishes to;
 //! - [`events`]: sample Lambda events dated now (`make events`, for `sam local invoke`);
 //! - [`http_api`]: API Gateway's stand-in on loopback, in front of the API function;
+//! - [`authorizer`]: its JWT authorizer, when the local stack signs in against an issuer;
 //! - [`simulator`]: a device fleet publishing to Kinesis;
 //! - [`pipeline`]: all of it wired together (`tidemark-devstack run`, the end-to-end test).
 
+pub mod authorizer;
 pub mod esm;
 pub mod event_bus;
 pub mod events;

@@ -7,6 +7,7 @@
 
 pub mod browser;
 pub mod fault_proxy;
+pub mod oidc;
 pub mod rollups;
 
 pub use fault_proxy::{Fault, FaultProxy};
