@@ -74,7 +74,7 @@ fn each_route_is_granted_by_the_managed_policy_of_its_scope_and_no_other() {
                 allowed,
                 *s == scope,
                 "{method} {template_path} (scope {}): {policy} {}",
-                scope.as_str(),
+                scope.default_name(),
                 if allowed {
                     "grants it"
                 } else {

@@ -274,6 +274,12 @@ fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
     no_raw_resources_of(&t, "AWS::ApiGatewayV2::Api");
     no_raw_resources_of(&t, "AWS::ApiGatewayV2::Route");
     let api = &t["Resources"]["HttpApi"];
+    let t_params = |name: &str| {
+        t["Parameters"][name]["Default"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
     assert_eq!(api["Type"].as_str(), Some("AWS::Serverless::HttpApi"));
 
     let mut declared = BTreeSet::new();
@@ -322,16 +328,30 @@ fn every_router_route_is_an_http_api_event_behind_an_authorizer() {
         assert_eq!(t.tag.to_string(), "!If", "{method} {path}");
         let branches = t.value.as_sequence().expect("!If list");
         assert_eq!(branches[0].as_str(), Some("UseJwt"), "{method} {path}");
-        let scope = branches[1][0]["Jwt"][0].as_str();
+        // The scope by the parameter that names it, whose default is the function's default.
+        let scope = match &branches[1][0]["Jwt"][0] {
+            Value::Tagged(r) if r.tag == "!Ref" => r.value.as_str().map(str::to_owned),
+            other => panic!("{method} {path}: the scope is not a parameter: {other:?}"),
+        };
         let wanted = scopes
             .iter()
             .find(|(m, p, _)| m.as_str() == method && p == path)
-            .map(|(_, _, s)| s.as_str())
-            .unwrap_or(tidemark_api::routes::Scope::Read.as_str());
+            .map(|(_, _, s)| *s)
+            .unwrap_or(tidemark_api::routes::Scope::Read);
+        let param = match wanted {
+            tidemark_api::routes::Scope::Read => "ReadScope",
+            tidemark_api::routes::Scope::Write => "WriteScope",
+            tidemark_api::routes::Scope::Admin => "AdminScope",
+        };
         assert_eq!(
-            scope,
-            Some(wanted),
+            scope.as_deref(),
+            Some(param),
             "{method} {path}: the JWT scope the function also requires"
+        );
+        assert_eq!(
+            t_params(param),
+            wanted.default_name(),
+            "{param}'s default is the function's"
         );
         assert!(
             branches[2][0].get("AWS_IAM").is_some(),

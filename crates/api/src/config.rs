@@ -7,6 +7,8 @@ use std::time::Duration;
 use thiserror::Error;
 use tidemark_schema::history::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
 use tidemark_schema::{Clock, LayoutLead, Timestamp};
+
+pub use crate::routes::ScopeNames;
 use tidemark_store::client::TABLE_NAME_ENV;
 
 /// The Secrets Manager secret holding the cursor key (deployed; see [`crate::secret`]).
@@ -24,9 +26,23 @@ pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
 pub const UI_AUTH_ENV: &str = "UI_AUTH";
 /// The JWT authorizer's issuer, shown on the dashboard's sign-in form.
 pub const JWT_ISSUER_ENV: &str = "JWT_ISSUER";
+/// The JWT authorizer's audience: the page asks the issuer for a token for it (Auth0 needs
+/// the `audience` parameter to issue a JWT access token; other issuers ignore it).
+pub const JWT_AUDIENCE_ENV: &str = "JWT_AUDIENCE";
 /// An OAuth client ID registered at the issuer for the dashboard (redirect URI
 /// `<ApiUrl>/ui/`, authorization code with PKCE, no secret): enables "Sign in" by redirect.
 pub const UI_OIDC_CLIENT_ID_ENV: &str = "UI_OIDC_CLIENT_ID";
+/// The scopes the page asks the issuer for, space-separated. Default: `openid` and the read
+/// and write scopes' names (Entra ID asks for `api://<app>/<name>` and puts `<name>` in the
+/// token, so there the two differ).
+pub const UI_OIDC_SCOPES_ENV: &str = "UI_OIDC_SCOPES";
+/// The origin of the issuer's token endpoint when it is not the issuer's own (Cognito's is
+/// the user pool domain): the page's `connect-src` names it.
+pub const UI_OIDC_TOKEN_ORIGIN_ENV: &str = "UI_OIDC_TOKEN_ORIGIN";
+/// What the read, write and admin scopes are called in the deployment's tokens.
+pub const READ_SCOPE_ENV: &str = "READ_SCOPE";
+pub const WRITE_SCOPE_ENV: &str = "WRITE_SCOPE";
+pub const ADMIN_SCOPE_ENV: &str = "ADMIN_SCOPE";
 
 pub const MIN_SECRET_LEN: usize = 32;
 
@@ -70,6 +86,9 @@ pub struct ApiConfig {
     pub clock: Clock,
     /// What the dashboard tells its user about auth (served as `/ui/config.json`).
     pub ui_auth: UiAuth,
+    /// What the JWT scopes are called; the function holds each route to its scope, as API
+    /// Gateway does.
+    pub scopes: ScopeNames,
 }
 
 /// The auth the dashboard's data calls need, as the deployment configured it.
@@ -77,14 +96,25 @@ pub struct ApiConfig {
 pub enum UiAuth {
     /// Local stack: loopback, no auth.
     None,
-    /// A JWT authorizer: the page sends the user's bearer token, pasted or, with a client
+    /// A JWT authorizer: the page sends the user's access token, pasted or, with a client
     /// ID, obtained by an OpenID Connect redirect to the issuer.
-    Jwt {
-        issuer: Option<String>,
-        client_id: Option<String>,
-    },
+    Jwt(JwtSignIn),
     /// IAM (SigV4) auth, which a browser page cannot sign: the page says how to reach it.
     Iam,
+}
+
+/// How the page signs in against a JWT authorizer's issuer. Nothing here is a secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JwtSignIn {
+    pub issuer: Option<String>,
+    /// The authorizer's audience, asked for by name ([`JWT_AUDIENCE_ENV`]).
+    pub audience: Option<String>,
+    /// The dashboard's public client; without it the page can only take a pasted token.
+    pub client_id: Option<String>,
+    /// What to ask the issuer for; `None`: `openid` and the read and write scopes.
+    pub request_scopes: Option<String>,
+    /// The token endpoint's origin when it is not the issuer's ([`UI_OIDC_TOKEN_ORIGIN_ENV`]).
+    pub token_origin: Option<String>,
 }
 
 impl fmt::Debug for ApiConfig {
@@ -98,6 +128,7 @@ impl fmt::Debug for ApiConfig {
             .field("shard_lead", &self.shard_lead)
             .field("clock", &self.clock)
             .field("ui_auth", &self.ui_auth)
+            .field("scopes", &self.scopes)
             .finish()
     }
 }
@@ -119,6 +150,7 @@ impl ApiConfig {
             shard_lead: LayoutLead::default(),
             clock: Clock::system(),
             ui_auth: UiAuth::None,
+            scopes: ScopeNames::default(),
         }
     }
 
@@ -151,10 +183,28 @@ impl ApiConfig {
         );
         let local = var(LOCAL_ENV).as_deref() == Some("1");
         c.ui_auth = match var(UI_AUTH_ENV).as_deref() {
-            Some("jwt") => UiAuth::Jwt {
+            Some("jwt") => UiAuth::Jwt(JwtSignIn {
                 issuer: var(JWT_ISSUER_ENV),
+                // The template passes the audience list joined by commas; one is enough to ask for.
+                audience: var(JWT_AUDIENCE_ENV).and_then(|a| {
+                    a.split(',')
+                        .map(str::trim)
+                        .find(|s| !s.is_empty())
+                        .map(str::to_owned)
+                }),
                 client_id: var(UI_OIDC_CLIENT_ID_ENV),
-            },
+                request_scopes: var(UI_OIDC_SCOPES_ENV),
+                token_origin: match var(UI_OIDC_TOKEN_ORIGIN_ENV) {
+                    None => None,
+                    Some(v) => Some(crate::ui::origin(&v).filter(|o| *o == v).ok_or(
+                        ConfigError::Invalid {
+                            var: UI_OIDC_TOKEN_ORIGIN_ENV,
+                            value: v,
+                            rule: "an origin: https://host[:port], no path",
+                        },
+                    )?),
+                },
+            }),
             Some("iam") => UiAuth::Iam,
             Some("none") => UiAuth::None,
             None if local => UiAuth::None,
@@ -167,6 +217,22 @@ impl ApiConfig {
                 });
             }
         };
+        for (name, slot) in [
+            (READ_SCOPE_ENV, &mut c.scopes.read),
+            (WRITE_SCOPE_ENV, &mut c.scopes.write),
+            (ADMIN_SCOPE_ENV, &mut c.scopes.admin),
+        ] {
+            if let Some(v) = var(name) {
+                if v.is_empty() || v.chars().any(|ch| ch.is_whitespace() || ch == '"') {
+                    return Err(ConfigError::Invalid {
+                        var: name,
+                        value: v,
+                        rule: "one scope name, no spaces",
+                    });
+                }
+                *slot = v;
+            }
+        }
         // The explicit local flag wins: `sam local` resolves the template's secret reference
         // to a name no local process can read.
         match (local, var(CURSOR_SECRET_ARN_ENV)) {
@@ -328,11 +394,57 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.ui_auth,
-            UiAuth::Jwt {
+            UiAuth::Jwt(JwtSignIn {
                 issuer: Some("https://issuer.example".into()),
-                client_id: None,
-            }
+                ..JwtSignIn::default()
+            })
         );
+        let c = ApiConfig::from_lookup(lookup(&[
+            ("CURSOR_SECRET_ARN", arn),
+            ("UI_AUTH", "jwt"),
+            (
+                "JWT_ISSUER",
+                "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_Ab",
+            ),
+            ("JWT_AUDIENCE", "5abc"),
+            ("UI_OIDC_CLIENT_ID", "5abc"),
+            (
+                "UI_OIDC_TOKEN_ORIGIN",
+                "https://fleet.auth.eu-west-1.amazoncognito.com",
+            ),
+            ("READ_SCOPE", "https://api.example/read"),
+        ]))
+        .unwrap();
+        let UiAuth::Jwt(j) = &c.ui_auth else {
+            panic!("{:?}", c.ui_auth)
+        };
+        assert_eq!(j.audience.as_deref(), Some("5abc"));
+        assert_eq!(
+            j.token_origin.as_deref(),
+            Some("https://fleet.auth.eu-west-1.amazoncognito.com")
+        );
+        assert_eq!(c.scopes.read, "https://api.example/read");
+        assert_eq!(c.scopes.write, "tidemark/write");
+        // A token origin with a path, or a scope with a space, is refused, not widened.
+        for (k, v) in [
+            (
+                "UI_OIDC_TOKEN_ORIGIN",
+                "https://fleet.auth.example/oauth2/token",
+            ),
+            ("UI_OIDC_TOKEN_ORIGIN", "*"),
+            ("WRITE_SCOPE", "tidemark/read tidemark/write"),
+        ] {
+            let e = ApiConfig::from_lookup(lookup(&[
+                ("CURSOR_SECRET_ARN", arn),
+                ("UI_AUTH", "jwt"),
+                (k, v),
+            ]))
+            .unwrap_err();
+            assert!(
+                matches!(e, ConfigError::Invalid { var, .. } if var == k),
+                "{e}"
+            );
+        }
         // Only the explicit local flag makes the page open; a DynamoDB endpoint does not.
         let local = ApiConfig::from_lookup(lookup(&[("TIDEMARK_LOCAL", "1")])).unwrap();
         assert_eq!(local.ui_auth, UiAuth::None);

@@ -25,7 +25,7 @@ pub enum ApiError {
     Conflict(String),
     /// The caller's token lacks the scope the route needs.
     #[error("this route needs the {0} scope")]
-    Forbidden(&'static str),
+    Forbidden(String),
     #[error("request body is {size} bytes; the limit is {limit}")]
     PayloadTooLarge { size: usize, limit: usize },
     /// DynamoDB throttled us past the SDK's retries: the caller may retry.

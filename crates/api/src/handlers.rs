@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::merge::{Source, merged_page};
 use crate::render;
 use crate::request::{Params, path_segments, query_pairs};
-use crate::routes::{Route, Scope, resolve};
+use crate::routes::{Route, resolve};
 use crate::store::{Place, QuerySpec, SkRange, Store};
 use crate::validate;
 
@@ -72,7 +72,7 @@ fn bad_cursor() -> ApiError {
 /// With a JWT authorizer API Gateway already checked the route's scope; this holds the
 /// function to the same map (and to it alone, should a route be misconfigured). Without JWT
 /// claims (IAM auth, or a local stack) there are no scopes to check.
-fn require_scope(req: &Request, scope: Scope) -> Result<(), ApiError> {
+fn require_scope(req: &Request, scope: &str) -> Result<(), ApiError> {
     use lambda_http::RequestExt;
     use lambda_http::request::RequestContext;
     let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() else {
@@ -84,11 +84,11 @@ fn require_scope(req: &Request, scope: Scope) -> Result<(), ApiError> {
     if jwt
         .scopes
         .as_ref()
-        .is_some_and(|s| s.iter().any(|s| s == scope.as_str()))
+        .is_some_and(|s| s.iter().any(|s| s == scope))
     {
         Ok(())
     } else {
-        Err(ApiError::Forbidden(scope.as_str()))
+        Err(ApiError::Forbidden(scope.to_owned()))
     }
 }
 
@@ -100,7 +100,7 @@ impl<S: Store> App<S> {
     pub(crate) async fn dispatch(&self, req: &Request) -> Result<Reply, ApiError> {
         let segments = path_segments(req)?;
         let m = resolve(req.method(), &segments)?;
-        require_scope(req, m.route.scope())?;
+        require_scope(req, self.config.scopes.name(m.route.scope()))?;
         let pairs = query_pairs(req)?;
         let id = || validate::device_id(&m.params[0]);
         let p = Params::new(pairs, m.query)?;

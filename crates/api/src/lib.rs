@@ -33,9 +33,9 @@ use http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::Value;
 
-pub use config::{ApiConfig, ConfigError, UiAuth};
+pub use config::{ApiConfig, ConfigError, JwtSignIn, UiAuth};
 pub use error::ApiError;
-pub use routes::{Route, query_parameters, routes};
+pub use routes::{Route, ScopeNames, query_parameters, routes};
 pub use store::{DynamoStore, Store};
 
 use crate::cursor::CursorKey;
@@ -97,7 +97,7 @@ impl<S: Store> App<S> {
         match request::path_segments(&req) {
             Ok(segments) if ui_route || ui::is_ui_path(&segments) => {
                 let answer = if ui::is_ui_path(&segments) {
-                    ui::answer(&req, &segments, &self.config.ui_auth)
+                    ui::answer(&req, &segments, &self.config.ui_auth, &self.config.scopes)
                 } else {
                     Err(ApiError::NotFound(format!("no dashboard file {path}")))
                 };

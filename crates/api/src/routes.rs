@@ -27,6 +27,7 @@ pub enum Route {
 
 /// The JWT scope a route needs (template.yaml's HttpApi definition asks API Gateway for the
 /// same; a test holds them equal). Quarantine is apart because it holds raw device payloads.
+/// What a scope is called in tokens is the deployment's choice ([`ScopeNames`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
     Read,
@@ -35,11 +36,42 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub fn as_str(self) -> &'static str {
+    /// The name when the deployment does not choose one (the template's parameter defaults).
+    pub fn default_name(self) -> &'static str {
         match self {
             Scope::Read => "tidemark/read",
             Scope::Write => "tidemark/write",
             Scope::Admin => "tidemark/admin",
+        }
+    }
+}
+
+/// What each scope is called in the deployment's access tokens (`scope` or `scp` claim):
+/// issuers name them differently (a Cognito resource server prefixes its identifier, Entra
+/// ID puts the bare name in `scp`), so the template takes them as parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeNames {
+    pub read: String,
+    pub write: String,
+    pub admin: String,
+}
+
+impl Default for ScopeNames {
+    fn default() -> Self {
+        ScopeNames {
+            read: Scope::Read.default_name().into(),
+            write: Scope::Write.default_name().into(),
+            admin: Scope::Admin.default_name().into(),
+        }
+    }
+}
+
+impl ScopeNames {
+    pub fn name(&self, scope: Scope) -> &str {
+        match scope {
+            Scope::Read => &self.read,
+            Scope::Write => &self.write,
+            Scope::Admin => &self.admin,
         }
     }
 }

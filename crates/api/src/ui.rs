@@ -13,7 +13,7 @@ use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::config::UiAuth;
+use crate::config::{JwtSignIn, ScopeNames, UiAuth};
 use crate::error::ApiError;
 
 /// The path segment the dashboard lives under.
@@ -94,27 +94,31 @@ pub fn is_ui_path(segments: &[String]) -> bool {
 
 /// The page's whole policy: its own scripts and styles (uPlot styles its elements inline),
 /// data from this origin only, except with an OpenID Connect sign-in, which also reads the
-/// issuer's discovery document and its token endpoint (HTTPS, anywhere the issuer says).
+/// issuer's discovery document and posts to its token endpoint: those two origins by name,
+/// nothing wider (a page that may connect anywhere could send the token anywhere).
 fn csp(auth: &UiAuth) -> String {
-    let connect = match auth {
-        UiAuth::Jwt {
-            issuer: Some(issuer),
-            client_id: Some(_),
-        } => match origin(issuer) {
-            Some(o) => format!("'self' {o} https:"),
-            None => "'self' https:".to_owned(),
+    let mut connect = vec!["'self'".to_owned()];
+    if let UiAuth::Jwt(
+        j @ JwtSignIn {
+            client_id: Some(_), ..
         },
-        _ => "'self'".to_owned(),
-    };
+    ) = auth
+    {
+        connect.extend(j.issuer.as_deref().and_then(origin));
+        connect.extend(j.token_origin.clone());
+        connect.dedup();
+    }
     format!(
         "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
-         img-src 'self' data:; connect-src {connect}; base-uri 'none'; form-action 'self'; \
-         frame-ancestors 'none'"
+         img-src 'self' data:; connect-src {}; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'",
+        connect.join(" ")
     )
 }
 
-/// `scheme://host[:port]` of a URL, when it is made only of characters an origin may hold.
-fn origin(url: &str) -> Option<String> {
+/// `scheme://host[:port]` of an HTTP(S) URL, when it is made only of characters an origin
+/// may hold (so it cannot smuggle another directive into the policy).
+pub fn origin(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let host = rest.split('/').next()?;
     let o = format!("{scheme}://{host}");
@@ -151,14 +155,20 @@ fn with_headers(mut resp: Response<Body>, content_type: &str, auth: &UiAuth) -> 
 pub const LOCAL_REFRESH_SECONDS: u32 = 5;
 pub const DEPLOYED_REFRESH_SECONDS: u32 = 30;
 
-/// The page's view of the deployment's auth, and how often it refreshes.
-pub fn config_json(auth: &UiAuth) -> serde_json::Value {
+/// The page's view of the deployment's auth, and how often it refreshes. With JWTs: which
+/// scope names the routes need (so a refusal can name the missing one) and what to ask the
+/// issuer for.
+pub fn config_json(auth: &UiAuth, scopes: &ScopeNames) -> serde_json::Value {
     match auth {
         UiAuth::None => json!({"auth": "none", "refreshSeconds": LOCAL_REFRESH_SECONDS}),
-        UiAuth::Jwt { issuer, client_id } => json!({
+        UiAuth::Jwt(j) => json!({
             "auth": "jwt",
-            "issuer": issuer,
-            "clientId": client_id,
+            "issuer": j.issuer,
+            "audience": j.audience,
+            "clientId": j.client_id,
+            "scopes": {"read": scopes.read, "write": scopes.write, "admin": scopes.admin},
+            "requestScopes": j.request_scopes.clone()
+                .unwrap_or_else(|| format!("openid {} {}", scopes.read, scopes.write)),
             "refreshSeconds": DEPLOYED_REFRESH_SECONDS,
         }),
         UiAuth::Iam => json!({"auth": "iam", "refreshSeconds": DEPLOYED_REFRESH_SECONDS}),
@@ -171,6 +181,7 @@ pub fn answer(
     req: &Request,
     segments: &[String],
     auth: &UiAuth,
+    scopes: &ScopeNames,
 ) -> Result<Response<Body>, ApiError> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed {
@@ -189,7 +200,7 @@ pub fn answer(
         return Ok(resp);
     }
     if rest == "config.json" {
-        let resp = Response::new(Body::Text(config_json(auth).to_string()));
+        let resp = Response::new(Body::Text(config_json(auth, scopes).to_string()));
         return Ok(with_headers(resp, "application/json", auth));
     }
     let name = if rest.is_empty() { "index.html" } else { &rest };

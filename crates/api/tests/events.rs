@@ -100,6 +100,52 @@ fn with_scopes(name: &str, scopes: &[&str]) -> lambda_http::Request {
 }
 
 #[tokio::test]
+async fn the_scopes_are_held_by_the_names_the_deployment_gives_them() {
+    let t = sample_table("api-ev-scope-names").await;
+    let mut config = tidemark_api::ApiConfig::new(t.name.clone());
+    config.scopes = tidemark_api::ScopeNames {
+        read: "https://api.example/read".into(),
+        write: "fleet.write".into(),
+        admin: "fleet.admin".into(),
+    };
+    let app = tidemark_api::App::new(t.client.clone(), config);
+    // The default names mean nothing to this deployment.
+    let (status, body) = invoke(
+        &app,
+        with_scopes("apigw-get-device.json", &["tidemark/read"]),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("https://api.example/read"),
+        "{body}"
+    );
+    let (status, _) = invoke(
+        &app,
+        with_scopes("apigw-get-device.json", &["https://api.example/read"]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = invoke(
+        &app,
+        with_scopes("apigw-put-device.json", &["https://api.example/read"]),
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fleet.write")
+    );
+    let (status, _) = invoke(&app, with_scopes("apigw-put-device.json", &["fleet.write"])).await;
+    assert!(status == 200 || status == 201, "{status}");
+}
+
+#[tokio::test]
 async fn each_route_needs_its_scope_read_write_or_admin() {
     let t = sample_table("api-ev-scopes").await;
     let app = app(&t);

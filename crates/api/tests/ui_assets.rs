@@ -6,7 +6,7 @@ use http::header;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tidemark_api::memory::MemoryStore;
-use tidemark_api::{ApiConfig, App, UiAuth, ui};
+use tidemark_api::{ApiConfig, App, JwtSignIn, UiAuth, ui};
 
 fn request(method: &str, raw_path: &str, stage: &str, headers: Value) -> lambda_http::Request {
     routed(method, raw_path, stage, headers, "GET /ui/{proxy+}")
@@ -128,11 +128,19 @@ async fn the_page_is_told_which_auth_the_deployment_uses() {
         (UiAuth::None, json!({"auth": "none", "refreshSeconds": 5})),
         (UiAuth::Iam, json!({"auth": "iam", "refreshSeconds": 30})),
         (
-            UiAuth::Jwt {
+            UiAuth::Jwt(JwtSignIn {
                 issuer: Some("https://issuer.example/".into()),
+                audience: Some("urn:tidemark:api".into()),
                 client_id: Some("dash".into()),
-            },
+                ..JwtSignIn::default()
+            }),
+            // The page asks for the API's scopes by the deployment's names, never only
+            // `openid` (whose token carries no API scope).
             json!({"auth": "jwt", "issuer": "https://issuer.example/", "clientId": "dash",
+                   "audience": "urn:tidemark:api",
+                   "scopes": {"read": "tidemark/read", "write": "tidemark/write",
+                              "admin": "tidemark/admin"},
+                   "requestScopes": "openid tidemark/read tidemark/write",
                    "refreshSeconds": 30}),
         ),
     ] {
@@ -215,29 +223,43 @@ async fn a_request_on_the_unauthenticated_dashboard_routes_never_reaches_data() 
 }
 
 #[tokio::test]
-async fn only_an_oidc_sign_in_widens_where_the_page_may_connect() {
+async fn an_oidc_sign_in_lets_the_page_connect_to_the_issuer_and_its_token_endpoint_only() {
     let csp = |auth: UiAuth| async move {
         let resp = app(auth)
             .handle(request("GET", "/ui/", "$default", json!({})))
             .await;
-        resp.headers()[header::CONTENT_SECURITY_POLICY]
+        let policy = resp.headers()[header::CONTENT_SECURITY_POLICY]
             .to_str()
+            .unwrap()
+            .to_owned();
+        policy
+            .split(';')
+            .map(str::trim)
+            .find_map(|d| d.strip_prefix("connect-src "))
             .unwrap()
             .to_owned()
     };
-    assert!(csp(UiAuth::None).await.contains("connect-src 'self';"));
-    let pasted = UiAuth::Jwt {
+    assert_eq!(csp(UiAuth::None).await, "'self'");
+    let pasted = JwtSignIn {
         issuer: Some("https://issuer.example/pool".into()),
-        client_id: None,
+        ..JwtSignIn::default()
     };
-    assert!(csp(pasted).await.contains("connect-src 'self';"));
-    let oidc = UiAuth::Jwt {
-        issuer: Some("https://issuer.example/pool".into()),
+    assert_eq!(csp(UiAuth::Jwt(pasted.clone())).await, "'self'");
+    let oidc = JwtSignIn {
         client_id: Some("dash".into()),
+        ..pasted
     };
-    assert!(
-        csp(oidc)
-            .await
-            .contains("connect-src 'self' https://issuer.example https:;")
+    assert_eq!(
+        csp(UiAuth::Jwt(oidc.clone())).await,
+        "'self' https://issuer.example"
+    );
+    // Cognito: discovery at the issuer, the token endpoint on the user pool's domain.
+    let cognito = JwtSignIn {
+        token_origin: Some("https://fleet.auth.eu-west-1.amazoncognito.com".into()),
+        ..oidc
+    };
+    assert_eq!(
+        csp(UiAuth::Jwt(cognito)).await,
+        "'self' https://issuer.example https://fleet.auth.eu-west-1.amazoncognito.com"
     );
 }

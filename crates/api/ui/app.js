@@ -1,8 +1,8 @@
 // The dashboard shell: routing by the URL's hash (so a link shows the same view), the
 // sign-in gate, and the refresh loop. Views live in their own modules.
-import { loadConfig, settings, token, setToken, ApiError } from './api.js';
+import { loadConfig, settings, token, setToken, setSession, setRenewer, ApiError } from './api.js';
 import { el, clear } from './charts.js';
-import { startSignIn, finishSignIn } from './oidc.js';
+import { startSignIn, finishSignIn, renewSession } from './oidc.js';
 import * as fleet from './fleet.js';
 import * as device from './device.js';
 import * as alerts from './alerts.js';
@@ -53,9 +53,16 @@ async function render({ quiet = false } = {}) {
       refreshed.textContent = `updated ${new Date().toLocaleTimeString()}`;
     } catch (e) {
       window.tidemark.error = String(e.message || e);
-      if (e instanceof ApiError && (e.status === 401 || e.status === 403) && settings().auth === 'jwt') {
+      if (e instanceof ApiError && e.status === 401 && settings().auth === 'jwt') {
+        // Expired, or not a token the API accepts: sign in again; the sign-in brings the
+        // user back to this view.
         setToken(null);
-        signIn(`The API refused the token (${e.status}): ${e.message}`);
+        signIn(`Your sign-in has expired or the API refused the token (401): ${e.message}`);
+      } else if (e instanceof ApiError && e.status === 403) {
+        // Signed in, without this view's scope: say which; the other views still work.
+        clear(main);
+        main.append(el('div', { class: 'error', dataset: { missingScope: e.scope || '' } },
+          `This view is not available to you: ${e.message}.`));
       } else if (!quiet || !main.childElementCount) {
         clear(main);
         main.append(el('div', { class: 'error' }, `Could not load this view: ${e.message}`));
@@ -83,7 +90,7 @@ function signIn(problem) {
     el('h1', {}, 'Sign in'),
     el('p', {}, 'This API is protected by a JWT authorizer',
       cfg.issuer ? [' (issuer ', el('code', {}, cfg.issuer), ')'] : '',
-      '. Paste an access token for it; it is kept in this tab only and sent with every data call.'),
+      '. Sign in, or paste an access token for it (not an ID token); it is kept in this tab only and sent with every data call.'),
     problem ? el('div', { class: 'error' }, problem) : '',
     cfg.clientId && cfg.issuer ? el('p', {}, el('button', {
       type: 'button', class: 'primary', id: 'oidc',
@@ -120,9 +127,10 @@ async function start() {
   window.addEventListener('hashchange', () => render());
   let problem;
   if (cfg.auth === 'jwt' && cfg.clientId) {
+    setRenewer((current) => renewSession(cfg, current));
     try {
-      const t = await finishSignIn(cfg);
-      if (t) setToken(t);
+      const s = await finishSignIn(cfg);
+      if (s) setSession(s);
     } catch (e) {
       problem = e.message;
     }

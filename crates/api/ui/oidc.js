@@ -1,6 +1,8 @@
 // Sign-in by OpenID Connect redirect (authorization code with PKCE, a public client, no
 // secret), offered when the deployment names a client ID registered at the JWT issuer with
-// the redirect URI <ApiUrl>/ui/. The token it returns is what the data calls then carry.
+// the redirect URI <ApiUrl>/ui/. It asks for the API's scopes by the deployment's names
+// (config.json's requestScopes) and keeps the ACCESS token only: an ID token carries no API
+// scope and is never sent to the API. A refresh token, when the issuer gives one, renews it.
 
 const VERIFIER = 'tidemark.oidc.verifier';
 const STATE = 'tidemark.oidc.state';
@@ -9,13 +11,24 @@ const b64url = (bytes) => btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-'
 const random = (n) => b64url(crypto.getRandomValues(new Uint8Array(n)));
 const redirectUri = () => location.origin + location.pathname;
 
+/** fetch, with a failure that says which origin the page could not reach (CSP, CORS, network). */
+async function reach(url, init, what) {
+  try {
+    return await fetch(url, init);
+  } catch (e) {
+    throw new Error(`could not reach the issuer's ${what} (${new URL(url).origin}): the page may only connect `
+      + 'to the API, the issuer and the token origin the deployment names (DashboardTokenOrigin), '
+      + 'and the issuer must allow this page by CORS');
+  }
+}
+
 async function discover(issuer) {
-  const r = await fetch(`${issuer.replace(/\/$/, '')}/.well-known/openid-configuration`);
+  const r = await reach(`${issuer.replace(/\/$/, '')}/.well-known/openid-configuration`, {}, 'discovery document');
   if (!r.ok) throw new Error(`the issuer has no OpenID configuration (${r.status})`);
   return r.json();
 }
 
-/** Leaves for the issuer's sign-in page; comes back to this page with a code. */
+/** Leaves for the issuer's sign-in page; comes back to this page, and this view, with a code. */
 export async function startSignIn(cfg) {
   const d = await discover(cfg.issuer);
   const verifier = random(32);
@@ -24,14 +37,39 @@ export async function startSignIn(cfg) {
   sessionStorage.setItem(VERIFIER, verifier);
   sessionStorage.setItem(STATE, JSON.stringify({ state, hash: location.hash }));
   const url = new URL(d.authorization_endpoint);
-  for (const [k, v] of Object.entries({
-    response_type: 'code', client_id: cfg.clientId, redirect_uri: redirectUri(), scope: 'openid',
+  const params = {
+    response_type: 'code', client_id: cfg.clientId, redirect_uri: redirectUri(), scope: cfg.requestScopes,
     state, code_challenge: b64url(new Uint8Array(digest)), code_challenge_method: 'S256',
-  })) url.searchParams.set(k, v);
+  };
+  // Auth0 issues a JWT access token only for a named audience; other issuers ignore it.
+  if (cfg.audience) params.audience = cfg.audience;
+  for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
   location.assign(url.toString());
 }
 
-/** On the way back: the token for the code in the URL, or null when there is none. */
+/** The session a token response describes; an ID token alone is refused. */
+function sessionOf(body, previous) {
+  if (!body.access_token) throw new Error('the issuer returned no access token');
+  return {
+    access: body.access_token,
+    refresh: body.refresh_token || previous?.refresh || null,
+    expiresAt: body.expires_in ? Date.now() + Number(body.expires_in) * 1000 : null,
+  };
+}
+
+async function tokenCall(cfg, form) {
+  const d = await discover(cfg.issuer);
+  const r = await reach(d.token_endpoint, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ client_id: cfg.clientId, ...form }),
+  }, 'token endpoint');
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(`the issuer refused: ${body.error_description || body.error || r.status}`);
+  return body;
+}
+
+/** On the way back: the session for the code in the URL, or null when there is none. */
 export async function finishSignIn(cfg) {
   const q = new URLSearchParams(location.search);
   if (!q.has('code') && !q.has('error')) return null;
@@ -42,14 +80,14 @@ export async function finishSignIn(cfg) {
   history.replaceState(null, '', location.pathname + ((saved && saved.hash) || ''));
   if (q.has('error')) throw new Error(`sign-in failed: ${q.get('error_description') || q.get('error')}`);
   if (!saved || saved.state !== q.get('state') || !verifier) throw new Error('the sign-in answer does not belong to this tab; sign in again');
-  const d = await discover(cfg.issuer);
-  const r = await fetch(d.token_endpoint, {
-    method: 'POST',
-    headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ grant_type: 'authorization_code', code: q.get('code'), redirect_uri: redirectUri(), client_id: cfg.clientId, code_verifier: verifier }),
+  const body = await tokenCall(cfg, {
+    grant_type: 'authorization_code', code: q.get('code'), redirect_uri: redirectUri(), code_verifier: verifier,
   });
-  const body = await r.json().catch(() => ({}));
-  const token = body.access_token || body.id_token;
-  if (!r.ok || !token) throw new Error(`the issuer refused the sign-in: ${body.error_description || body.error || r.status}`);
-  return token;
+  return sessionOf(body, null);
+}
+
+/** A fresh session from the refresh token (rotated when the issuer rotates it). */
+export async function renewSession(cfg, current) {
+  const body = await tokenCall(cfg, { grant_type: 'refresh_token', refresh_token: current.refresh });
+  return sessionOf(body, current);
 }

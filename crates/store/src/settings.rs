@@ -249,6 +249,42 @@ pub const SETTINGS: &[Setting] = &[
         "the dashboard's public OAuth client at the issuer",
         &[Api],
     ),
+    s(
+        "JWT_AUDIENCE",
+        "none",
+        "the authorizer's audiences, comma-separated; the page asks for the first (Auth0's `audience`)",
+        &[Api],
+    ),
+    s(
+        "UI_OIDC_SCOPES",
+        "`openid` + read + write scope",
+        "what the dashboard asks the issuer for, space-separated",
+        &[Api],
+    ),
+    s(
+        "UI_OIDC_TOKEN_ORIGIN",
+        "none",
+        "the issuer's token endpoint origin when not the issuer's (Cognito's domain); in the page's CSP",
+        &[Api],
+    ),
+    s(
+        "READ_SCOPE",
+        "`tidemark/read`",
+        "the read routes' scope, as named in access tokens",
+        &[Api],
+    ),
+    s(
+        "WRITE_SCOPE",
+        "`tidemark/write`",
+        "the write routes' scope (devices, layouts, acknowledge, snooze)",
+        &[Api],
+    ),
+    s(
+        "ADMIN_SCOPE",
+        "`tidemark/admin`",
+        "the quarantine route's scope",
+        &[Api],
+    ),
 ];
 
 /// The setting called `name`.
