@@ -7,7 +7,7 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api events sam-local heat bench
+.PHONY: run run-signin bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api events sam-local heat bench
 
 ## run: the whole pipeline locally: emulators, table and stream, ingest and aggregator behind
 ## emulated event-source mappings, the API on 127.0.0.1:3000, a simulated fleet (TIDEMARK_SIM=0
@@ -21,6 +21,18 @@ run:
 	  if grep -q "^$$s: stopped" <<<"$$before"; then scripts/services.sh stop $$s; fi; \
 	done; \
 	exit $$rc
+
+## run-signin: `make run` behind a JWT authorizer (API Gateway's checks), the dashboard signing
+## in at a local OpenID provider on 127.0.0.1:3002 (log in as `operator`: read, write, admin;
+## or `viewer`: read only; any password). The provider stops with the run.
+run-signin:
+	@provider="$$(scripts/oidc.sh)" || exit $$?; \
+	mkdir -p .local/logs; \
+	OIDC_PORT=3002 OIDC_REDIRECT_URIS=http://127.0.0.1:$${TIDEMARK_API_PORT:-3000}/ui/ \
+	  node "$$provider" >.local/logs/oidc.log 2>&1 & idp=$$!; \
+	trap "kill $$idp 2>/dev/null" EXIT; \
+	UI_AUTH=jwt JWT_ISSUER=http://127.0.0.1:3002 JWT_AUDIENCE=urn:tidemark:api \
+	  UI_OIDC_CLIENT_ID=dashboard $(MAKE) --no-print-directory run
 
 ## bootstrap: start the emulators, create the table and the stream, print the endpoints
 bootstrap:

@@ -70,6 +70,7 @@ async fn main() {
         ..MappingConfig::new(name)
     };
     let pipeline = Pipeline::start(PipelineConfig {
+        sign_in: None,
         local: LocalConfig {
             table: unique_name("alert-latency"),
             stream: stream.name.clone(),

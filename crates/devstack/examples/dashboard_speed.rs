@@ -113,6 +113,7 @@ async fn main() {
         ..MappingConfig::new(name)
     };
     let pipeline = Pipeline::start(PipelineConfig {
+        sign_in: None,
         local: LocalConfig {
             table: table.name.clone(),
             stream: stream.name.clone(),

@@ -86,6 +86,48 @@ pub struct PipelineConfig {
     /// The second mapping on the table stream, `tidemark-alerts` (the aggregator in the
     /// alerts role, publishing to the local event bus); `None` runs without it.
     pub alerts: Option<AlertsConfig>,
+    /// The API behind a JWT authorizer trusting this issuer (`make run-signin`); `None`: open
+    /// on loopback.
+    pub sign_in: Option<LocalSignIn>,
+}
+
+/// A local stack signing in at an OpenID Connect issuer: the API function's configuration
+/// (the dashboard's sign-in, the scope names) and what the authorizer trusts.
+#[derive(Debug, Clone)]
+pub struct LocalSignIn {
+    pub api: tidemark_api::ApiConfig,
+    pub issuer: String,
+    pub audiences: Vec<String>,
+}
+
+impl LocalSignIn {
+    /// From the API function's own variables (`UI_AUTH=jwt`, `JWT_ISSUER`, `JWT_AUDIENCE`,
+    /// `UI_OIDC_CLIENT_ID`, the scope names), as the template sets them; `None` without an
+    /// issuer.
+    pub fn from_env(table: &str) -> Result<Option<Self>, DevstackError> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let Some(issuer) = var(tidemark_api::config::JWT_ISSUER_ENV) else {
+            return Ok(None);
+        };
+        let api = tidemark_api::ApiConfig::from_lookup(|k| match k {
+            tidemark_api::config::LOCAL_ENV => Some("1".into()),
+            tidemark_api::config::UI_AUTH_ENV => Some("jwt".into()),
+            tidemark_store::client::TABLE_NAME_ENV => Some(table.to_owned()),
+            _ => var(k),
+        })
+        .map_err(|e| DevstackError::Config(e.to_string()))?;
+        let audiences = var(tidemark_api::config::JWT_AUDIENCE_ENV)
+            .unwrap_or_default()
+            .split(',')
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty())
+            .collect();
+        Ok(Some(LocalSignIn {
+            api,
+            issuer,
+            audiences,
+        }))
+    }
 }
 
 /// The alerts mapping and where its events go.
@@ -188,6 +230,7 @@ impl PipelineConfig {
         };
         Ok(PipelineConfig {
             alerts: Some(alerts),
+            sign_in: LocalSignIn::from_env(&local.table)?,
             local,
             api_port,
             functions,
@@ -346,11 +389,27 @@ impl Pipeline {
             (None, _) => {}
         }
 
-        let api = tidemark_api::App::new(ddb.clone(), tidemark_api::ApiConfig::new(table.clone()));
         let (listener, api_addr) = http_api::bind(cfg.api_port).await.map_err(|e| {
             DevstackError::Config(format!("cannot listen on 127.0.0.1:{}: {e}", cfg.api_port))
         })?;
-        tasks.spawn(http_api::serve(listener, Arc::new(api), rx.clone()));
+        match &cfg.sign_in {
+            None => {
+                let config = tidemark_api::ApiConfig::new(table.clone());
+                let api = tidemark_api::App::new(ddb.clone(), config);
+                tasks.spawn(http_api::serve(listener, Arc::new(api), rx.clone()));
+            }
+            Some(s) => {
+                let gate = crate::authorizer::Authorized {
+                    inner: tidemark_api::App::new(ddb.clone(), s.api.clone()),
+                    authorizer: crate::authorizer::JwtAuthorizer::new(
+                        s.issuer.clone(),
+                        s.audiences.clone(),
+                    ),
+                    scopes: s.api.scopes.clone(),
+                };
+                tasks.spawn(http_api::serve(listener, Arc::new(gate), rx.clone()));
+            }
+        }
         Ok(Pipeline {
             api_addr,
             ingest,

@@ -124,6 +124,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         ..MappingConfig::new(name)
     };
     let pipeline = Pipeline::start(PipelineConfig {
+        sign_in: None,
         local: common::local_config(&table, &stream, 1),
         api_port: 0,
         functions: Functions::InProcess,

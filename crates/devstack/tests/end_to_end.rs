@@ -102,6 +102,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
         ..MappingConfig::new(name)
     };
     let pipeline = Pipeline::start(PipelineConfig {
+        sign_in: None,
         local,
         api_port: 0,
         functions: Functions::InProcess,

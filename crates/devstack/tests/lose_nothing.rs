@@ -32,6 +32,7 @@ async fn start(label: &str) -> Running {
         ..MappingConfig::new(name)
     };
     let pipeline = Pipeline::start(PipelineConfig {
+        sign_in: None,
         local,
         api_port: 0,
         functions: Functions::InProcess,

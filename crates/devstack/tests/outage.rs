@@ -129,6 +129,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
         ..m
     };
     let cfg = PipelineConfig {
+        sign_in: None,
         api_port: 0,
         ingest: tune(base.ingest.clone(), 300, "ingest"),
         aggregator: tune(base.aggregator.clone(), 1_000, "aggregator"),

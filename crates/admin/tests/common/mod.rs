@@ -57,6 +57,7 @@ impl Stack {
             )
         };
         Pipeline::start(PipelineConfig {
+            sign_in: None,
             local,
             api_port: 0,
             functions: Functions::InProcess,
