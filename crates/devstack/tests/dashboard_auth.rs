@@ -18,9 +18,6 @@ use serde_json::{Value, json};
 use tidemark_api::{ApiConfig, App, JwtSignIn, UiAuth};
 use tidemark_devstack::authorizer::{Authorized, JwtAuthorizer};
 use tidemark_devstack::http_api::{HttpHandler, bind, serve};
-use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, MetricName, Severity, Timestamp,
-};
 use tidemark_testkit::TestTable;
 use tidemark_testkit::browser::{Browser, screenshot_dir};
 use tidemark_testkit::oidc::{AUDIENCE, CLIENT_ID, IssuerOptions, LocalIssuer};
@@ -140,36 +137,7 @@ impl Stack {
         )
         .await;
         assert_eq!(status, 201);
-        let at = Timestamp::parse_rfc3339("2026-04-20T14:30:00Z").unwrap();
-        let metric = MetricName::new("temperature").unwrap();
-        let id = AlertId::for_breach(at, &metric, AlertRule::Max);
-        let dev = DeviceId::new(device).unwrap();
-        let k = EntityKey::Alert {
-            device: dev.clone(),
-            alert: id.clone(),
-        }
-        .key();
-        let alert = AlertItem {
-            pk: k.pk,
-            sk: k.sk,
-            gsi1pk: Some(tidemark_schema::keys::severity_gsi1pk(Severity::Critical)),
-            gsi1sk: Some(tidemark_schema::keys::alert_gsi1sk(&id)),
-            device_id: dev,
-            alert_id: id.clone(),
-            metric,
-            rule: AlertRule::Max,
-            severity: Severity::Critical,
-            state: AlertState::Open,
-            message: "temperature above 30".into(),
-            value: 31.5,
-            threshold: 30.0,
-            breach_count: 2,
-            opened_at: at,
-            last_breach_at: at,
-            acknowledged_at: None,
-            resolved_at: None,
-            snoozed_until: None,
-        };
+        let alert = tidemark_testkit::open_alert(device);
         self.table
             .client
             .put_item()
@@ -178,7 +146,7 @@ impl Stack {
             .send()
             .await
             .unwrap();
-        id.to_string()
+        alert.alert_id.to_string()
     }
 
     async fn alert_state(&self, device: &str) -> String {

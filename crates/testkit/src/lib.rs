@@ -280,3 +280,42 @@ impl Drop for TestStream {
         });
     }
 }
+
+/// An open critical `temperature` max alert on `device`, opened 2026-04-20T14:30Z, as the
+/// alerts role writes one (in GSI1 while unresolved): for tests of what reads and acts on it.
+pub fn open_alert(device: &str) -> tidemark_schema::AlertItem {
+    use tidemark_schema::{
+        AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, MetricName, Severity,
+        Timestamp,
+    };
+    let at = |s| Timestamp::parse_rfc3339(s).expect("a valid time");
+    let metric = MetricName::new("temperature").expect("a valid metric");
+    let device = DeviceId::new(device).expect("a valid device ID");
+    let id = AlertId::for_breach(at("2026-04-20T14:30:00Z"), &metric, AlertRule::Max);
+    let k = EntityKey::Alert {
+        device: device.clone(),
+        alert: id.clone(),
+    }
+    .key();
+    AlertItem {
+        pk: k.pk,
+        sk: k.sk,
+        gsi1pk: Some(tidemark_schema::keys::severity_gsi1pk(Severity::Critical)),
+        gsi1sk: Some(tidemark_schema::keys::alert_gsi1sk(&id)),
+        device_id: device,
+        alert_id: id,
+        metric,
+        rule: AlertRule::Max,
+        severity: Severity::Critical,
+        state: AlertState::Open,
+        message: "temperature above 30".into(),
+        value: 31.5,
+        threshold: 30.0,
+        breach_count: 2,
+        opened_at: at("2026-04-20T14:30:00Z"),
+        last_breach_at: at("2026-04-20T14:31:00Z"),
+        acknowledged_at: None,
+        resolved_at: None,
+        snoozed_until: None,
+    }
+}

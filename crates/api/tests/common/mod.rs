@@ -10,8 +10,8 @@ use lambda_http::{Body, Request};
 use serde_json::Value;
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus,
-    DeviceType, MetricName, Period, Reading, ReadingItem, Severity, Stats, Timestamp,
+    AggregateItem, AlertId, AlertItem, AlertRule, DeviceId, DeviceItem, DeviceStatus, DeviceType,
+    MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
 };
 use tidemark_testkit::TestTable;
 
@@ -143,33 +143,9 @@ pub fn sample_alert_id() -> AlertId {
 }
 
 pub fn sample_alert() -> AlertItem {
-    let id = sample_alert_id();
-    let k = tidemark_schema::EntityKey::Alert {
-        device: dev("sensor_01"),
-        alert: id.clone(),
-    }
-    .key();
-    AlertItem {
-        pk: k.pk,
-        sk: k.sk,
-        gsi1pk: Some(tidemark_schema::keys::severity_gsi1pk(Severity::Critical)),
-        gsi1sk: Some(tidemark_schema::keys::alert_gsi1sk(&id)),
-        device_id: dev("sensor_01"),
-        alert_id: id,
-        metric: metric("temperature"),
-        rule: AlertRule::Max,
-        severity: Severity::Critical,
-        state: AlertState::Open,
-        message: "temperature above 30".into(),
-        value: 31.5,
-        threshold: 30.0,
-        breach_count: 2,
-        opened_at: ts("2026-04-20T14:30:00Z"),
-        last_breach_at: ts("2026-04-20T14:31:00Z"),
-        acknowledged_at: None,
-        resolved_at: None,
-        snoozed_until: None,
-    }
+    let a = tidemark_testkit::open_alert("sensor_01");
+    assert_eq!(a.alert_id, sample_alert_id());
+    a
 }
 
 pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) -> AggregateItem {
