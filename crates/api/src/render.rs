@@ -174,7 +174,7 @@ pub fn quarantined(item: Item, parts: Vec<Item>) -> Result<Value, ApiError> {
     for p in parts {
         payload.extend_from_slice(&p.payload);
     }
-    Ok(json!({
+    let mut out = json!({
         "reason": q.reason.as_str(),
         "message": q.message,
         "receivedAt": q.received_at,
@@ -182,5 +182,12 @@ pub fn quarantined(item: Item, parts: Vec<Item>) -> Result<Value, ApiError> {
         "partitionKey": q.partition_key,
         "size": q.size,
         "payload": STANDARD.encode(&payload),
-    }))
+    });
+    if let Some(i) = q.sub_record {
+        out["subRecord"] = json!(i);
+    }
+    if let Some(k) = q.explicit_hash_key {
+        out["explicitHashKey"] = json!(k);
+    }
+    Ok(out)
 }

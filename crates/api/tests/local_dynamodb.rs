@@ -460,6 +460,8 @@ async fn quarantine_of_a_day_merges_its_partitions_with_base64_payloads() {
                 message: "expected value at line 1 column 1".into(),
                 received_at: received,
                 sequence_number: seq.clone(),
+                sub_record: None,
+                explicit_hash_key: None,
                 partition_key: "sensor_01".into(),
                 size: 3,
                 payload: b"\x00{x".to_vec(),
@@ -498,11 +500,15 @@ async fn megabyte_quarantined_payloads_come_back_whole_a_few_to_a_page() {
         let seq = format!("4959033827149025660855969253836157109592157598913659{i:04}");
         let payload: Vec<u8> = (0..1024 * 1024).map(|j| (j % 251) as u8 ^ i).collect();
         let q = QuarantineItem::split(
-            received,
-            &seq,
+            tidemark_schema::QuarantineSource {
+                received,
+                sequence: &seq,
+                sub_record: None,
+                partition_key: "sensor_01",
+                explicit_hash_key: None,
+            },
             QuarantineReason::PayloadTooLarge,
             "too large".into(),
-            "sensor_01".into(),
             &payload,
         );
         assert!(q.record.parts > 1);
@@ -1004,6 +1010,8 @@ async fn a_quarantine_listing_of_today_started_before_midnight_goes_on_after_it(
                 message: "expected value at line 1 column 1".into(),
                 received_at: received,
                 sequence_number: seq,
+                sub_record: None,
+                explicit_hash_key: None,
                 partition_key: "sensor_01".into(),
                 size: 3,
                 payload: b"\x00{x".to_vec(),

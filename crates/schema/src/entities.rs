@@ -546,6 +546,9 @@ pub enum QuarantineReason {
     /// records) would pass DynamoDB's 400 KB item limit: every record of it in the batch is
     /// kept here, since a write DynamoDB refuses for good would stall the stream shard.
     ReadingTooLarge,
+    /// A KPL aggregated record (it starts with the KPL's magic bytes) whose MD5 does not
+    /// match or whose protobuf does not parse: none of its user records can be trusted.
+    CorruptAggregate,
 }
 
 impl QuarantineReason {
@@ -563,6 +566,7 @@ impl QuarantineReason {
         QuarantineReason::UnknownDevice,
         QuarantineReason::InvalidMetadata,
         QuarantineReason::ReadingTooLarge,
+        QuarantineReason::CorruptAggregate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -580,6 +584,7 @@ impl QuarantineReason {
             QuarantineReason::UnknownDevice => "unknown_device",
             QuarantineReason::InvalidMetadata => "invalid_metadata",
             QuarantineReason::ReadingTooLarge => "reading_too_large",
+            QuarantineReason::CorruptAggregate => "corrupt_aggregate",
         }
     }
 }
@@ -594,7 +599,14 @@ pub struct QuarantineItem {
     pub message: String,
     pub received_at: Timestamp,
     pub sequence_number: String,
+    /// The user record's index inside the KPL aggregate the Kinesis record carried; absent
+    /// for a plain record. Its payload is then that user record's data alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_record: Option<u32>,
     pub partition_key: String,
+    /// The user record's own explicit hash key, when its producer set one (KPL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explicit_hash_key: Option<String>,
     /// Size of the original record in bytes.
     pub size: u64,
     /// The record's first [`QuarantineItem::PART_BYTES`] bytes; the rest, if any, is in
@@ -611,6 +623,15 @@ fn one() -> u16 {
     1
 }
 
+/// The sequence a quarantine key names: the record's, or `<sequence>.<index>` for a user
+/// record of an aggregate (after its record's, before the next record's).
+fn key_sequence(sequence: &str, sub_record: Option<u32>) -> String {
+    match sub_record {
+        Some(i) => format!("{sequence}.{i}"),
+        None => sequence.to_owned(),
+    }
+}
+
 /// `QUARANTINE#<day>#<n>` / `<received>#<sequence>#<part>`: a further piece of a quarantined
 /// payload too large for one item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -621,6 +642,17 @@ pub struct QuarantinePartItem {
     #[serde(with = "serde_bytes_as_binary")]
     pub payload: Vec<u8>,
     pub ttl: i64,
+}
+
+/// Where a quarantined payload came from: a Kinesis record, or one user record of a KPL
+/// aggregate inside it (then its own partition key and explicit hash key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuarantineSource<'a> {
+    pub received: Timestamp,
+    pub sequence: &'a str,
+    pub sub_record: Option<u32>,
+    pub partition_key: &'a str,
+    pub explicit_hash_key: Option<&'a str>,
 }
 
 /// A quarantined record as items: the record's own item, then its payload's further parts.
@@ -639,13 +671,13 @@ impl QuarantineItem {
     /// Builds the items of a quarantined record, its whole payload split over as many as it
     /// needs. Everything comes from the arguments, so a replay rebuilds the same items.
     pub fn split(
-        received: Timestamp,
-        sequence: &str,
+        source: QuarantineSource<'_>,
         reason: QuarantineReason,
         message: String,
-        partition_key: String,
         data: &[u8],
     ) -> QuarantinedRecord {
+        let received = source.received;
+        let sequence = &key_sequence(source.sequence, source.sub_record);
         let key = Self::key_for(received.day(), received, sequence);
         let ttl = received.ttl_after_days(Self::RETENTION_DAYS);
         let mut chunks = data.chunks(Self::PART_BYTES);
@@ -676,8 +708,10 @@ impl QuarantineItem {
                 reason,
                 message,
                 received_at: received,
-                sequence_number: sequence.to_owned(),
-                partition_key,
+                sequence_number: source.sequence.to_owned(),
+                sub_record: source.sub_record,
+                partition_key: source.partition_key.to_owned(),
+                explicit_hash_key: source.explicit_hash_key.map(str::to_owned),
                 size: data.len() as u64,
                 payload: first,
                 parts: 1 + parts.len() as u16,
@@ -689,13 +723,14 @@ impl QuarantineItem {
 
     /// The keys of this record's further parts, in order.
     pub fn part_keys(&self) -> Vec<keys::Key> {
+        let sequence = key_sequence(&self.sequence_number, self.sub_record);
         (1..self.parts)
             .map(|part| {
                 EntityKey::QuarantinePart {
                     day: self.received_at.day(),
-                    partition: Self::partition_for(&self.sequence_number),
+                    partition: Self::partition_for(&sequence),
                     received: self.received_at,
-                    sequence: self.sequence_number.clone(),
+                    sequence: sequence.clone(),
                     part,
                 }
                 .key()

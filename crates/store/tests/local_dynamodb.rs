@@ -154,6 +154,8 @@ async fn quarantine_payload_is_stored_as_binary() {
         message: "expected value at line 1 column 1".into(),
         received_at: received,
         sequence_number: "4959".into(),
+        sub_record: None,
+        explicit_hash_key: None,
         partition_key: "sensor_01".into(),
         size: 3,
         payload: vec![0xff, 0x00, 0x7b],
