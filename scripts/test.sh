@@ -28,6 +28,10 @@ scripts/browser.sh
 step "local OpenID provider (oidc-provider)"
 scripts/oidc.sh >/dev/null
 
+# Ingest's KPL fixture is written by AWS's own aggregation library, not by our encoder.
+step "KPL fixture (aws-kinesis-agg) matches events/kinesis-kpl.json"
+scripts/kpl-fixtures.sh --check
+
 step "unit, property and integration tests"
 cargo test --workspace --locked
 

@@ -42,6 +42,9 @@ pub struct SimConfig {
     pub malformed_probability: f64,
     /// Chance a device batches two readings in one record (a JSON array).
     pub array_probability: f64,
+    /// Every n-th record of a device is sent as a KPL aggregated record, its readings as
+    /// user records, as a producer using the Kinesis Producer Library sends them (0: never).
+    pub kpl_every: u64,
 }
 
 impl Default for SimConfig {
@@ -57,6 +60,7 @@ impl Default for SimConfig {
             duplicate_probability: 0.02,
             malformed_probability: 0.005,
             array_probability: 0.05,
+            kpl_every: 10,
         }
     }
 }
@@ -119,6 +123,8 @@ struct Device {
     /// Remaining readings of a current breach.
     breach_left: u32,
     breach_kind: u8,
+    /// Records sent so far (every `kpl_every`-th goes aggregated).
+    records: u64,
 }
 
 /// The fleet: deterministic for a seed.
@@ -152,6 +158,7 @@ impl Fleet {
                     battery: rng.random_range(60.0..100.0),
                     breach_left: 0,
                     breach_kind: 0,
+                    records: 0,
                 }
             })
             .collect();
@@ -249,9 +256,24 @@ impl Fleet {
         } else {
             Value::Array(readings.clone())
         };
+        self.devices[i].records += 1;
+        let every = self.cfg.kpl_every;
+        let data = if every > 0 && self.devices[i].records % every == 0 {
+            let users: Vec<Vec<u8>> = readings
+                .iter()
+                .map(|r| r.to_string().into_bytes())
+                .collect();
+            let users: Vec<(&str, Option<&str>, &[u8])> = users
+                .iter()
+                .map(|u| (key.as_str(), None, u.as_slice()))
+                .collect();
+            tidemark_ingest::kpl::aggregate(&users)
+        } else {
+            body.to_string().into_bytes()
+        };
         let rec = Outgoing {
             partition_key: key.clone(),
-            data: body.to_string().into_bytes(),
+            data,
             kind: RecordKind::Readings(readings.clone()),
             due: at,
         };
@@ -613,13 +635,21 @@ mod tests {
     #[test]
     fn valid_readings_are_what_ingest_accepts() {
         let mut f = Fleet::new(SimConfig::default(), t(START));
+        let mut aggregated = 0;
         for o in f.tick(t(START + 5 * 60_000)) {
             if let RecordKind::Readings(rs) = o.kind {
-                let v: Value = serde_json::from_slice(&o.data).unwrap();
-                let parsed = if rs.len() == 1 {
-                    vec![v]
-                } else {
-                    v.as_array().unwrap().clone()
+                let parsed = match tidemark_ingest::kpl::open(&o.data) {
+                    tidemark_ingest::kpl::Payload::Aggregate(users) => {
+                        aggregated += 1;
+                        users
+                            .iter()
+                            .map(|u| serde_json::from_slice(&u.data).unwrap())
+                            .collect()
+                    }
+                    _ => match serde_json::from_slice(&o.data).unwrap() {
+                        Value::Array(v) => v,
+                        v => vec![v],
+                    },
                 };
                 assert_eq!(parsed, rs);
                 for r in rs {
@@ -629,5 +659,6 @@ mod tests {
                 }
             }
         }
+        assert!(aggregated > 0, "some records go as KPL aggregates");
     }
 }

@@ -10,16 +10,19 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use thiserror::Error;
 use tidemark_schema::field;
 use tidemark_schema::table::attr;
-use tidemark_schema::{Clock, DeviceId, QuarantineItem, QuarantineReason, Reading, Timestamp};
+use tidemark_schema::{
+    Clock, DeviceId, QuarantineItem, QuarantineReason, QuarantineSource, Reading, Timestamp,
+};
 use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteMode, WriteReport};
 use tidemark_store::emf::Metrics;
 use tidemark_store::slots::SlotStore;
 use tidemark_store::{Item, StoreError};
 
 use crate::config::{IngestConfig, UnknownDevices};
-use crate::decode::{Rejection, decode_record, reading_item};
+use crate::decode::{Rejection, reading_item};
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
 use crate::packing::{SlotBatch, SlotReport};
+use crate::units::Unit;
 use tidemark_store::layouts::LayoutBook;
 
 #[derive(Debug, Error)]
@@ -39,6 +42,8 @@ pub enum IngestError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchStats {
     pub records: u64,
+    /// User records found inside KPL aggregates (each decoded and quarantined on its own).
+    pub user_records: u64,
     pub readings: u64,
     pub quarantined: u64,
     pub quarantined_by_reason: BTreeMap<QuarantineReason, u64>,
@@ -76,6 +81,7 @@ impl BatchStats {
     pub fn metrics(&self) -> Metrics {
         let mut m = Metrics::new("ingest")
             .count("Records", self.records)
+            .count("UserRecords", self.user_records)
             .count("Readings", self.readings)
             .count("Quarantined", self.quarantined)
             .count("ItemsWritten", self.written)
@@ -242,10 +248,8 @@ where
             records: records.len() as u64,
             ..BatchStats::default()
         };
-        let mut decoded: Vec<Result<Vec<Reading>, Rejection>> = records
-            .iter()
-            .map(|r| decode_record(&r.kinesis.data, now, &self.config))
-            .collect();
+        let (units, mut decoded) = crate::units::units(records, now, &self.config);
+        stats.user_records = units.iter().filter(|u| u.sub_record.is_some()).count() as u64;
         if self.config.unknown_devices == UnknownDevices::Quarantine {
             self.quarantine_unknown_devices(&mut decoded).await?;
         }
@@ -254,7 +258,8 @@ where
 
         let mut puts = Vec::with_capacity(records.len());
         let mut slots = SlotBatch::default();
-        for (i, (record, d)) in records.iter().zip(decoded).enumerate() {
+        // Writes are tagged with their unit's index; units are in record order.
+        for (i, (unit, d)) in units.iter().zip(decoded).enumerate() {
             match d {
                 Ok(readings) => {
                     for r in readings {
@@ -276,7 +281,9 @@ where
                         .quarantined_by_reason
                         .entry(rejection.reason)
                         .or_default() += 1;
-                    for item in quarantine_items(record, &rejection).map_err(IngestError::Item)? {
+                    for item in quarantine_items(unit.source(), &unit.data, &rejection)
+                        .map_err(IngestError::Item)?
+                    {
                         puts.push(PendingWrite::put(i, item));
                     }
                 }
@@ -304,7 +311,7 @@ where
         let sources = reading_sources(&puts);
         let (report, packed) = tokio::join!(self.writer.write_all(puts, write_by), packed);
         let (refused_failed, refused_written) = self
-            .quarantine_refused(records, &report, &sources, write_by, &mut stats)
+            .quarantine_refused(&units, &report, &sources, write_by, &mut stats)
             .await?;
         let mut response = KinesisEventResponse::default();
         let first_failed = report
@@ -314,7 +321,7 @@ where
             .chain(refused_failed)
             .min();
         if let Some(first) = first_failed {
-            let seq = records[first].kinesis.sequence_number.clone();
+            let seq = records[units[first].record].kinesis.sequence_number.clone();
             response.add_failure(seq.clone());
             stats.failed_from = Some(seq);
         }
@@ -416,7 +423,7 @@ where
     /// items it wrote.
     async fn quarantine_refused(
         &self,
-        records: &[KinesisEventRecord],
+        units: &[Unit<'_>],
         report: &WriteReport,
         sources: &HashMap<(String, String), BTreeSet<usize>>,
         write_by: tokio::time::Instant,
@@ -432,8 +439,8 @@ where
         let mut puts = Vec::new();
         for (i, why) in &behind {
             tracing::warn!(
-                sequence_number = %records[*i].kinesis.sequence_number, error = %why,
-                "record quarantined: its reading is too large for one item"
+                sequence_number = %units[*i].sequence, sub_record = ?units[*i].sub_record,
+                error = %why, "record quarantined: its reading is too large for one item"
             );
             let rejection = Rejection::new(
                 QuarantineReason::ReadingTooLarge,
@@ -444,7 +451,10 @@ where
                      (PUT /devices/{{id}}/layout); DynamoDB said: {why}"
                 ),
             );
-            for item in quarantine_items(&records[*i], &rejection).map_err(IngestError::Item)? {
+            let u = &units[*i];
+            for item in
+                quarantine_items(u.source(), &u.data, &rejection).map_err(IngestError::Item)?
+            {
                 puts.push(PendingWrite::put(*i, item));
             }
         }
@@ -558,28 +568,22 @@ pub fn arrival_time(record: &KinesisEventRecord) -> Timestamp {
     .unwrap_or(Timestamp::MIN)
 }
 
-/// The items of a rejected record: its raw bytes, whole (split over several items when too
-/// large for one, [`QuarantineItem::split`]), reason, message, partition key, sequence number,
-/// arrival time, and a 14-day TTL from arrival. Every field comes from the record and the
-/// rejection, none from the clock, so replays rewrite the very same items.
+/// The items of a rejected record (or user record of an aggregate): its raw bytes, whole
+/// (split over several items when too large for one, [`QuarantineItem::split`]), reason,
+/// message, partition key, sequence number, arrival time, and a 14-day TTL from arrival.
+/// Every field comes from the record and the rejection, none from the clock, so replays
+/// rewrite the very same items.
 pub fn quarantine_items(
-    record: &KinesisEventRecord,
+    source: QuarantineSource<'_>,
+    data: &[u8],
     rejection: &Rejection,
 ) -> Result<Vec<Item>, StoreError> {
-    let k = &record.kinesis;
     let mut message = rejection.message.clone();
     if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
         message.truncate(cut);
         message.push('…');
     }
-    let q = QuarantineItem::split(
-        arrival_time(record),
-        &k.sequence_number,
-        rejection.reason,
-        message,
-        k.partition_key.clone(),
-        &k.data,
-    );
+    let q = QuarantineItem::split(source, rejection.reason, message, data);
     let mut items = vec![tidemark_store::to_item(&q.record)?];
     for part in &q.parts {
         items.push(tidemark_store::to_item(part)?);

@@ -17,6 +17,8 @@
 //! uses ([`tidemark_store::layouts::LayoutBook`]); a configured `DEFAULT_LAYOUT` is recorded
 //! there for the future, never for readings already written.
 //!
+//! - [`kpl`]: records aggregated by the Kinesis Producer Library, opened into their user
+//!   records; [`units`]: a batch as units of decoding (a plain record, or one user record).
 //! - [`decode_record`]: pure decoding and validation of one record.
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
@@ -27,8 +29,10 @@
 pub mod config;
 pub mod decode;
 pub mod handler;
+pub mod kpl;
 pub mod lookups;
 pub mod packing;
+pub mod units;
 
 pub use config::{ConfigError, IngestConfig, UnknownDevices};
 pub use decode::{Rejection, decode_record, reading_item};
