@@ -509,3 +509,89 @@ fn every_skipped_security_check_says_why_next_to_its_resource() {
     }
     assert!(skipped > 0, "no skips found: the check is broken");
 }
+
+#[test]
+fn the_iot_core_rule_keeps_each_devices_order_and_every_failed_message() {
+    let t = template();
+    let r = &t["Resources"];
+    let rule = &r["IotTelemetryRule"];
+    assert_eq!(rule["Condition"].as_str(), Some("HasIotRule"));
+    let payload = &rule["Properties"]["TopicRulePayload"];
+    // The SQL the recorded rule outputs (events/iot-rule-outputs.json) were made with.
+    let fixture: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../events/iot-rule-outputs.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let Value::Tagged(sql) = &payload["Sql"] else {
+        panic!("the SQL names the IotTopicFilter parameter")
+    };
+    let sql = sql.value.as_str().unwrap();
+    assert_eq!(
+        sql,
+        "SELECT *, topic(2) AS deviceId, timestamp() AS receivedAt FROM '${IotTopicFilter}'"
+    );
+    let about = fixture["about"].as_str().unwrap();
+    assert!(
+        about.contains(&sql.replace("${IotTopicFilter}", "tidemark/+/telemetry")),
+        "{about}"
+    );
+    for m in fixture["messages"].as_array().unwrap() {
+        let topic = m["topic"].as_str().unwrap();
+        assert_eq!(m["partitionKey"].as_str(), topic.split('/').nth(1));
+        assert_eq!(
+            m["ruleOutput"]["deviceId"].as_str(),
+            topic.split('/').nth(1)
+        );
+    }
+    // One device, one partition key: its records stay in order on one shard.
+    let kinesis = &payload["Actions"][0]["Kinesis"];
+    assert_eq!(kinesis["PartitionKey"].as_str(), Some("${topic(2)}"));
+    assert_eq!(
+        target(&kinesis["StreamName"]).as_deref(),
+        Some("ReadingsStream")
+    );
+    // Failed messages are kept, and someone is told.
+    let error = &payload["ErrorAction"]["Sqs"];
+    assert_eq!(
+        target(&error["QueueUrl"]).as_deref(),
+        Some("IotRuleErrorQueue")
+    );
+    assert_eq!(
+        r["IotRuleErrorQueue"]["Properties"]["MessageRetentionPeriod"].as_u64(),
+        Some(1_209_600)
+    );
+    assert_eq!(
+        target(&r["IotRuleErrorsAlarm"]["Properties"]["Dimensions"][0]["Value"]).as_deref(),
+        Some("IotRuleErrorQueue")
+    );
+    // Its role may put on the stream and keep failures, nothing else.
+    let statements = r["IotRuleRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_sequence()
+        .unwrap();
+    let grants: Vec<(String, Option<String>)> = statements
+        .iter()
+        .map(|s| {
+            (
+                s["Action"].as_str().unwrap().to_owned(),
+                target(&s["Resource"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        grants,
+        [
+            (
+                "kinesis:PutRecord".to_owned(),
+                Some("ReadingsStream".to_owned())
+            ),
+            (
+                "sqs:SendMessage".to_owned(),
+                Some("IotRuleErrorQueue".to_owned())
+            ),
+        ]
+    );
+}

@@ -50,6 +50,9 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
+/// The field an AWS IoT Core topic rule adds (`timestamp() AS receivedAt`): not a metric.
+pub const RECEIVED_AT: &str = "receivedAt";
+
 /// DynamoDB allows 32 levels of nesting; the reading item puts metadata one level down.
 const MAX_METADATA_DEPTH: usize = 16;
 
@@ -182,7 +185,10 @@ fn reading(
             ));
         }
     };
-    let timestamp = match obj.get("timestamp") {
+    // `receivedAt` is when AWS IoT Core received the message (its topic rule adds it as
+    // `timestamp()`, epoch ms): the reading's time when the device sent none, else ignored.
+    let received_at = obj.remove(RECEIVED_AT);
+    let timestamp = match obj.get("timestamp").or(received_at.as_ref()) {
         Some(Value::String(s)) => Timestamp::parse_flexible(s).map_err(|e| {
             Rejection::new(QuarantineReason::InvalidTimestamp, clip(&e.to_string()))
         })?,
@@ -207,7 +213,7 @@ fn reading(
         None => {
             return Err(Rejection::new(
                 QuarantineReason::InvalidTimestamp,
-                "timestamp is missing",
+                "timestamp is missing (and no receivedAt from an IoT Core rule)",
             ));
         }
     };
@@ -244,7 +250,10 @@ fn reading(
             ));
         }
     };
-    let metric_count = obj.len() - 2;
+    let metric_count = obj
+        .keys()
+        .filter(|k| *k != "deviceId" && *k != "timestamp")
+        .count();
     if metric_count > config.max_metrics {
         return Err(Rejection::new(
             QuarantineReason::TooManyMetrics,
@@ -422,6 +431,24 @@ mod tests {
         assert_eq!(r.metrics.len(), 4);
         assert_eq!(r.metrics[&MetricName::new("humidity").unwrap()], 45.0);
         assert_eq!(r.metadata.as_ref().unwrap()["fw"], "2.1.0");
+    }
+
+    #[test]
+    fn received_at_is_the_time_of_a_reading_without_one_and_never_a_metric() {
+        // An IoT Core rule output: the device sent no timestamp.
+        let r = decode(r#"{"t":1,"deviceId":"a","receivedAt":1776693630123}"#).unwrap();
+        assert_eq!(r[0].timestamp.to_string(), "2026-04-20T14:00:30.123000Z");
+        assert_eq!(r[0].metrics.len(), 1);
+        // The device's own time wins; receivedAt is dropped.
+        let r = decode(
+            r#"{"t":1,"deviceId":"a","timestamp":"2026-04-20T14:00:00Z","receivedAt":1776693630123}"#,
+        )
+        .unwrap();
+        assert_eq!(r[0].timestamp.to_string(), "2026-04-20T14:00:00.000000Z");
+        assert_eq!(r[0].metrics.len(), 1);
+        // Neither: still a clear rejection.
+        let e = decode(r#"{"t":1,"deviceId":"a"}"#).unwrap_err();
+        assert_eq!(e.reason, QuarantineReason::InvalidTimestamp);
     }
 
     #[test]
