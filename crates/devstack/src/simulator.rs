@@ -45,6 +45,9 @@ pub struct SimConfig {
     /// Every n-th record of a device is sent as a KPL aggregated record, its readings as
     /// user records, as a producer using the Kinesis Producer Library sends them (0: never).
     pub kpl_every: u64,
+    /// Every n-th record of a device (offset from the KPL ones) is sent as a SenML pack, as
+    /// an LwM2M device or gateway sends it (0: never).
+    pub senml_every: u64,
 }
 
 impl Default for SimConfig {
@@ -61,6 +64,7 @@ impl Default for SimConfig {
             malformed_probability: 0.005,
             array_probability: 0.05,
             kpl_every: 10,
+            senml_every: 10,
         }
     }
 }
@@ -134,6 +138,35 @@ pub struct Fleet {
     devices: Vec<Device>,
     /// Held-back records and when to release them (epoch ms).
     held: Vec<(i64, Outgoing)>,
+}
+
+/// The readings as one SenML pack: base name `<device>:`, absolute base time in seconds, one
+/// record per metric, the firmware version as a string value.
+fn senml_pack(device: &str, readings: &[Value]) -> Vec<u8> {
+    let mut records = Vec::new();
+    for r in readings {
+        let at = r["timestamp"]
+            .as_str()
+            .and_then(|t| Timestamp::parse_rfc3339(t).ok())
+            .map_or(0.0, |t| t.epoch_millis() as f64 / 1000.0);
+        let mut first = true;
+        for (name, v) in r.as_object().into_iter().flatten() {
+            if !v.is_number() {
+                continue;
+            }
+            let mut rec = json!({"n": name, "v": v});
+            if first {
+                rec["bn"] = json!(format!("{device}:"));
+                rec["bt"] = json!(at);
+                first = false;
+            }
+            records.push(rec);
+        }
+        if let Some(fw) = r["metadata"]["fw"].as_str() {
+            records.push(json!({"n": "fw", "vs": fw}));
+        }
+    }
+    Value::Array(records).to_string().into_bytes()
 }
 
 fn round1(v: f64) -> f64 {
@@ -258,7 +291,19 @@ impl Fleet {
         };
         self.devices[i].records += 1;
         let every = self.cfg.kpl_every;
-        let data = if every > 0 && self.devices[i].records % every == 0 {
+        let n = self.devices[i].records;
+        let senml = self.cfg.senml_every;
+        let as_senml = senml > 0 && n % senml == senml / 2;
+        let data = if as_senml {
+            let pack = senml_pack(&key, &readings);
+            // What ingest stores for it: SenML's string values are metadata.values.
+            for r in &mut readings {
+                if let Some(meta) = r.get_mut("metadata") {
+                    *meta = json!({ "values": meta.take() });
+                }
+            }
+            pack
+        } else if every > 0 && n % every == 0 {
             let users: Vec<Vec<u8>> = readings
                 .iter()
                 .map(|r| r.to_string().into_bytes())
@@ -635,9 +680,30 @@ mod tests {
     #[test]
     fn valid_readings_are_what_ingest_accepts() {
         let mut f = Fleet::new(SimConfig::default(), t(START));
-        let mut aggregated = 0;
+        let (mut aggregated, mut senml) = (0, 0);
         for o in f.tick(t(START + 5 * 60_000)) {
             if let RecordKind::Readings(rs) = o.kind {
+                if serde_json::from_slice::<Value>(&o.data)
+                    .ok()
+                    .and_then(|v| v.as_array().map(|a| tidemark_ingest::senml::is_pack(a)))
+                    == Some(true)
+                {
+                    senml += 1;
+                    let at = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap();
+                    let mut c = tidemark_ingest::IngestConfig::new("t");
+                    c.retention_days = 36_500;
+                    c.max_future = Duration::from_secs(86_400 * 36_500);
+                    let got = tidemark_ingest::decode_record(&o.data, at, &c).unwrap();
+                    assert_eq!(got.len(), rs.len());
+                    for (g, want) in got.iter().zip(&rs) {
+                        assert_eq!(g.device_id.as_str(), want["deviceId"].as_str().unwrap());
+                        for m in ["temperature", "humidity", "pressure", "battery"] {
+                            let name = tidemark_schema::MetricName::new(m).unwrap();
+                            assert_eq!(Some(g.metrics[&name]), want[m].as_f64());
+                        }
+                    }
+                    continue;
+                }
                 let parsed = match tidemark_ingest::kpl::open(&o.data) {
                     tidemark_ingest::kpl::Payload::Aggregate(users) => {
                         aggregated += 1;
@@ -660,5 +726,6 @@ mod tests {
             }
         }
         assert!(aggregated > 0, "some records go as KPL aggregates");
+        assert!(senml > 0, "some records go as SenML packs");
     }
 }

@@ -64,6 +64,17 @@ pub fn decode_record(
     now: Timestamp,
     config: &IngestConfig,
 ) -> Result<Vec<Reading>, Rejection> {
+    decode_record_at(bytes, now, now, config)
+}
+
+/// [`decode_record`] for a record that arrived at `arrival`, which anchors SenML's relative
+/// times ([`crate::senml`]).
+pub fn decode_record_at(
+    bytes: &[u8],
+    now: Timestamp,
+    arrival: Timestamp,
+    config: &IngestConfig,
+) -> Result<Vec<Reading>, Rejection> {
     if bytes.len() > config.max_payload_bytes {
         return Err(Rejection::new(
             QuarantineReason::PayloadTooLarge,
@@ -79,6 +90,22 @@ pub fn decode_record(
     let bounds = Bounds::new(now, config);
     match value {
         Value::Object(obj) => Ok(vec![reading(obj, &bounds, config)?]),
+        Value::Array(items) if crate::senml::is_pack(&items) => {
+            if items.len() > config.max_array_len {
+                return Err(Rejection::new(
+                    QuarantineReason::ArrayTooLong,
+                    format!(
+                        "SenML pack of {} records; the limit is {}",
+                        items.len(),
+                        config.max_array_len
+                    ),
+                ));
+            }
+            crate::senml::readings(items, arrival)?
+                .into_iter()
+                .map(|obj| reading(obj, &bounds, config))
+                .collect()
+        }
         Value::Array(items) => {
             if items.is_empty() {
                 return Err(Rejection::new(

@@ -19,7 +19,8 @@
 //!
 //! - [`kpl`]: records aggregated by the Kinesis Producer Library, opened into their user
 //!   records; [`units`]: a batch as units of decoding (a plain record, or one user record).
-//! - [`decode_record`]: pure decoding and validation of one record.
+//! - [`decode_record`]: pure decoding and validation of one record (JSON readings, or a
+//!   SenML pack: [`senml`]).
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
 //! - The `tidemark-ingest` binary is a thin Lambda wrapper around [`Ingest::handle`].
@@ -32,10 +33,11 @@ pub mod handler;
 pub mod kpl;
 pub mod lookups;
 pub mod packing;
+pub mod senml;
 pub mod units;
 
 pub use config::{ConfigError, IngestConfig, UnknownDevices};
-pub use decode::{Rejection, decode_record, reading_item};
+pub use decode::{Rejection, decode_record, decode_record_at, reading_item};
 pub use handler::{
     BatchStats, Ingest, IngestError, arrival_time, deadline_from_epoch_millis, quarantine_items,
 };

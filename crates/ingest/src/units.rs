@@ -11,7 +11,7 @@ use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use tidemark_schema::{QuarantineSource, Reading, Timestamp};
 
 use crate::config::IngestConfig;
-use crate::decode::{Rejection, decode_record};
+use crate::decode::{Rejection, decode_record_at};
 use crate::handler::arrival_time;
 use crate::kpl::{self, Payload};
 
@@ -62,7 +62,7 @@ pub fn units<'a>(
         };
         match kpl::open(&k.data) {
             Payload::Plain => {
-                decoded.push(decode_record(&k.data, now, config));
+                decoded.push(decode_record_at(&k.data, now, whole.received, config));
                 units.push(whole);
             }
             Payload::Corrupt(rejection) => {
@@ -73,15 +73,17 @@ pub fn units<'a>(
                 for u in users {
                     let (partition_key, readings) = match u.partition_key {
                         Ok(pk) => {
-                            let d = decode_record(&u.data, now, config).map_err(|r| {
-                                Rejection::new(
-                                    r.reason,
-                                    format!(
-                                        "user record {} of an aggregate: {}",
-                                        u.index, r.message
-                                    ),
-                                )
-                            });
+                            let d = decode_record_at(&u.data, now, whole.received, config).map_err(
+                                |r| {
+                                    Rejection::new(
+                                        r.reason,
+                                        format!(
+                                            "user record {} of an aggregate: {}",
+                                            u.index, r.message
+                                        ),
+                                    )
+                                },
+                            );
                             (Cow::Owned(pk), d)
                         }
                         Err(rejection) => (whole.partition_key.clone(), Err(rejection)),
