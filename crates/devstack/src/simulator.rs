@@ -48,6 +48,10 @@ pub struct SimConfig {
     /// Every n-th record of a device (offset from the KPL ones) is sent as a SenML pack, as
     /// an LwM2M device or gateway sends it (0: never).
     pub senml_every: u64,
+    /// Every n-th single-reading record of a device (offset from the others) is sent as the
+    /// template's AWS IoT Core rule forwards a message: no `timestamp`, the time of arrival
+    /// at IoT Core in `receivedAt` (0: never).
+    pub iot_every: u64,
 }
 
 impl Default for SimConfig {
@@ -65,6 +69,7 @@ impl Default for SimConfig {
             array_probability: 0.05,
             kpl_every: 10,
             senml_every: 10,
+            iot_every: 10,
         }
     }
 }
@@ -294,7 +299,17 @@ impl Fleet {
         let n = self.devices[i].records;
         let senml = self.cfg.senml_every;
         let as_senml = senml > 0 && n % senml == senml / 2;
-        let data = if as_senml {
+        let iot = self.cfg.iot_every;
+        let as_iot = iot > 0 && n % iot == iot * 3 / 10 && readings.len() == 1;
+        let data = if as_iot {
+            // The rule output: the device sent no time; IoT Core's receipt time is the reading's.
+            let mut out = readings[0].clone();
+            if let Some(o) = out.as_object_mut() {
+                o.remove("timestamp");
+                o.insert("receivedAt".into(), json!(due_ms));
+            }
+            out.to_string().into_bytes()
+        } else if as_senml {
             let pack = senml_pack(&key, &readings);
             // What ingest stores for it: SenML's string values are metadata.values.
             for r in &mut readings {
@@ -680,7 +695,7 @@ mod tests {
     #[test]
     fn valid_readings_are_what_ingest_accepts() {
         let mut f = Fleet::new(SimConfig::default(), t(START));
-        let (mut aggregated, mut senml) = (0, 0);
+        let (mut aggregated, mut senml, mut iot) = (0, 0, 0);
         for o in f.tick(t(START + 5 * 60_000)) {
             if let RecordKind::Readings(rs) = o.kind {
                 if serde_json::from_slice::<Value>(&o.data)
@@ -702,6 +717,15 @@ mod tests {
                             assert_eq!(Some(g.metrics[&name]), want[m].as_f64());
                         }
                     }
+                    continue;
+                }
+                if String::from_utf8_lossy(&o.data).contains("receivedAt") {
+                    iot += 1;
+                    let v: Value = serde_json::from_slice(&o.data).unwrap();
+                    assert!(v.get("timestamp").is_none());
+                    let at =
+                        Timestamp::parse_rfc3339(rs[0]["timestamp"].as_str().unwrap()).unwrap();
+                    assert_eq!(v["receivedAt"].as_i64(), Some(at.epoch_millis()));
                     continue;
                 }
                 let parsed = match tidemark_ingest::kpl::open(&o.data) {
@@ -727,5 +751,6 @@ mod tests {
         }
         assert!(aggregated > 0, "some records go as KPL aggregates");
         assert!(senml > 0, "some records go as SenML packs");
+        assert!(iot > 0, "some records come as IoT Core rule outputs");
     }
 }
