@@ -8,32 +8,17 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tidemark_schema::{QuarantineItem, QuarantineReason, ReadingItem};
+use tidemark_schema::{QuarantineItem, QuarantineReason};
 use tidemark_store::from_item;
 use tidemark_testkit::TestTable;
 
 const EVENT: &str = "events/kinesis-kpl.json";
-
-fn readings(items: &[tidemark_store::Item]) -> Vec<ReadingItem> {
-    items
-        .iter()
-        .filter(|i| s(i, "sk").starts_with("READING#"))
-        .map(|i| from_item(i.clone()).unwrap())
-        .collect()
-}
 
 fn quarantined(items: &[tidemark_store::Item]) -> Vec<QuarantineItem> {
     items
         .iter()
         .filter(|i| s(i, "pk").starts_with("QUARANTINE#"))
         .map(|i| from_item(i.clone()).unwrap())
-        .collect()
-}
-
-fn failures(r: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<String> {
-    r.batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone().unwrap_or_default())
         .collect()
 }
 

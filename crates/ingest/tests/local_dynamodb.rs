@@ -17,13 +17,6 @@ use tidemark_schema::{
 use tidemark_store::{from_item, to_item};
 use tidemark_testkit::TestTable;
 
-fn failures(r: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<String> {
-    r.batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone().unwrap_or_default())
-        .collect()
-}
-
 /// The quarantined records of a scan, each with its whole payload put back together from
 /// its parts.
 fn quarantined(items: &[tidemark_store::Item]) -> Vec<QuarantineItem> {
@@ -56,14 +49,6 @@ fn quarantined(items: &[tidemark_store::Item]) -> Vec<QuarantineItem> {
     }
     q.sort_by(|a, b| a.sequence_number.cmp(&b.sequence_number));
     q
-}
-
-fn readings(items: &[tidemark_store::Item]) -> Vec<ReadingItem> {
-    items
-        .iter()
-        .filter(|i| s(i, "sk").starts_with("READING#"))
-        .map(|i| from_item(i.clone()).unwrap())
-        .collect()
 }
 
 #[tokio::test]

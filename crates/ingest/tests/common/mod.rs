@@ -459,3 +459,20 @@ pub type MemoryIngest<'a> = Ingest<&'a MemoryStore, &'a MemoryStore, &'a MemoryS
 pub fn memory_ingest(store: &MemoryStore, config: IngestConfig) -> MemoryIngest<'_> {
     Ingest::from_parts(config, store, store, store, Clock::fixed(now()))
 }
+
+/// The sequence numbers a partial-batch response reports.
+pub fn failures(r: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<String> {
+    r.batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone().unwrap_or_default())
+        .collect()
+}
+
+/// The reading items of a scan.
+pub fn readings(items: &[Item]) -> Vec<tidemark_schema::ReadingItem> {
+    items
+        .iter()
+        .filter(|i| s(i, "sk").starts_with("READING#"))
+        .map(|i| tidemark_store::from_item(i.clone()).unwrap())
+        .collect()
+}
