@@ -39,8 +39,11 @@ export async function render(out, route, { navigate }) {
       el('thead', {}, el('tr', {}, ['Received', 'Reason', 'Partition key', 'Payload'].map((h) => el('th', {}, h)))),
       el('tbody', {}, page.items.map((q) => {
         const p = preview(q.payload);
-        return el('tr', { dataset: { reason: q.reason, sequence: q.sequenceNumber } },
-          el('td', { 'data-label': 'Received' }, time(q.receivedAt), el('div', { class: 'muted id', title: 'sequence number' }, q.sequenceNumber)),
+        const sub = q.subRecord !== undefined;
+        return el('tr', { dataset: { reason: q.reason, sequence: q.sequenceNumber, subRecord: sub ? q.subRecord : '' } },
+          el('td', { 'data-label': 'Received' }, time(q.receivedAt), el('div', { class: 'muted id', title: 'sequence number' }, q.sequenceNumber),
+            // Only this user record of a KPL aggregate was bad; its siblings were stored.
+            sub ? el('div', { class: 'muted sub-record' }, `user record ${q.subRecord} of a KPL aggregate`) : ''),
           el('td', { 'data-label': 'Reason' }, el('b', {}, q.reason), el('div', { class: 'muted' }, q.message)),
           el('td', { 'data-label': 'Partition key', class: 'id' }, q.partitionKey),
           el('td', { 'data-label': 'Payload' }, el('pre', { class: `payload ${p.kind}`, dataset: { kind: p.kind } }, p.text),

@@ -75,7 +75,8 @@ fn reading(device: &str, at: Timestamp, temperature: f64, battery: f64) -> Vec<u
 
 /// The records the stack is seeded with: the wave device, three devices whose newest reading
 /// breaches the critical threshold (one for the fleet page, one to acknowledge, one to
-/// snooze), a calm device, and two records ingest must quarantine (text and binary).
+/// snooze), a calm device, and three records ingest must quarantine (text, binary, and a
+/// KPL aggregate's bad user record).
 /// (partition key, record data) for Kinesis.
 type Record = (String, Vec<u8>);
 
@@ -108,6 +109,11 @@ fn records(now: Timestamp) -> (Vec<Record>, Vec<(Timestamp, f64)>) {
         b"temperature=22.4 (not JSON)".to_vec(),
     ));
     out.push(("dash_bin".to_owned(), vec![0xff, 0x00, 0x10, 0xfe, 0x7f]));
+    // A KPL aggregate whose only user record is bad: quarantined alone, as user record 0.
+    out.push((
+        "dash_kpl".to_owned(),
+        tidemark_ingest::kpl::aggregate(&[("dash_kpl", None, b"not JSON either")]),
+    ));
     (out, wave)
 }
 
@@ -179,6 +185,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         enc(&now.plus_millis(3_600_000).unwrap().to_string())
     );
     let mut ready = false;
+    let mut seen = (0, 0, 0);
     for _ in 0..240 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (_, agg) = call(
@@ -200,12 +207,17 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         let open = alerts["items"].as_array().map_or(0, Vec::len);
         let (_, quarantined) = call(api, "GET", "/quarantine", None).await;
         let bad = quarantined["items"].as_array().map_or(0, Vec::len);
-        if counted == WAVE_READINGS as u64 && open >= 3 && bad == 2 {
+        seen = (counted, open, bad);
+        if counted == WAVE_READINGS as u64 && open >= 3 && bad == 3 {
             ready = true;
             break;
         }
     }
-    assert!(ready, "the pipeline did not take in the seeded records");
+    assert!(
+        ready,
+        "the pipeline did not take in the seeded records: (rolled up, open alerts, quarantined) \
+         = {seen:?}, want ({WAVE_READINGS}, >= 3, 3)"
+    );
     (Stack { api, wave }, table, stream, pipeline)
 }
 
@@ -535,7 +547,8 @@ fn the_quarantine_page_shows_text_payloads_as_text_and_binary_ones_as_hex() {
     let rows = b.eval(
         "return [...document.querySelectorAll('#quarantine tbody tr')].map(r => ({ \
            key: r.querySelector('td:nth-child(3)').innerText, reason: r.dataset.reason, \
-           kind: r.querySelector('pre').dataset.kind, payload: r.querySelector('pre').innerText}));",
+           kind: r.querySelector('pre').dataset.kind, payload: r.querySelector('pre').innerText, \
+           sub: r.dataset.subRecord, note: r.querySelector('.sub-record')?.innerText}));",
         vec![],
     );
     let rows = rows.as_array().unwrap();
@@ -549,6 +562,11 @@ fn the_quarantine_page_shows_text_payloads_as_text_and_binary_ones_as_hex() {
     assert_eq!(by("dash_text")["reason"], "not_json");
     assert_eq!(by("dash_bin")["kind"], "hex");
     assert_eq!(by("dash_bin")["payload"], "ff 00 10 fe 7f");
+    assert_eq!(by("dash_bin")["sub"], "");
+    // The aggregate's bad user record: its own bytes, and which user record it was.
+    assert_eq!(by("dash_kpl")["payload"], "not JSON either");
+    assert_eq!(by("dash_kpl")["sub"], "0");
+    assert_eq!(by("dash_kpl")["note"], "user record 0 of a KPL aggregate");
     shot(&b, "quarantine");
 }
 

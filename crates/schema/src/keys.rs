@@ -217,8 +217,11 @@ impl EntityKey {
                 ),
                 None => (rest, None),
             };
-            if !valid_sequence(sequence) {
-                return Err(err("sequence number must be decimal digits"));
+            if !valid_quarantine_sequence(sequence) {
+                return Err(err(
+                    "sequence number must be decimal digits, with .<index> for a user record \
+                     of a KPL aggregate",
+                ));
             }
             let sequence = sequence.to_owned();
             return Ok(match part {
@@ -325,6 +328,21 @@ fn parse_small(s: &str) -> Option<u16> {
 /// Kinesis sequence numbers are decimal strings (up to 128 digits).
 pub fn valid_sequence(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_digit())
+}
+
+/// A quarantine key's sequence: the record's, or `<sequence>.<index>` for one user record of
+/// a KPL aggregate (the index in canonical decimal).
+fn valid_quarantine_sequence(s: &str) -> bool {
+    match s.split_once('.') {
+        None => valid_sequence(s),
+        Some((seq, i)) => {
+            valid_sequence(seq)
+                && !i.is_empty()
+                && i.len() <= 10
+                && (i == "0" || !i.starts_with('0'))
+                && i.bytes().all(|c| c.is_ascii_digit())
+        }
+    }
 }
 
 pub fn device_pk(d: &DeviceId) -> String {
@@ -757,6 +775,29 @@ mod tests {
             ("DEVICE#", "#METADATA"),
         ] {
             assert!(EntityKey::parse(pk, sk).is_err(), "{pk} / {sk}");
+        }
+    }
+
+    #[test]
+    fn a_quarantined_user_record_of_an_aggregate_has_a_key_of_its_own() {
+        let k = EntityKey::parse(
+            "QUARANTINE#2026-04-20#1",
+            "2026-04-20T14:00:00.000000Z#4959.3",
+        )
+        .unwrap();
+        assert!(matches!(k, EntityKey::Quarantine { ref sequence, .. } if sequence == "4959.3"));
+        let part = EntityKey::parse(
+            "QUARANTINE#2026-04-20#1",
+            "2026-04-20T14:00:00.000000Z#4959.0#2",
+        )
+        .unwrap();
+        assert!(matches!(part, EntityKey::QuarantinePart { part: 2, .. }));
+        for bad in ["4959.", "4959.x", "4959.03", ".3", "4959.1.2"] {
+            let sk = format!("2026-04-20T14:00:00.000000Z#{bad}");
+            assert!(
+                EntityKey::parse("QUARANTINE#2026-04-20#1", &sk).is_err(),
+                "{bad}"
+            );
         }
     }
 }
