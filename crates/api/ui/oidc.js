@@ -50,10 +50,14 @@ export async function startSignIn(cfg) {
 /** The session a token response describes; an ID token alone is refused. */
 function sessionOf(body, previous) {
   if (!body.access_token) throw new Error('the issuer returned no access token');
+  const life = Number(body.expires_in) * 1000;
   return {
     access: body.access_token,
     refresh: body.refresh_token || previous?.refresh || null,
-    expiresAt: body.expires_in ? Date.now() + Number(body.expires_in) * 1000 : null,
+    expiresAt: life ? Date.now() + life : null,
+    // Renewed 30 s before it expires, or after three quarters of its life if that is later
+    // (a short-lived token is not renewed on every call).
+    renewAt: life ? Date.now() + Math.max(life * 0.75, life - 30e3) : null,
   };
 }
 
