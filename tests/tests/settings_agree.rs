@@ -29,6 +29,7 @@ fn reads(f: Function) -> BTreeSet<String> {
             (Function::Alerts, "AGGREGATOR_ROLE") => Some("alerts".to_owned()),
             (Function::Alerts, "EVENT_BUS_NAME") => Some("bus".to_owned()),
             (Function::Api, "UI_AUTH") => Some("jwt".to_owned()),
+            (Function::Watchdog, "STREAM_NAME") => Some("readings".to_owned()),
             _ => None,
         }
     };
@@ -38,6 +39,7 @@ fn reads(f: Function) -> BTreeSet<String> {
             tidemark_aggregator::AggregatorConfig::from_lookup(lookup).is_ok()
         }
         Function::Api => tidemark_api::ApiConfig::from_lookup(lookup).is_ok(),
+        Function::Watchdog => tidemark_watchdog::WatchdogConfig::from_lookup(lookup).is_ok(),
     };
     assert!(
         ok,

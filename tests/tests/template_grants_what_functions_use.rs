@@ -62,7 +62,7 @@ fn rust_sources(dir: &Path) -> Vec<(PathBuf, String)> {
 
 #[test]
 fn functions_read_the_environment_only_through_their_config() {
-    for c in ["ingest", "aggregator", "api"] {
+    for c in ["ingest", "aggregator", "api", "watchdog"] {
         for (path, code) in rust_sources(&root().join("crates").join(c).join("src")) {
             let name = path
                 .file_name()
@@ -289,6 +289,11 @@ fn alert_policy_allows_exactly_what_it_calls_and_publishes_only_to_its_bus() {
         let p = serde_yaml::to_string(&t["Resources"][f]["Properties"]["Policies"]).unwrap();
         assert!(!p.contains("events:"), "{f} may not publish events");
     }
+}
+
+#[test]
+fn watchdog_policy_allows_exactly_what_it_calls() {
+    assert_policy_matches("WatchdogFunction", &[root().join("crates/watchdog/src")]);
 }
 
 #[test]

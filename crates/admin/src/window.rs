@@ -240,6 +240,7 @@ mod tests {
                 sealed: false,
                 full: false,
                 metadata: Default::default(),
+                arrived_at: None,
             };
             serde_dynamo::to_item(&item).unwrap()
         };

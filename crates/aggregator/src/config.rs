@@ -13,6 +13,9 @@ pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
 /// Environment variable: how far behind the newest reading a device's `lastSeenAt` and
 /// `latest` may lag before the device item is rewritten (seconds, default 900).
 pub const DEVICE_REFRESH_SECONDS_ENV: &str = "DEVICE_REFRESH_SECONDS";
+/// Environment variable: the fleet's offline window in seconds, for devices without an
+/// `offlineAfterSeconds` of their own (0, the default: not watched).
+pub const OFFLINE_AFTER_SECONDS_ENV: &str = "OFFLINE_AFTER_SECONDS";
 /// Environment variable bounding how many item writes one invocation keeps in flight.
 pub const WRITE_CONCURRENCY_ENV: &str = "WRITE_CONCURRENCY";
 /// Environment variable choosing what this function does with the table's stream:
@@ -69,6 +72,9 @@ pub struct AggregatorConfig {
     /// the standard fleet under 1.5 write units per reading. Readings themselves, and
     /// `GET /latest`, never lag: they are read from the reading partitions.
     pub device_refresh: std::time::Duration,
+    /// The fleet's offline window (seconds; 0: devices are watched only with a window of
+    /// their own).
+    pub offline_after_default: u32,
     /// Where alert state changes are published (the alerts role).
     pub event_bus_name: Option<String>,
     /// A local EventBridge endpoint; `None` is the SDK's own resolution.
@@ -103,6 +109,7 @@ impl AggregatorConfig {
             write_concurrency: 16,
             status_shards: 1,
             device_refresh: std::time::Duration::from_secs(900),
+            offline_after_default: 0,
             event_bus_name: None,
             eventbridge_endpoint: None,
             deadline_margin: std::time::Duration::from_secs(3),
@@ -175,6 +182,9 @@ impl AggregatorConfig {
                     ))
                 })?;
         }
+        if let Some(n) = get(OFFLINE_AFTER_SECONDS_ENV).filter(|s| !s.trim().is_empty()) {
+            c.offline_after_default = parse_offline_after(&n)?;
+        }
         if let Some(n) = get(STATUS_SHARDS_ENV) {
             let max = tidemark_schema::keys::MAX_STATUS_SHARDS;
             c.status_shards = n
@@ -189,6 +199,19 @@ impl AggregatorConfig {
         }
         Ok(c)
     }
+}
+
+/// `OFFLINE_AFTER_SECONDS`: whole seconds, [`tidemark_schema::fleet_offline_window`].
+pub fn parse_offline_after(n: &str) -> Result<u32, AggregatorError> {
+    n.trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(tidemark_schema::fleet_offline_window)
+        .ok_or_else(|| {
+            AggregatorError::Config(format!(
+                "{OFFLINE_AFTER_SECONDS_ENV}={n:?} is not a whole number of seconds from 0 to 2592000"
+            ))
+        })
 }
 
 /// Parses thresholds JSON (`{metric: {min?, max?, severity}}`), rejecting unknown fields so a

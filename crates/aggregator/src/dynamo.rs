@@ -18,8 +18,10 @@ use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
+use crate::offline::upkeep::WatchKeys;
 use crate::store::{
-    AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written, first_in_order,
+    AggregateStore, AlertStore, DeviceStore, DeviceUpdate, HeartbeatStore, ReadingStore, Written,
+    first_in_order,
 };
 
 /// The DynamoDB implementation.
@@ -219,6 +221,34 @@ fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
             .name("#latest", field::LATEST)
             .value(":latest", av(latest)?);
     }
+    let mut remove: Vec<&str> = Vec::new();
+    let o = &u.offline;
+    if let Some(arrived) = &o.last_arrival_at {
+        set.push("#arrived = :arrived");
+        e = e
+            .name("#arrived", field::LAST_ARRIVAL_AT)
+            .value(":arrived", av(arrived)?);
+    }
+    match &o.watch {
+        WatchKeys::Keep => {}
+        WatchKeys::Set { pk, sk } => {
+            set.push("#g2pk = :g2pk");
+            set.push("#g2sk = :g2sk");
+            e = e
+                .name("#g2pk", attr::GSI2PK)
+                .name("#g2sk", attr::GSI2SK)
+                .value(":g2pk", s(pk))
+                .value(":g2sk", s(sk));
+        }
+        WatchKeys::Remove => {
+            remove.extend(["#g2pk", "#g2sk"]);
+            e = e.name("#g2pk", attr::GSI2PK).name("#g2sk", attr::GSI2SK);
+        }
+    }
+    if o.resolve.is_some() {
+        remove.push("#offline");
+        e = e.name("#offline", field::OFFLINE);
+    }
     e.condition = match u.expected_version {
         None => "attribute_not_exists(#ver)".to_owned(),
         Some(v) => {
@@ -227,6 +257,9 @@ fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
         }
     };
     e.update = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        e.update = format!("{} REMOVE {}", e.update, remove.join(", "));
+    }
     Ok(e)
 }
 
@@ -479,6 +512,36 @@ impl AlertStore for DynamoStore {
             out.insert(a.alert_id.clone(), a);
         }
         Ok(out)
+    }
+}
+
+impl HeartbeatStore for DynamoStore {
+    async fn pass_heartbeat(
+        &self,
+        shard: &tidemark_schema::keys::ShardName,
+        sent_at: Timestamp,
+    ) -> Result<f64, StoreError> {
+        let key = key_item(&EntityKey::Heartbeat(shard.clone()).key());
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
+            .update_expression("SET #passed = :sent")
+            .condition_expression("#sent = :sent")
+            .expression_attribute_names("#passed", field::PASSED_AT)
+            .expression_attribute_names("#sent", field::SENT_AT)
+            .expression_attribute_values(":sent", av(&sent_at)?)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(StoreError::sdk("UpdateItem"));
+        match r {
+            Ok(o) => Ok(units(o.consumed_capacity())),
+            // A newer heartbeat is there: its own record marks it.
+            Err(e) if e.is_conditional_check_failed() => Ok(0.0),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use tidemark_store::limits::{
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
+use crate::offline::upkeep::WatchKeys;
 use crate::store::{AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written};
 
 #[derive(Default)]
@@ -41,6 +42,20 @@ pub struct FakeStore {
     pub largest_item: std::sync::atomic::AtomicUsize,
     /// How long each aggregate write takes (a slow or throttled table).
     pub write_delay: Mutex<Option<std::time::Duration>>,
+    /// Heartbeats marked passed: (shard, sentAt).
+    pub passed: Mutex<Vec<(String, Timestamp)>>,
+}
+
+impl crate::store::HeartbeatStore for FakeStore {
+    async fn pass_heartbeat(
+        &self,
+        shard: &tidemark_schema::keys::ShardName,
+        sent_at: Timestamp,
+    ) -> Result<f64, StoreError> {
+        let mut p = self.passed.lock().unwrap_or_else(|e| e.into_inner());
+        p.push((shard.to_string(), sent_at));
+        Ok(1.0)
+    }
 }
 
 fn outage() -> StoreError {
@@ -170,6 +185,24 @@ impl DeviceStore for FakeStore {
             d.latest = Some(l.clone());
         }
         d.rule_states = u.rule_states.clone();
+        let o = &u.offline;
+        if let Some(at) = o.last_arrival_at {
+            d.last_arrival_at = Some(at);
+        }
+        match &o.watch {
+            WatchKeys::Keep => {}
+            WatchKeys::Set { pk, sk } => {
+                d.gsi2pk = Some(pk.clone());
+                d.gsi2sk = Some(sk.clone());
+            }
+            WatchKeys::Remove => {
+                d.gsi2pk = None;
+                d.gsi2sk = None;
+            }
+        }
+        if o.resolve.is_some() {
+            d.offline = None;
+        }
         apply_alerts(&mut a, &u.device, alerts);
         Ok(Written::Ok {
             units: 1.0 + alerts.len() as f64,

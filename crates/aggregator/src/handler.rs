@@ -12,7 +12,9 @@ use tidemark_store::StoreError;
 
 use crate::alerting::device::DeviceBatch;
 use crate::config::Role;
-use crate::records::{Change, Ignored, StreamChange, classify, thresholds_changed};
+use crate::records::{
+    Change, Ignored, StreamChange, classify, offline_settings_changed, thresholds_changed,
+};
 use crate::report::{Counters, Report};
 use crate::store::{DynamoStore, Store};
 use crate::{AggregatorConfig, AggregatorError};
@@ -96,6 +98,29 @@ fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId,
             let b = out.entry(d).or_default();
             b.index(i);
             b.thresholds_changed = true;
+        }
+        if let Some(d) = offline_settings_changed(rec) {
+            let b = out.entry(d).or_default();
+            b.index(i);
+            b.offline_settings_changed = true;
+        }
+    }
+    for (d, (first, a)) in crate::offline::arrivals::arrivals(event) {
+        match out.get_mut(&d) {
+            Some(b) => {
+                b.first_index = b.first_index.min(first);
+                b.arrivals = Some(a);
+            }
+            None => {
+                out.insert(
+                    d,
+                    DeviceBatch {
+                        first_index: first,
+                        arrivals: Some(a),
+                        ..DeviceBatch::default()
+                    },
+                );
+            }
         }
     }
     out
@@ -229,6 +254,7 @@ impl<S: Store> Aggregator<S> {
             Role::Alerts => {
                 let batches = device_batches(&changes, event);
                 self.alerts(&batches, &counters, stop, &mut failed).await;
+                self.pass_heartbeats(event, &counters, &mut failed).await;
             }
         }
 
@@ -256,6 +282,25 @@ impl<S: Store> Aggregator<S> {
             response.batch_item_failures.push(f);
         }
         (response, report)
+    }
+
+    /// Marks the batch's heartbeats as passed, each only when nothing before it in the batch
+    /// failed: every reading stored ahead of it has then been seen here
+    /// ([`tidemark_schema::HeartbeatItem`]).
+    async fn pass_heartbeats(&self, event: &Event, counters: &Counters, failed: &mut Vec<usize>) {
+        for h in crate::offline::arrivals::heartbeats(event) {
+            if failed.iter().any(|f| *f < h.index) {
+                return;
+            }
+            match self.store.pass_heartbeat(&h.shard, h.sent_at).await {
+                Ok(units) => counters.written(units),
+                Err(e) => {
+                    tracing::warn!(shard = %h.shard, error = %e, "heartbeat not marked");
+                    failed.push(h.index);
+                    return;
+                }
+            }
+        }
     }
 
     /// The alerts role over the batch's devices, concurrently.

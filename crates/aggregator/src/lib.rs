@@ -41,6 +41,7 @@ pub mod error;
 mod fake;
 pub mod handler;
 pub mod notify;
+pub mod offline;
 pub mod pages;
 pub mod records;
 pub mod report;

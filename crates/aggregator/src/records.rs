@@ -110,11 +110,33 @@ fn is_ttl(rec: &EventRecord) -> bool {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ThresholdAttrs {
     pk: String,
     sk: String,
     #[serde(default)]
     thresholds: Option<serde_json::Value>,
+    #[serde(default)]
+    offline_after_seconds: Option<serde_json::Value>,
+    #[serde(default)]
+    offline_severity: Option<serde_json::Value>,
+}
+
+/// The device whose item this MODIFY gave other offline settings (`offlineAfterSeconds`,
+/// `offlineSeverity`): its watch is set up again at once, and an offline alert of a device
+/// no longer watched resolves.
+pub fn offline_settings_changed(rec: &EventRecord) -> Option<DeviceId> {
+    if rec.event_name != "MODIFY" {
+        return None;
+    }
+    let old: ThresholdAttrs = serde_dynamo::from_item(rec.change.old_image.clone()).ok()?;
+    let new: ThresholdAttrs = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
+    let changed = old.offline_after_seconds != new.offline_after_seconds
+        || old.offline_severity != new.offline_severity;
+    match EntityKey::parse(&new.pk, &new.sk) {
+        Ok(EntityKey::Device(id)) if changed => Some(id),
+        _ => None,
+    }
 }
 
 /// The device whose item this MODIFY gave other thresholds (the API's `PUT /devices/{id}`):

@@ -35,6 +35,9 @@ pub struct DeviceUpdate {
     pub now: Timestamp,
     /// GSI1 status key of a device this write registers (active, in its status shard).
     pub status_gsi1pk: String,
+    /// Its newest arrival, GSI2 watch key and offline state
+    /// ([`crate::offline::upkeep`]).
+    pub offline: crate::offline::upkeep::Upkeep,
 }
 
 pub trait AggregateStore {
@@ -138,9 +141,26 @@ pub trait ReadingStore {
     ) -> impl Future<Output = Result<Option<LatestReading>, StoreError>> + Send;
 }
 
-/// All four, for the handler.
-pub trait Store: AggregateStore + DeviceStore + AlertStore + ReadingStore + Sync {}
-impl<T: AggregateStore + DeviceStore + AlertStore + ReadingStore + Sync> Store for T {}
+pub trait HeartbeatStore {
+    /// Copies `sentAt` to `passedAt` on the shard's heartbeat item if it still holds the
+    /// heartbeat sent at `sent_at` (a newer one is marked when its own record comes); the
+    /// write units it consumed.
+    fn pass_heartbeat(
+        &self,
+        shard: &tidemark_schema::keys::ShardName,
+        sent_at: Timestamp,
+    ) -> impl Future<Output = Result<f64, StoreError>> + Send;
+}
+
+/// All five, for the handler.
+pub trait Store:
+    AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStore + Sync
+{
+}
+impl<T: AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStore + Sync> Store
+    for T
+{
+}
 
 pub use crate::dynamo::DynamoStore;
 

@@ -97,6 +97,7 @@ pub fn slot_item(device: &str, start: Timestamp, part: u16, readings: &[(i64, f6
         sealed: false,
         full: false,
         metadata: Default::default(),
+        arrived_at: None,
     }
 }
 

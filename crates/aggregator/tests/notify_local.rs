@@ -37,7 +37,7 @@ fn alert(device: &str) -> AlertItem {
         gsi1sk: None,
         device_id,
         alert_id,
-        metric,
+        metric: Some(metric),
         rule: AlertRule::Max,
         severity: Severity::Critical,
         state: AlertState::Open,

@@ -277,7 +277,7 @@ fn fleet() -> Vec<Item> {
                 gsi1sk: Some(keys::alert_gsi1sk(&id)),
                 device_id: dev,
                 alert_id: id,
-                metric: m,
+                metric: Some(m),
                 rule: AlertRule::Max,
                 severity: Severity::Critical,
                 state: AlertState::Open,

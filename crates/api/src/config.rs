@@ -19,6 +19,8 @@ pub const LOCAL_ENV: &str = "TIDEMARK_LOCAL";
 /// Days a reading is kept (must match ingest's `ttl`), default 30.
 pub const RETENTION_DAYS_ENV: &str = "RETENTION_DAYS";
 /// How many GSI1 status keys a status is spread over (`DEVICE_STATUS#<status>#<n>`), default 1.
+/// The fleet's offline window (seconds; 0 or unset: off).
+pub const OFFLINE_AFTER_SECONDS_ENV: &str = "OFFLINE_AFTER_SECONDS";
 pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
 /// How the dashboard's data calls authenticate: `jwt`, `iam` or `none` (the template sets it
 /// from its authorizer). It only tells the page what to ask the user for; API Gateway
@@ -75,6 +77,10 @@ pub struct ApiConfig {
     pub cursor_secret_arn: Option<String>,
     pub retention_days: u32,
     pub status_shards: u16,
+    /// The fleet's offline window for devices without `offlineAfterSeconds` (0: off): what
+    /// `connectivity` is judged with (the alerts role and the watchdog read the same
+    /// variable).
+    pub offline_after_default: u32,
     /// Largest accepted request body; device items stay small because the aggregator
     /// rewrites them every batch (an item over 1 KB costs two write units).
     pub max_body_bytes: usize,
@@ -124,6 +130,7 @@ impl fmt::Debug for ApiConfig {
             .field("cursor_secret", &"<redacted>")
             .field("retention_days", &self.retention_days)
             .field("status_shards", &self.status_shards)
+            .field("offline_after_default", &self.offline_after_default)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("shard_lead", &self.shard_lead)
             .field("clock", &self.clock)
@@ -146,6 +153,7 @@ impl ApiConfig {
             cursor_secret_arn: None,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
             status_shards: 1,
+            offline_after_default: 0,
             max_body_bytes: Self::DEFAULT_MAX_BODY,
             shard_lead: LayoutLead::default(),
             clock: Clock::system(),
@@ -258,6 +266,18 @@ impl ApiConfig {
                     var: STATUS_SHARDS_ENV,
                     value: v,
                     rule: "1..=64 (MAX_STATUS_SHARDS)",
+                })?;
+        }
+        if let Some(v) = var(OFFLINE_AFTER_SECONDS_ENV) {
+            c.offline_after_default = v
+                .trim()
+                .parse()
+                .ok()
+                .and_then(tidemark_schema::fleet_offline_window)
+                .ok_or(ConfigError::Invalid {
+                    var: OFFLINE_AFTER_SECONDS_ENV,
+                    value: v,
+                    rule: "whole seconds, 0..=2592000 (0: off; under 60 counts as 60)",
                 })?;
         }
         for (name, slot) in [

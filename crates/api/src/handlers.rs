@@ -1,5 +1,7 @@
 //! One function per route. Each validates everything before touching the store.
 
+use std::collections::HashMap;
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use lambda_http::Request;
@@ -194,7 +196,10 @@ impl<S: Store> App<S> {
             .get(EntityKey::Device(id.clone()).key(), true)
             .await?
             .ok_or_else(|| device_not_found(&id))?;
-        Ok((StatusCode::OK, render::device_item(item)?))
+        Ok((
+            StatusCode::OK,
+            render::device_item(item, self.config.offline_after_default)?,
+        ))
     }
 
     pub(crate) fn within_body_limit<'b>(&self, body: &'b [u8]) -> Result<&'b [u8], ApiError> {
@@ -217,11 +222,18 @@ impl<S: Store> App<S> {
         } else {
             StatusCode::OK
         };
-        Ok((status, render::device(&put.device)?))
+        Ok((
+            status,
+            render::device(&put.device, self.config.offline_after_default)?,
+        ))
     }
 
     async fn list_devices(&self, p: &Params) -> Result<Reply, ApiError> {
         let limit = validate::limit(p)?;
+        if let Some(c) = p.get("connectivity") {
+            validate::connectivity(c, p.get("status").is_some())?;
+            return self.offline_devices(p, limit).await;
+        }
         let status = p
             .get("status")
             .map(|s| DeviceStatus::parse(s).map_err(|e| ApiError::bad("status", e.to_string())))
@@ -261,9 +273,66 @@ impl<S: Store> App<S> {
             ))
         };
         let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
+        let window = self.config.offline_after_default;
         let items = items
             .into_iter()
-            .map(render::device_item)
+            .map(|i| render::device_item(i, window))
+            .collect::<Result<_, _>>()?;
+        Ok(list(items, cursor))
+    }
+
+    /// Offline devices by ID, from GSI2's offline partition (keys only: the device items are
+    /// read after, so each shows as `GET /devices/{id}` would).
+    async fn offline_devices(&self, p: &Params, limit: usize) -> Result<Reply, ApiError> {
+        let scope = "devices|offline";
+        let start = match self.open(scope, p)? {
+            Some(s) => Start::Resume(s),
+            None => Start::whole(),
+        };
+        let spec_for = |label: &str| {
+            (label == WHOLE).then(|| {
+                QuerySpec::gsi2(
+                    keys::OFFLINE_GSI2PK.to_owned(),
+                    SkRange::BeginsWith(keys::DEVICE_PREFIX.to_owned()),
+                    true,
+                )
+            })
+        };
+        let (found, cursor) = self.page(scope, start, spec_for, limit, |_| true).await?;
+        let wanted: Vec<tidemark_schema::Key> = found
+            .iter()
+            .filter_map(|i| {
+                let text = |a: &str| match i.get(a) {
+                    Some(AttributeValue::S(s)) => Some(s.clone()),
+                    _ => None,
+                };
+                EntityKey::parse(&text(attr::PK)?, &text(attr::SK)?)
+                    .ok()
+                    .map(|k| k.key())
+            })
+            .collect();
+        let mut by_key: HashMap<(String, String), Item> = self
+            .store
+            .batch_get(wanted.clone())
+            .await?
+            .into_iter()
+            .filter_map(|i| {
+                let k = match (i.get(attr::PK), i.get(attr::SK)) {
+                    (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) => {
+                        (pk.clone(), sk.clone())
+                    }
+                    _ => return None,
+                };
+                Some((k, i))
+            })
+            .collect();
+        let window = self.config.offline_after_default;
+        // An item back online since the index was read is left out (the index lags).
+        let items = wanted
+            .into_iter()
+            .filter_map(|k| by_key.remove(&(k.pk, k.sk)))
+            .map(|i| render::device_item(i, window))
+            .filter(|d| d.as_ref().map_or(true, |v| v["connectivity"] == "offline"))
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
     }

@@ -95,8 +95,9 @@ impl QueryStore for MemoryStore {
         let more = matching.len() > cap || (matching.len() == cap && cap == limit);
         matching.truncate(cap);
         // LastEvaluatedKey: the table key, plus the index key when querying the index.
+        let index_key = [spec.partition_attr(), spec.sort_attr()];
         let key_attrs: &[&str] = if spec.index.is_some() {
-            &[attr::PK, attr::SK, attr::GSI1PK, attr::GSI1SK]
+            &[attr::PK, attr::SK, index_key[0], index_key[1]]
         } else {
             &[attr::PK, attr::SK]
         };

@@ -33,7 +33,15 @@ pub fn normalize(v: &mut Value) {
 fn without_keys(v: Value) -> Value {
     let mut v = v;
     if let Value::Object(m) = &mut v {
-        for k in [attr::PK, attr::SK, attr::GSI1PK, attr::GSI1SK, attr::TTL] {
+        for k in [
+            attr::PK,
+            attr::SK,
+            attr::GSI1PK,
+            attr::GSI1SK,
+            attr::GSI2PK,
+            attr::GSI2SK,
+            attr::TTL,
+        ] {
             m.remove(k);
         }
     }
@@ -45,12 +53,21 @@ fn corrupt(e: impl std::fmt::Display) -> ApiError {
     ApiError::Corrupt(e.to_string())
 }
 
-pub fn device(d: &DeviceItem) -> Result<Value, ApiError> {
-    Ok(without_keys(serde_json::to_value(d).map_err(corrupt)?))
+/// A device with its `connectivity` (`online`, `offline` or `unknown`), judged with the
+/// fleet's offline window `fleet_window` for a device without its own.
+pub fn device(d: &DeviceItem, fleet_window: u32) -> Result<Value, ApiError> {
+    let mut v = without_keys(serde_json::to_value(d).map_err(corrupt)?);
+    if let Value::Object(m) = &mut v {
+        m.insert(
+            "connectivity".into(),
+            Value::from(d.connectivity(fleet_window).as_str()),
+        );
+    }
+    Ok(v)
 }
 
-pub fn device_item(item: Item) -> Result<Value, ApiError> {
-    device(&tidemark_store::from_item(item)?)
+pub fn device_item(item: Item, fleet_window: u32) -> Result<Value, ApiError> {
+    device(&tidemark_store::from_item(item)?, fleet_window)
 }
 
 /// `{"deviceId", "count": <in force now>, "epochs": [{"from", "count"}…]}`; epochs later
@@ -76,9 +93,14 @@ pub fn layout(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {
     })
 }
 
+/// An alert with its `kind`: `threshold`, or `offline` (no `metric`).
 pub fn alert(item: Item) -> Result<Value, ApiError> {
     let a: AlertItem = tidemark_store::from_item(item)?;
-    Ok(without_keys(serde_json::to_value(&a).map_err(corrupt)?))
+    let mut v = without_keys(serde_json::to_value(&a).map_err(corrupt)?);
+    if let Value::Object(m) = &mut v {
+        m.insert("kind".into(), Value::from(a.rule.kind()));
+    }
+    Ok(v)
 }
 
 pub fn reading(item: Item) -> Result<Value, ApiError> {

@@ -114,7 +114,7 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Method::GET,
         "/devices",
         Route::ListDevices,
-        &["status", "limit", "cursor"],
+        &["status", "connectivity", "limit", "cursor"],
     ),
     (Method::PUT, "/devices/{id}", Route::PutDevice, &[]),
     (Method::GET, "/devices/{id}", Route::GetDevice, &[]),

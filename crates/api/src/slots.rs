@@ -152,6 +152,7 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
             metrics,
             metadata,
             ttl: ttl.unwrap_or(i64::MAX),
+            arrived_at: None,
         };
         match tidemark_store::to_item(&item) {
             Ok(i) => out.items.push(i),
@@ -281,6 +282,7 @@ mod tests {
                 sealed: n < 2,
                 full: n < 2,
                 metadata: metadata_bitmaps(&readings, &metadata),
+                arrived_at: None,
             })
             .unwrap()
         };

@@ -8,10 +8,10 @@ use std::future::Future;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
-use tidemark_schema::table::{GSI1, attr};
+use tidemark_schema::table::{GSI1, GSI2, attr};
 use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key, LayoutHistory, MetricName,
-    Threshold, Timestamp, field, keys,
+    Severity, Threshold, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::{Item, StoreError};
@@ -74,29 +74,37 @@ impl QuerySpec {
         }
     }
 
+    /// A GSI2 (connectivity) partition: keys only, the items read after.
+    pub fn gsi2(partition: String, range: SkRange, forward: bool) -> Self {
+        QuerySpec {
+            index: Some(GSI2),
+            ..Self::table(partition, range, forward)
+        }
+    }
+
     pub fn partition_attr(&self) -> &'static str {
-        if self.index.is_some() {
-            attr::GSI1PK
-        } else {
-            attr::PK
+        match self.index {
+            Some(GSI1) => attr::GSI1PK,
+            Some(_) => attr::GSI2PK,
+            None => attr::PK,
         }
     }
 
     pub fn sort_attr(&self) -> &'static str {
-        if self.index.is_some() {
-            attr::GSI1SK
-        } else {
-            attr::SK
+        match self.index {
+            Some(GSI1) => attr::GSI1SK,
+            Some(_) => attr::GSI2SK,
+            None => attr::SK,
         }
     }
 
     /// The attributes (besides the partition attribute) that identify a position: the sort
-    /// key, and for the index also the table key (index sort keys need not be unique).
+    /// key, and for an index also the table key (index sort keys need not be unique).
     pub fn position_attrs(&self) -> &'static [&'static str] {
-        if self.index.is_some() {
-            &[attr::GSI1SK, attr::PK, attr::SK]
-        } else {
-            &[attr::SK]
+        match self.index {
+            Some(GSI1) => &[attr::GSI1SK, attr::PK, attr::SK],
+            Some(_) => &[attr::GSI2SK, attr::PK, attr::SK],
+            None => &[attr::SK],
         }
     }
 
@@ -196,6 +204,9 @@ pub struct DeviceRegistration {
     pub thresholds: std::collections::BTreeMap<MetricName, Threshold>,
     /// GSI1 status partition for the device (`DEVICE_STATUS#<status>[#<n>]`).
     pub status_shard: Option<u16>,
+    /// Its offline window (absent: the fleet's; 0: never offline).
+    pub offline_after_seconds: Option<u32>,
+    pub offline_severity: Option<Severity>,
 }
 
 /// A device as written, and whether the write created it.
@@ -459,6 +470,15 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
         } else {
             Some(av(&reg.thresholds)?)
         },
+    );
+    put(
+        field::OFFLINE_AFTER_SECONDS,
+        reg.offline_after_seconds
+            .map(|n| AttributeValue::N(n.to_string())),
+    );
+    put(
+        field::OFFLINE_SEVERITY,
+        reg.offline_severity.map(|v| s(v.as_str())),
     );
     put(field::UPDATED_AT, Some(s(now.to_string())));
     Ok(u)

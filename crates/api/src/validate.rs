@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tidemark_schema::{AlertId, DeviceId, DeviceStatus, DeviceType, Timestamp};
+use tidemark_schema::{AlertId, DeviceId, DeviceStatus, DeviceType, Severity, Timestamp};
 
 use crate::error::ApiError;
 use crate::request::Params;
@@ -109,6 +109,50 @@ struct DeviceBody {
     location: Option<Value>,
     firmware: Option<String>,
     thresholds: Option<Map<String, Value>>,
+    offline_after_seconds: Option<Value>,
+    offline_severity: Option<String>,
+}
+
+/// A device's offline window: 0 (never) or 60 s to 30 days
+/// ([`tidemark_schema::MIN_OFFLINE_WINDOW`], [`tidemark_schema::MAX_OFFLINE_WINDOW`]).
+pub fn offline_window_ok(seconds: u32) -> bool {
+    seconds == 0
+        || (tidemark_schema::MIN_OFFLINE_WINDOW..=tidemark_schema::MAX_OFFLINE_WINDOW)
+            .contains(&seconds)
+}
+
+fn offline_after(v: Value) -> Result<u32, ApiError> {
+    v.as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| offline_window_ok(*n))
+        .ok_or_else(|| {
+            ApiError::bad(
+                "offlineAfterSeconds",
+                format!(
+                    "{v} is not 0 (never offline) or a whole number of seconds from 60 to 2592000"
+                ),
+            )
+        })
+}
+
+/// `GET /devices?connectivity=`: only the offline devices are indexed (the others are every
+/// device with a window, which `status` lists).
+pub fn connectivity(value: &str, with_status: bool) -> Result<(), ApiError> {
+    if value != "offline" {
+        return Err(ApiError::bad(
+            "connectivity",
+            format!(
+                "{value:?}: only \"offline\" is listed (GET /devices/{{id}} shows each device's)"
+            ),
+        ));
+    }
+    if with_status {
+        return Err(ApiError::bad(
+            "connectivity",
+            "cannot be combined with status",
+        ));
+    }
+    Ok(())
 }
 
 fn keyword<T: for<'de> Deserialize<'de>>(
@@ -235,6 +279,12 @@ pub fn registration(
             .transpose()?
             .unwrap_or_default(),
         status_shard,
+        offline_after_seconds: b.offline_after_seconds.map(offline_after).transpose()?,
+        offline_severity: b
+            .offline_severity
+            .as_deref()
+            .map(|s| keyword::<Severity>("offlineSeverity", s, "info, warning, critical"))
+            .transpose()?,
     })
 }
 

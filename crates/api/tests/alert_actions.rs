@@ -42,7 +42,7 @@ fn resolved_alert() -> tidemark_schema::AlertItem {
         tidemark_schema::AlertRule::Min,
     );
     a.sk = tidemark_schema::keys::alert_sk(&a.alert_id);
-    a.metric = metric("humidity");
+    a.metric = Some(metric("humidity"));
     a.state = AlertState::Resolved;
     a.gsi1pk = None;
     a.gsi1sk = None;

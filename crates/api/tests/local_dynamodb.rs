@@ -15,12 +15,12 @@ use tidemark_testkit::TestTable;
 
 fn sample_device_json() -> Value {
     json!({"deviceId":"sensor_01","name":"Warehouse Temp A","type":"sensor","status":"active",
-           "firmware":"2.1.0","createdAt":"2026-04-01T09:00:00.000000Z"})
+           "firmware":"2.1.0","createdAt":"2026-04-01T09:00:00.000000Z","connectivity":"unknown"})
 }
 
 fn sample_alert_json() -> Value {
     json!({"deviceId":"sensor_01","alertId":"20260420T143000000000Z-temperature-max",
-           "metric":"temperature","rule":"max","severity":"critical","state":"open",
+           "kind":"threshold","metric":"temperature","rule":"max","severity":"critical","state":"open",
            "message":"temperature above 30","value":31.5,"threshold":30,"breachCount":2,
            "openedAt":"2026-04-20T14:30:00.000000Z","lastBreachAt":"2026-04-20T14:31:00.000000Z"})
 }
@@ -119,7 +119,7 @@ async fn ap5_alerts_of_a_device_newest_first_and_acknowledge() {
         tidemark_schema::AlertRule::Min,
     );
     older.sk = tidemark_schema::keys::alert_sk(&older.alert_id);
-    older.metric = metric("humidity");
+    older.metric = Some(metric("humidity"));
     older.state = AlertState::Resolved;
     older.gsi1pk = None;
     older.gsi1sk = None;
@@ -234,7 +234,8 @@ async fn put_device_sets_created_once_updates_every_write_and_moves_status_parti
         json!({"deviceId":"door_1","name":"Dock door","type":"actuator","status":"active",
                "firmware":"1.0.0","location":{"lat":52.5,"lon":13.4},
                "thresholds":{"temperature":{"max":30,"severity":"critical"}},
-               "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-20T15:00:00.000000Z"})
+               "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-20T15:00:00.000000Z",
+               "connectivity":"unknown"})
     );
     // A later write: createdAt stays, updatedAt moves, the status changes partition, and
     // fields left out of the PUT are removed.
@@ -253,7 +254,8 @@ async fn put_device_sets_created_once_updates_every_write_and_moves_status_parti
     assert_eq!(
         updated,
         json!({"deviceId":"door_1","name":"Dock door","type":"actuator","status":"maintenance",
-               "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-21T08:00:00.000000Z"})
+               "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-21T08:00:00.000000Z",
+               "connectivity":"unknown"})
     );
     assert_eq!(get(&later, "/devices/door_1").await.1, updated);
     assert_eq!(

@@ -71,6 +71,8 @@ async fn main() {
     };
     let pipeline = Pipeline::start(PipelineConfig {
         sign_in: None,
+        offline_after_default: 0,
+        watchdog: None,
         local: LocalConfig {
             table: unique_name("alert-latency"),
             stream: stream.name.clone(),

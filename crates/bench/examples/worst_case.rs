@@ -71,6 +71,7 @@ fn part(device: &DeviceId, start: Timestamp, readings: &SlotReadings, version: u
         sealed: false,
         full: false,
         metadata: Default::default(),
+        arrived_at: None,
     }
 }
 

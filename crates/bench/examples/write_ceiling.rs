@@ -75,7 +75,8 @@ fn readings() -> Vec<Item> {
                 .collect(),
                 metadata: None,
             };
-            tidemark_ingest::reading_item(&r, None, 30).expect("an item")
+            let arrived = r.timestamp;
+            tidemark_ingest::reading_item(&r, None, 30, arrived).expect("an item")
         })
         .collect()
 }

@@ -45,7 +45,8 @@ impl Baseline {
                 continue;
             };
             for reading in readings {
-                let item = reading_item(&reading, None, self.config.retention_days)
+                let arrived = tidemark_ingest::arrival_time(r);
+                let item = reading_item(&reading, None, self.config.retention_days, arrived)
                     .map_err(|e| sdk("item")(e.to_string()))?;
                 self.ingest_client
                     .put_item()

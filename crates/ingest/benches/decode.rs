@@ -78,7 +78,7 @@ impl Measurement for ThreadCpu {
 fn decode_and_build(bytes: &[u8], now: Timestamp, config: &IngestConfig) {
     let readings = decode_record(bytes, now, config).unwrap();
     for r in &readings {
-        black_box(reading_item(r, None, config.retention_days).unwrap());
+        black_box(reading_item(r, None, config.retention_days, now).unwrap());
     }
 }
 

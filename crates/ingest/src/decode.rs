@@ -388,7 +388,8 @@ fn check_metadata(m: &Map<String, Value>, config: &IngestConfig) -> Result<(), R
     .map_err(|e| Rejection::new(QuarantineReason::InvalidMetadata, format!("metadata: {e}")))
 }
 
-/// The DynamoDB item of a reading written to `shard` (`None`: the device's own partition).
+/// The DynamoDB item of a reading written to `shard` (`None`: the device's own partition),
+/// from a record that arrived at `arrived`.
 ///
 /// Exactly the item `to_item(&ReadingItem::new(..))` gives (a test holds them equal), built
 /// by hand because this runs once per reading and serde's detour through `ReadingItem`
@@ -397,8 +398,9 @@ pub fn reading_item(
     reading: &Reading,
     shard: Option<u16>,
     retention_days: u32,
+    arrived: Timestamp,
 ) -> Result<Item, StoreError> {
-    let mut item = Item::with_capacity(5);
+    let mut item = Item::with_capacity(6);
     item.insert(
         attr::PK.to_owned(),
         AttributeValue::S(keys::reading_pk(&reading.device_id, shard)),
@@ -422,6 +424,10 @@ pub fn reading_item(
     item.insert(
         attr::TTL.to_owned(),
         AttributeValue::N(reading.timestamp.ttl_after_days(retention_days).to_string()),
+    );
+    item.insert(
+        field::ARRIVED_AT.to_owned(),
+        AttributeValue::N(arrived.epoch_millis().to_string()),
     );
     Ok(item)
 }
@@ -682,9 +688,11 @@ mod tests {
             ),
         ] {
             let r = &decode(input).unwrap()[0];
+            let mut typed = tidemark_schema::ReadingItem::new(r, shard, 30);
+            typed.arrived_at = Some(now());
             assert_eq!(
-                reading_item(r, shard, 30).unwrap(),
-                tidemark_store::to_item(&tidemark_schema::ReadingItem::new(r, shard, 30)).unwrap()
+                reading_item(r, shard, 30, now()).unwrap(),
+                tidemark_store::to_item(&typed).unwrap()
             );
         }
     }
@@ -693,7 +701,7 @@ mod tests {
     fn reading_item_has_keys_ttl_and_metrics() {
         let r = &decode(r#"{"deviceId":"sensor_01","timestamp":"2026-04-20T14:00:00Z","t":1.5}"#)
             .unwrap()[0];
-        let item = reading_item(r, Some(3), 30).unwrap();
+        let item = reading_item(r, Some(3), 30, now()).unwrap();
         use aws_sdk_dynamodb::types::AttributeValue as A;
         assert_eq!(item["pk"], A::S("DEVICE#sensor_01#S3".into()));
         assert_eq!(

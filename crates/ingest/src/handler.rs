@@ -20,9 +20,11 @@ use tidemark_store::{Item, StoreError};
 
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, reading_item};
+use crate::heartbeat;
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
 use crate::packing::{SlotBatch, SlotReport};
 use crate::units::Unit;
+use tidemark_schema::keys::ShardName;
 use tidemark_store::layouts::LayoutBook;
 
 #[derive(Debug, Error)]
@@ -75,6 +77,8 @@ pub struct BatchStats {
     pub slots_unchanged: u64,
     /// Races lost to a concurrent writer of the same slot (each retried, nothing lost).
     pub slot_conflicts: u64,
+    /// The watchdog's heartbeat records this batch passed on ([`crate::heartbeat`]).
+    pub heartbeats: u64,
 }
 
 impl BatchStats {
@@ -258,8 +262,16 @@ where
 
         let mut puts = Vec::with_capacity(records.len());
         let mut slots = SlotBatch::default();
+        let mut heartbeats = Vec::new();
         // Writes are tagged with their unit's index; units are in record order.
         for (i, (unit, d)) in units.iter().zip(decoded).enumerate() {
+            if unit.sub_record.is_none()
+                && let Some(sent) = heartbeat::sent_at(&unit.data)
+                && let Some(shard) = heartbeat::shard_of(&records[unit.record])
+            {
+                heartbeats.push((i, shard, sent));
+                continue;
+            }
             match d {
                 Ok(readings) => {
                     for r in readings {
@@ -267,11 +279,13 @@ where
                         let shard = layout.shard_of(r.timestamp);
                         stats.readings += 1;
                         if let Some(len) = layout.slot {
-                            slots.add(i, &r, shard, len, self.config.retention_days);
+                            let days = self.config.retention_days;
+                            slots.add(i, &r, shard, len, days, unit.received);
                             continue;
                         }
-                        let item = reading_item(&r, shard, self.config.retention_days)
-                            .map_err(IngestError::Item)?;
+                        let item =
+                            reading_item(&r, shard, self.config.retention_days, unit.received)
+                                .map_err(IngestError::Item)?;
                         puts.push(PendingWrite::merge(i, item, field::METRICS));
                     }
                 }
@@ -320,6 +334,10 @@ where
             .chain(packed.failed_tags.iter().copied())
             .chain(refused_failed)
             .min();
+        let first_failed = self
+            .write_heartbeats(heartbeats, first_failed, write_by, &mut stats)
+            .await?
+            .or(first_failed);
         if let Some(first) = first_failed {
             let seq = records[units[first].record].kinesis.sequence_number.clone();
             response.add_failure(seq.clone());
@@ -340,6 +358,33 @@ where
             .or(packed.last_error.as_deref());
         stats.log(error);
         Ok((response, stats))
+    }
+
+    /// Writes the heartbeat items of the batch's heartbeat records that nothing before them
+    /// failed (only then is everything ahead of them stored), after everything else. Returns
+    /// the earliest heartbeat whose write failed, to be retried with its record.
+    async fn write_heartbeats(
+        &self,
+        heartbeats: Vec<(usize, ShardName, Timestamp)>,
+        first_failed: Option<usize>,
+        write_by: tokio::time::Instant,
+        stats: &mut BatchStats,
+    ) -> Result<Option<usize>, IngestError> {
+        let now = self.clock.now();
+        let mut puts = Vec::new();
+        for (i, shard, sent) in heartbeats {
+            if first_failed.is_some_and(|f| f < i) {
+                break;
+            }
+            let item = heartbeat::item(&shard, sent, now).map_err(IngestError::Item)?;
+            puts.push(PendingWrite::put(i, item));
+        }
+        if puts.is_empty() {
+            return Ok(None);
+        }
+        stats.heartbeats = puts.len() as u64;
+        let report = self.writer.write_all(puts, write_by).await;
+        Ok(report.earliest_failed_tag())
     }
 
     /// The layout histories (shard counts and packing) of the fleet. Refreshed once half of

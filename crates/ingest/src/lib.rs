@@ -30,6 +30,7 @@
 pub mod config;
 pub mod decode;
 pub mod handler;
+pub mod heartbeat;
 pub mod kpl;
 pub mod lookups;
 pub mod packing;

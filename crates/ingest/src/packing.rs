@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use futures::StreamExt;
 use tidemark_schema::{Reading, SlotLen, Timestamp, keys};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotStore};
+use tidemark_store::slots::{Content, SlotKey, SlotStore, Stamp};
 use tokio::time::Instant;
 
 /// The readings of one batch bound for packed slots.
@@ -27,6 +27,8 @@ struct Pending {
     ttl: i64,
     /// The earliest record with a reading in this slot: reported if the write fails.
     first_tag: usize,
+    /// The latest arrival among its records (stamped on the parts written).
+    arrived: Timestamp,
 }
 
 /// What writing a batch's slots did.
@@ -48,7 +50,8 @@ pub struct SlotReport {
 }
 
 impl SlotBatch {
-    /// Adds `reading` (of record `tag`) to its slot in partition `shard`.
+    /// Adds `reading` (of record `tag`, which arrived at `arrived`) to its slot in partition
+    /// `shard`.
     pub fn add(
         &mut self,
         tag: usize,
@@ -56,6 +59,7 @@ impl SlotBatch {
         shard: Option<u16>,
         len: SlotLen,
         retention_days: u32,
+        arrived: Timestamp,
     ) {
         let start = len.start_of(reading.timestamp);
         let pk = keys::reading_pk(&reading.device_id, shard);
@@ -64,8 +68,10 @@ impl SlotBatch {
             // The slot lives as long as its last possible reading; reads drop expired ones.
             ttl: len.last_of(start).ttl_after_days(retention_days),
             first_tag: tag,
+            arrived,
         });
         pending.first_tag = pending.first_tag.min(tag);
+        pending.arrived = pending.arrived.max(arrived);
         let row = pending
             .content
             .readings
@@ -102,7 +108,17 @@ impl SlotBatch {
         let writes = self.slots.into_iter().map(|((pk, start), p)| async move {
             let key = SlotKey { pk, start };
             let out = api
-                .write_slot(table, retry, &key, &p.content, p.ttl, deadline)
+                .write_slot(
+                    table,
+                    retry,
+                    &key,
+                    &p.content,
+                    Stamp {
+                        ttl: p.ttl,
+                        arrived: Some(p.arrived),
+                    },
+                    deadline,
+                )
                 .await;
             (key, p.first_tag, out)
         });

@@ -66,6 +66,42 @@ pub mod field {
     pub const OPENED_AT: &str = "openedAt";
     pub const ACKNOWLEDGED_AT: &str = "acknowledgedAt";
     pub const SNOOZED_UNTIL: &str = "snoozedUntil";
+    /// When the record that last wrote a reading or slot part arrived in Kinesis (epoch
+    /// milliseconds): what a device's silence is judged on.
+    pub const ARRIVED_AT: &str = "arrivedAt";
+    pub const OFFLINE_AFTER_SECONDS: &str = "offlineAfterSeconds";
+    pub const OFFLINE_SEVERITY: &str = "offlineSeverity";
+    /// The device's newest known arrival (see [`super::DeviceItem::arrived_at`]).
+    pub const LAST_ARRIVAL_AT: &str = "lastArrivalAt";
+    /// The device's open offline alert ([`super::OfflineState`]).
+    pub const OFFLINE: &str = "offline";
+    pub const SENT_AT: &str = "sentAt";
+    pub const STORED_AT: &str = "storedAt";
+    pub const PASSED_AT: &str = "passedAt";
+}
+
+/// An optional [`Timestamp`] stored as epoch milliseconds (a number: smaller than the text on
+/// every reading item that carries it).
+pub mod epoch_millis {
+    use super::Timestamp;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_i64(t.epoch_micros().div_euclid(1000)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
+        let ms: Option<i64> = Option::deserialize(d)?;
+        ms.map(|ms| {
+            ms.checked_mul(1000)
+                .and_then(|us| Timestamp::from_epoch_micros(us).ok())
+                .ok_or_else(|| serde::de::Error::custom(format!("arrival {ms} ms is out of range")))
+        })
+        .transpose()
+    }
 }
 
 /// A reading as devices send it and the API returns it (after validation).
@@ -116,6 +152,14 @@ pub struct ReadingItem {
     pub metadata: Option<Map<String, Value>>,
     /// Epoch seconds after which DynamoDB may delete the item.
     pub ttl: i64,
+    /// When the record that wrote it arrived ([`field::ARRIVED_AT`]; absent on items written
+    /// before arrivals were kept).
+    #[serde(
+        default,
+        with = "epoch_millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub arrived_at: Option<Timestamp>,
 }
 
 impl ReadingItem {
@@ -126,6 +170,7 @@ impl ReadingItem {
             metrics: r.metrics.clone(),
             metadata: r.metadata.clone(),
             ttl: r.timestamp.ttl_after_days(retention_days),
+            arrived_at: None,
         }
     }
 
@@ -209,6 +254,23 @@ impl Threshold {
     }
 }
 
+/// `PIPELINE` / `HEARTBEAT#<shard>`: how far the pipeline has come, per ingest shard. The
+/// watchdog sends a heartbeat record into the shard at `sentAt`; ingest, behind every record
+/// that arrived before it, writes `sentAt` and `storedAt`; the alerts role, when it has seen
+/// that write, copies `sentAt` to `passedAt`. Every reading that arrived before `passedAt`
+/// has then been stored and seen by the alerts role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatItem {
+    pub pk: String,
+    pub sk: String,
+    pub sent_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_at: Option<Timestamp>,
+}
+
 /// The newest reading of a device, kept on its device item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -257,6 +319,70 @@ pub struct DeviceItem {
     /// first one; the API's writes leave it alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u64>,
+    /// No reading arriving for this long opens an offline alert (set by the API; absent:
+    /// the fleet default, 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_after_seconds: Option<u32>,
+    /// The severity of its offline alerts (default `warning`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_severity: Option<Severity>,
+    /// The newest arrival the alerts role wrote down: it may lag the true one by up to half
+    /// the offline window (docs/design.md §5, "Offline devices"), never lead it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_arrival_at: Option<Timestamp>,
+    /// The open offline alert, while the device is silent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline: Option<OfflineState>,
+    /// GSI2: the device's watch partition while watched, [`keys::OFFLINE_GSI2PK`] while
+    /// offline, absent when not watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi2pk: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi2sk: Option<String>,
+}
+
+/// The shortest offline window: the watchdog runs once a minute.
+pub const MIN_OFFLINE_WINDOW: u32 = 60;
+/// The longest: a month of silence is no longer news.
+pub const MAX_OFFLINE_WINDOW: u32 = 30 * 86_400;
+
+/// The fleet's offline window from its setting (`OFFLINE_AFTER_SECONDS`, the template's
+/// `OfflineAfterSeconds`): 0 is off, 1 to 59 count as 60; `None` past the longest.
+pub fn fleet_offline_window(seconds: u32) -> Option<u32> {
+    match seconds {
+        0 => Some(0),
+        s if s > MAX_OFFLINE_WINDOW => None,
+        s => Some(s.max(MIN_OFFLINE_WINDOW)),
+    }
+}
+
+/// A device's open offline alert: which one, and since when the device has been silent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OfflineState {
+    pub alert: AlertId,
+    /// The last arrival before the silence.
+    pub since: Timestamp,
+}
+
+/// What `GET /devices/{id}` says of a device's connectivity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Connectivity {
+    Online,
+    Offline,
+    /// Never seen, or not watched (no `offlineAfterSeconds`).
+    Unknown,
+}
+
+impl Connectivity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Connectivity::Online => "online",
+            Connectivity::Offline => "offline",
+            Connectivity::Unknown => "unknown",
+        }
+    }
 }
 
 /// The phase of one (metric, rule) of a device.
@@ -311,6 +437,37 @@ impl DeviceItem {
             latest: None,
             rule_states: BTreeMap::new(),
             version: None,
+            offline_after_seconds: None,
+            offline_severity: None,
+            last_arrival_at: None,
+            offline: None,
+            gsi2pk: None,
+            gsi2sk: None,
+        }
+    }
+
+    /// Its offline window: its own `offlineAfterSeconds`, else the fleet's; `None` when
+    /// either says 0.
+    pub fn offline_after(&self, fleet_default: u32) -> Option<u32> {
+        Some(self.offline_after_seconds.unwrap_or(fleet_default)).filter(|s| *s > 0)
+    }
+
+    /// When its silence needs checking: the GSI2 sort key, while it is in its watch
+    /// partition (not offline, watched).
+    pub fn watch_check(&self) -> Option<Timestamp> {
+        (self.gsi2pk.as_deref() == Some(keys::watch_gsi2pk(&self.device_id).as_str()))
+            .then(|| Timestamp::parse_canonical(self.gsi2sk.as_deref()?).ok())
+            .flatten()
+    }
+
+    /// Online, offline, or unknown (never seen, or not watched).
+    pub fn connectivity(&self, fleet_default: u32) -> Connectivity {
+        if self.offline.is_some() {
+            Connectivity::Offline
+        } else if self.offline_after(fleet_default).is_none() || self.last_arrival_at.is_none() {
+            Connectivity::Unknown
+        } else {
+            Connectivity::Online
         }
     }
 
@@ -342,7 +499,9 @@ pub struct AlertItem {
     pub gsi1sk: Option<String>,
     pub device_id: DeviceId,
     pub alert_id: AlertId,
-    pub metric: MetricName,
+    /// The metric of a threshold alert; absent for an offline one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<MetricName>,
     pub rule: AlertRule,
     pub severity: Severity,
     pub state: AlertState,
@@ -1026,7 +1185,7 @@ mod tests {
             gsi1sk: None,
             device_id: DeviceId::new("sensor_01").unwrap(),
             alert_id: AlertId::for_breach(t, &m, AlertRule::Max),
-            metric: m,
+            metric: Some(m),
             rule: AlertRule::Max,
             severity: Severity::Critical,
             state: AlertState::Open,
@@ -1073,7 +1232,7 @@ mod tests {
             gsi1sk: None,
             device_id: d.device_id.clone(),
             alert_id: AlertId::for_breach(d.created_at, &m, AlertRule::Max),
-            metric: m,
+            metric: Some(m),
             rule: AlertRule::Max,
             severity: Severity::Critical,
             state: AlertState::Open,

@@ -213,16 +213,29 @@ keyword_enum!(
 });
 
 keyword_enum!(
-    /// Which side of a threshold was crossed.
+    /// What an alert watches: a side of a metric's threshold (`min`, `max`), or the device's
+    /// silence (`offline`: no reading arrived for its `offlineAfterSeconds`).
     AlertRule, "alert rule", {
     Min => "min",
     Max => "max",
+    Offline => "offline",
 });
 
+impl AlertRule {
+    /// `"offline"` or `"threshold"`: the `kind` the API and the alert events show.
+    pub fn kind(self) -> &'static str {
+        match self {
+            AlertRule::Offline => "offline",
+            AlertRule::Min | AlertRule::Max => "threshold",
+        }
+    }
+}
+
 /// An alert ID: `<opened at, compact>-<metric>-<rule>`, e.g.
-/// `20260420T140000000000Z-temperature-max`. It sorts by opening time, and the same breach
-/// (same reading time, metric and rule) always yields the same ID, so a replay can never open
-/// a second alert.
+/// `20260420T140000000000Z-temperature-max`, or `<opened at>-offline` for a silence. It sorts
+/// by opening time, and the same breach (same reading time, metric and rule) or the same
+/// silence (same deadline) always yields the same ID, so a replay, or two watchdog runs at
+/// once, can never open a second alert.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AlertId(String);
 
@@ -236,25 +249,43 @@ impl AlertId {
         ))
     }
 
+    /// The alert of a device that went silent: opened at its deadline (last arrival plus
+    /// `offlineAfterSeconds`).
+    pub fn for_offline(opened_at: Timestamp) -> Self {
+        AlertId(format!(
+            "{}-{}",
+            opened_at.to_compact_string(),
+            AlertRule::Offline
+        ))
+    }
+
     pub fn new(s: &str) -> Result<Self, IdError> {
         Self::parts(s).map(|_| AlertId(s.to_owned()))
     }
 
-    /// The opening time, metric and rule the ID was made from.
-    pub fn parts(s: &str) -> Result<(Timestamp, MetricName, AlertRule), IdError> {
+    /// The opening time, metric (none for `offline`) and rule the ID was made from.
+    pub fn parts(s: &str) -> Result<(Timestamp, Option<MetricName>, AlertRule), IdError> {
         let bad = || IdError::NotAllowed {
             kind: "alert ID",
             value: s.to_owned(),
-            allowed: "<YYYYMMDDTHHMMSSfffZ>-<metric>-<min|max>",
+            allowed: "<YYYYMMDDTHHMMSSfffZ>-<metric>-<min|max> or <YYYYMMDDTHHMMSSfffZ>-offline",
         };
         let mut it = s.splitn(3, '-');
-        let (Some(t), Some(m), Some(r)) = (it.next(), it.next(), it.next()) else {
+        let (Some(t), Some(m)) = (it.next(), it.next()) else {
             return Err(bad());
         };
         let t = Timestamp::parse_compact(t).map_err(|_| bad())?;
-        let m = MetricName::new(m).map_err(|_| bad())?;
-        let r = AlertRule::parse(r).map_err(|_| bad())?;
-        Ok((t, m, r))
+        match it.next() {
+            None if m == AlertRule::Offline.as_str() => Ok((t, None, AlertRule::Offline)),
+            None => Err(bad()),
+            Some(r) => {
+                let m = MetricName::new(m).map_err(|_| bad())?;
+                match AlertRule::parse(r).map_err(|_| bad())? {
+                    AlertRule::Offline => Err(bad()),
+                    r => Ok((t, Some(m), r)),
+                }
+            }
+        }
     }
 
     pub fn opened_at(&self) -> Timestamp {
@@ -340,6 +371,14 @@ mod tests {
         assert_eq!(AlertId::new(a.as_str()).unwrap(), a);
         assert_eq!(a.opened_at(), t1);
         assert!(AlertId::new("garbage").is_err());
+        let o = AlertId::for_offline(t1);
+        assert_eq!(o.as_str(), "20260420T140000000000Z-offline");
+        assert_eq!(
+            AlertId::parts(o.as_str()).unwrap(),
+            (t1, None, AlertRule::Offline)
+        );
+        assert!(AlertId::new("20260420T140000000000Z-temperature-offline").is_err());
+        assert!(AlertId::new("20260420T140000000000Z-temperature").is_err());
     }
 
     #[test]

@@ -40,6 +40,20 @@ pub const FENCE_SK: &str = "#FENCE";
 /// the table, and no device-partition query can ever meet one).
 pub const NOTIFIED_PREFIX: &str = "NOTIFIED#";
 pub const NOTIFY_MARKER_SK: &str = "#MARKER";
+/// The pipeline's heartbeats: `PIPELINE` / `HEARTBEAT#<Kinesis shard ID>`, one item per ingest
+/// shard, written by ingest when the watchdog's heartbeat record has passed it and marked by
+/// the alerts role when it has passed that too (docs/design.md §5, "Offline devices").
+pub const PIPELINE_PK: &str = "PIPELINE";
+pub const HEARTBEAT_PREFIX: &str = "HEARTBEAT#";
+/// GSI2 partitions of devices watched for silence, `OFFLINE_WATCH#<n>`, sorted by the time
+/// their silence would need checking ([`watch_gsi2sk`]): the watchdog reads only those due.
+pub const OFFLINE_WATCH_PREFIX: &str = "OFFLINE_WATCH#";
+/// Watched devices are spread over this many GSI2 partitions (a fleet's deadline updates
+/// would make one hot).
+pub const OFFLINE_WATCH_PARTITIONS: u16 = 16;
+/// The GSI2 partition of devices that are offline now (`GET /devices?connectivity=offline`),
+/// sorted by device.
+pub const OFFLINE_GSI2PK: &str = "CONNECTIVITY#offline";
 
 /// Quarantined records of a day are spread over this many partitions, so a burst of bad
 /// records cannot make one partition hot; listing a day queries each of them.
@@ -119,6 +133,33 @@ pub enum EntityKey {
     DefaultLayout,
     /// An alert notification already published (see [`NOTIFIED_PREFIX`]).
     NotifyMarker(EventId),
+    /// The heartbeat of one ingest (Kinesis) shard (see [`PIPELINE_PK`]).
+    Heartbeat(ShardName),
+}
+
+/// A Kinesis shard ID as a key part (`shardId-000000000000`): letters, digits, `-` and `_`,
+/// at most 128 characters, so it can never hold a `#`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardName(String);
+
+impl ShardName {
+    pub fn new(s: &str) -> Option<Self> {
+        let ok = !s.is_empty()
+            && s.len() <= 128
+            && s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
+        ok.then(|| ShardName(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ShardName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl EntityKey {
@@ -165,6 +206,7 @@ impl EntityKey {
             EntityKey::ShardConfig(d) => Key::new(CONFIG_PK.to_owned(), shard_config_sk(d)),
             EntityKey::DefaultLayout => Key::new(CONFIG_PK.to_owned(), DEFAULT_LAYOUT_SK),
             EntityKey::NotifyMarker(e) => Key::new(notify_marker_pk(e), NOTIFY_MARKER_SK),
+            EntityKey::Heartbeat(s) => Key::new(PIPELINE_PK.to_owned(), heartbeat_sk(s)),
         }
     }
 
@@ -184,6 +226,13 @@ impl EntityKey {
             return DeviceId::new(id)
                 .map(EntityKey::ShardConfig)
                 .map_err(|e| err(&e.to_string()));
+        }
+        if pk == PIPELINE_PK {
+            return sk
+                .strip_prefix(HEARTBEAT_PREFIX)
+                .and_then(ShardName::new)
+                .map(EntityKey::Heartbeat)
+                .ok_or_else(|| err("pipeline sort key must be HEARTBEAT#<shard id>"));
         }
         if let Some(id) = pk.strip_prefix(NOTIFIED_PREFIX) {
             if sk != NOTIFY_MARKER_SK {
@@ -491,6 +540,34 @@ pub fn alert_gsi1sk(a: &AlertId) -> String {
     alert_sk(a)
 }
 
+pub fn heartbeat_sk(s: &ShardName) -> String {
+    format!("{HEARTBEAT_PREFIX}{s}")
+}
+
+/// GSI2 partition key of a device watched for silence: its watch partition.
+pub fn watch_gsi2pk(d: &DeviceId) -> String {
+    let n = status_shard_for(d, OFFLINE_WATCH_PARTITIONS).unwrap_or(0);
+    format!("{OFFLINE_WATCH_PREFIX}{n}")
+}
+
+/// Every watch partition (what the watchdog queries).
+pub fn watch_gsi2pks() -> Vec<String> {
+    (0..OFFLINE_WATCH_PARTITIONS)
+        .map(|n| format!("{OFFLINE_WATCH_PREFIX}{n}"))
+        .collect()
+}
+
+/// GSI2 sort key of a watched device: when its silence needs checking, canonical (sorts
+/// as time).
+pub fn watch_gsi2sk(check_at: Timestamp) -> String {
+    check_at.to_string()
+}
+
+/// GSI2 sort key of an offline device: its partition key (the listing's order and cursor).
+pub fn offline_gsi2sk(d: &DeviceId) -> String {
+    device_pk(d)
+}
+
 /// Parses a GSI1 device-status key back to its status and shard.
 pub fn parse_status_gsi1pk(s: &str) -> Option<(DeviceStatus, Option<u16>)> {
     let rest = s.strip_prefix(DEVICE_STATUS_PREFIX)?;
@@ -740,6 +817,12 @@ mod tests {
     #[test]
     fn notify_marker_keys_are_their_own_partition_and_round_trip() {
         let e = EventId::new("0123456789abcdef0123456789abcdef").unwrap();
+        let hb = round_trip(EntityKey::Heartbeat(
+            ShardName::new("shardId-000000000001").unwrap(),
+        ));
+        assert_eq!(hb.sk, "HEARTBEAT#shardId-000000000001");
+        assert!(EntityKey::parse(PIPELINE_PK, "HEARTBEAT#a#b").is_err());
+        assert!(watch_gsi2pks().contains(&watch_gsi2pk(&dev())));
         let k = round_trip(EntityKey::NotifyMarker(e));
         assert_eq!(k.pk, "NOTIFIED#0123456789abcdef0123456789abcdef");
         assert_eq!(k.sk, "#MARKER");

@@ -48,6 +48,13 @@ pub struct SlotItem {
     pub full: bool,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, Bitmap>,
+    /// When the newest record that wrote this part arrived ([`crate::field::ARRIVED_AT`]).
+    #[serde(
+        default,
+        with = "crate::entities::epoch_millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub arrived_at: Option<crate::Timestamp>,
 }
 
 /// The most a slot part item may take (DynamoDB's limit is 400 KB): every write keeps each
@@ -278,6 +285,7 @@ mod tests {
             sealed: false,
             full: false,
             metadata: BTreeMap::new(),
+            arrived_at: None,
         }
     }
 
@@ -361,6 +369,7 @@ mod tests {
             ttl: i64::MIN,
             sealed: true,
             full: true,
+            arrived_at: Some(Timestamp::MAX),
             metadata: metadata_bitmaps(&readings, &metadata),
         };
         // DynamoDB's sizes: names and strings by their bytes, binaries by their length, a

@@ -9,10 +9,15 @@ pub mod attr {
     pub const SK: &str = "sk";
     pub const GSI1PK: &str = "gsi1pk";
     pub const GSI1SK: &str = "gsi1sk";
+    pub const GSI2PK: &str = "gsi2pk";
+    pub const GSI2SK: &str = "gsi2sk";
     pub const TTL: &str = "ttl";
 }
 
 pub const GSI1: &str = "GSI1";
+/// Devices by connectivity: watched devices by when their silence needs checking, offline
+/// devices by ID (docs/design.md §2). Sparse: only devices with `offlineAfterSeconds`.
+pub const GSI2: &str = "GSI2";
 
 /// DynamoDB's limit on one item's size (names and values): a write past it is refused for
 /// good, so every writer stays under it by construction.
@@ -44,7 +49,7 @@ pub struct IndexDefinition {
     pub name: &'static str,
     pub partition_key: KeyAttribute,
     pub sort_key: KeyAttribute,
-    /// `INCLUDE`, with `non_key_attributes`: see [`TABLE`].
+    /// `INCLUDE` with `non_key_attributes`, or `KEYS_ONLY`: see [`TABLE`].
     pub projection: &'static str,
     pub non_key_attributes: &'static [&'static str],
 }
@@ -92,37 +97,49 @@ pub const TABLE: TableDefinition = TableDefinition {
     default_name: "tidemark",
     partition_key: s(attr::PK),
     sort_key: s(attr::SK),
-    global_secondary_indexes: &[IndexDefinition {
-        name: GSI1,
-        partition_key: s(attr::GSI1PK),
-        sort_key: s(attr::GSI1SK),
-        projection: "INCLUDE",
-        non_key_attributes: &[
-            // device summary (AP2)
-            field::DEVICE_ID,
-            field::NAME,
-            field::TYPE,
-            field::STATUS,
-            field::LOCATION,
-            field::FIRMWARE,
-            field::CREATED_AT,
-            field::UPDATED_AT,
-            // alert (AP6)
-            field::ALERT_ID,
-            field::METRIC,
-            field::RULE,
-            field::SEVERITY,
-            field::STATE,
-            field::MESSAGE,
-            field::VALUE,
-            field::THRESHOLD,
-            field::BREACH_COUNT,
-            field::OPENED_AT,
-            field::LAST_BREACH_AT,
-            field::ACKNOWLEDGED_AT,
-            field::SNOOZED_UNTIL,
-        ],
-    }],
+    global_secondary_indexes: &[
+        IndexDefinition {
+            name: GSI1,
+            partition_key: s(attr::GSI1PK),
+            sort_key: s(attr::GSI1SK),
+            projection: "INCLUDE",
+            non_key_attributes: &[
+                // device summary (AP2)
+                field::DEVICE_ID,
+                field::NAME,
+                field::TYPE,
+                field::STATUS,
+                field::LOCATION,
+                field::FIRMWARE,
+                field::CREATED_AT,
+                field::UPDATED_AT,
+                // alert (AP6)
+                field::ALERT_ID,
+                field::METRIC,
+                field::RULE,
+                field::SEVERITY,
+                field::STATE,
+                field::MESSAGE,
+                field::VALUE,
+                field::THRESHOLD,
+                field::BREACH_COUNT,
+                field::OPENED_AT,
+                field::LAST_BREACH_AT,
+                field::ACKNOWLEDGED_AT,
+                field::SNOOZED_UNTIL,
+            ],
+        },
+        IndexDefinition {
+            name: GSI2,
+            partition_key: s(attr::GSI2PK),
+            sort_key: s(attr::GSI2SK),
+            // Keys only: the alerts role moves a watched device's sort key as it arrives, and a
+            // keys-only copy is the smallest index write; the watchdog and the offline listing
+            // read the device items they find.
+            projection: "KEYS_ONLY",
+            non_key_attributes: &[],
+        },
+    ],
     ttl_attribute: attr::TTL,
     stream_view_type: "NEW_AND_OLD_IMAGES",
 };
@@ -132,8 +149,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_attributes_are_the_four_string_keys() {
+    fn key_attributes_are_the_six_string_keys() {
         let names: Vec<_> = TABLE.key_attributes().iter().map(|a| a.name).collect();
-        assert_eq!(names, ["pk", "sk", "gsi1pk", "gsi1sk"]);
+        assert_eq!(names, ["pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk"]);
     }
 }

@@ -12,6 +12,7 @@ pub mod items;
 pub mod layouts;
 pub mod limits;
 pub mod merge;
+pub mod query;
 pub mod retry;
 pub mod settings;
 pub mod slots;

@@ -10,14 +10,16 @@ pub enum Function {
     Aggregator,
     Alerts,
     Api,
+    Watchdog,
 }
 
 impl Function {
-    pub const ALL: [Function; 4] = [
+    pub const ALL: [Function; 5] = [
         Function::Ingest,
         Function::Aggregator,
         Function::Alerts,
         Function::Api,
+        Function::Watchdog,
     ];
 
     /// Its logical ID in `template.yaml`.
@@ -27,6 +29,7 @@ impl Function {
             Function::Aggregator => "AggregatorFunction",
             Function::Alerts => "AlertFunction",
             Function::Api => "ApiFunction",
+            Function::Watchdog => "WatchdogFunction",
         }
     }
 
@@ -37,6 +40,7 @@ impl Function {
             Function::Aggregator => "aggregator",
             Function::Alerts => "alerts",
             Function::Api => "api",
+            Function::Watchdog => "watchdog",
         }
     }
 }
@@ -65,7 +69,7 @@ pub enum Source {
     Sdk,
 }
 
-use Function::{Aggregator, Alerts, Api, Ingest};
+use Function::{Aggregator, Alerts, Api, Ingest, Watchdog};
 
 const fn s(
     name: &'static str,
@@ -88,7 +92,7 @@ pub const SETTINGS: &[Setting] = &[
         "TABLE_NAME",
         "`tidemark`",
         "the table",
-        &[Ingest, Aggregator, Alerts, Api],
+        &[Ingest, Aggregator, Alerts, Api, Watchdog],
     ),
     Setting {
         source: Source::Client,
@@ -96,7 +100,7 @@ pub const SETTINGS: &[Setting] = &[
             "TIDEMARK_DYNAMODB_ENDPOINT",
             "AWS",
             "a local DynamoDB endpoint (empty when deployed)",
-            &[Ingest, Aggregator, Alerts, Api],
+            &[Ingest, Aggregator, Alerts, Api, Watchdog],
         )
     },
     s(
@@ -191,6 +195,24 @@ pub const SETTINGS: &[Setting] = &[
         "900",
         "how far `lastSeenAt` may lag before the device item is rewritten for it alone",
         &[Aggregator, Alerts],
+    ),
+    s(
+        "OFFLINE_AFTER_SECONDS",
+        "0",
+        "the fleet's offline window for devices without `offlineAfterSeconds` (0: off)",
+        &[Alerts, Api, Watchdog],
+    ),
+    s(
+        "STREAM_NAME",
+        "required",
+        "the Kinesis stream the watchdog sends its heartbeats into",
+        &[Watchdog],
+    ),
+    s(
+        "TIDEMARK_KINESIS_ENDPOINT",
+        "AWS",
+        "a local Kinesis endpoint (empty when deployed)",
+        &[Watchdog],
     ),
     s(
         "STATUS_SHARDS",
@@ -310,6 +332,6 @@ mod tests {
         assert_eq!(names.len(), n, "a setting is listed twice");
         assert!(SETTINGS.iter().all(|s| !s.read_by.is_empty()));
         assert_eq!(setting("TABLE_NAME").map(|s| s.default), Some("`tidemark`"));
-        assert_eq!(read_by(Function::Alerts).count(), 10);
+        assert_eq!(read_by(Function::Alerts).count(), 11);
     }
 }

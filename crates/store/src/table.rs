@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus,
     TimeToLiveSpecification,
 };
-use tidemark_schema::table::{KeyAttribute, TableDefinition};
+use tidemark_schema::table::{IndexDefinition, KeyAttribute, TableDefinition};
 
 use crate::StoreError;
 
@@ -26,6 +26,18 @@ fn build_err(message: String) -> StoreError {
         operation: "CreateTable",
         message,
     }
+}
+
+fn projection(gsi: &IndexDefinition) -> Result<Projection, StoreError> {
+    Ok(Projection::builder()
+        .projection_type(ProjectionType::from(gsi.projection))
+        .set_non_key_attributes((!gsi.non_key_attributes.is_empty()).then(|| {
+            gsi.non_key_attributes
+                .iter()
+                .map(|a| (*a).to_owned())
+                .collect()
+        }))
+        .build())
 }
 
 /// Creates `name` (on-demand, stream on, TTL on) and waits until it is active.
@@ -65,17 +77,7 @@ pub async fn create_table(
                 .index_name(gsi.name)
                 .key_schema(key(gsi.partition_key, KeyType::Hash)?)
                 .key_schema(key(gsi.sort_key, KeyType::Range)?)
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::from(gsi.projection))
-                        .set_non_key_attributes((!gsi.non_key_attributes.is_empty()).then(|| {
-                            gsi.non_key_attributes
-                                .iter()
-                                .map(|a| (*a).to_owned())
-                                .collect()
-                        }))
-                        .build(),
-                )
+                .projection(projection(gsi)?)
                 .build()
                 .map_err(|e| build_err(e.to_string()))?,
         );
@@ -86,7 +88,7 @@ pub async fn create_table(
             if e.as_service_error()
                 .is_some_and(|s| s.is_resource_in_use_exception()) =>
         {
-            return Ok(());
+            return add_missing_indexes(client, name, def).await;
         }
         Err(e) => return Err(StoreError::sdk("CreateTable")(e)),
     }
@@ -104,6 +106,66 @@ pub async fn create_table(
         .send()
         .await
         .map_err(StoreError::sdk("UpdateTimeToLive"))?;
+    Ok(())
+}
+
+/// A local table made by an older checkout gains the indexes it lacks, one at a time (what
+/// DynamoDB allows), so `make run` keeps its data across an upgrade.
+async fn add_missing_indexes(
+    client: &Client,
+    name: &str,
+    def: &TableDefinition,
+) -> Result<(), StoreError> {
+    let out = client
+        .describe_table()
+        .table_name(name)
+        .send()
+        .await
+        .map_err(StoreError::sdk("DescribeTable"))?;
+    let have: Vec<String> = out
+        .table()
+        .map(|t| {
+            t.global_secondary_indexes()
+                .iter()
+                .filter_map(|g| g.index_name().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    for gsi in def.global_secondary_indexes {
+        if have.iter().any(|h| h == gsi.name) {
+            continue;
+        }
+        let mut attrs = Vec::new();
+        for a in [gsi.partition_key, gsi.sort_key] {
+            attrs.push(
+                AttributeDefinition::builder()
+                    .attribute_name(a.name)
+                    .attribute_type(ScalarAttributeType::from(a.kind.code()))
+                    .build()
+                    .map_err(|e| build_err(e.to_string()))?,
+            );
+        }
+        let create = aws_sdk_dynamodb::types::CreateGlobalSecondaryIndexAction::builder()
+            .index_name(gsi.name)
+            .key_schema(key(gsi.partition_key, KeyType::Hash)?)
+            .key_schema(key(gsi.sort_key, KeyType::Range)?)
+            .projection(projection(gsi)?)
+            .build()
+            .map_err(|e| build_err(e.to_string()))?;
+        client
+            .update_table()
+            .table_name(name)
+            .set_attribute_definitions(Some(attrs))
+            .global_secondary_index_updates(
+                aws_sdk_dynamodb::types::GlobalSecondaryIndexUpdate::builder()
+                    .create(create)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(StoreError::sdk("UpdateTable"))?;
+        wait_for(client, name, Some(TableStatus::Active)).await?;
+    }
     Ok(())
 }
 

@@ -28,6 +28,47 @@ fn sample_reading() -> Reading {
 }
 
 #[tokio::test]
+async fn a_table_made_before_an_index_existed_gains_it_and_keeps_its_items() {
+    let t = TestTable::new("store-upgrade").await;
+    tidemark_store::delete_table(&t.client, &t.name)
+        .await
+        .unwrap();
+    let mut older = TABLE;
+    older.global_secondary_indexes = &TABLE.global_secondary_indexes[..1];
+    tidemark_store::create_table(&t.client, &t.name, &older)
+        .await
+        .unwrap();
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .item(attr::PK, AttributeValue::S("DEVICE#d".into()))
+        .item(attr::SK, AttributeValue::S("#METADATA".into()))
+        .send()
+        .await
+        .unwrap();
+    tidemark_store::create_table(&t.client, &t.name, &TABLE)
+        .await
+        .unwrap();
+    let d = t
+        .client
+        .describe_table()
+        .table_name(&t.name)
+        .send()
+        .await
+        .unwrap();
+    let names: Vec<_> = d
+        .table()
+        .unwrap()
+        .global_secondary_indexes()
+        .iter()
+        .filter_map(|g| g.index_name())
+        .collect();
+    assert!(names.contains(&tidemark_schema::table::GSI2), "{names:?}");
+    let kept = t.client.scan().table_name(&t.name).send().await.unwrap();
+    assert_eq!(kept.count(), 1);
+}
+
+#[tokio::test]
 async fn created_table_has_the_schema_definition() {
     let t = TestTable::new("store-def").await;
     let d = t
@@ -44,13 +85,20 @@ async fn created_table_has_the_schema_definition() {
         .map(|k| (k.attribute_name(), k.key_type().as_str()))
         .collect();
     assert_eq!(keys, [(attr::PK, "HASH"), (attr::SK, "RANGE")]);
-    let gsi = &table.global_secondary_indexes()[0];
-    assert_eq!(gsi.index_name(), Some(GSI1));
-    let projected = gsi.projection().unwrap().non_key_attributes();
+    let index = |name: &str| {
+        table
+            .global_secondary_indexes()
+            .iter()
+            .find(|g| g.index_name() == Some(name))
+            .unwrap_or_else(|| panic!("no index {name}"))
+    };
+    let projected = index(GSI1).projection().unwrap().non_key_attributes();
     assert_eq!(
         projected,
         TABLE.global_secondary_indexes[0].non_key_attributes
     );
+    let gsi2 = index(tidemark_schema::table::GSI2).projection().unwrap();
+    assert_eq!(gsi2.projection_type().unwrap().as_str(), "KEYS_ONLY");
     let stream = table.stream_specification().unwrap();
     assert!(stream.stream_enabled());
     assert_eq!(

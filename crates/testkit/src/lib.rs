@@ -304,7 +304,7 @@ pub fn open_alert(device: &str) -> tidemark_schema::AlertItem {
         gsi1sk: Some(tidemark_schema::keys::alert_gsi1sk(&id)),
         device_id: device,
         alert_id: id,
-        metric,
+        metric: Some(metric),
         rule: AlertRule::Max,
         severity: Severity::Critical,
         state: AlertState::Open,

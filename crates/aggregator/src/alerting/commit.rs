@@ -53,7 +53,7 @@ mod tests {
             gsi1sk: None,
             device_id: device,
             alert_id: id,
-            metric,
+            metric: Some(metric),
             rule: AlertRule::Max,
             severity: Severity::Critical,
             state: AlertState::Open,

@@ -13,6 +13,8 @@ use super::plan::{AlertWrite, episodes_from, plan_derived, resolve_write, rule_s
 use super::rules::{Rule, could_change};
 use crate::AggregatorError;
 use crate::handler::Aggregator;
+use crate::offline::arrivals::Arrivals;
+use crate::offline::upkeep::{Seen, upkeep};
 use crate::report::Counters;
 use crate::store::{DeviceUpdate, Store, Written};
 
@@ -29,6 +31,10 @@ pub struct DeviceBatch {
     pub rewritten_until: BTreeMap<MetricName, Timestamp>,
     /// The device item changed its thresholds: every rule state is checked against them.
     pub thresholds_changed: bool,
+    /// When the device's records in the batch arrived (an exact resend included).
+    pub arrivals: Option<Arrivals>,
+    /// The device item changed its offline settings.
+    pub offline_settings_changed: bool,
 }
 
 impl DeviceBatch {
@@ -166,7 +172,19 @@ impl<S: Store> Aggregator<S> {
             let now = self.config.clock.now();
             let (derived, newest) = derive(&self.store, id, needs, &limits).await?;
 
+            let offline = upkeep(
+                id,
+                dev.as_ref(),
+                self.config.offline_after_default,
+                Seen {
+                    arrivals: b.arrivals,
+                    newest_reading: batch_newest,
+                    settings_changed: b.offline_settings_changed,
+                },
+                now,
+            );
             let mut ids = rule_state_alerts(&stored);
+            ids.extend(offline.resolve.as_ref().map(|r| r.0.clone()));
             ids.retain(|a| !a.as_str().is_empty());
             let mut known: HashMap<AlertId, AlertItem> = if ids.is_empty() {
                 HashMap::new()
@@ -184,6 +202,9 @@ impl<S: Store> Aggregator<S> {
                 if let Some(s) = p.rule_state {
                     rule_states.insert(d.fold.rule.state_key(), s);
                 }
+            }
+            if let Some((alert, at)) = &offline.resolve {
+                writes.extend(resolve_write(known.get(alert), *at));
             }
             // A threshold that is gone resolves what it opened, at the change.
             let live: Vec<String> = rules.iter().map(Rule::state_key).collect();
@@ -208,7 +229,7 @@ impl<S: Store> Aggregator<S> {
                 .is_some_and(|d| d.version.is_some() && d.last_seen_at.is_some());
             let lagging = batch_newest
                 .is_some_and(|n| last_seen.is_none_or(|l| micros_between(l, n) >= refresh));
-            if rule_states == stored && writes.is_empty() && !lagging {
+            if rule_states == stored && writes.is_empty() && !lagging && !offline.must_write {
                 if registered && batch_newest.is_some_and(|n| last_seen.is_some_and(|l| n > l)) {
                     Counters::add(&counters.device_writes_deferred, 1);
                 }
@@ -249,6 +270,7 @@ impl<S: Store> Aggregator<S> {
                     DeviceStatus::Active,
                     self.config.status_shards,
                 ),
+                offline: offline.clone(),
             };
             match self.commit(&update, writes, counters).await? {
                 Written::Ok { .. } => return Ok(()),

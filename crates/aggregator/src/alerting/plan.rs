@@ -53,7 +53,7 @@ pub fn episode_id(rule: &Rule, e: &Episode, known: &HashMap<AlertId, AlertItem>)
     let end = e.resolved_at.unwrap_or(Timestamp::MAX);
     known
         .values()
-        .filter(|a| a.metric == rule.metric && a.rule == rule.rule)
+        .filter(|a| a.metric.as_ref() == Some(&rule.metric) && a.rule == rule.rule)
         .filter(|a| a.opened_at >= e.start && a.opened_at < end)
         // A resolved alert is never reopened: an episode open again is a new alert.
         .filter(|a| e.resolved_at.is_some() || a.state != AlertState::Resolved)
@@ -71,6 +71,8 @@ fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
     let side = match rule.rule {
         AlertRule::Max => "above",
         AlertRule::Min => "below",
+        // Never a threshold's side ([`Rule::of`] makes only min and max rules).
+        AlertRule::Offline => "past",
     };
     let mut a = AlertItem {
         pk: key.pk,
@@ -79,7 +81,7 @@ fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
         gsi1sk: Some(keys::alert_gsi1sk(&id)),
         device_id: device.clone(),
         alert_id: id,
-        metric: rule.metric.clone(),
+        metric: Some(rule.metric.clone()),
         rule: rule.rule,
         severity: rule.threshold.severity,
         state: AlertState::Open,
@@ -116,7 +118,7 @@ fn moved_on(before: &AlertItem, e: &Episode) -> Option<AlertItem> {
     let mut a = before.clone();
     if !e.peak.is_nan() {
         a.value = match before.rule {
-            AlertRule::Max => a.value.max(e.peak),
+            AlertRule::Max | AlertRule::Offline => a.value.max(e.peak),
             AlertRule::Min => a.value.min(e.peak),
         };
     }

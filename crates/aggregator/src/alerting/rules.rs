@@ -60,6 +60,8 @@ impl Rule {
         let (breach, clear) = match self.rule {
             AlertRule::Max => (v > self.limit, v <= self.limit - self.deadband()),
             AlertRule::Min => (v < self.limit, v >= self.limit + self.deadband()),
+            // Never a threshold rule ([`Rule::of`] makes only min and max): never breached.
+            AlertRule::Offline => (false, true),
         };
         if breach {
             Class::Breach
@@ -73,7 +75,7 @@ impl Rule {
     /// The more extreme of two breaching values.
     fn worse(&self, a: f64, b: f64) -> f64 {
         match self.rule {
-            AlertRule::Max => a.max(b),
+            AlertRule::Max | AlertRule::Offline => a.max(b),
             AlertRule::Min => a.min(b),
         }
     }

@@ -67,7 +67,11 @@ pub struct Detail {
     pub change: ChangeKind,
     pub device_id: DeviceId,
     pub alert_id: AlertId,
-    pub metric: MetricName,
+    /// `threshold` or `offline`.
+    pub kind: &'static str,
+    /// The metric of a threshold alert; absent for an offline one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metric: Option<MetricName>,
     pub rule: AlertRule,
     pub severity: Severity,
     /// The alert's state after the change.
@@ -224,6 +228,7 @@ pub fn alert_changes(records: &[EventRecord]) -> Vec<AlertChange> {
                     path: format!("/devices/{}/alerts/{}", new.device_id, new.alert_id),
                     device_id: new.device_id.clone(),
                     alert_id: new.alert_id.clone(),
+                    kind: new.rule.kind(),
                     metric: new.metric.clone(),
                     rule: new.rule,
                     severity: new.severity,

@@ -8,13 +8,17 @@
 //!
 //! ```json
 //! {"eventId":"…32 hex…","change":"opened","deviceId":"sensor_01",
-//!  "alertId":"20260420T140000000000Z-temperature-max","metric":"temperature","rule":"max",
+//!  "alertId":"20260420T140000000000Z-temperature-max","kind":"threshold",
+//!  "metric":"temperature","rule":"max",
 //!  "severity":"critical","state":"open","value":41.5,"threshold":35,
 //!  "message":"temperature 41.5 above 35","openedAt":"2026-04-20T14:00:00.000000Z",
 //!  "acknowledgedAt":"…"?, "resolvedAt":"…"?, "snoozedUntil":"…"?,
 //!  "changedAt":"2026-04-20T14:00:00.000000Z",
 //!  "path":"/devices/sensor_01/alerts/20260420T140000000000Z-temperature-max"}
 //! ```
+//!
+//! An offline alert (`"kind":"offline"`, `"rule":"offline"`) has no `metric`; its `value` is
+//! the seconds of silence it opened after and `threshold` the device's `offlineAfterSeconds`.
 //!
 //! **Once.** `eventId` is derived from the alert's key, the stream record's sequence number and
 //! the change, so the same change always has the same ID. Before publishing, the notifier

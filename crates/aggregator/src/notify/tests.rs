@@ -30,7 +30,7 @@ fn alert(device: &str, opened: &str) -> AlertItem {
         gsi1sk: None,
         device_id,
         alert_id,
-        metric,
+        metric: Some(metric),
         rule: AlertRule::Max,
         severity: Severity::Critical,
         state: AlertState::Open,
@@ -226,6 +226,7 @@ fn the_detail_has_the_documented_shape() {
         "change",
         "deviceId",
         "alertId",
+        "kind",
         "metric",
         "rule",
         "severity",
@@ -243,6 +244,7 @@ fn the_detail_has_the_documented_shape() {
     keys.sort_unstable();
     assert_eq!(keys, want);
     assert_eq!(v["change"], "acknowledged");
+    assert_eq!(v["kind"], "threshold");
     assert_eq!(v["state"], "acknowledged");
     assert_eq!(v["severity"], "critical");
     assert_eq!(v["changedAt"], "2026-04-20T14:05:00.000000Z");

@@ -44,6 +44,7 @@ fn part(at: &SlotAt, number: u16, r: &SlotReadings, version: u64, sealed: bool) 
         sealed,
         full: false,
         metadata: Default::default(),
+        arrived_at: None,
     }
 }
 

@@ -18,7 +18,7 @@ use tidemark_schema::{Clock, DeviceId, ShardConfigItem, Timestamp};
 use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite};
+use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite, Stamp};
 use tidemark_store::{Item, StoreError};
 
 /// The clock of every test: five minutes after the sample readings of docs/design.md §9.
@@ -186,12 +186,12 @@ impl<A: SlotStore> SlotStore for Flaky<A> {
         retry: RetryPolicy,
         key: &SlotKey,
         incoming: &Content,
-        ttl: i64,
+        stamp: Stamp,
         deadline: tokio::time::Instant,
     ) -> Result<SlotWrite, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner
-            .write_slot(table, retry, key, incoming, ttl, deadline)
+            .write_slot(table, retry, key, incoming, stamp, deadline)
             .await
     }
 }
@@ -418,7 +418,7 @@ impl SlotStore for &MemoryStore {
         _: RetryPolicy,
         key: &SlotKey,
         incoming: &Content,
-        _: i64,
+        _: Stamp,
         _: tokio::time::Instant,
     ) -> Result<SlotWrite, StoreError> {
         if self.refuse_writes.load(Ordering::SeqCst) {

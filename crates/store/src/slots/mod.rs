@@ -128,6 +128,9 @@ pub struct SlotWriter {
     pub part_bytes: usize,
     /// [`MAX_PART_ITEM_BYTES`] except in tests of the cap.
     pub item_bytes: usize,
+    /// When the records this write carries arrived: stamped on every part it writes
+    /// ([`tidemark_schema::field::ARRIVED_AT`]), what a device's silence is judged on.
+    pub arrived: Option<Timestamp>,
 }
 
 /// Where ingest writes packed slots: DynamoDB (through a [`SlotWriter`]), or a test's fake.
@@ -138,9 +141,18 @@ pub trait SlotStore: Send + Sync {
         retry: RetryPolicy,
         key: &SlotKey,
         incoming: &Content,
-        ttl: i64,
+        stamp: Stamp,
         deadline: Instant,
     ) -> impl std::future::Future<Output = Result<SlotWrite, StoreError>> + Send;
+}
+
+/// What a slot write stamps on the parts it writes besides their content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Epoch seconds after which DynamoDB may delete the part.
+    pub ttl: i64,
+    /// When the records it carries arrived ([`tidemark_schema::field::ARRIVED_AT`]).
+    pub arrived: Option<Timestamp>,
 }
 
 impl SlotStore for Client {
@@ -150,11 +162,12 @@ impl SlotStore for Client {
         retry: RetryPolicy,
         key: &SlotKey,
         incoming: &Content,
-        ttl: i64,
+        stamp: Stamp,
         deadline: Instant,
     ) -> Result<SlotWrite, StoreError> {
         SlotWriter::new(self.clone(), table, retry)
-            .write_content(key, incoming, ttl, deadline)
+            .arrived(stamp.arrived)
+            .write_content(key, incoming, stamp.ttl, deadline)
             .await
     }
 }
@@ -224,7 +237,14 @@ impl SlotWriter {
             retry,
             part_bytes: MAX_PART_BYTES,
             item_bytes: MAX_PART_ITEM_BYTES,
+            arrived: None,
         }
+    }
+
+    /// This writer, stamping `arrived` on the parts it writes.
+    pub fn arrived(mut self, arrived: Option<Timestamp>) -> Self {
+        self.arrived = arrived;
+        self
     }
 
     async fn read(&self, key: &SlotKey) -> Result<Vec<Part>, StoreError> {
@@ -450,6 +470,7 @@ impl SlotWriter {
             sealed: put.sealed,
             full: put.full,
             metadata: metadata_bitmaps(&c.readings, &c.metadata),
+            arrived_at: self.arrived,
         })
     }
 

@@ -1,0 +1,205 @@
+//! Arrivals and heartbeats in a batch of the table's stream. Pure: no clock, no I/O.
+
+use std::collections::BTreeMap;
+
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use serde::Deserialize;
+use tidemark_schema::keys::ShardName;
+use tidemark_schema::{DeviceId, EntityKey, HeartbeatItem, Timestamp, entities::epoch_millis};
+
+use crate::records::TTL_PRINCIPAL;
+
+/// The first and last arrival of one device's records in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrivals {
+    pub first: Timestamp,
+    pub last: Timestamp,
+}
+
+impl Arrivals {
+    fn add(this: &mut Option<Arrivals>, at: Timestamp) {
+        *this = Some(match *this {
+            None => Arrivals {
+                first: at,
+                last: at,
+            },
+            Some(a) => Arrivals {
+                first: a.first.min(at),
+                last: a.last.max(at),
+            },
+        });
+    }
+}
+
+/// A heartbeat the alerts role is to mark as passed ([`HeartbeatItem`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Position of its record in the event.
+    pub index: usize,
+    pub shard: ShardName,
+    pub sent_at: Timestamp,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Written {
+    pk: String,
+    sk: String,
+    #[serde(default, with = "epoch_millis")]
+    arrived_at: Option<Timestamp>,
+}
+
+/// Per device, the position of its first record in `event` and the arrivals its readings' and
+/// slot parts' writes show. A write that changed nothing but its arrival (an exact resend of
+/// a single reading) is an arrival too; deletes are not. Items written before arrivals were
+/// kept count at the record's creation.
+pub fn arrivals(event: &Event) -> BTreeMap<DeviceId, (usize, Arrivals)> {
+    let mut out: BTreeMap<DeviceId, (usize, Option<Arrivals>)> = BTreeMap::new();
+    for (i, rec) in event.records.iter().enumerate() {
+        if let Some((device, at)) = arrival(rec) {
+            let e = out.entry(device).or_insert((i, None));
+            Arrivals::add(&mut e.1, at);
+        }
+    }
+    out.into_iter()
+        .filter_map(|(d, (i, a))| a.map(|a| (d, (i, a))))
+        .collect()
+}
+
+fn arrival(rec: &EventRecord) -> Option<(DeviceId, Timestamp)> {
+    if rec.event_name == "REMOVE" || is_ttl(rec) || rec.change.new_image.is_empty() {
+        return None;
+    }
+    let w: Written = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
+    let device = match EntityKey::parse(&w.pk, &w.sk).ok()? {
+        EntityKey::Reading { device, .. } | EntityKey::Slot { device, .. } => device,
+        _ => return None,
+    };
+    let at = match w.arrived_at {
+        Some(at) => at,
+        None => Timestamp::from_epoch_millis(
+            rec.change.approximate_creation_date_time.timestamp_millis(),
+        )
+        .ok()?,
+    };
+    Some((device, at))
+}
+
+fn is_ttl(rec: &EventRecord) -> bool {
+    rec.user_identity
+        .as_ref()
+        .is_some_and(|u| u.principal_id == TTL_PRINCIPAL)
+}
+
+/// The heartbeats ingest wrote in `event` that the alerts role has not marked yet (its own
+/// mark is a write too, and is not one).
+pub fn heartbeats(event: &Event) -> Vec<Heartbeat> {
+    let mut out = Vec::new();
+    for (index, rec) in event.records.iter().enumerate() {
+        if rec.change.new_image.is_empty() {
+            continue;
+        }
+        let Ok(h) = serde_dynamo::from_item::<_, HeartbeatItem>(rec.change.new_image.clone())
+        else {
+            continue;
+        };
+        let Ok(EntityKey::Heartbeat(shard)) = EntityKey::parse(&h.pk, &h.sk) else {
+            continue;
+        };
+        if h.stored_at.is_some() && h.passed_at != Some(h.sent_at) {
+            out.push(Heartbeat {
+                index,
+                shard,
+                sent_at: h.sent_at,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{event, insert};
+    use aws_lambda_events::event::dynamodb::StreamRecord;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn stamped(seq: u64, device: &str, at: &str, arrived: &str) -> EventRecord {
+        let mut r = insert(seq, device, ts(at), "t", 1.0);
+        r.change.new_image.insert(
+            "arrivedAt".into(),
+            serde_dynamo::AttributeValue::N(ts(arrived).epoch_millis().to_string()),
+        );
+        r
+    }
+
+    #[test]
+    fn a_device_arrives_when_its_records_arrived_not_when_its_readings_say() {
+        let e = event(vec![
+            stamped(1, "d1", "2020-01-01T00:00:00Z", "2026-04-20T14:00:05Z"),
+            stamped(2, "d1", "2026-04-20T13:00:00Z", "2026-04-20T14:00:01Z"),
+            stamped(3, "d2", "2026-04-20T13:00:00Z", "2026-04-20T14:00:09Z"),
+        ]);
+        let a = arrivals(&e);
+        let (first, d1) = a[&DeviceId::new("d1").unwrap()];
+        assert_eq!(first, 0);
+        assert_eq!(d1.first, ts("2026-04-20T14:00:01Z"));
+        assert_eq!(d1.last, ts("2026-04-20T14:00:05Z"));
+        assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn deletes_are_not_arrivals_and_unstamped_items_arrive_at_their_write() {
+        let mut del = insert(1, "d1", ts("2026-04-20T13:00:00Z"), "t", 1.0);
+        del.event_name = "REMOVE".into();
+        del.change.old_image = std::mem::take(&mut del.change.new_image);
+        let mut old = insert(2, "d2", ts("2026-04-20T13:00:00Z"), "t", 1.0);
+        let timed: StreamRecord = serde_json::from_value(serde_json::json!(
+            {"ApproximateCreationDateTime": ts("2026-04-20T14:00:00Z").epoch_seconds(), "SizeBytes": 1}
+        ))
+        .unwrap();
+        old.change.approximate_creation_date_time = timed.approximate_creation_date_time;
+        let a = arrivals(&event(vec![del, old]));
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            a[&DeviceId::new("d2").unwrap()].1.last,
+            ts("2026-04-20T14:00:00Z")
+        );
+    }
+
+    #[test]
+    fn a_stored_heartbeat_is_to_be_passed_once() {
+        let shard = ShardName::new("shardId-000000000000").unwrap();
+        let key = EntityKey::Heartbeat(shard.clone()).key();
+        let mut h = HeartbeatItem {
+            pk: key.pk,
+            sk: key.sk,
+            sent_at: ts("2026-04-20T14:00:00Z"),
+            stored_at: Some(ts("2026-04-20T14:00:01Z")),
+            passed_at: None,
+        };
+        let rec = |h: &HeartbeatItem| {
+            let mut c = StreamRecord::default();
+            c.new_image = serde_dynamo::to_item(h).unwrap();
+            let mut r = EventRecord::default();
+            r.event_name = "MODIFY".into();
+            r.change = c;
+            r
+        };
+        let first = rec(&h);
+        h.passed_at = Some(h.sent_at);
+        let marked = rec(&h);
+        let found = heartbeats(&event(vec![first, marked]));
+        assert_eq!(
+            found,
+            vec![Heartbeat {
+                index: 0,
+                shard,
+                sent_at: ts("2026-04-20T14:00:00Z")
+            }]
+        );
+    }
+}

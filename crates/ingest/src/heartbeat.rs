@@ -1,0 +1,32 @@
+//! The watchdog's heartbeat records (docs/design.md §5, "Offline devices"). The watchdog puts
+//! one into every shard of the stream; ingest, having stored every record ahead of it in its
+//! shard, writes the shard's heartbeat item. That is how the watchdog knows which arrivals
+//! the table already holds, so a backlog never looks like silence.
+
+use aws_lambda_events::event::kinesis::KinesisEventRecord;
+use aws_sdk_dynamodb::types::AttributeValue;
+use tidemark_schema::keys::ShardName;
+use tidemark_schema::{EntityKey, HeartbeatItem, Timestamp};
+use tidemark_store::{Item, StoreError};
+
+pub use tidemark_schema::heartbeat::sent_at;
+
+/// The shard a record came from, from its event ID (`shardId-…:<sequence>`).
+pub fn shard_of(record: &KinesisEventRecord) -> Option<ShardName> {
+    let id = record.event_id.as_deref()?;
+    ShardName::new(id.split_once(':').map_or(id, |(s, _)| s))
+}
+
+/// The shard's heartbeat item: the heartbeat sent at `sent` is behind everything stored.
+pub fn item(shard: &ShardName, sent: Timestamp, stored: Timestamp) -> Result<Item, StoreError> {
+    let key = EntityKey::Heartbeat(shard.clone()).key();
+    let mut item = tidemark_store::to_item(&HeartbeatItem {
+        pk: key.pk,
+        sk: key.sk,
+        sent_at: sent,
+        stored_at: Some(stored),
+        passed_at: None,
+    })?;
+    item.retain(|_, v| !matches!(v, AttributeValue::Null(_)));
+    Ok(item)
+}

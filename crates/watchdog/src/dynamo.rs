@@ -1,0 +1,355 @@
+//! [`WatchStore`] on DynamoDB, counting the capacity every request reports (the bench's
+//! figures are DynamoDB's own).
+
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConsumedCapacity, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+};
+use tidemark_schema::table::{GSI2, attr};
+use tidemark_schema::{
+    AlertItem, DeviceId, DeviceItem, EntityKey, HeartbeatItem, OfflineState, Timestamp, field, keys,
+};
+use tidemark_store::batch_get::key_item;
+use tidemark_store::{Item, StoreError, from_stored, to_item};
+
+use crate::WatchStore;
+
+/// The table, and the units spent on it so far: (read, write).
+#[derive(Debug)]
+pub struct DynamoWatch {
+    client: Client,
+    table: String,
+    units: Mutex<(f64, f64)>,
+}
+
+fn av<T: serde::Serialize>(v: &T) -> Result<AttributeValue, StoreError> {
+    Ok(serde_dynamo::to_attribute_value(v)?)
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn capacity(c: &[ConsumedCapacity]) -> f64 {
+    c.iter().map(|c| c.capacity_units().unwrap_or(0.0)).sum()
+}
+
+/// A conditional write lost to another writer: not an error, the device is looked at again.
+fn lost(e: &StoreError) -> bool {
+    e.is_conditional_check_failed()
+        || matches!(
+            e.dynamo(),
+            Some(
+                aws_sdk_dynamodb::Error::TransactionCanceledException(_)
+                    | aws_sdk_dynamodb::Error::TransactionConflictException(_)
+            )
+        )
+}
+
+impl DynamoWatch {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoWatch {
+            client,
+            table: table.into(),
+            units: Mutex::new((0.0, 0.0)),
+        }
+    }
+
+    fn spent(&self, read: f64, write: f64) {
+        let mut u = self.units.lock().unwrap_or_else(|p| p.into_inner());
+        u.0 += read;
+        u.1 += write;
+    }
+
+    /// The device item's condition: its `version` as read (absent when never written by the
+    /// alerts role).
+    fn version_condition(dev: &DeviceItem) -> (String, Vec<(&'static str, AttributeValue)>) {
+        match dev.version {
+            Some(v) => (
+                "#ver = :ver".into(),
+                vec![(":ver", AttributeValue::N(v.to_string()))],
+            ),
+            None => ("attribute_not_exists(#ver)".into(), Vec::new()),
+        }
+    }
+
+    /// One conditional UpdateItem of the device item: `set` (with `values`), `remove`, the
+    /// version bumped. `Ok(false)` when the condition failed.
+    async fn update_device(
+        &self,
+        dev: &DeviceItem,
+        set: &str,
+        remove: Option<&str>,
+        values: Vec<(&'static str, AttributeValue)>,
+    ) -> Result<bool, StoreError> {
+        let (condition, mut cond_values) = Self::version_condition(dev);
+        cond_values.extend(values);
+        let next = dev.version.unwrap_or(0) + 1;
+        let mut expr = format!("SET {set}, #ver = :next");
+        if let Some(r) = remove {
+            expr = format!("{expr} REMOVE {r}");
+        }
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(
+                &EntityKey::Device(dev.device_id.clone()).key(),
+            )))
+            .update_expression(expr)
+            .condition_expression(condition)
+            .expression_attribute_names("#ver", field::VERSION)
+            .expression_attribute_names("#arr", field::LAST_ARRIVAL_AT)
+            .expression_attribute_names("#g2pk", attr::GSI2PK)
+            .expression_attribute_names("#g2sk", attr::GSI2SK)
+            .expression_attribute_values(":next", AttributeValue::N(next.to_string()))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for (k, v) in cond_values {
+            req = req.expression_attribute_values(k, v);
+        }
+        match req.send().await.map_err(StoreError::sdk("UpdateItem")) {
+            Ok(o) => {
+                let units = o.consumed_capacity().and_then(|c| c.capacity_units());
+                self.spent(0.0, units.unwrap_or(0.0));
+                Ok(true)
+            }
+            Err(e) if lost(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl WatchStore for DynamoWatch {
+    async fn heartbeats(&self) -> Result<Vec<HeartbeatItem>, StoreError> {
+        let mut out = Vec::new();
+        let req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :hb)")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#sk", attr::SK)
+            .expression_attribute_values(":pk", s(keys::PIPELINE_PK))
+            .expression_attribute_values(":hb", s(keys::HEARTBEAT_PREFIX))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let mut bad = 0u32;
+        let units = tidemark_store::query::each(req, |i: Item| {
+            match from_stored::<HeartbeatItem>(i) {
+                Ok(h) => out.push(h),
+                Err(_) => bad += 1,
+            }
+            true
+        })
+        .await?;
+        if bad > 0 {
+            tracing::warn!(items = bad, "unreadable heartbeat items skipped");
+        }
+        self.spent(units, 0.0);
+        Ok(out)
+    }
+
+    async fn due(
+        &self,
+        partition: &str,
+        until: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<DeviceId>, StoreError> {
+        let mut out = Vec::new();
+        let req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(GSI2)
+            .key_condition_expression("#g2pk = :p AND #g2sk <= :w")
+            .expression_attribute_names("#g2pk", attr::GSI2PK)
+            .expression_attribute_names("#g2sk", attr::GSI2SK)
+            .expression_attribute_values(":p", s(partition))
+            .expression_attribute_values(":w", s(keys::watch_gsi2sk(until)))
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let units = tidemark_store::query::each(req, |i: Item| {
+            if let (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) =
+                (i.get(attr::PK), i.get(attr::SK))
+                && let Ok(EntityKey::Device(d)) = EntityKey::parse(pk, sk)
+            {
+                out.push(d);
+            }
+            out.len() < limit
+        })
+        .await?;
+        self.spent(units, 0.0);
+        Ok(out)
+    }
+
+    async fn device(&self, id: &DeviceId) -> Result<Option<DeviceItem>, StoreError> {
+        let o = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&EntityKey::Device(id.clone()).key())))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(StoreError::sdk("GetItem"))?;
+        self.spent(
+            o.consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0),
+            0.0,
+        );
+        o.item.map(from_stored).transpose()
+    }
+
+    async fn newest_arrival(
+        &self,
+        id: &DeviceId,
+        since: Timestamp,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let (history, _) =
+            tidemark_store::layouts::device_history(&self.client, &self.table, id, true).await?;
+        let mut newest: Option<Timestamp> = None;
+        for seg in history.segments(since, Timestamp::MAX) {
+            let (lo, hi) = match seg.layout.slot {
+                Some(len) => keys::slot_sk_between(len.start_of(seg.from), len.start_of(seg.to)),
+                None => (keys::reading_sk(seg.from), keys::reading_sk(seg.to)),
+            };
+            for shard in seg.shards() {
+                let req = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .consistent_read(true)
+                    .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+                    .projection_expression("#a")
+                    .expression_attribute_names("#pk", attr::PK)
+                    .expression_attribute_names("#sk", attr::SK)
+                    .expression_attribute_names("#a", field::ARRIVED_AT)
+                    .expression_attribute_values(":pk", s(keys::reading_pk(id, shard)))
+                    .expression_attribute_values(":lo", s(lo.clone()))
+                    .expression_attribute_values(":hi", s(hi.clone()))
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                let units = tidemark_store::query::each(req, |i: Item| {
+                    let at = match i.get(field::ARRIVED_AT) {
+                        Some(AttributeValue::N(ms)) => ms
+                            .parse::<i64>()
+                            .ok()
+                            .and_then(|ms| Timestamp::from_epoch_millis(ms).ok()),
+                        _ => None,
+                    };
+                    if let Some(at) = at {
+                        newest = Some(newest.map_or(at, |n| n.max(at)));
+                    }
+                    true
+                })
+                .await?;
+                self.spent(units, 0.0);
+            }
+        }
+        Ok(newest)
+    }
+
+    async fn postpone(
+        &self,
+        dev: &DeviceItem,
+        arrived: Timestamp,
+        check: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.update_device(
+            dev,
+            "#arr = :arr, #g2sk = :check",
+            None,
+            vec![
+                (":arr", av(&arrived)?),
+                (":check", s(keys::watch_gsi2sk(check))),
+            ],
+        )
+        .await
+    }
+
+    async fn unwatch(&self, dev: &DeviceItem) -> Result<bool, StoreError> {
+        // `SET` needs something: the arrival as it is.
+        let arrived = dev.last_arrival_at.unwrap_or(Timestamp::MIN);
+        self.update_device(
+            dev,
+            "#arr = :arr",
+            Some("#g2pk, #g2sk"),
+            vec![(":arr", av(&arrived)?)],
+        )
+        .await
+    }
+
+    async fn open(
+        &self,
+        dev: &DeviceItem,
+        alert: &AlertItem,
+        since: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(to_item(alert)?))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", attr::PK)
+            .build()
+            .map_err(|e| StoreError::Request {
+                operation: "TransactWriteItems",
+                message: e.to_string(),
+            })?;
+        let (condition, cond_values) = Self::version_condition(dev);
+        let state = OfflineState {
+            alert: alert.alert_id.clone(),
+            since,
+        };
+        let next = dev.version.unwrap_or(0) + 1;
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_item(
+                &EntityKey::Device(dev.device_id.clone()).key(),
+            )))
+            .update_expression(
+                "SET #off = :off, #g2pk = :g2pk, #g2sk = :g2sk, #arr = :arr, #ver = :next",
+            )
+            .condition_expression(condition)
+            .expression_attribute_names("#off", field::OFFLINE)
+            .expression_attribute_names("#g2pk", attr::GSI2PK)
+            .expression_attribute_names("#g2sk", attr::GSI2SK)
+            .expression_attribute_names("#arr", field::LAST_ARRIVAL_AT)
+            .expression_attribute_names("#ver", field::VERSION)
+            .expression_attribute_values(":off", av(&state)?)
+            .expression_attribute_values(":g2pk", s(keys::OFFLINE_GSI2PK))
+            .expression_attribute_values(":g2sk", s(keys::offline_gsi2sk(&dev.device_id)))
+            .expression_attribute_values(":arr", av(&since)?)
+            .expression_attribute_values(":next", AttributeValue::N(next.to_string()));
+        for (k, v) in cond_values {
+            update = update.expression_attribute_values(k, v);
+        }
+        let update = update.build().map_err(|e| StoreError::Request {
+            operation: "TransactWriteItems",
+            message: e.to_string(),
+        })?;
+        let r = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(StoreError::sdk("TransactWriteItems"));
+        match r {
+            Ok(o) => {
+                self.spent(0.0, capacity(o.consumed_capacity()));
+                Ok(true)
+            }
+            Err(e) if lost(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn units(&self) -> (f64, f64) {
+        *self.units.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
