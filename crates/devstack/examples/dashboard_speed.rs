@@ -114,6 +114,8 @@ async fn main() {
     };
     let pipeline = Pipeline::start(PipelineConfig {
         sign_in: None,
+        offline_after_default: 0,
+        watchdog: None,
         local: LocalConfig {
             table: table.name.clone(),
             stream: stream.name.clone(),

@@ -234,7 +234,7 @@ fn stream_event(now: Timestamp, payloads: &[(&str, Vec<u8>)]) -> Result<Value, D
         let readings = decode_record(data, now, &config)
             .map_err(|r| DevstackError::Events(format!("sample reading rejected: {r:?}")))?;
         for reading in readings {
-            let item = reading_item(&reading, None, config.retention_days)
+            let item = reading_item(&reading, None, config.retention_days, now)
                 .map_err(|e| DevstackError::Events(e.to_string()))?;
             let keys = key_of(&item);
             let n = records.len();
@@ -274,7 +274,7 @@ fn ttl_remove_event(now: Timestamp) -> Result<Value, DevstackError> {
     // Decoded as of its own time: it was valid when it was stored.
     let readings = decode_record(data.to_string().as_bytes(), old, &config)
         .map_err(|r| DevstackError::Events(format!("sample reading rejected: {r:?}")))?;
-    let item = reading_item(&readings[0], None, config.retention_days)
+    let item = reading_item(&readings[0], None, config.retention_days, old)
         .map_err(|e| DevstackError::Events(e.to_string()))?;
     let keys = key_of(&item);
     Ok(json!({ "Records": [{
@@ -319,7 +319,7 @@ fn alert_opened_event(now: Timestamp) -> Result<Value, DevstackError> {
         gsi1sk: Some(keys::alert_gsi1sk(&alert_id)),
         device_id: device,
         alert_id,
-        metric,
+        metric: Some(metric),
         rule: AlertRule::Max,
         severity: Severity::Critical,
         state: AlertState::Open,

@@ -16,6 +16,7 @@ pub mod event_bus;
 pub mod events;
 pub mod http_api;
 pub mod pipeline;
+pub mod schedule;
 pub mod simulator;
 
 use std::time::Duration;

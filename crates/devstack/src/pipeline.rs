@@ -89,6 +89,27 @@ pub struct PipelineConfig {
     /// The API behind a JWT authorizer trusting this issuer (`make run-signin`); `None`: open
     /// on loopback.
     pub sign_in: Option<LocalSignIn>,
+    /// `OFFLINE_AFTER_SECONDS` of the alerts role, the API and the watchdog.
+    pub offline_after_default: u32,
+    /// The watchdog on its schedule (in-process functions only); `None`: not run.
+    pub watchdog: Option<WatchdogSchedule>,
+}
+
+/// How often the watchdog runs, and how long each run waits for its heartbeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchdogSchedule {
+    pub period: Duration,
+    pub heartbeat_wait: Duration,
+}
+
+impl WatchdogSchedule {
+    /// Every `period`, waiting at most a third of it (at most 20 s, the deployed wait).
+    pub fn every(period: Duration) -> Self {
+        WatchdogSchedule {
+            period,
+            heartbeat_wait: (period / 3).min(Duration::from_secs(20)),
+        }
+    }
 }
 
 /// A local stack signing in at an OpenID Connect issuer: the API function's configuration
@@ -228,8 +249,22 @@ impl PipelineConfig {
             )),
             bus: "tidemark-local".into(),
         };
+        let offline_after_default = match var("OFFLINE_AFTER_SECONDS") {
+            None => 120,
+            Some(v) => tidemark_aggregator::config::parse_offline_after(&v)
+                .map_err(|e| DevstackError::Config(e.to_string()))?,
+        };
+        let watchdog = match var("TIDEMARK_WATCHDOG_SECONDS").as_deref() {
+            Some("0") => None,
+            _ => Some(WatchdogSchedule::every(seconds(
+                "TIDEMARK_WATCHDOG_SECONDS",
+                60.0,
+            )?)),
+        };
         Ok(PipelineConfig {
             alerts: Some(alerts),
+            offline_after_default,
+            watchdog,
             sign_in: LocalSignIn::from_env(&local.table)?,
             local,
             api_port,
@@ -392,9 +427,28 @@ impl Pipeline {
         let (listener, api_addr) = http_api::bind(cfg.api_port).await.map_err(|e| {
             DevstackError::Config(format!("cannot listen on 127.0.0.1:{}: {e}", cfg.api_port))
         })?;
+        if let (Some(w), Functions::InProcess) = (cfg.watchdog, &cfg.functions) {
+            let watchdog = tidemark_watchdog::Watchdog::new(
+                tidemark_watchdog::DynamoWatch::new(ddb.clone(), table.clone()),
+                tidemark_watchdog::KinesisHeartbeats {
+                    client: cfg.local.kinesis().await,
+                    stream: cfg.local.stream.clone(),
+                },
+                tidemark_watchdog::WatchdogConfig {
+                    offline_after_default: cfg.offline_after_default,
+                    heartbeat_wait: w.heartbeat_wait,
+                    ..tidemark_watchdog::WatchdogConfig::new(
+                        table.clone(),
+                        cfg.local.stream.clone(),
+                    )
+                },
+            );
+            tasks.spawn(crate::schedule::watchdog(watchdog, w.period, rx.clone()));
+        }
         match &cfg.sign_in {
             None => {
-                let config = tidemark_api::ApiConfig::new(table.clone());
+                let mut config = tidemark_api::ApiConfig::new(table.clone());
+                config.offline_after_default = cfg.offline_after_default;
                 let api = tidemark_api::App::new(ddb.clone(), config);
                 tasks.spawn(http_api::serve(listener, Arc::new(api), rx.clone()));
             }
@@ -452,9 +506,12 @@ async fn alerts_function(
         tidemark_aggregator::notify::DynamoMarkers::new(ddb.clone(), table.clone()),
         a.bus.clone(),
     );
-    let config = tidemark_aggregator::AggregatorConfig::new(table.clone())
-        .with_role(tidemark_aggregator::Role::Alerts)
-        .with_default_thresholds(thresholds);
+    let config = tidemark_aggregator::AggregatorConfig {
+        offline_after_default: cfg.offline_after_default,
+        ..tidemark_aggregator::AggregatorConfig::new(table.clone())
+            .with_role(tidemark_aggregator::Role::Alerts)
+            .with_default_thresholds(thresholds)
+    };
     Ok(InProcessAggregator(Arc::new(
         tidemark_aggregator::Aggregator::new(ddb.clone(), config).with_notifier(notifier),
     )))

@@ -52,6 +52,27 @@ pub struct SimConfig {
     /// template's AWS IoT Core rule forwards a message: no `timestamp`, the time of arrival
     /// at IoT Core in `receivedAt` (0: never).
     pub iot_every: u64,
+    /// A device that falls silent for a while, now and then (what an offline alert is for).
+    pub silence: Option<Silence>,
+}
+
+/// Device `device` (an index into the fleet) sends nothing from `from` to `until` into every
+/// `every` (all since the fleet started), then carries on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Silence {
+    pub device: usize,
+    pub every: Duration,
+    pub from: Duration,
+    pub until: Duration,
+}
+
+impl Silence {
+    /// Whether a reading due `since_start` into the run falls in a silent stretch.
+    pub fn covers(&self, since_start: Duration) -> bool {
+        let every = self.every.as_millis().max(1);
+        let at = since_start.as_millis() % every;
+        self.from.as_millis() <= at && at < self.until.as_millis()
+    }
 }
 
 impl Default for SimConfig {
@@ -70,6 +91,7 @@ impl Default for SimConfig {
             kpl_every: 10,
             senml_every: 10,
             iot_every: 10,
+            silence: None,
         }
     }
 }
@@ -90,6 +112,16 @@ impl SimConfig {
             seed: get("TIDEMARK_SIM_SEED")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d.seed),
+            // The fleet's last device goes quiet from minute 2 to minute 6 of every 10
+            // (`TIDEMARK_SIM_SILENCE=0`: never): with `make run`'s 120 s offline window, an
+            // offline alert opens around minute 4 and resolves at minute 6.
+            silence: (!matches!(get("TIDEMARK_SIM_SILENCE").as_deref(), Some("0" | "off")))
+                .then_some(Silence {
+                    device: usize::MAX,
+                    every: Duration::from_secs(600),
+                    from: Duration::from_secs(120),
+                    until: Duration::from_secs(360),
+                }),
             ..d
         }
     }
@@ -140,6 +172,8 @@ struct Device {
 pub struct Fleet {
     cfg: SimConfig,
     rng: StdRng,
+    /// When the fleet started (epoch ms): silences count from it.
+    start_ms: i64,
     devices: Vec<Device>,
     /// Held-back records and when to release them (epoch ms).
     held: Vec<(i64, Outgoing)>,
@@ -203,6 +237,7 @@ impl Fleet {
         Fleet {
             cfg,
             rng,
+            start_ms: start.epoch_millis(),
             devices,
             held: Vec::new(),
         }
@@ -219,7 +254,9 @@ impl Fleet {
         for i in 0..self.devices.len() {
             while self.devices[i].next_due <= now_ms as f64 {
                 let due = self.devices[i].next_due as i64;
-                self.emit(i, due, &mut out);
+                if !self.silent(i, due) {
+                    self.emit(i, due, &mut out);
+                }
                 let jitter = self.cfg.jitter.clamp(0.0, 0.9);
                 let factor = 1.0 + self.rng.random_range(-jitter..=jitter);
                 self.devices[i].next_due += self.cfg.interval_ms() * factor;
@@ -232,6 +269,23 @@ impl Fleet {
         out.extend(ready);
         out.sort_by_key(|(at, _)| *at);
         out.into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// Whether device `i` is silent at `due_ms` (the last device when the silence names
+    /// `usize::MAX`).
+    fn silent(&self, i: usize, due_ms: i64) -> bool {
+        self.cfg.silence.is_some_and(|s| {
+            let which = s.device.min(self.devices.len().saturating_sub(1));
+            let since = Duration::from_millis(due_ms.saturating_sub(self.start_ms).max(0) as u64);
+            which == i && s.covers(since)
+        })
+    }
+
+    /// The device that falls silent, if any.
+    pub fn silent_device(&self) -> Option<String> {
+        let s = self.cfg.silence?;
+        let which = s.device.min(self.devices.len().checked_sub(1)?);
+        Some(self.devices[which].id.clone())
     }
 
     /// Everything still held back, as if the network caught up.
@@ -628,6 +682,38 @@ mod tests {
         let end = t(START + 10 * 60_000);
         assert_eq!(a.tick(end), b.tick(end));
         assert_eq!(a.flush(), b.flush());
+    }
+
+    #[test]
+    fn the_silent_device_sends_nothing_in_its_silences_and_the_rest_carry_on() {
+        let cfg = SimConfig {
+            devices: 3,
+            readings_per_minute: 6.0,
+            late_probability: 0.0,
+            silence: Some(Silence {
+                device: 1,
+                every: Duration::from_secs(600),
+                from: Duration::from_secs(120),
+                until: Duration::from_secs(360),
+            }),
+            ..SimConfig::default()
+        };
+        let mut fleet = Fleet::new(cfg, t(0));
+        assert_eq!(fleet.silent_device().as_deref(), Some("sensor_002"));
+        let mut by_minute: BTreeMap<(String, i64), usize> = BTreeMap::new();
+        for s in 1..=600 {
+            for o in fleet.tick(t(s * 1000)) {
+                *by_minute
+                    .entry((o.partition_key.clone(), o.due.epoch_millis() / 60_000))
+                    .or_default() += 1;
+            }
+        }
+        let sent = |d: &str, m: i64| by_minute.get(&(d.to_owned(), m)).copied().unwrap_or(0);
+        for m in 2..6 {
+            assert_eq!(sent("sensor_002", m), 0, "minute {m}");
+            assert!(sent("sensor_001", m) > 0, "minute {m}");
+        }
+        assert!(sent("sensor_002", 1) > 0 && sent("sensor_002", 7) > 0);
     }
 
     #[test]

@@ -131,6 +131,8 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
     };
     let pipeline = Pipeline::start(PipelineConfig {
         sign_in: None,
+        offline_after_default: 0,
+        watchdog: None,
         local: common::local_config(&table, &stream, 1),
         api_port: 0,
         functions: Functions::InProcess,

@@ -103,6 +103,8 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     };
     let pipeline = Pipeline::start(PipelineConfig {
         sign_in: None,
+        offline_after_default: 0,
+        watchdog: None,
         local,
         api_port: 0,
         functions: Functions::InProcess,

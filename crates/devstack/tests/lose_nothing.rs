@@ -33,6 +33,8 @@ async fn start(label: &str) -> Running {
     };
     let pipeline = Pipeline::start(PipelineConfig {
         sign_in: None,
+        offline_after_default: 0,
+        watchdog: None,
         local,
         api_port: 0,
         functions: Functions::InProcess,

@@ -79,6 +79,8 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
     }
     let pipeline = Pipeline::start(PipelineConfig {
         sign_in: None,
+        offline_after_default: 0,
+        watchdog: None,
         local: common::local_config(&table, &stream, 1),
         api_port: 0,
         functions: Functions::InProcess,

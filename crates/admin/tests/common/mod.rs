@@ -58,6 +58,8 @@ impl Stack {
         };
         Pipeline::start(PipelineConfig {
             sign_in: None,
+            offline_after_default: 0,
+            watchdog: None,
             local,
             api_port: 0,
             functions: Functions::InProcess,

@@ -44,6 +44,23 @@ pub async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
+pub async fn put(addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::put(path)
+        .header(http::header::HOST, addr.to_string())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
 pub fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {

@@ -1,0 +1,41 @@
+//! EventBridge Scheduler, locally: the watchdog run every period (the template's
+//! `rate(1 minute)`; `TIDEMARK_WATCHDOG_SECONDS` in `make run`), each run with the deployed
+//! function's deadline, what it decided printed.
+
+use std::time::Duration;
+
+use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, Watchdog};
+use tokio::sync::watch;
+
+/// The deployed watchdog's timeout (`template.yaml`).
+const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `w` at once and then every `period` until `stop` turns true.
+pub async fn watchdog(
+    w: Watchdog<DynamoWatch, KinesisHeartbeats>,
+    period: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let deadline = tokio::time::Instant::now() + WATCHDOG_TIMEOUT.min(period * 2);
+        match w.run(deadline).await {
+            Ok(r) => {
+                if r.opened > 0 {
+                    tracing::info!(
+                        opened = r.opened,
+                        watermark = ?r.watermark.map(|t| t.to_string()),
+                        "watchdog: devices went offline"
+                    );
+                }
+                tracing::debug!(?r, "watchdog run");
+            }
+            Err(e) => tracing::warn!(error = %e, "watchdog run failed"),
+        }
+    }
+}

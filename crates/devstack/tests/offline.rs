@@ -1,0 +1,390 @@
+//! Offline devices through `make run`'s pipeline (kinesis-mock → ingest → DynamoDB Local →
+//! its stream → the alerts role → the local EventBridge endpoint) and the watchdog, run
+//! here by hand so each decision can be watched: a silent device gets one offline alert and
+//! its next reading resolves it; two runs at once open one; a device whose window is
+//! removed is resolved; a DynamoDB outage longer than the window declares nobody offline
+//! whose readings were waiting in the stream, and decides with their true arrivals once it
+//! clears; a device uploading old readings is online while it sends.
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_kinesis::primitives::Blob;
+use serde_json::{Value, json};
+use tidemark_devstack::LocalConfig;
+use tidemark_devstack::esm::MappingConfig;
+use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
+use tidemark_schema::Timestamp;
+use tidemark_testkit::{Fault, FaultProxy, TestStream, TestTable, services, unique_name};
+use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, RunReport, Watchdog, WatchdogConfig};
+
+/// The fleet's window in these tests: short, so silence is quick to come by, and longer than
+/// a watchdog run here takes (at most its 3 s heartbeat wait), so a device sending between
+/// runs is never silent for a whole window.
+const WINDOW: u32 = 8;
+
+fn fast(name: &str) -> MappingConfig {
+    MappingConfig {
+        batch_size: 1000,
+        batching_window: Duration::from_millis(300),
+        poll_interval: Duration::from_millis(100),
+        shard_refresh: Duration::from_secs(1),
+        retry_backoff: Duration::from_millis(50),
+        on_failure_dir: Some(std::env::temp_dir().join(unique_name("offline-onfailure"))),
+        ..MappingConfig::new(name)
+    }
+}
+
+async fn pipeline(local: LocalConfig, window: u32) -> Pipeline {
+    Pipeline::start(PipelineConfig {
+        local,
+        api_port: 0,
+        functions: Functions::InProcess,
+        ingest: fast("ingest"),
+        aggregator: fast("aggregator"),
+        default_layout: None,
+        default_thresholds: "{}".into(),
+        alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
+        sign_in: None,
+        offline_after_default: window,
+        watchdog: None,
+    })
+    .await
+    .unwrap()
+}
+
+/// A watchdog on the test's table and stream, reaching DynamoDB directly (never through a
+/// test's fault proxy).
+async fn watchdog(
+    table: &TestTable,
+    stream: &TestStream,
+    window: u32,
+) -> Watchdog<DynamoWatch, KinesisHeartbeats> {
+    Watchdog::new(
+        DynamoWatch::new(table.client.clone(), table.name.clone()),
+        KinesisHeartbeats {
+            client: stream.client.clone(),
+            stream: stream.name.clone(),
+        },
+        WatchdogConfig {
+            offline_after_default: window,
+            heartbeat_wait: Duration::from_secs(3),
+            heartbeat_poll: Duration::from_millis(100),
+            ..WatchdogConfig::new(table.name.clone(), stream.name.clone())
+        },
+    )
+}
+
+async fn run(w: &Watchdog<DynamoWatch, KinesisHeartbeats>) -> RunReport {
+    w.run(tokio::time::Instant::now() + Duration::from_secs(30))
+        .await
+        .unwrap()
+}
+
+/// One reading of `device` at `at`, into the stream now.
+async fn send(stream: &TestStream, device: &str, at: Timestamp, t: f64) {
+    let data = json!({"deviceId": device, "timestamp": at.to_string(), "t": t}).to_string();
+    stream
+        .client
+        .put_record()
+        .stream_name(&stream.name)
+        .partition_key(device)
+        .data(Blob::new(data.into_bytes()))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn device(p: &Pipeline, id: &str) -> Value {
+    common::get(p.api_addr, &format!("/devices/{id}")).await.1
+}
+
+async fn alerts(p: &Pipeline, id: &str) -> Vec<Value> {
+    common::all_items(p.api_addr, &format!("/devices/{id}/alerts")).await
+}
+
+/// The alert events published for `device`, as `(change, detail)`.
+async fn events(p: &Pipeline, id: &str) -> Vec<(String, Value)> {
+    let log = p.events.as_ref().expect("the alerts mapping runs");
+    log.since(0)
+        .await
+        .into_iter()
+        .map(|(_, e)| e["detail"].clone())
+        .filter(|d| d["deviceId"] == id)
+        .map(|d| (d["change"].as_str().unwrap_or_default().to_owned(), d))
+        .collect()
+}
+
+/// Until `f` holds (`secs` at most), running nothing but the clock.
+async fn until<F, Fut>(secs: u64, what: &str, f: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(tokio::time::Instant::now() < end, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_device_gets_one_offline_alert_and_its_next_reading_resolves_it() {
+    let table = TestTable::new("offline").await;
+    let stream = TestStream::new("offline", 2).await;
+    let p = pipeline(common::local_config(&table, &stream, 2), WINDOW).await;
+    let w1 = watchdog(&table, &stream, WINDOW).await;
+    let w2 = watchdog(&table, &stream, WINDOW).await;
+
+    // GIVEN a device that sent three readings, and one that keeps sending
+    for i in 0..3 {
+        send(&stream, "quiet", Timestamp::now(), f64::from(i)).await;
+        send(&stream, "chatty", Timestamp::now(), 1.0).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    until(20, "quiet is watched", || async {
+        device(&p, "quiet").await["connectivity"] == "online"
+    })
+    .await;
+
+    // WHEN it stays silent past its window while two watchdog runs go at once, over and over
+    let mut opened = 0;
+    let end = tokio::time::Instant::now() + Duration::from_secs(40);
+    while alerts(&p, "quiet").await.is_empty() {
+        assert!(tokio::time::Instant::now() < end, "no offline alert opened");
+        send(&stream, "chatty", Timestamp::now(), 1.0).await;
+        let (a, b) = tokio::join!(run(&w1), run(&w2));
+        opened += a.opened + b.opened;
+    }
+    for _ in 0..3 {
+        send(&stream, "chatty", Timestamp::now(), 1.0).await;
+        let (a, b) = tokio::join!(run(&w1), run(&w2));
+        opened += a.opened + b.opened;
+    }
+
+    // THEN exactly one offline alert opened, at its last arrival plus the window
+    assert_eq!(opened, 1);
+    let list = alerts(&p, "quiet").await;
+    assert_eq!(list.len(), 1, "{list:#?}");
+    let a = &list[0];
+    assert_eq!(
+        (a["kind"].as_str(), a["rule"].as_str()),
+        (Some("offline"), Some("offline"))
+    );
+    assert!(a.get("metric").is_none(), "{a}");
+    assert_eq!(a["state"], "open");
+    assert_eq!(a["severity"], "warning");
+    let d = device(&p, "quiet").await;
+    assert_eq!(d["connectivity"], "offline");
+    let since = Timestamp::parse_rfc3339(d["offline"]["since"].as_str().unwrap()).unwrap();
+    let opened_at = Timestamp::parse_rfc3339(a["openedAt"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        opened_at,
+        since.plus_millis(i64::from(WINDOW) * 1000).unwrap()
+    );
+    let offline: Vec<_> = common::all_items(p.api_addr, "/devices?connectivity=offline")
+        .await
+        .into_iter()
+        .map(|d| d["deviceId"].clone())
+        .collect();
+    assert_eq!(offline, [json!("quiet")]);
+    assert_eq!(device(&p, "chatty").await["connectivity"], "online");
+    // AND one `opened` event went out for it
+    until(20, "the opened event", || async {
+        events(&p, "quiet").await.iter().any(|(c, _)| c == "opened")
+    })
+    .await;
+    let ev = events(&p, "quiet").await;
+    assert_eq!(ev.len(), 1, "{ev:#?}");
+    assert_eq!(ev[0].1["kind"], "offline");
+
+    // WHEN it sends again THEN the alert resolves, once, and it is online
+    send(&stream, "quiet", Timestamp::now(), 9.0).await;
+    until(20, "the resolved event", || async {
+        events(&p, "quiet")
+            .await
+            .iter()
+            .any(|(c, _)| c == "resolved")
+    })
+    .await;
+    let a = &alerts(&p, "quiet").await[0];
+    assert_eq!(a["state"], "resolved");
+    assert_eq!(device(&p, "quiet").await["connectivity"], "online");
+    let (_, listed) = common::get(p.api_addr, "/devices?connectivity=offline").await;
+    assert_eq!(listed["items"], json!([]));
+    let changes: Vec<String> = events(&p, "quiet").await.into_iter().map(|e| e.0).collect();
+    assert_eq!(changes, ["opened", "resolved"]);
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_device_whose_window_is_removed_has_its_offline_alert_resolved() {
+    // GIVEN a fleet without a window, and a device given one of its own
+    let table = TestTable::new("offline-rm").await;
+    let stream = TestStream::new("offline-rm", 1).await;
+    let p = pipeline(common::local_config(&table, &stream, 1), 0).await;
+    let w = watchdog(&table, &stream, 0).await;
+    let (status, _) = common::put(p.api_addr, "/devices/gone", r#"{"name":"Gate"}"#).await;
+    assert_eq!(status, 201);
+    // (4 s is below what the API takes, so it is written straight into the item.)
+    table
+        .client
+        .update_item()
+        .table_name(&table.name)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("DEVICE#gone".into()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("#METADATA".into()),
+        )
+        .update_expression("SET offlineAfterSeconds = :w")
+        .expression_attribute_values(
+            ":w",
+            aws_sdk_dynamodb::types::AttributeValue::N(WINDOW.to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+    send(&stream, "gone", Timestamp::now(), 1.0).await;
+    let end = tokio::time::Instant::now() + Duration::from_secs(40);
+    while device(&p, "gone").await["connectivity"] != "offline" {
+        assert!(tokio::time::Instant::now() < end, "never offline");
+        run(&w).await;
+    }
+    // WHEN its window is removed (a PUT without it)
+    let (status, _) = common::put(p.api_addr, "/devices/gone", r#"{"name":"Gate"}"#).await;
+    assert_eq!(status, 200);
+    // THEN its offline alert resolves and its connectivity is unknown
+    until(20, "resolved", || async {
+        alerts(&p, "gone")
+            .await
+            .first()
+            .is_some_and(|a| a["state"] == "resolved")
+    })
+    .await;
+    assert_eq!(device(&p, "gone").await["connectivity"], "unknown");
+    until(20, "the resolved event", || async {
+        events(&p, "gone")
+            .await
+            .iter()
+            .any(|(c, _)| c == "resolved")
+    })
+    .await;
+    // AND the watchdog leaves it alone from now on
+    assert_eq!(run(&w).await.opened, 0);
+    assert_eq!(alerts(&p, "gone").await.len(), 1);
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outage_longer_than_the_window_declares_nobody_offline_whose_readings_waited() {
+    // GIVEN the pipeline reaching DynamoDB through a fault proxy, and two devices sending
+    // every half second
+    let table = TestTable::new("offline-out").await;
+    let stream = TestStream::new("offline-out", 1).await;
+    let proxy = FaultProxy::start(services().dynamodb_addr()).await.unwrap();
+    let local = LocalConfig {
+        dynamodb_endpoint: proxy.endpoint(),
+        ..common::local_config(&table, &stream, 1)
+    };
+    let p = pipeline(local, WINDOW).await;
+    let w = watchdog(&table, &stream, WINDOW).await;
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        send(&stream, "steady", Timestamp::now(), 1.0).await;
+        send(&stream, "dying", Timestamp::now(), 1.0).await;
+        let r = run(&w).await;
+        assert_eq!(r.opened, 0, "{r:?}");
+        if r.heartbeat_passed
+            && device(&p, "steady").await["connectivity"] == "online"
+            && device(&p, "dying").await["connectivity"] == "online"
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "never watched");
+    }
+
+    // WHEN DynamoDB fails every call of the pipeline for two windows, while `steady` keeps
+    // sending and `dying` sends its last reading just after the outage began
+    proxy.fail_with(Fault::Both);
+    send(&stream, "dying", Timestamp::now(), 2.0).await;
+    let last_sent = Timestamp::now();
+    let outage_end = tokio::time::Instant::now() + Duration::from_secs(2 * u64::from(WINDOW));
+    while tokio::time::Instant::now() < outage_end {
+        send(&stream, "steady", Timestamp::now(), 1.0).await;
+        let r = run(&w).await;
+        // THEN nobody is declared offline while the heartbeats wait behind the backlog
+        assert_eq!(r.opened, 0, "{r:?}");
+        assert!(!r.heartbeat_passed, "{r:?}");
+    }
+    proxy.recover();
+
+    // WHEN the backlog clears
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        send(&stream, "steady", Timestamp::now(), 1.0).await;
+        let r = run(&w).await;
+        if r.heartbeat_passed && !alerts(&p, "dying").await.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "never caught up: {r:?}");
+    }
+    // THEN the device that kept sending is online, never alerted
+    assert!(alerts(&p, "steady").await.is_empty());
+    assert_eq!(device(&p, "steady").await["connectivity"], "online");
+    // AND the one that stopped is offline from its true last arrival (during the outage,
+    // not when the backlog was stored) plus its window
+    let a = &alerts(&p, "dying").await[0];
+    let opened = Timestamp::parse_rfc3339(a["openedAt"].as_str().unwrap()).unwrap();
+    let deadline = last_sent.plus_millis(i64::from(WINDOW) * 1000).unwrap();
+    let off = (opened.epoch_millis() - deadline.epoch_millis()).abs();
+    assert!(
+        off < 1_500,
+        "opened at {opened}, its last arrival + window is about {deadline}"
+    );
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_device_uploading_old_readings_is_online_while_it_sends() {
+    let table = TestTable::new("offline-old").await;
+    let stream = TestStream::new("offline-old", 1).await;
+    let p = pipeline(common::local_config(&table, &stream, 1), WINDOW).await;
+    let w = watchdog(&table, &stream, WINDOW).await;
+    // GIVEN a device whose newest reading is from now
+    send(&stream, "backfill", Timestamp::now(), 0.0).await;
+    until(20, "watched", || async {
+        device(&p, "backfill").await["connectivity"] == "online"
+    })
+    .await;
+    // WHEN for three windows it uploads only readings from three days ago, one a second
+    let old = Timestamp::now().minus_millis(3 * 86_400_000).unwrap();
+    let end = tokio::time::Instant::now() + Duration::from_secs(3 * u64::from(WINDOW));
+    let mut i = 0;
+    while tokio::time::Instant::now() < end {
+        i += 1;
+        send(
+            &stream,
+            "backfill",
+            old.plus_millis(i * 60_000).unwrap(),
+            1.0,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // THEN the watchdog never takes it for silent
+        let r = run(&w).await;
+        assert_eq!(r.opened, 0, "{r:?}");
+    }
+    assert!(alerts(&p, "backfill").await.is_empty());
+    assert_eq!(device(&p, "backfill").await["connectivity"], "online");
+    // AND once it stops, it is offline one window after its last upload
+    let end = tokio::time::Instant::now() + Duration::from_secs(40);
+    while alerts(&p, "backfill").await.is_empty() {
+        assert!(tokio::time::Instant::now() < end, "never offline");
+        run(&w).await;
+    }
+    p.stop().await;
+}
