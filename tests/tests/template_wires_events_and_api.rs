@@ -141,6 +141,35 @@ fn aggregator_reads_the_table_stream_through_its_dynamodb_event_and_never_skips(
 }
 
 #[test]
+fn the_watchdog_runs_every_minute_on_the_scheduler_and_heartbeats_the_readings_stream() {
+    let t = template();
+    let ev = events(&t, "WatchdogFunction", "ScheduleV2");
+    assert_eq!(ev.len(), 1, "one schedule");
+    let (_, p) = &ev[0];
+    assert_eq!(p["ScheduleExpression"].as_str(), Some("rate(1 minute)"));
+    // A failed run is the next minute's run: no retries piling up behind it.
+    assert_eq!(p["RetryPolicy"]["MaximumRetryAttempts"].as_u64(), Some(0));
+    let props = &t["Resources"]["WatchdogFunction"]["Properties"];
+    let env = &props["Environment"]["Variables"];
+    assert_eq!(
+        target(&env["STREAM_NAME"]).as_deref(),
+        Some("ReadingsStream")
+    );
+    for f in ["AlertFunction", "ApiFunction", "WatchdogFunction"] {
+        assert_eq!(
+            target(&t["Resources"][f]["Properties"]["Environment"]["Variables"]["OFFLINE_AFTER_SECONDS"])
+                .as_deref(),
+            Some("OfflineAfterSeconds"),
+            "{f} judges silence with the fleet's window"
+        );
+    }
+    // Heartbeats go into the readings stream, and nowhere else.
+    let policy = serde_yaml::to_string(&props["Policies"]).unwrap();
+    assert!(policy.contains("kinesis:PutRecords") && policy.contains("kinesis:ListShards"));
+    assert!(policy.contains("ReadingsStream.Arn"), "{policy}");
+}
+
+#[test]
 fn alerts_read_the_table_stream_through_their_own_short_window_mapping_and_never_skip() {
     let t = template();
     let ev = events(&t, "AlertFunction", "DynamoDB");
@@ -168,12 +197,18 @@ fn alerts_read_the_table_stream_through_their_own_short_window_mapping_and_never
         .iter()
         .filter_map(|p| p["prefix"].as_str())
         .collect();
-    // Readings to evaluate (single or packed), alert items whose changes are published; not
-    // the notification markers the function writes itself (their sort key matches no prefix).
+    // Readings to evaluate (single or packed), alert items whose changes are published, the
+    // pipeline's heartbeats to mark as passed; not the notification markers the function
+    // writes itself (their sort key matches no prefix).
     use tidemark_schema::keys;
     assert_eq!(
         prefixes,
-        BTreeSet::from([keys::READING_PREFIX, keys::SLOT_PREFIX, keys::ALERT_PREFIX])
+        BTreeSet::from([
+            keys::READING_PREFIX,
+            keys::SLOT_PREFIX,
+            keys::ALERT_PREFIX,
+            keys::HEARTBEAT_PREFIX
+        ])
     );
     assert!(
         !prefixes

@@ -182,7 +182,10 @@ impl AggregatorConfig {
                     ))
                 })?;
         }
-        if let Some(n) = get(OFFLINE_AFTER_SECONDS_ENV).filter(|s| !s.trim().is_empty()) {
+        // Only the alerts role watches for silence.
+        if c.role == Role::Alerts
+            && let Some(n) = get(OFFLINE_AFTER_SECONDS_ENV).filter(|s| !s.trim().is_empty())
+        {
             c.offline_after_default = parse_offline_after(&n)?;
         }
         if let Some(n) = get(STATUS_SHARDS_ENV) {

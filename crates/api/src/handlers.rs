@@ -273,10 +273,9 @@ impl<S: Store> App<S> {
             ))
         };
         let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
-        let window = self.config.offline_after_default;
         let items = items
             .into_iter()
-            .map(|i| render::device_item(i, window))
+            .map(render::device_summary)
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
     }

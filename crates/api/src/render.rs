@@ -70,6 +70,13 @@ pub fn device_item(item: Item, fleet_window: u32) -> Result<Value, ApiError> {
     device(&tidemark_store::from_item(item)?, fleet_window)
 }
 
+/// A device as the status listing has it: what GSI1 projects, so no `connectivity` (which
+/// needs the device's arrival and offline state; `?connectivity=offline` lists those).
+pub fn device_summary(item: Item) -> Result<Value, ApiError> {
+    let d: DeviceItem = tidemark_store::from_item(item)?;
+    Ok(without_keys(serde_json::to_value(&d).map_err(corrupt)?))
+}
+
 /// `{"deviceId", "count": <in force now>, "epochs": [{"from", "count"}…]}`; epochs later
 /// than now are announced changes.
 pub fn shards(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {

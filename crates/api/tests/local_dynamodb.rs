@@ -49,9 +49,12 @@ async fn ap2_devices_by_status() {
     other.gsi1pk = tidemark_schema::keys::status_gsi1pk(DeviceStatus::Maintenance, None);
     put(&t, &other).await;
     let app = app(&t);
+    // The listing has what GSI1 projects: no connectivity (GET /devices/{id} has it).
+    let mut summary = sample_device_json();
+    summary.as_object_mut().unwrap().remove("connectivity");
     assert_eq!(
         get(&app, "/devices?status=active").await,
-        (200, json!({"items":[sample_device_json()],"cursor":null}))
+        (200, json!({"items":[summary],"cursor":null}))
     );
     // Without a status: every status, merged in device-ID order.
     let (_, all) = get(&app, "/devices").await;
@@ -1127,4 +1130,105 @@ async fn a_paged_bucket_is_one_aggregate_with_every_metric_of_its_pages() {
             .collect::<Vec<_>>(),
         ["temperature"]
     );
+}
+
+#[tokio::test]
+async fn offline_settings_connectivity_and_the_offline_listing() {
+    let t = TestTable::new("api-offline").await;
+    let app = App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(now()));
+    // A device's window and severity are stored, shown, and refused when out of range,
+    // naming the field.
+    let (status, d) = call(
+        &app,
+        "PUT",
+        "/devices/pump_1",
+        r#"{"name":"Pump","offlineAfterSeconds":300,"offlineSeverity":"critical"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{d}");
+    assert_eq!(
+        (
+            d["offlineAfterSeconds"].clone(),
+            d["offlineSeverity"].clone()
+        ),
+        (json!(300), json!("critical"))
+    );
+    // Never seen yet: unknown.
+    assert_eq!(d["connectivity"], "unknown");
+    for (body, field) in [
+        (r#"{"offlineAfterSeconds":30}"#, "offlineAfterSeconds"),
+        (r#"{"offlineAfterSeconds":-1}"#, "offlineAfterSeconds"),
+        (r#"{"offlineAfterSeconds":"5m"}"#, "offlineAfterSeconds"),
+        (r#"{"offlineSeverity":"loud"}"#, "offlineSeverity"),
+    ] {
+        let (status, e) = call(&app, "PUT", "/devices/pump_1", body).await;
+        assert_eq!(status, 400, "{body}: {e}");
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with(&format!("invalid {field}:")),
+            "{body}: {msg}"
+        );
+    }
+    // GIVEN three offline devices (as the watchdog leaves them) and one online
+    let at = ts("2026-04-20T14:00:00Z");
+    for id in ["dead_3", "dead_1", "dead_2", "live_1"] {
+        let mut d = sample_device();
+        d.device_id = dev(id);
+        d.pk = tidemark_schema::keys::device_pk(&d.device_id);
+        d.gsi1sk = tidemark_schema::keys::device_gsi1sk(&d.device_id);
+        d.offline_after_seconds = Some(120);
+        d.last_arrival_at = Some(at);
+        if id.starts_with("dead") {
+            d.offline = Some(tidemark_schema::OfflineState {
+                alert: tidemark_schema::AlertId::for_offline(at.plus_millis(120_000).unwrap()),
+                since: at,
+            });
+            d.gsi2pk = Some(tidemark_schema::keys::OFFLINE_GSI2PK.into());
+            d.gsi2sk = Some(tidemark_schema::keys::offline_gsi2sk(&d.device_id));
+        } else {
+            d.gsi2pk = Some(tidemark_schema::keys::watch_gsi2pk(&d.device_id));
+            d.gsi2sk = Some(tidemark_schema::keys::watch_gsi2sk(
+                at.plus_millis(120_000).unwrap(),
+            ));
+        }
+        put(&t, &d).await;
+    }
+    // THEN each shows its connectivity, and the listing pages through the offline ones
+    assert_eq!(
+        get(&app, "/devices/dead_1").await.1["connectivity"],
+        "offline"
+    );
+    assert_eq!(
+        get(&app, "/devices/live_1").await.1["connectivity"],
+        "online"
+    );
+    let (status, page) = get(&app, "/devices?connectivity=offline&limit=2").await;
+    assert_eq!(status, 200);
+    let ids = |p: &Value| -> Vec<String> {
+        p["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["deviceId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&page), ["dead_1", "dead_2"]);
+    assert!(page["items"][0]["offline"]["since"].is_string());
+    let cursor = page["cursor"].as_str().unwrap();
+    let (_, rest) = get(
+        &app,
+        &format!("/devices?connectivity=offline&limit=2&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!(ids(&rest), ["dead_3"]);
+    assert!(rest["cursor"].is_null());
+    for uri in [
+        "/devices?connectivity=online",
+        "/devices?connectivity=offline&status=active",
+    ] {
+        let (status, e) = get(&app, uri).await;
+        assert_eq!(status, 400, "{uri}");
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(msg.starts_with("invalid connectivity:"), "{uri}: {msg}");
+    }
 }
