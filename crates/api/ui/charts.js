@@ -23,14 +23,19 @@ export function clear(n) { while (n.firstChild) n.removeChild(n.firstChild); }
 /** Timestamps from the API (milli- or microsecond precision) through Date, never by offset. */
 export const ms = (ts) => new Date(ts).getTime();
 
+/** A span of whole seconds in words: `45 s`, `12 min`, `3 h`, `2 d`. */
+export function duration(s) {
+  if (s < 90) return `${s} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
 export function ago(ts) {
   if (!ts) return '—';
   const s = Math.round((Date.now() - ms(ts)) / 1000);
   if (s < 0) return 'just now';
-  if (s < 90) return `${s} s ago`;
-  if (s < 5400) return `${Math.round(s / 60)} min ago`;
-  if (s < 172800) return `${Math.round(s / 3600)} h ago`;
-  return `${Math.round(s / 86400)} d ago`;
+  return `${duration(s)} ago`;
 }
 
 export const when = (ts) => (ts ? new Date(ts).toLocaleString() : '—');
@@ -44,6 +49,8 @@ export function num(v) {
 
 export const severityBadge = (s) => el('span', { class: `badge sev-${s}` }, s);
 export const stateBadge = (s) => el('span', { class: `badge state-${s}` }, s);
+/** The marker of a device that is offline (or of an offline alert): the same everywhere. */
+export const offlineBadge = (title) => el('span', { class: 'badge offline', title }, 'offline');
 
 const PALETTE = ['#1f6feb', '#8250df', '#0a7f6f', '#bc4c00', '#bf3989', '#4d5a6a'];
 const live = new Set();

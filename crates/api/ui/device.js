@@ -10,7 +10,7 @@
 //   3. otherwise it draws the hourly rollups.
 // Rollups draw as an average line inside a min–max band.
 import { api, all, enc } from './api.js';
-import { el, ms, ago, num, metricChart } from './charts.js';
+import { el, ms, ago, num, when, metricChart, offlineBadge } from './charts.js';
 import { alertItem } from './alert_item.js';
 
 export const MAX_POINTS = 1000;
@@ -117,10 +117,18 @@ export async function render(out, route, { navigate, refresh }) {
   picker.append(custom);
 
   const seen = device.lastSeenAt;
+  const conn = device.connectivity;
+  const since = device.offline && device.offline.since;
+  const windowS = device.offlineAfterSeconds;
   out.append(
     el('p', { class: 'muted', style: 'margin:0' }, el('a', { href: '#/fleet' }, '← Fleet')),
     el('h1', {}, device.name || id, ' ', el('span', { class: 'muted id' }, device.name ? id : '')),
-    el('p', { class: 'muted' }, [device.type, device.status, device.firmware && `firmware ${device.firmware}`, seen && `last seen ${ago(seen)}`].filter(Boolean).join(' · ')),
+    el('p', { class: 'muted', id: 'device-facts', dataset: conn ? { connectivity: conn } : {} },
+      conn === 'offline' ? [offlineBadge(), since ? ` no reading arrived since ${when(since)} · ` : ' '] : '',
+      [device.type, device.status, device.firmware && `firmware ${device.firmware}`, seen && `last seen ${ago(seen)}`,
+        conn !== 'offline' && conn,
+        typeof windowS === 'number' && (windowS ? `offline after ${seconds(windowS)} without a reading` : 'never offline')]
+        .filter(Boolean).join(' · ')),
     picker,
     el('p', { class: 'rule', id: 'rule' },
       `Showing ${series.resolution === 'raw' ? 'raw readings' : `${series.resolution} rollups (average, min–max band)`} from ${new Date(from).toLocaleString()} to ${new Date(to).toLocaleString()}. `

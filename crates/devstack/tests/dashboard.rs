@@ -19,9 +19,10 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
-use tidemark_schema::{Period, Timestamp};
+use tidemark_schema::{DeviceId, DeviceItem, DeviceStatus, OfflineState, Period, Timestamp, keys};
 use tidemark_testkit::browser::{Browser, screenshot_dir};
 use tidemark_testkit::{TestStream, TestTable, unique_name};
+use tidemark_watchdog::run::offline_alert;
 
 mod common;
 
@@ -31,6 +32,9 @@ const THRESHOLDS: &str =
 const WAVE_READINGS: i64 = 1200;
 const WAVE_STEP_MS: i64 = 10_000;
 const WAIT: Duration = Duration::from_secs(60);
+/// The device that went silent ten minutes before the seeding, and its offline window.
+const SILENT: &str = "dash_silent";
+const SILENT_WINDOW: u32 = 120;
 
 struct Stack {
     api: SocketAddr,
@@ -155,6 +159,15 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
     )
     .await;
     assert_eq!(status, 201);
+    // A window of its own: its readings' arrivals are written down, so it is online.
+    let (status, _) = call(
+        api,
+        "PUT",
+        "/devices/dash_calm",
+        Some(json!({"offlineAfterSeconds": 3600})),
+    )
+    .await;
+    assert_eq!(status, 201);
     // Whole seconds: the page's Date keeps milliseconds, the table may keep microseconds.
     let now = Timestamp::from_epoch_millis(Timestamp::now().epoch_millis() / 1000 * 1000).unwrap();
     let (recs, wave) = records(now);
@@ -220,7 +233,45 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         "the pipeline did not take in the seeded records: (rolled up, open alerts, quarantined) \
          = {seen:?}, want ({WAVE_READINGS}, >= 3, 3)"
     );
+    seed_offline(&table, now).await;
     (Stack { api, wave }, table, stream, pipeline)
+}
+
+/// [`SILENT`] as the watchdog leaves a device that went silent (this stack runs none): its
+/// offline alert open (built as the watchdog builds it), the device offline since its last
+/// arrival, ten minutes ago, and listed under the offline partition. Written once the
+/// pipeline is idle; it sends no readings, so nothing resolves it.
+async fn seed_offline(table: &TestTable, now: Timestamp) {
+    let id = DeviceId::new(SILENT).unwrap();
+    let since = now.minus_millis(600_000).unwrap();
+    let mut dev = DeviceItem::new(
+        id.clone(),
+        DeviceStatus::Active,
+        since.minus_millis(3_600_000).unwrap(),
+    );
+    dev.offline_after_seconds = Some(SILENT_WINDOW);
+    let alert = offline_alert(&dev, SILENT_WINDOW, since);
+    dev.last_arrival_at = Some(since);
+    dev.offline = Some(OfflineState {
+        alert: alert.alert_id.clone(),
+        since,
+    });
+    dev.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
+    dev.gsi2sk = Some(keys::offline_gsi2sk(&id));
+    dev.version = Some(1);
+    for item in [
+        tidemark_store::to_item(&dev).unwrap(),
+        tidemark_store::to_item(&alert).unwrap(),
+    ] {
+        table
+            .client
+            .put_item()
+            .table_name(&table.name)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
 }
 
 fn enc(s: &str) -> String {
@@ -308,6 +359,7 @@ fn root_redirects_to_the_dashboard_which_lists_every_device_and_marks_open_criti
             "dash_ack",
             "dash_calm",
             "dash_hot",
+            "dash_silent",
             "dash_snooze",
             "dash_wave"
         ]
@@ -607,5 +659,165 @@ fn every_page_fits_a_phone_width_and_the_alerts_page_lists_open_alerts_by_severi
     assert!(
         listed.iter().all(|l| l[1] == "open"),
         "only open by default"
+    );
+}
+
+/// Waits until the device page of `id` has drawn (a device page replacing another has the
+/// same view name).
+fn open_device(b: &Browser, api: SocketAddr, id: &str) {
+    b.goto(&format!("http://{api}/ui/#/device/{id}?range=1h"));
+    b.wait_for(
+        &format!(
+            "window.tidemark && window.tidemark.device && window.tidemark.device.id === '{id}' \
+             && window.tidemark.view === 'device' && document.body.dataset.state === 'ready'"
+        ),
+        WAIT,
+    );
+    let error = b.eval("return window.tidemark.error;", vec![]);
+    assert_eq!(error, Value::Null, "the page reported an error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_device_is_marked_in_the_fleet_and_its_offline_alert_shows_its_kind_not_a_metric()
+ {
+    let s = stack();
+    let api = s.api;
+    // GIVEN the API has dash_silent offline with its open offline alert, and dash_calm (a
+    // window of its own, its readings arrived) online
+    let (_, silent) = call(api, "GET", &format!("/devices/{SILENT}"), None).await;
+    assert_eq!(silent["connectivity"], "offline", "{silent}");
+    let alert_id = silent["offline"]["alert"].as_str().unwrap().to_owned();
+    let (_, alerts) = call(api, "GET", &format!("/devices/{SILENT}/alerts"), None).await;
+    assert_eq!(alerts["items"][0]["kind"], "offline", "{alerts}");
+    assert!(alerts["items"][0].get("metric").is_none(), "{alerts}");
+    let mut calm = Value::Null;
+    for _ in 0..100 {
+        calm = call(api, "GET", "/devices/dash_calm", None).await.1;
+        if calm["connectivity"] == "online" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(calm["connectivity"], "online", "{calm}");
+    let id = alert_id.clone();
+    let (fleet, summary, listed, view, devices) = tokio::task::spawn_blocking(move || {
+        let (_one, b) = browser(1280, 1000);
+        // WHEN the fleet page is open
+        open(&b, api, "fleet");
+        let fleet = b.eval(
+            "return Object.fromEntries([...document.querySelectorAll('#fleet tbody tr')].map(r => \
+               [r.dataset.device, {row: r.classList.contains('offline'), \
+                 connectivity: r.dataset.connectivity ?? null, \
+                 marker: r.querySelector('.badge.offline')?.innerText ?? null, \
+                 status: r.querySelector('td[data-label=Status]').innerText}]));",
+            vec![],
+        );
+        let summary = b.eval(
+            "return document.getElementById('fleet-summary').innerText;",
+            vec![],
+        );
+        shot(&b, "fleet-offline");
+        // AND the alerts page
+        open(&b, api, "alerts");
+        let listed = b.eval(
+            &format!(
+                "const li = document.querySelector(\"li[data-device='{SILENT}'][data-alert='{id}']\"); \
+                 return li && {{kind: li.dataset.kind, state: li.dataset.state, \
+                   severity: li.closest('ul').dataset.severity, \
+                   marker: li.querySelector('.badge.offline')?.innerText ?? null, \
+                   msg: li.querySelector('.msg').innerText, \
+                   ack: !!li.querySelector('button[data-ack]')}};"
+            ),
+            vec![],
+        );
+        let view = b.eval("return document.getElementById('view').innerText;", vec![]);
+        shot(&b, "alerts-offline");
+        // AND the two devices' pages
+        let mut devices = Vec::new();
+        for d in [SILENT, "dash_calm"] {
+            open_device(&b, api, d);
+            devices.push(b.eval(
+                "const p = document.getElementById('device-facts'); \
+                 return {connectivity: p.dataset.connectivity ?? null, text: p.innerText, \
+                   marker: !!p.querySelector('.badge.offline'), \
+                   alerts: document.getElementById('view').innerText};",
+                vec![],
+            ));
+            shot(&b, &format!("device-{d}"));
+        }
+        (fleet, summary, listed, view, devices)
+    })
+    .await
+    .unwrap();
+    // THEN the fleet marks dash_silent offline, and no other device
+    let row = &fleet[SILENT];
+    assert_eq!(
+        (&row["row"], &row["connectivity"], &row["marker"]),
+        (&json!(true), &json!("offline"), &json!("offline")),
+        "{fleet}"
+    );
+    assert_eq!(row["status"], "active offline", "{fleet}");
+    for (d, r) in fleet.as_object().unwrap() {
+        if d != SILENT {
+            assert_eq!(
+                (&r["row"], &r["marker"]),
+                (&json!(false), &Value::Null),
+                "{d} is not offline: {fleet}"
+            );
+        }
+    }
+    assert!(
+        summary
+            .as_str()
+            .unwrap()
+            .contains(" · 1 offline fleet-wide"),
+        "{summary}"
+    );
+    // AND its alert is listed as an offline one, with the window, never a metric
+    assert_eq!(listed["kind"], "offline", "{listed}");
+    assert_eq!(listed["state"], "open");
+    assert_eq!(listed["severity"], "warning");
+    assert_eq!(listed["marker"], "offline");
+    assert_eq!(listed["ack"], true, "an offline alert can be acknowledged");
+    let msg = listed["msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!(
+            "offline no reading arrived for {SILENT_WINDOW} s · silent for "
+        )),
+        "{msg}"
+    );
+    assert!(!msg.contains("peak") && !msg.contains("threshold"), "{msg}");
+    for text in [&view, &devices[0]["alerts"], &devices[1]["alerts"]] {
+        let text = text.as_str().unwrap();
+        assert!(
+            !text.contains("undefined") && !text.contains("NaN"),
+            "{text}"
+        );
+    }
+    // AND the device pages say so: offline with the badge, online quietly
+    let [silent_page, calm_page] = &devices[..] else {
+        unreachable!()
+    };
+    assert_eq!(silent_page["connectivity"], "offline");
+    assert_eq!(silent_page["marker"], true);
+    assert!(
+        silent_page["text"]
+            .as_str()
+            .unwrap()
+            .contains("offline after 2 min without a reading"),
+        "{silent_page}"
+    );
+    assert!(
+        silent_page["alerts"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("no reading arrived for {SILENT_WINDOW} s")),
+        "{silent_page}"
+    );
+    assert_eq!(calm_page["connectivity"], "online");
+    assert_eq!(calm_page["marker"], false);
+    assert!(
+        calm_page["text"].as_str().unwrap().contains(" · online · "),
+        "{calm_page}"
     );
 }
