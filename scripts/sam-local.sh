@@ -246,11 +246,13 @@ for _ in $(seq 1 120); do
   kill -0 "$bus_pid" 2>/dev/null || { cat "$WORK/event-bus.log" >&2; die "the local PutEvents endpoint exited"; }
   sleep 0.5
 done
-"$PY" - "$WORK/env.json" "http://host.docker.internal:$EVENTS_PORT" <<'EOP'
+"$PY" - "$WORK/env.json" "http://host.docker.internal:$EVENTS_PORT" "$TABLE" \
+  "http://host.docker.internal:${TIDEMARK_KINESIS_PORT:-4567}" <<'EOP'
 import json, sys
-path, endpoint = sys.argv[1:]
+path, endpoint, stream, kinesis = sys.argv[1:]
 env = json.load(open(path))
 env["AlertFunction"] = {"EVENT_BUS_NAME": "tidemark-local", "TIDEMARK_EVENTBRIDGE_ENDPOINT": endpoint}
+env["WatchdogFunction"] = {"STREAM_NAME": stream, "TIDEMARK_KINESIS_ENDPOINT": kinesis}
 json.dump(env, open(path, "w"))
 EOP
 
@@ -295,6 +297,10 @@ invoke AlertFunction "$EVENTS/ddb-stream-alert-opened.json" "$NO_FAILURES" "the 
 say "ok: AlertFunction: a replayed record publishes nothing"
 # Devices are registered by the alerts role (it owns the device item), from the readings.
 invoke AlertFunction "$EVENTS/ddb-stream-readings.json" "$NO_FAILURES" "readings evaluated, devices registered"
+# The watchdog: heartbeats into every shard of the stream (no ingest runs here, so none passes
+# and nothing is decided), its report as the result.
+invoke WatchdogFunction "$EVENTS/scheduled-watchdog.json" \
+  'r["shards"] >= 1 and r["due"] == 0 and r["opened"] == 0' "a heartbeat into every shard, nobody declared offline"
 invoke ApiFunction "$EVENTS/apigw-get-device.json" \
   'r["statusCode"] == 200 and json.loads(r["body"])["deviceId"] == "sensor_01"' "200 with the device the alerts role registered"
 sam local generate-event apigateway http-api-proxy >"$WORK/generated-http.json"

@@ -61,6 +61,7 @@ pub fn sample_events(now: Timestamp) -> Result<Vec<(&'static str, Value)>, Devst
         ("ddb-stream-readings.json", stream_event(now, &good)?),
         ("ddb-stream-ttl-remove.json", ttl_remove_event(now)?),
         ("ddb-stream-alert-opened.json", alert_opened_event(now)?),
+        ("scheduled-watchdog.json", scheduled_event(now)),
         (
             "apigw-get-device.json",
             http_event(now, "GET /devices/{id}", "/devices/sensor_01", "", None),
@@ -294,6 +295,21 @@ fn ttl_remove_event(now: Timestamp) -> Result<Value, DevstackError> {
         "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"},
         "eventSourceARN": stream_arn(),
     }]}))
+}
+
+/// What EventBridge Scheduler hands the watchdog every minute (the watchdog reads none of it).
+fn scheduled_event(now: Timestamp) -> Value {
+    json!({
+        "version": "0",
+        "id": "7f4a2c1e-9b3d-4e8f-a1c2-5d6e7f8a9b0c",
+        "detail-type": "Scheduled Event",
+        "source": "aws.scheduler",
+        "account": "123456789012",
+        "time": format!("{}Z", &rfc3339(now)[..19]),
+        "region": REGION,
+        "resources": ["arn:aws:scheduler:us-east-1:123456789012:schedule/default/tidemark-watchdog"],
+        "detail": "{}",
+    })
 }
 
 /// The table stream's INSERT of a critical alert opened two minutes ago by sensor_02: what
