@@ -118,11 +118,20 @@ fn sim_enabled() -> bool {
 async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
     let pcfg = PipelineConfig::from_env(cfg.clone())?;
     let functions = pcfg.functions.clone();
+    let watchdog = match (pcfg.watchdog, &functions) {
+        (Some(w), Functions::InProcess) => format!(
+            "every {} s; devices offline after {} s without a reading (OFFLINE_AFTER_SECONDS)",
+            w.period.as_secs(),
+            pcfg.offline_after_default
+        ),
+        (Some(_), _) => "off (runs with in-process functions only)".to_owned(),
+        (None, _) => "off (TIDEMARK_WATCHDOG_SECONDS=0)".to_owned(),
+    };
     let pipeline = Pipeline::start(pcfg).await?;
     let (_keep, mut stop) = stop_on_signal();
 
     let sim = sim_enabled().then(SimConfig::from_env);
-    print_banner(&cfg, &pipeline, &functions, sim.as_ref());
+    print_banner(&cfg, &pipeline, &functions, &watchdog, sim.as_ref());
 
     let mut sim_task = None;
     if let Some(sim_cfg) = sim {
@@ -269,7 +278,13 @@ fn alert_latency(
     Arc::new(move || out.lock().unwrap_or_else(|e| e.into_inner()).clone())
 }
 
-fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Option<&SimConfig>) {
+fn print_banner(
+    cfg: &LocalConfig,
+    p: &Pipeline,
+    functions: &Functions,
+    watchdog: &str,
+    sim: Option<&SimConfig>,
+) {
     let api = format!("http://{}", p.api_addr);
     let functions = match functions {
         Functions::InProcess => "in process".to_owned(),
@@ -280,10 +295,23 @@ fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Opt
         None => "off (the alerts mapping runs with in-process functions only)".to_owned(),
     };
     let fleet = match sim {
-        Some(s) => format!(
-            "{} devices ({}001…), {} readings/minute each",
-            s.devices, s.device_prefix, s.readings_per_minute
-        ),
+        Some(s) => {
+            let quiet = match s.silence {
+                Some(q) => format!(
+                    "; {}{:03} goes quiet from minute {} to {} of every {}",
+                    s.device_prefix,
+                    s.devices,
+                    q.from.as_secs() / 60,
+                    q.until.as_secs() / 60,
+                    q.every.as_secs() / 60
+                ),
+                None => String::new(),
+            };
+            format!(
+                "{} devices ({}001…), {} readings/minute each{quiet}",
+                s.devices, s.device_prefix, s.readings_per_minute
+            )
+        }
         None => "off (TIDEMARK_SIM=0)".to_owned(),
     };
     let device = sim
@@ -297,12 +325,14 @@ fn print_banner(cfg: &LocalConfig, p: &Pipeline, functions: &Functions, sim: Opt
          \n  Kinesis (mock)   {kin}   stream {stream} ({shards} shards)\
          \n  functions        ingest, aggregator (rollups), alerts {functions}\
          \n  alert events     {events}\
+         \n  watchdog         {watchdog}\
          \n  simulated fleet  {fleet}\
          \n\nTry:\
          \n  curl {api}/devices/{device}/readings/latest\
          \n  curl '{api}/devices/{device}/readings?limit=5&order=desc'\
          \n  curl '{api}/devices/{device}/aggregates?period=hourly'\
          \n  curl '{api}/alerts?severity=critical&state=open'\
+         \n  curl '{api}/devices?connectivity=offline'\
          \n  curl '{api}/latest?ids={device},{device2}'\
          \n  curl {api}/quarantine\
          \n\nPublish your own readings with any AWS SDK or CLI (dummy credentials, us-east-1):\

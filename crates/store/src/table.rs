@@ -28,6 +28,14 @@ fn build_err(message: String) -> StoreError {
     }
 }
 
+fn attribute(a: KeyAttribute) -> Result<AttributeDefinition, StoreError> {
+    AttributeDefinition::builder()
+        .attribute_name(a.name)
+        .attribute_type(ScalarAttributeType::from(a.kind.code()))
+        .build()
+        .map_err(|e| build_err(e.to_string()))
+}
+
 fn projection(gsi: &IndexDefinition) -> Result<Projection, StoreError> {
     Ok(Projection::builder()
         .projection_type(ProjectionType::from(gsi.projection))
@@ -47,16 +55,11 @@ pub async fn create_table(
     name: &str,
     def: &TableDefinition,
 ) -> Result<(), StoreError> {
-    let mut attrs = Vec::new();
-    for a in def.key_attributes() {
-        attrs.push(
-            AttributeDefinition::builder()
-                .attribute_name(a.name)
-                .attribute_type(ScalarAttributeType::from(a.kind.code()))
-                .build()
-                .map_err(|e| build_err(e.to_string()))?,
-        );
-    }
+    let attrs = def
+        .key_attributes()
+        .into_iter()
+        .map(attribute)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut req = client
         .create_table()
         .table_name(name)
@@ -135,16 +138,10 @@ async fn add_missing_indexes(
         if have.iter().any(|h| h == gsi.name) {
             continue;
         }
-        let mut attrs = Vec::new();
-        for a in [gsi.partition_key, gsi.sort_key] {
-            attrs.push(
-                AttributeDefinition::builder()
-                    .attribute_name(a.name)
-                    .attribute_type(ScalarAttributeType::from(a.kind.code()))
-                    .build()
-                    .map_err(|e| build_err(e.to_string()))?,
-            );
-        }
+        let attrs = [gsi.partition_key, gsi.sort_key]
+            .into_iter()
+            .map(attribute)
+            .collect::<Result<Vec<_>, _>>()?;
         let create = aws_sdk_dynamodb::types::CreateGlobalSecondaryIndexAction::builder()
             .index_name(gsi.name)
             .key_schema(key(gsi.partition_key, KeyType::Hash)?)

@@ -28,29 +28,22 @@ pub async fn get(addr: SocketAddr, path_and_query: &str) -> (u16, Value) {
 }
 
 pub async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = http::Request::post(path)
-        .header(http::header::HOST, addr.to_string())
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(http_body_util::Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    with_body(http::Method::POST, addr, path, body).await
 }
 
 pub async fn put(addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
+    with_body(http::Method::PUT, addr, path, body).await
+}
+
+async fn with_body(method: http::Method, addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(conn);
-    let req = http::Request::put(path)
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
         .header(http::header::HOST, addr.to_string())
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(http_body_util::Full::new(Bytes::from(body.to_owned())))
