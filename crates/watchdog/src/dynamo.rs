@@ -76,12 +76,14 @@ impl DynamoWatch {
     }
 
     /// One conditional UpdateItem of the device item: `set` (with `values`), `remove`, the
-    /// version bumped. `Ok(false)` when the condition failed.
+    /// version bumped; `names` are the placeholders the two use (DynamoDB refuses a request
+    /// naming one it does not use). `Ok(false)` when the condition failed.
     async fn update_device(
         &self,
         dev: &DeviceItem,
         set: &str,
         remove: Option<&str>,
+        names: &[(&'static str, &'static str)],
         values: Vec<(&'static str, AttributeValue)>,
     ) -> Result<bool, StoreError> {
         let (condition, mut cond_values) = Self::version_condition(dev);
@@ -101,11 +103,11 @@ impl DynamoWatch {
             .update_expression(expr)
             .condition_expression(condition)
             .expression_attribute_names("#ver", field::VERSION)
-            .expression_attribute_names("#arr", field::LAST_ARRIVAL_AT)
-            .expression_attribute_names("#g2pk", attr::GSI2PK)
-            .expression_attribute_names("#g2sk", attr::GSI2SK)
             .expression_attribute_values(":next", AttributeValue::N(next.to_string()))
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for (k, v) in names {
+            req = req.expression_attribute_names(*k, *v);
+        }
         for (k, v) in cond_values {
             req = req.expression_attribute_values(k, v);
         }
@@ -262,6 +264,7 @@ impl WatchStore for DynamoWatch {
             dev,
             "#arr = :arr, #g2sk = :check",
             None,
+            &[("#arr", field::LAST_ARRIVAL_AT), ("#g2sk", attr::GSI2SK)],
             vec![
                 (":arr", av(&arrived)?),
                 (":check", s(keys::watch_gsi2sk(check))),
@@ -277,6 +280,11 @@ impl WatchStore for DynamoWatch {
             dev,
             "#arr = :arr",
             Some("#g2pk, #g2sk"),
+            &[
+                ("#arr", field::LAST_ARRIVAL_AT),
+                ("#g2pk", attr::GSI2PK),
+                ("#g2sk", attr::GSI2SK),
+            ],
             vec![(":arr", av(&arrived)?)],
         )
         .await

@@ -169,3 +169,21 @@ async fn a_silent_device_is_alerted_once_and_healthy_ones_are_never_read() {
     let second = run(&w).await;
     assert_eq!((second.due, second.opened), (0, 0), "{second:?}");
 }
+
+#[tokio::test]
+async fn a_due_device_without_a_window_any_more_leaves_the_watch() {
+    let now = ts("2026-04-20T14:10:00Z");
+    let (w, t) = watchdog(now).await;
+    let mut d = watched("unwatched", ts("2026-04-20T14:00:00Z"));
+    d.offline_after_seconds = Some(0);
+    put(&t.client, &t.name, &d).await;
+    let r = run(&w).await;
+    assert_eq!(
+        (r.due, r.unwatched, r.opened, r.failed),
+        (1, 1, 0, 0),
+        "{r:?}"
+    );
+    let after = device(&t, "unwatched").await;
+    assert_eq!((after.gsi2pk, after.gsi2sk), (None, None));
+    assert_eq!(run(&w).await.due, 0);
+}
