@@ -326,8 +326,8 @@ pub struct DeviceItem {
     /// The severity of its offline alerts (default `warning`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offline_severity: Option<Severity>,
-    /// The newest arrival the alerts role wrote down: it may lag the true one by up to half
-    /// the offline window (docs/design.md §5, "Offline devices"), never lead it.
+    /// The newest arrival the alerts role wrote down: it may lag the true one by up to three
+    /// quarters of the offline window (docs/design.md §5, "Offline devices"), never lead it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_arrival_at: Option<Timestamp>,
     /// The open offline alert, while the device is silent.

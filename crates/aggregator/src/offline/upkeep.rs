@@ -4,10 +4,11 @@
 //!
 //! **The invariant**: a watched device's check time is never later than its true deadline
 //! (its last arrival plus its offline window), so the watchdog never finds it late. It may be
-//! earlier: the alerts role moves it only once an arrival is past half the window from it
-//! (`arrival + window/2 >= check`), so a device sending steadily gets one key change per half
-//! window however often it sends, and the watchdog, finding a check time passed, looks at the
-//! readings themselves before it decides (see [`super::watchdog`]).
+//! earlier: the alerts role moves it only once an arrival is within a quarter window of it
+//! (`arrival + window/4 >= check`, i.e. [`moved_after`] three quarters of a window after the
+//! arrival it was set from), so a device sending steadily gets one key change per three
+//! quarters of a window however often it sends, and the watchdog, finding a check time
+//! passed, looks at the readings themselves before it decides (`crates/watchdog`).
 
 use tidemark_schema::{AlertId, DeviceId, DeviceItem, Timestamp, keys};
 
@@ -58,6 +59,14 @@ pub struct Seen {
     pub newest_reading: Option<Timestamp>,
     /// The device item's offline settings changed (the API's `PUT /devices/{id}`).
     pub settings_changed: bool,
+}
+
+/// How long after the arrival a check time was set from the alerts role moves it again for a
+/// device that keeps sending: three quarters of its window. Later moves are rarer (each is a
+/// device write and two index writes) but leave a device sending less often than a quarter
+/// window due at the watchdog now and then, which then reads its readings and moves it.
+pub fn moved_after(window: u32) -> u32 {
+    window - window / 4
 }
 
 fn micros(seconds: u32) -> i64 {
@@ -133,7 +142,7 @@ pub fn upkeep(
                 || check > due
                 || seen
                     .arrivals
-                    .is_some_and(|a| plus(a.last, micros(w) / 2) >= check)
+                    .is_some_and(|a| plus(a.last, micros(w - moved_after(w))) >= check)
         }
     };
     if push {
@@ -190,23 +199,23 @@ mod tests {
     }
 
     #[test]
-    fn a_steady_device_moves_its_check_time_once_per_half_window() {
+    fn a_steady_device_moves_its_check_time_once_per_three_quarters_of_a_window() {
         let d = watched("2026-04-20T14:00:00Z", "2026-04-20T14:05:00Z");
         let u = upkeep(
             &id(),
             Some(&d),
             0,
-            seen("2026-04-20T14:02:00Z", "2026-04-20T14:02:00Z"),
+            seen("2026-04-20T14:03:44Z", "2026-04-20T14:03:44Z"),
             now(),
         );
         assert!(!u.must_write, "{u:?}");
         assert_eq!(u.watch, WatchKeys::Keep);
-        assert_eq!(u.last_arrival_at, Some(ts("2026-04-20T14:02:00Z")));
+        assert_eq!(u.last_arrival_at, Some(ts("2026-04-20T14:03:44Z")));
         let u = upkeep(
             &id(),
             Some(&d),
             0,
-            seen("2026-04-20T14:02:30Z", "2026-04-20T14:02:30Z"),
+            seen("2026-04-20T14:03:45Z", "2026-04-20T14:03:45Z"),
             now(),
         );
         assert!(u.must_write);
@@ -214,7 +223,7 @@ mod tests {
             u.watch,
             WatchKeys::Set {
                 pk: keys::watch_gsi2pk(&id()),
-                sk: keys::watch_gsi2sk(ts("2026-04-20T14:07:30Z"))
+                sk: keys::watch_gsi2sk(ts("2026-04-20T14:08:45Z"))
             }
         );
     }
