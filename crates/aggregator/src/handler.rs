@@ -284,25 +284,6 @@ impl<S: Store> Aggregator<S> {
         (response, report)
     }
 
-    /// Marks the batch's heartbeats as passed, each only when nothing before it in the batch
-    /// failed: every reading stored ahead of it has then been seen here
-    /// ([`tidemark_schema::HeartbeatItem`]).
-    async fn pass_heartbeats(&self, event: &Event, counters: &Counters, failed: &mut Vec<usize>) {
-        for h in crate::offline::arrivals::heartbeats(event) {
-            if failed.iter().any(|f| *f < h.index) {
-                return;
-            }
-            match self.store.pass_heartbeat(&h.shard, h.sent_at).await {
-                Ok(units) => counters.written(units),
-                Err(e) => {
-                    tracing::warn!(shard = %h.shard, error = %e, "heartbeat not marked");
-                    failed.push(h.index);
-                    return;
-                }
-            }
-        }
-    }
-
     /// The alerts role over the batch's devices, concurrently.
     async fn alerts(
         &self,

@@ -24,7 +24,6 @@ use crate::heartbeat;
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
 use crate::packing::{SlotBatch, SlotReport};
 use crate::units::Unit;
-use tidemark_schema::keys::ShardName;
 use tidemark_store::layouts::LayoutBook;
 
 #[derive(Debug, Error)]
@@ -334,10 +333,10 @@ where
             .chain(packed.failed_tags.iter().copied())
             .chain(refused_failed)
             .min();
-        let first_failed = self
-            .write_heartbeats(heartbeats, first_failed, write_by, &mut stats)
-            .await?
-            .or(first_failed);
+        let (passed, heartbeat_failed) =
+            heartbeat::pass_on(&self.writer, heartbeats, first_failed, now, write_by).await?;
+        stats.heartbeats = passed;
+        let first_failed = heartbeat_failed.or(first_failed);
         if let Some(first) = first_failed {
             let seq = records[units[first].record].kinesis.sequence_number.clone();
             response.add_failure(seq.clone());
@@ -358,33 +357,6 @@ where
             .or(packed.last_error.as_deref());
         stats.log(error);
         Ok((response, stats))
-    }
-
-    /// Writes the heartbeat items of the batch's heartbeat records that nothing before them
-    /// failed (only then is everything ahead of them stored), after everything else. Returns
-    /// the earliest heartbeat whose write failed, to be retried with its record.
-    async fn write_heartbeats(
-        &self,
-        heartbeats: Vec<(usize, ShardName, Timestamp)>,
-        first_failed: Option<usize>,
-        write_by: tokio::time::Instant,
-        stats: &mut BatchStats,
-    ) -> Result<Option<usize>, IngestError> {
-        let now = self.clock.now();
-        let mut puts = Vec::new();
-        for (i, shard, sent) in heartbeats {
-            if first_failed.is_some_and(|f| f < i) {
-                break;
-            }
-            let item = heartbeat::item(&shard, sent, now).map_err(IngestError::Item)?;
-            puts.push(PendingWrite::put(i, item));
-        }
-        if puts.is_empty() {
-            return Ok(None);
-        }
-        stats.heartbeats = puts.len() as u64;
-        let report = self.writer.write_all(puts, write_by).await;
-        Ok(report.earliest_failed_tag())
     }
 
     /// The layout histories (shard counts and packing) of the fleet. Refreshed once half of

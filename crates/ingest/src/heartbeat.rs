@@ -7,7 +7,10 @@ use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::{EntityKey, HeartbeatItem, Timestamp};
+use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite};
 use tidemark_store::{Item, StoreError};
+
+use crate::handler::IngestError;
 
 pub use tidemark_schema::heartbeat::sent_at;
 
@@ -29,4 +32,31 @@ pub fn item(shard: &ShardName, sent: Timestamp, stored: Timestamp) -> Result<Ite
     })?;
     item.retain(|_, v| !matches!(v, AttributeValue::Null(_)));
     Ok(item)
+}
+
+/// Writes the heartbeat items of the batch's heartbeat records (`(unit, shard, sent)`) that
+/// nothing before them failed (only then is everything ahead of them stored), after
+/// everything else. Returns how many it wrote, and the earliest heartbeat whose write failed,
+/// to be retried with its record.
+pub async fn pass_on<W: BatchWriteApi>(
+    writer: &BatchWriter<W>,
+    heartbeats: Vec<(usize, ShardName, Timestamp)>,
+    first_failed: Option<usize>,
+    now: Timestamp,
+    write_by: tokio::time::Instant,
+) -> Result<(u64, Option<usize>), IngestError> {
+    let mut puts = Vec::new();
+    for (i, shard, sent) in heartbeats {
+        if first_failed.is_some_and(|f| f < i) {
+            break;
+        }
+        let item = item(&shard, sent, now).map_err(IngestError::Item)?;
+        puts.push(PendingWrite::put(i, item));
+    }
+    if puts.is_empty() {
+        return Ok((0, None));
+    }
+    let n = puts.len() as u64;
+    let report = writer.write_all(puts, write_by).await;
+    Ok((n, report.earliest_failed_tag()))
 }

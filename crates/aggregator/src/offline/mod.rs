@@ -12,4 +12,5 @@
 //! has passed, makes sure the pipeline has passed it too, and opens their alerts.
 
 pub mod arrivals;
+mod heartbeats;
 pub mod upkeep;

@@ -1,0 +1,34 @@
+//! The alerts role's part of the pipeline's heartbeats: a heartbeat ingest stored is marked
+//! passed once the batch it came in has been dealt with up to it.
+
+use aws_lambda_events::event::dynamodb::Event;
+
+use crate::handler::Aggregator;
+use crate::report::Counters;
+use crate::store::Store;
+
+impl<S: Store> Aggregator<S> {
+    /// Marks the batch's heartbeats as passed, each only when nothing before it in the batch
+    /// failed: every reading stored ahead of it has then been seen here
+    /// ([`tidemark_schema::HeartbeatItem`]).
+    pub(crate) async fn pass_heartbeats(
+        &self,
+        event: &Event,
+        counters: &Counters,
+        failed: &mut Vec<usize>,
+    ) {
+        for h in crate::offline::arrivals::heartbeats(event) {
+            if failed.iter().any(|f| *f < h.index) {
+                return;
+            }
+            match self.store.pass_heartbeat(&h.shard, h.sent_at).await {
+                Ok(units) => counters.written(units),
+                Err(e) => {
+                    tracing::warn!(shard = %h.shard, error = %e, "heartbeat not marked");
+                    failed.push(h.index);
+                    return;
+                }
+            }
+        }
+    }
+}
