@@ -123,6 +123,74 @@ pub fn consumed(body: &[u8]) -> Capacity {
     sum
 }
 
+/// The global secondary index units of a response, by index name (what [`consumed`] sums
+/// as `gsi`).
+pub fn consumed_by_index(body: &[u8]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return out;
+    };
+    let entries: Vec<&Value> = match v.get("ConsumedCapacity") {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(o @ Value::Object(_)) => vec![o],
+        _ => return out,
+    };
+    for e in entries {
+        if let Some(m) = e.get("GlobalSecondaryIndexes").and_then(Value::as_object) {
+            for (name, c) in m {
+                *out.entry(name.clone()).or_insert(0.0) += units(c);
+            }
+        }
+    }
+    out
+}
+
+/// Read units AWS bills for a read that DynamoDB Local reports no capacity for: a read that
+/// finds nothing still costs the minimum on AWS (0.5 RRU eventually consistent, 1 strongly
+/// consistent: per key asked for by `GetItem`/`BatchGetItem`, per request for `Query` and
+/// `Scan`), where DynamoDB Local reports 0 (an empty `Query`, a missing item of a
+/// `BatchGetItem`). 0 for anything else.
+pub fn unreported_read_minimum(op: &str, request: &[u8], response: &[u8]) -> f64 {
+    let (Ok(req), Ok(resp)) = (
+        serde_json::from_slice::<Value>(request),
+        serde_json::from_slice::<Value>(response),
+    ) else {
+        return 0.0;
+    };
+    let minimum = |v: &Value| {
+        if v.get("ConsistentRead").and_then(Value::as_bool) == Some(true) {
+            1.0
+        } else {
+            0.5
+        }
+    };
+    let reported = consumed(response).total;
+    match op {
+        "GetItem" if reported == 0.0 && resp.get("Item").is_none() => minimum(&req),
+        "Query" | "Scan" if reported == 0.0 => minimum(&req),
+        "BatchGetItem" => {
+            let Some(tables) = req.get("RequestItems").and_then(Value::as_object) else {
+                return 0.0;
+            };
+            let count = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
+            tables
+                .iter()
+                .map(|(table, ask)| {
+                    let asked = count(ask.get("Keys"));
+                    let found = count(resp.get("Responses").and_then(|r| r.get(table)));
+                    let left = count(
+                        resp.get("UnprocessedKeys")
+                            .and_then(|u| u.get(table))
+                            .and_then(|u| u.get("Keys")),
+                    );
+                    asked.saturating_sub(found + left) as f64 * minimum(ask)
+                })
+                .sum()
+        }
+        _ => 0.0,
+    }
+}
+
 /// Per-operation counts of one proxy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct OpStats {
@@ -134,6 +202,16 @@ pub struct OpStats {
     pub other_errors: u64,
     /// Time from forwarding the request to having the whole response, summed.
     pub upstream_ms: f64,
+    /// The GSI units of `capacity`, by index name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gsi_by_index: BTreeMap<String, f64>,
+    /// Read units AWS bills and DynamoDB Local reports as none ([`unreported_read_minimum`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreported_read_minimum: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// Everything one proxy saw.
@@ -169,6 +247,27 @@ impl MeterTotals {
         (c, calls)
     }
 
+    /// Read units AWS would bill on top of [`Self::reads`] ([`unreported_read_minimum`]).
+    pub fn unreported_read_minimum(&self) -> f64 {
+        self.by_operation
+            .values()
+            .map(|s| s.unreported_read_minimum)
+            .sum()
+    }
+
+    /// The GSI units of `kind`'s operations, by index name.
+    pub fn gsi_by_index(&self, kind: Kind) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (op, s) in &self.by_operation {
+            if operation(op).map(|(_, k)| k) == Some(kind) {
+                for (i, u) in &s.gsi_by_index {
+                    *out.entry(i.clone()).or_insert(0.0) += u;
+                }
+            }
+        }
+        out
+    }
+
     /// Records what a successful `BatchExecuteStatement` did per statement (its units, if
     /// any, are counted by [`Self::record`]).
     pub fn record_statements(&mut self, request: &[u8], response: &[u8]) {
@@ -189,6 +288,9 @@ impl MeterTotals {
         s.upstream_ms += upstream_ms;
         if status.is_success() {
             s.capacity.add(consumed(response));
+            for (i, u) in consumed_by_index(response) {
+                *s.gsi_by_index.entry(i).or_insert(0.0) += u;
+            }
         } else {
             let text = String::from_utf8_lossy(response);
             if text.contains("ConditionalCheckFailed") || text.contains("TransactionCanceled") {
@@ -370,6 +472,15 @@ async fn forward(
                     if op == "BatchExecuteStatement" && rparts.status.is_success() {
                         t.record_statements(&body, &bytes);
                     }
+                    if rparts.status.is_success() {
+                        let extra = unreported_read_minimum(op, &body, &bytes);
+                        if extra > 0.0 {
+                            t.by_operation
+                                .entry(op.clone())
+                                .or_default()
+                                .unreported_read_minimum += extra;
+                        }
+                    }
                 }
                 return Ok(Response::from_parts(rparts, Full::new(bytes)));
             }
@@ -462,6 +573,31 @@ mod tests {
             }
         );
         assert_eq!(consumed(b"{}"), Capacity::default());
+        let by_index = consumed_by_index(batch);
+        assert_eq!(by_index.get("GSI1"), Some(&1.0));
+        assert_eq!(by_index.len(), 1);
+        let mut t = MeterTotals::default();
+        t.record("TransactWriteItems", StatusCode::OK, tx, 1.0);
+        t.record("Query", StatusCode::OK, br#"{"ConsumedCapacity":{"CapacityUnits":0.5,"GlobalSecondaryIndexes":{"GSI2":{"CapacityUnits":0.5}}}}"#, 1.0);
+        assert_eq!(t.gsi_by_index(Kind::Write).get("GSI1"), Some(&4.0));
+        assert_eq!(t.gsi_by_index(Kind::Read).get("GSI2"), Some(&0.5));
+    }
+
+    #[test]
+    fn reads_that_find_nothing_cost_the_minimum_that_dynamodb_local_leaves_out() {
+        let empty = br#"{"Items":[],"Count":0,"ConsumedCapacity":{"CapacityUnits":0.0}}"#;
+        let gsi_query = br#"{"TableName":"t","IndexName":"GSI2"}"#;
+        assert_eq!(unreported_read_minimum("Query", gsi_query, empty), 0.5);
+        let strong = br#"{"TableName":"t","ConsistentRead":true}"#;
+        assert_eq!(unreported_read_minimum("Query", strong, empty), 1.0);
+        let found = br#"{"Items":[{}],"Count":1,"ConsumedCapacity":{"CapacityUnits":1.0}}"#;
+        assert_eq!(unreported_read_minimum("Query", strong, found), 0.0);
+        let batch = br#"{"RequestItems":{"t":{"Keys":[{},{},{}],"ConsistentRead":true}}}"#;
+        let one = br#"{"Responses":{"t":[{}]},"UnprocessedKeys":{},"ConsumedCapacity":[{"CapacityUnits":1.0}]}"#;
+        assert_eq!(unreported_read_minimum("BatchGetItem", batch, one), 2.0);
+        let missing = br#"{"ConsumedCapacity":{"CapacityUnits":0.0}}"#;
+        assert_eq!(unreported_read_minimum("GetItem", gsi_query, missing), 0.5);
+        assert_eq!(unreported_read_minimum("PutItem", strong, missing), 0.0);
     }
 
     #[test]
