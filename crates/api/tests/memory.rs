@@ -92,7 +92,8 @@ async fn put_device_keeps_created_at_and_replaces_the_registration() {
     assert_eq!(
         again,
         serde_json::json!({"deviceId":"d1","status":"inactive",
-            "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-20T15:00:00.000000Z"})
+            "createdAt":"2026-04-20T15:00:00.000000Z","updatedAt":"2026-04-20T15:00:00.000000Z",
+            "connectivity":"unknown"})
     );
 }
 
