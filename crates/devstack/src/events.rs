@@ -468,6 +468,10 @@ mod tests {
             } else if name.starts_with("ddb-") {
                 let parsed = serde_json::from_value::<StreamEvent>(e).expect(name);
                 assert!(!parsed.records.is_empty(), "{name}");
+            } else if name.starts_with("scheduled-") {
+                // The watchdog reads no field of it; it is what EventBridge Scheduler sends.
+                assert_eq!(e["source"], "aws.scheduler", "{name}");
+                assert_eq!(e["detail-type"], "Scheduled Event", "{name}");
             } else {
                 let req = lambda_http::request::from_str(&e.to_string()).expect(name);
                 assert!(req.uri().path().starts_with('/'), "{name}");
