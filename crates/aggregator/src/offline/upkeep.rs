@@ -1,6 +1,7 @@
 //! What the alerts role keeps on a device item so the watchdog can find it when it falls
-//! silent, at no write of its own: the newest arrival (`lastArrivalAt`), and the device's GSI2
-//! watch key, whose sort key is when its silence needs checking.
+//! silent: the newest arrival (`lastArrivalAt`), and the device's GSI2 watch key, whose sort key
+//! is when its silence needs checking. Mostly these ride on device writes the role makes anyway;
+//! moving the check time, a changed window and a return force a device write of their own.
 //!
 //! **The invariant**: a watched device's check time is never later than its true deadline
 //! (its last arrival plus its offline window), so the watchdog never finds it late. It may be
