@@ -13,7 +13,7 @@
 //!   read, scaled linearly from the measured span where it is shorter (a range read is billed
 //!   by the bytes it reads, so its cost is linear in the span).
 //!
-//!   cargo run --release -p tidemark-bench --example packing [-- --quick] [--only 1hz] [--skip-reads | --reads-only | --render]
+//!   cargo run --release -p tidemark-bench --example packing [-- --quick] [--only 1hz] [--window 60] [--skip-reads | --reads-only | --render]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -395,6 +395,12 @@ async fn main() -> Result<(), BenchError> {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .cloned();
+    // `--window 1|10|60|300`: one ingest window (while iterating, as `--only`).
+    let window: Option<i64> = args
+        .iter()
+        .position(|a| a == "--window")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|w| w.parse().ok());
     let now = Timestamp::now();
     let start = simulated_start(now);
     let agg = TEMPLATE_AGGREGATOR_BATCH;
@@ -451,7 +457,10 @@ async fn main() -> Result<(), BenchError> {
         rep.runs
             .push(write_run(&base, Design::Baseline, start).await?);
         save(&rep)?;
-        for w in WINDOWS_S {
+        for w in WINDOWS_S
+            .into_iter()
+            .filter(|w| window.is_none_or(|o| o == *w))
+        {
             let single = sc.packed(Layout::SINGLE, w, PACKED_BATCH);
             let single = Scenario {
                 hot_shards: sc.hot_shards,

@@ -21,6 +21,7 @@ pub mod scenario;
 pub mod shadow;
 pub mod storage;
 pub mod stream;
+pub mod windows;
 
 use thiserror::Error;
 

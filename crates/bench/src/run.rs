@@ -18,6 +18,7 @@ use crate::meter::{Meter, MeterTotals};
 use crate::scenario::{Scenario, SimReading, kinesis_event};
 use crate::storage::Storage;
 use crate::stream::{StreamReader, batches};
+use crate::windows;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -174,18 +175,23 @@ impl Target {
     }
 }
 
-/// The hour the fleets start at: two whole hours ago, so readings pass ingest's time checks,
-/// and a simulated hour fills exactly one hourly bucket and one daily bucket.
+/// When the fleets start: two hours ago, so readings pass ingest's time checks, and
+/// [`START_PHASE_MS`] past the hour, so the first batching window (which opens at the first
+/// record) lines up with no slot and no hour, as it would not on AWS.
 pub fn simulated_start(now: Timestamp) -> Timestamp {
     let hour = now.hour_start();
     let start = hour.minus_millis(2 * 3_600_000).unwrap_or(hour);
     // Keep the run inside one UTC day (a day change would add a daily bucket).
-    if start.day() != hour.day() || start.day() != now.day() {
+    let start = if start.day() != hour.day() || start.day() != now.day() {
         start.day().start()
     } else {
         start
-    }
+    };
+    start.plus_micros(START_PHASE_MS * 1_000).unwrap_or(start)
 }
+
+/// How far past a whole hour the fleets start: 1 min 37.3 s, a divisor of no slot length.
+pub const START_PHASE_MS: i64 = 97_300;
 
 enum Functions {
     Tidemark {
@@ -273,31 +279,29 @@ pub async fn run(
     };
 
     let mut seq = 1u64;
-    let mut i = 0;
-    // One batching window at a time: what arrived in it is ingested, then the aggregator
-    // mapping delivers the window's stream records. The last round drains the aggregator's
-    // own echoes (its writes are stream records too, which it must read and ignore).
-    let window = |r: &SimReading| (r.at.epoch_millis() - start.epoch_millis()) / scenario.window_ms;
+    // Both mappings batch as Lambda does (crate::windows): ingest's windows open at the first
+    // record to arrive, the aggregator's at the first stream record ingest's writes make, so
+    // neither lines up with a slot or an hour. Each round is one aggregator window: the ingest
+    // batches delivered in it, then the stream records they made. The last round drains the
+    // aggregator's own echoes (its writes are stream records too, which it must read and ignore).
+    let arrivals: Vec<i64> = readings.iter().map(|r| r.at.epoch_millis()).collect();
+    let ingest_batches = windows::batches(
+        &arrivals,
+        scenario.ingest_window_ms.unwrap_or(scenario.window_ms),
+        scenario.ingest_batch_size,
+    );
+    let mut rounds = windows::downstream(&ingest_batches, scenario.window_ms).into_iter();
     let mut drained_last = false;
     while !drained_last {
-        let end = match readings.get(i) {
-            Some(first) => {
-                let w = window(first);
-                i + readings[i..].iter().take_while(|r| window(r) == w).count()
-            }
-            None => {
-                drained_last = true;
-                i
-            }
-        };
-        let ingest_window = scenario
-            .ingest_window_ms
-            .unwrap_or(scenario.window_ms)
-            .max(1);
-        let batch_of =
-            |r: &SimReading| (r.at.epoch_millis() - start.epoch_millis()) / ingest_window;
-        let windows = readings[i..end].chunk_by(|a, b| batch_of(a) == batch_of(b));
-        for chunk in windows.flat_map(|w| w.chunks(scenario.ingest_batch_size)) {
+        let round = rounds.next().unwrap_or_else(|| {
+            drained_last = true;
+            0..0
+        });
+        let end = ingest_batches[..round.end]
+            .last()
+            .map_or(readings.len(), |b| b.records.end);
+        for batch in &ingest_batches[round] {
+            let chunk = &readings[batch.records.clone()];
             let event = kinesis_event(scenario, chunk, seq)?;
             seq += chunk.len() as u64;
             let t = Instant::now();
@@ -318,7 +322,6 @@ pub async fn run(
             out.ingest.invocations += 1;
             out.ingest.records += chunk.len() as u64;
         }
-        i = end;
         let t = Instant::now();
         let mut records = reader.drain().await?;
         if design == Design::Tidemark {
