@@ -43,7 +43,9 @@ use tidemark_aggregator::DynamoStore;
 use tidemark_aggregator::pages::{self, PagePut, Pages, Recomputed};
 use tidemark_aggregator::records::cmp_seq;
 use tidemark_aggregator::store::{AggregateStore, Written};
-use tidemark_schema::{AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, keys};
+use tidemark_schema::{
+    AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, day_is_open, keys,
+};
 use tidemark_streams::DynamoDbStreamSource;
 
 use crate::AdminError;
@@ -261,6 +263,16 @@ impl Rebuilder {
                         )?
                     }
                 };
+                // A day still open stays a placeholder that readers sum from its hours
+                // (docs/design.md §5); its hours are rebuilt above, and it closes as usual.
+                let mut puts = puts;
+                if let Bucket::Daily(day) = bucket {
+                    if day_is_open(day, Timestamp::now()) {
+                        for put in puts.iter_mut().filter(|p| p.number == 0) {
+                            put.item.open = true;
+                        }
+                    }
+                }
                 // In order (a seal before the pages after it); a lost race: read again.
                 let mut lost = false;
                 for put in &puts {
@@ -367,6 +379,7 @@ pub fn rebuilt(
         folded: Default::default(),
         version: current.map_or(0, |c| c.version) + 1,
         sealed: false,
+        open: false,
     })
 }
 
@@ -411,6 +424,7 @@ mod tests {
             folded: Default::default(),
             version: 4,
             sealed: false,
+            open: false,
         };
         let temp = MetricName::new("temperature").unwrap();
         let readings = Readings::from([
@@ -452,6 +466,7 @@ mod tests {
             folded: Default::default(),
             version: 1,
             sealed: false,
+            open: false,
         };
         let item = rebuilt(
             Some(&current),

@@ -15,6 +15,14 @@
 //! Every write of the day is conditional on its version as read, and every hour's write is
 //! followed by its day's merge (retried with the batch until it lands), so the last write of
 //! a day always holds its hours' last versions.
+//!
+//! **Only closed days are written so.** A day is open until a grace after its end
+//! ([`tidemark_schema::day_is_open`]); while it is, its item is a placeholder (`open`) that
+//! readers replace by the sum of its hours, written once, by the first batch that finds it
+//! missing or holding content ([`step`] with `open`). So a device's batches write its hour and
+//! not its day: one write per device per batch instead of two. The day is folded once it has
+//! closed: by a batch writing one of its hours late, or by the device's first batch that
+//! finds it open and closed ([`crate::rollups`]), and after that follows its hours as above.
 
 use std::collections::BTreeMap;
 
@@ -56,9 +64,33 @@ pub enum DayStep {
     Refold,
 }
 
-/// The day `current` (as read; `None`: not written yet) with `hours` merged in.
+/// What the day `current` (as read; `None`: not written yet) needs after `hours` changed:
+/// while the day is `open`, to be a placeholder; once closed, its hours merged in.
+pub fn step(
+    key: &Key,
+    current: Option<&AggregateItem>,
+    hours: &[HourChange],
+    open: bool,
+) -> DayStep {
+    if open {
+        if current.is_some_and(|c| c.open) {
+            return DayStep::Nothing;
+        }
+        // The content, if any, stays as it is (readers do not look at it; a fold replaces it).
+        let mut day = current
+            .cloned()
+            .unwrap_or_else(|| AggregateItem::empty(key));
+        day.open = true;
+        day.version = current.map_or(0, |c| c.version) + 1;
+        return DayStep::Write(day);
+    }
+    merge(key, current, hours)
+}
+
+/// The closed day `current` (as read; `None`: not written yet) with `hours` merged in.
 pub fn merge(key: &Key, current: Option<&AggregateItem>, hours: &[HourChange]) -> DayStep {
-    if current.is_some_and(|c| c.sealed) {
+    // A placeholder holds no rollup to merge into.
+    if current.is_some_and(|c| c.sealed || c.open) {
         return DayStep::Refold;
     }
     let mut day = current
@@ -314,6 +346,44 @@ mod tests {
         };
         assert_eq!(day.first_at, t("2026-04-20T16:00:00Z"));
         assert_eq!(day.last_at, t("2026-04-20T16:00:00Z"));
+    }
+
+    #[test]
+    fn an_open_day_is_a_placeholder_written_once_and_folded_when_it_closes() {
+        let c = change("14", None, hour("14", 1, &[1.0, 3.0]));
+        // Open: a placeholder, whatever the hours did.
+        let DayStep::Write(placeholder) = step(&day_key(), None, std::slice::from_ref(&c), true)
+        else {
+            panic!("a missing open day gets its placeholder")
+        };
+        assert!(placeholder.open);
+        assert!(placeholder.metrics.is_empty());
+        assert_eq!(placeholder.version, 1);
+        // The next batches of the open day write no day at all.
+        let later = change("15", None, hour("15", 1, &[7.0]));
+        assert_eq!(
+            step(
+                &day_key(),
+                Some(&placeholder),
+                std::slice::from_ref(&later),
+                true
+            ),
+            DayStep::Nothing
+        );
+        // Closed: a placeholder holds nothing to merge into, so the day is folded.
+        assert_eq!(
+            step(&day_key(), Some(&placeholder), &[later], false),
+            DayStep::Refold
+        );
+        // A day written with content (before days had placeholders) becomes one while open.
+        let DayStep::Write(day) = merge(&day_key(), None, &[c]) else {
+            panic!()
+        };
+        let DayStep::Write(again) = step(&day_key(), Some(&day), &[], true) else {
+            panic!("content of an open day is replaced by a placeholder")
+        };
+        assert!(again.open);
+        assert_eq!(again.version, day.version + 1);
     }
 
     #[test]

@@ -405,7 +405,10 @@ pub fn rebuild(
                 folded: Default::default(),
                 version: 0,
                 sealed: false,
+                open: false,
             });
+            // Recomputed content is a rollup, not a placeholder.
+            item.open = false;
             for (m, s) in item.metrics.iter_mut() {
                 *s = target.get(m).map_or(combine::EMPTIED, |r| r.stats);
             }
@@ -487,6 +490,7 @@ pub fn differs(current: Option<&AggregateItem>, new: &AggregateItem) -> bool {
             || c.last_at != new.last_at
             || c.folded != new.folded
             || c.from_table != new.from_table
+            || c.open != new.open
             || !c.applied.is_empty()
             || !c.marks.is_empty()
     })

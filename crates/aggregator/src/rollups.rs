@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
-use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp};
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp, day_is_open};
 
 use crate::AggregatorError;
 use crate::combine::{self, AggregatePlan};
@@ -21,6 +21,18 @@ use crate::store::{Store, Written};
 /// The daily bucket holding an hourly one.
 fn day_of(b: Bucket) -> Bucket {
     Period::Daily.bucket(b.start())
+}
+
+/// How much earlier than a day's close the batch writing its hours already folds it, so that
+/// two invocations whose clocks differ by less than this never both leave it to the other.
+const CLOSE_MARGIN_MS: i64 = 60_000;
+
+/// Whether the daily `bucket` is still open at `at` ([`day_is_open`]).
+fn is_open(bucket: Bucket, at: Timestamp) -> bool {
+    match bucket {
+        Bucket::Daily(day) => day_is_open(day, at),
+        Bucket::Hourly(_) => false,
+    }
 }
 
 impl<S: Store> Aggregator<S> {
@@ -83,16 +95,26 @@ impl<S: Store> Aggregator<S> {
             .partition(|i| !behind.contains(&(plans[*i].device.clone(), plans[*i].bucket)));
         failed.extend(waiting.iter().map(|i| plans[*i].first_index()));
         let hours = &hours;
+        // Read after the hours were written: a day this batch sees open is closed later by a
+        // batch whose clock says so, whose fold then reads these hours. CLOSE_MARGIN covers
+        // the clocks of two invocations disagreeing (docs/design.md §5).
+        let now = self.config.clock.now();
+        let soon = now.plus_millis(CLOSE_MARGIN_MS).unwrap_or(now);
+        let touched: BTreeSet<(DeviceId, Bucket)> = daily
+            .iter()
+            .map(|i| (plans[*i].device.clone(), plans[*i].bucket))
+            .collect();
         let written: Vec<(usize, Result<(), AggregatorError>)> = futures::stream::iter(daily)
             .map(|i| {
                 let p = &plans[i];
                 let current = aggs.get(&p.key).cloned();
+                let open = is_open(p.bucket, soon);
                 async move {
                     let changed = hours
                         .get(&(p.device.clone(), p.bucket))
                         .map_or(&[][..], Vec::as_slice);
                     let r = counters
-                        .until(stop, self.write_day(p, current, changed, counters))
+                        .until(stop, self.write_day(p, current, changed, open, counters))
                         .await;
                     (i, r)
                 }
@@ -107,6 +129,74 @@ impl<S: Store> Aggregator<S> {
                 failed.push(p.first_index());
             }
         }
+        self.close_previous_days(&touched, now, counters, stop)
+            .await;
+    }
+
+    /// Folds the day before each day this batch touched, if it has closed and is still a
+    /// placeholder: the close of a day whose device goes on sending. (A device that falls
+    /// silent leaves its last day open; readers sum its hours, and the first batch that
+    /// touches it once closed folds it.) Not part of the batch's success: a fold not done
+    /// now is done by the device's next batch, and readers are exact meanwhile.
+    async fn close_previous_days(
+        &self,
+        touched: &BTreeSet<(DeviceId, Bucket)>,
+        now: Timestamp,
+        counters: &Counters,
+        stop: tokio::time::Instant,
+    ) {
+        let previous: Vec<AggregatePlan> = touched
+            .iter()
+            .filter_map(|(device, bucket)| {
+                let Bucket::Daily(day) = bucket else {
+                    return None;
+                };
+                let prev = Bucket::Daily(day.prev()?);
+                (!touched.contains(&(device.clone(), prev)) && !is_open(prev, now)).then(|| {
+                    AggregatePlan {
+                        key: AggregateItem::key_for(device, prev),
+                        device: device.clone(),
+                        bucket: prev,
+                        contributions: Vec::new(),
+                        now: now.epoch_seconds(),
+                        max_marks: self.config.max_marks,
+                        max_single_marks: self.config.max_single_marks,
+                    }
+                })
+            })
+            .collect();
+        if previous.is_empty() {
+            return;
+        }
+        let keys: Vec<Key> = previous.iter().map(|p| p.key.clone()).collect();
+        let current = match self.store.get_aggregates(&keys).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the days to close failed; the next batch tries again");
+                return;
+            }
+        };
+        // Indexes, not borrowed plans, feed the stream (see `write_plans`).
+        let open: Vec<usize> = (0..previous.len())
+            .filter(|i| current.get(&previous[*i].key).is_some_and(|c| c.open))
+            .collect();
+        let previous = &previous;
+        let results: Vec<Result<(), AggregatorError>> = futures::stream::iter(open)
+            .map(|i| {
+                let p = &previous[i];
+                let day = current.get(&p.key).cloned();
+                async move {
+                    counters
+                        .until(stop, self.write_day(p, day, &[], false, counters))
+                        .await
+                }
+            })
+            .buffer_unordered(self.config.write_concurrency.max(1))
+            .collect()
+            .await;
+        for e in results.into_iter().filter_map(Result::err) {
+            tracing::warn!(error = %e, "closing a day failed; the next batch tries again");
+        }
     }
 
     /// Brings the day `plan` names up to the hours this batch changed ([`crate::days`]): a
@@ -117,10 +207,11 @@ impl<S: Store> Aggregator<S> {
         plan: &AggregatePlan,
         mut current: Option<AggregateItem>,
         hours: &[HourChange],
+        open: bool,
         counters: &Counters,
     ) -> Result<(), AggregatorError> {
         for attempt in 1..=self.config.max_attempts {
-            let puts = match days::merge(&plan.key, current.as_ref(), hours) {
+            let puts = match days::step(&plan.key, current.as_ref(), hours, open) {
                 DayStep::Nothing => return Ok(()),
                 DayStep::Write(item) => vec![PagePut {
                     number: 0,

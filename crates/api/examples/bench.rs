@@ -260,6 +260,7 @@ fn fleet() -> Vec<Item> {
                 folded: Default::default(),
                 version: 1,
                 sealed: false,
+                open: false,
             }
         })
         .collect();

@@ -7,10 +7,7 @@ use http::StatusCode;
 use lambda_http::Request;
 use serde_json::{Value, json};
 use tidemark_schema::table::attr;
-use tidemark_schema::{
-    AggregateItem, AlertState, DeviceId, DeviceStatus, EntityKey, Period, Severity, Timestamp,
-    field, keys,
-};
+use tidemark_schema::{AlertState, DeviceId, DeviceStatus, EntityKey, Severity, Timestamp, keys};
 use tidemark_store::Item;
 
 use crate::App;
@@ -23,6 +20,7 @@ use crate::routes::{Route, resolve};
 use crate::store::{Place, QuerySpec, SkRange, Store};
 use crate::validate;
 
+mod aggregates;
 mod alert_actions;
 mod layout;
 mod readings;
@@ -434,99 +432,6 @@ impl<S: Store> App<S> {
             .map(render::alert)
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
-    }
-
-    /// Hourly or daily rollups of a range (AP7): buckets whose start lies in `[from, to]`,
-    /// widened to the buckets holding `from` and `to`.
-    async fn aggregates(&self, id: DeviceId, p: &Params) -> Result<Reply, ApiError> {
-        let limit = validate::limit(p)?;
-        let forward = validate::order(p, true)?;
-        let period = match p.get("period") {
-            None => Period::Hourly,
-            Some(s) => Period::parse(s).ok_or_else(|| {
-                ApiError::bad("period", format!("{s:?} is not one of: hourly, daily"))
-            })?,
-        };
-        let default_span = match period {
-            Period::Hourly => DAY_MS,
-            Period::Daily => 30 * DAY_MS,
-        };
-        let scope = format!(
-            "aggregates|{id}|{}|{}|{}",
-            period.as_str(),
-            validate::range_scope(p)?,
-            if forward { "asc" } else { "desc" }
-        );
-        let (start, (from, to)) = match self.open(&scope, p)? {
-            Some(state) => {
-                let r = resume_range(&state)?;
-                (Start::Resume(state), r)
-            }
-            None => {
-                let (from, to) = validate::range(p, self.now(), default_span)?;
-                if !self.device_exists(&id).await? {
-                    return Err(device_not_found(&id));
-                }
-                (
-                    Start::Fresh {
-                        range: Some((from.to_string(), to.to_string())),
-                        labels: vec![WHOLE.to_owned()],
-                    },
-                    (from, to),
-                )
-            }
-        };
-        let spec_for = |label: &str| {
-            (label == WHOLE).then(|| {
-                QuerySpec::table(
-                    keys::device_pk(&id),
-                    SkRange::Between(
-                        keys::aggregate_sk(period.bucket(from)),
-                        keys::aggregate_sk(period.bucket(to)),
-                    ),
-                    forward,
-                )
-            })
-        };
-        let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
-        let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            out.push(self.aggregate_with_pages(item).await?);
-        }
-        Ok(list(out, cursor))
-    }
-
-    /// One aggregate item as a bucket's rollup: when it is page 0 of a paged bucket
-    /// (`sealed`), its overflow pages are read and merged in (an ordinary item costs nothing
-    /// more).
-    async fn aggregate_with_pages(&self, item: Item) -> Result<Value, ApiError> {
-        let sealed = matches!(item.get(field::SEALED), Some(AttributeValue::Bool(true)));
-        if !sealed {
-            return render::aggregate(item);
-        }
-        let page0: AggregateItem = tidemark_store::from_item(item)?;
-        let Ok(EntityKey::Aggregate { bucket, .. }) = EntityKey::parse(&page0.pk, &page0.sk) else {
-            return render::aggregate_item(page0);
-        };
-        let spec = QuerySpec::table(
-            page0.pk.clone(),
-            SkRange::BeginsWith(keys::aggregate_page_sk_prefix(bucket)),
-            true,
-        );
-        let mut pages = vec![page0];
-        let mut start = None;
-        loop {
-            let page = self.store.query(&spec, start, 100).await?;
-            for i in page.items {
-                pages.push(tidemark_store::from_item(i)?);
-            }
-            start = page.last_key;
-            if start.is_none() {
-                break;
-            }
-        }
-        let merged = AggregateItem::merge_pages(pages).expect("page 0 is there");
-        render::aggregate_item(merged)
     }
 
     /// Quarantined records of a UTC day (default today), oldest first, merged over the

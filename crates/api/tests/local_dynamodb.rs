@@ -6,10 +6,12 @@ mod common;
 use base64::Engine;
 use common::*;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use tidemark_api::{ApiConfig, App};
+
 use tidemark_schema::{
-    AlertState, DeviceStatus, LayoutHistory, QuarantineItem, QuarantineReason, ReadingItem,
-    Severity, ShardConfigItem,
+    AlertState, DeviceStatus, LayoutHistory, Period, QuarantineItem, QuarantineReason, ReadingItem,
+    Severity, ShardConfigItem, Stats, Timestamp,
 };
 use tidemark_testkit::TestTable;
 
@@ -221,6 +223,79 @@ async fn ap7_hourly_and_daily_aggregates() {
     assert_eq!(daily["items"][0]["start"], "2026-04-20T00:00:00.000000Z");
     assert_eq!(daily["items"][0]["period"], "daily");
     assert_eq!(daily["items"][0]["metrics"]["battery"]["count"], 2);
+}
+
+#[tokio::test]
+async fn an_open_day_is_served_as_the_sum_of_its_hours_so_far() {
+    // GIVEN a device whose day is still open: its daily item a placeholder (holding stale
+    // content a reader must not serve), two hours of the day and one of the next
+    let t = TestTable::new("api-open-day").await;
+    put(&t, &sample_device()).await;
+    let rs = sample_readings();
+    let at = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+    let hour = |start: &str, t_stats: Stats| {
+        let mut h = aggregate("sensor_01", Period::Hourly, at(start), &rs);
+        h.metrics = BTreeMap::from([(metric("temperature"), t_stats)]);
+        h.first_at = at(start);
+        h.last_at = at(start).plus_millis(30 * 60_000).unwrap();
+        h
+    };
+    let mut placeholder = aggregate("sensor_01", Period::Daily, at("2026-04-20T14:00:00Z"), &rs);
+    placeholder.open = true;
+    put(&t, &placeholder).await;
+    put(
+        &t,
+        &hour(
+            "2026-04-20T14:00:00Z",
+            Stats {
+                count: 2,
+                sum: 40.0,
+                min: 19.0,
+                max: 21.0,
+            },
+        ),
+    )
+    .await;
+    put(
+        &t,
+        &hour(
+            "2026-04-20T16:00:00Z",
+            Stats {
+                count: 1,
+                sum: 25.0,
+                min: 25.0,
+                max: 25.0,
+            },
+        ),
+    )
+    .await;
+    put(
+        &t,
+        &hour(
+            "2026-04-21T00:00:00Z",
+            Stats {
+                count: 1,
+                sum: 99.0,
+                min: 99.0,
+                max: 99.0,
+            },
+        ),
+    )
+    .await;
+    // WHEN its daily rollups are asked for
+    let (status, body) = get(
+        &app(&t),
+        "/devices/sensor_01/aggregates?period=daily&from=2026-04-20T00:00:00Z&to=2026-04-20T00:00:00Z",
+    )
+    .await;
+    // THEN the day is the sum of its own hours, in the same shape as a closed day
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["items"],
+        json!([{"deviceId":"sensor_01","period":"daily","start":"2026-04-20T00:00:00.000000Z",
+            "metrics":{"temperature":{"count":3,"sum":65,"min":19,"max":25,"avg":65.0/3.0}},
+            "firstAt":"2026-04-20T14:00:00.000000Z","lastAt":"2026-04-20T16:30:00.000000Z"}])
+    );
 }
 
 #[tokio::test]
@@ -1072,6 +1147,7 @@ async fn a_paged_bucket_is_one_aggregate_with_every_metric_of_its_pages() {
             folded: Default::default(),
             version: 1,
             sealed: n < 2,
+            open: false,
         }
     };
     put_all(

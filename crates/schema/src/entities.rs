@@ -46,6 +46,8 @@ pub mod field {
     pub const READING_COUNT: &str = "readingCount";
     /// A slot part that takes no new readings (the slot continues in the next part).
     pub const SEALED: &str = "sealed";
+    /// A daily item of a day still open: a placeholder whose hours readers sum.
+    pub const OPEN: &str = "open";
     /// A slot part that takes no new metric and no new metadata either, only corrections
     /// of the values it holds (what no longer fits goes to the slot's open part).
     pub const FULL: &str = "full";
@@ -600,6 +602,25 @@ pub struct AggregateItem {
     /// (false) on every ordinary item.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
+    /// Daily items: the day is still open ([`day_is_open`]) and this item only marks that
+    /// it has hours. Its content is not kept: readers sum its hourly items
+    /// ([`AggregateItem::day_of_hours`]), and the rollups role folds them into it once the
+    /// day closes (docs/design.md §5).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open: bool,
+}
+
+/// How long past its end a day stays open: batches of its last hour still arriving (a
+/// 300 s aggregator window behind a 300 s ingest window) add to its hours without a day write.
+pub const DAY_CLOSE_GRACE_SECONDS: i64 = 900;
+
+/// Whether `day` is open at `now`: its daily item is then a placeholder, not a rollup.
+pub fn day_is_open(day: Day, now: Timestamp) -> bool {
+    let closes = Bucket::Daily(day)
+        .end_exclusive()
+        .plus_millis(DAY_CLOSE_GRACE_SECONDS * 1000)
+        .unwrap_or(Timestamp::MAX);
+    now < closes
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -622,7 +643,34 @@ impl AggregateItem {
             folded: BTreeMap::new(),
             version: 0,
             sealed: false,
+            open: false,
         }
+    }
+
+    /// An open day as readers see it: `day` (its key and version) with the sum of `hours`,
+    /// each one hour's rollup as [`AggregateItem::merge_pages`] gives it. The same sum the
+    /// rollups role folds into the day when it closes.
+    pub fn day_of_hours(day: &AggregateItem, hours: Vec<AggregateItem>) -> AggregateItem {
+        let mut out = AggregateItem::empty(&keys::Key {
+            pk: day.pk.clone(),
+            sk: day.sk.clone(),
+        });
+        out.version = day.version;
+        for h in hours {
+            let mut held = false;
+            for (name, s) in h.metrics.into_iter().filter(|(_, s)| s.count > 0) {
+                held = true;
+                out.metrics
+                    .entry(name)
+                    .and_modify(|d| d.merge(&s))
+                    .or_insert(s);
+            }
+            if held {
+                out.first_at = out.first_at.min(h.first_at);
+                out.last_at = out.last_at.max(h.last_at);
+            }
+        }
+        out
     }
 
     pub fn key_for(device: &DeviceId, bucket: Bucket) -> keys::Key {
@@ -1117,12 +1165,20 @@ mod tests {
             folded: Default::default(),
             version: 0,
             sealed: false,
+            open: false,
         };
         let v = serde_json::to_value(&a).unwrap();
         assert!(
             v.get(field::SEALED).is_none(),
             "unsealed items write no sealed"
         );
+        assert!(v.get(field::OPEN).is_none(), "closed days write no open");
+        let open = serde_json::to_value(AggregateItem {
+            open: true,
+            ..a.clone()
+        })
+        .unwrap();
+        assert_eq!(open[field::OPEN], serde_json::json!(true));
         for f in [
             field::METRICS,
             field::FIRST_AT,
@@ -1156,6 +1212,7 @@ mod tests {
             folded: Default::default(),
             version: 1,
             sealed: n < 2,
+            open: false,
         };
         let mut emptied = page(3, "z", "2026-04-20T14:00:00Z", "2026-04-20T14:59:00Z");
         emptied.metrics.clear();

@@ -364,6 +364,11 @@ impl Day {
         (d.start() <= Timestamp::MAX).then_some(d)
     }
 
+    pub fn prev(self) -> Option<Day> {
+        let d = Day(self.0.checked_sub(1)?);
+        (d.start() >= Timestamp::MIN).then_some(d)
+    }
+
     /// Parses `2026-04-20`.
     pub fn parse(s: &str) -> Result<Self, TimestampError> {
         if s.len() != 10 {

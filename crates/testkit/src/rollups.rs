@@ -82,7 +82,7 @@ pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
 
 /// The rollups stored among `items` (those with at least one metric), by key: aggregate
 /// items, each merged with its overflow pages when its bucket is paged
-/// ([`AggregateItem::merge_pages`]).
+/// ([`AggregateItem::merge_pages`]), and an open day as the sum of its hours.
 pub fn stored(items: &[Item]) -> BTreeMap<Key, Rollup> {
     let mut pages: BTreeMap<Key, Vec<AggregateItem>> = BTreeMap::new();
     for i in items {
@@ -103,19 +103,46 @@ pub fn stored(items: &[Item]) -> BTreeMap<Key, Rollup> {
             e.push(a);
         }
     }
-    pages
+    let merged: BTreeMap<Key, AggregateItem> = pages
         .into_iter()
         .filter(|(_, p)| p[0].sk.starts_with(tidemark_schema::keys::AGG_PREFIX))
-        .filter_map(|(k, p)| {
-            let a = AggregateItem::merge_pages(p)?;
-            Some((
-                k,
+        .filter_map(|(k, p)| Some((k, AggregateItem::merge_pages(p)?)))
+        .collect();
+    // A day still open is a placeholder: what it stores is the sum of its hours, as the API
+    // serves it (AggregateItem::day_of_hours).
+    let hours_of = |day: &AggregateItem| -> Vec<AggregateItem> {
+        let Ok(EntityKey::Aggregate { bucket, .. }) = EntityKey::parse(&day.pk, &day.sk) else {
+            return Vec::new();
+        };
+        merged
+            .values()
+            .filter(|h| {
+                h.pk == day.pk
+                    && matches!(
+                        EntityKey::parse(&h.pk, &h.sk),
+                        Ok(EntityKey::Aggregate { bucket: b, .. })
+                            if b.period() == Period::Hourly && bucket.contains(b.start())
+                    )
+            })
+            .cloned()
+            .collect()
+    };
+    merged
+        .iter()
+        .map(|(k, a)| {
+            let a = if a.open {
+                AggregateItem::day_of_hours(a, hours_of(a))
+            } else {
+                a.clone()
+            };
+            (
+                k.clone(),
                 Rollup {
                     metrics: a.metrics,
                     first_at: a.first_at,
                     last_at: a.last_at,
                 },
-            ))
+            )
         })
         .filter(|(_, r)| !r.metrics.is_empty())
         .collect()

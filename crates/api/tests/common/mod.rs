@@ -173,6 +173,7 @@ pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) ->
         folded: Default::default(),
         version: 3,
         sealed: false,
+        open: false,
     }
 }
 
