@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{
-    AggregateItem, Clock, DAY_CLOSE_GRACE_SECONDS, MetricName, Period, ReadingItem, Timestamp,
+    AggregateItem, Clock, DAY_CLOSE_GRACE_SECONDS, MetricName, Period, Timestamp,
 };
 use tidemark_testkit::TestTable;
 
@@ -40,7 +40,6 @@ async fn an_open_day_is_written_once_as_a_placeholder_and_its_batches_write_only
     let t = TestTable::new("agg-open-day").await;
     let (agg, clock) = aggregator_at(&t, "2026-04-20T22:00:00Z");
     let mut s = StreamSim::new(1);
-    let mut all: Vec<ReadingItem> = Vec::new();
     // WHEN three batches of it arrive, each as its readings are stored
     for (k, minute) in ["21:00", "21:05", "22:10"].iter().enumerate() {
         clock.set(ts(&format!("2026-04-20T{minute}:30Z")));
@@ -49,12 +48,7 @@ async fn an_open_day_is_written_once_as_a_placeholder_and_its_batches_write_only
             &format!("2026-04-20T{minute}:00Z"),
             &[("t", 10.0 + k as f64)],
         )];
-        put_readings(&t, &rs).await;
-        let (resp, _) = agg
-            .process(&event(rs.iter().map(|r| s.insert(r)).collect()))
-            .await;
-        assert!(resp.batch_item_failures.is_empty());
-        all.extend(rs);
+        store_and_process(&t, &agg, &mut s, &rs).await;
     }
     // THEN the day is a placeholder, written by the first batch only
     let d = day(&t, "d-open", "2026-04-20T00:00:00Z").await.unwrap();
@@ -88,11 +82,7 @@ async fn the_first_batch_after_a_day_closes_folds_it_and_a_late_reading_then_cor
         reading("d-close", "2026-04-20T23:50:00Z", &[("t", 5.0)]),
         reading("d-close", "2026-04-20T23:58:00Z", &[("t", 7.0)]),
     ];
-    put_readings(&t, &evening).await;
-    let (resp, _) = agg
-        .process(&event(evening.iter().map(|r| s.insert(r)).collect()))
-        .await;
-    assert!(resp.batch_item_failures.is_empty());
+    store_and_process(&t, &agg, &mut s, &evening).await;
     assert!(
         day(&t, "d-close", "2026-04-20T00:00:00Z")
             .await
@@ -108,11 +98,7 @@ async fn the_first_batch_after_a_day_closes_folds_it_and_a_late_reading_then_cor
         .unwrap();
     clock.set(closes.plus_millis(5_000).unwrap());
     let morning = vec![reading("d-close", "2026-04-21T00:14:00Z", &[("t", 1.0)])];
-    put_readings(&t, &morning).await;
-    let (resp, _) = agg
-        .process(&event(morning.iter().map(|r| s.insert(r)).collect()))
-        .await;
-    assert!(resp.batch_item_failures.is_empty());
+    store_and_process(&t, &agg, &mut s, &morning).await;
 
     // THEN the closed day holds the fold of its hours, and the new day is a placeholder
     let closed = day(&t, "d-close", "2026-04-20T00:00:00Z").await.unwrap();
@@ -128,11 +114,7 @@ async fn the_first_batch_after_a_day_closes_folds_it_and_a_late_reading_then_cor
 
     // WHEN a late reading of the closed day arrives
     let late = vec![reading("d-close", "2026-04-20T12:00:00Z", &[("t", 9.0)])];
-    put_readings(&t, &late).await;
-    let (resp, _) = agg
-        .process(&event(late.iter().map(|r| s.insert(r)).collect()))
-        .await;
-    assert!(resp.batch_item_failures.is_empty());
+    store_and_process(&t, &agg, &mut s, &late).await;
     // THEN the closed day takes it, once, and every rollup is exact
     let corrected = day(&t, "d-close", "2026-04-20T00:00:00Z").await.unwrap();
     assert!(!corrected.open);

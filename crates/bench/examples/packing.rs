@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use lambda_http::{Body, Request};
 use serde::{Deserialize, Serialize};
 use tidemark_api::{ApiConfig, App};
 use tidemark_bench::BenchError;
@@ -195,49 +194,15 @@ async fn read_cost(
     let app = App::new(client, ApiConfig::new(table));
     let id = one.device_id(0);
     // The readings routes answer for registered devices (the aggregator would register it).
-    let register: Request = http::Request::builder()
-        .method(http::Method::PUT)
-        .uri(format!("/devices/{id}"))
-        .body(Body::Text(r#"{"name":"bench"}"#.into()))
-        .map_err(|e| BenchError::Other(e.to_string()))?;
-    let resp = app.handle(register).await;
-    if !resp.status().is_success() {
-        return Err(BenchError::Other(format!(
-            "registering {id}: {}",
-            resp.status()
-        )));
-    }
+    tidemark_bench::api::register(&app, &id).await?;
     meter.take().await;
     // The span's last instant: a 2 kHz device's last reading is 500 µs before its end.
     let to = start.plus_micros(span_ms * 1000 - 1).unwrap_or(start);
-    let mut cursor: Option<String> = None;
-    let (mut got, mut pages) = (0u64, 0u64);
-    loop {
-        let mut uri = format!("/devices/{id}/readings?from={start}&to={to}&limit=1000");
-        if let Some(c) = &cursor {
-            uri.push_str(&format!("&cursor={c}"));
-        }
-        let req: Request = http::Request::builder()
-            .uri(uri)
-            .body(Body::Empty)
-            .map_err(|e| BenchError::Other(e.to_string()))?;
-        let resp = app.handle(req).await;
-        let body: serde_json::Value = match resp.body() {
-            Body::Text(t) => serde_json::from_str(t)?,
-            Body::Binary(b) => serde_json::from_slice(b)?,
-            Body::Empty => serde_json::Value::Null,
-            _ => serde_json::Value::Null,
-        };
-        if !resp.status().is_success() {
-            return Err(BenchError::Other(format!("readings read failed: {body}")));
-        }
-        pages += 1;
-        got += body["items"].as_array().map_or(0, |a| a.len() as u64);
-        match body["cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => break,
-        }
-    }
+    let (got, pages) = tidemark_bench::api::read_pages(
+        &app,
+        &format!("/devices/{id}/readings?from={start}&to={to}&limit=1000"),
+    )
+    .await?;
     let rru = meter.take().await.reads().0.total;
     local.stop().await;
     let stored = readings.len() as u64;

@@ -12,7 +12,6 @@
 //!
 //!   cargo run --release -p tidemark-bench --example rollup_reads
 
-use lambda_http::{Body, Request};
 use tidemark_api::{ApiConfig, App};
 use tidemark_bench::BenchError;
 use tidemark_bench::local_ddb::LocalDynamo;
@@ -44,34 +43,10 @@ fn moved(template: &AggregateItem, period: Period, at: Timestamp) -> AggregateIt
     a
 }
 
-/// Read units of every page of `uri` (pages of 100, cursor to the end), and the buckets read.
-async fn read_all(app: &App, meter: &Meter, uri: &str) -> Result<(f64, usize), BenchError> {
+/// Read units of every page of `uri` (pages of 100), and the buckets read.
+async fn read_all(app: &App, meter: &Meter, uri: &str) -> Result<(f64, u64), BenchError> {
     meter.take().await;
-    let mut cursor: Option<String> = None;
-    let mut buckets = 0;
-    loop {
-        let mut u = format!("{uri}&limit=100");
-        if let Some(c) = &cursor {
-            u.push_str(&format!("&cursor={c}"));
-        }
-        let req: Request = http::Request::builder()
-            .uri(u)
-            .body(Body::Empty)
-            .map_err(|e| BenchError::Other(e.to_string()))?;
-        let resp = app.handle(req).await;
-        let body: serde_json::Value = match resp.body() {
-            Body::Text(t) => serde_json::from_str(t)?,
-            _ => serde_json::Value::Null,
-        };
-        if !resp.status().is_success() {
-            return Err(BenchError::Other(format!("{uri}: {body}")));
-        }
-        buckets += body["items"].as_array().map_or(0, Vec::len);
-        match body["cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => break,
-        }
-    }
+    let (buckets, _) = tidemark_bench::api::read_pages(app, &format!("{uri}&limit=100")).await?;
     Ok((meter.take().await.reads().0.total, buckets))
 }
 
@@ -153,12 +128,7 @@ async fn main() -> Result<(), BenchError> {
         let client =
             tidemark_store::dynamodb_client(&ClientSettings::local(meter.endpoint())).await;
         let app = App::new(client, ApiConfig::new(table).with_now(now));
-        let register: Request = http::Request::builder()
-            .method(http::Method::PUT)
-            .uri(format!("/devices/{device}"))
-            .body(Body::Text(r#"{"name":"bench"}"#.into()))
-            .map_err(|e| BenchError::Other(e.to_string()))?;
-        app.handle(register).await;
+        tidemark_bench::api::register(&app, &device).await?;
         let (hourly_rru, hourly_n) = read_all(
             &app,
             &meter,

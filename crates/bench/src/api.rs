@@ -172,6 +172,56 @@ pub async fn measure(
     Ok(out)
 }
 
+/// Registers `id` (`PUT /devices/{id}`): the device routes answer for registered devices
+/// only (on AWS the aggregator registers a device with its first reading).
+pub async fn register(app: &App, id: &tidemark_schema::DeviceId) -> Result<(), BenchError> {
+    let req: Request = http::Request::builder()
+        .method(http::Method::PUT)
+        .uri(format!("/devices/{id}"))
+        .body(Body::Text(r#"{"name":"bench"}"#.into()))
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let resp = app.handle(req).await;
+    if !resp.status().is_success() {
+        return Err(BenchError::Other(format!(
+            "registering {id}: {}",
+            resp.status()
+        )));
+    }
+    Ok(())
+}
+
+/// Every page of the list route `uri` (which has a query already) through the handler,
+/// following the cursor to the end: (items, pages).
+pub async fn read_pages(app: &App, uri: &str) -> Result<(u64, u64), BenchError> {
+    let mut cursor: Option<String> = None;
+    let (mut items, mut pages) = (0u64, 0u64);
+    loop {
+        let mut u = uri.to_owned();
+        if let Some(c) = &cursor {
+            u.push_str(&format!("&cursor={c}"));
+        }
+        let req: Request = http::Request::builder()
+            .uri(u)
+            .body(Body::Empty)
+            .map_err(|e| BenchError::Other(e.to_string()))?;
+        let resp = app.handle(req).await;
+        let body: serde_json::Value = match resp.body() {
+            Body::Text(t) => serde_json::from_str(t)?,
+            Body::Binary(b) => serde_json::from_slice(b)?,
+            _ => serde_json::Value::Null,
+        };
+        if !resp.status().is_success() {
+            return Err(BenchError::Other(format!("{uri}: {body}")));
+        }
+        pages += 1;
+        items += body["items"].as_array().map_or(0, |a| a.len() as u64);
+        match body["cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return Ok((items, pages)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

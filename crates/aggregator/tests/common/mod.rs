@@ -212,6 +212,20 @@ pub fn event(records: Vec<EventRecord>) -> Event {
     e
 }
 
+/// Stores `rs`, then hands their INSERT records to `agg` as one batch, which must succeed.
+pub async fn store_and_process(
+    t: &TestTable,
+    agg: &BothRoles,
+    s: &mut StreamSim,
+    rs: &[ReadingItem],
+) {
+    put_readings(t, rs).await;
+    let (resp, _) = agg
+        .process(&event(rs.iter().map(|r| s.insert(r)).collect()))
+        .await;
+    assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
+}
+
 /// Both stream readers (rollups and alerts), as the template runs them.
 pub fn aggregator(t: &TestTable) -> BothRoles {
     BothRoles::new(t.client.clone(), AggregatorConfig::new(&t.name))
