@@ -44,6 +44,8 @@ pub struct FakeStore {
     pub write_delay: Mutex<Option<std::time::Duration>>,
     /// Heartbeats marked passed: (shard, sentAt).
     pub passed: Mutex<Vec<(String, Timestamp)>>,
+    /// Every key `get_aggregates` was asked for, in order.
+    pub aggregate_reads: Mutex<Vec<Key>>,
 }
 
 impl crate::store::HeartbeatStore for FakeStore {
@@ -70,6 +72,10 @@ impl AggregateStore for FakeStore {
         &self,
         keys: &[Key],
     ) -> Result<HashMap<Key, AggregateItem>, StoreError> {
+        self.aggregate_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(keys.iter().cloned());
         let m = self.aggregates.lock().unwrap_or_else(|e| e.into_inner());
         Ok(keys
             .iter()

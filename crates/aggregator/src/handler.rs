@@ -132,6 +132,8 @@ pub struct Aggregator<S = DynamoStore> {
     pub(crate) config: AggregatorConfig,
     /// Publishes alert state changes (the alerts role only).
     pub(crate) notifier: Option<crate::Notifier>,
+    /// Days this container knows are closed for good (the rollups role).
+    pub(crate) settled_days: crate::rollups::SettledDays,
 }
 
 impl Aggregator<DynamoStore> {
@@ -141,6 +143,7 @@ impl Aggregator<DynamoStore> {
             store,
             config,
             notifier: None,
+            settled_days: Default::default(),
         }
     }
 }
@@ -151,6 +154,7 @@ impl<S: Store> Aggregator<S> {
             store,
             config,
             notifier: None,
+            settled_days: Default::default(),
         }
     }
 

@@ -27,6 +27,30 @@ fn day_of(b: Bucket) -> Bucket {
 /// two invocations whose clocks differ by less than this never both leave it to the other.
 const CLOSE_MARGIN_MS: i64 = 60_000;
 
+/// The days before touched days that this container has seen closed (folded, or never a
+/// placeholder), so its later batches do not read them again: a device's day is looked at
+/// once per container, not once per batch. Forgotten whole past [`SETTLED_DAYS_MAX`]
+/// entries; forgetting only costs a read.
+#[derive(Debug, Default)]
+pub struct SettledDays(std::sync::Mutex<HashSet<(DeviceId, Bucket)>>);
+
+const SETTLED_DAYS_MAX: usize = 100_000;
+
+impl SettledDays {
+    fn contains(&self, day: &(DeviceId, Bucket)) -> bool {
+        self.0.lock().is_ok_and(|s| s.contains(day))
+    }
+
+    fn insert(&self, day: (DeviceId, Bucket)) {
+        if let Ok(mut s) = self.0.lock() {
+            if s.len() >= SETTLED_DAYS_MAX {
+                s.clear();
+            }
+            s.insert(day);
+        }
+    }
+}
+
 /// Whether the daily `bucket` is still open at `at` ([`day_is_open`]).
 fn is_open(bucket: Bucket, at: Timestamp) -> bool {
     match bucket {
@@ -152,16 +176,18 @@ impl<S: Store> Aggregator<S> {
                     return None;
                 };
                 let prev = Bucket::Daily(day.prev()?);
-                (!touched.contains(&(device.clone(), prev)) && !is_open(prev, now)).then(|| {
-                    AggregatePlan {
-                        key: AggregateItem::key_for(device, prev),
-                        device: device.clone(),
-                        bucket: prev,
-                        contributions: Vec::new(),
-                        now: now.epoch_seconds(),
-                        max_marks: self.config.max_marks,
-                        max_single_marks: self.config.max_single_marks,
-                    }
+                let key = (device.clone(), prev);
+                (!touched.contains(&key)
+                    && !is_open(prev, now)
+                    && !self.settled_days.contains(&key))
+                .then(|| AggregatePlan {
+                    key: AggregateItem::key_for(device, prev),
+                    device: device.clone(),
+                    bucket: prev,
+                    contributions: Vec::new(),
+                    now: now.epoch_seconds(),
+                    max_marks: self.config.max_marks,
+                    max_single_marks: self.config.max_single_marks,
                 })
             })
             .collect();
@@ -177,25 +203,36 @@ impl<S: Store> Aggregator<S> {
             }
         };
         // Indexes, not borrowed plans, feed the stream (see `write_plans`).
-        let open: Vec<usize> = (0..previous.len())
-            .filter(|i| current.get(&previous[*i].key).is_some_and(|c| c.open))
-            .collect();
+        let (open, settled): (Vec<usize>, Vec<usize>) = (0..previous.len())
+            .partition(|i| current.get(&previous[*i].key).is_some_and(|c| c.open));
+        for i in settled {
+            self.settled_days
+                .insert((previous[i].device.clone(), previous[i].bucket));
+        }
         let previous = &previous;
-        let results: Vec<Result<(), AggregatorError>> = futures::stream::iter(open)
+        let results: Vec<(usize, Result<(), AggregatorError>)> = futures::stream::iter(open)
             .map(|i| {
                 let p = &previous[i];
                 let day = current.get(&p.key).cloned();
                 async move {
-                    counters
+                    let r = counters
                         .until(stop, self.write_day(p, day, &[], false, counters))
-                        .await
+                        .await;
+                    (i, r)
                 }
             })
             .buffer_unordered(self.config.write_concurrency.max(1))
             .collect()
             .await;
-        for e in results.into_iter().filter_map(Result::err) {
-            tracing::warn!(error = %e, "closing a day failed; the next batch tries again");
+        for (i, r) in results {
+            match r {
+                Ok(()) => self
+                    .settled_days
+                    .insert((previous[i].device.clone(), previous[i].bucket)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "closing a day failed; the next batch tries again")
+                }
+            }
         }
     }
 
@@ -515,5 +552,59 @@ fn hour_change(hour: Bucket, read: &Pages, puts: &[PagePut]) -> HourChange {
         new_version: days::hour_version(&new),
         old: AggregateItem::merge_pages(old),
         new: AggregateItem::merge_pages(new),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tidemark_schema::{AggregateItem, Clock, Period, Timestamp};
+
+    use crate::fake::FakeStore;
+    use crate::testing::{device, event, insert};
+    use crate::{Aggregator, AggregatorConfig};
+
+    fn t(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_container_looks_at_the_day_before_once_not_in_every_batch() {
+        // GIVEN an aggregator whose clock is past the close of 2026-04-20, that day an open
+        // placeholder (its device's last batch came before the close)
+        let mut config = AggregatorConfig::new("t");
+        config.clock = Clock::fixed(t("2026-04-21T01:00:00Z"));
+        let agg = Aggregator::with_store(FakeStore::default(), config);
+        let yesterday = AggregateItem::key_for(
+            &device("d"),
+            Period::Daily.bucket(t("2026-04-20T00:00:00Z")),
+        );
+        let mut placeholder = AggregateItem::empty(&yesterday);
+        placeholder.open = true;
+        placeholder.version = 1;
+        agg.store()
+            .aggregates
+            .lock()
+            .unwrap()
+            .insert(yesterday.clone(), placeholder);
+        // WHEN three batches of the device's new day arrive
+        for (seq, minute) in [(1, "00:40"), (2, "00:45"), (3, "00:50")] {
+            let at = t(&format!("2026-04-21T{minute}:00Z"));
+            let (resp, _) = agg
+                .process(&event(vec![insert(seq, "d", at, "t", 1.0)]))
+                .await;
+            assert!(resp.batch_item_failures.is_empty());
+        }
+        // THEN the first folded yesterday (no hours: nothing in it) and the others did not
+        // read it again
+        let reads = agg.store().aggregate_reads.lock().unwrap().clone();
+        let yesterday_reads = reads.iter().filter(|k| **k == yesterday).count();
+        let folded = agg.store().aggregates.lock().unwrap()[&yesterday].clone();
+        assert!(!folded.open, "{folded:?}");
+        // One read to find it open, one by the fold's own retry-safe re-read at most.
+        assert!(
+            yesterday_reads <= 2,
+            "{yesterday_reads} reads of the day before"
+        );
+        assert!(yesterday_reads >= 1);
     }
 }
