@@ -5,8 +5,8 @@
 //!   keeps, per source item, the newest stream record it applied (`marks`,
 //!   [`tidemark_schema::marks`]) and a `version` for optimistic concurrency, both advanced by
 //!   the conditional write that applies a batch: replays, bisected batches and a partition
-//!   split over two stream shards change nothing. A day follows its hours ([`days`]). One
-//!   write per touched item per batch; a correction or delete that moves an hour's extreme
+//!   split over two stream shards change nothing. A day follows its hours once it has closed,
+//!   a placeholder readers sum until then ([`days`]). One write per touched hour per batch; a correction or delete that moves an hour's extreme
 //!   folds the hour's raw readings page by page. A bucket whose
 //!   rollup outgrows 64 KB (a gateway with thousands of tags) continues in overflow pages
 //!   ([`pages`]), each with its own marks and version, none near the 400 KB limit.
