@@ -2,9 +2,8 @@
 //! as their items hold them (a paged bucket's pages merged), and a day still open as the sum
 //! of its hours so far (docs/design.md §5: a day is written once it closes).
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
-use tidemark_schema::{AggregateItem, DeviceId, EntityKey, Period, field, keys};
+use tidemark_schema::{AggregateItem, DeviceId, EntityKey, Period, keys};
 use tidemark_store::Item;
 
 use super::{DAY_MS, Reply, Start, WHOLE, device_not_found, list, resume_range};
@@ -78,9 +77,8 @@ impl<S: Store> App<S> {
 
     /// One aggregate item as a bucket's rollup (rendered).
     async fn aggregate_with_pages(&self, item: Item) -> Result<Value, ApiError> {
-        let open = matches!(item.get(field::OPEN), Some(AttributeValue::Bool(true)));
         let rollup = self.bucket_rollup(item).await?;
-        if !open {
+        if !rollup.open {
             return render::aggregate_item(rollup);
         }
         // A day still open is a placeholder: its rollup is the sum of its hours so far
