@@ -14,6 +14,7 @@ use tidemark_schema::{
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
 use tidemark_store::limits::{MAX_TRANSACT_ACTIONS, too_many_actions};
+use tidemark_store::read::{Queries, Walked};
 use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::alerting::plan::AlertWrite;
@@ -21,7 +22,6 @@ use crate::combine::{BucketReadings, BucketSummary};
 use crate::offline::upkeep::WatchKeys;
 use crate::store::{
     AggregateStore, AlertStore, DeviceStore, DeviceUpdate, HeartbeatStore, ReadingStore, Written,
-    first_in_order,
 };
 
 /// The DynamoDB implementation.
@@ -29,6 +29,7 @@ use crate::store::{
 pub struct DynamoStore {
     client: Client,
     table: String,
+    queries: Queries,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -66,9 +67,11 @@ fn conditional<T>(
 
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
+        let table = table.into();
         DynamoStore {
+            queries: Queries::new(client.clone(), table.clone()),
             client,
-            table: table.into(),
+            table,
         }
     }
 
@@ -100,6 +103,32 @@ impl DynamoStore {
             tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
                 .await?;
         Ok(h)
+    }
+
+    /// Hands the readings of `device` in `[from, to]` to `visit` in time order (newest first
+    /// if asked), at most `limit` of them, through the one reader of stored readings
+    /// ([`tidemark_store::read::walk_readings`]) over the device's layout history.
+    pub async fn walk_readings(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        newest_first: bool,
+        limit: Option<usize>,
+        visit: impl FnMut(Timestamp, std::collections::BTreeMap<tidemark_schema::MetricName, f64>),
+    ) -> Result<Walked, StoreError> {
+        let history = self.shard_history(device).await?;
+        tidemark_store::read::walk_readings(
+            &self.queries,
+            device,
+            &history,
+            from,
+            to,
+            newest_first,
+            limit,
+            visit,
+        )
+        .await
     }
 }
 
@@ -571,8 +600,7 @@ impl ReadingStore for DynamoStore {
             out.push((at, m))
         })
         .await?;
-        // Each partition gave its first `limit`; together, the first `limit` of the device.
-        Ok(first_in_order(out, newest_first, limit))
+        Ok(out)
     }
 
     async fn summarize(

@@ -49,7 +49,6 @@ mod rollups;
 pub mod store;
 #[cfg(test)]
 mod testing;
-mod walk;
 
 pub use both::BothRoles;
 pub use config::{AggregatorConfig, Role};
@@ -58,4 +57,4 @@ pub use handler::Aggregator;
 pub use notify::{Notifier, NotifyReport};
 pub use report::Report;
 pub use store::DynamoStore;
-pub use walk::Walked;
+pub use tidemark_store::read::Walked;

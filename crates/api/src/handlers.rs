@@ -9,15 +9,15 @@ use serde_json::{Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{AlertState, DeviceId, DeviceStatus, EntityKey, Severity, Timestamp, keys};
 use tidemark_store::Item;
+use tidemark_store::read::{Source, merged_page};
 
 use crate::App;
 use crate::cursor::CursorState;
 use crate::error::ApiError;
-use crate::merge::{Source, merged_page};
 use crate::render;
 use crate::request::{Params, path_segments, query_pairs};
 use crate::routes::{Route, resolve};
-use crate::store::{Place, QuerySpec, SkRange, Store};
+use crate::store::{QuerySpec, SkRange, Store};
 use crate::validate;
 
 mod aggregates;
@@ -532,29 +532,14 @@ impl Start {
     }
 }
 
-/// Where a partition resumes: `Some(after)` (`None` inside: from the start of its range), or
-/// `None` when it has nothing left in the walk's direction. A position the range has moved
-/// past (the retention edge overtook a cursor kept too long) is not a valid
-/// ExclusiveStartKey: DynamoDB would refuse it. The readings between it and the edge have
-/// expired, so the walk goes on from the edge, or the partition is done if the walk was
-/// heading away from it.
+/// Where a partition resumes ([`QuerySpec::resume`]); a position that does not fit its
+/// partition is a bad cursor.
 #[allow(clippy::type_complexity)]
 fn resume_at(
     spec: &QuerySpec,
     after: Option<Vec<String>>,
 ) -> Result<Option<Option<Vec<String>>>, ApiError> {
-    if after
-        .as_ref()
-        .is_some_and(|a| a.len() != spec.position_attrs().len())
-    {
-        return Err(bad_cursor());
-    }
-    Ok(match after.as_ref().map(|a| spec.place_of(&a[0])) {
-        Some(Place::Inside) | None => Some(after),
-        Some(Place::Before) if spec.forward => Some(None),
-        Some(Place::After) if !spec.forward => Some(None),
-        Some(_) => None,
-    })
+    spec.resume(after).map_err(|_| bad_cursor())
 }
 
 /// The range a cursor fixed on its first page.

@@ -4,10 +4,11 @@
 //! 400 naming the parameter, unknown routes 404, wrong methods 405, conflicts 409, and store
 //! failures a 500/503 whose details go only to the log. Every route is one GetItem,
 //! BatchGetItem or Query per partition; lists page with signed cursors ([`cursor`]) and read
-//! several partitions in one global order when a list spans them ([`merge`]). Readings are
+//! several partitions in one global order when a list spans them
+//! ([`tidemark_store::read::merge`]). Readings are
 //! read layout segment by segment over a device's history of shard counts and packing
-//! (`PUT /devices/{id}/layout`): single reading items and packed slots ([`slots`]) come out
-//! as the same reading JSON, so a layout change is invisible to clients. An operator's
+//! (`PUT /devices/{id}/layout`): single reading items and packed slots
+//! ([`tidemark_store::read::readings`]) come out as the same reading JSON, so a layout change is invisible to clients. An operator's
 //! writes to an alert (acknowledge, snooze, unsnooze) each update only their own attributes
 //! under a condition ([`store::AlertWriter`]), so they never undo what the pipeline wrote.
 //! The dashboard's static files are served under `/ui/` ([`ui`]).
@@ -17,12 +18,10 @@ pub mod cursor;
 pub mod error;
 mod handlers;
 pub mod memory;
-pub mod merge;
 pub mod render;
 pub mod request;
 pub mod routes;
 pub mod secret;
-pub mod slots;
 pub mod store;
 pub mod ui;
 pub mod validate;

@@ -13,6 +13,7 @@ pub mod layouts;
 pub mod limits;
 pub mod merge;
 pub mod query;
+pub mod read;
 pub mod retry;
 pub mod settings;
 pub mod slots;

@@ -3,7 +3,7 @@
 //! A range is cut into segments where the layout changes ([`LayoutHistory::segments`]) and
 //! walked one segment after another, in the order asked: each segment's partitions (its
 //! shards) are merged by [`merged_page`], whether they hold single reading items or packed
-//! slots ([`crate::slots`]); both come out as reading items, so clients see one list. A page
+//! slots ([`tidemark_store::read::readings`]); both come out as reading items, so clients see one list. A page
 //! may end inside a segment (its cursor names an instant of the segment and every
 //! partition's position) or at a segment's end (the next page starts the next segment).
 //!
@@ -21,6 +21,7 @@ use tidemark_schema::{DeviceId, LayoutHistory, Segment, Timestamp, keys};
 use tidemark_store::Item;
 use tidemark_store::emf::Metrics;
 use tidemark_store::layouts::LayoutBook;
+use tidemark_store::read::{Source, merged_page, readings};
 
 use super::{
     HOUR_MS, LATEST_CONCURRENCY, Reply, bad_cursor, expired, list, parse_shard_label, resume_at,
@@ -29,11 +30,9 @@ use super::{
 use crate::App;
 use crate::cursor::CursorState;
 use crate::error::ApiError;
-use crate::merge::{Source, merged_page};
 use crate::render;
 use crate::request::Params;
-use crate::slots::Packed;
-use crate::store::{QuerySpec, SkRange, Store};
+use crate::store::Store;
 use crate::validate;
 
 /// A partition label and the position it resumes after.
@@ -78,10 +77,7 @@ fn skipped(id: &DeviceId, n: usize) {
 /// The time of a reading position (`READING#<ts>`, a single item's sort key or a packed
 /// reading's).
 fn position_time(pos: &[String]) -> Result<Timestamp, ApiError> {
-    pos.first()
-        .and_then(|p| p.strip_prefix(keys::READING_PREFIX))
-        .and_then(|t| Timestamp::parse_canonical(t).ok())
-        .ok_or_else(bad_cursor)
+    readings::position_time(pos).map_err(|_| bad_cursor())
 }
 
 /// An instant of `[from, to]` where a walk with these partitions stands: the furthest
@@ -114,38 +110,11 @@ impl<S: Store> App<S> {
         let mut out = Vec::with_capacity(parts.len());
         for (label, after) in parts {
             let shard = parse_shard_label(&label).ok_or_else(bad_cursor)?;
-            let pk = keys::reading_pk(id, shard);
-            let spec = QuerySpec {
-                consistent,
-                ..QuerySpec::table(
-                    pk.clone(),
-                    SkRange::Between(keys::reading_sk(seg.from), keys::reading_sk(seg.to)),
-                    forward,
-                )
-            };
+            let spec = readings::partition_query(id, seg, shard, forward, consistent);
             let Some(after) = resume_at(&spec, after)? else {
                 continue;
             };
-            out.push(match seg.layout.slot {
-                None => Source::new(label, spec, after),
-                Some(len) => {
-                    let packed = Packed {
-                        len,
-                        from: seg.from,
-                        to: seg.to,
-                        after: after.as_deref().map(position_time).transpose()?,
-                    };
-                    Source {
-                        label,
-                        spec: QuerySpec {
-                            consistent,
-                            ..packed.query(pk, forward)
-                        },
-                        after,
-                        packed: Some(packed),
-                    }
-                }
-            });
+            out.push(readings::source(seg, label, spec, after).map_err(|_| bad_cursor())?);
         }
         Ok(out)
     }

@@ -13,11 +13,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::Item;
 use tidemark_schema::table::attr;
 use tidemark_schema::{ReadingItem, SlotItem, SlotLen, SlotPart, Timestamp, join_parts, keys};
-use tidemark_store::Item;
 
-use crate::store::{QuerySpec, SkRange};
+use super::spec::{QuerySpec, SkRange};
 
 /// Where a packed source stands: its slot length, the readings it wants (`[from, to]`), and
 /// the instant a cursor resumes it after (it and every reading before it in the walk's
@@ -105,7 +105,7 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
     let mut pk = String::new();
     let mut decoded: Vec<(SlotPart, i64, String)> = Vec::with_capacity(parts.len());
     for item in parts {
-        let read = tidemark_store::from_item::<SlotItem>(item.clone())
+        let read = crate::from_item::<SlotItem>(item.clone())
             .map_err(|e| e.to_string())
             .and_then(|s| Ok((s.decode().map_err(|e| e.to_string())?, s.ttl, s.pk)));
         match read {
@@ -154,7 +154,7 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
             ttl: ttl.unwrap_or(i64::MAX),
             arrived_at: None,
         };
-        match tidemark_store::to_item(&item) {
+        match crate::to_item(&item) {
             Ok(i) => out.items.push(i),
             Err(e) => {
                 tracing::warn!(%pk, %at, error = %e, "packed reading not convertible");
@@ -211,7 +211,7 @@ mod tests {
         u.items
             .iter()
             .map(|i| {
-                let r: ReadingItem = tidemark_store::from_item(i.clone()).unwrap();
+                let r: ReadingItem = crate::from_item(i.clone()).unwrap();
                 assert_eq!(r.ttl, 99);
                 let at = Timestamp::parse_canonical(&r.sk[keys::READING_PREFIX.len()..]).unwrap();
                 (at.epoch_millis() - start.epoch_millis()) / 1000
@@ -272,7 +272,7 @@ mod tests {
         let m = |k: &str| MetricName::new(k).unwrap();
         let item = |n: u16, readings: SlotReadings, meta: &str| {
             let metadata = SlotMetadata::from([(at, meta.to_owned())]);
-            tidemark_store::to_item(&SlotItem {
+            crate::to_item(&SlotItem {
                 pk: keys::reading_pk(&DeviceId::new("d").unwrap(), None),
                 sk: keys::slot_sk(start, n),
                 packed: packed::encode(start, &readings).unwrap(),
@@ -300,7 +300,7 @@ mod tests {
         };
         let u = unpack(start, &parts, &p, true);
         assert_eq!((u.items.len(), u.skipped, u.decoded), (1, 0, 1));
-        let r: ReadingItem = tidemark_store::from_item(u.items[0].clone()).unwrap();
+        let r: ReadingItem = crate::from_item(u.items[0].clone()).unwrap();
         assert_eq!(r.metrics, [(m("t"), 1.5), (m("h"), 40.0)].into());
         assert_eq!(
             r.metadata.map(serde_json::Value::Object),
@@ -309,7 +309,7 @@ mod tests {
         // Without the part carrying it, the metadata of part 1 wins; a timestamp with no
         // metrics in any readable part is no reading.
         let u = unpack(start, &parts[1..], &p, true);
-        let r: ReadingItem = tidemark_store::from_item(u.items[0].clone()).unwrap();
+        let r: ReadingItem = crate::from_item(u.items[0].clone()).unwrap();
         assert_eq!(
             r.metadata.map(serde_json::Value::Object),
             Some(serde_json::json!({"fw": "2"}))

@@ -9,7 +9,7 @@
 //! from it, so the next page resumes every partition exactly where this one stopped: every
 //! item exactly once, in order, in both directions.
 //!
-//! A partition of packed readings ([`crate::slots`]) is a source too: its query reads slot
+//! A partition of packed readings ([`super::packed`]) is a source too: its query reads slot
 //! parts, a slot is unpacked once all its parts are in (a page of the query may end inside
 //! one: its parts wait for the next page), and its readings join the merge as reading items.
 //! Its position is a reading's time, so a cursor can stop inside a slot: the next page
@@ -18,12 +18,12 @@
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 
+use crate::{Item, StoreError};
 use futures::future::try_join_all;
 use tidemark_schema::Timestamp;
-use tidemark_store::{Item, StoreError};
 
-use crate::slots::{self, Packed};
-use crate::store::{QuerySpec, QueryStore};
+use super::packed::{self, Packed};
+use super::spec::{QuerySpec, QueryStore};
 
 /// One partition of a merged list, with where to resume it.
 #[derive(Debug, Clone)]
@@ -116,7 +116,7 @@ impl State {
         self.pending.extend(items);
         // A slot is whole unless the query may go on inside it.
         let open = if self.more {
-            self.pending.last().and_then(slots::slot_start)
+            self.pending.last().and_then(packed::slot_start)
         } else {
             None
         };
@@ -124,8 +124,8 @@ impl State {
         let mut rest = Vec::new();
         let mut slot: Option<(Timestamp, Vec<Item>)> = None;
         for item in std::mem::take(&mut self.pending) {
-            let Some(start) = slots::slot_start(&item) else {
-                slots::skip(&item, "not a slot part");
+            let Some(start) = packed::slot_start(&item) else {
+                packed::skip(&item, "not a slot part");
                 skipped += 1;
                 continue;
             };
@@ -159,13 +159,139 @@ impl State {
         keep: &impl Fn(&Item) -> bool,
     ) -> usize {
         let forward = self.source.spec.forward;
-        let u = slots::unpack(start, parts, p, forward);
+        let u = packed::unpack(start, parts, p, forward);
         self.unpacked.0 += u.decoded;
         self.unpacked.1 += parts.len();
         self.buffer
             .extend(u.items.into_iter().filter(|it| keep(it)));
         self.settled = Some(p.settled_after(start, forward));
         u.skipped
+    }
+}
+
+/// A merge in progress: every source's buffer and position. Pulled item by item
+/// ([`Merge::next`]), so a page stops at its limit ([`merged_page`]) and a walk holds one
+/// query page per partition, never the whole range ([`super::readings::walk_readings`]).
+pub struct Merge {
+    states: Vec<State>,
+    /// Items asked for per query of a single-item partition.
+    chunk: usize,
+    /// Query rounds spent on new items (see [`MAX_ROUNDS`]).
+    rounds: usize,
+    /// Packed parts or readings that could not be read (each was logged).
+    pub skipped: usize,
+}
+
+impl Merge {
+    /// A merge of `sources` that expects to be asked for about `limit` items (it sizes the
+    /// queries: a lookahead of one item tells a single partition's last page apart from a
+    /// full one).
+    pub fn new(sources: Vec<Source>, limit: usize) -> Self {
+        let n = sources.len().max(1);
+        let limit = limit.max(1);
+        let chunk = (limit.div_ceil(n) + if n > 1 { 8 } else { 0 }).min(limit) + 1;
+        let states = sources
+            .into_iter()
+            .map(|s| State {
+                fetched_to: s.packed.is_none().then(|| s.after.clone()).flatten(),
+                settled: None,
+                source: s,
+                buffer: VecDeque::new(),
+                more: true,
+                pending: Vec::new(),
+                unpacked: (0, 0),
+            })
+            .collect();
+        Merge {
+            states,
+            chunk,
+            rounds: 0,
+            skipped: 0,
+        }
+    }
+
+    /// The next item in sort-key order (descending unless the sources go forward) that
+    /// `keep` accepts, querying the partitions whose buffers ran dry; `need` is about how
+    /// many more the caller wants (it sizes packed queries). `None` when every source is
+    /// done, or when `max_rounds` query rounds have been spent ([`Merge::rest`] tells which).
+    pub async fn next<S: QueryStore + Sync>(
+        &mut self,
+        store: &S,
+        need: usize,
+        max_rounds: Option<usize>,
+        keep: &impl Fn(&Item) -> bool,
+    ) -> Result<Option<Item>, StoreError> {
+        let need = need.max(1);
+        loop {
+            let states = &mut self.states;
+            let dry: Vec<usize> = (0..states.len())
+                .filter(|&i| states[i].buffer.is_empty() && states[i].more)
+                .collect();
+            if !dry.is_empty() {
+                if dry.iter().all(|&i| states[i].pending.is_empty()) {
+                    if max_rounds.is_some_and(|m| self.rounds >= m) {
+                        return Ok(None);
+                    }
+                    self.rounds += 1;
+                }
+                let chunk = self.chunk;
+                let pages = try_join_all(dry.iter().map(|&i| {
+                    let st = &states[i];
+                    let start = st
+                        .fetched_to
+                        .as_ref()
+                        .and_then(|p| st.source.spec.start_key(p));
+                    store.query(&st.source.spec, start, st.query_limit(chunk, need))
+                }))
+                .await?;
+                for (i, page) in dry.into_iter().zip(pages) {
+                    let st = &mut states[i];
+                    let last_item_pos = page
+                        .items
+                        .last()
+                        .and_then(|it| st.source.spec.position_of(it));
+                    st.more = page.last_key.is_some();
+                    st.fetched_to = match &page.last_key {
+                        Some(k) => st.source.spec.position_of(k).or(last_item_pos),
+                        None => last_item_pos.or(st.fetched_to.take()),
+                    };
+                    if st.more && st.fetched_to.is_none() {
+                        // A LastEvaluatedKey we cannot resume from: stop rather than loop.
+                        st.more = false;
+                    }
+                    self.skipped += st.take(page.items, keep);
+                    if st.buffer.is_empty() && st.settled.is_some() {
+                        st.source.after = st.settled.clone();
+                    }
+                }
+                continue;
+            }
+            let Some(best) = pick(states) else {
+                return Ok(None);
+            };
+            let st = &mut states[best];
+            let Some(item) = st.buffer.pop_front() else {
+                return Ok(None);
+            };
+            st.source.after = st.source.spec.position_of(&item);
+            if st.buffer.is_empty() && st.more {
+                // Everything fetched is consumed (or filtered): resume after what was
+                // evaluated.
+                if st.settled.is_some() {
+                    st.source.after = st.settled.clone();
+                }
+            }
+            return Ok(Some(item));
+        }
+    }
+
+    /// Partitions that may hold more, with their positions; empty when the list is done.
+    pub fn rest(self) -> Vec<(String, Option<Vec<String>>)> {
+        self.states
+            .into_iter()
+            .filter(|st| !st.buffer.is_empty() || st.more)
+            .map(|st| (st.source.label, st.source.after))
+            .collect()
     }
 }
 
@@ -178,92 +304,21 @@ pub async fn merged_page<S: QueryStore + Sync>(
     limit: usize,
     keep: impl Fn(&Item) -> bool,
 ) -> Result<MergedPage, StoreError> {
-    let n = sources.len().max(1);
-    // A lookahead of one item tells a single partition's last page apart from a full one.
-    let chunk = (limit.div_ceil(n) + if n > 1 { 8 } else { 0 }).min(limit) + 1;
-    let mut states: Vec<State> = sources
-        .into_iter()
-        .map(|s| State {
-            fetched_to: s.packed.is_none().then(|| s.after.clone()).flatten(),
-            settled: None,
-            source: s,
-            buffer: VecDeque::new(),
-            more: true,
-            pending: Vec::new(),
-            unpacked: (0, 0),
-        })
-        .collect();
+    let mut merge = Merge::new(sources, limit);
     let mut out = Vec::with_capacity(limit);
-    let mut skipped = 0;
-    let mut rounds = 0;
     while out.len() < limit {
-        let dry: Vec<usize> = (0..states.len())
-            .filter(|&i| states[i].buffer.is_empty() && states[i].more)
-            .collect();
-        if !dry.is_empty() {
-            if dry.iter().all(|&i| states[i].pending.is_empty()) {
-                if rounds == MAX_ROUNDS {
-                    break;
-                }
-                rounds += 1;
-            }
-            let pages = try_join_all(dry.iter().map(|&i| {
-                let st = &states[i];
-                let start = st
-                    .fetched_to
-                    .as_ref()
-                    .and_then(|p| st.source.spec.start_key(p));
-                store.query(
-                    &st.source.spec,
-                    start,
-                    st.query_limit(chunk, limit - out.len()),
-                )
-            }))
-            .await?;
-            for (i, page) in dry.into_iter().zip(pages) {
-                let st = &mut states[i];
-                let last_item_pos = page
-                    .items
-                    .last()
-                    .and_then(|it| st.source.spec.position_of(it));
-                st.more = page.last_key.is_some();
-                st.fetched_to = match &page.last_key {
-                    Some(k) => st.source.spec.position_of(k).or(last_item_pos),
-                    None => last_item_pos.or(st.fetched_to.take()),
-                };
-                if st.more && st.fetched_to.is_none() {
-                    // A LastEvaluatedKey we cannot resume from: stop rather than loop.
-                    st.more = false;
-                }
-                skipped += st.take(page.items, &keep);
-                if st.buffer.is_empty() && st.settled.is_some() {
-                    st.source.after = st.settled.clone();
-                }
-            }
-            continue;
+        match merge
+            .next(store, limit - out.len(), Some(MAX_ROUNDS), &keep)
+            .await?
+        {
+            Some(item) => out.push(item),
+            None => break,
         }
-        let Some(best) = pick(&states) else { break };
-        let st = &mut states[best];
-        let Some(item) = st.buffer.pop_front() else {
-            break;
-        };
-        st.source.after = st.source.spec.position_of(&item);
-        if st.buffer.is_empty() && st.more {
-            // Everything fetched is consumed (or filtered): resume after what was evaluated.
-            if st.settled.is_some() {
-                st.source.after = st.settled.clone();
-            }
-        }
-        out.push(item);
     }
-    let rest = states
-        .into_iter()
-        .filter(|st| !st.buffer.is_empty() || st.more)
-        .map(|st| (st.source.label, st.source.after))
-        .collect();
+    let skipped = merge.skipped;
     Ok(MergedPage {
         items: out,
-        rest,
+        rest: merge.rest(),
         skipped,
     })
 }
