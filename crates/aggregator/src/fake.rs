@@ -1,31 +1,39 @@
-//! An in-memory store with the DynamoDB implementation's semantics (conditional writes on
-//! the aggregates' and the device's `version`), plus injected conflicts and failures, for handler unit tests.
+//! The aggregator's store traits over the one in-memory test engine ([`MemTable`]): every
+//! item (readings, rollups, devices, alerts) is stored as the DynamoDB store stores it and
+//! read back as it reads it (readings through the one reader of stored readings), with the
+//! DynamoDB implementation's conditions (the aggregates' and the device's `version`, the
+//! alert transaction's), its limits (400 KB items, 100 actions a transaction), and injected
+//! conflicts and failures, for handler unit tests.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, DeviceStatus, Key,
-    LatestReading, Timestamp,
+    AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
+    LatestReading, LayoutHistory, MetricName, ReadingItem, Timestamp, keys,
 };
-use tidemark_store::StoreError;
 use tidemark_store::limits::{
     MAX_ITEM_BYTES, MAX_TRANSACT_ACTIONS, item_size, item_too_large, too_many_actions,
 };
+use tidemark_store::memory::{Items, MemTable};
+use tidemark_store::read::walk_readings;
+use tidemark_store::{StoreError, from_item, to_item};
 
 use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
 use crate::offline::upkeep::WatchKeys;
 use crate::store::{AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written};
 
+/// A reading as the fake stores it.
+type Reading = (Timestamp, std::collections::BTreeMap<MetricName, f64>);
+
 #[derive(Default)]
 pub struct FakeStore {
-    pub aggregates: Mutex<HashMap<Key, AggregateItem>>,
-    pub devices: Mutex<HashMap<DeviceId, DeviceItem>>,
-    pub alerts: Mutex<HashMap<(DeviceId, AlertId), AlertItem>>,
-    /// Raw readings, per device.
-    pub readings: Mutex<Vec<(DeviceId, BucketReadings)>>,
+    /// The table.
+    pub table: MemTable,
     /// The next this many aggregate writes lose a race (another writer bumps the version).
     pub conflicts: AtomicU32,
     /// The most readings one `readings_page` call returned (bounded-memory checks).
@@ -46,6 +54,78 @@ pub struct FakeStore {
     pub passed: Mutex<Vec<(String, Timestamp)>>,
     /// Every key `get_aggregates` was asked for, in order.
     pub aggregate_reads: Mutex<Vec<Key>>,
+}
+
+/// The entity stored under `key`, if any (an item that does not parse as one is a bug in
+/// the fake's own writes: it reads as absent).
+fn entity<T: DeserializeOwned>(items: &Items, key: &Key) -> Option<T> {
+    let item = items.get(&(key.pk.clone(), key.sk.clone()))?;
+    from_item(item.clone()).ok()
+}
+
+/// The entities of partition `pk` whose sort keys start with `prefix`, in key order.
+fn entities<T: DeserializeOwned>(items: &Items, pk: &str, prefix: &str) -> Vec<T> {
+    items
+        .range((pk.to_owned(), prefix.to_owned())..)
+        .take_while(|((p, sk), _)| p == pk && sk.starts_with(prefix))
+        .filter_map(|(_, item)| from_item(item.clone()).ok())
+        .collect()
+}
+
+fn store<T: Serialize>(items: &mut Items, v: &T) -> Result<(), StoreError> {
+    MemTable::insert(items, to_item(v)?)
+}
+
+fn device_key(d: &DeviceId) -> Key {
+    EntityKey::Device(d.clone()).key()
+}
+
+fn alert_key(device: &DeviceId, alert: &AlertId) -> Key {
+    EntityKey::Alert {
+        device: device.clone(),
+        alert: alert.clone(),
+    }
+    .key()
+}
+
+impl FakeStore {
+    /// The rollup item stored under `key`.
+    pub fn aggregate(&self, key: &Key) -> Option<AggregateItem> {
+        entity(&self.table.lock(), key)
+    }
+
+    /// The rollup items of `pk` whose sort keys start with `prefix`.
+    pub fn aggregates_with_prefix(&self, pk: &str, prefix: &str) -> Vec<AggregateItem> {
+        entities(&self.table.lock(), pk, prefix)
+    }
+
+    pub fn device(&self, id: &DeviceId) -> Option<DeviceItem> {
+        entity(&self.table.lock(), &device_key(id))
+    }
+
+    /// Stores a device item as `PUT /devices/{id}` would.
+    pub fn put_device(&self, d: &DeviceItem) {
+        store(&mut self.table.lock(), d).expect("a device item fits in DynamoDB's item limit");
+    }
+
+    /// Every alert of every device.
+    pub fn alerts(&self) -> Vec<AlertItem> {
+        self.table
+            .scan()
+            .into_iter()
+            .filter(|i| {
+                i.get("sk")
+                    .and_then(|v| v.as_s().ok())
+                    .is_some_and(|sk| sk.starts_with(keys::ALERT_PREFIX))
+            })
+            .filter_map(|i| from_item::<AlertItem>(i).ok())
+            .collect()
+    }
+
+    /// Stores an alert item as an operator's action would.
+    pub fn put_alert(&self, a: &AlertItem) {
+        store(&mut self.table.lock(), a).expect("an alert item fits in DynamoDB's item limit");
+    }
 }
 
 impl crate::store::HeartbeatStore for FakeStore {
@@ -76,10 +156,10 @@ impl AggregateStore for FakeStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(keys.iter().cloned());
-        let m = self.aggregates.lock().unwrap_or_else(|e| e.into_inner());
+        let items = self.table.lock();
         Ok(keys
             .iter()
-            .filter_map(|k| m.get(k).map(|v| (k.clone(), v.clone())))
+            .filter_map(|k| entity(&items, k).map(|v| (k.clone(), v)))
             .collect())
     }
 
@@ -88,13 +168,9 @@ impl AggregateStore for FakeStore {
         device: &DeviceId,
         bucket: Bucket,
     ) -> Result<Vec<AggregateItem>, StoreError> {
-        let pk = tidemark_schema::keys::device_pk(device);
-        let prefix = tidemark_schema::keys::aggregate_page_sk_prefix(bucket);
-        let m = self.aggregates.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(m.iter()
-            .filter(|(k, _)| k.pk == pk && k.sk.starts_with(&prefix))
-            .map(|(_, v)| v.clone())
-            .collect())
+        let pk = keys::device_pk(device);
+        let prefix = keys::aggregate_page_sk_prefix(bucket);
+        Ok(self.aggregates_with_prefix(&pk, &prefix))
     }
 
     /// Refuses an item over DynamoDB's 400 KB (sized as DynamoDB counts it, from the item
@@ -104,7 +180,7 @@ impl AggregateStore for FakeStore {
         item: &AggregateItem,
         expected: Option<u64>,
     ) -> Result<Written, StoreError> {
-        let bytes = item_size(&tidemark_store::to_item(item)?);
+        let bytes = item_size(&to_item(item)?);
         self.largest_item.fetch_max(bytes, Ordering::SeqCst);
         if bytes > MAX_ITEM_BYTES {
             return Err(item_too_large(bytes));
@@ -126,23 +202,24 @@ impl AggregateStore for FakeStore {
             pk: item.pk.clone(),
             sk: item.sk.clone(),
         };
-        let mut m = self.aggregates.lock().unwrap_or_else(|e| e.into_inner());
+        let mut items = self.table.lock();
+        let current: Option<AggregateItem> = entity(&items, &key);
         if self
             .conflicts
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
             // Someone else wrote the same item (an overlapping replay): bump its version.
-            if let Some(cur) = m.get_mut(&key) {
+            if let Some(mut cur) = current {
                 cur.version += 1;
+                store(&mut items, &cur)?;
             }
             return Ok(Written::Conflict);
         }
-        let stored = m.get(&key).map(|c| c.version);
-        if stored != expected {
+        if current.map(|c| c.version) != expected {
             return Ok(Written::Conflict);
         }
-        m.insert(key, item.clone());
+        store(&mut items, item)?;
         Ok(Written::Ok { units: 1.0 })
     }
 }
@@ -152,10 +229,10 @@ impl DeviceStore for FakeStore {
         &self,
         ids: &[DeviceId],
     ) -> Result<HashMap<DeviceId, DeviceItem>, StoreError> {
-        let m = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        let items = self.table.lock();
         Ok(ids
             .iter()
-            .filter_map(|k| m.get(k).map(|v| (k.clone(), v.clone())))
+            .filter_map(|k| entity(&items, &device_key(k)).map(|v| (k.clone(), v)))
             .collect())
     }
 
@@ -174,15 +251,13 @@ impl DeviceStore for FakeStore {
         {
             return Err(outage());
         }
-        let mut m = self.devices.lock().unwrap_or_else(|e| e.into_inner());
-        let d = m
-            .entry(u.device.clone())
-            .or_insert_with(|| DeviceItem::new(u.device.clone(), DeviceStatus::Active, u.now));
+        let mut items = self.table.lock();
+        let mut d: DeviceItem = entity(&items, &device_key(&u.device))
+            .unwrap_or_else(|| DeviceItem::new(u.device.clone(), DeviceStatus::Active, u.now));
         if d.version != u.expected_version {
             return Ok(Written::Conflict);
         }
-        let mut a = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
-        if !alerts_admitted(&a, &u.device, alerts) {
+        if !alerts_admitted(&items, &u.device, alerts) {
             return Ok(Written::Conflict);
         }
         d.version = Some(u.expected_version.unwrap_or(0) + 1);
@@ -209,7 +284,9 @@ impl DeviceStore for FakeStore {
         if o.resolve.is_some() {
             d.offline = None;
         }
-        apply_alerts(&mut a, &u.device, alerts);
+        let mut writes = vec![to_item(&d)?];
+        writes.extend(alert_writes(&items, &u.device, alerts)?);
+        transact(&mut items, writes)?;
         Ok(Written::Ok {
             units: 1.0 + alerts.len() as f64,
         })
@@ -217,30 +294,28 @@ impl DeviceStore for FakeStore {
 }
 
 /// The transaction's conditions: creates are new, updates find an unresolved alert.
-fn alerts_admitted(
-    a: &HashMap<(DeviceId, AlertId), AlertItem>,
-    device: &DeviceId,
-    alerts: &[AlertWrite],
-) -> bool {
+fn alerts_admitted(items: &Items, device: &DeviceId, alerts: &[AlertWrite]) -> bool {
     alerts.iter().all(|w| {
-        let k = (device.clone(), w.after().alert_id.clone());
+        let stored: Option<AlertItem> = entity(items, &alert_key(device, &w.after().alert_id));
         match w {
-            AlertWrite::Create(_) => !a.contains_key(&k),
-            AlertWrite::Update { .. } => a.get(&k).is_some_and(|x| x.resolved_at.is_none()),
+            AlertWrite::Create(_) => stored.is_none(),
+            AlertWrite::Update { .. } => stored.is_some_and(|x| x.resolved_at.is_none()),
         }
     })
 }
 
-fn apply_alerts(
-    a: &mut HashMap<(DeviceId, AlertId), AlertItem>,
+/// The items the alert writes leave, as DynamoDB's transaction would write them.
+fn alert_writes(
+    items: &Items,
     device: &DeviceId,
     alerts: &[AlertWrite],
-) {
+) -> Result<Vec<tidemark_store::Item>, StoreError> {
+    let mut out = Vec::with_capacity(alerts.len());
     for w in alerts {
         let after = w.after();
-        let k = (device.clone(), after.alert_id.clone());
-        match (w, a.get_mut(&k)) {
-            (AlertWrite::Update { .. }, Some(x)) => {
+        let stored: Option<AlertItem> = entity(items, &alert_key(device, &after.alert_id));
+        let written = match (w, stored) {
+            (AlertWrite::Update { .. }, Some(mut x)) => {
                 // Only the evaluator's attributes, as the DynamoDB update does.
                 x.value = after.value;
                 x.breach_count = after.breach_count;
@@ -252,12 +327,24 @@ fn apply_alerts(
                     x.gsi1pk = None;
                     x.gsi1sk = None;
                 }
+                to_item(&x)?
             }
-            _ => {
-                a.insert(k, after.clone());
-            }
-        }
+            _ => to_item(after)?,
+        };
+        out.push(written);
     }
+    Ok(out)
+}
+
+/// Writes all of `writes` or, like a transaction, none (when one is too large).
+fn transact(items: &mut Items, writes: Vec<tidemark_store::Item>) -> Result<(), StoreError> {
+    if let Some(bytes) = writes.iter().map(item_size).find(|b| *b > MAX_ITEM_BYTES) {
+        return Err(item_too_large(bytes));
+    }
+    for item in writes {
+        MemTable::insert(items, item)?;
+    }
+    Ok(())
 }
 
 impl AlertStore for FakeStore {
@@ -266,11 +353,14 @@ impl AlertStore for FakeStore {
         device: &DeviceId,
         from: Timestamp,
     ) -> Result<HashMap<AlertId, AlertItem>, StoreError> {
-        let m = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(m.iter()
-            .filter(|((d, id), _)| d == device && id.opened_at() >= from)
-            .map(|((_, id), a)| (id.clone(), a.clone()))
-            .collect())
+        let items = self.table.lock();
+        Ok(
+            entities::<AlertItem>(&items, &keys::device_pk(device), keys::ALERT_PREFIX)
+                .into_iter()
+                .filter(|a| a.alert_id.opened_at() >= from)
+                .map(|a| (a.alert_id.clone(), a))
+                .collect(),
+        )
     }
 
     async fn put_alerts(
@@ -281,11 +371,12 @@ impl AlertStore for FakeStore {
         if alerts.len() > MAX_TRANSACT_ACTIONS {
             return Err(too_many_actions(alerts.len()));
         }
-        let mut a = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
-        if !alerts_admitted(&a, device, alerts) {
+        let mut items = self.table.lock();
+        if !alerts_admitted(&items, device, alerts) {
             return Ok(Written::Conflict);
         }
-        apply_alerts(&mut a, device, alerts);
+        let writes = alert_writes(&items, device, alerts)?;
+        transact(&mut items, writes)?;
         Ok(Written::Ok {
             units: alerts.len() as f64,
         })
@@ -296,14 +387,38 @@ impl AlertStore for FakeStore {
         device: &DeviceId,
         ids: &[AlertId],
     ) -> Result<HashMap<AlertId, AlertItem>, StoreError> {
-        let m = self.alerts.lock().unwrap_or_else(|e| e.into_inner());
+        let items = self.table.lock();
         Ok(ids
             .iter()
-            .filter_map(|k| {
-                m.get(&(device.clone(), k.clone()))
-                    .map(|v| (k.clone(), v.clone()))
-            })
+            .filter_map(|k| entity(&items, &alert_key(device, k)).map(|v| (k.clone(), v)))
             .collect())
+    }
+}
+
+impl FakeStore {
+    /// Readings of `device` in `[from, to]` in time order (newest first if asked), at most
+    /// `limit`, through the one reader of stored readings.
+    async fn walk(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        newest_first: bool,
+        limit: Option<usize>,
+    ) -> Result<BucketReadings, StoreError> {
+        let mut out = Vec::new();
+        walk_readings(
+            &self.table,
+            device,
+            &LayoutHistory::EMPTY,
+            from,
+            to,
+            newest_first,
+            limit,
+            |at, m| out.push((at, m)),
+        )
+        .await?;
+        Ok(out)
     }
 }
 
@@ -314,15 +429,7 @@ impl ReadingStore for FakeStore {
         from: Timestamp,
         to: Timestamp,
     ) -> Result<BucketReadings, StoreError> {
-        let m = self.readings.lock().unwrap_or_else(|e| e.into_inner());
-        let out: BucketReadings = m
-            .iter()
-            .filter(|(d, _)| d == device)
-            .flat_map(|(_, r)| r.iter())
-            .filter(|(t, _)| *t >= from && *t <= to)
-            .cloned()
-            .collect();
-        Ok(out)
+        self.walk(device, from, to, false, None).await
     }
 
     async fn readings_page(
@@ -333,19 +440,12 @@ impl ReadingStore for FakeStore {
         newest_first: bool,
         limit: usize,
     ) -> Result<BucketReadings, StoreError> {
-        let all = {
-            let m = self.readings.lock().unwrap_or_else(|e| e.into_inner());
-            m.iter()
-                .filter(|(d, _)| d == device)
-                .flat_map(|(_, r)| r.iter())
-                .filter(|(t, _)| *t >= from && *t <= to)
-                .cloned()
-                .collect::<BucketReadings>()
-        };
-        let all = crate::store::first_in_order(all, newest_first, limit);
-        self.largest_read.fetch_max(all.len(), Ordering::SeqCst);
-        self.readings_read.fetch_add(all.len(), Ordering::SeqCst);
-        Ok(all)
+        let page = self
+            .walk(device, from, to, newest_first, Some(limit))
+            .await?;
+        self.largest_read.fetch_max(page.len(), Ordering::SeqCst);
+        self.readings_read.fetch_add(page.len(), Ordering::SeqCst);
+        Ok(page)
     }
 
     async fn summarize(
@@ -365,29 +465,42 @@ impl ReadingStore for FakeStore {
         device: &DeviceId,
         since: Timestamp,
     ) -> Result<Option<LatestReading>, StoreError> {
-        let all = self.readings_between(device, since, Timestamp::MAX).await?;
-        Ok(all
+        let newest = self
+            .walk(device, since, Timestamp::MAX, true, Some(1))
+            .await?;
+        Ok(newest
             .into_iter()
-            .max_by_key(|(t, _)| *t)
+            .next()
             .map(|(timestamp, metrics)| LatestReading { timestamp, metrics }))
     }
 }
 
 impl FakeStore {
-    /// Stores a reading (as ingest would, before its stream record exists).
+    /// Stores a reading (as ingest would, before its stream record exists), replacing the
+    /// timestamp's metrics.
     pub fn put_reading(
         &self,
         device: &DeviceId,
         at: Timestamp,
         metrics: std::collections::BTreeMap<tidemark_schema::MetricName, f64>,
     ) {
-        let mut m = self.readings.lock().unwrap_or_else(|e| e.into_inner());
-        match m.iter_mut().find(|(d, _)| d == device) {
-            Some((_, r)) => {
-                r.retain(|(t, _)| *t != at);
-                r.push((at, metrics));
-            }
-            None => m.push((device.clone(), vec![(at, metrics)])),
+        self.put_readings(device, [(at, metrics)]);
+    }
+
+    /// Stores many readings of one device at once (a history too long to send).
+    pub fn put_readings(&self, device: &DeviceId, readings: impl IntoIterator<Item = Reading>) {
+        for (at, metrics) in readings {
+            let item = ReadingItem {
+                pk: keys::reading_pk(device, None),
+                sk: keys::reading_sk(at),
+                metrics,
+                metadata: None,
+                ttl: i64::MAX,
+                arrived_at: None,
+            };
+            self.table
+                .put_entity(&item)
+                .expect("a reading item fits in DynamoDB's item limit");
         }
     }
 }

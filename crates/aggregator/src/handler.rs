@@ -366,7 +366,7 @@ mod tests {
             &DeviceId::new(device).unwrap(),
             Period::Hourly.bucket(ts(at)),
         );
-        store.aggregates.lock().unwrap().get(&k).cloned()
+        store.aggregate(&k)
     }
 
     fn count(a: &AggregateItem) -> u64 {
@@ -467,7 +467,7 @@ mod tests {
                 &DeviceId::new(d).unwrap(),
                 Period::Daily.bucket(ts("2026-04-20T14:00:00Z")),
             );
-            let daily = agg.store().aggregates.lock().unwrap()[&k].clone();
+            let daily = agg.store().aggregate(&k).unwrap();
             assert_eq!(count(&daily), 2);
         }
     }
@@ -556,7 +556,7 @@ mod tests {
         let hour = hourly(agg.store(), "d1", "2026-04-20T14:00:00Z").unwrap();
         assert_eq!((hour.metrics[&t].min, hour.metrics[&t].max), (10.0, 14.59));
         let k = AggregateItem::key_for(&d1, Period::Daily.bucket(ts("2026-04-20T14:00:00Z")));
-        let day = agg.store().aggregates.lock().unwrap()[&k].clone();
+        let day = agg.store().aggregate(&k).unwrap();
         assert_eq!((day.metrics[&t].min, day.metrics[&t].max), (10.0, 18.59));
         assert_eq!(day.metrics[&t].count, 180);
         // AND only the corrected hour's readings were read, not the day's

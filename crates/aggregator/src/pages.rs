@@ -534,14 +534,9 @@ mod tests {
     ) -> (Vec<AggregateItem>, AggregateItem) {
         let d = DeviceId::new(device).unwrap();
         let b = period.bucket(t0());
-        let m = store.aggregates.lock().unwrap();
-        let page0 = m.get(&AggregateItem::key_for(&d, b)).cloned();
+        let page0 = store.aggregate(&AggregateItem::key_for(&d, b));
         let prefix = tidemark_schema::keys::aggregate_page_sk_prefix(b);
-        let overflow: Vec<_> = m
-            .iter()
-            .filter(|(k, _)| k.sk.starts_with(&prefix))
-            .map(|(_, v)| v.clone())
-            .collect();
+        let overflow = store.aggregates_with_prefix(&tidemark_schema::keys::device_pk(&d), &prefix);
         let pages = Pages::of(page0, overflow);
         let merged = pages.merged().expect("the bucket has a rollup");
         (pages.pages.into_iter().map(|(_, p)| p).collect(), merged)

@@ -582,11 +582,7 @@ mod tests {
         let mut placeholder = AggregateItem::empty(&yesterday);
         placeholder.open = true;
         placeholder.version = 1;
-        agg.store()
-            .aggregates
-            .lock()
-            .unwrap()
-            .insert(yesterday.clone(), placeholder);
+        agg.store().table.put_entity(&placeholder).unwrap();
         // WHEN three batches of the device's new day arrive
         for (seq, minute) in [(1, "00:40"), (2, "00:45"), (3, "00:50")] {
             let at = t(&format!("2026-04-21T{minute}:00Z"));
@@ -599,7 +595,7 @@ mod tests {
         // read it again
         let reads = agg.store().aggregate_reads.lock().unwrap().clone();
         let yesterday_reads = reads.iter().filter(|k| **k == yesterday).count();
-        let folded = agg.store().aggregates.lock().unwrap()[&yesterday].clone();
+        let folded = agg.store().aggregate(&yesterday).unwrap();
         assert!(!folded.open, "{folded:?}");
         assert_eq!(yesterday_reads, 1, "reads of the day before");
     }

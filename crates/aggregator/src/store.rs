@@ -163,18 +163,3 @@ impl<T: AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStor
 }
 
 pub use crate::dynamo::DynamoStore;
-
-/// The first `limit` readings of `readings` in time order (newest first when asked): what a
-/// [`ReadingStore::readings_page`] returns, from whatever its partitions gave.
-pub fn first_in_order(
-    mut readings: BucketReadings,
-    newest_first: bool,
-    limit: usize,
-) -> BucketReadings {
-    readings.sort_by_key(|r| r.0);
-    if newest_first {
-        readings.reverse();
-    }
-    readings.truncate(limit);
-    readings
-}

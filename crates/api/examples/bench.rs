@@ -313,7 +313,9 @@ async fn main() {
         // included, so this is an upper bound of the handler's time).
         let store = MemoryStore::new();
         for item in fleet() {
-            store.put(item);
+            store
+                .put(item)
+                .expect("a fleet item fits in DynamoDB's item limit");
         }
         let store = Timed {
             inner: store,

@@ -1,16 +1,13 @@
-//! An in-memory store with DynamoDB's query semantics (key condition, order, `Limit`,
-//! `ExclusiveStartKey`, filter after limit, GSI1 with sparse keys), for handler unit tests and
-//! for benchmarking the handler's own time. It can also cut pages short, like DynamoDB's
-//! 1 MB limit does, to exercise resumption.
-
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+//! The API's store traits over the one in-memory test engine ([`MemTable`]), for handler
+//! unit tests and for benchmarking the handler's own time: queries and reads are the
+//! engine's, the writes below do what the DynamoDB store's conditional updates do.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AlertId, DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, Timestamp, field,
 };
+use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
@@ -21,13 +18,7 @@ use crate::store::{
 
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    items: Mutex<BTreeMap<(String, String), Item>>,
-    /// When set, no query page holds more than this many evaluated items.
-    page_cap: Option<usize>,
-}
-
-fn text(item: &Item, a: &str) -> Option<String> {
-    item.get(a).and_then(|v| v.as_s().ok()).cloned()
+    table: MemTable,
 }
 
 impl MemoryStore {
@@ -36,26 +27,23 @@ impl MemoryStore {
     }
 
     /// Pages end after `cap` evaluated items even below the limit (like the 1 MB cap).
-    pub fn with_page_cap(mut self, cap: usize) -> Self {
-        self.page_cap = Some(cap.max(1));
-        self
+    pub fn with_page_cap(self, cap: usize) -> Self {
+        MemoryStore {
+            table: self.table.with_page_cap(cap),
+        }
     }
 
-    pub fn put(&self, item: Item) {
-        let k = (
-            text(&item, attr::PK).unwrap_or_default(),
-            text(&item, attr::SK).unwrap_or_default(),
-        );
-        self.lock().insert(k, item);
+    /// Stores an item as DynamoDB would (refusing one over 400 KB).
+    pub fn put(&self, item: Item) -> Result<(), StoreError> {
+        self.table.put(item)
     }
 
     pub fn put_entity<T: serde::Serialize>(&self, v: &T) -> Result<(), StoreError> {
-        self.put(tidemark_store::to_item(v)?);
-        Ok(())
+        self.table.put_entity(v)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Item>> {
-        self.items.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Items> {
+        self.table.lock()
     }
 }
 
@@ -66,68 +54,17 @@ impl QueryStore for MemoryStore {
         start: Option<Item>,
         limit: i32,
     ) -> Result<Page, StoreError> {
-        let pos_of = |it: &Item| -> Vec<String> {
-            spec.position_attrs()
-                .iter()
-                .map(|a| text(it, a).unwrap_or_default())
-                .collect()
-        };
-        let mut matching: Vec<Item> = self
-            .lock()
-            .values()
-            .filter(|it| text(it, spec.partition_attr()).as_deref() == Some(&spec.partition))
-            .filter(|it| text(it, spec.sort_attr()).is_some_and(|s| spec.in_range(&s)))
-            .cloned()
-            .collect();
-        matching.sort_by_key(|it| pos_of(it));
-        if !spec.forward {
-            matching.reverse();
-        }
-        if let Some(start) = start {
-            let sp = pos_of(&start);
-            matching.retain(|it| {
-                let p = pos_of(it);
-                if spec.forward { p > sp } else { p < sp }
-            });
-        }
-        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
-        let cap = self.page_cap.map_or(limit, |c| c.min(limit));
-        let more = matching.len() > cap || (matching.len() == cap && cap == limit);
-        matching.truncate(cap);
-        // LastEvaluatedKey: the table key, plus the index key when querying the index.
-        let index_key = [spec.partition_attr(), spec.sort_attr()];
-        let key_attrs: &[&str] = if spec.index.is_some() {
-            &[attr::PK, attr::SK, index_key[0], index_key[1]]
-        } else {
-            &[attr::PK, attr::SK]
-        };
-        let last_key = matching.last().filter(|_| more).map(|it| {
-            key_attrs
-                .iter()
-                .filter_map(|a| it.get(*a).map(|v| (a.to_string(), v.clone())))
-                .collect::<Item>()
-        });
-        if let Some((a, v)) = &spec.filter_eq {
-            matching.retain(|it| text(it, a).as_deref() == Some(v.as_str()));
-        }
-        Ok(Page {
-            items: matching,
-            last_key,
-        })
+        self.table.query(spec, start, limit).await
     }
 }
 
 impl GetStore for MemoryStore {
     async fn get(&self, key: Key, _consistent: bool) -> Result<Option<Item>, StoreError> {
-        Ok(self.lock().get(&(key.pk, key.sk)).cloned())
+        Ok(self.table.get(&key))
     }
 
     async fn batch_get(&self, keys: Vec<Key>) -> Result<Vec<Item>, StoreError> {
-        let items = self.lock();
-        Ok(keys
-            .into_iter()
-            .filter_map(|k| items.get(&(k.pk, k.sk)).cloned())
-            .collect())
+        Ok(self.table.batch_get(&keys))
     }
 }
 

@@ -127,7 +127,7 @@ async fn walks_across_random_layouts_return_every_reading_once_in_order_under_sh
         for ((pk, start), rs) in &slots {
             let parts = 1 + rng.next(4) as u16;
             for item in part_items(pk, *start, rs, parts, &mut rng) {
-                store.put(item);
+                store.put(item).unwrap();
             }
         }
         let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
@@ -198,7 +198,7 @@ async fn a_slot_of_more_parts_than_a_page_has_query_rounds_is_still_read_whole()
             attr::SK.to_owned(),
             AttributeValue::S(keys::slot_sk(start, 69 - i)),
         );
-        store.put(item);
+        store.put(item).unwrap();
     }
     let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
     // WHEN it is walked a reading at a time
@@ -253,7 +253,7 @@ async fn a_layout_announced_between_pages_neither_skips_nor_repeats_a_reading() 
         let mut rng = Lcg(3);
         for (start, rs) in &slots {
             for item in part_items("DEVICE#sensor_01", *start, rs, 2, &mut rng) {
-                store.put(item);
+                store.put(item).unwrap();
             }
         }
         let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
@@ -345,7 +345,7 @@ async fn an_announced_layout_replaced_while_a_walk_stands_at_its_start_repeats_n
         }
         for (start, rs) in &slots {
             for item in part_items("DEVICE#sensor_01", *start, rs, 2, &mut Lcg(5)) {
-                store.put(item);
+                store.put(item).unwrap();
             }
         }
         let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));

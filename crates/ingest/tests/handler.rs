@@ -54,26 +54,26 @@ async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trus
     let ingest = memory_ingest(&store, c.clone());
     let e = event_of(&[reading_json("hot", "2026-04-20T14:00:00Z", 1.0)]);
     ingest.process(&e, soon()).await.unwrap();
-    let first = store.items.lock().unwrap().clone();
+    let first = store.items.lock().clone();
     assert!(first.keys().all(|(pk, _)| pk.starts_with("DEVICE#hot#S")));
     assert_eq!(store.shard_loads.load(Ordering::SeqCst), 1);
 
     // WHEN a refresh is due (half the TTL) but fails THEN the cached counts are still
     // used, same partition
     store.fail_shard_loads.store(true, Ordering::SeqCst);
-    store.items.lock().unwrap().clear();
+    store.items.lock().clear();
     ingest.clock().set(now().plus_millis(40_000).unwrap());
     let (resp, _) = ingest.process(&e, soon()).await.unwrap();
     assert!(resp.batch_item_failures.is_empty());
-    assert_eq!(*store.items.lock().unwrap(), first);
+    assert_eq!(*store.items.lock(), first);
     assert_eq!(store.shard_loads.load(Ordering::SeqCst), 2);
 
     // WHEN the cached counts are older than the TTL THEN the batch fails as a whole (a
     // shard change announced since may already be in force), and nothing is written
-    store.items.lock().unwrap().clear();
+    store.items.lock().clear();
     ingest.clock().set(now().plus_millis(60_000).unwrap());
     assert!(ingest.process(&e, soon()).await.is_err());
-    assert!(store.items.lock().unwrap().is_empty());
+    assert!(store.items.lock().is_empty());
 
     // AND a fresh container with no cache cannot guess either
     let fresh = memory_ingest(&store, c);
@@ -166,7 +166,7 @@ async fn duplicates_in_a_batch_collapse_last_wins_and_are_counted() {
     let (resp, stats) = ingest.process(&e, soon()).await.unwrap();
     assert!(resp.batch_item_failures.is_empty());
     assert_eq!((stats.readings, stats.duplicates, stats.written), (3, 2, 1));
-    let items = store.items.lock().unwrap();
+    let items = store.items.lock();
     let item = items.values().next().unwrap();
     let aws_sdk_dynamodb::types::AttributeValue::M(m) = &item["metrics"] else {
         panic!("metrics is a map")

@@ -11,6 +11,7 @@ pub mod insert;
 pub mod items;
 pub mod layouts;
 pub mod limits;
+pub mod memory;
 pub mod merge;
 pub mod query;
 pub mod read;

@@ -73,15 +73,7 @@ impl Rig {
     }
 
     fn alerts(&self) -> Vec<AlertItem> {
-        let mut a: Vec<AlertItem> = self
-            .agg
-            .store()
-            .alerts
-            .lock()
-            .unwrap()
-            .values()
-            .cloned()
-            .collect();
+        let mut a: Vec<AlertItem> = self.agg.store().alerts();
         a.sort_by_key(|a| a.opened_at);
         a
     }
@@ -94,18 +86,19 @@ impl Rig {
     }
 
     fn device(&self) -> DeviceItem {
-        self.agg.store().devices.lock().unwrap()[&device("d1")].clone()
+        self.agg.store().device(&device("d1")).unwrap()
     }
 
     /// Gives the device item these thresholds (as `PUT /devices/{id}` does), `updated_at` set.
     fn set_device_thresholds(&self, thresholds: &str, updated_at: Option<Timestamp>) -> DeviceItem {
-        let mut devs = self.agg.store().devices.lock().unwrap();
-        let dev = devs.entry(device("d1")).or_insert_with(|| {
+        let store = self.agg.store();
+        let mut dev = store.device(&device("d1")).unwrap_or_else(|| {
             DeviceItem::new(device("d1"), tidemark_schema::DeviceStatus::Active, at(0))
         });
         dev.thresholds = parse_thresholds(thresholds).unwrap();
         dev.updated_at = updated_at.or(dev.updated_at);
-        dev.clone()
+        store.put_device(&dev);
+        dev
     }
 
     /// Changes the device's thresholds and delivers the device item's MODIFY record.
@@ -120,8 +113,8 @@ impl Rig {
     }
 
     fn rule_state(&self) -> Option<RuleState> {
-        let devs = self.agg.store().devices.lock().unwrap();
-        devs.get(&device("d1"))?.rule_states.get("t-max").cloned()
+        let dev = self.agg.store().device(&device("d1"))?;
+        dev.rule_states.get("t-max").cloned()
     }
 }
 
@@ -267,16 +260,15 @@ async fn a_long_hold_is_derived_page_by_page_never_all_at_once() {
     let r = rig(r#"{"t":{"max":30,"deadband":5,"severity":"critical"}}"#);
     r.send(&[(0, 31.0)]).await;
     let hold: Vec<(i64, f64)> = (1..108_000).map(|i| (i, 28.0)).collect();
-    {
-        let mut m = r.agg.store().readings.lock().unwrap();
-        let (_, v) = m.iter_mut().find(|(d, _)| *d == device("d1")).unwrap();
-        v.extend(hold.iter().map(|(s, x)| {
+    r.agg.store().put_readings(
+        &device("d1"),
+        hold.iter().map(|(s, x)| {
             (
                 Timestamp::from_epoch_micros(T0 + s * 100_000).unwrap(),
                 BTreeMap::from([(metric("t"), *x)]),
             )
-        }));
-    }
+        }),
+    );
     r.agg.store().largest_read.store(0, Ordering::SeqCst);
     // WHEN a late reading from the middle arrives (a derivation over the whole hold)
     r.send(&[(5_000, 10.0)]).await;
@@ -295,11 +287,16 @@ async fn a_late_breach_before_a_snoozed_alert_keeps_its_id_acknowledgement_and_s
     assert_eq!(opened.len(), 1);
     let id = opened[0].alert_id.clone();
     {
-        let mut alerts = r.agg.store().alerts.lock().unwrap();
-        let a = alerts.get_mut(&(device("d1"), id.clone())).unwrap();
+        let store = r.agg.store();
+        let mut a = store
+            .alerts()
+            .into_iter()
+            .find(|a| a.alert_id == id)
+            .unwrap();
         a.state = AlertState::Acknowledged;
         a.acknowledged_at = Some(at(170));
         a.snoozed_until = Some(at(3_600));
+        store.put_alert(&a);
     }
     // WHEN a late breach at 140 extends the episode backwards
     r.send(&[(140, 33.0)]).await;
@@ -357,9 +354,10 @@ async fn a_changed_threshold_applies_from_the_newest_reading_and_never_replays_h
 impl Rig {
     /// Adds readings to the table directly (history too long to store one by one).
     fn extend_history(&self, readings: impl Iterator<Item = (i64, f64)>) {
-        let mut m = self.agg.store().readings.lock().unwrap();
-        let (_, v) = m.iter_mut().find(|(d, _)| *d == device("d1")).unwrap();
-        v.extend(readings.map(|(s, x)| (at(s), BTreeMap::from([(metric("t"), x)]))));
+        self.agg.store().put_readings(
+            &device("d1"),
+            readings.map(|(s, x)| (at(s), BTreeMap::from([(metric("t"), x)]))),
+        );
     }
 
     fn readings_read(&self) -> usize {

@@ -16,6 +16,8 @@ use tidemark_schema::LayoutHistory;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{Clock, DeviceId, ShardConfigItem, Timestamp};
 use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
+use tidemark_store::limits::{MAX_ITEM_BYTES, item_size, item_too_large};
+use tidemark_store::memory::MemTable;
 use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite, Stamp};
@@ -290,10 +292,11 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
     }
 }
 
-/// An in-memory table for unit tests of the handler, counting every operation.
+/// Ingest's store traits over the one in-memory test engine ([`MemTable`], which refuses
+/// what DynamoDB refuses), counting every operation.
 #[derive(Default)]
 pub struct MemoryStore {
-    pub items: Mutex<HashMap<(String, String), Item>>,
+    pub items: MemTable,
     pub shard_configs: Mutex<Vec<ShardConfigItem>>,
     /// Packed slots by (partition, slot start): the merge rule of the real slot writer.
     pub slots: Mutex<HashMap<(String, Timestamp), SlotReadings>>,
@@ -310,7 +313,7 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn len(&self) -> usize {
-        self.items.lock().unwrap().len()
+        self.items.lock().len()
     }
 }
 
@@ -331,9 +334,18 @@ impl BatchWriteApi for &MemoryStore {
                 "ValidationException (injected)",
             ));
         }
-        let mut t = self.items.lock().unwrap();
+        // DynamoDB validates the whole call before writing any of it.
+        if let Some(bytes) = items.iter().map(item_size).find(|b| *b > MAX_ITEM_BYTES) {
+            return Err(BatchCallError::request(
+                false,
+                "BatchWriteItem",
+                item_too_large(bytes).to_string(),
+            ));
+        }
         for i in items {
-            t.insert(key_of(&i), i);
+            self.items
+                .put(i)
+                .map_err(|e| BatchCallError::request(false, "BatchWriteItem", e.to_string()))?;
         }
         Ok(Vec::new())
     }
@@ -352,12 +364,20 @@ impl BatchWriteApi for &MemoryStore {
                 "ValidationException (injected)",
             ));
         }
-        let mut t = self.items.lock().unwrap();
+        let mut t = self.items.lock();
         let k = key_of(&item);
         Ok(match t.get(&k) {
             Some(old) if merge_is_noop(old, &item, map_attr) => Merged::Unchanged,
             Some(old) => {
                 let merged = merge_items(old, &item, map_attr);
+                let bytes = item_size(&merged);
+                if bytes > MAX_ITEM_BYTES {
+                    return Err(BatchCallError::request(
+                        false,
+                        "UpdateItem",
+                        item_too_large(bytes).to_string(),
+                    ));
+                }
                 t.insert(k, merged);
                 Merged::Merged
             }
