@@ -105,6 +105,10 @@ impl<S: Store> App<S> {
             Err(e) if ui_route => return error_response(&e),
             _ => {}
         }
+        let successor = request::path_segments(&req)
+            .ok()
+            .and_then(|s| routes::resolve(&method, &s).ok())
+            .and_then(|m| m.route.successor());
         let result = self.dispatch(&req).await;
         let (status, body, allow) = match result {
             Ok((status, body)) => (status, body, None),
@@ -123,7 +127,26 @@ impl<S: Store> App<S> {
             }
         };
         tracing::debug!(%method, %path, status = status.as_u16(), micros = started.elapsed().as_micros() as u64, "handled");
-        json_response(status, &body, allow)
+        let mut resp = json_response(status, &body, allow);
+        if let Some(next) = successor {
+            deprecated(&mut resp, &path, next);
+        }
+        resp
+    }
+}
+
+/// Marks the answer of a deprecated route (RFC 9745) and links the route that replaces it
+/// (RFC 8288), so clients and gateways can find the callers still using it.
+fn deprecated(resp: &mut Response<Body>, path: &str, successor: &str) {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("@{}", routes::DEPRECATED_SINCE)) {
+        h.insert("deprecation", v);
+    }
+    let base = path.rsplit_once('/').map_or("", |(base, _)| base);
+    if let Ok(v) =
+        HeaderValue::from_str(&format!("<{base}/{successor}>; rel=\"successor-version\""))
+    {
+        h.insert(header::LINK, v);
     }
 }
 

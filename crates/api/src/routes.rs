@@ -25,6 +25,21 @@ pub enum Route {
     Quarantine,
 }
 
+impl Route {
+    /// For a deprecated route, the last segment of its successor's path (the rest is the
+    /// same): `/shards` only ever said half of what `/layout` says.
+    pub fn successor(self) -> Option<&'static str> {
+        match self {
+            Route::GetShards | Route::PutShards => Some("layout"),
+            _ => None,
+        }
+    }
+}
+
+/// When the deprecated routes were deprecated (2026-11-26T00:00:00Z), for the `Deprecation`
+/// header (RFC 9745: `@<epoch seconds>`).
+pub const DEPRECATED_SINCE: i64 = 1_795_651_200;
+
 /// The JWT scope a route needs (template.yaml's HttpApi definition asks API Gateway for the
 /// same; a test holds them equal). Quarantine is apart because it holds raw device payloads.
 /// What a scope is called in tokens is the deployment's choice ([`ScopeNames`]).

@@ -148,3 +148,33 @@ async fn latest_of_many_sharded_devices_is_refused_above_the_query_bound() {
     let (status, body) = get(&app, &format!("/latest?ids={}", ids[..6].join(","))).await;
     assert_eq!(status, 200, "{body}");
 }
+
+#[tokio::test]
+async fn the_shards_routes_are_deprecated_and_link_the_layout_route_that_replaces_them() {
+    let store = MemoryStore::new();
+    store.put_entity(&sample_device()).unwrap();
+    let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
+    // Both /shards routes answer as before, and say they are deprecated and what replaces
+    // them; a 4xx of theirs does too (a failing old client is the one to tell).
+    for (method, body) in [("GET", ""), ("PUT", r#"{"count":2}"#), ("PUT", "{")] {
+        let resp = app
+            .handle(request(method, "/devices/sensor_01/shards", body))
+            .await;
+        assert_eq!(
+            resp.headers()["deprecation"],
+            "@1795651200",
+            "{method} {body}"
+        );
+        assert_eq!(
+            resp.headers()["link"],
+            r#"</devices/sensor_01/layout>; rel="successor-version""#
+        );
+    }
+    // The route that replaces them is not deprecated.
+    let resp = app
+        .handle(request("GET", "/devices/sensor_01/layout", ""))
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("deprecation").is_none());
+    assert!(resp.headers().get("link").is_none());
+}

@@ -106,3 +106,26 @@ fn every_operation_documents_its_parameters_and_errors() {
         }
     }
 }
+
+#[test]
+fn the_spec_marks_deprecated_exactly_the_routes_that_answer_as_deprecated() {
+    let spec = spec();
+    for (method, path) in tidemark_api::routes() {
+        let op = &spec["paths"][path][method.as_str().to_lowercase().as_str()];
+        let segments: Vec<String> = path
+            .trim_start_matches('/')
+            .split('/')
+            .map(str::to_owned)
+            .collect();
+        let route = tidemark_api::routes::resolve(&method, &segments)
+            .unwrap()
+            .route;
+        assert_eq!(
+            op.get("deprecated")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            route.successor().is_some(),
+            "{method} {path}"
+        );
+    }
+}
