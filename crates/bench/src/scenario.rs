@@ -170,7 +170,7 @@ pub struct SimReading {
     pub body: Vec<u8>,
 }
 
-/// SplitMix64: stable pseudo-random numbers from (device, n).
+/// SplitMix64: stable pseudo-random numbers.
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -178,24 +178,35 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn unit(device: u32, n: u64, salt: u64) -> f64 {
-    (mix((u64::from(device) << 40) ^ (n << 4) ^ salt) >> 11) as f64 / (1u64 << 53) as f64
+/// A number in [0, 1) from (a, b, salt), always the same for the same three: a reading's
+/// values from (device, n, metric), or any other stable spread.
+pub fn unit(a: u64, b: u64, salt: u64) -> f64 {
+    (mix((a << 40) ^ (b << 4) ^ salt) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The docs/design.md §3 reading shape with four metrics and firmware metadata (about 200 bytes as
 /// an item, well under one write unit).
 pub fn reading_json(id: &DeviceId, at: Timestamp, device: u32, n: u64) -> Vec<u8> {
     let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    let u = |salt| unit(u64::from(device), n, salt);
     let v = json!({
         "deviceId": id.as_str(),
         "timestamp": at.to_string(),
-        "temperature": r1(18.0 + 6.0 * unit(device, n, 1)),
-        "humidity": r1(35.0 + 20.0 * unit(device, n, 2)),
-        "pressure": r1(1005.0 + 15.0 * unit(device, n, 3)),
-        "battery": r1(100.0 - (n as f64) * 0.001 - unit(device, n, 4)),
+        "temperature": r1(18.0 + 6.0 * u(1)),
+        "humidity": r1(35.0 + 20.0 * u(2)),
+        "pressure": r1(1005.0 + 15.0 * u(3)),
+        "battery": r1(100.0 - (n as f64) * 0.001 - u(4)),
         "metadata": {"fw": "2.1.0"}
     });
     serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// One record of a Kinesis event: its partition key, its data, and when it arrived.
+#[derive(Debug, Clone)]
+pub struct KinesisRecord {
+    pub key: String,
+    pub data: Vec<u8>,
+    pub arrived: Timestamp,
 }
 
 /// The Kinesis event the ingest mapping delivers for `readings` (one record each, partition
@@ -205,8 +216,26 @@ pub fn kinesis_event(
     readings: &[SimReading],
     first_seq: u64,
 ) -> Result<KinesisEvent, serde_json::Error> {
+    let records: Vec<KinesisRecord> = readings
+        .iter()
+        .map(|r| KinesisRecord {
+            key: scenario.device_id(r.device).as_str().to_owned(),
+            data: r.body.clone(),
+            arrived: r.at,
+        })
+        .collect();
+    kinesis_records(&records, "shardId-000000000000", first_seq)
+}
+
+/// The Kinesis event the ingest mapping delivers for `records` read from stream shard
+/// `shard` (increasing sequence numbers from `first_seq`).
+pub fn kinesis_records(
+    records: &[KinesisRecord],
+    shard: &str,
+    first_seq: u64,
+) -> Result<KinesisEvent, serde_json::Error> {
     let b64 = base64::engine::general_purpose::STANDARD;
-    let records: Vec<Value> = readings
+    let records: Vec<Value> = records
         .iter()
         .enumerate()
         .map(|(i, r)| {
@@ -214,14 +243,14 @@ pub fn kinesis_event(
             json!({
                 "kinesis": {
                     "kinesisSchemaVersion": "1.0",
-                    "partitionKey": scenario.device_id(r.device).as_str(),
+                    "partitionKey": r.key,
                     "sequenceNumber": seq,
-                    "data": b64.encode(&r.body),
-                    "approximateArrivalTimestamp": r.at.epoch_millis() as f64 / 1000.0,
+                    "data": b64.encode(&r.data),
+                    "approximateArrivalTimestamp": r.arrived.epoch_millis() as f64 / 1000.0,
                 },
                 "eventSource": "aws:kinesis",
                 "eventVersion": "1.0",
-                "eventID": format!("shardId-000000000000:{seq}"),
+                "eventID": format!("{shard}:{seq}"),
                 "eventName": "aws:kinesis:record",
                 "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
                 "awsRegion": "us-east-1",
@@ -278,5 +307,29 @@ mod tests {
         let ev = kinesis_event(&s, &r[..3], 10).unwrap();
         assert_eq!(ev.records.len(), 3);
         assert_eq!(ev.records[2].kinesis.data.0, r[2].body);
+    }
+
+    #[test]
+    fn records_keep_their_key_arrival_and_shard() {
+        let rec = KinesisRecord {
+            key: "tidemark-heartbeat".into(),
+            data: b"{}".to_vec(),
+            arrived: t0(),
+        };
+        let ev = kinesis_records(&[rec.clone(), rec], "shardId-000000000003", 7).unwrap();
+        let second = &ev.records[1];
+        assert_eq!(second.kinesis.partition_key.as_str(), "tidemark-heartbeat");
+        assert_eq!(
+            second.event_id.as_deref(),
+            Some(format!("shardId-000000000003:{:056}", 8).as_str())
+        );
+        assert_eq!(
+            second
+                .kinesis
+                .approximate_arrival_timestamp
+                .0
+                .timestamp_millis(),
+            t0().epoch_millis()
+        );
     }
 }

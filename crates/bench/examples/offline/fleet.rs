@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use tidemark_bench::scenario::unit;
 use tidemark_schema::keys;
 use tidemark_schema::{
     AlertItem, DeviceId, DeviceItem, DeviceStatus, LatestReading, MetricName, OfflineState,
@@ -12,19 +13,6 @@ use tidemark_schema::{
 
 /// A reading is sent up to this far before or after its minute.
 pub const JITTER_MS: i64 = 10_000;
-
-/// SplitMix64: stable pseudo-random numbers.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A number in [0, 1) from (a, b, salt).
-fn unit(a: u64, b: u64, salt: u64) -> f64 {
-    (mix((a << 40) ^ (b << 4) ^ salt) >> 11) as f64 / (1u64 << 53) as f64
-}
 
 pub fn at_ms(ms: i64) -> Timestamp {
     Timestamp::from_epoch_millis(ms).unwrap_or(Timestamp::MIN)

@@ -6,6 +6,7 @@ use tidemark_aggregator::{Aggregator, AggregatorConfig, Role};
 use tidemark_bench::BenchError;
 use tidemark_bench::meter::Meter;
 use tidemark_bench::run::Target;
+use tidemark_bench::scenario::{KinesisRecord, kinesis_records};
 use tidemark_ingest::{Ingest, IngestConfig};
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::{Clock, EntityKey, HeartbeatItem, Timestamp};
@@ -13,7 +14,7 @@ use tidemark_watchdog::{Heartbeats, WatchdogError};
 
 use crate::follower::Follower;
 use crate::metering::{Spent, client_via};
-use crate::pipeline::{KRecord, alerts_filter, event_of, ingest, kinesis_event};
+use crate::pipeline::{alerts_filter, event_of, ingest};
 
 /// The pipeline's part of the heartbeats: what ingest and the alerts role spend per
 /// heartbeat, measured by sending heartbeat records through both.
@@ -94,12 +95,12 @@ pub async fn heartbeat_cost(
     for r in 0..rounds {
         let sent = t0.minus_millis((rounds - r) as i64 * 60_000).unwrap_or(t0);
         for s in shards {
-            let rec = KRecord {
+            let rec = KinesisRecord {
                 key: "tidemark-heartbeat".into(),
                 data: tidemark_schema::heartbeat::record(sent),
                 arrived: sent,
             };
-            ingest(&ingester, &kinesis_event(&[rec], s.as_str(), seq)?).await?;
+            ingest(&ingester, &kinesis_records(&[rec], s.as_str(), seq)?).await?;
             seq += 1;
             out.ingest_invocations += 1;
         }

@@ -1,57 +1,15 @@
 //! Delivering records to ingest and the alerts role as their event-source mappings would:
-//! Kinesis events for ingest, and the alerts mapping's filter and batches of stream records.
+//! ingest invoked with a Kinesis event, and the alerts mapping's filter and batches of
+//! stream records.
 
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use base64::Engine;
-use serde_json::json;
 use tidemark_bench::BenchError;
 use tidemark_bench::scenario::TEMPLATE_ALERTS_BATCH;
 use tidemark_ingest::Ingest;
-use tidemark_schema::Timestamp;
 use tidemark_schema::keys;
-
-/// One Kinesis record: (partition key, data, arrival).
-pub struct KRecord {
-    pub key: String,
-    pub data: Vec<u8>,
-    pub arrived: Timestamp,
-}
-
-/// The event the ingest mapping delivers for `records` of shard `shard`.
-pub fn kinesis_event(
-    records: &[KRecord],
-    shard: &str,
-    first_seq: u64,
-) -> Result<KinesisEvent, BenchError> {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let records: Vec<serde_json::Value> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let seq = format!("{:056}", first_seq + i as u64);
-            json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": r.key,
-                    "sequenceNumber": seq,
-                    "data": b64.encode(&r.data),
-                    "approximateArrivalTimestamp": r.arrived.epoch_millis() as f64 / 1000.0,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("{shard}:{seq}"),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/bench",
-            })
-        })
-        .collect();
-    Ok(serde_json::from_value(json!({ "Records": records }))?)
-}
 
 pub async fn ingest(ingest: &Ingest, event: &KinesisEvent) -> Result<u64, BenchError> {
     let (resp, stats) = ingest

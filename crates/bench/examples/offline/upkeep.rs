@@ -11,8 +11,8 @@ use tidemark_bench::BenchError;
 use tidemark_bench::meter::Meter;
 use tidemark_bench::run::Target;
 use tidemark_bench::scenario::{
-    TEMPLATE_ALERTS_WINDOW_MS, TEMPLATE_DEVICE_REFRESH_S, TEMPLATE_INGEST_BATCH,
-    TEMPLATE_INGEST_WINDOW_MS, reading_json,
+    KinesisRecord, TEMPLATE_ALERTS_WINDOW_MS, TEMPLATE_DEVICE_REFRESH_S, TEMPLATE_INGEST_BATCH,
+    TEMPLATE_INGEST_WINDOW_MS, kinesis_records, reading_json,
 };
 use tidemark_ingest::{Ingest, IngestConfig};
 use tidemark_schema::keys;
@@ -21,9 +21,7 @@ use tidemark_schema::{Clock, Timestamp};
 use crate::fleet::{fleet, fleet_device};
 use crate::follower::Follower;
 use crate::metering::{Spent, client_via};
-use crate::pipeline::{
-    KRecord, alerts_filter, event_of, ingest, is_reading, key_attr, kinesis_event,
-};
+use crate::pipeline::{alerts_filter, event_of, ingest, is_reading, key_attr};
 use crate::table::watched;
 
 /// `DEVICE_REFRESH_SECONDS`, the template's default.
@@ -179,18 +177,18 @@ pub async fn upkeep_run(
             out.watch_key_moves = 0;
             measuring = true;
         }
-        let records: Vec<KRecord> = sends[i..end]
+        let records: Vec<KinesisRecord> = sends[i..end]
             .iter()
             .map(|s| {
                 let id = fleet_device(s.device);
-                KRecord {
+                KinesisRecord {
                     key: id.to_string(),
                     data: reading_json(&id, s.at, s.device, s.n),
                     arrived: s.arrived,
                 }
             })
             .collect();
-        let event = kinesis_event(&records, "shardId-000000000000", seq)?;
+        let event = kinesis_records(&records, "shardId-000000000000", seq)?;
         seq += records.len() as u64;
         let t = Instant::now();
         ingest(&ingester, &event).await?;

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use tidemark_bench::BenchError;
 use tidemark_bench::meter::Meter;
 use tidemark_bench::run::Target;
-use tidemark_bench::scenario::{TEMPLATE_INGEST_BATCH, reading_json};
+use tidemark_bench::scenario::{
+    KinesisRecord, TEMPLATE_INGEST_BATCH, kinesis_records, reading_json,
+};
 use tidemark_ingest::{Ingest, IngestConfig};
 use tidemark_schema::keys;
 use tidemark_schema::{Clock, Timestamp};
@@ -17,7 +19,7 @@ use tidemark_watchdog::{DynamoWatch, WatchStore, Watchdog, WatchdogConfig};
 use crate::fleet::{at_ms, check_of, offline_items, watched_id, watched_item};
 use crate::heartbeat::{HeartbeatCost, PassedAtOnce, heartbeat_cost, shard_names};
 use crate::metering::{Spent, client_via};
-use crate::pipeline::{KRecord, ingest, kinesis_event};
+use crate::pipeline::ingest;
 use crate::table::{gsi2_count, seed};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -103,14 +105,14 @@ pub async fn watchdog_part(
             continue;
         };
         let id = d.device_id.clone();
-        records.push(KRecord {
+        records.push(KinesisRecord {
             key: id.to_string(),
             data: reading_json(&id, seen, i as u32, 0),
             arrived,
         });
         if i >= first + second {
             let later = seen.plus_millis(i64::from(window_s) * 300).unwrap_or(seen);
-            records.push(KRecord {
+            records.push(KinesisRecord {
                 key: id.to_string(),
                 data: reading_json(&id, later, i as u32, 1),
                 arrived: later.plus_millis(300).unwrap_or(later),
@@ -121,7 +123,7 @@ pub async fn watchdog_part(
     for chunk in records.chunks(TEMPLATE_INGEST_BATCH) {
         ingest(
             &ingester,
-            &kinesis_event(chunk, "shardId-000000000000", seq)?,
+            &kinesis_records(chunk, "shardId-000000000000", seq)?,
         )
         .await?;
         seq += chunk.len() as u64;
