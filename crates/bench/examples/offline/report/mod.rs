@@ -61,7 +61,7 @@ fn markdown(rep: &Report) -> String {
     md.push_str(&format!(
         "Produced by `{}` (`make bench` runs it with `--release`; this report came from a {} \
          build, which changes no unit). How it measures is in the example's doc comment \
-         (`crates/bench/examples/offline.rs`). Every unit below is DynamoDB's own \
+         (`crates/bench/examples/offline/main.rs`). Every unit below is DynamoDB's own \
          `ConsumedCapacity` (DynamoDB Local, a fresh in-memory instance per part, \
          `ReturnConsumedCapacity: INDEXES` added by the metering proxy), measured in this run; \
          dollar figures are *scaled* from them. No figure here is a wall-clock measurement, \
