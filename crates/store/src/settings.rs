@@ -2,6 +2,9 @@
 //! meaning and which functions read it. Each function's `from_lookup` reads its settings, and
 //! a workspace test holds the table against what each one reads, what `template.yaml`
 //! declares for it, and the README's settings table, so the four cannot drift apart.
+//!
+//! Each row is a constant named as its variable (`settings::RETENTION_DAYS`); code names a
+//! variable only through it, so a name is spelled once.
 
 /// A deployed function (the alerts function is the aggregator binary in its alerts role).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -86,227 +89,328 @@ const fn s(
     }
 }
 
+pub const TABLE_NAME: Setting = s(
+    "TABLE_NAME",
+    "`tidemark`",
+    "the table",
+    &[Ingest, Aggregator, Alerts, Api, Watchdog],
+);
+
+/// DynamoDB Local or another emulator, e.g. `http://127.0.0.1:8000`; [`crate::client`] reads it.
+pub const TIDEMARK_DYNAMODB_ENDPOINT: Setting = Setting {
+    source: Source::Client,
+    ..s(
+        "TIDEMARK_DYNAMODB_ENDPOINT",
+        "AWS",
+        "a local DynamoDB endpoint (empty when deployed)",
+        &[Ingest, Aggregator, Alerts, Api, Watchdog],
+    )
+};
+
+/// Ingest's reading TTL and the API's oldest served reading: both must be given the same
+/// value.
+pub const RETENTION_DAYS: Setting = s(
+    "RETENTION_DAYS",
+    "30",
+    "reading TTL, the oldest reading accepted and served",
+    &[Ingest, Api],
+);
+
+/// With [`SHARD_CACHE_SECONDS`], how far ahead the API schedules a layout change
+/// ([`tidemark_schema::LayoutLead`]); ingest and the API must be given the same value.
+pub const MAX_FUTURE_SECONDS: Setting = s(
+    "MAX_FUTURE_SECONDS",
+    "300",
+    "how far ahead of the clock a reading may be; part of the layout lead time",
+    &[Ingest, Api],
+);
+
+/// How long an ingest container trusts the layout histories it read. Ingest and the API must
+/// be given the same value (see [`MAX_FUTURE_SECONDS`]).
+pub const SHARD_CACHE_SECONDS: Setting = s(
+    "SHARD_CACHE_SECONDS",
+    "30",
+    "the oldest layout histories an ingest container writes with; part of the layout lead time",
+    &[Ingest, Api],
+);
+
+pub const UNKNOWN_DEVICES: Setting = s(
+    "UNKNOWN_DEVICES",
+    "`register`",
+    "`register` or `quarantine` readings of devices without a device item",
+    &[Ingest],
+);
+
+pub const DEFAULT_LAYOUT: Setting = s(
+    "DEFAULT_LAYOUT",
+    "the stored one",
+    "`single` or `packed:<slot seconds>`: the fleet's default layout, recorded for the future",
+    &[Ingest],
+);
+
+pub const MAX_IN_FLIGHT: Setting = s("MAX_IN_FLIGHT", "4", "concurrent batch writes", &[Ingest]);
+
+pub const MAX_METRICS: Setting = s("MAX_METRICS", "32", "metrics in one record", &[Ingest]);
+
+pub const MAX_ARRAY_LEN: Setting = s("MAX_ARRAY_LEN", "1000", "readings in one record", &[Ingest]);
+
+pub const MAX_PAYLOAD_BYTES: Setting = s(
+    "MAX_PAYLOAD_BYTES",
+    "1048576",
+    "bytes in one record (Kinesis' own limit)",
+    &[Ingest],
+);
+
+pub const MAX_METADATA_BYTES: Setting = s(
+    "MAX_METADATA_BYTES",
+    "1024",
+    "bytes of one reading's `metadata`",
+    &[Ingest],
+);
+
+pub const DEVICE_CACHE_SECONDS: Setting = s(
+    "DEVICE_CACHE_SECONDS",
+    "60",
+    "how long a device's existence is trusted with `UNKNOWN_DEVICES=quarantine`",
+    &[Ingest],
+);
+
+pub const DEADLINE_MARGIN_MS: Setting = s(
+    "DEADLINE_MARGIN_MS",
+    "500",
+    "time kept back before the invocation's deadline to report what is unwritten",
+    &[Ingest],
+);
+
+pub const RETRY_BASE_MS: Setting = s(
+    "RETRY_BASE_MS",
+    "25",
+    "first backoff of a re-sent write",
+    &[Ingest],
+);
+
+pub const RETRY_MAX_MS: Setting = s(
+    "RETRY_MAX_MS",
+    "2000",
+    "longest backoff of a re-sent write",
+    &[Ingest],
+);
+
+/// The template runs the one aggregator binary twice, once per role, each behind its own
+/// mapping on the table's stream.
+pub const AGGREGATOR_ROLE: Setting = s(
+    "AGGREGATOR_ROLE",
+    "`rollups`",
+    "`rollups` or `alerts`: what the aggregator binary does",
+    &[Aggregator, Alerts],
+);
+
+/// JSON, e.g.
+/// `{"temperature":{"max":30,"severity":"critical"},"battery":{"min":15,"severity":"warning"}}`.
+pub const DEFAULT_THRESHOLDS: Setting = s(
+    "DEFAULT_THRESHOLDS",
+    "none",
+    "JSON thresholds per metric for devices without their own",
+    &[Aggregator, Alerts],
+);
+
+pub const WRITE_CONCURRENCY: Setting = s(
+    "WRITE_CONCURRENCY",
+    "16",
+    "concurrent aggregate and device writes",
+    &[Aggregator, Alerts],
+);
+
+pub const DEVICE_REFRESH_SECONDS: Setting = s(
+    "DEVICE_REFRESH_SECONDS",
+    "900",
+    "how far `lastSeenAt` may lag before the device item is rewritten for it alone",
+    &[Aggregator, Alerts],
+);
+
+pub const OFFLINE_AFTER_SECONDS: Setting = s(
+    "OFFLINE_AFTER_SECONDS",
+    "0",
+    "the fleet's offline window for devices without `offlineAfterSeconds` (0: off)",
+    &[Alerts, Api, Watchdog],
+);
+
+pub const STREAM_NAME: Setting = s(
+    "STREAM_NAME",
+    "required",
+    "the Kinesis stream the watchdog sends its heartbeats into",
+    &[Watchdog],
+);
+
+pub const TIDEMARK_KINESIS_ENDPOINT: Setting = s(
+    "TIDEMARK_KINESIS_ENDPOINT",
+    "AWS",
+    "a local Kinesis endpoint (empty when deployed)",
+    &[Watchdog],
+);
+
+/// The aggregator and the API must be given the same value: a device the aggregator
+/// registers must land where the API lists it.
+pub const STATUS_SHARDS: Setting = s(
+    "STATUS_SHARDS",
+    "1",
+    "GSI1 partitions of the fleet-wide status listings",
+    &[Aggregator, Alerts, Api],
+);
+
+pub const EVENT_BUS_NAME: Setting = s(
+    "EVENT_BUS_NAME",
+    "required",
+    "the EventBridge bus alert state changes are published to",
+    &[Alerts],
+);
+
+/// The local stack's `PutEvents` stand-in.
+pub const TIDEMARK_EVENTBRIDGE_ENDPOINT: Setting = s(
+    "TIDEMARK_EVENTBRIDGE_ENDPOINT",
+    "AWS",
+    "a local EventBridge endpoint (empty when deployed)",
+    &[Alerts],
+);
+
+pub const AWS_ENDPOINT_URL_EVENTBRIDGE: Setting = Setting {
+    source: Source::Sdk,
+    ..s(
+        "AWS_ENDPOINT_URL_EVENTBRIDGE",
+        "AWS",
+        "the SDK's own EventBridge endpoint override, used when the one above is unset",
+        &[Alerts],
+    )
+};
+
+pub const CURSOR_SECRET_ARN: Setting = s(
+    "CURSOR_SECRET_ARN",
+    "required (not with `TIDEMARK_LOCAL=1`)",
+    "the Secrets Manager secret holding the cursor signing key",
+    &[Api],
+);
+
+/// Never inferred from anything else (an endpoint, a missing secret): a local stack signs
+/// cursors with a known key, which would let anyone forge them on a deployed one.
+pub const TIDEMARK_LOCAL: Setting = s(
+    "TIDEMARK_LOCAL",
+    "off",
+    "`1`: a local run (the development cursor key, no secret read)",
+    &[Api],
+);
+
+/// It only tells the page what to ask its user for; API Gateway enforces the auth whatever it
+/// says.
+pub const UI_AUTH: Setting = s(
+    "UI_AUTH",
+    "`iam` (`none` with `TIDEMARK_LOCAL=1`)",
+    "`jwt`, `iam` or `none`: what the dashboard tells its user about auth",
+    &[Api],
+);
+
+pub const JWT_ISSUER: Setting = s(
+    "JWT_ISSUER",
+    "none",
+    "the issuer the dashboard signs in with (`UI_AUTH=jwt`)",
+    &[Api],
+);
+
+/// Registered at the issuer with redirect URI `<ApiUrl>/ui/`, authorization code with PKCE
+/// and no secret; it enables "Sign in" by redirect, without it the page takes a pasted token.
+pub const UI_OIDC_CLIENT_ID: Setting = s(
+    "UI_OIDC_CLIENT_ID",
+    "none",
+    "the dashboard's public OAuth client at the issuer",
+    &[Api],
+);
+
+/// Auth0 needs the `audience` parameter to issue a JWT access token; other issuers ignore it.
+pub const JWT_AUDIENCE: Setting = s(
+    "JWT_AUDIENCE",
+    "none",
+    "the authorizer's audiences, comma-separated; the page asks for the first (Auth0's `audience`)",
+    &[Api],
+);
+
+/// Entra ID is asked for `api://<app>/<name>` and puts `<name>` in the token, so the two
+/// names can differ.
+pub const UI_OIDC_SCOPES: Setting = s(
+    "UI_OIDC_SCOPES",
+    "`openid` + read + write scope",
+    "what the dashboard asks the issuer for, space-separated",
+    &[Api],
+);
+
+pub const UI_OIDC_TOKEN_ORIGIN: Setting = s(
+    "UI_OIDC_TOKEN_ORIGIN",
+    "none",
+    "the issuer's token endpoint origin when not the issuer's (Cognito's domain); in the page's CSP",
+    &[Api],
+);
+
+/// Issuers name scopes differently (a Cognito resource server prefixes its identifier), so
+/// the template takes the three scope names as parameters.
+pub const READ_SCOPE: Setting = s(
+    "READ_SCOPE",
+    "`tidemark/read`",
+    "the read routes' scope, as named in access tokens",
+    &[Api],
+);
+
+pub const WRITE_SCOPE: Setting = s(
+    "WRITE_SCOPE",
+    "`tidemark/write`",
+    "the write routes' scope (devices, layouts, acknowledge, snooze)",
+    &[Api],
+);
+
+pub const ADMIN_SCOPE: Setting = s(
+    "ADMIN_SCOPE",
+    "`tidemark/admin`",
+    "the quarantine route's scope",
+    &[Api],
+);
+
 /// Every setting, in the order of the README's table.
 pub const SETTINGS: &[Setting] = &[
-    s(
-        "TABLE_NAME",
-        "`tidemark`",
-        "the table",
-        &[Ingest, Aggregator, Alerts, Api, Watchdog],
-    ),
-    Setting {
-        source: Source::Client,
-        ..s(
-            "TIDEMARK_DYNAMODB_ENDPOINT",
-            "AWS",
-            "a local DynamoDB endpoint (empty when deployed)",
-            &[Ingest, Aggregator, Alerts, Api, Watchdog],
-        )
-    },
-    s(
-        "RETENTION_DAYS",
-        "30",
-        "reading TTL, the oldest reading accepted and served",
-        &[Ingest, Api],
-    ),
-    s(
-        "MAX_FUTURE_SECONDS",
-        "300",
-        "how far ahead of the clock a reading may be; part of the layout lead time",
-        &[Ingest, Api],
-    ),
-    s(
-        "SHARD_CACHE_SECONDS",
-        "30",
-        "the oldest layout histories an ingest container writes with; part of the layout lead time",
-        &[Ingest, Api],
-    ),
-    s(
-        "UNKNOWN_DEVICES",
-        "`register`",
-        "`register` or `quarantine` readings of devices without a device item",
-        &[Ingest],
-    ),
-    s(
-        "DEFAULT_LAYOUT",
-        "the stored one",
-        "`single` or `packed:<slot seconds>`: the fleet's default layout, recorded for the future",
-        &[Ingest],
-    ),
-    s("MAX_IN_FLIGHT", "4", "concurrent batch writes", &[Ingest]),
-    s("MAX_METRICS", "32", "metrics in one record", &[Ingest]),
-    s("MAX_ARRAY_LEN", "1000", "readings in one record", &[Ingest]),
-    s(
-        "MAX_PAYLOAD_BYTES",
-        "1048576",
-        "bytes in one record (Kinesis' own limit)",
-        &[Ingest],
-    ),
-    s(
-        "MAX_METADATA_BYTES",
-        "1024",
-        "bytes of one reading's `metadata`",
-        &[Ingest],
-    ),
-    s(
-        "DEVICE_CACHE_SECONDS",
-        "60",
-        "how long a device's existence is trusted with `UNKNOWN_DEVICES=quarantine`",
-        &[Ingest],
-    ),
-    s(
-        "DEADLINE_MARGIN_MS",
-        "500",
-        "time kept back before the invocation's deadline to report what is unwritten",
-        &[Ingest],
-    ),
-    s(
-        "RETRY_BASE_MS",
-        "25",
-        "first backoff of a re-sent write",
-        &[Ingest],
-    ),
-    s(
-        "RETRY_MAX_MS",
-        "2000",
-        "longest backoff of a re-sent write",
-        &[Ingest],
-    ),
-    s(
-        "AGGREGATOR_ROLE",
-        "`rollups`",
-        "`rollups` or `alerts`: what the aggregator binary does",
-        &[Aggregator, Alerts],
-    ),
-    s(
-        "DEFAULT_THRESHOLDS",
-        "none",
-        "JSON thresholds per metric for devices without their own",
-        &[Aggregator, Alerts],
-    ),
-    s(
-        "WRITE_CONCURRENCY",
-        "16",
-        "concurrent aggregate and device writes",
-        &[Aggregator, Alerts],
-    ),
-    s(
-        "DEVICE_REFRESH_SECONDS",
-        "900",
-        "how far `lastSeenAt` may lag before the device item is rewritten for it alone",
-        &[Aggregator, Alerts],
-    ),
-    s(
-        "OFFLINE_AFTER_SECONDS",
-        "0",
-        "the fleet's offline window for devices without `offlineAfterSeconds` (0: off)",
-        &[Alerts, Api, Watchdog],
-    ),
-    s(
-        "STREAM_NAME",
-        "required",
-        "the Kinesis stream the watchdog sends its heartbeats into",
-        &[Watchdog],
-    ),
-    s(
-        "TIDEMARK_KINESIS_ENDPOINT",
-        "AWS",
-        "a local Kinesis endpoint (empty when deployed)",
-        &[Watchdog],
-    ),
-    s(
-        "STATUS_SHARDS",
-        "1",
-        "GSI1 partitions of the fleet-wide status listings",
-        &[Aggregator, Alerts, Api],
-    ),
-    s(
-        "EVENT_BUS_NAME",
-        "required",
-        "the EventBridge bus alert state changes are published to",
-        &[Alerts],
-    ),
-    s(
-        "TIDEMARK_EVENTBRIDGE_ENDPOINT",
-        "AWS",
-        "a local EventBridge endpoint (empty when deployed)",
-        &[Alerts],
-    ),
-    Setting {
-        source: Source::Sdk,
-        ..s(
-            "AWS_ENDPOINT_URL_EVENTBRIDGE",
-            "AWS",
-            "the SDK's own EventBridge endpoint override, used when the one above is unset",
-            &[Alerts],
-        )
-    },
-    s(
-        "CURSOR_SECRET_ARN",
-        "required (not with `TIDEMARK_LOCAL=1`)",
-        "the Secrets Manager secret holding the cursor signing key",
-        &[Api],
-    ),
-    s(
-        "TIDEMARK_LOCAL",
-        "off",
-        "`1`: a local run (the development cursor key, no secret read)",
-        &[Api],
-    ),
-    s(
-        "UI_AUTH",
-        "`iam` (`none` with `TIDEMARK_LOCAL=1`)",
-        "`jwt`, `iam` or `none`: what the dashboard tells its user about auth",
-        &[Api],
-    ),
-    s(
-        "JWT_ISSUER",
-        "none",
-        "the issuer the dashboard signs in with (`UI_AUTH=jwt`)",
-        &[Api],
-    ),
-    s(
-        "UI_OIDC_CLIENT_ID",
-        "none",
-        "the dashboard's public OAuth client at the issuer",
-        &[Api],
-    ),
-    s(
-        "JWT_AUDIENCE",
-        "none",
-        "the authorizer's audiences, comma-separated; the page asks for the first (Auth0's `audience`)",
-        &[Api],
-    ),
-    s(
-        "UI_OIDC_SCOPES",
-        "`openid` + read + write scope",
-        "what the dashboard asks the issuer for, space-separated",
-        &[Api],
-    ),
-    s(
-        "UI_OIDC_TOKEN_ORIGIN",
-        "none",
-        "the issuer's token endpoint origin when not the issuer's (Cognito's domain); in the page's CSP",
-        &[Api],
-    ),
-    s(
-        "READ_SCOPE",
-        "`tidemark/read`",
-        "the read routes' scope, as named in access tokens",
-        &[Api],
-    ),
-    s(
-        "WRITE_SCOPE",
-        "`tidemark/write`",
-        "the write routes' scope (devices, layouts, acknowledge, snooze)",
-        &[Api],
-    ),
-    s(
-        "ADMIN_SCOPE",
-        "`tidemark/admin`",
-        "the quarantine route's scope",
-        &[Api],
-    ),
+    TABLE_NAME,
+    TIDEMARK_DYNAMODB_ENDPOINT,
+    RETENTION_DAYS,
+    MAX_FUTURE_SECONDS,
+    SHARD_CACHE_SECONDS,
+    UNKNOWN_DEVICES,
+    DEFAULT_LAYOUT,
+    MAX_IN_FLIGHT,
+    MAX_METRICS,
+    MAX_ARRAY_LEN,
+    MAX_PAYLOAD_BYTES,
+    MAX_METADATA_BYTES,
+    DEVICE_CACHE_SECONDS,
+    DEADLINE_MARGIN_MS,
+    RETRY_BASE_MS,
+    RETRY_MAX_MS,
+    AGGREGATOR_ROLE,
+    DEFAULT_THRESHOLDS,
+    WRITE_CONCURRENCY,
+    DEVICE_REFRESH_SECONDS,
+    OFFLINE_AFTER_SECONDS,
+    STREAM_NAME,
+    TIDEMARK_KINESIS_ENDPOINT,
+    STATUS_SHARDS,
+    EVENT_BUS_NAME,
+    TIDEMARK_EVENTBRIDGE_ENDPOINT,
+    AWS_ENDPOINT_URL_EVENTBRIDGE,
+    CURSOR_SECRET_ARN,
+    TIDEMARK_LOCAL,
+    UI_AUTH,
+    JWT_ISSUER,
+    UI_OIDC_CLIENT_ID,
+    JWT_AUDIENCE,
+    UI_OIDC_SCOPES,
+    UI_OIDC_TOKEN_ORIGIN,
+    READ_SCOPE,
+    WRITE_SCOPE,
+    ADMIN_SCOPE,
 ];
 
 /// The setting called `name`.
