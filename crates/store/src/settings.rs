@@ -5,6 +5,17 @@
 //!
 //! Each row is a constant named as its variable (`settings::RETENTION_DAYS`); code names a
 //! variable only through it, so a name is spelled once.
+//!
+//! [`Env`] reads them, the same way for every function: unset and blank mean the default,
+//! and a malformed value is a [`ConfigError`] naming the variable, its value and what it
+//! should be, never a guess.
+
+use std::borrow::Cow;
+use std::fmt::Display;
+use std::str::FromStr;
+use std::time::Duration;
+
+use thiserror::Error;
 
 /// A deployed function (the alerts function is the aggregator binary in its alerts role).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -57,6 +68,54 @@ pub struct Setting {
     pub meaning: &'static str,
     pub read_by: &'static [Function],
     pub source: Source,
+}
+
+impl Setting {
+    /// The default of a setting whose default is a whole number. Called in a constant
+    /// (`const { MAX_IN_FLIGHT.default_usize() }`), it makes the table's default the config's
+    /// and a default that is not one fails the build.
+    pub const fn default_u64(&self) -> u64 {
+        let b = self.default.as_bytes();
+        assert!(!b.is_empty(), "the setting's default is not a whole number");
+        let mut n: u64 = 0;
+        let mut i = 0;
+        while i < b.len() {
+            assert!(
+                b[i].is_ascii_digit(),
+                "the setting's default is not a whole number"
+            );
+            n = match n.checked_mul(10) {
+                Some(n) => match n.checked_add((b[i] - b'0') as u64) {
+                    Some(n) => n,
+                    None => panic!("the setting's default is too large"),
+                },
+                None => panic!("the setting's default is too large"),
+            };
+            i += 1;
+        }
+        n
+    }
+
+    /// [`Setting::default_u64`] for a `u32` setting.
+    pub const fn default_u32(&self) -> u32 {
+        let n = self.default_u64();
+        assert!(n <= u32::MAX as u64, "the setting's default is too large");
+        n as u32
+    }
+
+    /// [`Setting::default_u64`] for a `u16` setting.
+    pub const fn default_u16(&self) -> u16 {
+        let n = self.default_u64();
+        assert!(n <= u16::MAX as u64, "the setting's default is too large");
+        n as u16
+    }
+
+    /// [`Setting::default_u64`] for a `usize` setting.
+    pub const fn default_usize(&self) -> usize {
+        let n = self.default_u64();
+        assert!(n <= usize::MAX as u64, "the setting's default is too large");
+        n as usize
+    }
 }
 
 /// Who reads a setting, and so who must declare it.
@@ -423,6 +482,171 @@ pub fn read_by(f: Function) -> impl Iterator<Item = &'static Setting> {
     SETTINGS.iter().filter(move |s| s.read_by.contains(&f))
 }
 
+// Defaults another crate owns (the layout lead time is the schema's): held to the table's
+// when this crate builds.
+const _: () = {
+    assert!(
+        MAX_FUTURE_SECONDS.default_u64() == tidemark_schema::history::DEFAULT_MAX_FUTURE_SECONDS
+    );
+    assert!(
+        SHARD_CACHE_SECONDS.default_u64() == tidemark_schema::history::DEFAULT_SHARD_CACHE_SECONDS
+    );
+};
+
+/// A setting that cannot be used: set to something malformed, or required and not set.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error("environment variable {name}{}: {expected}", found(.value))]
+pub struct ConfigError {
+    pub name: &'static str,
+    /// What it is set to; `None`: not set (or blank).
+    pub value: Option<String>,
+    /// What it should be.
+    pub expected: Cow<'static, str>,
+}
+
+fn found(value: &Option<String>) -> String {
+    match value {
+        Some(v) => format!("={v:?} is invalid"),
+        None => " is not set".to_owned(),
+    }
+}
+
+/// Settings read through a lookup: the process environment, or a map in tests (which can
+/// also record what is read). Unset and blank are the same, the default: the template
+/// declares some variables empty.
+pub struct Env<F> {
+    get: F,
+}
+
+impl<F: Fn(&str) -> Option<String>> Env<F> {
+    pub fn new(get: F) -> Self {
+        Env { get }
+    }
+
+    /// The value as set; `None` when unset or blank.
+    pub fn text(&self, s: &Setting) -> Option<String> {
+        (self.get)(s.name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// The value, which must be set; `why` says when and why it is needed.
+    pub fn required(
+        &self,
+        s: &Setting,
+        why: impl Into<Cow<'static, str>>,
+    ) -> Result<String, ConfigError> {
+        self.text(s).ok_or_else(|| ConfigError {
+            name: s.name,
+            value: None,
+            expected: why.into(),
+        })
+    }
+
+    /// The value through `parse`, which answers `None` for one that is not `expected`.
+    pub fn parse_with<T>(
+        &self,
+        s: &Setting,
+        expected: impl Into<Cow<'static, str>>,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, ConfigError> {
+        let Some(v) = self.text(s) else {
+            return Ok(None);
+        };
+        match parse(&v) {
+            Some(t) => Ok(Some(t)),
+            None => Err(ConfigError {
+                name: s.name,
+                value: Some(v),
+                expected: expected.into(),
+            }),
+        }
+    }
+
+    /// The value through `parse`, whose error says what is wrong with it (where a JSON value
+    /// breaks, say).
+    pub fn try_parse<T, E: Display>(
+        &self,
+        s: &Setting,
+        parse: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, ConfigError> {
+        let Some(v) = self.text(s) else {
+            return Ok(None);
+        };
+        match parse(&v) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => Err(ConfigError {
+                name: s.name,
+                value: Some(v),
+                expected: e.to_string().into(),
+            }),
+        }
+    }
+
+    /// A number (blanks around it allowed) that `ok` accepts.
+    pub fn num<T: FromStr>(
+        &self,
+        s: &Setting,
+        expected: impl Into<Cow<'static, str>>,
+        ok: impl FnOnce(&T) -> bool,
+    ) -> Result<Option<T>, ConfigError> {
+        self.parse_with(s, expected, |v| v.trim().parse().ok().filter(ok))
+    }
+
+    /// Whole seconds that `ok` accepts.
+    pub fn seconds(
+        &self,
+        s: &Setting,
+        expected: impl Into<Cow<'static, str>>,
+        ok: impl FnOnce(&u64) -> bool,
+    ) -> Result<Option<Duration>, ConfigError> {
+        Ok(self.num(s, expected, ok)?.map(Duration::from_secs))
+    }
+
+    /// Whole milliseconds that `ok` accepts.
+    pub fn millis(
+        &self,
+        s: &Setting,
+        expected: impl Into<Cow<'static, str>>,
+        ok: impl FnOnce(&u64) -> bool,
+    ) -> Result<Option<Duration>, ConfigError> {
+        Ok(self.num(s, expected, ok)?.map(Duration::from_millis))
+    }
+
+    /// [`TABLE_NAME`], or the schema's default table.
+    pub fn table_name(&self) -> String {
+        self.text(&TABLE_NAME)
+            .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned())
+    }
+
+    /// [`OFFLINE_AFTER_SECONDS`], read alike by each function that watches for silence
+    /// ([`tidemark_schema::fleet_offline_window`]).
+    pub fn offline_after(&self) -> Result<Option<u32>, ConfigError> {
+        use tidemark_schema::{MAX_OFFLINE_WINDOW, MIN_OFFLINE_WINDOW};
+        self.parse_with(
+            &OFFLINE_AFTER_SECONDS,
+            format!(
+                "whole seconds from 0 to {MAX_OFFLINE_WINDOW} (0: off; under \
+                 {MIN_OFFLINE_WINDOW} counts as {MIN_OFFLINE_WINDOW})"
+            ),
+            |v| {
+                v.trim()
+                    .parse()
+                    .ok()
+                    .and_then(tidemark_schema::fleet_offline_window)
+            },
+        )
+    }
+
+    /// [`STATUS_SHARDS`], read alike by the aggregator and the API.
+    pub fn status_shards(&self) -> Result<Option<u16>, ConfigError> {
+        let max = tidemark_schema::keys::MAX_STATUS_SHARDS;
+        self.num(
+            &STATUS_SHARDS,
+            format!("a whole number from 1 to {max} (MAX_STATUS_SHARDS)"),
+            |n| (1..=max).contains(n),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,5 +661,116 @@ mod tests {
         assert!(SETTINGS.iter().all(|s| !s.read_by.is_empty()));
         assert_eq!(setting("TABLE_NAME").map(|s| s.default), Some("`tidemark`"));
         assert_eq!(read_by(Function::Alerts).count(), 11);
+    }
+
+    #[test]
+    fn defaults_owned_elsewhere_are_the_tables() {
+        assert_eq!(
+            TABLE_NAME.default,
+            format!("`{}`", tidemark_schema::TABLE.default_name)
+        );
+        let retry = crate::retry::RetryPolicy::default();
+        assert_eq!(
+            u128::from(RETRY_BASE_MS.default_u64()),
+            retry.base_delay.as_millis()
+        );
+        assert_eq!(
+            u128::from(RETRY_MAX_MS.default_u64()),
+            retry.max_delay.as_millis()
+        );
+        assert_eq!(MAX_PAYLOAD_BYTES.default_usize(), 1024 * 1024);
+    }
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> Env<impl Fn(&str) -> Option<String>> {
+        Env::new(|k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn the_reader_keeps_defaults_for_unset_and_blank_and_names_what_is_wrong() {
+        let at_least_1 = |n: &u32| *n >= 1;
+        let e = env(&[("MAX_METRICS", ""), ("MAX_ARRAY_LEN", "  ")]);
+        assert_eq!(e.num(&RETENTION_DAYS, "", at_least_1), Ok(None), "unset");
+        assert_eq!(e.num(&MAX_METRICS, "", at_least_1), Ok(None), "empty");
+        assert_eq!(e.num(&MAX_ARRAY_LEN, "", at_least_1), Ok(None), "blank");
+        assert_eq!(e.text(&MAX_ARRAY_LEN), None);
+
+        let e = env(&[
+            ("RETENTION_DAYS", " 7 "),
+            ("MAX_METRICS", "thirty"),
+            ("MAX_IN_FLIGHT", "0"),
+        ]);
+        assert_eq!(e.num(&RETENTION_DAYS, "", at_least_1), Ok(Some(7)));
+        let malformed = e.num(&MAX_METRICS, "a whole number of at least 1", at_least_1);
+        assert_eq!(
+            malformed,
+            Err(ConfigError {
+                name: "MAX_METRICS",
+                value: Some("thirty".into()),
+                expected: "a whole number of at least 1".into(),
+            })
+        );
+        assert_eq!(
+            malformed.unwrap_err().to_string(),
+            "environment variable MAX_METRICS=\"thirty\" is invalid: a whole number of at least 1"
+        );
+        let out_of_bounds = e.num(&MAX_IN_FLIGHT, "at least 1", at_least_1).unwrap_err();
+        assert_eq!(
+            (out_of_bounds.name, out_of_bounds.value.as_deref()),
+            ("MAX_IN_FLIGHT", Some("0"))
+        );
+        assert_eq!(
+            e.seconds(&RETENTION_DAYS, "", |_| true),
+            Ok(Some(Duration::from_secs(7)))
+        );
+        assert_eq!(
+            e.millis(&RETENTION_DAYS, "", |_| true),
+            Ok(Some(Duration::from_millis(7)))
+        );
+    }
+
+    #[test]
+    fn required_and_parsed_settings_say_what_they_need() {
+        let e = env(&[("DEFAULT_THRESHOLDS", "{"), ("UI_AUTH", "open")]);
+        let missing = e.required(&STREAM_NAME, "required").unwrap_err();
+        assert_eq!(missing.value, None);
+        assert_eq!(
+            missing.to_string(),
+            "environment variable STREAM_NAME is not set: required"
+        );
+        let auth = e.parse_with(&UI_AUTH, "one of jwt, iam, none", |v| {
+            (v == "iam").then_some(())
+        });
+        assert_eq!(auth.unwrap_err().expected, "one of jwt, iam, none");
+        let json = e
+            .try_parse(&DEFAULT_THRESHOLDS, |v| {
+                serde_json::from_str::<serde_json::Value>(v)
+            })
+            .unwrap_err();
+        assert_eq!(json.value.as_deref(), Some("{"));
+        assert!(json.expected.contains("EOF"), "{json}");
+        assert_eq!(e.table_name(), "tidemark");
+    }
+
+    #[test]
+    fn shared_settings_are_bounded() {
+        let e = env(&[("STATUS_SHARDS", "65"), ("OFFLINE_AFTER_SECONDS", "30")]);
+        assert_eq!(e.status_shards().unwrap_err().name, "STATUS_SHARDS");
+        assert_eq!(
+            e.offline_after(),
+            Ok(Some(60)),
+            "under a minute counts as one"
+        );
+        let e = env(&[
+            ("STATUS_SHARDS", "64"),
+            ("OFFLINE_AFTER_SECONDS", "2592001"),
+        ]);
+        assert_eq!(e.status_shards(), Ok(Some(64)));
+        let e = e.offline_after().unwrap_err();
+        assert!(e.to_string().contains("2592000"), "{e}");
     }
 }
