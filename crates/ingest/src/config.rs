@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use thiserror::Error;
-use tidemark_schema::history::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
 use tidemark_schema::{Layout, LayoutLead};
 use tidemark_store::batch::RetryPolicy;
+use tidemark_store::settings::{self, Env};
+
+pub use tidemark_store::settings::ConfigError;
 
 /// What to do with a reading from a device that has no Device item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,14 +30,6 @@ impl UnknownDevices {
             _ => None,
         }
     }
-}
-
-#[derive(Debug, Error, PartialEq, Eq)]
-#[error("environment variable {name}={value:?} is invalid: {expected}")]
-pub struct ConfigError {
-    pub name: &'static str,
-    pub value: String,
-    pub expected: &'static str,
 }
 
 /// Everything the ingest handler can be told.
@@ -86,17 +79,21 @@ impl IngestConfig {
     pub fn new(table_name: impl Into<String>) -> Self {
         IngestConfig {
             table_name: table_name.into(),
-            retention_days: 30,
+            retention_days: const { settings::RETENTION_DAYS.default_u32() },
             max_future: LayoutLead::default().max_future,
             unknown_devices: UnknownDevices::Register,
-            max_in_flight: 4,
-            max_metrics: 32,
-            max_array_len: 1000,
-            max_payload_bytes: 1024 * 1024,
-            max_metadata_bytes: 1024,
+            max_in_flight: const { settings::MAX_IN_FLIGHT.default_usize() },
+            max_metrics: const { settings::MAX_METRICS.default_usize() },
+            max_array_len: const { settings::MAX_ARRAY_LEN.default_usize() },
+            max_payload_bytes: const { settings::MAX_PAYLOAD_BYTES.default_usize() },
+            max_metadata_bytes: const { settings::MAX_METADATA_BYTES.default_usize() },
             shard_cache_ttl: LayoutLead::default().shard_cache,
-            device_cache_ttl: Duration::from_secs(60),
-            deadline_margin: Duration::from_millis(500),
+            device_cache_ttl: Duration::from_secs(
+                const { settings::DEVICE_CACHE_SECONDS.default_u64() },
+            ),
+            deadline_margin: Duration::from_millis(
+                const { settings::DEADLINE_MARGIN_MS.default_u64() },
+            ),
             retry: RetryPolicy::default(),
             default_layout: None,
         }
@@ -117,118 +114,58 @@ impl IngestConfig {
     /// Reads settings through `get` (the environment, or a map in tests); unset or empty
     /// variables keep their defaults, malformed ones are an error rather than a guess.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let table = get(tidemark_store::client::TABLE_NAME_ENV)
-            .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned());
-        let mut c = IngestConfig::new(table);
-        fn num<T: std::str::FromStr>(
-            name: &'static str,
-            v: Option<String>,
-            expected: &'static str,
-            ok: impl Fn(&T) -> bool,
-        ) -> Result<Option<T>, ConfigError> {
-            match v {
-                None => Ok(None),
-                Some(s) => match s.trim().parse::<T>() {
-                    Ok(n) if ok(&n) => Ok(Some(n)),
-                    _ => Err(ConfigError {
-                        name,
-                        value: s,
-                        expected,
-                    }),
-                },
-            }
-        }
-        let pos = "a whole number of at least 1";
-        let nonneg = "a whole number";
-        if let Some(n) = num("RETENTION_DAYS", get("RETENTION_DAYS"), pos, |n: &u32| {
-            *n >= 1
-        })? {
-            c.retention_days = n;
-        }
-        if let Some(n) = num(
-            MAX_FUTURE_SECONDS_ENV,
-            get(MAX_FUTURE_SECONDS_ENV),
-            nonneg,
-            |_: &u64| true,
-        )? {
-            c.max_future = Duration::from_secs(n);
-        }
-        if let Some(v) = get("DEFAULT_LAYOUT") {
-            c.default_layout = Some(v.parse().map_err(|_| ConfigError {
-                name: "DEFAULT_LAYOUT",
-                value: v,
-                expected: "single or packed:<seconds dividing an hour>, e.g. packed:60",
-            })?);
-        }
-        if let Some(v) = get("UNKNOWN_DEVICES") {
-            c.unknown_devices = UnknownDevices::parse(&v).ok_or(ConfigError {
-                name: "UNKNOWN_DEVICES",
-                value: v,
-                expected: "register or quarantine",
-            })?;
-        }
-        if let Some(n) = num("MAX_IN_FLIGHT", get("MAX_IN_FLIGHT"), pos, |n: &usize| {
-            *n >= 1
-        })? {
-            c.max_in_flight = n;
-        }
-        if let Some(n) = num("MAX_METRICS", get("MAX_METRICS"), pos, |n: &usize| *n >= 1)? {
-            c.max_metrics = n;
-        }
-        if let Some(n) = num("MAX_ARRAY_LEN", get("MAX_ARRAY_LEN"), pos, |n: &usize| {
-            *n >= 1
-        })? {
-            c.max_array_len = n;
-        }
-        if let Some(n) = num(
-            "MAX_PAYLOAD_BYTES",
-            get("MAX_PAYLOAD_BYTES"),
-            pos,
-            |n: &usize| *n >= 1,
-        )? {
-            c.max_payload_bytes = n;
-        }
-        if let Some(n) = num(
-            "MAX_METADATA_BYTES",
-            get("MAX_METADATA_BYTES"),
-            nonneg,
-            |_: &usize| true,
-        )? {
-            c.max_metadata_bytes = n;
-        }
-        if let Some(n) = num(
-            SHARD_CACHE_SECONDS_ENV,
-            get(SHARD_CACHE_SECONDS_ENV),
-            nonneg,
-            |_: &u64| true,
-        )? {
-            c.shard_cache_ttl = Duration::from_secs(n);
-        }
-        if let Some(n) = num(
-            "DEVICE_CACHE_SECONDS",
-            get("DEVICE_CACHE_SECONDS"),
-            nonneg,
-            |_: &u64| true,
-        )? {
-            c.device_cache_ttl = Duration::from_secs(n);
-        }
-        if let Some(n) = num(
-            "DEADLINE_MARGIN_MS",
-            get("DEADLINE_MARGIN_MS"),
-            nonneg,
-            |_: &u64| true,
-        )? {
-            c.deadline_margin = Duration::from_millis(n);
-        }
-        if let Some(n) = num("RETRY_BASE_MS", get("RETRY_BASE_MS"), pos, |n: &u64| {
-            *n >= 1
-        })? {
-            c.retry.base_delay = Duration::from_millis(n);
-        }
-        if let Some(n) = num("RETRY_MAX_MS", get("RETRY_MAX_MS"), pos, |n: &u64| *n >= 1)? {
-            c.retry.max_delay = Duration::from_millis(n);
-        }
+        const POSITIVE: &str = "a whole number of at least 1";
+        const WHOLE: &str = "a whole number";
+        let env = Env::new(get);
+        let mut c = IngestConfig::new(env.table_name());
+        c.retention_days = env
+            .num(&settings::RETENTION_DAYS, POSITIVE, |n| *n >= 1)?
+            .unwrap_or(c.retention_days);
+        c.max_future = env
+            .seconds(&settings::MAX_FUTURE_SECONDS, WHOLE, |_| true)?
+            .unwrap_or(c.max_future);
+        c.default_layout = env.parse_with(
+            &settings::DEFAULT_LAYOUT,
+            "single or packed:<seconds dividing an hour>, e.g. packed:60",
+            |v| v.parse().ok(),
+        )?;
+        c.unknown_devices = env
+            .parse_with(
+                &settings::UNKNOWN_DEVICES,
+                "register or quarantine",
+                UnknownDevices::parse,
+            )?
+            .unwrap_or(c.unknown_devices);
+        c.max_in_flight = env
+            .num(&settings::MAX_IN_FLIGHT, POSITIVE, |n| *n >= 1)?
+            .unwrap_or(c.max_in_flight);
+        c.max_metrics = env
+            .num(&settings::MAX_METRICS, POSITIVE, |n| *n >= 1)?
+            .unwrap_or(c.max_metrics);
+        c.max_array_len = env
+            .num(&settings::MAX_ARRAY_LEN, POSITIVE, |n| *n >= 1)?
+            .unwrap_or(c.max_array_len);
+        c.max_payload_bytes = env
+            .num(&settings::MAX_PAYLOAD_BYTES, POSITIVE, |n| *n >= 1)?
+            .unwrap_or(c.max_payload_bytes);
+        c.max_metadata_bytes = env
+            .num(&settings::MAX_METADATA_BYTES, WHOLE, |_| true)?
+            .unwrap_or(c.max_metadata_bytes);
+        c.shard_cache_ttl = env
+            .seconds(&settings::SHARD_CACHE_SECONDS, WHOLE, |_| true)?
+            .unwrap_or(c.shard_cache_ttl);
+        c.device_cache_ttl = env
+            .seconds(&settings::DEVICE_CACHE_SECONDS, WHOLE, |_| true)?
+            .unwrap_or(c.device_cache_ttl);
+        c.deadline_margin = env
+            .millis(&settings::DEADLINE_MARGIN_MS, WHOLE, |_| true)?
+            .unwrap_or(c.deadline_margin);
+        c.retry.base_delay = env
+            .millis(&settings::RETRY_BASE_MS, POSITIVE, |n| *n >= 1)?
+            .unwrap_or(c.retry.base_delay);
+        c.retry.max_delay = env
+            .millis(&settings::RETRY_MAX_MS, POSITIVE, |n| *n >= 1)?
+            .unwrap_or(c.retry.max_delay);
         Ok(c)
     }
 }
@@ -254,6 +191,8 @@ mod tests {
         assert_eq!(c.max_future, Duration::from_secs(300));
         assert_eq!(c.unknown_devices, UnknownDevices::Register);
         assert_eq!(c.max_metrics, 32);
+        let table = settings::UNKNOWN_DEVICES.default.trim_matches('`');
+        assert_eq!(UnknownDevices::parse(table), Some(c.unknown_devices));
     }
 
     #[test]
