@@ -1,33 +1,11 @@
 use std::collections::BTreeMap;
 
 use tidemark_schema::{MetricName, Threshold};
+use tidemark_store::settings::{self, Env};
+
+pub use tidemark_store::settings::ConfigError;
 
 use crate::AggregatorError;
-
-/// Environment variable with the default thresholds, JSON:
-/// `{"temperature":{"max":30,"severity":"critical"},"battery":{"min":15,"severity":"warning"}}`.
-pub const DEFAULT_THRESHOLDS_ENV: &str = "DEFAULT_THRESHOLDS";
-/// Environment variable with the number of GSI1 status shards (the API's setting, the same
-/// value: a device this function registers must land where the API lists it).
-pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
-/// Environment variable: how far behind the newest reading a device's `lastSeenAt` and
-/// `latest` may lag before the device item is rewritten (seconds, default 900).
-pub const DEVICE_REFRESH_SECONDS_ENV: &str = "DEVICE_REFRESH_SECONDS";
-/// Environment variable: the fleet's offline window in seconds, for devices without an
-/// `offlineAfterSeconds` of their own (0, the default: not watched).
-pub const OFFLINE_AFTER_SECONDS_ENV: &str = "OFFLINE_AFTER_SECONDS";
-/// Environment variable bounding how many item writes one invocation keeps in flight.
-pub const WRITE_CONCURRENCY_ENV: &str = "WRITE_CONCURRENCY";
-/// Environment variable choosing what this function does with the table's stream:
-/// `rollups` (default) or `alerts`. The template runs the same binary twice, once per role,
-/// each behind its own mapping on the one stream.
-pub const ROLE_ENV: &str = "AGGREGATOR_ROLE";
-/// Environment variable naming the EventBridge bus alert state changes go to (required in the
-/// alerts role).
-pub const EVENT_BUS_NAME_ENV: &str = "EVENT_BUS_NAME";
-/// Environment variable pointing the EventBridge client at another endpoint (devstack's
-/// `PutEvents` stand-in); the SDK's own `AWS_ENDPOINT_URL_EVENTBRIDGE` is read as well.
-pub const EVENTBRIDGE_ENDPOINT_ENV: &str = "TIDEMARK_EVENTBRIDGE_ENDPOINT";
 
 /// The two readers of the table's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,7 +25,8 @@ impl std::str::FromStr for Role {
             "rollups" => Ok(Role::Rollups),
             "alerts" => Ok(Role::Alerts),
             other => Err(AggregatorError::Config(format!(
-                "{ROLE_ENV}={other:?} is neither \"rollups\" nor \"alerts\""
+                "{}={other:?} is neither \"rollups\" nor \"alerts\"",
+                settings::AGGREGATOR_ROLE.name
             ))),
         }
     }
@@ -106,10 +85,12 @@ impl AggregatorConfig {
             default_thresholds: BTreeMap::new(),
             max_attempts: 10,
             retry: tidemark_store::retry::RetryPolicy::default(),
-            write_concurrency: 16,
-            status_shards: 1,
-            device_refresh: std::time::Duration::from_secs(900),
-            offline_after_default: 0,
+            write_concurrency: const { settings::WRITE_CONCURRENCY.default_usize() },
+            status_shards: const { settings::STATUS_SHARDS.default_u16() },
+            device_refresh: std::time::Duration::from_secs(
+                const { settings::DEVICE_REFRESH_SECONDS.default_u64() },
+            ),
+            offline_after_default: const { settings::OFFLINE_AFTER_SECONDS.default_u32() },
             event_bus_name: None,
             eventbridge_endpoint: None,
             deadline_margin: std::time::Duration::from_secs(3),
@@ -131,75 +112,44 @@ impl AggregatorConfig {
         self
     }
 
-    /// `TABLE_NAME` (default `tidemark`), `AGGREGATOR_ROLE`, `DEFAULT_THRESHOLDS` (JSON,
-    /// optional), `WRITE_CONCURRENCY`, `STATUS_SHARDS` and `DEVICE_REFRESH_SECONDS`
-    /// (optional), `EVENT_BUS_NAME` (required in the alerts role) and
-    /// `TIDEMARK_EVENTBRIDGE_ENDPOINT` (local runs).
-    pub fn from_env() -> Result<Self, AggregatorError> {
+    /// The aggregator's settings ([`tidemark_store::settings`]; the alerts role reads more).
+    pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
     /// [`AggregatorConfig::from_env`] over any variable source (tests record what is read).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, AggregatorError> {
-        let table = get(tidemark_store::client::TABLE_NAME_ENV)
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned());
-        let mut c = AggregatorConfig::new(table);
-        if let Some(r) = get(ROLE_ENV).filter(|s| !s.trim().is_empty()) {
-            c.role = r.trim().parse()?;
-        }
-        // Only the alerts role publishes: the rollups role reads no EventBridge setting.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env::new(get);
+        let mut c = AggregatorConfig::new(env.table_name());
+        c.role = env
+            .parse_with(&settings::AGGREGATOR_ROLE, "rollups or alerts", |v| {
+                v.trim().parse().ok()
+            })?
+            .unwrap_or_default();
+        // Only the alerts role publishes and watches for silence: the rollups role reads
+        // neither the EventBridge settings nor the offline window.
         if c.role == Role::Alerts {
-            let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-            c.event_bus_name = Some(non_empty(EVENT_BUS_NAME_ENV).ok_or_else(|| {
-                AggregatorError::Config(format!(
-                    "{EVENT_BUS_NAME_ENV} is required when {ROLE_ENV}=alerts"
-                ))
-            })?);
-            c.eventbridge_endpoint = non_empty(EVENTBRIDGE_ENDPOINT_ENV)
-                .or_else(|| non_empty("AWS_ENDPOINT_URL_EVENTBRIDGE"));
+            let when = format!("required when {}=alerts", settings::AGGREGATOR_ROLE.name);
+            c.event_bus_name = Some(env.required(&settings::EVENT_BUS_NAME, when)?);
+            c.eventbridge_endpoint = env
+                .text(&settings::TIDEMARK_EVENTBRIDGE_ENDPOINT)
+                .or_else(|| env.text(&settings::AWS_ENDPOINT_URL_EVENTBRIDGE));
+            c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
         }
-        if let Some(json) = get(DEFAULT_THRESHOLDS_ENV)
-            && !json.trim().is_empty()
-        {
-            c.default_thresholds = parse_thresholds(&json)?;
-        }
-        if let Some(n) = get(WRITE_CONCURRENCY_ENV) {
-            c.write_concurrency = n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                AggregatorError::Config(format!(
-                    "{WRITE_CONCURRENCY_ENV}={n:?} is not a positive integer"
-                ))
-            })?;
-        }
-        if let Some(n) = get(DEVICE_REFRESH_SECONDS_ENV).filter(|s| !s.is_empty()) {
-            c.device_refresh = n
-                .parse::<u64>()
-                .ok()
-                .map(std::time::Duration::from_secs)
-                .ok_or_else(|| {
-                    AggregatorError::Config(format!(
-                        "{DEVICE_REFRESH_SECONDS_ENV}={n:?} is not a whole number of seconds"
-                    ))
-                })?;
-        }
-        // Only the alerts role watches for silence.
-        if c.role == Role::Alerts
-            && let Some(n) = get(OFFLINE_AFTER_SECONDS_ENV).filter(|s| !s.trim().is_empty())
-        {
-            c.offline_after_default = parse_offline_after(&n)?;
-        }
-        if let Some(n) = get(STATUS_SHARDS_ENV) {
-            let max = tidemark_schema::keys::MAX_STATUS_SHARDS;
-            c.status_shards = n
-                .parse::<u16>()
-                .ok()
-                .filter(|n| (1..=max).contains(n))
-                .ok_or_else(|| {
-                    AggregatorError::Config(format!(
-                        "{STATUS_SHARDS_ENV}={n:?} is not a whole number from 1 to {max}"
-                    ))
-                })?;
-        }
+        c.default_thresholds = env
+            .try_parse(&settings::DEFAULT_THRESHOLDS, thresholds)?
+            .unwrap_or_default();
+        c.write_concurrency = env
+            .num(
+                &settings::WRITE_CONCURRENCY,
+                "a whole number of at least 1",
+                |n| *n >= 1,
+            )?
+            .unwrap_or(c.write_concurrency);
+        c.device_refresh = env
+            .seconds(&settings::DEVICE_REFRESH_SECONDS, "whole seconds", |_| true)?
+            .unwrap_or(c.device_refresh);
+        c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
         Ok(c)
     }
 }
@@ -212,7 +162,8 @@ pub fn parse_offline_after(n: &str) -> Result<u32, AggregatorError> {
         .and_then(tidemark_schema::fleet_offline_window)
         .ok_or_else(|| {
             AggregatorError::Config(format!(
-                "{OFFLINE_AFTER_SECONDS_ENV}={n:?} is not a whole number of seconds from 0 to 2592000"
+                "{}={n:?} is not a whole number of seconds from 0 to 2592000",
+                settings::OFFLINE_AFTER_SECONDS.name
             ))
         })
 }
@@ -220,23 +171,26 @@ pub fn parse_offline_after(n: &str) -> Result<u32, AggregatorError> {
 /// Parses thresholds JSON (`{metric: {min?, max?, severity}}`), rejecting unknown fields so a
 /// typo (`"maxx"`) fails the deployment instead of silently never alerting.
 pub fn parse_thresholds(json: &str) -> Result<BTreeMap<MetricName, Threshold>, AggregatorError> {
-    let t: BTreeMap<MetricName, Threshold> = serde_json::from_str(json)
-        .map_err(|e| AggregatorError::Config(format!("{DEFAULT_THRESHOLDS_ENV}: {e}")))?;
+    thresholds(json)
+        .map_err(|e| AggregatorError::Config(format!("{}: {e}", settings::DEFAULT_THRESHOLDS.name)))
+}
+
+/// [`parse_thresholds`], its error saying only what is wrong.
+fn thresholds(json: &str) -> Result<BTreeMap<MetricName, Threshold>, String> {
+    let t: BTreeMap<MetricName, Threshold> =
+        serde_json::from_str(json).map_err(|e| e.to_string())?;
     for (m, th) in &t {
         if let Some(v) = [th.min, th.max]
             .into_iter()
             .flatten()
             .find(|v| !tidemark_schema::is_metric_value(*v))
         {
-            return Err(AggregatorError::Config(format!(
-                "{DEFAULT_THRESHOLDS_ENV}: threshold of {m} is {v:e}, outside the range of \
-                 metric values"
-            )));
+            return Err(format!(
+                "threshold of {m} is {v:e}, outside the range of metric values"
+            ));
         }
         if th.min.is_none() && th.max.is_none() {
-            return Err(AggregatorError::Config(format!(
-                "{DEFAULT_THRESHOLDS_ENV}: threshold of {m} has neither min nor max"
-            )));
+            return Err(format!("threshold of {m} has neither min nor max"));
         }
     }
     Ok(t)
@@ -255,17 +209,20 @@ mod tests {
                     .map(|(_, v)| (*v).to_owned())
             }
         };
-        let e = AggregatorConfig::from_lookup(env(&[(ROLE_ENV, "alerts")])).unwrap_err();
-        assert!(e.to_string().contains(EVENT_BUS_NAME_ENV), "{e}");
+        let e = AggregatorConfig::from_lookup(env(&[(settings::AGGREGATOR_ROLE.name, "alerts")]))
+            .unwrap_err();
+        assert!(e.to_string().contains(settings::EVENT_BUS_NAME.name), "{e}");
         let c = AggregatorConfig::from_lookup(env(&[
-            (ROLE_ENV, "alerts"),
-            (EVENT_BUS_NAME_ENV, "tidemark-alerts"),
+            (settings::AGGREGATOR_ROLE.name, "alerts"),
+            (settings::EVENT_BUS_NAME.name, "tidemark-alerts"),
         ]))
         .unwrap();
         assert_eq!(c.role, Role::Alerts);
         assert_eq!(c.event_bus_name.as_deref(), Some("tidemark-alerts"));
         let c = AggregatorConfig::from_lookup(env(&[])).unwrap();
         assert_eq!((c.role, c.event_bus_name), (Role::Rollups, None));
+        let table = settings::AGGREGATOR_ROLE.default.trim_matches('`');
+        assert_eq!(table.parse::<Role>().ok(), Some(c.role));
     }
 
     #[test]

@@ -114,8 +114,8 @@ impl Notifier {
         let bus = config.event_bus_name.clone().ok_or_else(|| {
             AggregatorError::Config(format!(
                 "{} is required when {}=alerts",
-                crate::config::EVENT_BUS_NAME_ENV,
-                crate::config::ROLE_ENV
+                tidemark_store::settings::EVENT_BUS_NAME.name,
+                tidemark_store::settings::AGGREGATOR_ROLE.name
             ))
         })?;
         let client = eventbridge_client(config.eventbridge_endpoint.as_deref()).await;
