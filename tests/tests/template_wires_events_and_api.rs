@@ -487,10 +487,13 @@ fn the_cursor_key_is_a_generated_secret_the_api_reads_not_an_environment_value()
     let api = &t["Resources"]["ApiFunction"]["Properties"];
     let env = &api["Environment"]["Variables"];
     assert_eq!(
-        target(&env[tidemark_api::config::CURSOR_SECRET_ARN_ENV]).as_deref(),
+        target(&env[tidemark_store::settings::CURSOR_SECRET_ARN.name]).as_deref(),
         Some("CursorSigningSecret")
     );
-    assert_eq!(env[tidemark_api::config::LOCAL_ENV].as_str(), Some(""));
+    assert_eq!(
+        env[tidemark_store::settings::TIDEMARK_LOCAL.name].as_str(),
+        Some("")
+    );
     let grants = api["Policies"][0]["Statement"].as_sequence().unwrap();
     assert!(grants.iter().any(
         |s| s["Action"].as_str() == Some("secretsmanager:GetSecretValue")

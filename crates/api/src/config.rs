@@ -2,72 +2,19 @@
 
 use std::fmt;
 
-use std::time::Duration;
-
-use thiserror::Error;
-use tidemark_schema::history::{MAX_FUTURE_SECONDS_ENV, SHARD_CACHE_SECONDS_ENV};
 use tidemark_schema::{Clock, LayoutLead, Timestamp};
+use tidemark_store::settings::{self, Env};
 
 pub use crate::routes::ScopeNames;
-use tidemark_store::client::TABLE_NAME_ENV;
-
-/// The Secrets Manager secret holding the cursor key (deployed; see [`crate::secret`]).
-pub const CURSOR_SECRET_ARN_ENV: &str = "CURSOR_SECRET_ARN";
-/// `1` says explicitly that this is a local stack (`make run`, `sam local`, tests): cursors
-/// are signed with a fixed development key. Never inferred from anything else.
-pub const LOCAL_ENV: &str = "TIDEMARK_LOCAL";
-/// Days a reading is kept (must match ingest's `ttl`), default 30.
-pub const RETENTION_DAYS_ENV: &str = "RETENTION_DAYS";
-/// How many GSI1 status keys a status is spread over (`DEVICE_STATUS#<status>#<n>`), default 1.
-/// The fleet's offline window (seconds; 0 or unset: off).
-pub const OFFLINE_AFTER_SECONDS_ENV: &str = "OFFLINE_AFTER_SECONDS";
-pub const STATUS_SHARDS_ENV: &str = "STATUS_SHARDS";
-/// How the dashboard's data calls authenticate: `jwt`, `iam` or `none` (the template sets it
-/// from its authorizer). It only tells the page what to ask the user for; API Gateway
-/// enforces the auth whatever it says. Default: `none` on a local stack, `iam` otherwise.
-pub const UI_AUTH_ENV: &str = "UI_AUTH";
-/// The JWT authorizer's issuer, shown on the dashboard's sign-in form.
-pub const JWT_ISSUER_ENV: &str = "JWT_ISSUER";
-/// The JWT authorizer's audience: the page asks the issuer for a token for it (Auth0 needs
-/// the `audience` parameter to issue a JWT access token; other issuers ignore it).
-pub const JWT_AUDIENCE_ENV: &str = "JWT_AUDIENCE";
-/// An OAuth client ID registered at the issuer for the dashboard (redirect URI
-/// `<ApiUrl>/ui/`, authorization code with PKCE, no secret): enables "Sign in" by redirect.
-pub const UI_OIDC_CLIENT_ID_ENV: &str = "UI_OIDC_CLIENT_ID";
-/// The scopes the page asks the issuer for, space-separated. Default: `openid` and the read
-/// and write scopes' names (Entra ID asks for `api://<app>/<name>` and puts `<name>` in the
-/// token, so there the two differ).
-pub const UI_OIDC_SCOPES_ENV: &str = "UI_OIDC_SCOPES";
-/// The origin of the issuer's token endpoint when it is not the issuer's own (Cognito's is
-/// the user pool domain): the page's `connect-src` names it.
-pub const UI_OIDC_TOKEN_ORIGIN_ENV: &str = "UI_OIDC_TOKEN_ORIGIN";
-/// What the read, write and admin scopes are called in the deployment's tokens.
-pub const READ_SCOPE_ENV: &str = "READ_SCOPE";
-pub const WRITE_SCOPE_ENV: &str = "WRITE_SCOPE";
-pub const ADMIN_SCOPE_ENV: &str = "ADMIN_SCOPE";
+pub use tidemark_store::settings::ConfigError;
 
 pub const MIN_SECRET_LEN: usize = 32;
 
-/// Used only when the process says it is local ([`LOCAL_ENV`]), where cursors protect
-/// nothing worth a secret. Never used on Lambda: there a missing secret stops the function
-/// from starting (see [`ApiConfig::from_env`]), because a known key would let anyone forge
-/// cursors.
+/// Used only when the process says it is local ([`settings::TIDEMARK_LOCAL`]), where cursors
+/// protect nothing worth a secret. Never used on Lambda: there a missing secret stops the
+/// function from starting (see [`ApiConfig::from_env`]), because a known key would let anyone
+/// forge cursors.
 const DEV_CURSOR_SECRET: &[u8] = b"tidemark-local-development-cursor-key-not-a-secret";
-
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum ConfigError {
-    #[error(
-        "{CURSOR_SECRET_ARN_ENV} is not set; it is required unless {LOCAL_ENV}=1 says this is \
-         a local stack"
-    )]
-    MissingCursorSecret,
-    #[error("{var}={value:?} is not valid: {rule}")]
-    Invalid {
-        var: &'static str,
-        value: String,
-        rule: &'static str,
-    },
-}
 
 #[derive(Clone)]
 pub struct ApiConfig {
@@ -113,13 +60,14 @@ pub enum UiAuth {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JwtSignIn {
     pub issuer: Option<String>,
-    /// The authorizer's audience, asked for by name ([`JWT_AUDIENCE_ENV`]).
+    /// The authorizer's audience, asked for by name ([`settings::JWT_AUDIENCE`]).
     pub audience: Option<String>,
     /// The dashboard's public client; without it the page can only take a pasted token.
     pub client_id: Option<String>,
     /// What to ask the issuer for; `None`: `openid` and the read and write scopes.
     pub request_scopes: Option<String>,
-    /// The token endpoint's origin when it is not the issuer's ([`UI_OIDC_TOKEN_ORIGIN_ENV`]).
+    /// The token endpoint's origin when it is not the issuer's
+    /// ([`settings::UI_OIDC_TOKEN_ORIGIN`]).
     pub token_origin: Option<String>,
 }
 
@@ -141,7 +89,7 @@ impl fmt::Debug for ApiConfig {
 }
 
 impl ApiConfig {
-    pub const DEFAULT_RETENTION_DAYS: u32 = 30;
+    pub const DEFAULT_RETENTION_DAYS: u32 = settings::RETENTION_DAYS.default_u32();
     pub const DEFAULT_MAX_BODY: usize = 16 * 1024;
 
     /// A configuration for `table` with the local development key and system clock (tests,
@@ -152,8 +100,8 @@ impl ApiConfig {
             cursor_secret: DEV_CURSOR_SECRET.to_vec(),
             cursor_secret_arn: None,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
-            status_shards: 1,
-            offline_after_default: 0,
+            status_shards: const { settings::STATUS_SHARDS.default_u16() },
+            offline_after_default: const { settings::OFFLINE_AFTER_SECONDS.default_u32() },
             max_body_bytes: Self::DEFAULT_MAX_BODY,
             shard_lead: LayoutLead::default(),
             clock: Clock::system(),
@@ -180,124 +128,64 @@ impl ApiConfig {
     /// init and never serves a forgeable cursor) unless `TIDEMARK_LOCAL=1` says this is a
     /// local stack, where a fixed development key is used.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        Self::from_lookup(|k| std::env::var(k).ok())
     }
 
     /// [`ApiConfig::from_env`] over any variable source (testable without touching the
     /// process environment).
-    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut c = ApiConfig::new(
-            var(TABLE_NAME_ENV).unwrap_or_else(|| tidemark_schema::TABLE.default_name.into()),
-        );
-        let local = var(LOCAL_ENV).as_deref() == Some("1");
-        c.ui_auth = match var(UI_AUTH_ENV).as_deref() {
-            Some("jwt") => UiAuth::Jwt(JwtSignIn {
-                issuer: var(JWT_ISSUER_ENV),
-                // The template passes the audience list joined by commas; one is enough to ask for.
-                audience: var(JWT_AUDIENCE_ENV).and_then(|a| {
-                    a.split(',')
-                        .map(str::trim)
-                        .find(|s| !s.is_empty())
-                        .map(str::to_owned)
-                }),
-                client_id: var(UI_OIDC_CLIENT_ID_ENV),
-                request_scopes: var(UI_OIDC_SCOPES_ENV),
-                token_origin: match var(UI_OIDC_TOKEN_ORIGIN_ENV) {
-                    None => None,
-                    Some(v) => Some(crate::ui::origin(&v).filter(|o| *o == v).ok_or(
-                        ConfigError::Invalid {
-                            var: UI_OIDC_TOKEN_ORIGIN_ENV,
-                            value: v,
-                            rule: "an origin: https://host[:port], no path",
-                        },
-                    )?),
-                },
-            }),
-            Some("iam") => UiAuth::Iam,
-            Some("none") => UiAuth::None,
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env::new(get);
+        let mut c = ApiConfig::new(env.table_name());
+        let local = env.text(&settings::TIDEMARK_LOCAL).as_deref() == Some("1");
+        let auth = env.parse_with(&settings::UI_AUTH, "one of jwt, iam, none", |v| match v {
+            "jwt" => Some(UiAuth::Jwt(JwtSignIn::default())),
+            "iam" => Some(UiAuth::Iam),
+            "none" => Some(UiAuth::None),
+            _ => None,
+        })?;
+        c.ui_auth = match auth {
+            Some(UiAuth::Jwt(_)) => UiAuth::Jwt(jwt_sign_in(&env)?),
+            Some(auth) => auth,
             None if local => UiAuth::None,
             None => UiAuth::Iam,
-            Some(other) => {
-                return Err(ConfigError::Invalid {
-                    var: UI_AUTH_ENV,
-                    value: other.to_owned(),
-                    rule: "one of jwt, iam, none",
-                });
-            }
         };
-        for (name, slot) in [
-            (READ_SCOPE_ENV, &mut c.scopes.read),
-            (WRITE_SCOPE_ENV, &mut c.scopes.write),
-            (ADMIN_SCOPE_ENV, &mut c.scopes.admin),
+        let one_scope = |v: &str| {
+            let one = !v.contains(|ch: char| ch.is_whitespace() || ch == '"');
+            one.then(|| v.to_owned())
+        };
+        for (s, slot) in [
+            (&settings::READ_SCOPE, &mut c.scopes.read),
+            (&settings::WRITE_SCOPE, &mut c.scopes.write),
+            (&settings::ADMIN_SCOPE, &mut c.scopes.admin),
         ] {
-            if let Some(v) = var(name) {
-                if v.is_empty() || v.chars().any(|ch| ch.is_whitespace() || ch == '"') {
-                    return Err(ConfigError::Invalid {
-                        var: name,
-                        value: v,
-                        rule: "one scope name, no spaces",
-                    });
-                }
+            if let Some(v) = env.parse_with(s, "one scope name, no spaces", one_scope)? {
                 *slot = v;
             }
         }
         // The explicit local flag wins: `sam local` resolves the template's secret reference
         // to a name no local process can read.
-        match (local, var(CURSOR_SECRET_ARN_ENV)) {
-            (true, _) => {}
-            (false, Some(arn)) => c.cursor_secret_arn = Some(arn),
-            (false, None) => return Err(ConfigError::MissingCursorSecret),
+        if !local {
+            let unless = format!(
+                "required unless {}=1 says this is a local stack",
+                settings::TIDEMARK_LOCAL.name
+            );
+            c.cursor_secret_arn = Some(env.required(&settings::CURSOR_SECRET_ARN, unless)?);
         }
-        if let Some(v) = var(RETENTION_DAYS_ENV) {
-            c.retention_days = v.parse().ok().filter(|d| (1..=36_500).contains(d)).ok_or(
-                ConfigError::Invalid {
-                    var: RETENTION_DAYS_ENV,
-                    value: v,
-                    rule: "whole days, 1..=36500",
-                },
-            )?;
-        }
-        if let Some(v) = var(STATUS_SHARDS_ENV) {
-            c.status_shards = v
-                .parse()
-                .ok()
-                .filter(|n| (1..=tidemark_schema::keys::MAX_STATUS_SHARDS).contains(n))
-                .ok_or(ConfigError::Invalid {
-                    var: STATUS_SHARDS_ENV,
-                    value: v,
-                    rule: "1..=64 (MAX_STATUS_SHARDS)",
-                })?;
-        }
-        if let Some(v) = var(OFFLINE_AFTER_SECONDS_ENV) {
-            c.offline_after_default = v
-                .trim()
-                .parse()
-                .ok()
-                .and_then(tidemark_schema::fleet_offline_window)
-                .ok_or(ConfigError::Invalid {
-                    var: OFFLINE_AFTER_SECONDS_ENV,
-                    value: v,
-                    rule: "whole seconds, 0..=2592000 (0: off; under 60 counts as 60)",
-                })?;
-        }
-        for (name, slot) in [
-            (SHARD_CACHE_SECONDS_ENV, &mut c.shard_lead.shard_cache),
-            (MAX_FUTURE_SECONDS_ENV, &mut c.shard_lead.max_future),
-        ] {
-            if let Some(v) = var(name) {
-                *slot = v
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| *n <= 86_400)
-                    .map(Duration::from_secs)
-                    .ok_or(ConfigError::Invalid {
-                        var: name,
-                        value: v,
-                        rule: "whole seconds, 0..=86400 (the same value as ingest's)",
-                    })?;
-            }
-        }
+        c.retention_days = env
+            .num(&settings::RETENTION_DAYS, "whole days, 1..=36500", |d| {
+                (1..=36_500).contains(d)
+            })?
+            .unwrap_or(c.retention_days);
+        c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
+        c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
+        let lead = "whole seconds, 0..=86400 (the same value as ingest's)";
+        let in_a_day = |n: &u64| *n <= 86_400;
+        c.shard_lead.shard_cache = env
+            .seconds(&settings::SHARD_CACHE_SECONDS, lead, in_a_day)?
+            .unwrap_or(c.shard_lead.shard_cache);
+        c.shard_lead.max_future = env
+            .seconds(&settings::MAX_FUTURE_SECONDS, lead, in_a_day)?
+            .unwrap_or(c.shard_lead.max_future);
         Ok(c)
     }
 
@@ -308,10 +196,32 @@ impl ApiConfig {
     }
 }
 
+/// The dashboard's sign-in at the JWT authorizer's issuer.
+fn jwt_sign_in(env: &Env<impl Fn(&str) -> Option<String>>) -> Result<JwtSignIn, ConfigError> {
+    Ok(JwtSignIn {
+        issuer: env.text(&settings::JWT_ISSUER),
+        // The template passes the audience list joined by commas; one is enough to ask for.
+        audience: env.text(&settings::JWT_AUDIENCE).and_then(|a| {
+            a.split(',')
+                .map(str::trim)
+                .find(|s| !s.is_empty())
+                .map(str::to_owned)
+        }),
+        client_id: env.text(&settings::UI_OIDC_CLIENT_ID),
+        request_scopes: env.text(&settings::UI_OIDC_SCOPES),
+        token_origin: env.parse_with(
+            &settings::UI_OIDC_TOKEN_ORIGIN,
+            "an origin: https://host[:port], no path",
+            |v| crate::ui::origin(v).filter(|o| o == v),
+        )?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use std::time::Duration;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs
@@ -321,12 +231,15 @@ mod tests {
         move |k| m.get(k).cloned()
     }
 
+    fn is_missing_cursor_secret(e: ConfigError) -> bool {
+        e.name == settings::CURSOR_SECRET_ARN.name && e.value.is_none()
+    }
+
     #[test]
     fn lambda_without_a_cursor_secret_refuses_to_start() {
-        assert_eq!(
-            ApiConfig::from_lookup(lookup(&[("TABLE_NAME", "t")])).unwrap_err(),
-            ConfigError::MissingCursorSecret
-        );
+        let e = ApiConfig::from_lookup(lookup(&[("TABLE_NAME", "t")])).unwrap_err();
+        assert!(e.to_string().contains("TIDEMARK_LOCAL=1"), "{e}");
+        assert!(is_missing_cursor_secret(e));
     }
 
     #[test]
@@ -342,14 +255,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.cursor_secret_arn, None);
         // A DynamoDB endpoint (a VPC endpoint, say) is no reason to use a known key.
-        assert_eq!(
+        assert!(is_missing_cursor_secret(
             ApiConfig::from_lookup(lookup(&[(
                 "TIDEMARK_DYNAMODB_ENDPOINT",
                 "https://vpce-1.dynamodb.eu-west-1.vpce.amazonaws.com"
             )]))
-            .unwrap_err(),
-            ConfigError::MissingCursorSecret
-        );
+            .unwrap_err()
+        ));
     }
 
     #[test]
@@ -445,6 +357,18 @@ mod tests {
         );
         assert_eq!(c.scopes.read, "https://api.example/read");
         assert_eq!(c.scopes.write, "tidemark/write");
+        let d = ScopeNames::default();
+        for (s, name) in [
+            (settings::READ_SCOPE, d.read),
+            (settings::WRITE_SCOPE, d.write),
+            (settings::ADMIN_SCOPE, d.admin),
+        ] {
+            assert_eq!(
+                s.default,
+                format!("`{name}`"),
+                "the table's default scope names"
+            );
+        }
         // A token origin with a path, or a scope with a space, is refused, not widened.
         for (k, v) in [
             (
@@ -460,10 +384,7 @@ mod tests {
                 (k, v),
             ]))
             .unwrap_err();
-            assert!(
-                matches!(e, ConfigError::Invalid { var, .. } if var == k),
-                "{e}"
-            );
+            assert_eq!(e.name, k, "{e}");
         }
         // Only the explicit local flag makes the page open; a DynamoDB endpoint does not.
         let local = ApiConfig::from_lookup(lookup(&[("TIDEMARK_LOCAL", "1")])).unwrap();

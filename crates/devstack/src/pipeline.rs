@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
+use tidemark_store::settings::{self, Env};
 use tidemark_streams::{DynamoDbStreamSource, EventSource, KinesisSource};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -126,18 +127,24 @@ impl LocalSignIn {
     /// `UI_OIDC_CLIENT_ID`, the scope names), as the template sets them; `None` without an
     /// issuer.
     pub fn from_env(table: &str) -> Result<Option<Self>, DevstackError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let Some(issuer) = var(tidemark_api::config::JWT_ISSUER_ENV) else {
+        let env = Env::new(|k: &str| std::env::var(k).ok());
+        let Some(issuer) = env.text(&settings::JWT_ISSUER) else {
             return Ok(None);
         };
-        let api = tidemark_api::ApiConfig::from_lookup(|k| match k {
-            tidemark_api::config::LOCAL_ENV => Some("1".into()),
-            tidemark_api::config::UI_AUTH_ENV => Some("jwt".into()),
-            tidemark_store::client::TABLE_NAME_ENV => Some(table.to_owned()),
-            _ => var(k),
+        let fixed = [
+            (settings::TIDEMARK_LOCAL.name, "1"),
+            (settings::UI_AUTH.name, "jwt"),
+            (settings::TABLE_NAME.name, table),
+        ];
+        let api = tidemark_api::ApiConfig::from_lookup(|k| {
+            match fixed.iter().find(|(name, _)| *name == k) {
+                Some((_, v)) => Some((*v).to_owned()),
+                None => std::env::var(k).ok(),
+            }
         })
         .map_err(|e| DevstackError::Config(e.to_string()))?;
-        let audiences = var(tidemark_api::config::JWT_AUDIENCE_ENV)
+        let audiences = env
+            .text(&settings::JWT_AUDIENCE)
             .unwrap_or_default()
             .split(',')
             .map(|a| a.trim().to_owned())
