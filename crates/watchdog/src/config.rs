@@ -4,12 +4,9 @@
 use std::time::Duration;
 
 use tidemark_schema::Clock;
+use tidemark_store::settings::{self, Env};
 
-use crate::WatchdogError;
-
-pub const STREAM_NAME_ENV: &str = "STREAM_NAME";
-pub const OFFLINE_AFTER_SECONDS_ENV: &str = "OFFLINE_AFTER_SECONDS";
-pub const KINESIS_ENDPOINT_ENV: &str = "TIDEMARK_KINESIS_ENDPOINT";
+pub use tidemark_store::settings::ConfigError;
 
 #[derive(Debug, Clone)]
 pub struct WatchdogConfig {
@@ -38,7 +35,7 @@ impl WatchdogConfig {
             table_name: table.into(),
             stream_name: stream.into(),
             kinesis_endpoint: None,
-            offline_after_default: 0,
+            offline_after_default: const { settings::OFFLINE_AFTER_SECONDS.default_u32() },
             heartbeat_wait: Duration::from_secs(20),
             heartbeat_poll: Duration::from_millis(500),
             max_devices: 5_000,
@@ -47,32 +44,21 @@ impl WatchdogConfig {
         }
     }
 
-    /// `TABLE_NAME` (default `tidemark`), `STREAM_NAME` (required), `OFFLINE_AFTER_SECONDS`,
-    /// `TIDEMARK_KINESIS_ENDPOINT` (local runs).
-    pub fn from_env() -> Result<Self, WatchdogError> {
+    /// The watchdog's settings ([`tidemark_store::settings`]).
+    pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, WatchdogError> {
-        let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let table = non_empty(tidemark_store::client::TABLE_NAME_ENV)
-            .unwrap_or_else(|| tidemark_schema::TABLE.default_name.to_owned());
-        let stream = non_empty(STREAM_NAME_ENV)
-            .ok_or_else(|| WatchdogError::Config(format!("{STREAM_NAME_ENV} is required")))?;
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env::new(get);
+        let table = env.table_name();
+        let stream = env.required(
+            &settings::STREAM_NAME,
+            format!("required: {}", settings::STREAM_NAME.meaning),
+        )?;
         let mut c = WatchdogConfig::new(table, stream);
-        c.kinesis_endpoint = non_empty(KINESIS_ENDPOINT_ENV);
-        if let Some(n) = non_empty(OFFLINE_AFTER_SECONDS_ENV) {
-            c.offline_after_default = n
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .and_then(tidemark_schema::fleet_offline_window)
-                .ok_or_else(|| {
-                    WatchdogError::Config(format!(
-                        "{OFFLINE_AFTER_SECONDS_ENV}={n:?} is not a whole number of seconds from 0 to 2592000"
-                    ))
-                })?;
-        }
+        c.kinesis_endpoint = env.text(&settings::TIDEMARK_KINESIS_ENDPOINT);
+        c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
         Ok(c)
     }
 }
@@ -92,10 +78,10 @@ mod tests {
             }
         };
         let e = WatchdogConfig::from_lookup(env(&[])).unwrap_err();
-        assert!(e.to_string().contains(STREAM_NAME_ENV), "{e}");
+        assert!(e.to_string().contains(settings::STREAM_NAME.name), "{e}");
         let c = WatchdogConfig::from_lookup(env(&[
-            (STREAM_NAME_ENV, "readings"),
-            (OFFLINE_AFTER_SECONDS_ENV, "300"),
+            (settings::STREAM_NAME.name, "readings"),
+            (settings::OFFLINE_AFTER_SECONDS.name, "300"),
         ]))
         .unwrap();
         assert_eq!(
@@ -103,10 +89,13 @@ mod tests {
             ("readings", 300)
         );
         let e = WatchdogConfig::from_lookup(env(&[
-            (STREAM_NAME_ENV, "readings"),
-            (OFFLINE_AFTER_SECONDS_ENV, "9999999"),
+            (settings::STREAM_NAME.name, "readings"),
+            (settings::OFFLINE_AFTER_SECONDS.name, "9999999"),
         ]))
         .unwrap_err();
-        assert!(e.to_string().contains(OFFLINE_AFTER_SECONDS_ENV), "{e}");
+        assert!(
+            e.to_string().contains(settings::OFFLINE_AFTER_SECONDS.name),
+            "{e}"
+        );
     }
 }
