@@ -154,20 +154,6 @@ impl AggregatorConfig {
     }
 }
 
-/// `OFFLINE_AFTER_SECONDS`: whole seconds, [`tidemark_schema::fleet_offline_window`].
-pub fn parse_offline_after(n: &str) -> Result<u32, AggregatorError> {
-    n.trim()
-        .parse::<u32>()
-        .ok()
-        .and_then(tidemark_schema::fleet_offline_window)
-        .ok_or_else(|| {
-            AggregatorError::Config(format!(
-                "{}={n:?} is not a whole number of seconds from 0 to 2592000",
-                settings::OFFLINE_AFTER_SECONDS.name
-            ))
-        })
-}
-
 /// Parses thresholds JSON (`{metric: {min?, max?, severity}}`), rejecting unknown fields so a
 /// typo (`"maxx"`) fails the deployment instead of silently never alerting.
 pub fn parse_thresholds(json: &str) -> Result<BTreeMap<MetricName, Threshold>, AggregatorError> {

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use aws_sdk_kinesis::types::StreamStatus;
 use thiserror::Error;
+use tidemark_store::settings::{self, ConfigError};
 use tidemark_store::{ClientSettings, StoreError};
 use tidemark_streams::LocalEndpoints;
 
@@ -45,6 +46,13 @@ pub enum DevstackError {
     Events(String),
 }
 
+/// The local stack reads some of the functions' settings itself, with their reader.
+impl From<ConfigError> for DevstackError {
+    fn from(e: ConfigError) -> Self {
+        DevstackError::Config(e.to_string())
+    }
+}
+
 /// Where the local stack lives; every field has docs/design.md §7's default and an env override.
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
@@ -60,8 +68,11 @@ impl LocalConfig {
         let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
         let endpoints = LocalEndpoints::from_env();
         LocalConfig {
-            table: var("TABLE_NAME", tidemark_schema::TABLE.default_name),
-            stream: var("STREAM_NAME", "tidemark-readings"),
+            table: var(
+                settings::TABLE_NAME.name,
+                tidemark_schema::TABLE.default_name,
+            ),
+            stream: var(settings::STREAM_NAME.name, "tidemark-readings"),
             stream_shards: var("STREAM_SHARDS", "2").parse().unwrap_or(2),
             dynamodb_endpoint: endpoints.dynamodb,
             kinesis_endpoint: endpoints.kinesis,

@@ -141,8 +141,7 @@ impl LocalSignIn {
                 Some((_, v)) => Some((*v).to_owned()),
                 None => std::env::var(k).ok(),
             }
-        })
-        .map_err(|e| DevstackError::Config(e.to_string()))?;
+        })?;
         let audiences = env
             .text(&settings::JWT_AUDIENCE)
             .unwrap_or_default()
@@ -256,11 +255,9 @@ impl PipelineConfig {
             )),
             bus: "tidemark-local".into(),
         };
-        let offline_after_default = match var("OFFLINE_AFTER_SECONDS") {
-            None => 120,
-            Some(v) => tidemark_aggregator::config::parse_offline_after(&v)
-                .map_err(|e| DevstackError::Config(e.to_string()))?,
-        };
+        // The functions' own settings, read as the functions read them.
+        let env = Env::new(|k: &str| std::env::var(k).ok());
+        let offline_after_default = env.offline_after()?.unwrap_or(120);
         let watchdog = match var("TIDEMARK_WATCHDOG_SECONDS").as_deref() {
             Some("0") => None,
             _ => Some(WatchdogSchedule::every(seconds(
@@ -278,13 +275,10 @@ impl PipelineConfig {
             functions,
             ingest,
             aggregator,
-            default_layout: match var("DEFAULT_LAYOUT") {
-                None => None,
-                Some(v) => Some(v.parse().map_err(|e: tidemark_schema::layout::LayoutParseError| {
-                    DevstackError::Config(e.to_string())
-                })?),
-            },
-            default_thresholds: var("DEFAULT_THRESHOLDS").unwrap_or_else(|| {
+            default_layout: env.try_parse(&settings::DEFAULT_LAYOUT, |v| {
+                v.parse::<tidemark_schema::Layout>()
+            })?,
+            default_thresholds: env.text(&settings::DEFAULT_THRESHOLDS).unwrap_or_else(|| {
                 r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#.into()
             }),
         })
