@@ -400,8 +400,8 @@ fn variables_a_local_run_overrides_are_declared() {
     let t = template();
     let globals = &t["Globals"]["Function"]["Environment"]["Variables"];
     for var in [
-        tidemark_store::client::DYNAMODB_ENDPOINT_ENV,
-        tidemark_store::client::TABLE_NAME_ENV,
+        tidemark_store::settings::TIDEMARK_DYNAMODB_ENDPOINT.name,
+        tidemark_store::settings::TABLE_NAME.name,
     ] {
         assert!(
             globals.get(var).is_some(),
@@ -410,7 +410,7 @@ fn variables_a_local_run_overrides_are_declared() {
     }
     // Deployed, the endpoint is empty: the SDK's own resolution.
     assert_eq!(
-        globals[tidemark_store::client::DYNAMODB_ENDPOINT_ENV].as_str(),
+        globals[tidemark_store::settings::TIDEMARK_DYNAMODB_ENDPOINT.name].as_str(),
         Some("")
     );
 

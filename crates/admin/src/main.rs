@@ -29,7 +29,7 @@ struct Clients {
 }
 
 async fn clients(local: bool) -> Clients {
-    let table = std::env::var(tidemark_store::client::TABLE_NAME_ENV)
+    let table = std::env::var(tidemark_store::settings::TABLE_NAME.name)
         .unwrap_or_else(|_| tidemark_schema::TABLE.default_name.to_owned());
     if local {
         let local = LocalEndpoints::from_env();

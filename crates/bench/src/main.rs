@@ -109,7 +109,7 @@ fn num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
 }
 
 fn dynamodb_addr() -> Result<(String, SocketAddr), BenchError> {
-    let endpoint = std::env::var(tidemark_store::client::DYNAMODB_ENDPOINT_ENV)
+    let endpoint = std::env::var(tidemark_store::settings::TIDEMARK_DYNAMODB_ENDPOINT.name)
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {

@@ -16,6 +16,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use tidemark_store::settings;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
@@ -217,9 +218,9 @@ pub fn lambda_env(function: &str, table: &str, dynamodb_endpoint: &str) -> Vec<(
         ("AWS_DEFAULT_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", "local"),
         ("AWS_SECRET_ACCESS_KEY", "local"),
-        ("TABLE_NAME", table),
-        ("TIDEMARK_LOCAL", "1"),
-        ("TIDEMARK_DYNAMODB_ENDPOINT", dynamodb_endpoint),
+        (settings::TABLE_NAME.name, table),
+        (settings::TIDEMARK_LOCAL.name, "1"),
+        (settings::TIDEMARK_DYNAMODB_ENDPOINT.name, dynamodb_endpoint),
         ("RUST_LOG", "warn"),
     ]
     .iter()

@@ -8,11 +8,6 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
 
-/// Environment variable naming a DynamoDB endpoint (e.g. `http://127.0.0.1:8000`).
-pub const DYNAMODB_ENDPOINT_ENV: &str = "TIDEMARK_DYNAMODB_ENDPOINT";
-/// Environment variable naming the table; docs/design.md §7 has the default `tidemark`.
-pub const TABLE_NAME_ENV: &str = "TABLE_NAME";
-
 #[derive(Debug, Clone)]
 pub struct ClientSettings {
     /// `Some` for DynamoDB Local; `None` uses the SDK's normal endpoint resolution.
@@ -39,7 +34,7 @@ impl ClientSettings {
     /// `AWS_ENDPOINT_URL_DYNAMODB`) switches to a local endpoint.
     pub fn from_env() -> Self {
         ClientSettings {
-            endpoint: std::env::var(DYNAMODB_ENDPOINT_ENV)
+            endpoint: std::env::var(crate::settings::TIDEMARK_DYNAMODB_ENDPOINT.name)
                 .ok()
                 .filter(|s| !s.is_empty()),
             ..Default::default()

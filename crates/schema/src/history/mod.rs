@@ -15,12 +15,11 @@ use crate::layout::{Layout, SlotLen};
 use crate::shard::MAX_SHARDS;
 use crate::time::Timestamp;
 
-/// How long an ingest container trusts the shard counts it read (the same variable names
-/// configure ingest and the API, which must agree on them).
-pub const SHARD_CACHE_SECONDS_ENV: &str = "SHARD_CACHE_SECONDS";
+/// How long an ingest container trusts the shard counts it read, unless `SHARD_CACHE_SECONDS`
+/// says otherwise (ingest and the API must be given the same value).
 pub const DEFAULT_SHARD_CACHE_SECONDS: u64 = 30;
-/// How far ahead of the clock ingest accepts a reading.
-pub const MAX_FUTURE_SECONDS_ENV: &str = "MAX_FUTURE_SECONDS";
+/// How far ahead of the clock ingest accepts a reading, unless `MAX_FUTURE_SECONDS` says
+/// otherwise (ingest and the API must be given the same value).
 pub const DEFAULT_MAX_FUTURE_SECONDS: u64 = 300;
 /// Margin for clocks of different Lambda hosts disagreeing.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(5);
