@@ -76,7 +76,11 @@ impl Setting {
     /// and a default that is not one fails the build.
     pub const fn default_u64(&self) -> u64 {
         let b = self.default.as_bytes();
-        assert!(!b.is_empty(), "the setting's default is not a whole number");
+        // Nineteen digits stay below u64::MAX, so the sum below cannot overflow.
+        assert!(
+            !b.is_empty() && b.len() <= 19,
+            "the setting's default is not a whole number"
+        );
         let mut n: u64 = 0;
         let mut i = 0;
         while i < b.len() {
@@ -84,13 +88,7 @@ impl Setting {
                 b[i].is_ascii_digit(),
                 "the setting's default is not a whole number"
             );
-            n = match n.checked_mul(10) {
-                Some(n) => match n.checked_add((b[i] - b'0') as u64) {
-                    Some(n) => n,
-                    None => panic!("the setting's default is too large"),
-                },
-                None => panic!("the setting's default is too large"),
-            };
+            n = n * 10 + (b[i] - b'0') as u64;
             i += 1;
         }
         n
