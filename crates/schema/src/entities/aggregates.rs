@@ -1,0 +1,266 @@
+//! Rollups: per-metric stats of an hour or a day, the aggregate item and its pages, and
+//! when a day is still open.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{DeviceId, MetricName};
+use crate::keys::{self, EntityKey};
+use crate::marks::ItemMarks;
+use crate::time::{Bucket, Day, Timestamp};
+
+/// count, sum, min, max of one metric in one bucket; the average is derived.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub count: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    pub fn of(v: f64) -> Self {
+        Stats {
+            count: 1,
+            sum: v,
+            min: v,
+            max: v,
+        }
+    }
+
+    pub fn merge(&mut self, o: &Stats) {
+        self.count += o.count;
+        self.sum += o.sum;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+    }
+
+    pub fn avg(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+}
+
+/// `DEVICE#<id>` / `AGG#hourly#<hour>` or `AGG#daily#<day>`: a bucket's rollup, or page 0
+/// of it when it outgrew one item. The other pages (`AGGPAGE#<period>#<bucket>#<n>`,
+/// [`EntityKey::AggregatePage`]) have the same shape, each with its own metrics (a metric is
+/// in exactly one page), watermarks and version; `firstAt`/`lastAt` of a page are those of
+/// the readings with a metric in it. [`AggregateItem::merge_page`] puts them together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregateItem {
+    pub pk: String,
+    pub sk: String,
+    pub metrics: BTreeMap<MetricName, Stats>,
+    pub first_at: Timestamp,
+    pub last_at: Timestamp,
+    /// Per source partition key, a floor: a stream sequence number at or below which every
+    /// record of that partition is in this item (decimal string; compare as integers). Set by
+    /// `tidemark-admin rebuild` at its fences.
+    #[serde(default)]
+    pub applied: BTreeMap<String, String>,
+    /// Hourly items: per source item, the newest record applied (above the floor), what makes
+    /// replays harmless however the source partitions split ([`crate::marks`]).
+    #[serde(default, skip_serializing_if = "ItemMarks::is_empty")]
+    pub marks: ItemMarks,
+    /// When `marks` were last written (epoch seconds): they expire a day later.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub marked_at: i64,
+    /// Hourly items past [`crate::marks::MAX_MARKS`] source items: no marks; every batch that
+    /// touches the hour recomputes it from the stored readings (docs/design.md §5).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_table: bool,
+    /// Daily items: per hour of the day (`"00"` … `"23"`), the version of the hourly item
+    /// whose content this day holds (docs/design.md §5: a day follows its hours).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub folded: BTreeMap<String, u64>,
+    /// Optimistic-concurrency counter for conditional writes.
+    #[serde(default)]
+    pub version: u64,
+    /// The page takes no new metrics (only updates of those it holds): the bucket goes on
+    /// in a later page. Page 0 is sealed exactly when the bucket has overflow pages. Absent
+    /// (false) on every ordinary item.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
+    /// Daily items: the day is still open ([`day_is_open`]) and this item only marks that
+    /// it has hours. Its content is not kept: readers sum its hourly items
+    /// ([`AggregateItem::day_of_hours`]), and the rollups role folds them into it once the
+    /// day closes (docs/design.md §5).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open: bool,
+}
+
+/// How long past its end a day stays open: batches of its last hour still arriving (a
+/// 300 s aggregator window behind a 300 s ingest window) add to its hours without a day write.
+pub const DAY_CLOSE_GRACE_SECONDS: i64 = 900;
+
+/// Whether `day` is open at `now`: its daily item is then a placeholder, not a rollup.
+pub fn day_is_open(day: Day, now: Timestamp) -> bool {
+    let closes = Bucket::Daily(day)
+        .end_exclusive()
+        .plus_millis(DAY_CLOSE_GRACE_SECONDS * 1000)
+        .unwrap_or(Timestamp::MAX);
+    now < closes
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+impl AggregateItem {
+    /// A bucket's item before anything was applied to it.
+    pub fn empty(key: &keys::Key) -> Self {
+        AggregateItem {
+            pk: key.pk.clone(),
+            sk: key.sk.clone(),
+            metrics: BTreeMap::new(),
+            first_at: Timestamp::MAX,
+            last_at: Timestamp::MIN,
+            applied: BTreeMap::new(),
+            marks: ItemMarks::default(),
+            marked_at: 0,
+            from_table: false,
+            folded: BTreeMap::new(),
+            version: 0,
+            sealed: false,
+            open: false,
+        }
+    }
+
+    /// An open day as readers see it: `day` (its key and version) with the sum of `hours`,
+    /// each one hour's rollup as [`AggregateItem::merge_pages`] gives it. The same sum the
+    /// rollups role folds into the day when it closes.
+    pub fn day_of_hours(day: &AggregateItem, hours: Vec<AggregateItem>) -> AggregateItem {
+        let mut out = AggregateItem::empty(&keys::Key {
+            pk: day.pk.clone(),
+            sk: day.sk.clone(),
+        });
+        out.version = day.version;
+        for h in hours {
+            let mut held = false;
+            for (name, s) in h.metrics.into_iter().filter(|(_, s)| s.count > 0) {
+                held = true;
+                out.metrics
+                    .entry(name)
+                    .and_modify(|d| d.merge(&s))
+                    .or_insert(s);
+            }
+            if held {
+                out.first_at = out.first_at.min(h.first_at);
+                out.last_at = out.last_at.max(h.last_at);
+            }
+        }
+        out
+    }
+
+    pub fn key_for(device: &DeviceId, bucket: Bucket) -> keys::Key {
+        EntityKey::Aggregate {
+            device: device.clone(),
+            bucket,
+        }
+        .key()
+    }
+
+    /// Page `page` of the bucket's rollup: page 0 is [`AggregateItem::key_for`].
+    pub fn page_key(device: &DeviceId, bucket: Bucket, page: u16) -> keys::Key {
+        if page == 0 {
+            return Self::key_for(device, bucket);
+        }
+        EntityKey::AggregatePage {
+            device: device.clone(),
+            bucket,
+            page,
+        }
+        .key()
+    }
+
+    /// A reader's view of a whole bucket from its pages (page 0 first): metrics unioned,
+    /// `firstAt` the earliest and `lastAt` the latest of the pages holding metrics (a page
+    /// emptied by deletes keeps times of readings no longer there), metrics with count 0
+    /// (emptied by deletes, kept in their page) left out. Key, watermarks,
+    /// version and `sealed` are page 0's: the merged item is for reading, never written back.
+    /// One page is returned as it is.
+    pub fn merge_pages(mut pages: Vec<AggregateItem>) -> Option<AggregateItem> {
+        for p in &mut pages {
+            // A page's metric whose readings are all gone stays there with count 0.
+            p.metrics.retain(|_, s| s.count > 0);
+        }
+        if pages.len() <= 1 {
+            return pages.pop();
+        }
+        let held: Vec<(Timestamp, Timestamp)> = pages
+            .iter()
+            .filter(|p| !p.metrics.is_empty())
+            .map(|p| (p.first_at, p.last_at))
+            .collect();
+        let mut rest = pages.split_off(1);
+        let mut out = pages.pop()?;
+        for p in &mut rest {
+            for (m, s) in std::mem::take(&mut p.metrics) {
+                out.metrics.entry(m).or_insert(s);
+            }
+        }
+        if let (Some(first), Some(last)) = (
+            held.iter().map(|h| h.0).min(),
+            held.iter().map(|h| h.1).max(),
+        ) {
+            out.first_at = first;
+            out.last_at = last;
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_pages_union_metrics_and_span_the_pages_holding_metrics() {
+        let t = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+        let page = |n: u16, m: &str, first: &str, last: &str| AggregateItem {
+            pk: "DEVICE#d".into(),
+            sk: format!("p{n}"),
+            metrics: BTreeMap::from([(MetricName::new(m).unwrap(), Stats::of(n as f64))]),
+            first_at: t(first),
+            last_at: t(last),
+            applied: BTreeMap::new(),
+            marks: Default::default(),
+            marked_at: 0,
+            from_table: false,
+            folded: Default::default(),
+            version: 1,
+            sealed: n < 2,
+            open: false,
+        };
+        let mut emptied = page(3, "z", "2026-04-20T14:00:00Z", "2026-04-20T14:59:00Z");
+        emptied.metrics.clear();
+        let merged = AggregateItem::merge_pages(vec![
+            page(0, "a", "2026-04-20T14:10:00Z", "2026-04-20T14:20:00Z"),
+            page(1, "b", "2026-04-20T14:05:00Z", "2026-04-20T14:15:00Z"),
+            page(2, "c", "2026-04-20T14:12:00Z", "2026-04-20T14:30:00Z"),
+            emptied,
+        ])
+        .unwrap();
+        assert_eq!(merged.sk, "p0");
+        assert_eq!(merged.metrics.len(), 3);
+        assert_eq!(merged.first_at, t("2026-04-20T14:05:00Z"));
+        assert_eq!(merged.last_at, t("2026-04-20T14:30:00Z"));
+        let one = page(0, "a", "2026-04-20T14:10:00Z", "2026-04-20T14:20:00Z");
+        assert_eq!(AggregateItem::merge_pages(vec![one.clone()]), Some(one));
+    }
+
+    #[test]
+    fn stats_merge_and_average() {
+        let mut s = Stats::of(1.0);
+        s.merge(&Stats::of(3.0));
+        assert_eq!(
+            (s.count, s.sum, s.min, s.max, s.avg()),
+            (2, 4.0, 1.0, 3.0, 2.0)
+        );
+    }
+}

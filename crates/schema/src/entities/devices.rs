@@ -1,0 +1,260 @@
+//! The device item and what it carries: type, thresholds, latest reading, the alert
+//! evaluator's rule states, and the offline watch (window, state, connectivity).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, MetricName, Severity};
+use crate::keys;
+use crate::time::Timestamp;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceType {
+    Sensor,
+    Gateway,
+    Actuator,
+}
+
+/// Alert bounds for one metric: below `min` or above `max` is a breach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Threshold {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    pub severity: Severity,
+    /// An open alert resolves only once a reading is back inside the limit by this margin
+    /// (`max - deadband` or `min + deadband`, inclusive), so a value hovering at the limit
+    /// does not flap. Zero or absent: the first reading inside the limit resolves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadband: Option<f64>,
+    /// An alert opens only once consecutive breaching readings span this many seconds
+    /// (measured on reading timestamps); absent or zero: the first breach opens it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_seconds: Option<u32>,
+}
+
+impl Threshold {
+    /// Bounds with no deadband and no duration (tests, defaults).
+    pub fn new(min: Option<f64>, max: Option<f64>, severity: Severity) -> Self {
+        Threshold {
+            min,
+            max,
+            severity,
+            deadband: None,
+            for_seconds: None,
+        }
+    }
+}
+
+/// The newest reading of a device, kept on its device item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LatestReading {
+    pub timestamp: Timestamp,
+    pub metrics: BTreeMap<MetricName, f64>,
+}
+
+/// `DEVICE#<id>` / `#METADATA`, indexed by status in GSI1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceItem {
+    pub pk: String,
+    pub sk: String,
+    pub gsi1pk: String,
+    pub gsi1sk: String,
+    pub device_id: DeviceId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub device_type: Option<DeviceType>,
+    pub status: DeviceStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub thresholds: BTreeMap<MetricName, Threshold>,
+    pub created_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<LatestReading>,
+    /// Where each (metric, rule) stands, per [`DeviceItem::rule_state_key`]: the alert
+    /// evaluator's state, written only by it, only when a state changes (or `lastSeenAt`
+    /// is refreshed), under `version`. Stored as `alertSlots` ([`field::RULE_STATES`]).
+    ///
+    /// [`field::RULE_STATES`]: super::field::RULE_STATES
+    #[serde(
+        default,
+        rename = "alertSlots",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub rule_states: BTreeMap<String, RuleState>,
+    /// Bumped by every write of the alert evaluator: its optimistic lock (absent until the
+    /// first one; the API's writes leave it alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    /// No reading arriving for this long opens an offline alert (set by the API; absent:
+    /// the fleet default, 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_after_seconds: Option<u32>,
+    /// The severity of its offline alerts (default `warning`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_severity: Option<Severity>,
+    /// The newest arrival the alerts role wrote down: it may lag the true one by up to three
+    /// quarters of the offline window (docs/design.md §5, "Offline devices"), never lead it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_arrival_at: Option<Timestamp>,
+    /// The open offline alert, while the device is silent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline: Option<OfflineState>,
+    /// GSI2: the device's watch partition while watched, [`keys::OFFLINE_GSI2PK`] while
+    /// offline, absent when not watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi2pk: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi2sk: Option<String>,
+}
+
+/// The shortest offline window: the watchdog runs once a minute.
+pub const MIN_OFFLINE_WINDOW: u32 = 60;
+/// The longest: a month of silence is no longer news.
+pub const MAX_OFFLINE_WINDOW: u32 = 30 * 86_400;
+
+/// The fleet's offline window from its setting (`OFFLINE_AFTER_SECONDS`, the template's
+/// `OfflineAfterSeconds`): 0 is off, 1 to 59 count as 60; `None` past the longest.
+pub fn fleet_offline_window(seconds: u32) -> Option<u32> {
+    match seconds {
+        0 => Some(0),
+        s if s > MAX_OFFLINE_WINDOW => None,
+        s => Some(s.max(MIN_OFFLINE_WINDOW)),
+    }
+}
+
+/// A device's open offline alert: which one, and since when the device has been silent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OfflineState {
+    pub alert: AlertId,
+    /// The last arrival before the silence.
+    pub since: Timestamp,
+}
+
+/// What `GET /devices/{id}` says of a device's connectivity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Connectivity {
+    Online,
+    Offline,
+    /// Never seen, or not watched (no `offlineAfterSeconds`).
+    Unknown,
+}
+
+impl Connectivity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Connectivity::Online => "online",
+            Connectivity::Offline => "offline",
+            Connectivity::Unknown => "unknown",
+        }
+    }
+}
+
+/// The phase of one (metric, rule) of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RulePhase {
+    /// Inside the limit (or never evaluated).
+    Normal,
+    /// Breaching since `since`, for less than the threshold's `forSeconds` so far.
+    Pending,
+    /// An alert is open (or acknowledged): `alert`.
+    Open,
+}
+
+/// The alert evaluator's state of one (metric, rule) of a device: enough to tell, from one
+/// new reading, whether the state could change (then it is derived again from the stored
+/// readings; otherwise nothing is written).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleState {
+    pub mode: RulePhase,
+    /// Start of the breach (pending or open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// The open alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<AlertId>,
+    /// The newest reading of the metric this state was derived from.
+    pub at: Timestamp,
+    /// The metric's threshold it was derived with: another one derives it again.
+    pub threshold: Threshold,
+}
+
+impl DeviceItem {
+    /// A fresh device with keys for `status` (unsharded status key).
+    pub fn new(device_id: DeviceId, status: DeviceStatus, created_at: Timestamp) -> Self {
+        DeviceItem {
+            pk: keys::device_pk(&device_id),
+            sk: keys::DEVICE_METADATA_SK.to_owned(),
+            gsi1pk: keys::status_gsi1pk(status, None),
+            gsi1sk: keys::device_gsi1sk(&device_id),
+            device_id,
+            name: None,
+            device_type: None,
+            status,
+            location: None,
+            firmware: None,
+            thresholds: BTreeMap::new(),
+            created_at,
+            updated_at: None,
+            last_seen_at: None,
+            latest: None,
+            rule_states: BTreeMap::new(),
+            version: None,
+            offline_after_seconds: None,
+            offline_severity: None,
+            last_arrival_at: None,
+            offline: None,
+            gsi2pk: None,
+            gsi2sk: None,
+        }
+    }
+
+    /// Its offline window: its own `offlineAfterSeconds`, else the fleet's; `None` when
+    /// either says 0.
+    pub fn offline_after(&self, fleet_default: u32) -> Option<u32> {
+        Some(self.offline_after_seconds.unwrap_or(fleet_default)).filter(|s| *s > 0)
+    }
+
+    /// When its silence needs checking: the GSI2 sort key, while it is in its watch
+    /// partition (not offline, watched).
+    pub fn watch_check(&self) -> Option<Timestamp> {
+        (self.gsi2pk.as_deref() == Some(keys::watch_gsi2pk(&self.device_id).as_str()))
+            .then(|| Timestamp::parse_canonical(self.gsi2sk.as_deref()?).ok())
+            .flatten()
+    }
+
+    /// Online, offline, or unknown (never seen, or not watched).
+    pub fn connectivity(&self, fleet_default: u32) -> Connectivity {
+        if self.offline.is_some() {
+            Connectivity::Offline
+        } else if self.offline_after(fleet_default).is_none() || self.last_arrival_at.is_none() {
+            Connectivity::Unknown
+        } else {
+            Connectivity::Online
+        }
+    }
+
+    /// The rule-state map key of a (metric, rule): `temperature-max`.
+    pub fn rule_state_key(metric: &MetricName, rule: AlertRule) -> String {
+        format!("{metric}-{rule}")
+    }
+}

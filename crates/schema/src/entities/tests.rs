@@ -1,0 +1,155 @@
+//! Tests across entities: the attribute names of [`super::field`] are the ones serde writes,
+//! and GSI1's projection is made of device and alert attributes.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::*;
+use crate::history::LayoutHistory;
+use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, MetricName, Severity};
+
+fn ts(s: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(s).unwrap()
+}
+
+#[test]
+fn field_constants_are_the_serialised_names() {
+    let mut d = DeviceItem::new(
+        DeviceId::new("sensor_01").unwrap(),
+        DeviceStatus::Active,
+        ts("2026-04-20T14:00:00Z"),
+    );
+    d.updated_at = Some(d.created_at);
+    d.last_seen_at = Some(d.created_at);
+    d.latest = Some(LatestReading {
+        timestamp: d.created_at,
+        metrics: BTreeMap::new(),
+    });
+    d.rule_states.insert(
+        DeviceItem::rule_state_key(&MetricName::new("temperature").unwrap(), AlertRule::Max),
+        RuleState {
+            mode: RulePhase::Open,
+            since: Some(d.created_at),
+            alert: Some(AlertId::for_breach(
+                d.created_at,
+                &MetricName::new("temperature").unwrap(),
+                AlertRule::Max,
+            )),
+            at: d.created_at,
+            threshold: Threshold::new(None, Some(30.0), Severity::Critical),
+        },
+    );
+    d.thresholds.insert(
+        MetricName::new("temperature").unwrap(),
+        Threshold::new(None, Some(30.0), Severity::Critical),
+    );
+    let v = serde_json::to_value(&d).unwrap();
+    for f in [
+        field::DEVICE_ID,
+        field::STATUS,
+        field::CREATED_AT,
+        field::UPDATED_AT,
+        field::LAST_SEEN_AT,
+        field::LATEST,
+        field::THRESHOLDS,
+        field::RULE_STATES,
+    ] {
+        assert!(v.get(f).is_some(), "device item has no {f}: {v}");
+    }
+    let a = AggregateItem {
+        pk: String::new(),
+        sk: String::new(),
+        metrics: BTreeMap::new(),
+        first_at: d.created_at,
+        last_at: d.created_at,
+        applied: BTreeMap::new(),
+        marks: Default::default(),
+        marked_at: 0,
+        from_table: false,
+        folded: Default::default(),
+        version: 0,
+        sealed: false,
+        open: false,
+    };
+    let v = serde_json::to_value(&a).unwrap();
+    assert!(
+        v.get(field::SEALED).is_none(),
+        "unsealed items write no sealed"
+    );
+    assert!(v.get(field::OPEN).is_none(), "closed days write no open");
+    let open = serde_json::to_value(AggregateItem {
+        open: true,
+        ..a.clone()
+    })
+    .unwrap();
+    assert_eq!(open[field::OPEN], serde_json::json!(true));
+    for f in [
+        field::METRICS,
+        field::FIRST_AT,
+        field::LAST_AT,
+        field::APPLIED,
+        field::VERSION,
+    ] {
+        assert!(v.get(f).is_some(), "aggregate item has no {f}: {v}");
+    }
+    let s = serde_json::to_value(ShardConfigItem::new(
+        &DeviceId::new("x").unwrap(),
+        LayoutHistory::default(),
+    ))
+    .unwrap();
+    assert!(s.get(field::EPOCHS).is_some());
+}
+
+#[test]
+fn every_gsi1_projected_attribute_is_a_device_or_alert_field() {
+    let mut d = DeviceItem::new(
+        DeviceId::new("sensor_01").unwrap(),
+        DeviceStatus::Active,
+        ts("2026-04-20T14:00:00Z"),
+    );
+    d.name = Some("Warehouse Temp A".into());
+    d.device_type = Some(DeviceType::Sensor);
+    d.location = Some(json!("aisle 3"));
+    d.firmware = Some("2.1.0".into());
+    d.updated_at = Some(d.created_at);
+    let m = MetricName::new("temperature").unwrap();
+    let a = AlertItem {
+        pk: String::new(),
+        sk: String::new(),
+        gsi1pk: None,
+        gsi1sk: None,
+        device_id: d.device_id.clone(),
+        alert_id: AlertId::for_breach(d.created_at, &m, AlertRule::Max),
+        metric: Some(m),
+        rule: AlertRule::Max,
+        severity: Severity::Critical,
+        state: AlertState::Open,
+        message: "temperature above 30".into(),
+        value: 31.0,
+        threshold: 30.0,
+        breach_count: 1,
+        opened_at: d.created_at,
+        last_breach_at: d.created_at,
+        acknowledged_at: Some(d.created_at),
+        resolved_at: None,
+        snoozed_until: Some(d.created_at),
+    };
+    let dv = serde_json::to_value(&d).unwrap();
+    let av = serde_json::to_value(&a).unwrap();
+    for f in crate::table::TABLE.global_secondary_indexes[0].non_key_attributes {
+        assert!(
+            dv.get(f).is_some() || av.get(f).is_some(),
+            "{f} is on no item"
+        );
+    }
+    // What changes on every batch must stay out of the index, or each device update
+    // pays a second write unit for the index copy.
+    for f in [field::LAST_SEEN_AT, field::LATEST] {
+        assert!(
+            !crate::table::TABLE.global_secondary_indexes[0]
+                .non_key_attributes
+                .contains(&f)
+        );
+    }
+}
