@@ -49,7 +49,7 @@ impl Stats {
 /// of it when it outgrew one item. The other pages (`AGGPAGE#<period>#<bucket>#<n>`,
 /// [`EntityKey::AggregatePage`]) have the same shape, each with its own metrics (a metric is
 /// in exactly one page), watermarks and version; `firstAt`/`lastAt` of a page are those of
-/// the readings with a metric in it. [`AggregateItem::merge_page`] puts them together.
+/// the readings with a metric in it. [`AggregateItem::merge_pages`] puts them together.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AggregateItem {

@@ -90,7 +90,7 @@ pub mod field {
     pub const ARRIVED_AT: &str = "arrivedAt";
     pub const OFFLINE_AFTER_SECONDS: &str = "offlineAfterSeconds";
     pub const OFFLINE_SEVERITY: &str = "offlineSeverity";
-    /// The device's newest known arrival (see [`super::DeviceItem::arrived_at`]).
+    /// The device's newest known arrival (see [`super::DeviceItem::last_arrival_at`]).
     pub const LAST_ARRIVAL_AT: &str = "lastArrivalAt";
     /// The device's open offline alert ([`super::OfflineState`]).
     pub const OFFLINE: &str = "offline";
