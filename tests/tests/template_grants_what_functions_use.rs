@@ -100,18 +100,28 @@ const OPERATIONS: &[(&str, &str)] = &[
 ];
 
 /// The `tidemark_store` modules `code` names (`tidemark_store::merge::…`, `crate::retry`
-/// inside the store crate), as files of the store crate.
+/// inside the store crate), as files of the store crate: `<name>.rs`, or every file of a
+/// module directory (`read/`, `slots/`), whose files call each other through `super::`.
 fn store_modules(code: &str, prefix: &str) -> BTreeSet<PathBuf> {
     let src = root().join("crates/store/src");
     code.match_indices(prefix)
-        .filter_map(|(i, _)| {
+        .flat_map(|(i, _)| {
             let rest = &code[i + prefix.len()..];
             let name: String = rest
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
             let file = src.join(format!("{name}.rs"));
-            file.is_file().then_some(file)
+            let dir = src.join(&name);
+            if name.is_empty() {
+                Vec::new()
+            } else if file.is_file() {
+                vec![file]
+            } else if dir.is_dir() {
+                rust_sources(&dir).into_iter().map(|(p, _)| p).collect()
+            } else {
+                Vec::new()
+            }
         })
         .collect()
 }
