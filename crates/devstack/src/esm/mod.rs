@@ -495,9 +495,6 @@ impl<S: EventSource, F: BatchFunction<S::Record>> ShardPoller<S, F> {
         let (Some(first), Some(last)) = (records.first(), records.last()) else {
             return;
         };
-        self.stats
-            .records_discarded
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
         let doc = on_failure_record(
             &self.config,
             self.source.batch_info_key(),
@@ -530,6 +527,11 @@ impl<S: EventSource, F: BatchFunction<S::Record>> ShardPoller<S, F> {
                 tracing::error!(error = %e, dir = %dir.display(), "could not write the on-failure record");
             }
         }
+        // Counted once the on-failure record is on disk: whoever waits for the count (a
+        // test, before re-driving the records) then finds every file.
+        self.stats
+            .records_discarded
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
     }
 }
 
