@@ -241,13 +241,7 @@ async fn quarantine_mode_rejects_unregistered_devices_and_passes_registered_ones
         DeviceStatus::Active,
         ts("2026-01-01T00:00:00Z"),
     );
-    t.client
-        .put_item()
-        .table_name(&t.name)
-        .set_item(Some(to_item(&device).unwrap()))
-        .send()
-        .await
-        .unwrap();
+    t.put(&device).await;
     let mut c = config(&t.name);
     c.unknown_devices = UnknownDevices::Quarantine;
     let ingest = local_ingest(&t.client, c, t.client.clone());

@@ -14,7 +14,7 @@ use tidemark_schema::packed;
 use tidemark_schema::{
     EntityKey, Layout, LayoutHistory, LayoutLead, ShardConfigItem, SlotLen, Timestamp, field,
 };
-use tidemark_store::{Item, to_item};
+use tidemark_store::Item;
 use tidemark_testkit::TestTable;
 
 type Stored = BTreeMap<(String, Timestamp), BTreeMap<String, f64>>;
@@ -73,13 +73,7 @@ async fn pack(t: &TestTable, device: &str, slot: i64) {
 }
 
 async fn put_config(t: &TestTable, item: ShardConfigItem) {
-    t.client
-        .put_item()
-        .table_name(&t.name)
-        .set_item(Some(to_item(&item).unwrap()))
-        .send()
-        .await
-        .unwrap();
+    t.put(&item).await;
 }
 
 fn record(device: &str, at: &str, metrics: serde_json::Value) -> String {

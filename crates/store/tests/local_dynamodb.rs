@@ -128,13 +128,7 @@ async fn creating_an_existing_table_is_a_no_op() {
 async fn a_reading_round_trips_through_the_table() {
     let t = TestTable::new("store-reading").await;
     let item = ReadingItem::new(&sample_reading(), None, 30);
-    t.client
-        .put_item()
-        .table_name(&t.name)
-        .set_item(Some(to_item(&item).unwrap()))
-        .send()
-        .await
-        .unwrap();
+    t.put(&item).await;
     let got = t
         .client
         .get_item()

@@ -16,7 +16,6 @@ use tidemark_schema::{
 use tidemark_store::read::{Queries, QuerySpec, SkRange, merged_page, readings, walk_readings};
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
-use tidemark_store::to_item;
 use tidemark_testkit::TestTable;
 
 type Reading = (Timestamp, BTreeMap<MetricName, f64>);
@@ -92,13 +91,7 @@ async fn store(t: &TestTable, history: &LayoutHistory, all: &[Reading]) {
                     ttl: i64::MAX / 2,
                     arrived_at: None,
                 };
-                t.client
-                    .put_item()
-                    .table_name(&t.name)
-                    .set_item(Some(to_item(&item).unwrap()))
-                    .send()
-                    .await
-                    .unwrap();
+                t.put(&item).await;
             }
             Some(len) => {
                 let (first, second) = slots.entry((pk, len.start_of(*at))).or_default();
@@ -275,13 +268,7 @@ async fn an_unreadable_item_is_skipped_and_counted_and_the_rest_is_read() {
         if let Some((k, v)) = extra {
             item.insert(k.to_owned(), v);
         }
-        t.client
-            .put_item()
-            .table_name(&t.name)
-            .set_item(Some(item))
-            .send()
-            .await
-            .unwrap();
+        t.put_item(item).await;
     }
     let (got, walked) = walk(
         &t,

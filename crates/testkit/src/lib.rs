@@ -151,6 +151,23 @@ impl TestTable {
     pub async fn scan(&self) -> Vec<tidemark_store::Item> {
         scan_table(&self.client, &self.name).await
     }
+
+    /// Puts an entity as it is stored (its serde form), replacing any item with its key.
+    pub async fn put<T: serde::Serialize>(&self, v: &T) {
+        let item = tidemark_store::to_item(v).unwrap_or_else(|e| panic!("not an item: {e}"));
+        self.put_item(item).await;
+    }
+
+    /// Puts a raw item (a malformed one, say), replacing any item with its key.
+    pub async fn put_item(&self, item: tidemark_store::Item) {
+        self.client
+            .put_item()
+            .table_name(&self.name)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("put into {}: {e}", self.name));
+    }
 }
 
 /// Every item of `table` (consistent reads, every page), ordered by `pk` then `sk`.
