@@ -44,7 +44,7 @@ use tidemark_aggregator::pages::{self, PagePut, Pages, Recomputed};
 use tidemark_aggregator::records::cmp_seq;
 use tidemark_aggregator::store::{AggregateStore, Written};
 use tidemark_schema::{
-    AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, day_is_open, keys,
+    AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, bucket_is_open, keys,
 };
 use tidemark_streams::DynamoDbStreamSource;
 
@@ -263,14 +263,13 @@ impl Rebuilder {
                         )?
                     }
                 };
-                // A day still open stays a placeholder that readers sum from its hours
-                // (docs/design.md §5); its hours are rebuilt above, and it closes as usual.
+                // A bucket still open stays a placeholder (docs/design.md §5): readers take
+                // an open hour from its readings and sum an open day from its hours, and the
+                // rollups role writes it when it closes, as usual.
                 let mut puts = puts;
-                if let Bucket::Daily(day) = bucket {
-                    if day_is_open(day, Timestamp::now()) {
-                        for put in puts.iter_mut().filter(|p| p.number == 0) {
-                            put.item.open = true;
-                        }
+                if bucket_is_open(bucket, Timestamp::now()) {
+                    for put in puts.iter_mut().filter(|p| p.number == 0) {
+                        put.item.open = true;
                     }
                 }
                 // In order (a seal before the pages after it); a lost race: read again.

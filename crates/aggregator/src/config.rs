@@ -66,12 +66,6 @@ pub struct AggregatorConfig {
     /// The size past which a bucket's open rollup page takes no new metrics
     /// ([`crate::pages::PAGE_BYTES`]; smaller only in tests of paging).
     pub page_bytes: usize,
-    /// The most per-item marks an hourly item keeps before the hour is taken from the table
-    /// ([`tidemark_schema::marks::MAX_MARKS`]; tests lower it).
-    pub max_marks: usize,
-    /// The same for marks of single reading items
-    /// ([`tidemark_schema::marks::MAX_SINGLE_MARKS`]).
-    pub max_single_marks: usize,
     /// Where "now" comes from (the system clock; tests fix it).
     pub clock: tidemark_schema::Clock,
 }
@@ -96,8 +90,6 @@ impl AggregatorConfig {
             deadline_margin: std::time::Duration::from_secs(3),
             scan: crate::alerting::derive::ScanLimits::default(),
             page_bytes: crate::pages::PAGE_BYTES,
-            max_marks: tidemark_schema::marks::MAX_MARKS,
-            max_single_marks: tidemark_schema::marks::MAX_SINGLE_MARKS,
             clock: tidemark_schema::Clock::system(),
         }
     }

@@ -169,6 +169,15 @@ impl AggregateStore for DynamoStore {
         Ok(out)
     }
 
+    async fn hours_before(
+        &self,
+        device: &DeviceId,
+        before: Bucket,
+        n: usize,
+    ) -> Result<Vec<AggregateItem>, StoreError> {
+        crate::store::hours_before(&self.queries, device, before, n).await
+    }
+
     async fn put_aggregate(
         &self,
         item: &AggregateItem,

@@ -54,6 +54,11 @@ pub struct FakeStore {
     pub passed: Mutex<Vec<(String, Timestamp)>>,
     /// Every key `get_aggregates` was asked for, in order.
     pub aggregate_reads: Mutex<Vec<Key>>,
+    /// Devices' layout histories (none: single items), what the DynamoDB store reads from
+    /// the layout items.
+    pub histories: Mutex<std::collections::HashMap<DeviceId, LayoutHistory>>,
+    /// Per item, the newest stream record [`FakeStore::apply_records`] stored.
+    applied: Mutex<std::collections::HashMap<(String, String), u128>>,
 }
 
 /// The entity stored under `key`, if any (an item that does not parse as one is a bug in
@@ -171,6 +176,15 @@ impl AggregateStore for FakeStore {
         let pk = keys::device_pk(device);
         let prefix = keys::aggregate_page_sk_prefix(bucket);
         Ok(self.aggregates_with_prefix(&pk, &prefix))
+    }
+
+    async fn hours_before(
+        &self,
+        device: &DeviceId,
+        before: Bucket,
+        n: usize,
+    ) -> Result<Vec<AggregateItem>, StoreError> {
+        crate::store::hours_before(&self.table, device, before, n).await
     }
 
     /// Refuses an item over DynamoDB's 400 KB (sized as DynamoDB counts it, from the item
@@ -407,10 +421,17 @@ impl FakeStore {
         limit: Option<usize>,
     ) -> Result<BucketReadings, StoreError> {
         let mut out = Vec::new();
+        let history = self
+            .histories
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(device)
+            .cloned()
+            .unwrap_or(LayoutHistory::EMPTY);
         walk_readings(
             &self.table,
             device,
-            &LayoutHistory::EMPTY,
+            &history,
             from,
             to,
             newest_first,
@@ -488,6 +509,37 @@ impl FakeStore {
     }
 
     /// Stores many readings of one device at once (a history too long to send).
+    /// Leaves the table as the writes behind `event`'s records did: each record's new image
+    /// stored (a REMOVE deletes the item), unless a newer record of the item was applied
+    /// before (a replay finds the table ahead of it, as on DynamoDB). The stream only tells
+    /// of writes already made, so a test applies a batch's records before processing it.
+    pub fn apply_records(&self, event: &aws_lambda_events::event::dynamodb::Event) {
+        for r in &event.records {
+            let c = &r.change;
+            let key = |k: &str| match c.keys.get(k) {
+                Some(serde_dynamo::AttributeValue::S(s)) => s.clone(),
+                _ => String::new(),
+            };
+            let id = (key("pk"), key("sk"));
+            let seq: u128 = c
+                .sequence_number
+                .as_deref()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+            if applied.get(&id).is_some_and(|s| *s >= seq) {
+                continue;
+            }
+            applied.insert(id.clone(), seq);
+            if c.new_image.is_empty() {
+                self.table.lock().remove(&id);
+            } else {
+                let item: tidemark_store::Item = c.new_image.clone().into();
+                self.table.put(item).expect("a stream image fits the table");
+            }
+        }
+    }
+
     pub fn put_readings(&self, device: &DeviceId, readings: impl IntoIterator<Item = Reading>) {
         for (at, metrics) in readings {
             let item = ReadingItem {
@@ -502,5 +554,20 @@ impl FakeStore {
                 .put_entity(&item)
                 .expect("a reading item fits in DynamoDB's item limit");
         }
+    }
+}
+
+impl crate::Aggregator<FakeStore> {
+    /// Processes `event` after applying its records to the table
+    /// ([`FakeStore::apply_records`]): a batch as Streams delivers it, of writes made.
+    pub async fn process_written(
+        &self,
+        event: &aws_lambda_events::event::dynamodb::Event,
+    ) -> (
+        aws_lambda_events::event::streams::DynamoDbEventResponse,
+        crate::Report,
+    ) {
+        self.store().apply_records(event);
+        self.process(event).await
     }
 }

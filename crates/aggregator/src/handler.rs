@@ -134,6 +134,8 @@ pub struct Aggregator<S = DynamoStore> {
     pub(crate) notifier: Option<crate::Notifier>,
     /// Days this container knows are closed for good (the rollups role).
     pub(crate) settled_days: crate::rollups::SettledDays,
+    /// Per device, the hour before which this container left no placeholder to close.
+    pub(crate) settled_hours: crate::hours::SettledHours,
 }
 
 impl Aggregator<DynamoStore> {
@@ -144,6 +146,7 @@ impl Aggregator<DynamoStore> {
             config,
             notifier: None,
             settled_days: Default::default(),
+            settled_hours: Default::default(),
         }
     }
 }
@@ -155,6 +158,7 @@ impl<S: Store> Aggregator<S> {
             config,
             notifier: None,
             settled_days: Default::default(),
+            settled_hours: Default::default(),
         }
     }
 
@@ -423,9 +427,9 @@ mod tests {
     #[tokio::test]
     async fn a_lost_race_is_retried_from_a_fresh_read() {
         let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
-        agg.process(&event(batch()[..2].to_vec())).await;
+        agg.process_written(&event(batch()[..2].to_vec())).await;
         agg.store().conflicts.store(2, Ordering::SeqCst);
-        let (resp, report) = agg.process(&event(batch())).await;
+        let (resp, report) = agg.process_written(&event(batch())).await;
         assert!(resp.batch_item_failures.is_empty());
         assert_eq!(report.conflicts_retried, 2);
         assert_eq!(
@@ -446,7 +450,7 @@ mod tests {
             *agg.store().failing.lock().unwrap() = f.map(str::to_owned);
         };
         store_ok_for(&agg, Some("hourly"));
-        let (resp, report) = agg.process(&event(batch())).await;
+        let (resp, report) = agg.process_written(&event(batch())).await;
         // THEN Lambda is told to retry from the first record behind a failed item
         assert_eq!(resp.batch_item_failures.len(), 1);
         assert_eq!(
@@ -456,7 +460,7 @@ mod tests {
         assert!(report.failed_items >= 2);
         // WHEN the batch is retried after the outage THEN nothing is counted twice
         store_ok_for(&agg, None);
-        let (resp, _) = agg.process(&event(batch())).await;
+        let (resp, _) = agg.process_written(&event(batch())).await;
         assert!(resp.batch_item_failures.is_empty());
         for d in ["d1", "d2"] {
             assert_eq!(
@@ -489,7 +493,7 @@ mod tests {
         assert_eq!(resp.batch_item_failures.len(), 1);
         // AND the retry from there finishes it, counting nothing twice
         *agg.store().write_delay.lock().unwrap() = None;
-        let (resp, report) = agg.process(&event(batch())).await;
+        let (resp, report) = agg.process_written(&event(batch())).await;
         assert!(resp.batch_item_failures.is_empty());
         assert_eq!(report.out_of_time, 0);
         for d in ["d1", "d2"] {
@@ -533,7 +537,7 @@ mod tests {
                 seq += 1;
             }
         }
-        agg.process(&event(records)).await;
+        agg.process_written(&event(records)).await;
         // WHEN the spike is corrected to 10
         agg.store().put_reading(
             &d1,
@@ -542,7 +546,7 @@ mod tests {
         );
         agg.store().readings_summarized.store(0, Ordering::SeqCst);
         let (resp, _) = agg
-            .process(&event(vec![modify(
+            .process_written(&event(vec![modify(
                 seq,
                 "d1",
                 "2026-04-20T14:30:00Z",
@@ -583,6 +587,17 @@ mod tests {
     {
         use crate::testing::{slot_item, slot_record};
         let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let hour_slots = tidemark_schema::LayoutHistory::EMPTY
+            .with_layout(
+                ts("2026-04-20T00:00:00Z"),
+                tidemark_schema::Layout::packed(tidemark_schema::SlotLen::new(3600).unwrap()),
+            )
+            .unwrap();
+        agg.store()
+            .histories
+            .lock()
+            .unwrap()
+            .insert(DeviceId::new("d1").unwrap(), hour_slots);
         let start = ts("2026-04-20T14:00:00Z");
         let v1 = slot_item("d1", start, 0, &[(0, 1.0), (10, 2.0), (20, 3.0)]);
         let v2 = slot_item("d1", start, 0, &[(0, 1.0), (10, 2.0), (20, 3.0), (30, 4.0)]);
@@ -597,9 +612,9 @@ mod tests {
             slot_record(4, Some(&v1), Some(&v2)),
         ];
         // WHEN it is delivered, bisected and delivered again
-        let (resp, report) = agg.process(&event(batch.clone())).await;
-        agg.process(&event(batch[..2].to_vec())).await;
-        agg.process(&event(batch.clone())).await;
+        let (resp, report) = agg.process_written(&event(batch.clone())).await;
+        agg.process_written(&event(batch[..2].to_vec())).await;
+        agg.process_written(&event(batch.clone())).await;
         // THEN nothing failed, the corrupt part was counted, and every reading counted once
         assert!(resp.batch_item_failures.is_empty());
         assert_eq!(report.unreadable_items, 1);

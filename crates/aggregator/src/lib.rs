@@ -1,15 +1,15 @@
 //! The aggregator function: the table's stream, read twice (two event-source mappings on one
 //! stream, the same binary in two roles, [`Role`]):
 //!
-//! - **rollups** (long batching window): exact hourly and daily aggregates. An hourly item
-//!   keeps, per source item, the newest stream record it applied (`marks`,
-//!   [`tidemark_schema::marks`]) and a `version` for optimistic concurrency, both advanced by
-//!   the conditional write that applies a batch: replays, bisected batches and a partition
-//!   split over two stream shards change nothing. A day follows its hours once it has closed,
-//!   a placeholder readers sum until then ([`days`]). One write per touched hour per batch; a correction or delete that moves an hour's extreme
-//!   folds the hour's raw readings page by page. A bucket whose
-//!   rollup outgrows 64 KB (a gateway with thousands of tags) continues in overflow pages
-//!   ([`pages`]), each with its own marks and version, none near the 400 KB limit.
+//! - **rollups** (long batching window): exact hourly and daily aggregates, each written
+//!   once it closes ([`hours`]): while open its item is a placeholder readers replace (an
+//!   hour by its readings, a day by the sum of its hours), and once closed every write of an
+//!   hour is its recomputation from the table, conditional on the item's `version` and
+//!   written only when the content differs: replays, bisected batches and records still
+//!   ahead in the stream write nothing. A day follows its hours once it has closed
+//!   ([`days`]). A bucket whose rollup outgrows 64 KB (a gateway with thousands of tags)
+//!   continues in overflow pages ([`pages`]), each with its own version, none near the 400 KB
+//!   limit.
 //! - **alerts** ([`alerting`], short window): each device's alert states follow its readings
 //!   in timestamp order (see that module), the device item's `lastSeenAt`/`latest`, written
 //!   only when a state changes or `lastSeenAt` is [`AggregatorConfig::device_refresh`]
@@ -20,7 +20,7 @@
 //! and new images differ in, applied exactly as that reading's own record would be (a part
 //! only being sealed changes nothing; a TTL expiry, of a part as of a reading, never changes
 //! a rollup). A part whose image does not decode is skipped, logged with its key and counted
-//! (`UnreadableItems`); the rest of the batch goes on. Reads of stored readings (extremes to
+//! (`UnreadableItems`); the rest of the batch goes on. Reads of stored readings (hours to
 //! recompute, alert derivations) walk each layout epoch's single items or slot parts.
 //!
 //! The logic is pure ([`combine`], [`days`], [`alerting::rules`], [`records`]) and talks to the table
@@ -40,6 +40,7 @@ pub mod error;
 #[cfg(test)]
 mod fake;
 pub mod handler;
+mod hours;
 pub mod notify;
 pub mod offline;
 pub mod pages;

@@ -4,33 +4,25 @@
 //!
 //! Page 0 is the aggregate item (`AGG#<period>#<bucket>`); pages 1, 2, … live under
 //! `AGGPAGE#<period>#<bucket>#<n>` ([`tidemark_schema::keys::aggregate_page_sk`]), outside
-//! the API's aggregate ranges. Every page has the item's shape, with its own metrics,
-//! marks (per source item, [`tidemark_schema::marks`]) and `version`, plus `sealed`. An ordinary device never gets a
-//! second page: its bucket is one item written once per batch, exactly as before.
+//! the API's aggregate ranges. Every page has the item's shape, with its own metrics and
+//! `version`, plus `sealed`. An ordinary device never gets a second page.
 //!
-//! The protocol is the packed slots' ([`tidemark_store::slots`]):
-//! - a metric lives in exactly one page and never moves; a batch's contribution to it is
-//!   applied to that page under that page's marks ([`crate::combine::apply`]), so
-//!   exactly-once holds page by page;
+//! A bucket is written whole from a recomputation (an hour from its readings, a day from its
+//! hours), [`rebuild`] turning the recomputed metrics into page puts with the packed slots'
+//! protocol ([`tidemark_store::slots`]):
+//! - a metric lives in exactly one page and never moves (a metric no reading has any more
+//!   stays in its page with count 0, which readers leave out);
 //! - new metrics go only to the open page (the last, unsealed one) while it stays under the
 //!   page budget ([`PAGE_BYTES`]); what does not fit is put in new pages, and the open page
 //!   is first **sealed** (a conditional put bumping its version, `sealed = true`), and only
 //!   then the next page created (conditional on `attribute_not_exists`);
-//! - sealed pages keep taking updates of the metrics they hold;
-//! - the puts of one decision run in order: the open page (all the new metrics, or only its
-//!   seal), the new pages, then the updates of every other page. So a page's marks
-//!   never advance over a record whose new metrics have no page yet, and a decision cut
-//!   short anywhere (a lost race, a crash) leaves nothing a retry would skip. A record may
-//!   start a metric only if page 0 has not applied it (that refuses a replay of a metric an
-//!   unpaged item once dropped on a delete), and a metric a delete empties in a page stays
-//!   there with count 0 (readers leave it out), so no replay can start it a second time.
+//! - the puts run in order: the open page (all the new metrics, or only its seal), the new
+//!   pages, then every other page.
 //!
 //! Each put is conditional on the page's version as read (or on its absence), so a writer
 //! that missed a newer page always fails a condition: the open page it would fill or seal
 //! was bumped by the seal, or the page it would create exists. It then reads the pages
-//! again and decides again; pages it already wrote have advanced their marks, so
-//! applying the batch again changes nothing there. Two writers can never put one metric in
-//! two pages.
+//! again and recomputes. Two writers can never put one metric in two pages.
 //!
 //! Readers learn a bucket has overflow pages from page 0's `sealed` (page 0 is sealed
 //! exactly when page 1 exists, or is about to), Query the page prefix, and merge
@@ -43,7 +35,7 @@ use tidemark_schema::{AggregateItem, Bucket, DeviceId, EntityKey, Key, MetricNam
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};
 use tidemark_store::{StoreError, to_item};
 
-use crate::combine::{self, AggregatePlan, BucketSummary};
+use crate::combine;
 
 /// The encoded size past which a page takes no new metrics. A write is billed by the whole
 /// item, so this also bounds what one page write costs (64 WCU); about 800 metrics of a
@@ -134,16 +126,7 @@ pub struct Built {
     pub item: AggregateItem,
     /// False: nothing changed, nothing to write (unless the page must be sealed).
     pub changed: bool,
-    /// The extremes of a removed value must be taken from the raw readings first.
-    pub needs_summary: bool,
     pub added: BTreeSet<(String, String, tidemark_schema::Timestamp)>,
-}
-
-/// The puts of one decision, or the news that raw readings must be summarized first.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    Puts(Vec<PagePut>),
-    NeedsSummary,
 }
 
 /// Places `fresh` metrics (held by no page, in order) and the updates `build` makes into
@@ -164,9 +147,8 @@ pub fn place(
     fresh: &[MetricName],
     budget: usize,
     mut build: impl FnMut(Key, Option<&AggregateItem>, &[MetricName]) -> Built,
-) -> Result<Decision, StoreError> {
+) -> Result<Vec<PagePut>, StoreError> {
     let mut puts = Vec::new();
-    let mut needs_summary = false;
     let last = pages.pages.len().checked_sub(1);
     let open = last.filter(|i| !pages.pages[*i].1.sealed);
     let mut sealed_now: Option<AggregateItem> = None;
@@ -174,7 +156,6 @@ pub fn place(
     if let Some(i) = open {
         let (n, p) = &pages.pages[i];
         let b = build(AggregateItem::page_key(device, bucket, *n), Some(p), fresh);
-        needs_summary |= b.needs_summary;
         if fresh.is_empty() || size(&b.item)? <= budget {
             placed = true;
             if b.changed {
@@ -210,7 +191,6 @@ pub fn place(
         })?;
         let key = AggregateItem::page_key(device, bucket, n);
         let (k, mut b) = fit(rest, budget, |offered| build(key.clone(), None, offered))?;
-        needs_summary |= b.needs_summary;
         rest = &rest[k..];
         b.item.sealed = !rest.is_empty();
         puts.push(PagePut {
@@ -232,7 +212,6 @@ pub fn place(
             Some(current),
             &[],
         );
-        needs_summary |= b.needs_summary;
         if b.changed {
             puts.push(PagePut {
                 number: *n,
@@ -242,11 +221,7 @@ pub fn place(
             });
         }
     }
-    Ok(if needs_summary {
-        Decision::NeedsSummary
-    } else {
-        Decision::Puts(puts)
-    })
+    Ok(puts)
 }
 
 /// The longest prefix of `offered` (at least one metric) whose new page stays within
@@ -274,87 +249,6 @@ fn fit(
         }
     }
     Ok((lo, best))
-}
-
-/// The aggregator's decision for one batch's `plan` over the bucket's `pages`: each page
-/// gets the contributions to the metrics it holds, applied under its own marks; the
-/// metrics no page holds are placed by [`place`]. An ordinary bucket (one open page that
-/// stays within `budget`) gets exactly the single write it always had.
-pub fn decide(
-    plan: &AggregatePlan,
-    pages: &Pages,
-    budget: usize,
-    summary: Option<&BucketSummary>,
-) -> Result<Decision, StoreError> {
-    let single = match pages.pages.as_slice() {
-        [] => Some(None),
-        [(0, p)] if !p.sealed => Some(Some(p)),
-        _ => None,
-    };
-    if let Some(current) = single {
-        let a = combine::apply(current, plan);
-        if a.applied == 0 {
-            return Ok(Decision::Puts(Vec::new()));
-        }
-        let mut item = a.item;
-        if !a.recompute.is_empty() {
-            let Some(s) = summary else {
-                return Ok(Decision::NeedsSummary);
-            };
-            combine::fix_extremes(&mut item, &a.recompute, s);
-        }
-        if size(&item)? <= budget {
-            return Ok(Decision::Puts(vec![PagePut {
-                number: 0,
-                item,
-                expected: current.map(|c| c.version),
-                added: a.added,
-            }]));
-        }
-    }
-    let holder = pages.holder();
-    let mut fresh: BTreeSet<&MetricName> = BTreeSet::new();
-    for c in &plan.contributions {
-        fresh.extend(c.delta.brings().filter(|m| !holder.contains_key(m)));
-    }
-    let fresh: Vec<MetricName> = fresh.into_iter().cloned().collect();
-    let page0 = pages.pages.first().filter(|(n, _)| *n == 0).map(|(_, p)| p);
-    place(
-        &plan.device,
-        plan.bucket,
-        pages,
-        &fresh,
-        budget,
-        |key, page, offered| {
-            let offered: BTreeSet<&MetricName> = offered.iter().collect();
-            let own = |m: &MetricName| page.is_some_and(|p| p.metrics.contains_key(m));
-            // A record may start a metric only if page 0 has not applied it: page 0's
-            // marks advance after the record's new metrics have their page (so this
-            // refuses only what was applied before, e.g. a metric a delete emptied from an
-            // item that was not paged yet, replayed).
-            let newer = |c: &combine::Contribution| {
-                page0.is_none_or(|p| combine::is_new(&p.applied, &p.marks, c))
-            };
-            let sub = combine::restrict(plan, key, |c, m| {
-                own(m) || (offered.contains(m) && newer(c))
-            });
-            let a = combine::apply_with(page, &sub, true);
-            let mut item = a.item;
-            let mut needs_summary = false;
-            if !a.recompute.is_empty() {
-                match summary {
-                    Some(s) => combine::fix_page_extremes(&mut item, &a.recompute, s),
-                    None => needs_summary = true,
-                }
-            }
-            Built {
-                item,
-                changed: a.applied > 0,
-                needs_summary,
-                added: a.added,
-            }
-        },
-    )
 }
 
 /// One metric of a rollup recomputed from raw readings: its stats and the first and last
@@ -385,7 +279,7 @@ pub fn rebuild(
         .filter(|m| !holder.contains_key(m))
         .cloned()
         .collect();
-    let decision = place(
+    place(
         device,
         bucket,
         pages,
@@ -434,15 +328,10 @@ pub fn rebuild(
             Built {
                 item,
                 changed: true,
-                needs_summary: false,
                 added: BTreeSet::new(),
             }
         },
-    )?;
-    match decision {
-        Decision::Puts(p) => Ok(p),
-        Decision::NeedsSummary => unreachable!("a rebuild needs no summary"),
-    }
+    )
 }
 
 /// A bucket recomputed whole (a day folded from its hours, an hour taken from the table) as
@@ -502,7 +391,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-    use tidemark_schema::{AggregateItem, DeviceId, Key, MetricName, Period, Stats, Timestamp};
+    use tidemark_schema::{AggregateItem, DeviceId, MetricName, Period, Stats, Timestamp};
     use tidemark_store::limits::MAX_ITEM_BYTES;
 
     use super::*;
@@ -574,19 +463,14 @@ mod tests {
         // GIVEN a gateway with 8,000 tags under one device ID, 32 metrics a record, read
         // twice in one hour (500 records)
         let (records, want) = gateway_hour(8_000);
-        // (its readings are not in the fake table: the hour keeps its marks)
-        let config = AggregatorConfig {
-            max_single_marks: usize::MAX,
-            ..AggregatorConfig::new("t")
-        };
-        let agg = Aggregator::with_store(FakeStore::default(), config);
+        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
         // WHEN delivered in batches, then replayed regrouped, then bisected and replayed
         let mut deliveries: Vec<&[EventRecord]> = records.chunks(100).collect();
         deliveries.extend(records.chunks(37));
         deliveries.push(&records[..250]);
         deliveries.push(&records);
         for batch in deliveries {
-            let (resp, _) = agg.process(&event(batch)).await;
+            let (resp, _) = agg.process_written(&event(batch)).await;
             // THEN no batch ever fails
             assert!(resp.batch_item_failures.is_empty(), "a batch failed");
         }
@@ -620,7 +504,7 @@ mod tests {
     async fn an_ordinary_device_still_writes_one_item_per_bucket_per_batch() {
         let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
         let (records, want) = gateway_hour(40);
-        let (_, report) = agg.process(&event(&records)).await;
+        let (_, report) = agg.process_written(&event(&records)).await;
         assert_eq!(report.items_written, 2, "one hourly and one daily item");
         let (pages, merged) = bucket(agg.store(), "gw", Period::Hourly);
         assert_eq!(pages.len(), 1);
@@ -641,9 +525,18 @@ mod tests {
         config.page_bytes = 4 * 1024;
         let store = FakeStore::default();
         *store.write_delay.lock().unwrap() = Some(std::time::Duration::from_millis(5));
+        // (its readings in two shard partitions from a minute into the hour)
+        let sharded = tidemark_schema::LayoutHistory::EMPTY
+            .with_change(t0().plus_millis(30_000).unwrap(), 4)
+            .unwrap();
+        store
+            .histories
+            .lock()
+            .unwrap()
+            .insert(DeviceId::new("gw").unwrap(), sharded);
         let agg = Aggregator::with_store(store, config);
         let (first, _) = gateway_hour(64);
-        let (resp, _) = agg.process(&event(&first[..2])).await;
+        let (resp, _) = agg.process_written(&event(&first[..2])).await;
         assert!(resp.batch_item_failures.is_empty());
         // WHEN two invocations (two shard partitions of a hot gateway) add new metrics at
         // once, some of them the same
@@ -657,7 +550,7 @@ mod tests {
         };
         let (a, b) = (batch(1, "a"), batch(2, "b"));
         let (ea, eb) = (event(&a), event(&b));
-        let (ra, rb) = tokio::join!(agg.process(&ea), agg.process(&eb));
+        let (ra, rb) = tokio::join!(agg.process_written(&ea), agg.process_written(&eb));
         assert!(ra.0.batch_item_failures.is_empty() && rb.0.batch_item_failures.is_empty());
         assert!(
             ra.1.conflicts_retried + rb.1.conflicts_retried > 0,
@@ -680,85 +573,5 @@ mod tests {
             assert_eq!(merged.metrics[&MetricName::new("b039").unwrap()].count, 1);
             assert_eq!(merged.metrics.len(), 64 + 40 + 40 + 20);
         }
-    }
-
-    fn key(n: u16) -> Key {
-        AggregateItem::page_key(
-            &DeviceId::new("gw").unwrap(),
-            Period::Hourly.bucket(t0()),
-            n,
-        )
-    }
-
-    #[test]
-    fn a_writer_that_read_before_a_seal_fails_its_first_condition() {
-        // GIVEN two writers that read the same full open page 0
-        let (records, _) = gateway_hour(64);
-        let plan_of = |records: &[EventRecord]| {
-            let changes: Vec<_> = records
-                .iter()
-                .enumerate()
-                .flat_map(|(i, r)| crate::records::classify(i, r).unwrap())
-                .collect();
-            crate::combine::plan(&changes, t0()).remove(1)
-        };
-        let base = plan_of(&records[..2]);
-        let Decision::Puts(puts) = decide(&base, &Pages::default(), 4096, None).unwrap() else {
-            panic!()
-        };
-        let mut table: BTreeMap<Key, AggregateItem> = BTreeMap::new();
-        let run = |table: &mut BTreeMap<Key, AggregateItem>, puts: &[PagePut]| -> bool {
-            for p in puts {
-                let k = Key {
-                    pk: p.item.pk.clone(),
-                    sk: p.item.sk.clone(),
-                };
-                if table.get(&k).map(|i| i.version) != p.expected {
-                    return false;
-                }
-                table.insert(k, p.item.clone());
-            }
-            true
-        };
-        assert!(run(&mut table, &puts));
-        let read = |table: &BTreeMap<Key, AggregateItem>| {
-            Pages::of(
-                table.get(&key(0)).cloned(),
-                table
-                    .values()
-                    .filter(|p| p.sk != key(0).sk)
-                    .cloned()
-                    .collect(),
-            )
-        };
-        let stale = read(&table);
-        let more = |name: &str, seq| {
-            let metrics = (0..80)
-                .map(|i| (MetricName::new(&format!("{name}{i:03}")).unwrap(), 1.0))
-                .collect();
-            plan_of(&[insert_reading(seq, "gw", None, t0(), metrics)])
-        };
-        let (pa, pb) = (more("a", 900), more("a", 901));
-        let Decision::Puts(a) = decide(&pa, &stale, 4096, None).unwrap() else {
-            panic!()
-        };
-        let Decision::Puts(b) = decide(&pb, &stale, 4096, None).unwrap() else {
-            panic!()
-        };
-        // WHEN the first writer seals page 0 and places its metrics in new pages
-        assert!(a[0].item.sealed && a[0].expected.is_some(), "seal first");
-        assert!(run(&mut table, &a));
-        // THEN the second fails its first condition, and from a fresh read it updates the
-        // metrics where they are
-        assert!(!run(&mut table, &b[..1]));
-        let Decision::Puts(b) = decide(&pb, &read(&table), 4096, None).unwrap() else {
-            panic!()
-        };
-        assert!(b.iter().all(|p| p.expected.is_some()), "no new page");
-        assert!(run(&mut table, &b));
-        let merged = read(&table).merged().unwrap();
-        assert_eq!(merged.metrics[&MetricName::new("a000").unwrap()].count, 2);
-        let held: usize = table.values().map(|p| p.metrics.len()).sum();
-        assert_eq!(held, merged.metrics.len());
     }
 }

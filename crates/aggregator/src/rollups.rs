@@ -1,20 +1,20 @@
-//! The rollups role: every reading change becomes exact hourly aggregates, each touched
-//! item written once per batch under its version (re-read, backed off and retried on a lost
-//! race), and each touched day then follows its hours once it has closed, a placeholder
-//! written once before that ([`crate::days`]). A bucket whose
-//! rollup outgrows one item (thousands of metrics under one device ID) is split into pages
-//! ([`crate::pages`]); an ordinary device still writes one item per hour per batch.
+//! The rollups role: every reading change lands in its hour ([`crate::hours`]: a placeholder
+//! while the hour is open, its rollup recomputed from the table once closed), each write on
+//! the item's version (re-read, backed off and retried on a lost race), and each touched day
+//! then follows its hours once it has closed, a placeholder written once before that
+//! ([`crate::days`]). A bucket whose rollup outgrows one item (thousands of metrics under one
+//! device ID) is split into pages ([`crate::pages`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
-use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp, day_is_open};
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp, bucket_is_open};
 
 use crate::AggregatorError;
 use crate::combine::{self, AggregatePlan};
 use crate::days::{self, DayStep, HourChange};
 use crate::handler::{Aggregator, read_skipping_unreadable};
-use crate::pages::{self, Decision, PagePut, Pages, Recomputed};
+use crate::pages::{self, PagePut, Pages};
 use crate::records::StreamChange;
 use crate::report::Counters;
 use crate::store::{Store, Written};
@@ -52,12 +52,9 @@ impl SettledDays {
     }
 }
 
-/// Whether the daily `bucket` is still open at `at` ([`day_is_open`]).
+/// Whether `bucket` is still open at `at` ([`bucket_is_open`]).
 fn is_open(bucket: Bucket, at: Timestamp) -> bool {
-    match bucket {
-        Bucket::Daily(day) => day_is_open(day, at),
-        Bucket::Hourly(_) => false,
-    }
+    bucket_is_open(bucket, at)
 }
 
 impl<S: Store> Aggregator<S> {
@@ -70,11 +67,7 @@ impl<S: Store> Aggregator<S> {
         stop: tokio::time::Instant,
         failed: &mut Vec<usize>,
     ) {
-        let mut plans = combine::plan(changes, self.config.clock.now());
-        for p in &mut plans {
-            p.max_marks = self.config.max_marks;
-            p.max_single_marks = self.config.max_single_marks;
-        }
+        let plans = combine::plan(changes);
         let keys: Vec<Key> = plans.iter().map(|p| p.key.clone()).collect();
         let store = &self.store;
         let (aggs, unreadable) =
@@ -92,13 +85,20 @@ impl<S: Store> Aggregator<S> {
         let unreadable: &HashSet<Key> = &unreadable;
         let plans = &plans;
         let aggs = &aggs;
+        // A bucket within CLOSE_MARGIN of its close is treated as closed: a batch whose clock
+        // says it is open writes only a placeholder, and the batch that closes it later, whose
+        // clock says so, then reads what this one saw in the table (docs/design.md §5).
+        let now = self.config.clock.now();
+        let soon = now.plus_millis(CLOSE_MARGIN_MS).unwrap_or(now);
         // Hourly items first, then the days, which follow their hours.
         let (hourly, daily): (Vec<usize>, Vec<usize>) = (0..plans.len())
             .filter(|i| !unreadable.contains(&plans[*i].key))
             .partition(|i| plans[*i].bucket.period() == Period::Hourly);
         let mut behind: HashSet<(DeviceId, Bucket)> = HashSet::new();
         let mut hours: HashMap<(DeviceId, Bucket), Vec<HourChange>> = HashMap::new();
-        for (i, r) in self.write_plans(plans, hourly, aggs, counters, stop).await {
+        // Boxed, as the fold below: one future holding every step of a batch is too deep a
+        // type for the compiler's layout queries.
+        for (i, r) in Box::pin(self.write_hours(plans, hourly, aggs, soon, counters, stop)).await {
             let p = &plans[i];
             match r {
                 Ok(h) => hours
@@ -114,17 +114,15 @@ impl<S: Store> Aggregator<S> {
                 }
             }
         }
+        for (device, h) in Box::pin(self.close_pending_hours(plans, now, counters, stop)).await {
+            hours.entry((device, day_of(h.hour))).or_default().push(h);
+        }
         // A day whose hourly items this batch could not write waits for the retry.
         let (daily, waiting): (Vec<usize>, Vec<usize>) = daily
             .into_iter()
             .partition(|i| !behind.contains(&(plans[*i].device.clone(), plans[*i].bucket)));
         failed.extend(waiting.iter().map(|i| plans[*i].first_index()));
         let hours = &hours;
-        // Read after the hours were written: a day this batch sees open is closed later by a
-        // batch whose clock says so, whose fold then reads these hours. CLOSE_MARGIN covers
-        // the clocks of two invocations disagreeing (docs/design.md §5).
-        let now = self.config.clock.now();
-        let soon = now.plus_millis(CLOSE_MARGIN_MS).unwrap_or(now);
         let touched: BTreeSet<(DeviceId, Bucket)> = daily
             .iter()
             .map(|i| (plans[*i].device.clone(), plans[*i].bucket))
@@ -181,15 +179,7 @@ impl<S: Store> Aggregator<S> {
                 (!touched.contains(&key)
                     && !is_open(prev, now)
                     && !self.settled_days.contains(&key))
-                .then(|| AggregatePlan {
-                    key: AggregateItem::key_for(device, prev),
-                    device: device.clone(),
-                    bucket: prev,
-                    contributions: Vec::new(),
-                    now: now.epoch_seconds(),
-                    max_marks: self.config.max_marks,
-                    max_single_marks: self.config.max_single_marks,
-                })
+                .then(|| AggregatePlan::bare(device, prev))
             })
             .collect();
         if previous.is_empty() {
@@ -257,7 +247,7 @@ impl<S: Store> Aggregator<S> {
                     item,
                     added: BTreeSet::new(),
                 }],
-                DayStep::Refold => self.refold_day(plan, current.take()).await?,
+                DayStep::Refold => self.refold_day(plan, current.take(), counters).await?,
             };
             if self.put_pages(&puts, counters).await? {
                 return Ok(());
@@ -276,6 +266,7 @@ impl<S: Store> Aggregator<S> {
         &self,
         plan: &AggregatePlan,
         current: Option<AggregateItem>,
+        counters: &Counters,
     ) -> Result<Vec<PagePut>, AggregatorError> {
         let (device, day) = (&plan.device, plan.bucket);
         let overflow = if current.as_ref().is_some_and(|c| c.sealed) {
@@ -292,6 +283,25 @@ impl<S: Store> Aggregator<S> {
             .map(|h| AggregateItem::key_for(device, *h))
             .collect();
         let mut items = self.store.get_aggregates(&keys).await?;
+        // A closed day folds closed hours: a placeholder left (its device fell silent, or
+        // its close failed) is closed first, and read again.
+        let now = self.config.clock.now();
+        for (hour, key) in hours.iter().zip(&keys) {
+            if let Some(page0) = items.get(key).filter(|p| p.open && !is_open(*hour, now)) {
+                let plan = AggregatePlan::bare(device, *hour);
+                // Boxed: a future holding every step of a fold inside a batch's is too deep.
+                Box::pin(self.write_hour(&plan, Some(page0.clone()), false, counters)).await?;
+                match self
+                    .store
+                    .get_aggregates(std::slice::from_ref(key))
+                    .await?
+                    .remove(key)
+                {
+                    Some(p) => items.insert(key.clone(), p),
+                    None => items.remove(key),
+                };
+            }
+        }
         let mut read = Vec::new();
         for (hour, key) in hours.into_iter().zip(&keys) {
             let mut pages: Vec<AggregateItem> = items.remove(key).into_iter().collect();
@@ -331,74 +341,8 @@ impl<S: Store> Aggregator<S> {
         Ok(puts)
     }
 
-    /// The puts that make an hour past its marks' cap what its stored readings say, read
-    /// strongly consistent after its pages (`read`), on their versions: content-idempotent,
-    /// so replays and records still ahead in the stream only write the same content again
-    /// (docs/design.md §5). Bounded by the hour: at most 3,600 s of one device's readings.
-    async fn hour_from_table(
-        &self,
-        plan: &AggregatePlan,
-        read: &Pages,
-    ) -> Result<Vec<PagePut>, AggregatorError> {
-        let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
-        let s = self
-            .store
-            .summarize(&plan.device, plan.bucket.start(), last)
-            .await?;
-        let target: BTreeMap<_, Recomputed> = s
-            .stats
-            .iter()
-            .filter_map(|(m, st)| {
-                let (first, last) = s.times.get(m)?;
-                Some((
-                    m.clone(),
-                    Recomputed {
-                        stats: *st,
-                        first: *first,
-                        last: *last,
-                    },
-                ))
-            })
-            .collect();
-        let mut puts = match read.pages.as_slice() {
-            [] | [(0, _)] if !read.pages.first().is_some_and(|(_, p)| p.sealed) => {
-                let current = read.pages.first().map(|(_, p)| p);
-                let mut item = pages::one_item(&plan.key, current, &target);
-                item.from_table = true;
-                if pages::size(&item)? > self.config.page_bytes {
-                    None
-                } else if pages::differs(current, &item) {
-                    Some(vec![PagePut {
-                        number: 0,
-                        expected: current.map(|c| c.version),
-                        item,
-                        added: BTreeSet::new(),
-                    }])
-                } else {
-                    Some(Vec::new())
-                }
-            }
-            _ => None,
-        };
-        if puts.is_none() {
-            let mut all = pages::rebuild(
-                &plan.device,
-                plan.bucket,
-                read,
-                &target,
-                &BTreeMap::new(),
-                self.config.page_bytes,
-            )?;
-            for p in &mut all {
-                p.item.from_table = true;
-            }
-            puts = Some(all);
-        }
-        Ok(puts.unwrap_or_default())
-    }
-
     /// After a lost race on `plan`'s bucket: counts it, backs off, reads page 0 again.
-    async fn reread_after_lost_race(
+    pub(crate) async fn reread_after_lost_race(
         &self,
         plan: &AggregatePlan,
         attempt: u32,
@@ -414,7 +358,7 @@ impl<S: Store> Aggregator<S> {
     }
 
     /// Runs `puts` in order; false when one lost its race (the rest are not tried).
-    async fn put_pages(
+    pub(crate) async fn put_pages(
         &self,
         puts: &[PagePut],
         counters: &Counters,
@@ -426,133 +370,6 @@ impl<S: Store> Aggregator<S> {
             }
         }
         Ok(true)
-    }
-
-    /// Writes the plans `which`, concurrently; each one's result by its index.
-    async fn write_plans(
-        &self,
-        plans: &[AggregatePlan],
-        which: Vec<usize>,
-        aggs: &HashMap<Key, AggregateItem>,
-        counters: &Counters,
-        stop: tokio::time::Instant,
-    ) -> Vec<(usize, Result<HourChange, AggregatorError>)> {
-        // Indexes, not borrowed items, feed the stream: closures over `&T` would make the
-        // handler future !Send (a rustc limitation with higher-ranked lifetimes).
-        futures::stream::iter(which)
-            .map(|i| {
-                let p = &plans[i];
-                let current = aggs.get(&p.key).cloned();
-                async move {
-                    let r = counters
-                        .until(stop, self.write_aggregate(p, current, counters))
-                        .await;
-                    (i, r)
-                }
-            })
-            .buffer_unordered(self.config.write_concurrency.max(1))
-            .collect::<Vec<_>>()
-            .await
-    }
-
-    /// Writes one bucket's share of the batch into its pages ([`crate::pages`]): one put
-    /// for an ordinary bucket, one per changed page (plus a seal and new pages when new
-    /// metrics overflow the open page) for a paged one. A lost race on any page: read the
-    /// pages again and decide again (pages already written skip what they applied).
-    async fn write_aggregate(
-        &self,
-        plan: &AggregatePlan,
-        mut current: Option<AggregateItem>,
-        counters: &Counters,
-    ) -> Result<HourChange, AggregatorError> {
-        let mut added = BTreeSet::new();
-        for attempt in 1..=self.config.max_attempts {
-            let overflow = if current.as_ref().is_some_and(|c| c.sealed) {
-                self.store
-                    .aggregate_pages(&plan.device, plan.bucket)
-                    .await?
-            } else {
-                Vec::new()
-            };
-            let read = Pages::of(current.take(), overflow);
-            let budget = self.config.page_bytes;
-            let mut from_table = read.pages.first().is_some_and(|(_, p)| p.from_table);
-            let puts = if from_table {
-                self.hour_from_table(plan, &read).await?
-            } else {
-                // The bucket's raw readings are summarized only when a removed value was an
-                // extreme, and again after a lost race (the winner may have seen newer ones).
-                let mut decision = pages::decide(plan, &read, budget, None)?;
-                if decision == Decision::NeedsSummary {
-                    let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
-                    let s = self
-                        .store
-                        .summarize(&plan.device, plan.bucket.start(), last)
-                        .await?;
-                    decision = pages::decide(plan, &read, budget, Some(&s))?;
-                }
-                let Decision::Puts(puts) = decision else {
-                    unreachable!("a decision with the bucket's summary needs nothing more")
-                };
-                from_table = puts.iter().any(|p| p.item.from_table);
-                if from_table {
-                    self.hour_from_table(plan, &read).await?
-                } else {
-                    puts
-                }
-            };
-            let mut lost = false;
-            for put in &puts {
-                match self.store.put_aggregate(&put.item, put.expected).await? {
-                    Written::Ok { units } => {
-                        counters.written(units);
-                        added.extend(put.added.iter().cloned());
-                    }
-                    Written::Conflict => {
-                        lost = true;
-                        break;
-                    }
-                }
-            }
-            if !lost {
-                if from_table {
-                    // Every reading the batch adds, whether or not the table already showed
-                    // it (a replay of such an hour counts again here; its content does not).
-                    added.extend(
-                        plan.contributions
-                            .iter()
-                            .filter(|c| matches!(c.delta, combine::Delta::Add(_)))
-                            .map(|c| (c.source_pk.clone(), c.seq.clone(), c.at)),
-                    );
-                }
-                Counters::add(&counters.readings_aggregated, added.len() as u64);
-                return Ok(hour_change(plan.bucket, &read, &puts));
-            }
-            current = self.reread_after_lost_race(plan, attempt, counters).await?;
-        }
-        Err(AggregatorError::Contended {
-            key: plan.key.to_string(),
-            attempts: self.config.max_attempts,
-        })
-    }
-}
-
-/// What the puts of one decision did to the hour read as `read`.
-fn hour_change(hour: Bucket, read: &Pages, puts: &[PagePut]) -> HourChange {
-    let old: Vec<AggregateItem> = read.pages.iter().map(|(_, p)| p.clone()).collect();
-    let mut new: BTreeMap<u16, AggregateItem> = read.pages.iter().cloned().collect();
-    for put in puts {
-        new.insert(put.number, put.item.clone());
-    }
-    let new: Vec<AggregateItem> = new.into_values().collect();
-    let paged = |pages: &[AggregateItem]| pages.len() > 1 || pages.iter().any(|p| p.sealed);
-    HourChange {
-        hour,
-        paged: paged(&old) || paged(&new),
-        old_version: days::hour_version(&old),
-        new_version: days::hour_version(&new),
-        old: AggregateItem::merge_pages(old),
-        new: AggregateItem::merge_pages(new),
     }
 }
 
@@ -587,7 +404,7 @@ mod tests {
         for (seq, minute) in [(1, "00:40"), (2, "00:45"), (3, "00:50")] {
             let at = t(&format!("2026-04-21T{minute}:00Z"));
             let (resp, _) = agg
-                .process(&event(vec![insert(seq, "d", at, "t", 1.0)]))
+                .process_written(&event(vec![insert(seq, "d", at, "t", 1.0)]))
                 .await;
             assert!(resp.batch_item_failures.is_empty());
         }

@@ -53,6 +53,14 @@ pub trait AggregateStore {
         device: &DeviceId,
         bucket: Bucket,
     ) -> impl Future<Output = Result<Vec<AggregateItem>, StoreError>> + Send;
+    /// At most `n` of `device`'s hourly items (page 0) before the hour `before`, newest
+    /// first, consistent: where a batch looks for placeholders left to close.
+    fn hours_before(
+        &self,
+        device: &DeviceId,
+        before: Bucket,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<AggregateItem>, StoreError>> + Send;
     /// Writes `item` (any page) if the stored version is still `expected` (`None`: no
     /// item yet).
     fn put_aggregate(
@@ -163,3 +171,33 @@ impl<T: AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStor
 }
 
 pub use crate::dynamo::DynamoStore;
+
+/// [`AggregateStore::hours_before`] over any table a query runs on.
+pub(crate) async fn hours_before<Q: tidemark_store::read::QueryStore + Sync>(
+    q: &Q,
+    device: &DeviceId,
+    before: Bucket,
+    n: usize,
+) -> Result<Vec<AggregateItem>, StoreError> {
+    use tidemark_schema::{Period, keys};
+    use tidemark_store::read::{QuerySpec, SkRange};
+    let Some(last) = before.start().pred() else {
+        return Ok(Vec::new());
+    };
+    let mut spec = QuerySpec::table(
+        keys::device_pk(device),
+        SkRange::Between(
+            keys::aggregate_sk(Period::Hourly.bucket(Timestamp::MIN)),
+            keys::aggregate_sk(Period::Hourly.bucket(last)),
+        ),
+        false,
+    );
+    spec.consistent = true;
+    let page = q
+        .query(&spec, None, i32::try_from(n).unwrap_or(i32::MAX))
+        .await?;
+    page.items
+        .into_iter()
+        .map(tidemark_store::from_item)
+        .collect()
+}

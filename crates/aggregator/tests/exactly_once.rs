@@ -484,15 +484,12 @@ async fn records_of_one_key_through_two_shards_are_each_counted_once() {
     deliver_through_two_shards(&t, &aggregator(&t), 1).await;
 }
 
-/// The same, for an hour past its marks' cap (a single-item device sending faster than
-/// about one reading a second; here the cap is lowered to one mark): the hour is taken from
-/// the table, content-idempotent, so neither the split nor a full replay changes the count.
+/// The same, delivered twice over (a full replay): the closed hour is taken from the table,
+/// content-idempotent and without marks, so neither the split nor the replay changes it.
 #[tokio::test]
-async fn an_hour_past_its_marks_cap_is_taken_from_the_table_and_stays_exact() {
-    let t = TestTable::new("agg-split-cap").await;
-    let mut config = tidemark_aggregator::AggregatorConfig::new(&t.name);
-    config.max_marks = 1;
-    let agg = tidemark_aggregator::BothRoles::new(t.client.clone(), config);
+async fn a_closed_hour_through_two_shards_and_replayed_is_taken_from_the_table() {
+    let t = TestTable::new("agg-split-replay").await;
+    let agg = aggregator(&t);
     deliver_through_two_shards(&t, &agg, 2).await;
     let hour = bucket_key(
         "split_01",

@@ -170,9 +170,10 @@ async fn a_day_that_missed_its_hours_write_catches_up_on_the_replay() {
             )
         })
         .collect();
-    put_readings(&t, &rs).await;
+    put_readings(&t, &rs[..3]).await;
     let records: Vec<_> = rs.iter().map(|r| s.insert(r)).collect();
     agg.process(&event(records[..3].to_vec())).await;
+    put_readings(&t, &rs[3..]).await;
     let day_key = tidemark_schema::AggregateItem::key_for(
         &dev("sensor_01"),
         Period::Daily.bucket(ts("2026-04-20T00:00:00Z")),

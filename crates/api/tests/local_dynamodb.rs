@@ -226,6 +226,58 @@ async fn ap7_hourly_and_daily_aggregates() {
 }
 
 #[tokio::test]
+async fn an_open_hour_is_served_from_its_readings_and_its_open_day_with_it() {
+    // GIVEN a device whose hour and day are still open: both items placeholders holding
+    // stale content a reader must not serve, the hour's readings stored, and a closed hour
+    // earlier the same day
+    let t = TestTable::new("api-open-hour").await;
+    put(&t, &sample_device()).await;
+    let rs = sample_readings();
+    for r in &rs {
+        put(&t, &ReadingItem::new(r, None, 30)).await;
+    }
+    let at = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+    for period in [Period::Hourly, Period::Daily] {
+        let mut placeholder = aggregate("sensor_01", period, rs[0].timestamp, &rs[..1]);
+        placeholder
+            .metrics
+            .values_mut()
+            .for_each(|s| s.count += 100);
+        placeholder.open = true;
+        put(&t, &placeholder).await;
+    }
+    let mut closed = aggregate("sensor_01", Period::Hourly, at("2026-04-20T09:00:00Z"), &rs);
+    closed.metrics = BTreeMap::from([(metric("temperature"), Stats::of(10.0))]);
+    (closed.first_at, closed.last_at) = (at("2026-04-20T09:10:00Z"), at("2026-04-20T09:10:00Z"));
+    put(&t, &closed).await;
+    // WHEN its hourly and daily rollups are asked for
+    let (status, hourly) = get(
+        &app(&t),
+        "/devices/sensor_01/aggregates?period=hourly&from=2026-04-20T14:00:00Z&to=2026-04-20T14:00:00Z",
+    )
+    .await;
+    // THEN the open hour holds what its readings say, in the shape of a closed one
+    assert_eq!(status, 200, "{hourly}");
+    let h = &hourly["items"][0];
+    assert_eq!(h["metrics"]["temperature"]["count"], 2, "{hourly}");
+    assert_eq!(h["metrics"]["battery"]["sum"], 174.0);
+    assert_eq!(h["firstAt"], "2026-04-20T14:00:00.000000Z");
+    assert_eq!(h["lastAt"], "2026-04-20T14:01:00.000000Z");
+    // AND the open day is its closed hour plus its open hour's readings
+    let (_, daily) = get(
+        &app(&t),
+        "/devices/sensor_01/aggregates?period=daily&from=2026-04-20T00:00:00Z&to=2026-04-20T00:00:00Z",
+    )
+    .await;
+    let d = &daily["items"][0];
+    assert_eq!(d["metrics"]["temperature"]["count"], 3, "{daily}");
+    assert_eq!(d["metrics"]["temperature"]["min"], 10.0);
+    assert_eq!(d["metrics"]["battery"]["count"], 2);
+    assert_eq!(d["firstAt"], "2026-04-20T09:10:00.000000Z");
+    assert_eq!(d["lastAt"], "2026-04-20T14:01:00.000000Z");
+}
+
+#[tokio::test]
 async fn an_open_day_is_served_as_the_sum_of_its_hours_so_far() {
     // GIVEN a device whose day is still open: its daily item a placeholder (holding stale
     // content a reader must not serve), two hours of the day and one of the next

@@ -82,7 +82,8 @@ pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
 
 /// The rollups stored among `items` (those with at least one metric), by key: aggregate
 /// items, each merged with its overflow pages when its bucket is paged
-/// ([`AggregateItem::merge_pages`]), and an open day as the sum of its hours.
+/// ([`AggregateItem::merge_pages`]), an open hour as its readings and an open day as the sum
+/// of its hours.
 pub fn stored(items: &[Item]) -> BTreeMap<Key, Rollup> {
     let mut pages: BTreeMap<Key, Vec<AggregateItem>> = BTreeMap::new();
     for i in items {
@@ -103,10 +104,33 @@ pub fn stored(items: &[Item]) -> BTreeMap<Key, Rollup> {
             e.push(a);
         }
     }
+    // An hour still open is a placeholder: what it stores is its readings, as the API
+    // serves it (AggregateItem::add_reading).
+    let raw = readings(items);
+    let of_readings = |hour: AggregateItem| -> AggregateItem {
+        let Ok(EntityKey::Aggregate { device, bucket }) = EntityKey::parse(&hour.pk, &hour.sk)
+        else {
+            return hour;
+        };
+        let mut out = AggregateItem::empty(&AggregateItem::key_for(&device, bucket));
+        out.version = hour.version;
+        out.open = true;
+        for (d, at, m) in &raw {
+            if *d == device && bucket.contains(*at) {
+                out.add_reading(*at, m);
+            }
+        }
+        out
+    };
     let merged: BTreeMap<Key, AggregateItem> = pages
         .into_iter()
         .filter(|(_, p)| p[0].sk.starts_with(tidemark_schema::keys::AGG_PREFIX))
         .filter_map(|(k, p)| Some((k, AggregateItem::merge_pages(p)?)))
+        .map(|(k, a)| {
+            let hourly =
+                k.sk.starts_with(&tidemark_schema::keys::aggregate_sk_prefix(Period::Hourly));
+            (k, if a.open && hourly { of_readings(a) } else { a })
+        })
         .collect();
     // A day still open is a placeholder: what it stores is the sum of its hours, as the API
     // serves it (AggregateItem::day_of_hours).
@@ -130,7 +154,9 @@ pub fn stored(items: &[Item]) -> BTreeMap<Key, Rollup> {
     merged
         .iter()
         .map(|(k, a)| {
-            let a = if a.open {
+            let daily =
+                k.sk.starts_with(&tidemark_schema::keys::aggregate_sk_prefix(Period::Daily));
+            let a = if a.open && daily {
                 AggregateItem::day_of_hours(a, hours_of(a))
             } else {
                 a.clone()

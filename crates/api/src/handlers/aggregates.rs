@@ -1,9 +1,10 @@
 //! A device's hourly and daily rollups (`GET /devices/{id}/aggregates`, AP7): stored buckets
-//! as their items hold them (a paged bucket's pages merged), and a day still open as the sum
-//! of its hours so far (docs/design.md §5: a day is written once it closes).
+//! as their items hold them (a paged bucket's pages merged), an hour still open as its
+//! readings so far and a day still open as the sum of its hours (docs/design.md §5: a bucket
+//! is written once it closes).
 
 use serde_json::Value;
-use tidemark_schema::{AggregateItem, DeviceId, EntityKey, Period, keys};
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, EntityKey, LayoutHistory, Period, keys};
 use tidemark_store::Item;
 
 use super::{DAY_MS, Reply, Start, WHOLE, device_not_found, list, resume_range};
@@ -81,12 +82,18 @@ impl<S: Store> App<S> {
         if !rollup.open {
             return render::aggregate_item(rollup);
         }
-        // A day still open is a placeholder: its rollup is the sum of its hours so far
-        // (docs/design.md §5), as fresh as they are.
-        let Ok(EntityKey::Aggregate { bucket, .. }) = EntityKey::parse(&rollup.pk, &rollup.sk)
+        // An open bucket is a placeholder (docs/design.md §5): an hour is taken from its
+        // readings, a day is the sum of its hours, each as fresh as the table.
+        let Ok(EntityKey::Aggregate { device, bucket }) = EntityKey::parse(&rollup.pk, &rollup.sk)
         else {
             return render::aggregate_item(rollup);
         };
+        let history = self.history_of(&device).await?;
+        if bucket.period() == Period::Hourly {
+            return render::aggregate_item(
+                self.open_hour(&device, &history, bucket, rollup).await?,
+            );
+        }
         let last_hour = bucket.end_exclusive().pred().unwrap_or(bucket.start());
         let spec = QuerySpec::table(
             rollup.pk.clone(),
@@ -98,9 +105,42 @@ impl<S: Store> App<S> {
         );
         let mut hours = Vec::new();
         for item in self.query_all(&spec).await? {
-            hours.push(self.bucket_rollup(item).await?);
+            let hour = self.bucket_rollup(item).await?;
+            let hour = match EntityKey::parse(&hour.pk, &hour.sk) {
+                Ok(EntityKey::Aggregate { bucket: h, .. }) if hour.open => {
+                    self.open_hour(&device, &history, h, hour).await?
+                }
+                _ => hour,
+            };
+            hours.push(hour);
         }
         render::aggregate_item(AggregateItem::day_of_hours(&rollup, hours))
+    }
+
+    /// An open hour's rollup, from its stored readings: the same walk the rollups role
+    /// summarizes when the hour closes, so the two agree.
+    async fn open_hour(
+        &self,
+        device: &DeviceId,
+        history: &LayoutHistory,
+        hour: Bucket,
+        placeholder: AggregateItem,
+    ) -> Result<AggregateItem, ApiError> {
+        let mut out = AggregateItem::empty(&AggregateItem::key_for(device, hour));
+        out.version = placeholder.version;
+        let last = hour.end_exclusive().pred().unwrap_or(hour.start());
+        tidemark_store::read::walk_readings(
+            &self.store,
+            device,
+            history,
+            hour.start(),
+            last,
+            false,
+            None,
+            |at, m| out.add_reading(at, &m),
+        )
+        .await?;
+        Ok(out)
     }
 
     /// One aggregate item as its bucket's rollup: when it is page 0 of a paged bucket

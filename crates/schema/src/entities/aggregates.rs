@@ -86,25 +86,35 @@ pub struct AggregateItem {
     /// (false) on every ordinary item.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
-    /// Daily items: the day is still open ([`day_is_open`]) and this item only marks that
-    /// it has hours. Its content is not kept: readers sum its hourly items
-    /// ([`AggregateItem::day_of_hours`]), and the rollups role folds them into it once the
-    /// day closes (docs/design.md §5).
+    /// The bucket is still open ([`bucket_is_open`]) and this item only marks that it has
+    /// readings. Its content is not kept: readers take an open hour from its readings
+    /// ([`AggregateItem::add_reading`]) and an open day as the sum of its hours
+    /// ([`AggregateItem::day_of_hours`]); the rollups role writes the content once the bucket
+    /// closes (docs/design.md §5).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open: bool,
 }
 
-/// How long past its end a day stays open: batches of its last hour still arriving (a
-/// 300 s aggregator window behind a 300 s ingest window) add to its hours without a day write.
-pub const DAY_CLOSE_GRACE_SECONDS: i64 = 900;
+/// How long past its end an hour or a day stays open: the batches of its last minutes still
+/// arriving (a 300 s aggregator window behind a 300 s ingest window) cost no rollup write.
+pub const CLOSE_GRACE_SECONDS: i64 = 900;
 
-/// Whether `day` is open at `now`: its daily item is then a placeholder, not a rollup.
-pub fn day_is_open(day: Day, now: Timestamp) -> bool {
-    let closes = Bucket::Daily(day)
+/// When `bucket` closes: its end plus [`CLOSE_GRACE_SECONDS`].
+pub fn closes_at(bucket: Bucket) -> Timestamp {
+    bucket
         .end_exclusive()
-        .plus_millis(DAY_CLOSE_GRACE_SECONDS * 1000)
-        .unwrap_or(Timestamp::MAX);
-    now < closes
+        .plus_millis(CLOSE_GRACE_SECONDS * 1000)
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// Whether `bucket` is open at `now`: its item is then a placeholder, not a rollup.
+pub fn bucket_is_open(bucket: Bucket, now: Timestamp) -> bool {
+    now < closes_at(bucket)
+}
+
+/// Whether `day` is open at `now` ([`bucket_is_open`]).
+pub fn day_is_open(day: Day, now: Timestamp) -> bool {
+    bucket_is_open(Bucket::Daily(day), now)
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -128,6 +138,22 @@ impl AggregateItem {
             version: 0,
             sealed: false,
             open: false,
+        }
+    }
+
+    /// Counts one stored reading in: how a reader (and the rollups role, at the close) takes
+    /// a bucket from its readings.
+    pub fn add_reading(&mut self, at: Timestamp, metrics: &BTreeMap<MetricName, f64>) {
+        if metrics.is_empty() {
+            return;
+        }
+        self.first_at = self.first_at.min(at);
+        self.last_at = self.last_at.max(at);
+        for (m, v) in metrics {
+            self.metrics
+                .entry(m.clone())
+                .and_modify(|s| s.merge(&Stats::of(*v)))
+                .or_insert_with(|| Stats::of(*v));
         }
     }
 

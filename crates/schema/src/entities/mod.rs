@@ -18,7 +18,9 @@ mod readings;
 #[cfg(test)]
 mod tests;
 
-pub use aggregates::{AggregateItem, DAY_CLOSE_GRACE_SECONDS, Stats, day_is_open};
+pub use aggregates::{
+    AggregateItem, CLOSE_GRACE_SECONDS, Stats, bucket_is_open, closes_at, day_is_open,
+};
 pub use alerts::{AlertItem, AlertState};
 pub use devices::{
     Connectivity, DeviceItem, DeviceType, LatestReading, MAX_OFFLINE_WINDOW, MIN_OFFLINE_WINDOW,
