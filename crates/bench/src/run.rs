@@ -175,12 +175,13 @@ impl Target {
     }
 }
 
-/// When the fleets start: two hours ago, so readings pass ingest's time checks, and
-/// [`START_PHASE_MS`] past the hour, so the first batching window (which opens at the first
-/// record) lines up with no slot and no hour, as it would not on AWS.
+/// When the fleets start: three hours ago, so readings (of runs up to two and a half hours
+/// long) pass ingest's time checks, and [`START_PHASE_MS`] past the hour, so the first
+/// batching window (which opens at the first record) lines up with no slot and no hour, as
+/// it would not on AWS.
 pub fn simulated_start(now: Timestamp) -> Timestamp {
     let hour = now.hour_start();
-    let start = hour.minus_millis(2 * 3_600_000).unwrap_or(hour);
+    let start = hour.minus_millis(3 * 3_600_000).unwrap_or(hour);
     // Keep the run inside one UTC day (a day change would add a daily bucket).
     let start = if start.day() != hour.day() || start.day() != now.day() {
         start.day().start()
@@ -242,10 +243,17 @@ pub async fn run(
     let ingest_client =
         tidemark_store::dynamodb_client(&ClientSettings::local(via(&ingest_meter))).await;
     let agg_client = tidemark_store::dynamodb_client(&ClientSettings::local(via(&agg_meter))).await;
+    // The aggregator runs in simulated time: each round at its window's close, so hours and
+    // days open and close as they would for a live fleet.
+    let clock = tidemark_schema::Clock::fixed(start);
     let functions = match design {
         Design::Tidemark => Functions::Tidemark {
             ingest: Box::new(Ingest::new(ingest_client, IngestConfig::new(table))),
-            aggregator: Box::new(BothRoles::new(agg_client, AggregatorConfig::new(table))),
+            aggregator: Box::new(BothRoles::new(agg_client, {
+                let mut c = AggregatorConfig::new(table);
+                c.clock = clock.clone();
+                c
+            })),
         },
         Design::Baseline => Functions::Baseline(Baseline::new(ingest_client, agg_client, table)),
     };
@@ -290,16 +298,36 @@ pub async fn run(
         scenario.ingest_window_ms.unwrap_or(scenario.window_ms),
         scenario.ingest_batch_size,
     );
-    let mut rounds = windows::downstream(&ingest_batches, scenario.window_ms).into_iter();
+    let rounds = windows::downstream(&ingest_batches, scenario.window_ms);
+    // When a round's aggregator window opens, and (measured scenarios) where the warm-up ends
+    // and the run stops, in those times.
+    let opens = |r: &std::ops::Range<usize>| ingest_batches[r.start].closed_ms;
+    let first_ms = arrivals.first().copied().unwrap_or(0);
+    let (measure_from, measure_to) = match scenario.measured {
+        Some((from, to)) => (Some(first_ms + from), first_ms + to),
+        None => (None, i64::MAX),
+    };
+    let mut rounds = rounds
+        .into_iter()
+        .take_while(|r| opens(r) < measure_to)
+        .peekable();
+    let (mut first_measured, mut processed_end) = (0, 0);
     let mut drained_last = false;
     while !drained_last {
         let round = rounds.next().unwrap_or_else(|| {
             drained_last = true;
             0..0
         });
+        if !round.is_empty() {
+            let closes = opens(&round) + scenario.window_ms;
+            clock.set(Timestamp::from_epoch_millis(closes).unwrap_or(start));
+        }
         let end = ingest_batches[..round.end]
             .last()
             .map_or(readings.len(), |b| b.records.end);
+        if !round.is_empty() {
+            processed_end = end;
+        }
         for batch in &ingest_batches[round] {
             let chunk = &readings[batch.records.clone()];
             let event = kinesis_event(scenario, chunk, seq)?;
@@ -379,14 +407,15 @@ pub async fn run(
             out.aggregator.records += n;
             out.aggregator.reading_records += reading_records;
         }
-        if scenario.warmup_window && out.warmup.is_none() && !drained_last && end < readings.len() {
+        // The warm-up ends after the first round, or (measured) before the first round
+        // opening in the measured span.
+        let warm = match measure_from {
+            None => scenario.warmup_window,
+            Some(from) => rounds.peek().is_some_and(|r| opens(r) >= from),
+        };
+        if warm && out.warmup.is_none() && !drained_last && end < readings.len() {
+            first_measured = end;
             // The first window was the warm-up: keep its units apart, measure the rest.
-            let count = |rs: &[SimReading]| {
-                rs.iter()
-                    .map(|r| (r.device, r.at))
-                    .collect::<BTreeSet<_>>()
-                    .len() as u64
-            };
             out.warmup = Some(Warmup {
                 readings_stored: count(&readings[..end]),
                 ingest: Units::from(ingest_meter.take().await),
@@ -402,11 +431,25 @@ pub async fn run(
             out.aggregator = Side::default();
         }
     }
+    if scenario.measured.is_some() {
+        // Readings the run stopped before are not sent at all.
+        let measured = &readings[first_measured..processed_end.max(first_measured)];
+        out.readings_sent = measured.len() as u64;
+        out.readings_stored = count(measured);
+    }
     out.ingest.units = Units::from(ingest_meter.take().await);
     out.aggregator.units = Units::from(agg_meter.take().await);
     out.storage = crate::storage::readings_stored(&direct, table).await?;
     out.seconds = began.elapsed().as_secs_f64();
     Ok(out)
+}
+
+/// Distinct readings (device, time) among `rs`: what is stored of them.
+fn count(rs: &[SimReading]) -> u64 {
+    rs.iter()
+        .map(|r| (r.device, r.at))
+        .collect::<BTreeSet<_>>()
+        .len() as u64
 }
 
 /// Stores a layout history (a device's, or the fleet default) before a run.

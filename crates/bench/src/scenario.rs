@@ -28,6 +28,11 @@ pub struct Scenario {
     pub ingest_batch_size: usize,
     /// Measure from the second batching window on (the first creates every item).
     pub warmup_window: bool,
+    /// Measure a steady hour instead: the aggregator windows opening in `[from, to)`
+    /// milliseconds after the first reading, everything before them the warm-up, and the run
+    /// stops there. So each device's hour is written as it is in a long run: its placeholder
+    /// and its close both fall inside, none of its first hour's.
+    pub measured: Option<(i64, i64)>,
     /// The fleet's default layout (docs/design.md §2), in force from an hour before the first
     /// reading; `None`: single items, as before layouts existed.
     pub layout: Option<Layout>,
@@ -68,6 +73,7 @@ impl Scenario {
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
             warmup_window: true,
+            measured: None,
             layout: None,
             ingest_window_ms: None,
         }
@@ -88,6 +94,7 @@ impl Scenario {
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
             warmup_window: true,
+            measured: None,
             layout: None,
             ingest_window_ms: None,
         }
@@ -109,8 +116,35 @@ impl Scenario {
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
             warmup_window: true,
+            measured: None,
             layout: None,
             ingest_window_ms: None,
+        }
+    }
+
+    /// The same fleet measured over a steady hour ([`Scenario::measured`]), its readings
+    /// starting at `first`: the warm-up runs to half an hour past the first whole hour after
+    /// `first` (by then the fleet's first hour has closed and been written), the measured
+    /// hour follows, and the fleet sends until it ends.
+    pub fn over_a_steady_hour(&self, first: Timestamp) -> Scenario {
+        const HOUR_MS: i64 = 3_600_000;
+        let next_hour = first.hour_start().epoch_millis() + HOUR_MS;
+        let from = next_hour + HOUR_MS / 2 - first.epoch_millis();
+        let to = from + HOUR_MS;
+        Scenario {
+            measured: Some((from, to)),
+            span_ms: to + self.window_ms,
+            description: format!(
+                "{}; measured over a steady hour, {} to {} simulated minutes in",
+                self.description
+                    .split(", ")
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                from / 60_000,
+                to / 60_000
+            ),
+            ..self.clone()
         }
     }
 
