@@ -322,19 +322,20 @@ fn markdown(rep: &Report) -> String {
         md.push_str(&format!(
             "\nWhy the standard fleet misses (docs/decisions/0003-write-cost-floors.md has the \
              arithmetic): a 300 s window that opens at its first record holds the end of one \
-             300 s slot and the start of the next, so ingest writes each device's slot twice \
-             per window: {:.2} per reading for its 5 readings, over the target on its own. The \
-             rollups role writes each device's hourly item once per batch (its day once, when \
-             the day closes), and the alerts role its device item every \
-             `DeviceRefreshSeconds`: {:.4}. Hour-long slots take ingest to {}; what can reach \
-             0.25 adds hours written once when they close and an hourly device refresh, with no \
-             margin.\n",
+             slot and the start of the next, so ingest writes each device's slot twice per \
+             window in `packed:300` ({:.4} per reading for its 5 readings) and 1 + 300/3600 \
+             times in `packed:3600` ({}). The rollups role writes each device's hour twice (its \
+             placeholder, and its rollup once it closes: 2/60 = 0.033 per reading) and its day \
+             twice a day; the alerts role writes the device item every `DeviceRefreshSeconds` \
+             (900 s: 1/15 = 0.067): {:.4} in all. Hour slots and the hours alone come to the \
+             target (0.217 + 0.033 = 0.25), so the device item's refresh is what misses it: an \
+             hourly refresh would still add 0.017.\n",
             r.ingest_wru_per_reading(),
-            r.aggregator_wru_per_reading(),
             find("standard", "packed:3600", 300.0).map_or("about 0.22".to_owned(), |h| format!(
                 "{:.4} (measured)",
                 h.ingest_wru_per_reading()
             )),
+            r.aggregator_wru_per_reading(),
         ));
     }
     md.push_str(
