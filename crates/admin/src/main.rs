@@ -78,6 +78,12 @@ async fn rebuild(c: Clients, args: &[String]) -> Result<(), AdminError> {
         "rebuilt {device}: {} readings over {} partition(s), {} aggregate items written ({} redone after a race with the aggregator)",
         r.readings, r.partitions, r.written, r.conflicts
     );
+    if r.left_open > 0 {
+        println!(
+            "{} of the hours and days are still open: left placeholders, which readers take from their readings and hours and the aggregator writes when they close",
+            r.left_open
+        );
+    }
     if r.unreadable > 0 {
         println!(
             "{} unreadable item(s) skipped (their keys are in the log): their readings are not in the rollups",

@@ -1,6 +1,13 @@
 //! `tidemark-admin rebuild`: a device's hourly and daily rollups recomputed exactly from its
 //! raw readings, while the pipeline runs.
 //!
+//! Since the aggregator writes a closed hour only as the recomputation of its stored readings
+//! (docs/design.md §5), a closed bucket is rebuilt the same way: from the table, read strongly
+//! consistent after the bucket's item, on that item's version. An open bucket is left a
+//! placeholder. The fence protocol below predates that and now only shapes the content of
+//! open buckets, which readers do not read; it is kept until rebuild is reduced to the
+//! aggregator's close.
+//!
 //! The table is ahead of the aggregator: it already holds readings whose stream records the
 //! aggregator has not applied. "Recompute from the table and keep the watermark" would count
 //! those twice; "recompute and set the watermark to now" would lose the changes in flight. So
@@ -42,7 +49,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tidemark_aggregator::DynamoStore;
 use tidemark_aggregator::pages::{self, PagePut, Pages, Recomputed};
 use tidemark_aggregator::records::cmp_seq;
-use tidemark_aggregator::store::{AggregateStore, Written};
+use tidemark_aggregator::store::{AggregateStore, ReadingStore, Written};
 use tidemark_schema::{
     AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, bucket_is_open, keys,
 };
@@ -95,6 +102,9 @@ pub struct RebuildReport {
     pub written: usize,
     /// Writes that lost a race with the aggregator and were redone.
     pub conflicts: usize,
+    /// Of the buckets written, hours and days still open: left placeholders (readers take
+    /// them from their readings and hours; the rollups role writes them when they close).
+    pub left_open: usize,
     /// Items (single readings, slot parts) and slot part stream records that do not parse:
     /// skipped and logged with their key; the rebuilt rollups leave their readings out.
     pub unreadable: u64,
@@ -229,7 +239,22 @@ impl Rebuilder {
                     .filter(|r| bucket.contains(r.at))
                     .cloned()
                     .collect();
-                let readings = readings_as_of(in_bucket.clone(), &records, &marks);
+                // A closed bucket is what the table holds, read strongly consistent after
+                // the item: the aggregator recomputes a closed hour from the table on every
+                // record it gets, so a record it applied before this read is in it, and one
+                // after it makes the aggregator recompute again (docs/design.md §5). Only an
+                // open bucket (a placeholder, its content unread) keeps the readings as of
+                // the fences.
+                let readings = if bucket_is_open(bucket, Timestamp::now()) {
+                    readings_as_of(in_bucket.clone(), &records, &marks)
+                } else {
+                    let last = bucket.end_exclusive().pred().unwrap_or(bucket.start());
+                    let mut fresh = Readings::new();
+                    for (at, m) in self.store.readings_between(d, bucket.start(), last).await? {
+                        fresh.entry(at).or_default().extend(m);
+                    }
+                    fresh
+                };
                 let single = match pages.pages.as_slice() {
                     [] => true,
                     [(0, p)] => !p.sealed,
@@ -267,7 +292,8 @@ impl Rebuilder {
                 // an open hour from its readings and sum an open day from its hours, and the
                 // rollups role writes it when it closes, as usual.
                 let mut puts = puts;
-                if bucket_is_open(bucket, Timestamp::now()) {
+                let open = bucket_is_open(bucket, Timestamp::now());
+                if open {
                     for put in puts.iter_mut().filter(|p| p.number == 0) {
                         put.item.open = true;
                     }
@@ -284,6 +310,7 @@ impl Rebuilder {
                     }
                 }
                 if !lost {
+                    report.left_open += usize::from(open);
                     break;
                 }
                 report.conflicts += 1;
