@@ -318,6 +318,11 @@ pub fn rebuild(
                 item.first_at = first;
                 item.last_at = last;
             }
+            // Floors are `tidemark-admin rebuild`'s; a recomputation without them (the
+            // aggregator's) leaves none behind.
+            if marks.is_empty() {
+                item.applied.clear();
+            }
             for (p, w) in marks {
                 item.applied.insert(p.clone(), w.clone());
             }
@@ -325,9 +330,12 @@ pub fn rebuild(
             item.marks = Default::default();
             item.marked_at = 0;
             item.version = page.map_or(0, |p| p.version) + 1;
+            // A page already holding this content is not written again (a replay of a
+            // recomputed hour writes nothing); rebuild's floors are always written.
+            let changed = !marks.is_empty() || page.is_none_or(|p| differs(Some(p), &item));
             Built {
                 item,
-                changed: true,
+                changed,
                 added: BTreeSet::new(),
             }
         },
@@ -474,6 +482,9 @@ mod tests {
             // THEN no batch ever fails
             assert!(resp.batch_item_failures.is_empty(), "a batch failed");
         }
+        // AND one more replay of a batch writes no page: the recomputed hour is as stored
+        let (_, replay) = agg.process_written(&event(&records[..100])).await;
+        assert_eq!(replay.items_written, 0, "{replay:?}");
         // THEN every metric's hourly and daily rollup is exact, in pages under 400 KB
         for period in [Period::Hourly, Period::Daily] {
             let (pages, merged) = bucket(agg.store(), "gw", period);
