@@ -173,20 +173,34 @@ impl<S: Store> Aggregator<S> {
                 })
                 .or_insert(p.bucket);
         }
+        // Devices at once, as the batch's writes go; each device's work ends at the
+        // invocation's deadline with the rest (what is not closed now is looked for again).
+        let todo: Vec<(DeviceId, Bucket)> = first
+            .into_iter()
+            .filter(|(d, h)| !self.settled_hours.covers(d, *h))
+            .map(|(d, h)| (d.clone(), h))
+            .collect();
+        let done: Vec<_> = futures::stream::iter(todo)
+            .map(|(device, hour)| async move {
+                let r = counters
+                    .until(
+                        stop,
+                        self.close_hours_before(&device, hour, now, counters, stop),
+                    )
+                    .await;
+                (device, hour, r)
+            })
+            .buffer_unordered(self.config.write_concurrency.max(1))
+            .collect()
+            .await;
         let mut changed = Vec::new();
-        for (device, hour) in first {
-            if self.settled_hours.covers(device, hour) {
-                continue;
-            }
-            match self
-                .close_hours_before(device, hour, now, counters, stop)
-                .await
-            {
+        for (device, hour, r) in done {
+            match r {
                 Ok((closed, settled)) => {
-                    changed.extend(closed.into_iter().map(|c| (device.clone(), c)));
                     if settled {
                         self.settled_hours.insert(device.clone(), hour);
                     }
+                    changed.extend(closed.into_iter().map(|c| (device.clone(), c)));
                 }
                 Err(e) => {
                     tracing::warn!(device = %device, error = %e, "closing hours failed; the next batch tries again")
