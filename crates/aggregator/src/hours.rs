@@ -33,7 +33,7 @@ pub const PENDING_LOOKBACK: usize = 3;
 #[derive(Debug, Default)]
 pub struct SettledHours(std::sync::Mutex<HashMap<DeviceId, Bucket>>);
 
-const SETTLED_HOURS_MAX: usize = 100_000;
+pub const SETTLED_HOURS_MAX: usize = 100_000;
 
 impl SettledHours {
     fn covers(&self, device: &DeviceId, hour: Bucket) -> bool {

@@ -40,7 +40,7 @@ pub mod error;
 #[cfg(test)]
 mod fake;
 pub mod handler;
-mod hours;
+pub mod hours;
 pub mod notify;
 pub mod offline;
 pub mod pages;

@@ -59,8 +59,9 @@ pub fn page_number(item: &AggregateItem) -> Option<u16> {
     }
 }
 
-/// An item's size as DynamoDB counts it, less its marks: marks have their own bound
-/// ([`MAX_MARKS`]), so a page's budget is spent on metrics alone.
+/// An item's size as DynamoDB counts it, less any marks an item written before hours were
+/// recomputed still carries (they go at its next write), so a page's budget is spent on
+/// metrics alone.
 pub fn size(item: &AggregateItem) -> Result<usize, StoreError> {
     if item.marks.is_empty() {
         return Ok(item_size(&to_item(item)?));
@@ -136,8 +137,7 @@ pub struct Built {
 /// 2. the new metrics go to new pages, created in order, each sealed before the next;
 /// 3. then the updates of every other page (the one just sealed included).
 ///
-/// A page's marks only advance once the new metrics of the records they cover have a
-/// page: a decision cut short after any put leaves nothing a retry would skip.
+/// A decision cut short after any put leaves the pages a retry reads and recomputes.
 /// `build(key, page, offered)` is what the page `key` (`None`: not written yet) becomes
 /// with its own metrics updated and the metrics `offered` added.
 pub fn place(
