@@ -183,10 +183,7 @@ impl<S: Store> Aggregator<S> {
         let done: Vec<_> = futures::stream::iter(todo)
             .map(|(device, hour)| async move {
                 let r = counters
-                    .until(
-                        stop,
-                        self.close_hours_before(&device, hour, now, counters, stop),
-                    )
+                    .until(stop, self.close_hours_before(&device, hour, now, counters))
                     .await;
                 (device, hour, r)
             })
@@ -211,14 +208,14 @@ impl<S: Store> Aggregator<S> {
     }
 
     /// Closes the closed placeholders among `device`'s newest hours before `hour`; whether
-    /// none is left (a placeholder still open must be looked at again).
+    /// none is left (a placeholder still open must be looked at again). The caller bounds it
+    /// by the deadline.
     async fn close_hours_before(
         &self,
         device: &DeviceId,
         hour: Bucket,
         now: Timestamp,
         counters: &Counters,
-        stop: tokio::time::Instant,
     ) -> Result<(Vec<HourChange>, bool), AggregatorError> {
         let recent = self
             .store
@@ -235,18 +232,14 @@ impl<S: Store> Aggregator<S> {
                 continue;
             }
             let plan = AggregatePlan::bare(device, b);
-            closed.push(
-                counters
-                    .until(stop, self.write_hour(&plan, Some(item), false, counters))
-                    .await?,
-            );
+            closed.push(self.write_hour(&plan, Some(item), false, counters).await?);
         }
         Ok((closed, settled))
     }
 
     /// The puts that make a closed hour what its stored readings say, read strongly
-    /// consistent after its pages (`read`), on their versions: content-idempotent, so
-    /// replays and records still ahead in the stream only write the same content again
+    /// consistent after its pages (`read`), on their versions; none when they already hold
+    /// it, so replays and records still ahead in the stream write nothing
     /// (docs/design.md §5). Bounded by the hour: at most 3,600 s of one device's readings.
     async fn hour_from_table(
         &self,

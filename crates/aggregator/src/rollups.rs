@@ -52,11 +52,6 @@ impl SettledDays {
     }
 }
 
-/// Whether `bucket` is still open at `at` ([`bucket_is_open`]).
-fn is_open(bucket: Bucket, at: Timestamp) -> bool {
-    bucket_is_open(bucket, at)
-}
-
 impl<S: Store> Aggregator<S> {
     /// Writes the aggregates of `changes`; the indexes of the first records behind items
     /// that could not be written go to `failed`.
@@ -131,7 +126,7 @@ impl<S: Store> Aggregator<S> {
             .map(|i| {
                 let p = &plans[i];
                 let current = aggs.get(&p.key).cloned();
-                let open = is_open(p.bucket, soon);
+                let open = bucket_is_open(p.bucket, soon);
                 async move {
                     let changed = hours
                         .get(&(p.device.clone(), p.bucket))
@@ -177,7 +172,7 @@ impl<S: Store> Aggregator<S> {
                 let prev = Bucket::Daily(day.prev()?);
                 let key = (device.clone(), prev);
                 (!touched.contains(&key)
-                    && !is_open(prev, now)
+                    && !bucket_is_open(prev, now)
                     && !self.settled_days.contains(&key))
                 .then(|| AggregatePlan::bare(device, prev))
             })
@@ -287,7 +282,10 @@ impl<S: Store> Aggregator<S> {
         // its close failed) is closed first, and read again.
         let now = self.config.clock.now();
         for (hour, key) in hours.iter().zip(&keys) {
-            if let Some(page0) = items.get(key).filter(|p| p.open && !is_open(*hour, now)) {
+            if let Some(page0) = items
+                .get(key)
+                .filter(|p| p.open && !bucket_is_open(*hour, now))
+            {
                 let plan = AggregatePlan::bare(device, *hour);
                 // Boxed: a future holding every step of a fold inside a batch's is too deep.
                 Box::pin(self.write_hour(&plan, Some(page0.clone()), false, counters)).await?;
