@@ -22,7 +22,7 @@ const TAG_LEN: usize = 16;
 pub const MAX_CURSOR_LEN: usize = 8 * 1024;
 
 /// Where each partition of a paged query stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CursorState {
     /// The range the first page resolved (defaults like "the last hour" are fixed then, so
     /// later pages do not drift with the clock).
@@ -35,6 +35,10 @@ pub struct CursorState {
     /// Partitions still to read: (partition label, position after which to resume; `None`
     /// before the first item). Finished partitions are left out.
     pub parts: Vec<(String, Option<Vec<String>>)>,
+    /// Names a list learnt on its earlier pages and keeps to (the metrics a series has
+    /// filled so far).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
 }
 
 /// The key that signs cursors, and any other key whose cursors still open (the previous key
@@ -123,6 +127,7 @@ mod tests {
                 ("S1".into(), Some(vec!["READING#x".into()])),
                 ("S2".into(), None),
             ],
+            names: Vec::new(),
         }
     }
 

@@ -24,6 +24,7 @@ mod aggregates;
 mod alert_actions;
 mod layout;
 mod readings;
+mod series;
 
 type Reply = (StatusCode, Value);
 
@@ -128,6 +129,7 @@ impl<S: Store> App<S> {
             }
             Route::Alerts => self.alerts(p).await,
             Route::Aggregates => self.aggregates(id()?, p).await,
+            Route::Series => self.series(id()?, p).await,
             Route::Quarantine => self.quarantine(p).await,
         }
     }
@@ -168,6 +170,7 @@ impl<S: Store> App<S> {
                     range,
                     at: None,
                     parts: page.rest,
+                    ..CursorState::default()
                 },
             )
         });

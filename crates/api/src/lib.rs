@@ -22,6 +22,7 @@ pub mod render;
 pub mod request;
 pub mod routes;
 pub mod secret;
+pub mod series;
 pub mod store;
 pub mod ui;
 pub mod validate;

@@ -22,6 +22,7 @@ pub enum Route {
     UnsnoozeAlert,
     Alerts,
     Aggregates,
+    Series,
     Quarantine,
 }
 
@@ -110,7 +111,8 @@ impl Route {
             | Route::LatestOfDevices
             | Route::DeviceAlerts
             | Route::Alerts
-            | Route::Aggregates => Scope::Read,
+            | Route::Aggregates
+            | Route::Series => Scope::Read,
         }
     }
 }
@@ -185,6 +187,23 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         "/devices/{id}/aggregates",
         Route::Aggregates,
         &["period", "from", "to", "limit", "cursor", "order"],
+    ),
+    (
+        Method::GET,
+        "/devices/{id}/series",
+        Route::Series,
+        &[
+            "from",
+            "to",
+            "resolution",
+            "maxPoints",
+            "metrics",
+            "aggregates",
+            "fill",
+            "format",
+            "limit",
+            "cursor",
+        ],
     ),
     (
         Method::GET,

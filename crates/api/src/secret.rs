@@ -232,6 +232,7 @@ mod tests {
             range: None,
             at: None,
             parts: vec![("0".into(), None)],
+            ..CursorState::default()
         }
     }
 

@@ -187,6 +187,7 @@ impl<S: Store> App<S> {
                         range,
                         at: Some(at.to_string()),
                         parts: page.rest,
+                        ..CursorState::default()
                     });
                     break;
                 }
@@ -205,6 +206,7 @@ impl<S: Store> App<S> {
                     range,
                     at: Some(at.to_string()),
                     parts,
+                    ..CursorState::default()
                 });
                 break;
             }

@@ -9,10 +9,14 @@ use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
 use lambda_http::{Body, Request};
 use serde_json::Value;
 use tidemark_api::{ApiConfig, App};
+use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, AlertRule, DeviceId, DeviceItem, DeviceStatus, DeviceType,
     MetricName, Period, Reading, ReadingItem, Stats, Timestamp,
 };
+use tidemark_schema::{LayoutHistory, keys};
+use tidemark_store::retry::RetryPolicy;
+use tidemark_store::slots::{Content, SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 pub fn ts(s: &str) -> Timestamp {
@@ -272,4 +276,62 @@ pub async fn shard_config_version(t: &TestTable, device: &str) -> Option<String>
         .unwrap()
         .item?;
     item.get("version").and_then(|v| v.as_n().ok()).cloned()
+}
+
+/// Stores `readings` of `device` as `history` says: single items with the existing item
+/// writes, packed ones with the slot writer, each slot in two writes (odd positions, then
+/// even ones) so that small parts interleave in time.
+pub async fn store(t: &TestTable, device: &str, history: &LayoutHistory, readings: &[Reading]) {
+    let writer = SlotWriter {
+        part_bytes: 120,
+        ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+    };
+    let mut singles = Vec::new();
+    let mut slots: BTreeMap<(String, Timestamp), Content> = BTreeMap::new();
+    for r in readings {
+        let shard = history.shard_at(r.timestamp);
+        match history.layout_at(r.timestamp).slot {
+            None => singles.push(ReadingItem::new(r, shard, 30)),
+            Some(l) => {
+                let pk = keys::reading_pk(&dev(device), shard);
+                let slot = slots.entry((pk, l.start_of(r.timestamp))).or_default();
+                slot.readings.insert(r.timestamp, r.metrics.clone());
+                if let Some(m) = &r.metadata {
+                    slot.metadata
+                        .insert(r.timestamp, Value::Object(m.clone()).to_string());
+                }
+            }
+        }
+    }
+    put_all(t, &singles).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    for ((pk, start), content) in slots {
+        let rs = &content.readings;
+        let l = history.layout_at(start.max(*rs.keys().next().unwrap()));
+        let ttl = l.slot.unwrap().last_of(start).ttl_after_days(30);
+        let key = SlotKey { pk, start };
+        for parity in [1, 0] {
+            let half: SlotReadings = rs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % 2 == parity)
+                .map(|(_, (k, v))| (*k, v.clone()))
+                .collect();
+            let half = Content {
+                metadata: content
+                    .metadata
+                    .iter()
+                    .filter(|(at, _)| half.contains_key(at))
+                    .map(|(at, m)| (*at, m.clone()))
+                    .collect(),
+                readings: half,
+            };
+            if !half.readings.is_empty() {
+                writer
+                    .write_content(&key, &half, ttl, deadline)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
 }

@@ -103,6 +103,8 @@ pub struct Walked {
     pub readings: usize,
     /// Items skipped because they do not parse (single readings or slot parts).
     pub unreadable: u64,
+    /// The visitor ended the walk ([`walk_readings_while`]).
+    pub stopped: bool,
 }
 
 /// Hands the readings of `device` in `[from, to]` under `history` to `visit`, in time order
@@ -118,6 +120,36 @@ pub async fn walk_readings<S: QueryStore + Sync>(
     newest_first: bool,
     limit: Option<usize>,
     mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>),
+) -> Result<Walked, StoreError> {
+    walk_readings_while(
+        store,
+        device,
+        history,
+        from,
+        to,
+        newest_first,
+        limit,
+        |at, m| {
+            visit(at, m);
+            true
+        },
+    )
+    .await
+}
+
+/// [`walk_readings`] that stops as soon as `visit` returns `false` (the reading it was given
+/// counts as handed over): a reader that pages by buckets stops at the first reading past its
+/// page instead of reading on to its limit.
+#[allow(clippy::too_many_arguments)]
+pub async fn walk_readings_while<S: QueryStore + Sync>(
+    store: &S,
+    device: &DeviceId,
+    history: &LayoutHistory,
+    from: Timestamp,
+    to: Timestamp,
+    newest_first: bool,
+    limit: Option<usize>,
+    mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
 ) -> Result<Walked, StoreError> {
     let forward = !newest_first;
     let mut left = limit.unwrap_or(usize::MAX);
@@ -148,9 +180,13 @@ pub async fn walk_readings<S: QueryStore + Sync>(
             };
             match from_stored::<ReadingItem>(item).map(|r| r.to_reading()) {
                 Ok(Ok((reading, _))) => {
-                    visit(reading.timestamp, reading.metrics);
+                    let go_on = visit(reading.timestamp, reading.metrics);
                     walked.readings += 1;
                     left -= 1;
+                    if !go_on {
+                        walked.stopped = true;
+                        return Ok(walked);
+                    }
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(key = %format!("{}/{}", e.pk, e.sk), "unreadable reading skipped");

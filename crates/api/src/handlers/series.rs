@@ -1,0 +1,305 @@
+//! A device's readings in time buckets (`GET /devices/{id}/series`, [`crate::series`]).
+//!
+//! A page of rows is a run of whole buckets read in one walk of the readings from where the
+//! previous page stopped: with `fill=none` the walk stops at the first reading past `limit`
+//! rows, otherwise it covers the buckets `limit` rows can hold. Its cursor names the next
+//! bucket and, without `metrics`, the metrics seen so far, so later pages fill them too. A
+//! wide answer is the whole range in one walk. Either way one request summarizes at most
+//! [`series::MAX_READINGS`] readings.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use http::StatusCode;
+use tidemark_schema::{DeviceId, LayoutHistory, MetricName, Timestamp};
+use tidemark_store::read::walk_readings_while;
+
+use super::{Reply, bad_cursor, device_not_found, list};
+use crate::App;
+use crate::cursor::CursorState;
+use crate::error::ApiError;
+use crate::request::Params;
+use crate::series::stats::Acc;
+use crate::series::table::{self, Layout, Point};
+use crate::series::{self, Aggregate, Fill, Format, SeriesQuery};
+use crate::store::Store;
+
+type Buckets = BTreeMap<Timestamp, BTreeMap<MetricName, Acc>>;
+
+/// One page's walk: its buckets, the metrics in them, and where it ended.
+struct Walk {
+    buckets: Buckets,
+    seen: BTreeSet<MetricName>,
+    /// Exclusive: the walk covered readings before it.
+    end: Timestamp,
+}
+
+impl<S: Store> App<S> {
+    pub(super) async fn series(&self, id: DeviceId, p: &Params) -> Result<Reply, ApiError> {
+        let q = SeriesQuery::parse(p)?;
+        let scope = format!("series|{id}|{}", q.scope());
+        let (start, carried) = match self.open(&scope, p)? {
+            Some(state) => {
+                let at = state.at.as_deref().ok_or_else(bad_cursor)?;
+                let at = Timestamp::parse_canonical(at).map_err(|_| bad_cursor())?;
+                let names = state
+                    .names
+                    .iter()
+                    .map(|n| MetricName::new(n).map_err(|_| bad_cursor()))
+                    .collect::<Result<BTreeSet<_>, _>>()?;
+                (at, names)
+            }
+            None => {
+                if !self.device_exists(&id).await? {
+                    return Err(device_not_found(&id));
+                }
+                (q.from, BTreeSet::new())
+            }
+        };
+        let history = self.history_of(&id).await?;
+        let walk = self
+            .series_walk(&id, &history, &q, start, carried.len())
+            .await?;
+        let metrics: Vec<MetricName> = match &q.metrics {
+            Some(ms) => ms
+                .iter()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            None => carried.union(&walk.seen).cloned().collect(),
+        };
+        let (before, after) = match q.fill {
+            Fill::Locf | Fill::Linear => {
+                let page_start = series_start(&q, start);
+                self.edges(&id, &history, &metrics, page_start, walk.end, q.fill)
+                    .await?
+            }
+            Fill::None | Fill::Null => Default::default(),
+        };
+        let grid: Vec<Timestamp> = if q.fill == Fill::None {
+            walk.buckets.keys().copied().collect()
+        } else {
+            grid(&q, start, walk.end)
+        };
+        let layout = Layout {
+            grid,
+            buckets: &walk.buckets,
+            metrics: &metrics,
+            aggregates: &q.aggregates,
+            fill: q.fill,
+            before: &before,
+            after: &after,
+        };
+        let rows = layout.rows();
+        if q.format == Format::Wide {
+            return Ok((
+                StatusCode::OK,
+                table::render_wide(&rows, &metrics, &q.aggregates),
+            ));
+        }
+        let cut = table::within(&rows, q.limit);
+        let next = match rows.get(cut) {
+            Some(r) => Some(r.start),
+            None => (walk.end < q.to).then_some(walk.end),
+        };
+        let cursor = next.map(|at| {
+            let state = CursorState {
+                at: Some(at.to_string()),
+                names: if q.metrics.is_none() && q.fill != Fill::None {
+                    metrics.iter().map(|m| m.as_str().to_owned()).collect()
+                } else {
+                    Vec::new()
+                },
+                ..CursorState::default()
+            };
+            self.cursor_key().seal(&scope, &state)
+        });
+        Ok(list(
+            table::render_rows(&rows[..cut], &q.aggregates),
+            cursor,
+        ))
+    }
+
+    /// Reads the page's readings from `start` into buckets: to the end of the range for a
+    /// wide answer, else as far as `limit` rows need.
+    async fn series_walk(
+        &self,
+        id: &DeviceId,
+        history: &LayoutHistory,
+        q: &SeriesQuery,
+        start: Timestamp,
+        known_metrics: usize,
+    ) -> Result<Walk, ApiError> {
+        let res = q.resolution;
+        let end = match (q.format, q.fill) {
+            (Format::Rows, Fill::Null | Fill::Locf | Fill::Linear) => {
+                let width = q.metrics.as_ref().map_or(known_metrics, Vec::len).max(1);
+                let buckets = (q.limit / width).max(1) as i64;
+                Timestamp::from_epoch_micros(res.bucket_of(start) + buckets * res.micros())
+                    .map_or(q.to, |t| t.min(q.to))
+            }
+            _ => q.to,
+        };
+        let rows = q.format == Format::Rows;
+        let stop_early = rows && q.fill == Fill::None;
+        let keep_values = q.aggregates.iter().any(|a| matches!(a, Aggregate::P(_)));
+        let lo = self.config.retention_start(self.now()).max(start);
+        let mut w = Walk {
+            buckets: Buckets::new(),
+            seen: BTreeSet::new(),
+            end,
+        };
+        if lo >= end {
+            return Ok(w);
+        }
+        // Cells of the buckets before the current one, and the current bucket.
+        let mut done = 0usize;
+        let mut current: Option<Timestamp> = None;
+        let mut stopped_at = None;
+        let mut read = 0usize;
+        let walked = walk_readings_while(
+            &self.store,
+            id,
+            history,
+            lo,
+            end.pred().unwrap_or(end),
+            false,
+            Some(series::MAX_READINGS + 1),
+            |at, values| {
+                let Ok(bucket) = Timestamp::from_epoch_micros(res.bucket_of(at)) else {
+                    return true;
+                };
+                if current != Some(bucket) {
+                    if let Some(c) = current {
+                        done += w.buckets.get(&c).map_or(0, BTreeMap::len);
+                    }
+                    // A page of rows ends at a bucket's start: once it holds its rows, or
+                    // once it has read its share of readings.
+                    if (stop_early && done >= q.limit) || (rows && read >= series::MAX_READINGS) {
+                        stopped_at = Some(bucket);
+                        return false;
+                    }
+                    current = Some(bucket);
+                }
+                read += 1;
+                for (m, v) in values {
+                    if q.metrics.as_ref().is_some_and(|ms| !ms.contains(&m)) {
+                        continue;
+                    }
+                    w.seen.insert(m.clone());
+                    match w.buckets.entry(bucket).or_default().entry(m) {
+                        std::collections::btree_map::Entry::Occupied(mut e) => {
+                            e.get_mut().add(at, v)
+                        }
+                        std::collections::btree_map::Entry::Vacant(e) => {
+                            e.insert(Acc::new(at, v, keep_values));
+                        }
+                    }
+                }
+                true
+            },
+        )
+        .await?;
+        if let Some(b) = stopped_at {
+            w.end = b;
+        } else if walked.readings > series::MAX_READINGS {
+            return Err(too_many(q));
+        }
+        if walked.unreadable > 0 {
+            tracing::warn!(device = %id, skipped = walked.unreadable, "unreadable readings left out of a series");
+        }
+        for bucket in w.buckets.values_mut() {
+            bucket.values_mut().for_each(Acc::finish);
+        }
+        Ok(w)
+    }
+
+    /// Each metric's last reading before `start` (`locf`, `linear`) and first one from `end`
+    /// on (`linear`), looking at most [`series::EDGE_READINGS`] readings each way.
+    async fn edges(
+        &self,
+        id: &DeviceId,
+        history: &LayoutHistory,
+        metrics: &[MetricName],
+        start: Timestamp,
+        end: Timestamp,
+        fill: Fill,
+    ) -> Result<(BTreeMap<MetricName, Point>, BTreeMap<MetricName, Point>), ApiError> {
+        let lo = self.config.retention_start(self.now());
+        let nearest = |from: Timestamp, to: Timestamp, newest_first: bool| async move {
+            let mut found: BTreeMap<MetricName, Point> = BTreeMap::new();
+            if from > to || metrics.is_empty() {
+                return Ok::<_, ApiError>(found);
+            }
+            walk_readings_while(
+                &self.store,
+                id,
+                history,
+                from,
+                to,
+                newest_first,
+                Some(series::EDGE_READINGS),
+                |at, values| {
+                    for (m, v) in values {
+                        if metrics.contains(&m) {
+                            found.entry(m).or_insert((at, v));
+                        }
+                    }
+                    found.len() < metrics.len()
+                },
+            )
+            .await?;
+            Ok(found)
+        };
+        let before = match start.pred() {
+            Some(last) if last >= lo => nearest(lo, last, true).await?,
+            _ => BTreeMap::new(),
+        };
+        let after = if fill == Fill::Linear {
+            nearest(end.max(lo), Timestamp::MAX, false).await?
+        } else {
+            BTreeMap::new()
+        };
+        Ok((before, after))
+    }
+}
+
+/// Where a page's readings start: the range's `from` on the first page (which may lie inside
+/// a bucket), a bucket's start after that.
+fn series_start(q: &SeriesQuery, start: Timestamp) -> Timestamp {
+    start.max(q.from)
+}
+
+/// Every bucket start from the one holding `start` up to `end` (exclusive).
+fn grid(q: &SeriesQuery, start: Timestamp, end: Timestamp) -> Vec<Timestamp> {
+    let res = q.resolution;
+    let mut out = Vec::new();
+    let mut b = res.bucket_of(start);
+    while b < end.epoch_micros() {
+        match Timestamp::from_epoch_micros(b) {
+            Ok(t) => out.push(t),
+            Err(_) => break,
+        }
+        b += res.micros();
+    }
+    out
+}
+
+fn too_many(q: &SeriesQuery) -> ApiError {
+    let (param, what) = match q.format {
+        Format::Wide => ("to", "the range"),
+        Format::Rows => ("resolution", "one bucket"),
+    };
+    ApiError::bad(
+        param,
+        format!(
+            "{what} holds more than {} readings to summarize in one request; narrow from/to{}",
+            series::MAX_READINGS,
+            if q.format == Format::Rows {
+                " or choose a finer resolution"
+            } else {
+                " or page with format=rows"
+            }
+        ),
+    )
+}

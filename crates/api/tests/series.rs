@@ -1,0 +1,366 @@
+//! `GET /devices/{id}/series` against DynamoDB Local. Every aggregate of every resolution
+//! equals a recomputation from the readings the readings route returns, across a device whose
+//! layout goes from single items to packed slots to two shards; rows paged in pages of any
+//! size give the same buckets as one wide answer; empty buckets are filled with nothing, the
+//! last reading, or the line between readings, including readings outside the range.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use serde_json::Value;
+use tidemark_api::{ApiConfig, App};
+use tidemark_schema::{LayoutHistory, Reading, Timestamp};
+use tidemark_testkit::TestTable;
+
+fn at_clock(t: &TestTable, now: &str) -> App {
+    init_logs();
+    App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(ts(now)))
+}
+
+/// Every 13 s from 13:50 to 15:00: `t` always, `h` on even readings, `w` only before 14:30,
+/// and none at all from 14:32 to 14:41 (a gap). Values wander and repeat, so extremes and
+/// percentiles have ties.
+fn sent() -> Vec<Reading> {
+    let start = ts("2026-04-20T13:50:00Z");
+    (0..324)
+        .map(|i| (i, start.plus_millis(i * 13_000).unwrap()))
+        .filter(|(_, at)| !(ts("2026-04-20T14:32:00Z") <= *at && *at < ts("2026-04-20T14:41:00Z")))
+        .map(|(i, at)| {
+            let x = i as f64;
+            let mut m = vec![("t", 20.0 + (x * 0.37).sin() * 3.0)];
+            if i % 2 == 0 {
+                m.push(("h", ((i * 7) % 11) as f64));
+            }
+            if at < ts("2026-04-20T14:30:00Z") {
+                m.push(("w", 1e6 + (i % 5) as f64 * 0.1));
+            }
+            reading("sensor_01", at, &m)
+        })
+        .collect()
+}
+
+/// A device whose layout is single until 14:10, packed in 60 s slots until 14:40, then packed
+/// in 10 s slots over two shards, holding [`sent`] and then corrections of some readings.
+async fn device(label: &str) -> TestTable {
+    let t = TestTable::new(label).await;
+    put(&t, &sample_device()).await;
+    for (clock, body) in [
+        (
+            "2026-04-20T13:00:00Z",
+            r#"{"slotSeconds":60,"effectiveFrom":"2026-04-20T14:10:00Z"}"#,
+        ),
+        (
+            "2026-04-20T14:15:00Z",
+            r#"{"slotSeconds":10,"shards":2,"effectiveFrom":"2026-04-20T14:40:00Z"}"#,
+        ),
+    ] {
+        let (status, answer) = call(
+            &at_clock(&t, clock),
+            "PUT",
+            "/devices/sensor_01/layout",
+            body,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}: {answer}");
+    }
+    let (_, layout) = get(&app(&t), "/devices/sensor_01/layout").await;
+    let history: LayoutHistory = serde_json::from_value(layout["epochs"].clone()).unwrap();
+    let readings = sent();
+    store(&t, "sensor_01", &history, &readings).await;
+    // Corrections: every 17th reading sent again with another value for `t`.
+    let corrected: Vec<Reading> = readings
+        .iter()
+        .step_by(17)
+        .map(|r| {
+            let mut r = r.clone();
+            r.metrics.insert(metric("t"), -5.0);
+            r
+        })
+        .collect();
+    store(&t, "sensor_01", &history, &corrected).await;
+    t
+}
+
+/// What the readings route returns over `[from, to)`: (time, metric, value).
+async fn stored(app: &App, from: &str, to: &str) -> Vec<(Timestamp, String, f64)> {
+    let to_incl = ts(to).pred().unwrap();
+    let (items, _) = walk(
+        app,
+        &format!("/devices/sensor_01/readings?from={from}&to={to_incl}&limit=1000"),
+    )
+    .await;
+    let mut out = Vec::new();
+    for r in items {
+        let at = ts(r["timestamp"].as_str().unwrap());
+        // A reading is flat: every numeric property is a metric.
+        for (m, v) in r.as_object().unwrap() {
+            if let Some(v) = v.as_f64() {
+                out.push((at, m.clone(), v));
+            }
+        }
+    }
+    out
+}
+
+/// Each bucket's aggregates recomputed the plain way: keyed by (bucket start, metric).
+fn recompute(
+    readings: &[(Timestamp, String, f64)],
+    width_ms: i64,
+) -> BTreeMap<(String, String), BTreeMap<&'static str, Option<f64>>> {
+    let mut groups: BTreeMap<(i64, String), Vec<(Timestamp, f64)>> = BTreeMap::new();
+    for (at, m, v) in readings {
+        let ms = at.epoch_millis();
+        groups
+            .entry((ms - ms.rem_euclid(width_ms), m.clone()))
+            .or_default()
+            .push((*at, *v));
+    }
+    groups
+        .into_iter()
+        .map(|((start, m), vs)| {
+            let n = vs.len() as f64;
+            let sum: f64 = vs.iter().map(|(_, v)| v).sum();
+            let mean = sum / n;
+            let var = vs.iter().map(|(_, v)| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            let mut sorted: Vec<f64> = vs.iter().map(|(_, v)| *v).collect();
+            sorted.sort_by(f64::total_cmp);
+            let rank = |q: usize| sorted[q * (sorted.len() - 1) / 100];
+            let aggs = BTreeMap::from([
+                ("count", Some(n)),
+                ("sum", Some(sum)),
+                ("avg", Some(mean)),
+                ("min", Some(sorted[0])),
+                ("max", Some(sorted[sorted.len() - 1])),
+                ("stddev", (vs.len() > 1).then(|| var.sqrt())),
+                ("first", Some(vs[0].1)),
+                ("last", Some(vs[vs.len() - 1].1)),
+                ("p50", Some(rank(50))),
+                ("p95", Some(rank(95))),
+                ("p99", Some(rank(99))),
+            ]);
+            let time = Timestamp::from_epoch_millis(start).unwrap().to_string();
+            ((time, m), aggs)
+        })
+        .collect()
+}
+
+/// The parameter a 400 names (its message reads `invalid <param>: …`).
+fn param_of(body: &Value) -> Option<&str> {
+    body["error"]["message"]
+        .as_str()?
+        .strip_prefix("invalid ")?
+        .split(':')
+        .next()
+}
+
+const ALL: &str = "count,sum,avg,min,max,stddev,first,last,p50,p95,p99";
+
+fn close(got: &Value, want: Option<f64>) -> bool {
+    match (got.as_f64(), want) {
+        (None, None) => got.is_null(),
+        (Some(g), Some(w)) => (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+        _ => false,
+    }
+}
+
+#[tokio::test]
+async fn every_aggregate_of_every_resolution_equals_a_recomputation_from_the_stored_readings() {
+    // GIVEN a device across three layouts, with sparse metrics, a gap and corrections
+    let t = device("api-series-exact").await;
+    let app = app(&t); // 15:00
+    let (from, to) = ("2026-04-20T13:52:10Z", "2026-04-20T15:00:00Z");
+    let readings = stored(&app, from, to).await;
+    assert!(readings.len() > 550, "{}", readings.len());
+    assert!(
+        readings.iter().any(|(_, m, v)| m == "t" && *v == -5.0),
+        "corrections stored"
+    );
+    for (res, width_ms) in [
+        ("1m", 60_000),
+        ("5m", 300_000),
+        ("15m", 900_000),
+        ("1h", 3_600_000),
+    ] {
+        let want = recompute(&readings, width_ms);
+        for limit in [1, 7, 1000] {
+            // WHEN the series is read in pages of `limit` rows
+            let uri = format!(
+                "/devices/sensor_01/series?from={from}&to={to}&resolution={res}&aggregates={ALL}&limit={limit}"
+            );
+            let (rows, pages) = walk(&app, &uri).await;
+            // THEN there is one row per bucket and metric with readings, in time then metric
+            // order, and every aggregate equals the recomputation
+            let keys: Vec<(String, String)> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r["time"].as_str().unwrap().into(),
+                        r["metric"].as_str().unwrap().into(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                keys,
+                want.keys().cloned().collect::<Vec<_>>(),
+                "{res} limit {limit}"
+            );
+            for (row, (key, aggs)) in rows.iter().zip(&want) {
+                for (name, w) in aggs {
+                    assert!(
+                        close(&row[*name], *w),
+                        "{res} {key:?} {name}: {} vs {w:?}",
+                        row[*name]
+                    );
+                }
+                assert_eq!(row.get("filled"), None);
+            }
+            if limit == 1 {
+                // a page holds whole buckets: one bucket (of up to three metrics) a page
+                let buckets: std::collections::BTreeSet<&String> =
+                    want.keys().map(|k| &k.0).collect();
+                assert_eq!(pages, buckets.len(), "{res}");
+            }
+        }
+        // AND one wide answer holds the same buckets
+        let (status, wide) = get(
+            &app,
+            &format!("/devices/sensor_01/series?from={from}&to={to}&resolution={res}&aggregates={ALL}&format=wide&maxPoints=10000"),
+        )
+        .await;
+        assert_eq!(status, 200, "{wide}");
+        let mut cells = 0;
+        for bucket in wide.as_array().unwrap() {
+            let time = bucket["time"].as_str().unwrap().to_owned();
+            for m in ["h", "t", "w"] {
+                match want.get(&(time.clone(), m.to_owned())) {
+                    Some(aggs) => {
+                        cells += 1;
+                        for (name, w) in aggs {
+                            assert!(
+                                close(&bucket[format!("{m}.{name}")], *w),
+                                "{res} {time} {m}.{name}"
+                            );
+                        }
+                    }
+                    None => assert!(bucket[format!("{m}.count")].is_null(), "{res} {time} {m}"),
+                }
+            }
+        }
+        assert_eq!(cells, want.len(), "{res}");
+    }
+}
+
+#[tokio::test]
+async fn empty_buckets_are_filled_from_the_neighbouring_readings_even_outside_the_range() {
+    // GIVEN the device's gap from 14:32 to 14:41, and a range that starts inside it
+    let t = device("api-series-fill").await;
+    let app = app(&t);
+    let readings = stored(&app, "2026-04-20T14:00:00Z", "2026-04-20T15:00:00Z").await;
+    let t_values: Vec<(Timestamp, f64)> = readings
+        .iter()
+        .filter(|(_, m, _)| m == "t")
+        .map(|(at, _, v)| (*at, *v))
+        .collect();
+    let before = *t_values
+        .iter()
+        .rfind(|(at, _)| *at < ts("2026-04-20T14:33:00Z"))
+        .unwrap();
+    let after = *t_values
+        .iter()
+        .find(|(at, _)| *at >= ts("2026-04-20T14:41:00Z"))
+        .unwrap();
+    let uri = |fill: &str| {
+        format!(
+            "/devices/sensor_01/series?from=2026-04-20T14:33:00Z&to=2026-04-20T14:43:00Z\
+             &resolution=1m&metrics=t&aggregates=avg,count,sum,last&fill={fill}&limit=3"
+        )
+    };
+    // WHEN nothing fills the gap, only the buckets with readings come back
+    let (rows, _) = walk(&app, &uri("none")).await;
+    let times: Vec<&str> = rows.iter().map(|r| r["time"].as_str().unwrap()).collect();
+    assert_eq!(
+        times,
+        ["2026-04-20T14:41:00.000000Z", "2026-04-20T14:42:00.000000Z"]
+    );
+    for (fill, expect) in [
+        (
+            "null",
+            Box::new(|_: Timestamp| None) as Box<dyn Fn(Timestamp) -> Option<f64>>,
+        ),
+        ("locf", Box::new(move |_| Some(before.1))),
+        (
+            "linear",
+            Box::new(move |t: Timestamp| {
+                let f = (t.epoch_micros() - before.0.epoch_micros()) as f64
+                    / (after.0.epoch_micros() - before.0.epoch_micros()) as f64;
+                Some(before.1 + (after.1 - before.1) * f)
+            }),
+        ),
+    ] {
+        // WHEN it is filled (pages of 3 rows, so the gap spans pages)
+        let (rows, pages) = walk(&app, &uri(fill)).await;
+        // THEN every minute has a row; the eight empty ones are marked filled, with count 0,
+        // no sum, and avg and last from the readings around the gap
+        assert_eq!(rows.len(), 10, "{fill}");
+        assert_eq!(pages, 4, "{fill}");
+        for (i, row) in rows.iter().enumerate() {
+            let time = ts("2026-04-20T14:33:00Z")
+                .plus_millis(i as i64 * 60_000)
+                .unwrap();
+            assert_eq!(row["time"], Value::from(time.to_string()));
+            if i < 8 {
+                assert_eq!(row["filled"], Value::Bool(true), "{fill} {time}");
+                assert_eq!(
+                    (row["count"].as_u64(), row["sum"].is_null()),
+                    (Some(0), true)
+                );
+                assert!(close(&row["avg"], expect(time)), "{fill} {time}: {row}");
+                assert!(close(&row["last"], expect(time)), "{fill} {time}: {row}");
+            } else {
+                assert_eq!(row.get("filled"), None);
+                assert!(row["count"].as_u64().unwrap() > 0);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_name_their_parameter_and_cursors_bind_to_their_query() {
+    let t = device("api-series-errors").await;
+    let app = app(&t);
+    let day = "from=2026-04-20T00:00:00Z&to=2026-04-21T00:00:00Z";
+    let (status, body) = get(&app, &format!("/devices/nobody/series?{day}")).await;
+    assert_eq!(status, 404, "{body}");
+    for (query, param) in [
+        (format!("{day}&resolution=1m&format=wide"), "maxPoints"),
+        (format!("{day}&aggregates=mean"), "aggregates"),
+        ("from=2026-04-20T00:00:00Z".to_owned(), "to"),
+        (format!("{day}&tz=Europe/Paris"), "tz"),
+    ] {
+        let (status, body) = get(&app, &format!("/devices/sensor_01/series?{query}")).await;
+        assert_eq!(
+            (status, param_of(&body)),
+            (400, Some(param)),
+            "{query}: {body}"
+        );
+    }
+    // A cursor opens only the query that made it.
+    let q = "from=2026-04-20T14:00:00Z&to=2026-04-20T15:00:00Z&resolution=1m&limit=5";
+    let (_, first) = get(&app, &format!("/devices/sensor_01/series?{q}")).await;
+    let cursor = first["cursor"].as_str().unwrap();
+    let (status, body) = get(
+        &app,
+        &format!("/devices/sensor_01/series?{q}&aggregates=max&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!((status, param_of(&body)), (400, Some("cursor")), "{body}");
+    let (status, next) = get(
+        &app,
+        &format!("/devices/sensor_01/series?{q}&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(next["items"][0]["time"].as_str() > first["items"][4]["time"].as_str());
+}
