@@ -345,12 +345,12 @@ fn recomputed(readings: &Readings) -> BTreeMap<tidemark_schema::MetricName, Reco
         for (m, v) in values {
             out.entry(m.clone())
                 .and_modify(|r| {
-                    r.stats.merge(&Stats::of(*v));
+                    r.stats.merge(&Stats::at(*at, *v));
                     r.first = r.first.min(*at);
                     r.last = r.last.max(*at);
                 })
                 .or_insert(Recomputed {
-                    stats: Stats::of(*v),
+                    stats: Stats::at(*at, *v),
                     first: *at,
                     last: *at,
                 });
@@ -371,12 +371,12 @@ pub fn rebuilt(
         return None;
     }
     let mut metrics: BTreeMap<_, Stats> = BTreeMap::new();
-    for values in readings.values() {
+    for (at, values) in readings {
         for (m, v) in values {
             metrics
                 .entry(m.clone())
-                .and_modify(|s| s.merge(&Stats::of(*v)))
-                .or_insert_with(|| Stats::of(*v));
+                .and_modify(|s| s.merge(&Stats::at(*at, *v)))
+                .or_insert_with(|| Stats::at(*at, *v));
         }
     }
     let mut applied = current.map(|c| c.applied.clone()).unwrap_or_default();
@@ -414,6 +414,10 @@ mod tests {
     use tidemark_schema::MetricName;
 
     use super::*;
+
+    fn tuple(s: &Stats) -> (u64, f64, f64, f64) {
+        (s.count, s.sum, s.min, s.max)
+    }
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_epoch_millis(1_776_693_600_000 + s * 1_000).unwrap()
@@ -458,15 +462,7 @@ mod tests {
             (t(3), BTreeMap::from([(temp.clone(), 6.0)])),
         ]);
         let item = rebuilt(Some(&current), &key(), &readings, &marks("DEVICE#d", "12")).unwrap();
-        assert_eq!(
-            item.metrics[&temp],
-            Stats {
-                count: 2,
-                sum: 8.0,
-                min: 2.0,
-                max: 6.0
-            }
-        );
+        assert_eq!(tuple(&item.metrics[&temp]), (2, 8.0, 2.0, 6.0));
         assert_eq!((item.first_at, item.last_at), (t(1), t(3)));
         assert_eq!(item.applied["DEVICE#d"], "12");
         assert_eq!(item.applied["DEVICE#d#S1"], "7");
@@ -482,7 +478,10 @@ mod tests {
         let current = AggregateItem {
             pk: key().pk,
             sk: key().sk,
-            metrics: BTreeMap::from([(MetricName::new("temperature").unwrap(), Stats::of(1.0))]),
+            metrics: BTreeMap::from([(
+                MetricName::new("temperature").unwrap(),
+                Stats::at(t(2), 1.0),
+            )]),
             first_at: t(2),
             last_at: t(2),
             applied: BTreeMap::new(),

@@ -108,12 +108,7 @@ pub fn plan(changes: &[StreamChange]) -> Vec<AggregatePlan> {
 }
 
 /// A metric of a page whose readings are all gone (count 0): kept so it never moves.
-pub const EMPTIED: Stats = Stats {
-    count: 0,
-    sum: 0.0,
-    min: 0.0,
-    max: 0.0,
-};
+pub const EMPTIED: Stats = Stats::EMPTY;
 
 /// A bucket's raw readings folded one reading at a time: per metric its rollup and the
 /// first and last time of a reading carrying it (a page of a paged bucket spans the readings
@@ -131,8 +126,8 @@ impl BucketSummary {
             *t = (t.0.min(at), t.1.max(at));
             self.stats
                 .entry(name.clone())
-                .and_modify(|s| s.merge(&Stats::of(*v)))
-                .or_insert_with(|| Stats::of(*v));
+                .and_modify(|s| s.merge(&Stats::at(at, *v)))
+                .or_insert_with(|| Stats::at(at, *v));
         }
     }
 

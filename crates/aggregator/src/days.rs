@@ -217,10 +217,11 @@ mod tests {
             Period::Hourly.bucket(at),
         ));
         let mut s: Option<Stats> = None;
-        for v in vals {
+        for (i, v) in vals.iter().enumerate() {
+            let one = Stats::at(at.plus_millis(i as i64 * 60_000).unwrap(), *v);
             match &mut s {
-                Some(s) => s.merge(&Stats::of(*v)),
-                None => s = Some(Stats::of(*v)),
+                Some(s) => s.merge(&one),
+                None => s = Some(one),
             }
         }
         if let Some(s) = s {
@@ -250,8 +251,9 @@ mod tests {
         }
     }
 
-    fn stats(d: &AggregateItem) -> Stats {
-        d.metrics[&MetricName::new("t").unwrap()]
+    fn stats(d: &AggregateItem) -> (u64, f64, f64, f64) {
+        let s = d.metrics[&MetricName::new("t").unwrap()];
+        (s.count, s.sum, s.min, s.max)
     }
 
     #[test]
@@ -260,15 +262,7 @@ mod tests {
         let DayStep::Write(day) = merge(&day_key(), None, std::slice::from_ref(&c)) else {
             panic!("a new day is written")
         };
-        assert_eq!(
-            stats(&day),
-            Stats {
-                count: 2,
-                sum: 4.0,
-                min: 1.0,
-                max: 3.0
-            }
-        );
+        assert_eq!(stats(&day), (2, 4.0, 1.0, 3.0));
         assert_eq!(day.folded["14"], 1);
         assert_eq!(merge(&day_key(), Some(&day), &[c]), DayStep::Nothing);
     }
@@ -291,15 +285,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!(
-            stats(&day),
-            Stats {
-                count: 4,
-                sum: 11.5,
-                min: 0.5,
-                max: 7.0
-            }
-        );
+        assert_eq!(stats(&day), (4, 11.5, 0.5, 7.0));
         assert_eq!(day.version, 3);
     }
 
@@ -402,15 +388,7 @@ mod tests {
         let (target, folded) = fold(&hours);
         let mut day = pages::one_item(&day_key(), None, &target);
         day.folded = folded;
-        assert_eq!(
-            stats(&day),
-            Stats {
-                count: 3,
-                sum: 13.0,
-                min: 1.0,
-                max: 9.0
-            }
-        );
+        assert_eq!(stats(&day), (3, 13.0, 1.0, 9.0));
         assert_eq!(day.first_at, t("2026-04-20T14:00:00Z"));
         assert_eq!(day.last_at, t("2026-04-20T16:00:00Z"));
         assert_eq!(

@@ -455,8 +455,8 @@ mod tests {
                     .collect();
                 for (m, v) in &metrics {
                     want.entry(m.clone())
-                        .and_modify(|s| s.merge(&Stats::of(*v)))
-                        .or_insert_with(|| Stats::of(*v));
+                        .and_modify(|s| s.merge(&Stats::at(at, *v)))
+                        .or_insert_with(|| Stats::at(at, *v));
                 }
                 records.push(insert_reading(seq, "gw", None, at, metrics));
                 seq += 1;
@@ -497,14 +497,19 @@ mod tests {
             assert!(pages.len() > 1, "{period:?} is paged");
             for (i, p) in pages.iter().enumerate() {
                 assert_eq!(p.sealed, i + 1 < pages.len(), "only the last page is open");
-                assert!(size(p).unwrap() <= PAGE_BYTES, "page {i} over the budget");
+                // A page takes new metrics only under the budget; updates of its metrics
+                // (more digits in a sum or a spread) may grow it a little past it.
+                let bytes = size(p).unwrap();
+                assert!(
+                    bytes <= PAGE_BYTES + PAGE_BYTES / 8,
+                    "page {i}: {bytes} bytes"
+                );
             }
             let held: usize = pages.iter().map(|p| p.metrics.len()).sum();
             assert_eq!(held, want.len(), "each metric in exactly one page");
             eprintln!("{period:?}: {} pages", pages.len());
         }
-        // A page takes new metrics only under the budget; updates of its metrics may grow
-        // their numbers a little past it, never near the item limit.
+        // Nor did any put come near the item limit.
         let largest = agg.store().largest_item.load(Ordering::SeqCst);
         eprintln!("largest item put: {largest} bytes");
         assert!(largest <= PAGE_BYTES + PAGE_BYTES / 8, "{largest}");

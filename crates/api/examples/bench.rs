@@ -242,8 +242,8 @@ fn fleet() -> Vec<Item> {
                 .plus_millis(h * 3_600_000)
                 .unwrap();
             let k = AggregateItem::key_for(&dev0, Period::Hourly.bucket(at));
-            let mut s = Stats::of(20.0);
-            s.merge(&Stats::of(23.0));
+            let mut s = Stats::at(at, 20.0);
+            s.merge(&Stats::at(at.plus_millis(60_000).unwrap(), 23.0));
             AggregateItem {
                 pk: k.pk,
                 sk: k.sk,

@@ -247,7 +247,10 @@ async fn an_open_hour_is_served_from_its_readings_and_its_open_day_with_it() {
         put(&t, &placeholder).await;
     }
     let mut closed = aggregate("sensor_01", Period::Hourly, at("2026-04-20T09:00:00Z"), &rs);
-    closed.metrics = BTreeMap::from([(metric("temperature"), Stats::of(10.0))]);
+    closed.metrics = BTreeMap::from([(
+        metric("temperature"),
+        Stats::at(at("2026-04-20T09:10:00Z"), 10.0),
+    )]);
     (closed.first_at, closed.last_at) = (at("2026-04-20T09:10:00Z"), at("2026-04-20T09:10:00Z"));
     put(&t, &closed).await;
     // WHEN its hourly and daily rollups are asked for
@@ -304,6 +307,7 @@ async fn an_open_day_is_served_as_the_sum_of_its_hours_so_far() {
                 sum: 40.0,
                 min: 19.0,
                 max: 21.0,
+                ..Stats::EMPTY
             },
         ),
     )
@@ -317,6 +321,7 @@ async fn an_open_day_is_served_as_the_sum_of_its_hours_so_far() {
                 sum: 25.0,
                 min: 25.0,
                 max: 25.0,
+                ..Stats::EMPTY
             },
         ),
     )
@@ -330,6 +335,7 @@ async fn an_open_day_is_served_as_the_sum_of_its_hours_so_far() {
                 sum: 99.0,
                 min: 99.0,
                 max: 99.0,
+                ..Stats::EMPTY
             },
         ),
     )
@@ -1188,7 +1194,12 @@ async fn a_paged_bucket_is_one_aggregate_with_every_metric_of_its_pages() {
             pk: k.pk,
             sk: k.sk,
             metrics: tags
-                .map(|i| (metric(&format!("tag{i:04}")), Stats::of(i as f64)))
+                .map(|i| {
+                    (
+                        metric(&format!("tag{i:04}")),
+                        Stats::at(ts(first), i as f64),
+                    )
+                })
                 .collect(),
             first_at: ts(first),
             last_at: ts(last),

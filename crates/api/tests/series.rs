@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use common::*;
 use serde_json::Value;
 use tidemark_api::{ApiConfig, App};
-use tidemark_schema::{LayoutHistory, Reading, Timestamp};
+use tidemark_schema::{AggregateItem, LayoutHistory, Period, Reading, Timestamp};
 use tidemark_testkit::TestTable;
 
 fn at_clock(t: &TestTable, now: &str) -> App {
@@ -363,4 +363,134 @@ async fn bad_requests_name_their_parameter_and_cursors_bind_to_their_query() {
     .await;
     assert_eq!(status, 200);
     assert!(next["items"][0]["time"].as_str() > first["items"][4]["time"].as_str());
+}
+
+/// The stored readings of `[from, to)` as readings again (one per timestamp).
+fn as_readings(stored: &[(Timestamp, String, f64)], from: &str, to: &str) -> Vec<Reading> {
+    let mut by_time: BTreeMap<Timestamp, Vec<(&str, f64)>> = BTreeMap::new();
+    for (at, m, v) in stored {
+        if ts(from) <= *at && *at < ts(to) {
+            by_time.entry(*at).or_default().push((m.as_str(), *v));
+        }
+    }
+    by_time
+        .into_iter()
+        .map(|(at, ms)| reading("sensor_01", at, &ms))
+        .collect()
+}
+
+#[tokio::test]
+async fn hours_and_days_come_from_the_rollups_and_buckets_cut_by_the_range_from_readings() {
+    // GIVEN the device's hour 14 rolled up, and hour 13 rolled up before rollups kept the
+    // spread, first and last (count, sum, min and max only), and its day still open
+    let t = device("api-series-rollups").await;
+    let app = app(&t);
+    let all = stored(&app, "2026-04-20T13:00:00Z", "2026-04-20T15:00:00Z").await;
+    let hour = |h: &str| {
+        let (from, to) = (
+            format!("2026-04-20T{h}:00:00Z"),
+            format!("2026-04-20T{h}:59:59.999999Z"),
+        );
+        aggregate(
+            "sensor_01",
+            Period::Hourly,
+            ts(&from),
+            &as_readings(&all, &from, &to),
+        )
+    };
+    let mut old = hour("13");
+    for s in old.metrics.values_mut() {
+        (s.m2, s.first, s.last) = (None, None, None);
+    }
+    put(&t, &old).await;
+    put(&t, &hour("14")).await;
+    let mut day = AggregateItem::empty(&AggregateItem::key_for(
+        &dev("sensor_01"),
+        Period::Daily.bucket(ts("2026-04-20T00:00:00Z")),
+    ));
+    day.open = true;
+    put(&t, &day).await;
+    let aggs = "count,sum,avg,min,max,stddev,first,last";
+    let series = |query: String| {
+        let app = &app;
+        async move {
+            let (status, body) = get(app, &format!("/devices/sensor_01/series?{query}")).await;
+            assert_eq!(status, 200, "{query}: {body}");
+            body["items"].as_array().unwrap().clone()
+        }
+    };
+
+    // WHEN whole hours are asked for
+    let rows = series(format!(
+        "from=2026-04-20T13:00:00Z&to=2026-04-20T15:00:00Z&resolution=1h&aggregates={aggs}"
+    ))
+    .await;
+    // THEN hour 14 is its rollup, equal to the recomputation in every aggregate
+    let want = recompute(&all, 3_600_000);
+    assert_eq!(rows.len(), want.len());
+    for (row, ((time, metric), w)) in rows.iter().zip(&want) {
+        assert_eq!(
+            (row["time"].as_str(), row["metric"].as_str()),
+            (Some(time.as_str()), Some(metric.as_str()))
+        );
+        for name in aggs.split(',') {
+            let old_field =
+                time.starts_with("2026-04-20T13") && ["stddev", "first", "last"].contains(&name);
+            // AND hour 13 answers what its rollup holds, `null` for what it does not
+            let expected = if old_field { None } else { w[name] };
+            assert!(
+                close(&row[name], expected),
+                "{time} {metric} {name}: {}",
+                row[name]
+            );
+        }
+    }
+
+    // WHEN the range cuts both hours, THEN each is taken from its readings inside the range
+    let (from, to) = ("2026-04-20T13:30:00Z", "2026-04-20T14:30:00Z");
+    let inside: Vec<_> = all
+        .iter()
+        .filter(|(at, _, _)| ts(from) <= *at && *at < ts(to))
+        .cloned()
+        .collect();
+    let want = recompute(&inside, 3_600_000);
+    let rows = series(format!(
+        "from={from}&to={to}&resolution=1h&aggregates={aggs}"
+    ))
+    .await;
+    assert_eq!(rows.len(), want.len());
+    for (row, (key, w)) in rows.iter().zip(&want) {
+        for name in aggs.split(',') {
+            assert!(close(&row[name], w[name]), "{key:?} {name}: {}", row[name]);
+        }
+    }
+
+    // WHEN a percentile is asked for, THEN hours come from readings, exact
+    let want = recompute(&all, 3_600_000);
+    let rows = series(
+        "from=2026-04-20T13:00:00Z&to=2026-04-20T15:00:00Z&resolution=1h&aggregates=p95,stddev"
+            .into(),
+    )
+    .await;
+    for (row, (key, w)) in rows.iter().zip(&want) {
+        assert!(
+            close(&row["p95"], w["p95"]) && close(&row["stddev"], w["stddev"]),
+            "{key:?}: {row}"
+        );
+    }
+
+    // WHEN the open day is asked for, THEN it is the sum of its hours: counts and sums exact,
+    // no spread (one of its hours does not hold it)
+    let want = recompute(&all, 86_400_000);
+    let rows = series(format!(
+        "from=2026-04-20T00:00:00Z&to=2026-04-21T00:00:00Z&resolution=1d&aggregates={aggs}"
+    ))
+    .await;
+    assert_eq!(rows.len(), want.len());
+    for (row, (key, w)) in rows.iter().zip(&want) {
+        for name in ["count", "sum", "avg", "min", "max"] {
+            assert!(close(&row[name], w[name]), "{key:?} {name}: {}", row[name]);
+        }
+        assert!(row["stddev"].is_null() && row["first"].is_null(), "{row}");
+    }
 }

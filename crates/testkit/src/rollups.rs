@@ -72,8 +72,8 @@ pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
             for (m, v) in &metrics {
                 e.metrics
                     .entry(m.clone())
-                    .and_modify(|st| st.merge(&Stats::of(*v)))
-                    .or_insert_with(|| Stats::of(*v));
+                    .and_modify(|st| st.merge(&Stats::at(at, *v)))
+                    .or_insert_with(|| Stats::at(at, *v));
             }
         }
     }
@@ -184,13 +184,23 @@ fn same(a: &Rollup, b: &Rollup) -> bool {
         && a.metrics.len() == b.metrics.len()
         && a.metrics.iter().all(|(m, x)| {
             b.metrics.get(m).is_some_and(|y| {
-                x.count == y.count && close(x.sum, y.sum) && x.min == y.min && x.max == y.max
+                x.count == y.count
+                    && close(x.sum, y.sum)
+                    && x.min == y.min
+                    && x.max == y.max
+                    && x.first == y.first
+                    && x.last == y.last
+                    && match (x.stddev(), y.stddev()) {
+                        (Some(a), Some(b)) => close(a, b),
+                        (a, b) => a == b,
+                    }
             })
         })
 }
 
 /// Every way the stored rollups among `items` differ from the recomputation (empty: exact).
-/// Sums are compared to 1e-9 relative, since they are added up in another order.
+/// Sums and standard deviations are compared to 1e-9 relative, since they are added up in
+/// another order; first and last readings exactly.
 pub fn differences(items: &[Item]) -> Vec<String> {
     let want = recompute(items);
     let got = stored(items);

@@ -312,8 +312,8 @@ pub fn recompute(readings: &[ReadingItem]) -> BTreeMap<(String, String), Expecte
             for (m, v) in &reading.metrics {
                 e.metrics
                     .entry(m.clone())
-                    .and_modify(|s| s.merge(&Stats::of(*v)))
-                    .or_insert_with(|| Stats::of(*v));
+                    .and_modify(|s| s.merge(&Stats::at(reading.timestamp, *v)))
+                    .or_insert_with(|| Stats::at(reading.timestamp, *v));
             }
         }
     }

@@ -78,21 +78,25 @@ impl<S: Store> App<S> {
 
     /// One aggregate item as a bucket's rollup (rendered).
     async fn aggregate_with_pages(&self, item: Item) -> Result<Value, ApiError> {
+        render::aggregate_item(self.bucket_content(item).await?)
+    }
+
+    /// One aggregate item as its bucket's whole rollup: its pages merged, an open hour from
+    /// its readings, an open day from its hours.
+    pub(super) async fn bucket_content(&self, item: Item) -> Result<AggregateItem, ApiError> {
         let rollup = self.bucket_rollup(item).await?;
         if !rollup.open {
-            return render::aggregate_item(rollup);
+            return Ok(rollup);
         }
         // An open bucket is a placeholder (docs/design.md §5): an hour is taken from its
         // readings, a day is the sum of its hours, each as fresh as the table.
         let Ok(EntityKey::Aggregate { device, bucket }) = EntityKey::parse(&rollup.pk, &rollup.sk)
         else {
-            return render::aggregate_item(rollup);
+            return Ok(rollup);
         };
         let history = self.history_of(&device).await?;
         if bucket.period() == Period::Hourly {
-            return render::aggregate_item(
-                self.open_hour(&device, &history, bucket, rollup).await?,
-            );
+            return self.open_hour(&device, &history, bucket, rollup).await;
         }
         let last_hour = bucket.end_exclusive().pred().unwrap_or(bucket.start());
         let spec = QuerySpec::table(
@@ -114,7 +118,7 @@ impl<S: Store> App<S> {
             };
             hours.push(hour);
         }
-        render::aggregate_item(AggregateItem::day_of_hours(&rollup, hours))
+        Ok(AggregateItem::day_of_hours(&rollup, hours))
     }
 
     /// An open hour's rollup, from its stored readings: the same walk the rollups role
@@ -168,7 +172,7 @@ impl<S: Store> App<S> {
 
     /// Every item `spec` matches, page after page (a bucket's overflow pages, a day's hours:
     /// a few dozen items at most).
-    async fn query_all(&self, spec: &QuerySpec) -> Result<Vec<Item>, ApiError> {
+    pub(super) async fn query_all(&self, spec: &QuerySpec) -> Result<Vec<Item>, ApiError> {
         let mut out = Vec::new();
         let mut start = None;
         loop {

@@ -7,10 +7,11 @@
 //! wide answer is the whole range in one walk. Either way one request summarizes at most
 //! [`series::MAX_READINGS`] readings.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use http::StatusCode;
-use tidemark_schema::{DeviceId, LayoutHistory, MetricName, Timestamp};
+use tidemark_schema::{DeviceId, EntityKey, LayoutHistory, MetricName, Period, Timestamp, keys};
 use tidemark_store::read::walk_readings_while;
 
 use super::{Reply, bad_cursor, device_not_found, list};
@@ -21,9 +22,12 @@ use crate::request::Params;
 use crate::series::stats::Acc;
 use crate::series::table::{self, Layout, Point};
 use crate::series::{self, Aggregate, Fill, Format, SeriesQuery};
-use crate::store::Store;
+use crate::store::{QuerySpec, SkRange, Store};
 
 type Buckets = BTreeMap<Timestamp, BTreeMap<MetricName, Acc>>;
+
+/// Rollup items a query asks for at a time.
+const ROLLUP_PAGE: usize = 100;
 
 /// One page's walk: its buckets, the metrics in them, and where it ended.
 struct Walk {
@@ -31,6 +35,31 @@ struct Walk {
     seen: BTreeSet<MetricName>,
     /// Exclusive: the walk covered readings before it.
     end: Timestamp,
+}
+
+impl Walk {
+    /// Counts a reading into `bucket`, the metrics asked for only.
+    fn add(
+        &mut self,
+        q: &SeriesQuery,
+        bucket: Timestamp,
+        at: Timestamp,
+        values: BTreeMap<MetricName, f64>,
+        keep_values: bool,
+    ) {
+        for (m, v) in values {
+            if q.metrics.as_ref().is_some_and(|ms| !ms.contains(&m)) {
+                continue;
+            }
+            self.seen.insert(m.clone());
+            match self.buckets.entry(bucket).or_default().entry(m) {
+                Entry::Occupied(mut e) => e.get_mut().add(at, v),
+                Entry::Vacant(e) => {
+                    e.insert(Acc::new(at, v, keep_values));
+                }
+            }
+        }
+    }
 }
 
 impl<S: Store> App<S> {
@@ -56,9 +85,16 @@ impl<S: Store> App<S> {
             }
         };
         let history = self.history_of(&id).await?;
-        let walk = self
-            .series_walk(&id, &history, &q, start, carried.len())
-            .await?;
+        let walk = match q.rollup_period() {
+            Some(period) => {
+                self.series_rollups(&id, &history, &q, start, carried.len(), period)
+                    .await?
+            }
+            None => {
+                self.series_walk(&id, &history, &q, start, carried.len())
+                    .await?
+            }
+        };
         let metrics: Vec<MetricName> = match &q.metrics {
             Some(ms) => ms
                 .iter()
@@ -131,15 +167,7 @@ impl<S: Store> App<S> {
         known_metrics: usize,
     ) -> Result<Walk, ApiError> {
         let res = q.resolution;
-        let end = match (q.format, q.fill) {
-            (Format::Rows, Fill::Null | Fill::Locf | Fill::Linear) => {
-                let width = q.metrics.as_ref().map_or(known_metrics, Vec::len).max(1);
-                let buckets = (q.limit / width).max(1) as i64;
-                Timestamp::from_epoch_micros(res.bucket_of(start) + buckets * res.micros())
-                    .map_or(q.to, |t| t.min(q.to))
-            }
-            _ => q.to,
-        };
+        let end = page_end(q, start, known_metrics);
         let rows = q.format == Format::Rows;
         let stop_early = rows && q.fill == Fill::None;
         let keep_values = q.aggregates.iter().any(|a| matches!(a, Aggregate::P(_)));
@@ -182,20 +210,7 @@ impl<S: Store> App<S> {
                     current = Some(bucket);
                 }
                 read += 1;
-                for (m, v) in values {
-                    if q.metrics.as_ref().is_some_and(|ms| !ms.contains(&m)) {
-                        continue;
-                    }
-                    w.seen.insert(m.clone());
-                    match w.buckets.entry(bucket).or_default().entry(m) {
-                        std::collections::btree_map::Entry::Occupied(mut e) => {
-                            e.get_mut().add(at, v)
-                        }
-                        std::collections::btree_map::Entry::Vacant(e) => {
-                            e.insert(Acc::new(at, v, keep_values));
-                        }
-                    }
-                }
+                w.add(q, bucket, at, values, keep_values);
                 true
             },
         )
@@ -210,6 +225,109 @@ impl<S: Store> App<S> {
         }
         for bucket in w.buckets.values_mut() {
             bucket.values_mut().for_each(Acc::finish);
+        }
+        Ok(w)
+    }
+
+    /// A page of hourly or daily buckets from the rollups, read as `GET /aggregates` reads
+    /// them (pages merged, an open hour from its readings, an open day from its hours). A
+    /// bucket that `from` or `to` cuts is taken from its readings inside the range.
+    async fn series_rollups(
+        &self,
+        id: &DeviceId,
+        history: &LayoutHistory,
+        q: &SeriesQuery,
+        start: Timestamp,
+        known_metrics: usize,
+        period: Period,
+    ) -> Result<Walk, ApiError> {
+        let bound = page_end(q, start, known_metrics);
+        // Unfilled rows stop after `limit` buckets with readings: a rollup item is one.
+        let most = (q.format == Format::Rows && q.fill == Fill::None).then_some(q.limit);
+        let spec = QuerySpec::table(
+            keys::device_pk(id),
+            SkRange::Between(
+                keys::aggregate_sk(period.bucket(start)),
+                keys::aggregate_sk(period.bucket(bound.pred().unwrap_or(bound))),
+            ),
+            true,
+        );
+        let mut items = Vec::new();
+        let mut after = None;
+        let mut more = false;
+        loop {
+            let room = most.map_or(ROLLUP_PAGE, |m| (m - items.len()).min(ROLLUP_PAGE));
+            let page = self.store.query(&spec, after, room as i32).await?;
+            items.extend(page.items);
+            after = page.last_key;
+            if after.is_none() {
+                break;
+            }
+            if most.is_some_and(|m| items.len() >= m) {
+                more = true;
+                break;
+            }
+        }
+        let mut w = Walk {
+            buckets: Buckets::new(),
+            seen: BTreeSet::new(),
+            end: bound,
+        };
+        for item in items {
+            let rollup = self.bucket_content(item).await?;
+            let Ok(EntityKey::Aggregate { bucket, .. }) = EntityKey::parse(&rollup.pk, &rollup.sk)
+            else {
+                continue;
+            };
+            if more {
+                w.end = bucket.end_exclusive();
+            }
+            for (m, s) in rollup.metrics {
+                if s.count == 0 || q.metrics.as_ref().is_some_and(|ms| !ms.contains(&m)) {
+                    continue;
+                }
+                w.seen.insert(m.clone());
+                w.buckets
+                    .entry(bucket.start())
+                    .or_default()
+                    .insert(m, Acc::from_stats(&s));
+            }
+        }
+        // The buckets `from` and `to` cut hold only the readings inside the range.
+        let first = period.bucket(q.from);
+        let last = period.bucket(q.to.pred().unwrap_or(q.to));
+        let page_first = period.bucket(start).start();
+        for (bucket, cut) in [
+            (first, first.start() < q.from),
+            (last, q.to < last.end_exclusive()),
+        ] {
+            let b = bucket.start();
+            if !cut || b < page_first || b >= w.end {
+                continue;
+            }
+            w.buckets.remove(&b);
+            let lo = b.max(q.from).max(self.config.retention_start(self.now()));
+            let hi = bucket.end_exclusive().min(q.to);
+            if lo >= hi {
+                continue;
+            }
+            let walked = walk_readings_while(
+                &self.store,
+                id,
+                history,
+                lo,
+                hi.pred().unwrap_or(hi),
+                false,
+                Some(series::MAX_READINGS + 1),
+                |at, values| {
+                    w.add(q, b, at, values, false);
+                    true
+                },
+            )
+            .await?;
+            if walked.readings > series::MAX_READINGS {
+                return Err(too_many(q));
+            }
         }
         Ok(w)
     }
@@ -261,6 +379,21 @@ impl<S: Store> App<S> {
             BTreeMap::new()
         };
         Ok((before, after))
+    }
+}
+
+/// Where a page ends at most: the range's end, or for filled rows as many buckets as
+/// `limit` rows of the metrics known so far take (one at least).
+fn page_end(q: &SeriesQuery, start: Timestamp, known_metrics: usize) -> Timestamp {
+    let res = q.resolution;
+    match (q.format, q.fill) {
+        (Format::Rows, Fill::Null | Fill::Locf | Fill::Linear) => {
+            let width = q.metrics.as_ref().map_or(known_metrics, Vec::len).max(1);
+            let buckets = (q.limit / width).max(1) as i64;
+            Timestamp::from_epoch_micros(res.bucket_of(start) + buckets * res.micros())
+                .map_or(q.to, |t| t.min(q.to))
+        }
+        _ => q.to,
     }
 }
 

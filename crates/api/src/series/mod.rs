@@ -333,6 +333,19 @@ impl SeriesQuery {
         })
     }
 
+    /// The rollups that serve this query's buckets: hours and days, unless a percentile is
+    /// asked for (rollups hold no quantile sketch yet, so those buckets come from readings).
+    pub fn rollup_period(&self) -> Option<tidemark_schema::Period> {
+        if self.aggregates.iter().any(|a| matches!(a, Aggregate::P(_))) {
+            return None;
+        }
+        match self.resolution {
+            Resolution::H1 => Some(tidemark_schema::Period::Hourly),
+            Resolution::D1 => Some(tidemark_schema::Period::Daily),
+            _ => None,
+        }
+    }
+
     /// What a cursor of this query is bound to: everything but the cursor itself.
     pub fn scope(&self) -> String {
         let metrics = self.metrics.as_ref().map_or_else(

@@ -1,11 +1,14 @@
-//! One bucket's readings of one metric, summarized exactly.
+//! One bucket's readings of one metric, summarized exactly, from the readings themselves or
+//! from a rollup.
 //!
-//! The sum is compensated (Neumaier) and the spread kept as Welford's running mean and sum
-//! of squared deviations, so `sum`, `avg` and `stddev` stay within a few ulps of a
-//! recomputation whatever the readings' order and magnitude. Percentiles are exact: the
-//! bucket keeps its values only when a percentile is asked for.
+//! From readings, the sum is compensated (Neumaier) and the spread kept as Welford's running
+//! mean and sum of squared deviations, so `sum`, `avg` and `stddev` stay within a few ulps of
+//! a recomputation whatever the readings' order and magnitude. Percentiles are exact: the
+//! bucket keeps its values only when a percentile is asked for. From a rollup
+//! ([`Acc::from_stats`]), what the rollup does not hold (percentiles; the spread, first and
+//! last of a rollup written before it kept them) has no value.
 
-use tidemark_schema::Timestamp;
+use tidemark_schema::{Stats, Timestamp};
 
 use super::Aggregate;
 
@@ -19,9 +22,9 @@ pub struct Acc {
     max: f64,
     mean: f64,
     /// Sum of squared deviations from the mean (Welford).
-    m2: f64,
-    first: (Timestamp, f64),
-    last: (Timestamp, f64),
+    m2: Option<f64>,
+    first: Option<(Timestamp, f64)>,
+    last: Option<(Timestamp, f64)>,
     values: Option<Vec<f64>>,
 }
 
@@ -35,10 +38,26 @@ impl Acc {
             min: v,
             max: v,
             mean: v,
-            m2: 0.0,
-            first: (at, v),
-            last: (at, v),
+            m2: Some(0.0),
+            first: Some((at, v)),
+            last: Some((at, v)),
             values: keep_values.then(|| vec![v]),
+        }
+    }
+
+    /// A bucket as its rollup holds it.
+    pub fn from_stats(s: &Stats) -> Acc {
+        Acc {
+            count: s.count,
+            sum: s.sum,
+            carry: 0.0,
+            min: s.min,
+            max: s.max,
+            mean: s.avg(),
+            m2: s.m2,
+            first: s.first,
+            last: s.last,
+            values: None,
         }
     }
 
@@ -56,12 +75,14 @@ impl Acc {
         self.max = self.max.max(v);
         let d = v - self.mean;
         self.mean += d / self.count as f64;
-        self.m2 += d * (v - self.mean);
-        if at < self.first.0 {
-            self.first = (at, v);
+        if let Some(m2) = &mut self.m2 {
+            *m2 += d * (v - self.mean);
         }
-        if at >= self.last.0 {
-            self.last = (at, v);
+        if let Some(first) = self.first.as_mut().filter(|f| at < f.0) {
+            *first = (at, v);
+        }
+        if let Some(last) = self.last.as_mut().filter(|l| at >= l.0) {
+            *last = (at, v);
         }
         if let Some(values) = &mut self.values {
             values.push(v);
@@ -73,12 +94,12 @@ impl Acc {
     }
 
     /// The latest reading in the bucket (what `locf` carries on).
-    pub fn last(&self) -> (Timestamp, f64) {
+    pub fn last(&self) -> Option<(Timestamp, f64)> {
         self.last
     }
 
     /// The earliest reading in the bucket (what `linear` interpolates towards).
-    pub fn first(&self) -> (Timestamp, f64) {
+    pub fn first(&self) -> Option<(Timestamp, f64)> {
         self.first
     }
 
@@ -100,9 +121,9 @@ impl Acc {
             Aggregate::Min => self.min,
             Aggregate::Max => self.max,
             Aggregate::Stddev if self.count < 2 => return None,
-            Aggregate::Stddev => (self.m2 / (n - 1.0)).max(0.0).sqrt(),
-            Aggregate::First => self.first.1,
-            Aggregate::Last => self.last.1,
+            Aggregate::Stddev => (self.m2? / (n - 1.0)).max(0.0).sqrt(),
+            Aggregate::First => self.first?.1,
+            Aggregate::Last => self.last?.1,
             Aggregate::P(q) => {
                 let v = self.values.as_ref()?;
                 v[quantile_rank(q, v.len())]
@@ -167,6 +188,27 @@ mod tests {
         let exact = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 999.0).sqrt();
         let got = a.value(Aggregate::Stddev).unwrap();
         assert!(((got - exact) / exact).abs() < 1e-9, "{got} vs {exact}");
+    }
+
+    #[test]
+    fn a_rollup_without_the_spread_answers_what_it_holds() {
+        let old = Stats {
+            count: 2,
+            sum: 3.0,
+            min: 1.0,
+            max: 2.0,
+            ..Stats::EMPTY
+        };
+        let a = Acc::from_stats(&old);
+        assert_eq!(a.value(Aggregate::Avg), Some(1.5));
+        assert_eq!(a.value(Aggregate::Stddev), None);
+        assert_eq!(a.value(Aggregate::First), None);
+        let mut new = Stats::at(at(0), 1.0);
+        new.merge(&Stats::at(at(1), 2.0));
+        let a = Acc::from_stats(&new);
+        assert_eq!(a.value(Aggregate::Stddev), Some(0.5f64.sqrt()));
+        assert_eq!(a.value(Aggregate::Last), Some(2.0));
+        assert_eq!(a.value(Aggregate::P(50)), None);
     }
 
     #[test]

@@ -72,7 +72,7 @@ impl Layout<'_> {
                             values: self.aggregates.iter().map(|a| acc.value(*a)).collect(),
                             filled: false,
                         });
-                        prev = Some(acc.last());
+                        prev = acc.last();
                     }
                     None if self.fill == Fill::None => {}
                     None => {
@@ -112,7 +112,7 @@ impl Layout<'_> {
         for (i, start) in self.grid.iter().enumerate().rev() {
             out[i] = next;
             if let Some(acc) = self.buckets.get(start).and_then(|b| b.get(m)) {
-                next = Some(acc.first());
+                next = acc.first();
             }
         }
         out

@@ -160,8 +160,8 @@ pub fn aggregate(device: &str, period: Period, at: Timestamp, rs: &[Reading]) ->
         for (m, v) in &r.metrics {
             metrics
                 .entry(m.clone())
-                .and_modify(|s| s.merge(&Stats::of(*v)))
-                .or_insert_with(|| Stats::of(*v));
+                .and_modify(|s| s.merge(&Stats::at(r.timestamp, *v)))
+                .or_insert_with(|| Stats::at(r.timestamp, *v));
         }
     }
     AggregateItem {

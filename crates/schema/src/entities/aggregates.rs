@@ -10,26 +10,82 @@ use crate::keys::{self, EntityKey};
 use crate::marks::ItemMarks;
 use crate::time::{Bucket, Day, Timestamp};
 
-/// count, sum, min, max of one metric in one bucket; the average is derived.
+/// A reading of one metric: when, and its value.
+pub type Point = (Timestamp, f64);
+
+/// One metric in one bucket: count, sum, min, max, and what the series route's `stddev`,
+/// `first` and `last` need. All of it merges exactly (the spread by Chan et al.'s pairwise
+/// update), so a day summed from its hours equals the day computed from its readings.
+///
+/// `m2`, `first` and `last` are absent from rollups written before they were kept: merging
+/// with such a rollup leaves them absent, and readers answer `null` for what they feed
+/// until `tidemark-admin rebuild` (or the bucket's next recompute) writes them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub count: u64,
     pub sum: f64,
     pub min: f64,
     pub max: f64,
+    /// Sum of squared deviations from the mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub m2: Option<f64>,
+    /// The earliest reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<Point>,
+    /// The latest reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<Point>,
 }
 
 impl Stats {
-    pub fn of(v: f64) -> Self {
+    /// One reading.
+    pub fn at(at: Timestamp, v: f64) -> Self {
         Stats {
             count: 1,
             sum: v,
             min: v,
             max: v,
+            m2: Some(0.0),
+            first: Some((at, v)),
+            last: Some((at, v)),
         }
     }
 
+    /// A metric whose readings are all gone (count 0): nothing to merge.
+    pub const EMPTY: Stats = Stats {
+        count: 0,
+        sum: 0.0,
+        min: 0.0,
+        max: 0.0,
+        m2: None,
+        first: None,
+        last: None,
+    };
+
     pub fn merge(&mut self, o: &Stats) {
+        if o.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = *o;
+            return;
+        }
+        let (na, nb) = (self.count as f64, o.count as f64);
+        self.m2 = match (self.m2, o.m2) {
+            (Some(a), Some(b)) => {
+                let d = o.sum / nb - self.sum / na;
+                Some(a + b + d * d * na * nb / (na + nb))
+            }
+            _ => None,
+        };
+        self.first = match (self.first, o.first) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            _ => None,
+        };
+        self.last = match (self.last, o.last) {
+            (Some(a), Some(b)) => Some(if b.0 >= a.0 { b } else { a }),
+            _ => None,
+        };
         self.count += o.count;
         self.sum += o.sum;
         self.min = self.min.min(o.min);
@@ -42,6 +98,12 @@ impl Stats {
         } else {
             self.sum / self.count as f64
         }
+    }
+
+    /// The sample standard deviation (n − 1): `None` below two readings or without `m2`.
+    pub fn stddev(&self) -> Option<f64> {
+        let m2 = self.m2.filter(|_| self.count > 1)?;
+        Some((m2 / (self.count - 1) as f64).max(0.0).sqrt())
     }
 }
 
@@ -152,8 +214,8 @@ impl AggregateItem {
         for (m, v) in metrics {
             self.metrics
                 .entry(m.clone())
-                .and_modify(|s| s.merge(&Stats::of(*v)))
-                .or_insert_with(|| Stats::of(*v));
+                .and_modify(|s| s.merge(&Stats::at(at, *v)))
+                .or_insert_with(|| Stats::at(at, *v));
         }
     }
 
@@ -245,13 +307,17 @@ impl AggregateItem {
 mod tests {
     use super::*;
 
+    fn t(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
     #[test]
     fn merged_pages_union_metrics_and_span_the_pages_holding_metrics() {
         let t = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
         let page = |n: u16, m: &str, first: &str, last: &str| AggregateItem {
             pk: "DEVICE#d".into(),
             sk: format!("p{n}"),
-            metrics: BTreeMap::from([(MetricName::new(m).unwrap(), Stats::of(n as f64))]),
+            metrics: BTreeMap::from([(MetricName::new(m).unwrap(), Stats::at(t(first), n as f64))]),
             first_at: t(first),
             last_at: t(last),
             applied: BTreeMap::new(),
@@ -282,11 +348,53 @@ mod tests {
 
     #[test]
     fn stats_merge_and_average() {
-        let mut s = Stats::of(1.0);
-        s.merge(&Stats::of(3.0));
+        let at = t("2026-04-20T14:00:00Z");
+        let mut s = Stats::at(at, 1.0);
+        s.merge(&Stats::at(at.plus_millis(1000).unwrap(), 3.0));
         assert_eq!(
             (s.count, s.sum, s.min, s.max, s.avg()),
             (2, 4.0, 1.0, 3.0, 2.0)
         );
+    }
+
+    #[test]
+    fn a_merge_of_parts_equals_the_whole_in_spread_first_and_last() {
+        let at = |i: usize| {
+            t("2026-04-20T14:00:00Z")
+                .plus_millis(i as i64 * 1000)
+                .unwrap()
+        };
+        let values: Vec<f64> = (0..50)
+            .map(|i| 1e6 + ((i * 37) % 11) as f64 * 0.25)
+            .collect();
+        let of = |range: std::ops::Range<usize>| {
+            let mut s = Stats::EMPTY;
+            for i in range {
+                s.merge(&Stats::at(at(i), values[i]));
+            }
+            s
+        };
+        // Parts merged out of time order, as a day's hours may be.
+        let mut parts = of(30..50);
+        parts.merge(&of(0..7));
+        parts.merge(&of(7..30));
+        let mean = values.iter().sum::<f64>() / 50.0;
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 49.0;
+        let sd = parts.stddev().unwrap();
+        assert!(((sd - var.sqrt()) / var.sqrt()).abs() < 1e-9, "{sd}");
+        assert_eq!(parts.first, Some((at(0), values[0])));
+        assert_eq!(parts.last, Some((at(49), values[49])));
+        assert_eq!(parts.count, 50);
+        assert_eq!(Stats::at(at(0), 5.0).stddev(), None);
+    }
+
+    #[test]
+    fn a_rollup_from_before_the_spread_was_kept_reads_and_merges_without_it() {
+        let old: Stats =
+            serde_json::from_str(r#"{"count":2,"sum":3.0,"min":1.0,"max":2.0}"#).unwrap();
+        assert_eq!((old.m2, old.first, old.last), (None, None, None));
+        let mut s = Stats::at(t("2026-04-20T14:00:00Z"), 4.0);
+        s.merge(&old);
+        assert_eq!((s.count, s.stddev(), s.first), (3, None, None));
     }
 }
