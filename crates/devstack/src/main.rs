@@ -331,6 +331,7 @@ fn print_banner(
          \n  curl {api}/devices/{device}/readings/latest\
          \n  curl '{api}/devices/{device}/readings?limit=5&order=desc'\
          \n  curl '{api}/devices/{device}/aggregates?period=hourly'\
+         \n  curl '{api}/devices/{device}/series?from={hour_ago}&to={hour_on}&resolution=1m&aggregates=avg,stddev,p95&fill=locf'\
          \n  curl '{api}/alerts?severity=critical&state=open'\
          \n  curl '{api}/devices?connectivity=offline'\
          \n  curl '{api}/latest?ids={device},{device2}'\
@@ -348,6 +349,9 @@ fn print_banner(
         device2 = sim
             .map(|s| format!("{}002", s.device_prefix))
             .unwrap_or_else(|| "sensor_02".into()),
+        // The series route takes epoch milliseconds (as Grafana sends them) or RFC 3339.
+        hour_ago = tidemark_schema::Timestamp::now().epoch_millis() - 3_600_000,
+        hour_on = tidemark_schema::Timestamp::now().epoch_millis() + 3_600_000,
     );
 }
 
