@@ -26,7 +26,7 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_schema::{AggregateItem, Bucket, Key, MetricName, Stats, Timestamp};
+use tidemark_schema::{AggregateItem, Bucket, Key, MetricName, Timestamp};
 
 use crate::pages::{self, Recomputed};
 
@@ -103,16 +103,15 @@ pub fn merge(key: &Key, current: Option<&AggregateItem>, hours: &[HourChange]) -
         if held >= h.new_version {
             continue;
         }
-        if held != h.old_version || h.paged || !shrinks_nothing(h.old.as_ref(), h.new.as_ref()) {
+        // An hour that held readings before cannot be taken out of the day exactly (neither
+        // its extremes nor its spread, first and last reading subtract): the day is folded
+        // again. Only a late reading, a correction or a delete does that to a closed hour.
+        let had = h
+            .old
+            .as_ref()
+            .is_some_and(|o| o.metrics.values().any(|s| s.count > 0));
+        if held != h.old_version || h.paged || had {
             return DayStep::Refold;
-        }
-        if let Some(old) = &h.old {
-            for (name, s) in old.metrics.iter().filter(|(_, s)| s.count > 0) {
-                if let Some(d) = day.metrics.get_mut(name) {
-                    d.count = d.count.saturating_sub(s.count);
-                    d.sum -= s.sum;
-                }
-            }
         }
         if day.metrics.is_empty() {
             // An emptied day's times are those of readings no longer there.
@@ -122,12 +121,7 @@ pub fn merge(key: &Key, current: Option<&AggregateItem>, hours: &[HourChange]) -
             for (name, s) in new.metrics.iter().filter(|(_, s)| s.count > 0) {
                 day.metrics
                     .entry(name.clone())
-                    .and_modify(|d| {
-                        d.count += s.count;
-                        d.sum += s.sum;
-                        d.min = d.min.min(s.min);
-                        d.max = d.max.max(s.max);
-                    })
+                    .and_modify(|d| d.merge(s))
                     .or_insert(*s);
             }
             if !new.metrics.values().all(|s| s.count == 0) {
@@ -144,28 +138,6 @@ pub fn merge(key: &Key, current: Option<&AggregateItem>, hours: &[HourChange]) -
     }
     pages::settle(&mut day, current);
     DayStep::Write(day)
-}
-
-/// True when `new` keeps every value of `old` that a day's extremes or times may rest on:
-/// no metric gone, no minimum raised, no maximum lowered, no first or last time moved in.
-fn shrinks_nothing(old: Option<&AggregateItem>, new: Option<&AggregateItem>) -> bool {
-    let Some(old) = old.filter(|o| o.metrics.values().any(|s| s.count > 0)) else {
-        return true;
-    };
-    let Some(new) = new else {
-        return false;
-    };
-    let kept = |name: &MetricName, s: &Stats| {
-        new.metrics
-            .get(name)
-            .is_some_and(|n| n.count > 0 && n.min <= s.min && n.max >= s.max)
-    };
-    old.metrics
-        .iter()
-        .filter(|(_, s)| s.count > 0)
-        .all(|(n, s)| kept(n, s))
-        && new.first_at <= old.first_at
-        && new.last_at >= old.last_at
 }
 
 /// A day's content folded from its hours' pages (each hour's pages as read, strongly
@@ -204,7 +176,7 @@ pub fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidemark_schema::{DeviceId, Period};
+    use tidemark_schema::{DeviceId, Period, Stats};
 
     fn t(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
@@ -268,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn an_hour_moving_on_replaces_what_the_day_held_of_it() {
+    fn hours_added_one_by_one_give_the_day_their_sum_and_a_changed_hour_a_fold() {
         let h1 = hour("14", 1, &[1.0, 3.0]);
         let DayStep::Write(day) = merge(&day_key(), None, &[change("14", None, h1.clone())]) else {
             panic!()
@@ -280,13 +252,19 @@ mod tests {
         ) else {
             panic!()
         };
+        assert_eq!(stats(&day), (3, 11.0, 1.0, 7.0));
+        let t = day.metrics[&MetricName::new("t").unwrap()];
+        // 1, 3, 7: mean 11/3, sample variance (64/9 + 4/9 + 100/9) / 2 = 28/3
+        assert!((t.stddev().unwrap() - (28.0f64 / 3.0).sqrt()).abs() < 1e-12);
+        assert_eq!(t.first.map(|f| f.1), Some(1.0));
+        assert_eq!(t.last.map(|l| l.1), Some(7.0));
+        assert_eq!(day.version, 2);
+        // A late reading into hour 14: the day is folded, not patched.
         let h2 = hour("14", 2, &[1.0, 3.0, 0.5]);
-        let DayStep::Write(day) = merge(&day_key(), Some(&day), &[change("14", Some(h1), h2)])
-        else {
-            panic!()
-        };
-        assert_eq!(stats(&day), (4, 11.5, 0.5, 7.0));
-        assert_eq!(day.version, 3);
+        assert_eq!(
+            merge(&day_key(), Some(&day), &[change("14", Some(h1), h2)]),
+            DayStep::Refold
+        );
     }
 
     #[test]

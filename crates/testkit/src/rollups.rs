@@ -178,24 +178,28 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
 
+/// One metric's rollup equal to another's as far as addition order allows: counts, extremes,
+/// first and last reading exactly; sums and standard deviations to 1e-9 relative.
+pub fn same_stats(x: &Stats, y: &Stats) -> bool {
+    x.count == y.count
+        && close(x.sum, y.sum)
+        && x.min == y.min
+        && x.max == y.max
+        && x.first == y.first
+        && x.last == y.last
+        && match (x.stddev(), y.stddev()) {
+            (Some(a), Some(b)) => close(a, b),
+            (a, b) => a == b,
+        }
+}
+
 fn same(a: &Rollup, b: &Rollup) -> bool {
     a.first_at == b.first_at
         && a.last_at == b.last_at
         && a.metrics.len() == b.metrics.len()
-        && a.metrics.iter().all(|(m, x)| {
-            b.metrics.get(m).is_some_and(|y| {
-                x.count == y.count
-                    && close(x.sum, y.sum)
-                    && x.min == y.min
-                    && x.max == y.max
-                    && x.first == y.first
-                    && x.last == y.last
-                    && match (x.stddev(), y.stddev()) {
-                        (Some(a), Some(b)) => close(a, b),
-                        (a, b) => a == b,
-                    }
-            })
-        })
+        && a.metrics
+            .iter()
+            .all(|(m, x)| b.metrics.get(m).is_some_and(|y| same_stats(x, y)))
 }
 
 /// Every way the stored rollups among `items` differ from the recomputation (empty: exact).

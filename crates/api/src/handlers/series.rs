@@ -193,6 +193,7 @@ impl<S: Store> App<S> {
             end.pred().unwrap_or(end),
             false,
             Some(series::MAX_READINGS + 1),
+            false,
             |at, values| {
                 let Ok(bucket) = Timestamp::from_epoch_micros(res.bucket_of(at)) else {
                     return true;
@@ -319,6 +320,7 @@ impl<S: Store> App<S> {
                 hi.pred().unwrap_or(hi),
                 false,
                 Some(series::MAX_READINGS + 1),
+                false,
                 |at, values| {
                     w.add(q, b, at, values, false);
                     true
@@ -357,6 +359,7 @@ impl<S: Store> App<S> {
                 to,
                 newest_first,
                 Some(series::EDGE_READINGS),
+                false,
                 |at, values| {
                     for (m, v) in values {
                         if metrics.contains(&m) {

@@ -129,6 +129,7 @@ pub async fn walk_readings<S: QueryStore + Sync>(
         to,
         newest_first,
         limit,
+        true,
         |at, m| {
             visit(at, m);
             true
@@ -138,8 +139,9 @@ pub async fn walk_readings<S: QueryStore + Sync>(
 }
 
 /// [`walk_readings`] that stops as soon as `visit` returns `false` (the reading it was given
-/// counts as handed over): a reader that pages by buckets stops at the first reading past its
-/// page instead of reading on to its limit.
+/// counts as handed over), reading strongly consistent or not: a reader that pages by
+/// buckets stops at the first reading past its page instead of reading on to its limit, and
+/// an API read pays half the read units.
 #[allow(clippy::too_many_arguments)]
 pub async fn walk_readings_while<S: QueryStore + Sync>(
     store: &S,
@@ -149,6 +151,7 @@ pub async fn walk_readings_while<S: QueryStore + Sync>(
     to: Timestamp,
     newest_first: bool,
     limit: Option<usize>,
+    consistent: bool,
     mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
 ) -> Result<Walked, StoreError> {
     let forward = !newest_first;
@@ -166,7 +169,7 @@ pub async fn walk_readings_while<S: QueryStore + Sync>(
             .shards()
             .into_iter()
             .map(|shard| {
-                let spec = partition_query(device, &seg, shard, forward, true);
+                let spec = partition_query(device, &seg, shard, forward, consistent);
                 placed(&seg, String::new(), spec, None, None)
             })
             .collect();
