@@ -109,7 +109,8 @@ heat:
 ## aggregator invocation on the worst cases of bounded work into bench/WORST_CASE.md, what
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
 ## readings against single items at four ingest windows into bench/PACKING.md, what reading
-## rollups costs with open days into bench/ROLLUP_READS.md, what offline
+## rollups costs with open days into bench/ROLLUP_READS.md, what the series route costs
+## against raw readings into bench/SERIES.md, what offline
 ## detection costs (the alerts role's deadline upkeep per reading, the watchdog's runs over
 ## 100,000 devices) into bench/OFFLINE.md, then the dashboard's time to a drawn page and asset
 ## size into bench/DASHBOARD.md
@@ -121,6 +122,7 @@ bench:
 	$(CARGO) run --release -p tidemark-bench --example write_ceiling
 	$(CARGO) run --release -p tidemark-bench --example packing
 	$(CARGO) run --release -p tidemark-bench --example rollup_reads
+	$(CARGO) run --release -p tidemark-bench --example series_reads
 	$(CARGO) run --release -p tidemark-bench --example offline
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed

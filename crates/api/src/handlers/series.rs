@@ -185,16 +185,8 @@ impl<S: Store> App<S> {
         let mut current: Option<Timestamp> = None;
         let mut stopped_at = None;
         let mut read = 0usize;
-        let walked = walk_readings_while(
-            &self.store,
-            id,
-            history,
-            lo,
-            end.pred().unwrap_or(end),
-            false,
-            Some(series::MAX_READINGS + 1),
-            false,
-            |at, values| {
+        let walked = self
+            .walk_range(id, history, lo, end, |at, values| {
                 let Ok(bucket) = Timestamp::from_epoch_micros(res.bucket_of(at)) else {
                     return true;
                 };
@@ -213,9 +205,8 @@ impl<S: Store> App<S> {
                 read += 1;
                 w.add(q, bucket, at, values, keep_values);
                 true
-            },
-        )
-        .await?;
+            })
+            .await?;
         if let Some(b) = stopped_at {
             w.end = b;
         } else if walked.readings > series::MAX_READINGS {
@@ -312,26 +303,43 @@ impl<S: Store> App<S> {
             if lo >= hi {
                 continue;
             }
-            let walked = walk_readings_while(
-                &self.store,
-                id,
-                history,
-                lo,
-                hi.pred().unwrap_or(hi),
-                false,
-                Some(series::MAX_READINGS + 1),
-                false,
-                |at, values| {
+            let walked = self
+                .walk_range(id, history, lo, hi, |at, values| {
                     w.add(q, b, at, values, false);
                     true
-                },
-            )
-            .await?;
+                })
+                .await?;
             if walked.readings > series::MAX_READINGS {
                 return Err(too_many(q));
             }
         }
         Ok(w)
+    }
+
+    /// The readings of `[lo, end)` oldest first, eventually consistent, one more than a
+    /// request may summarize at most (so the caller sees when there are too many).
+    async fn walk_range(
+        &self,
+        id: &DeviceId,
+        history: &LayoutHistory,
+        lo: Timestamp,
+        end: Timestamp,
+        visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
+    ) -> Result<tidemark_store::read::Walked, ApiError> {
+        let last = end.pred().unwrap_or(end);
+        let limit = Some(series::MAX_READINGS + 1);
+        Ok(walk_readings_while(
+            &self.store,
+            id,
+            history,
+            lo,
+            last,
+            false,
+            limit,
+            false,
+            visit,
+        )
+        .await?)
     }
 
     /// Each metric's last reading before `start` (`locf`, `linear`) and first one from `end`
