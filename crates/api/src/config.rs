@@ -42,6 +42,9 @@ pub struct ApiConfig {
     /// What the JWT scopes are called; the function holds each route to its scope, as API
     /// Gateway does.
     pub scopes: ScopeNames,
+    /// Readings one `series` request summarizes at most ([`crate::series::MAX_READINGS`];
+    /// smaller only in tests of the bound).
+    pub series_max_readings: usize,
 }
 
 /// The auth the dashboard's data calls need, as the deployment configured it.
@@ -107,6 +110,7 @@ impl ApiConfig {
             clock: Clock::system(),
             ui_auth: UiAuth::None,
             scopes: ScopeNames::default(),
+            series_max_readings: crate::series::MAX_READINGS,
         }
     }
 

@@ -494,3 +494,40 @@ async fn hours_and_days_come_from_the_rollups_and_buckets_cut_by_the_range_from_
         assert!(row["stddev"].is_null() && row["first"].is_null(), "{row}");
     }
 }
+
+#[tokio::test]
+async fn a_page_of_rows_ends_at_a_bucket_boundary_once_it_has_read_its_share_of_readings() {
+    // GIVEN an API that summarizes at most 50 readings a request, and a range of about 280
+    let t = device("api-series-bound").await;
+    let mut config = ApiConfig::new(&t.name).with_now(now());
+    config.series_max_readings = 50;
+    let bounded = App::new(t.client.clone(), config);
+    let unbounded = app(&t);
+    let range = "from=2026-04-20T13:52:10Z&to=2026-04-20T15:00:00Z";
+    // WHEN minutes are read in rows, THEN the pages stop early and together hold every row
+    let uri =
+        format!("/devices/sensor_01/series?{range}&resolution=1m&aggregates={ALL}&limit=1000");
+    let (whole, one_page) = walk(&unbounded, &uri).await;
+    let (paged, pages) = walk(&bounded, &uri).await;
+    assert_eq!(one_page, 1);
+    assert!(pages >= 5, "{pages} pages");
+    assert_eq!(paged, whole);
+    // WHEN a wide answer or a single bucket needs more, THEN a 400 names what to change
+    for (query, param) in [
+        (
+            format!("{range}&resolution=1m&format=wide&maxPoints=10000"),
+            "to",
+        ),
+        (
+            format!("{range}&resolution=1h&aggregates=p95"),
+            "resolution",
+        ),
+    ] {
+        let (status, body) = get(&bounded, &format!("/devices/sensor_01/series?{query}")).await;
+        assert_eq!(
+            (status, param_of(&body)),
+            (400, Some(param)),
+            "{query}: {body}"
+        );
+    }
+}

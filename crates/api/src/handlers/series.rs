@@ -5,7 +5,7 @@
 //! rows, otherwise it covers the buckets `limit` rows can hold. Its cursor names the next
 //! bucket and, without `metrics`, the metrics seen so far, so later pages fill them too. A
 //! wide answer is the whole range in one walk. Either way one request summarizes at most
-//! [`series::MAX_READINGS`] readings.
+//! [`crate::ApiConfig::series_max_readings`] readings ([`series::MAX_READINGS`] deployed).
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -168,6 +168,7 @@ impl<S: Store> App<S> {
     ) -> Result<Walk, ApiError> {
         let res = q.resolution;
         let end = page_end(q, start, known_metrics);
+        let max = self.config.series_max_readings;
         let rows = q.format == Format::Rows;
         let stop_early = rows && q.fill == Fill::None;
         let keep_values = q.aggregates.iter().any(|a| matches!(a, Aggregate::P(_)));
@@ -184,9 +185,12 @@ impl<S: Store> App<S> {
         let mut done = 0usize;
         let mut current: Option<Timestamp> = None;
         let mut stopped_at = None;
-        let mut read = 0usize;
+        let (mut read, mut in_bucket, mut too_big) = (0usize, 0usize, false);
+        // A wide answer reads the whole range, at most MAX_READINGS; a page of rows ends at
+        // the first bucket it starts past them, so it reads at most twice that.
+        let limit = if rows { 2 * max + 1 } else { max + 1 };
         let walked = self
-            .walk_range(id, history, lo, end, |at, values| {
+            .walk_range(id, history, lo, end, limit, |at, values| {
                 let Ok(bucket) = Timestamp::from_epoch_micros(res.bucket_of(at)) else {
                     return true;
                 };
@@ -196,21 +200,28 @@ impl<S: Store> App<S> {
                     }
                     // A page of rows ends at a bucket's start: once it holds its rows, or
                     // once it has read its share of readings.
-                    if (stop_early && done >= q.limit) || (rows && read >= series::MAX_READINGS) {
+                    if (stop_early && done >= q.limit) || (rows && read >= max) {
                         stopped_at = Some(bucket);
                         return false;
                     }
                     current = Some(bucket);
+                    in_bucket = 0;
                 }
                 read += 1;
+                in_bucket += 1;
+                if in_bucket > max {
+                    too_big = true;
+                    return false;
+                }
                 w.add(q, bucket, at, values, keep_values);
                 true
             })
             .await?;
+        if too_big || (!rows && walked.readings > max) {
+            return Err(too_many(q, max));
+        }
         if let Some(b) = stopped_at {
             w.end = b;
-        } else if walked.readings > series::MAX_READINGS {
-            return Err(too_many(q));
         }
         if walked.unreadable > 0 {
             tracing::warn!(device = %id, skipped = walked.unreadable, "unreadable readings left out of a series");
@@ -233,6 +244,7 @@ impl<S: Store> App<S> {
         known_metrics: usize,
         period: Period,
     ) -> Result<Walk, ApiError> {
+        let max = self.config.series_max_readings;
         let bound = page_end(q, start, known_metrics);
         // Unfilled rows stop after `limit` buckets with readings: a rollup item is one.
         let most = (q.format == Format::Rows && q.fill == Fill::None).then_some(q.limit);
@@ -304,30 +316,30 @@ impl<S: Store> App<S> {
                 continue;
             }
             let walked = self
-                .walk_range(id, history, lo, hi, |at, values| {
+                .walk_range(id, history, lo, hi, max + 1, |at, values| {
                     w.add(q, b, at, values, false);
                     true
                 })
                 .await?;
-            if walked.readings > series::MAX_READINGS {
-                return Err(too_many(q));
+            if walked.readings > max {
+                return Err(too_many(q, max));
             }
         }
         Ok(w)
     }
 
-    /// The readings of `[lo, end)` oldest first, eventually consistent, one more than a
-    /// request may summarize at most (so the caller sees when there are too many).
+    /// At most `limit` readings of `[lo, end)`, oldest first, eventually consistent.
     async fn walk_range(
         &self,
         id: &DeviceId,
         history: &LayoutHistory,
         lo: Timestamp,
         end: Timestamp,
+        limit: usize,
         visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
     ) -> Result<tidemark_store::read::Walked, ApiError> {
         let last = end.pred().unwrap_or(end);
-        let limit = Some(series::MAX_READINGS + 1);
+        let limit = Some(limit);
         Ok(walk_readings_while(
             &self.store,
             id,
@@ -429,7 +441,7 @@ fn grid(q: &SeriesQuery, start: Timestamp, end: Timestamp) -> Vec<Timestamp> {
     out
 }
 
-fn too_many(q: &SeriesQuery) -> ApiError {
+fn too_many(q: &SeriesQuery, max: usize) -> ApiError {
     let (param, what) = match q.format {
         Format::Wide => ("to", "the range"),
         Format::Rows => ("resolution", "one bucket"),
@@ -438,7 +450,7 @@ fn too_many(q: &SeriesQuery) -> ApiError {
         param,
         format!(
             "{what} holds more than {} readings to summarize in one request; narrow from/to{}",
-            series::MAX_READINGS,
+            max,
             if q.format == Format::Rows {
                 " or choose a finer resolution"
             } else {
