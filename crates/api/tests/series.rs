@@ -446,6 +446,19 @@ async fn hours_and_days_come_from_the_rollups_and_buckets_cut_by_the_range_from_
         }
     }
 
+    // AND pages of rows, however small, hold the same rows
+    for limit in [1, 2, 4] {
+        let (paged, pages) = walk(
+            &app,
+            &format!(
+                "/devices/sensor_01/series?from=2026-04-20T13:00:00Z&to=2026-04-20T15:00:00Z&resolution=1h&aggregates={aggs}&limit={limit}"
+            ),
+        )
+        .await;
+        assert_eq!(paged, rows, "limit {limit}");
+        assert!(pages >= 2, "limit {limit}: {pages} pages");
+    }
+
     // WHEN the range cuts both hours, THEN each is taken from its readings inside the range
     let (from, to) = ("2026-04-20T13:30:00Z", "2026-04-20T14:30:00Z");
     let inside: Vec<_> = all

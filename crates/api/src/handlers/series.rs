@@ -246,8 +246,11 @@ impl<S: Store> App<S> {
     ) -> Result<Walk, ApiError> {
         let max = self.config.series_max_readings;
         let bound = page_end(q, start, known_metrics);
-        // Unfilled rows stop after `limit` buckets with readings: a rollup item is one.
-        let most = (q.format == Format::Rows && q.fill == Fill::None).then_some(q.limit);
+        // Unfilled rows stop once they hold `limit` rows: a rollup item is one bucket, of as
+        // many rows as it has metrics (asked for, or seen so far).
+        let unfilled_rows = q.format == Format::Rows && q.fill == Fill::None;
+        let mut width = q.metrics.as_ref().map_or(known_metrics, Vec::len);
+        let most = |width: usize| unfilled_rows.then(|| (q.limit / width.max(1)).max(1));
         let spec = QuerySpec::table(
             keys::device_pk(id),
             SkRange::Between(
@@ -260,14 +263,19 @@ impl<S: Store> App<S> {
         let mut after = None;
         let mut more = false;
         loop {
-            let room = most.map_or(ROLLUP_PAGE, |m| (m - items.len()).min(ROLLUP_PAGE));
+            let room = most(width).map_or(ROLLUP_PAGE, |m| {
+                m.saturating_sub(items.len()).clamp(1, ROLLUP_PAGE)
+            });
             let page = self.store.query(&spec, after, room as i32).await?;
+            if q.metrics.is_none() {
+                width = width.max(page.items.iter().map(metric_count).max().unwrap_or(0));
+            }
             items.extend(page.items);
             after = page.last_key;
             if after.is_none() {
                 break;
             }
-            if most.is_some_and(|m| items.len() >= m) {
+            if most(width).is_some_and(|m| items.len() >= m) {
                 more = true;
                 break;
             }
@@ -403,6 +411,13 @@ impl<S: Store> App<S> {
         };
         Ok((before, after))
     }
+}
+
+/// The metrics a rollup item holds (as stored, before its pages are merged).
+fn metric_count(item: &tidemark_store::Item) -> usize {
+    item.get(tidemark_schema::field::METRICS)
+        .and_then(|v| v.as_m().ok())
+        .map_or(0, |m| m.len())
 }
 
 /// Where a page ends at most: the range's end, or for filled rows as many buckets as
