@@ -1,11 +1,12 @@
 //! A device's readings in time buckets (`GET /devices/{id}/series`, [`crate::series`]).
 //!
-//! A page of rows is a run of whole buckets read in one walk of the readings from where the
-//! previous page stopped: with `fill=none` the walk stops at the first reading past `limit`
-//! rows, otherwise it covers the buckets `limit` rows can hold. Its cursor names the next
-//! bucket and, without `metrics`, the metrics seen so far, so later pages fill them too. A
-//! wide answer is the whole range in one walk. Either way one request summarizes at most
-//! [`crate::ApiConfig::series_max_readings`] readings ([`series::MAX_READINGS`] deployed).
+//! A page of rows is a run of whole buckets read from where the previous page stopped, in one
+//! walk of the readings or one query of the rollups: with `fill=none` it stops once it holds
+//! `limit` rows, otherwise it covers the buckets `limit` rows can hold. Its cursor names the
+//! next bucket and, without `metrics`, the metrics seen so far, so later pages fill them too.
+//! A wide answer is the whole range at once. The readings summarized are bounded by
+//! [`crate::ApiConfig::series_max_readings`] ([`series::MAX_READINGS`] deployed): a page of
+//! rows ends at the first bucket it starts past them.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};

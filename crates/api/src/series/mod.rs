@@ -3,10 +3,13 @@
 //! read; [`stats`] summarizes a bucket exactly; [`table`] lays the buckets out as rows or as
 //! one wide object per bucket, filling empty buckets as asked.
 //!
-//! Every bucket is computed from the stored readings, read with the same walk the rollups
-//! role summarizes ([`tidemark_store::read::walk_readings_while`]), so each aggregate equals
-//! a recomputation from the table. The work of one request is bounded
-//! ([`MAX_READINGS`]); a range that holds more is a 400 that says what to narrow.
+//! Buckets of an hour or a day come from the rollups ([`SeriesQuery::rollup_period`]);
+//! every other bucket, any bucket the range cuts, and any request for a percentile is
+//! computed from the stored readings, read with the same walk the rollups role summarizes
+//! ([`tidemark_store::read::walk_readings_while`]). Either way each aggregate equals a
+//! recomputation from the table. The readings one request summarizes are bounded
+//! ([`MAX_READINGS`]): a page of rows ends at a bucket boundary past them, and a wide answer
+//! or a single bucket that needs more is a 400 that says what to narrow.
 
 pub mod stats;
 pub mod table;
@@ -17,8 +20,10 @@ use crate::error::ApiError;
 use crate::request::Params;
 use crate::validate;
 
-/// Readings one request (one page of rows, or a whole wide answer) may summarize: about a
-/// day and a quarter of a 1 Hz device, read in a few seconds well inside the API's deadline.
+/// Readings a wide answer, or a single bucket, may summarize; a page of rows ends at the first
+/// bucket it starts past them (so it reads at most twice as many). About a day and a quarter
+/// of a 1 Hz device, read in about a second and a half (`bench/SERIES.md`), well inside the
+/// API's deadline.
 pub const MAX_READINGS: usize = 120_000;
 /// `maxPoints` when not given, and its upper bound.
 pub const DEFAULT_MAX_POINTS: usize = 1_000;
