@@ -78,6 +78,9 @@ async fn rebuild(c: Clients, args: &[String]) -> Result<(), AdminError> {
         "rebuilt {device}: {} readings over {} partition(s), {} aggregate items written ({} redone after a race with the aggregator)",
         r.readings, r.partitions, r.written, r.conflicts
     );
+    if r.sketched {
+        println!("the device has percentiles on: its closed hours and days keep quantile sketches");
+    }
     if r.left_open > 0 {
         println!(
             "{} of the hours and days are still open: left placeholders, which readers take from their readings and hours and the aggregator writes when they close",

@@ -47,11 +47,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use tidemark_aggregator::DynamoStore;
-use tidemark_aggregator::pages::{self, PagePut, Pages, Recomputed};
+use tidemark_aggregator::combine::BucketSummary;
+use tidemark_aggregator::pages::{self, PagePut, Pages};
 use tidemark_aggregator::records::cmp_seq;
-use tidemark_aggregator::store::{AggregateStore, ReadingStore, Written};
+use tidemark_aggregator::store::{AggregateStore, DeviceStore, ReadingStore, Written};
 use tidemark_schema::{
-    AggregateItem, Bucket, Day, DeviceId, Period, Stats, Timestamp, bucket_is_open, keys,
+    AggregateItem, Bucket, Day, DeviceId, Period, Timestamp, bucket_is_open, keys,
 };
 use tidemark_streams::DynamoDbStreamSource;
 
@@ -98,6 +99,8 @@ pub struct RebuildReport {
     pub partitions: usize,
     /// Raw readings read.
     pub readings: usize,
+    /// The device has `percentiles: true`: the rollups written keep quantile sketches.
+    pub sketched: bool,
     /// Aggregate items written.
     pub written: usize,
     /// Writes that lost a race with the aggregator and were redone.
@@ -144,6 +147,8 @@ impl Rebuilder {
         let start = first.start();
         let end = Bucket::Daily(*last).end_exclusive();
         let d = &req.device;
+        // The device's rollups keep quantile sketches, as the rollups role writes them.
+        let sketched = self.store.keeps_sketches(d).await?;
         let partitions: BTreeSet<String> = self
             .store
             .shard_history(d)
@@ -178,6 +183,7 @@ impl Rebuilder {
         let mut report = RebuildReport {
             partitions: partitions.len(),
             readings: read.len(),
+            sketched,
             unreadable: walked.unreadable,
             ..RebuildReport::default()
         };
@@ -261,7 +267,7 @@ impl Rebuilder {
                     _ => false,
                 };
                 let whole = if single {
-                    match rebuilt(current, &key, &readings, &marks) {
+                    match rebuilt(current, &key, &readings, &marks, sketched) {
                         None => break,
                         Some(item) if pages::size(&item)? <= self.page_bytes => Some(item),
                         Some(_) => None,
@@ -282,7 +288,7 @@ impl Rebuilder {
                             d,
                             bucket,
                             &pages,
-                            &recomputed(&readings),
+                            &pages::recomputed(summary(&readings, sketched)),
                             &marks.collect(),
                             self.page_bytes,
                         )?
@@ -338,25 +344,14 @@ fn buckets(days: &[Day]) -> Vec<Bucket> {
     out
 }
 
-/// Per metric, its stats and first/last time over `readings` (a paged bucket's pages).
-fn recomputed(readings: &Readings) -> BTreeMap<tidemark_schema::MetricName, Recomputed> {
-    let mut out: BTreeMap<_, Recomputed> = BTreeMap::new();
+/// `readings` folded as the rollups role folds a closed hour's (sketched for a device with
+/// `percentiles: true`).
+fn summary(readings: &Readings, sketched: bool) -> BucketSummary {
+    let mut s = BucketSummary::new(sketched);
     for (at, values) in readings {
-        for (m, v) in values {
-            out.entry(m.clone())
-                .and_modify(|r| {
-                    r.stats.merge(&Stats::at(*at, *v));
-                    r.first = r.first.min(*at);
-                    r.last = r.last.max(*at);
-                })
-                .or_insert(Recomputed {
-                    stats: Stats::at(*at, *v),
-                    first: *at,
-                    last: *at,
-                });
-        }
+        s.add(*at, values);
     }
-    out
+    s
 }
 
 /// The aggregate item holding `readings`, with the watermarks of `marks` (other partitions'
@@ -366,19 +361,12 @@ pub fn rebuilt(
     key: &tidemark_schema::Key,
     readings: &Readings,
     marks: &BTreeMap<String, Marks>,
+    sketched: bool,
 ) -> Option<AggregateItem> {
     if readings.is_empty() && current.is_none() {
         return None;
     }
-    let mut metrics: BTreeMap<_, Stats> = BTreeMap::new();
-    for (at, values) in readings {
-        for (m, v) in values {
-            metrics
-                .entry(m.clone())
-                .and_modify(|s| s.merge(&Stats::at(*at, *v)))
-                .or_insert_with(|| Stats::at(*at, *v));
-        }
-    }
+    let metrics = summary(readings, sketched).stats;
     let mut applied = current.map(|c| c.applied.clone()).unwrap_or_default();
     for (p, m) in marks {
         applied.insert(p.clone(), m.upto.clone());
@@ -411,7 +399,7 @@ pub fn rebuilt(
 
 #[cfg(test)]
 mod tests {
-    use tidemark_schema::MetricName;
+    use tidemark_schema::{MetricName, Stats};
 
     use super::*;
 
@@ -461,7 +449,14 @@ mod tests {
             (t(1), BTreeMap::from([(temp.clone(), 2.0)])),
             (t(3), BTreeMap::from([(temp.clone(), 6.0)])),
         ]);
-        let item = rebuilt(Some(&current), &key(), &readings, &marks("DEVICE#d", "12")).unwrap();
+        let item = rebuilt(
+            Some(&current),
+            &key(),
+            &readings,
+            &marks("DEVICE#d", "12"),
+            false,
+        )
+        .unwrap();
         assert_eq!(tuple(&item.metrics[&temp]), (2, 8.0, 2.0, 6.0));
         assert_eq!((item.first_at, item.last_at), (t(1), t(3)));
         assert_eq!(item.applied["DEVICE#d"], "12");
@@ -472,7 +467,13 @@ mod tests {
     #[test]
     fn an_emptied_bucket_keeps_its_item_and_watermarks_and_an_empty_new_one_is_not_written() {
         assert_eq!(
-            rebuilt(None, &key(), &Readings::new(), &marks("DEVICE#d", "10")),
+            rebuilt(
+                None,
+                &key(),
+                &Readings::new(),
+                &marks("DEVICE#d", "10"),
+                false
+            ),
             None
         );
         let current = AggregateItem {
@@ -498,6 +499,7 @@ mod tests {
             &key(),
             &Readings::new(),
             &marks("DEVICE#d", "10"),
+            false,
         )
         .unwrap();
         assert!(item.metrics.is_empty());

@@ -112,27 +112,41 @@ pub const EMPTIED: Stats = Stats::EMPTY;
 
 /// A bucket's raw readings folded one reading at a time: per metric its rollup and the
 /// first and last time of a reading carrying it (a page of a paged bucket spans the readings
-/// with a metric in it).
+/// with a metric in it). `sketched`: each metric's rollup keeps a quantile sketch (a device
+/// with `percentiles: true`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BucketSummary {
     pub times: BTreeMap<MetricName, (Timestamp, Timestamp)>,
     pub stats: BTreeMap<MetricName, Stats>,
+    pub sketched: bool,
 }
 
 impl BucketSummary {
     pub fn add(&mut self, at: Timestamp, metrics: &BTreeMap<MetricName, f64>) {
+        let one = if self.sketched {
+            Stats::at_sketched
+        } else {
+            Stats::at
+        };
         for (name, v) in metrics {
             let t = self.times.entry(name.clone()).or_insert((at, at));
             *t = (t.0.min(at), t.1.max(at));
             self.stats
                 .entry(name.clone())
-                .and_modify(|s| s.merge(&Stats::at(at, *v)))
-                .or_insert_with(|| Stats::at(at, *v));
+                .and_modify(|s| s.merge(&one(at, *v)))
+                .or_insert_with(|| one(at, *v));
         }
     }
 
-    pub fn of(readings: &[(Timestamp, BTreeMap<MetricName, f64>)]) -> Self {
-        let mut s = BucketSummary::default();
+    pub fn new(sketched: bool) -> Self {
+        BucketSummary {
+            sketched,
+            ..BucketSummary::default()
+        }
+    }
+
+    pub fn of(readings: &[(Timestamp, BTreeMap<MetricName, f64>)], sketched: bool) -> Self {
+        let mut s = BucketSummary::new(sketched);
         for (at, m) in readings {
             s.add(*at, m);
         }
@@ -200,12 +214,19 @@ mod tests {
 
     #[test]
     fn a_summary_folds_stats_and_times_per_metric() {
-        let s = BucketSummary::of(&[
+        let readings = [
             (ts("2026-04-20T14:10:00Z"), m(&[("t", 3.0)])),
             (ts("2026-04-20T14:00:00Z"), m(&[("t", 1.0), ("h", 5.0)])),
-        ]);
+        ];
+        let s = BucketSummary::of(&readings, false);
         let t = &s.stats[&MetricName::new("t").unwrap()];
         assert_eq!((t.count, t.sum, t.min, t.max), (2, 4.0, 1.0, 3.0));
+        assert_eq!(t.sketch, None);
+        let sketched = BucketSummary::of(&readings, true);
+        let t = &sketched.stats[&MetricName::new("t").unwrap()];
+        let sketch = t.sketch.as_ref().unwrap();
+        assert_eq!(sketch.count(), 2);
+        assert!((sketch.value_at_rank(1).unwrap() - 3.0).abs() <= 0.03);
         assert_eq!(
             s.times[&MetricName::new("h").unwrap()],
             (ts("2026-04-20T14:00:00Z"), ts("2026-04-20T14:00:00Z"))

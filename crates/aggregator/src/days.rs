@@ -122,7 +122,7 @@ pub fn merge(key: &Key, current: Option<&AggregateItem>, hours: &[HourChange]) -
                 day.metrics
                     .entry(name.clone())
                     .and_modify(|d| d.merge(s))
-                    .or_insert(*s);
+                    .or_insert_with(|| s.clone());
             }
             if !new.metrics.values().all(|s| s.count == 0) {
                 day.first_at = day.first_at.min(new.first_at);
@@ -163,7 +163,7 @@ pub fn fold(
                         r.last = r.last.max(p.last_at);
                     })
                     .or_insert(Recomputed {
-                        stats: *s,
+                        stats: s.clone(),
                         first: p.first_at,
                         last: p.last_at,
                     });
@@ -224,7 +224,7 @@ mod tests {
     }
 
     fn stats(d: &AggregateItem) -> (u64, f64, f64, f64) {
-        let s = d.metrics[&MetricName::new("t").unwrap()];
+        let s = &d.metrics[&MetricName::new("t").unwrap()];
         (s.count, s.sum, s.min, s.max)
     }
 
@@ -253,7 +253,7 @@ mod tests {
             panic!()
         };
         assert_eq!(stats(&day), (3, 11.0, 1.0, 7.0));
-        let t = day.metrics[&MetricName::new("t").unwrap()];
+        let t = &day.metrics[&MetricName::new("t").unwrap()];
         // 1, 3, 7: mean 11/3, sample variance (64/9 + 4/9 + 100/9) / 2 = 28/3
         assert!((t.stddev().unwrap() - (28.0f64 / 3.0).sqrt()).abs() < 1e-12);
         assert_eq!(t.first.map(|f| f.1), Some(1.0));

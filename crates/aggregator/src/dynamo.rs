@@ -398,6 +398,23 @@ impl DeviceStore for DynamoStore {
         Ok(out)
     }
 
+    async fn keeps_sketches(&self, device: &DeviceId) -> Result<bool, StoreError> {
+        let key = EntityKey::Device(device.clone()).key();
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&key)))
+            .projection_expression("#p")
+            .expression_attribute_names("#p", field::PERCENTILES)
+            .send()
+            .await;
+        Ok(build(out, "GetItem")?
+            .item
+            .and_then(|i| i.get(field::PERCENTILES).cloned())
+            .is_some_and(|v| v == AttributeValue::Bool(true)))
+    }
+
     async fn commit_device(
         &self,
         u: &DeviceUpdate,
@@ -617,8 +634,9 @@ impl ReadingStore for DynamoStore {
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
+        sketched: bool,
     ) -> Result<BucketSummary, StoreError> {
-        let mut sum = BucketSummary::default();
+        let mut sum = BucketSummary::new(sketched);
         self.walk_readings(device, from, to, false, None, |at, m| sum.add(at, &m))
             .await?;
         Ok(sum)

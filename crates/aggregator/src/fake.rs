@@ -250,6 +250,15 @@ impl DeviceStore for FakeStore {
             .collect())
     }
 
+    async fn keeps_sketches(&self, device: &DeviceId) -> Result<bool, StoreError> {
+        let items = self.table.lock();
+        let key = device_key(device);
+        Ok(items
+            .get(&(key.pk, key.sk))
+            .and_then(|i| i.get(tidemark_schema::field::PERCENTILES))
+            .is_some_and(|v| matches!(v, aws_sdk_dynamodb::types::AttributeValue::Bool(true))))
+    }
+
     async fn commit_device(
         &self,
         u: &DeviceUpdate,
@@ -474,11 +483,12 @@ impl ReadingStore for FakeStore {
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
+        sketched: bool,
     ) -> Result<BucketSummary, StoreError> {
         let readings = self.readings_between(device, from, to).await?;
         self.readings_summarized
             .fetch_add(readings.len(), Ordering::SeqCst);
-        Ok(BucketSummary::of(&readings))
+        Ok(BucketSummary::of(&readings, sketched))
     }
 
     async fn newest_reading(

@@ -620,7 +620,7 @@ mod tests {
         assert_eq!(report.unreadable_items, 1);
         assert_eq!(report.readings_aggregated, 5);
         let h = hourly(agg.store(), "d1", "2026-04-20T14:00:00Z").unwrap();
-        let s = h.metrics[&MetricName::new("t").unwrap()];
+        let s = &h.metrics[&MetricName::new("t").unwrap()];
         assert_eq!((s.count, s.sum, s.min, s.max), (4, 10.0, 1.0, 4.0));
         assert_eq!(
             count(&hourly(agg.store(), "d2", "2026-04-20T14:00:00Z").unwrap()),

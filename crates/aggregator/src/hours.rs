@@ -240,32 +240,19 @@ impl<S: Store> Aggregator<S> {
     /// The puts that make a closed hour what its stored readings say, read strongly
     /// consistent after its pages (`read`), on their versions; none when they already hold
     /// it, so replays and records still ahead in the stream write nothing
-    /// (docs/design.md §5). Bounded by the hour: at most 3,600 s of one device's readings.
+    /// (docs/design.md §5). Sketched when the device has `percentiles: true`. Bounded by the hour: at most 3,600 s of one device's readings.
     async fn hour_from_table(
         &self,
         plan: &AggregatePlan,
         read: &Pages,
     ) -> Result<Vec<PagePut>, AggregatorError> {
         let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
+        let sketched = self.store.keeps_sketches(&plan.device).await?;
         let s = self
             .store
-            .summarize(&plan.device, plan.bucket.start(), last)
+            .summarize(&plan.device, plan.bucket.start(), last, sketched)
             .await?;
-        let target: BTreeMap<_, Recomputed> = s
-            .stats
-            .iter()
-            .filter_map(|(m, st)| {
-                let (first, last) = s.times.get(m)?;
-                Some((
-                    m.clone(),
-                    Recomputed {
-                        stats: *st,
-                        first: *first,
-                        last: *last,
-                    },
-                ))
-            })
-            .collect();
+        let target: BTreeMap<_, Recomputed> = pages::recomputed(s);
         let mut puts = match read.pages.as_slice() {
             [] | [(0, _)] if !read.pages.first().is_some_and(|(_, p)| p.sealed) => {
                 let current = read.pages.first().map(|(_, p)| p);

@@ -253,11 +253,22 @@ fn fit(
 
 /// One metric of a rollup recomputed from raw readings: its stats and the first and last
 /// time of a reading carrying it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Recomputed {
     pub stats: tidemark_schema::Stats,
     pub first: tidemark_schema::Timestamp,
     pub last: tidemark_schema::Timestamp,
+}
+
+/// Each metric of a bucket's readings as a page holds it.
+pub fn recomputed(s: crate::combine::BucketSummary) -> BTreeMap<MetricName, Recomputed> {
+    s.stats
+        .into_iter()
+        .filter_map(|(m, stats)| {
+            let (first, last) = *s.times.get(&m)?;
+            Some((m, Recomputed { stats, first, last }))
+        })
+        .collect()
 }
 
 /// The puts that make a paged bucket's pages hold exactly `target` (`tidemark-admin
@@ -304,11 +315,11 @@ pub fn rebuild(
             // Recomputed content is a rollup, not a placeholder.
             item.open = false;
             for (m, s) in item.metrics.iter_mut() {
-                *s = target.get(m).map_or(combine::EMPTIED, |r| r.stats);
+                *s = target.get(m).map_or(combine::EMPTIED, |r| r.stats.clone());
             }
             for m in offered {
                 if let Some(r) = target.get(m) {
-                    item.metrics.insert(m.clone(), r.stats);
+                    item.metrics.insert(m.clone(), r.stats.clone());
                 }
             }
             let held = || item.metrics.keys().filter_map(|m| target.get(m));
@@ -351,7 +362,10 @@ pub fn one_item(
     target: &BTreeMap<MetricName, Recomputed>,
 ) -> AggregateItem {
     let mut item = AggregateItem::empty(key);
-    item.metrics = target.iter().map(|(n, r)| (n.clone(), r.stats)).collect();
+    item.metrics = target
+        .iter()
+        .map(|(n, r)| (n.clone(), r.stats.clone()))
+        .collect();
     let times = || target.values();
     item.first_at = times()
         .map(|r| r.first)

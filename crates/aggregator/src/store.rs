@@ -75,6 +75,12 @@ pub trait DeviceStore {
         &self,
         ids: &[DeviceId],
     ) -> impl Future<Output = Result<HashMap<DeviceId, DeviceItem>, StoreError>> + Send;
+    /// Whether the device has `percentiles: true` (its rollups keep quantile sketches): that
+    /// attribute only, so a device item that does not parse never stops its rollups.
+    fn keeps_sketches(
+        &self,
+        device: &DeviceId,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Sets `lastSeenAt`, `latest` and the rule states if `version` is still as read (bumping
     /// it), registering an unknown device on the way (`if_not_exists`, no extra write),
     /// together with the alert writes it decided, atomically: the rule states say which
@@ -133,13 +139,14 @@ pub trait ReadingStore {
         newest_first: bool,
         limit: usize,
     ) -> impl Future<Output = Result<BucketReadings, StoreError>> + Send;
-    /// Extremes and first/last times of the readings in `[from, to]`, folded page by page:
-    /// a hot device's day never sits in memory.
+    /// Extremes and first/last times of the readings in `[from, to]`, folded page by page
+    /// (a hot device's day never sits in memory), with quantile sketches if `sketched`.
     fn summarize(
         &self,
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
+        sketched: bool,
     ) -> impl Future<Output = Result<BucketSummary, StoreError>> + Send;
     /// The newest reading of `device` at or after `since`, if any.
     fn newest_reading(

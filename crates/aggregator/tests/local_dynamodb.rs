@@ -108,7 +108,7 @@ async fn an_insert_batch_builds_hourly_daily_and_registers_the_device() {
         Period::Hourly.bucket(ts("2026-04-20T14:00:00Z")),
     )]
         .clone();
-    let temp = hourly.metrics[&MetricName::new("temperature").unwrap()];
+    let temp = &hourly.metrics[&MetricName::new("temperature").unwrap()];
     assert_eq!(
         (temp.count, temp.sum, temp.min, temp.max),
         (3, 67.0, 21.0, 23.5)

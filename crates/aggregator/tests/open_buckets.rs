@@ -29,7 +29,7 @@ fn aggregator_at(t: &TestTable, now: &str) -> (BothRoles, Clock) {
 }
 
 fn temperature(d: &AggregateItem) -> (u64, f64, f64, f64) {
-    let s = d.metrics[&MetricName::new("t").unwrap()];
+    let s = &d.metrics[&MetricName::new("t").unwrap()];
     (s.count, s.sum, s.min, s.max)
 }
 
@@ -78,7 +78,7 @@ async fn an_open_day_and_its_open_hours_are_placeholders_written_once_each() {
         Period::Daily.bucket(ts("2026-04-20T00:00:00Z")),
     );
     let seen = &tidemark_testkit::rollups::stored(&t.scan().await)[&day_key];
-    let s = seen.metrics[&MetricName::new("t").unwrap()];
+    let s = &seen.metrics[&MetricName::new("t").unwrap()];
     assert_eq!((s.count, s.sum, s.min, s.max), (3, 33.0, 10.0, 12.0));
     assert_eq!(seen.first_at, ts("2026-04-20T21:00:00Z"));
     assert_eq!(seen.last_at, ts("2026-04-20T22:10:00Z"));

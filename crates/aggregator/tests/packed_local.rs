@@ -247,7 +247,7 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
     assert_eq!(got, rollups_of(&t, &singles.device).await);
     assert_eq!(got.len(), 2, "one hour, one day: {got:#?}");
     for rollup in got.values() {
-        let temp = rollup.metrics[&MetricName::new("t").unwrap()];
+        let temp = &rollup.metrics[&MetricName::new("t").unwrap()];
         assert_eq!((temp.count, temp.max), (6 + 20, 26.5));
     }
     let as_single: Vec<ReadingItem> = singles
@@ -378,7 +378,7 @@ async fn reading_walks_stitch_single_and_packed_epochs_and_keep_time_order_acros
     assert_eq!(page(0, 119, true, 1).await, [65]);
     let newest = store.newest_reading(&d, at(0)).await.unwrap().unwrap();
     assert_eq!(newest.timestamp, at(65));
-    let sum = store.summarize(&d, at(0), at(59)).await.unwrap();
+    let sum = store.summarize(&d, at(0), at(59), false).await.unwrap();
     let t = MetricName::new("t").unwrap();
     assert_eq!(sum.times[&t], (at(5), at(59)));
     assert_eq!((sum.stats[&t].min, sum.stats[&t].max), (5.0, 59.0 + ODD));

@@ -247,7 +247,7 @@ fn fleet() -> Vec<Item> {
             AggregateItem {
                 pk: k.pk,
                 sk: k.sk,
-                metrics: [("temperature", s), ("humidity", s)]
+                metrics: [("temperature", s.clone()), ("humidity", s)]
                     .into_iter()
                     .map(|(m, s)| (MetricName::new(m).unwrap(), s))
                     .collect(),

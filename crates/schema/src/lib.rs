@@ -14,6 +14,7 @@ pub mod layout;
 pub mod marks;
 pub mod packed;
 pub mod shard;
+pub mod sketch;
 pub mod slot_item;
 pub mod table;
 pub mod time;
@@ -25,6 +26,7 @@ pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, Metr
 pub use keys::{EntityKey, Key, KeyError};
 pub use layout::{Layout, SlotLen};
 pub use shard::shard_for;
+pub use sketch::Sketch;
 pub use slot_item::{
     Bitmap, ITEM_OVERHEAD_BYTES, MAX_PART_ITEM_BYTES, SlotItem, SlotItemError, SlotMetadata,
     SlotPart, item_bound, join_parts, metadata_bitmaps, metadata_bytes,

@@ -72,8 +72,8 @@ pub fn recompute(items: &[Item]) -> BTreeMap<Key, Rollup> {
             for (m, v) in &metrics {
                 e.metrics
                     .entry(m.clone())
-                    .and_modify(|st| st.merge(&Stats::at(at, *v)))
-                    .or_insert_with(|| Stats::at(at, *v));
+                    .and_modify(|st| st.merge(&Stats::at_sketched(at, *v)))
+                    .or_insert_with(|| Stats::at_sketched(at, *v));
             }
         }
     }
@@ -179,7 +179,8 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 /// One metric's rollup equal to another's as far as addition order allows: counts, extremes,
-/// first and last reading exactly; sums and standard deviations to 1e-9 relative.
+/// first and last reading exactly; sums and standard deviations to 1e-9 relative; quantile
+/// sketches, where both have one (only devices with `percentiles: true` keep them), exactly.
 pub fn same_stats(x: &Stats, y: &Stats) -> bool {
     x.count == y.count
         && close(x.sum, y.sum)
@@ -190,6 +191,10 @@ pub fn same_stats(x: &Stats, y: &Stats) -> bool {
         && match (x.stddev(), y.stddev()) {
             (Some(a), Some(b)) => close(a, b),
             (a, b) => a == b,
+        }
+        && match (&x.sketch, &y.sketch) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
         }
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{DeviceId, MetricName};
 use crate::keys::{self, EntityKey};
 use crate::marks::ItemMarks;
+use crate::sketch::Sketch;
 use crate::time::{Bucket, Day, Timestamp};
 
 /// A reading of one metric: when, and its value.
@@ -19,8 +20,9 @@ pub type Point = (Timestamp, f64);
 ///
 /// `m2`, `first` and `last` are absent from rollups written before they were kept: merging
 /// with such a rollup leaves them absent, and readers answer `null` for what they feed
-/// until `tidemark-admin rebuild` (or the bucket's next recompute) writes them.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// until `tidemark-admin rebuild` (or the bucket's next recompute) writes them. `sketch`
+/// likewise, and it is kept only for devices with `percentiles: true`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub count: u64,
     pub sum: f64,
@@ -35,6 +37,9 @@ pub struct Stats {
     /// The latest reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<Point>,
+    /// The readings' quantile sketch ([`Sketch`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sketch: Option<Sketch>,
 }
 
 impl Stats {
@@ -48,6 +53,15 @@ impl Stats {
             m2: Some(0.0),
             first: Some((at, v)),
             last: Some((at, v)),
+            sketch: None,
+        }
+    }
+
+    /// One reading, sketched (a device with `percentiles: true`).
+    pub fn at_sketched(at: Timestamp, v: f64) -> Self {
+        Stats {
+            sketch: Some(Sketch::of(v)),
+            ..Stats::at(at, v)
         }
     }
 
@@ -60,6 +74,7 @@ impl Stats {
         m2: None,
         first: None,
         last: None,
+        sketch: None,
     };
 
     pub fn merge(&mut self, o: &Stats) {
@@ -67,7 +82,7 @@ impl Stats {
             return;
         }
         if self.count == 0 {
-            *self = *o;
+            *self = o.clone();
             return;
         }
         let (na, nb) = (self.count as f64, o.count as f64);
@@ -86,6 +101,10 @@ impl Stats {
             (Some(a), Some(b)) => Some(if b.0 >= a.0 { b } else { a }),
             _ => None,
         };
+        match (&mut self.sketch, &o.sketch) {
+            (Some(a), Some(b)) => a.merge(b),
+            _ => self.sketch = None,
+        }
         self.count += o.count;
         self.sum += o.sum;
         self.min = self.min.min(o.min);

@@ -108,6 +108,11 @@ pub struct DeviceItem {
     /// The severity of its offline alerts (default `warning`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offline_severity: Option<Severity>,
+    /// Its closed hours' rollups keep a quantile sketch per metric ([`crate::Sketch`]), so
+    /// the series route answers percentiles of hours and days from them (set by the API;
+    /// absent: false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub percentiles: bool,
     /// The newest arrival the alerts role wrote down: it may lag the true one by up to three
     /// quarters of the offline window (docs/design.md §5, "Offline devices"), never lead it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,6 +226,7 @@ impl DeviceItem {
             version: None,
             offline_after_seconds: None,
             offline_severity: None,
+            percentiles: false,
             last_arrival_at: None,
             offline: None,
             gsi2pk: None,

@@ -92,6 +92,8 @@ pub mod field {
     pub const ARRIVED_AT: &str = "arrivedAt";
     pub const OFFLINE_AFTER_SECONDS: &str = "offlineAfterSeconds";
     pub const OFFLINE_SEVERITY: &str = "offlineSeverity";
+    /// Whether the device's rollups keep quantile sketches ([`super::DeviceItem::percentiles`]).
+    pub const PERCENTILES: &str = "percentiles";
     /// The device's newest known arrival (see [`super::DeviceItem::last_arrival_at`]).
     pub const LAST_ARRIVAL_AT: &str = "lastArrivalAt";
     /// The device's open offline alert ([`super::OfflineState`]).
