@@ -54,6 +54,8 @@ pub struct DeviceRegistration {
     /// Its offline window (absent: the fleet's; 0: never offline).
     pub offline_after_seconds: Option<u32>,
     pub offline_severity: Option<Severity>,
+    /// Keep quantile sketches in its rollups.
+    pub percentiles: bool,
 }
 
 /// A device as written, and whether the write created it.
@@ -285,6 +287,10 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
     put(
         field::OFFLINE_SEVERITY,
         reg.offline_severity.map(|v| s(v.as_str())),
+    );
+    put(
+        field::PERCENTILES,
+        reg.percentiles.then_some(AttributeValue::Bool(true)),
     );
     put(field::UPDATED_AT, Some(s(now.to_string())));
     Ok(u)

@@ -111,6 +111,7 @@ struct DeviceBody {
     thresholds: Option<Map<String, Value>>,
     offline_after_seconds: Option<Value>,
     offline_severity: Option<String>,
+    percentiles: Option<Value>,
 }
 
 /// A device's offline window: 0 (never) or 60 s to 30 days
@@ -285,6 +286,12 @@ pub fn registration(
             .as_deref()
             .map(|s| keyword::<Severity>("offlineSeverity", s, "info, warning, critical"))
             .transpose()?,
+        percentiles: match b.percentiles {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| ApiError::bad("percentiles", format!("{v} is not true or false")))?,
+        },
     })
 }
 

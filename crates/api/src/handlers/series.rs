@@ -67,7 +67,9 @@ impl<S: Store> App<S> {
     pub(super) async fn series(&self, id: DeviceId, p: &Params) -> Result<Reply, ApiError> {
         let q = SeriesQuery::parse(p)?;
         let scope = format!("series|{id}|{}", q.scope());
-        let (start, carried) = match self.open(&scope, p)? {
+        let opened = self.open(&scope, p)?;
+        let first_page = opened.is_none();
+        let (start, carried) = match opened {
             Some(state) => {
                 let at = state.at.as_deref().ok_or_else(bad_cursor)?;
                 let at = Timestamp::parse_canonical(at).map_err(|_| bad_cursor())?;
@@ -78,15 +80,19 @@ impl<S: Store> App<S> {
                     .collect::<Result<BTreeSet<_>, _>>()?;
                 (at, names)
             }
-            None => {
-                if !self.device_exists(&id).await? {
-                    return Err(device_not_found(&id));
-                }
-                (q.from, BTreeSet::new())
-            }
+            None => (q.from, BTreeSet::new()),
+        };
+        // The device is read on the first page (does it exist?) and whenever its rollups
+        // could serve percentiles (do they keep sketches?).
+        let sketched = if first_page || (q.wants_percentiles() && q.rollup_period(true).is_some()) {
+            self.device_percentiles(&id)
+                .await?
+                .ok_or_else(|| device_not_found(&id))?
+        } else {
+            false
         };
         let history = self.history_of(&id).await?;
-        let walk = match q.rollup_period() {
+        let walk = match q.rollup_period(sketched) {
             Some(period) => {
                 self.series_rollups(&id, &history, &q, start, carried.len(), period)
                     .await?
@@ -233,9 +239,24 @@ impl<S: Store> App<S> {
         Ok(w)
     }
 
+    /// Whether the device keeps quantile sketches in its rollups (`None`: no such device).
+    async fn device_percentiles(&self, id: &DeviceId) -> Result<Option<bool>, ApiError> {
+        Ok(self
+            .store
+            .get(EntityKey::Device(id.clone()).key(), false)
+            .await?
+            .map(|item| {
+                item.get(tidemark_schema::field::PERCENTILES)
+                    .and_then(|v| v.as_bool().ok())
+                    .is_some_and(|b| *b)
+            }))
+    }
+
     /// A page of hourly or daily buckets from the rollups, read as `GET /aggregates` reads
     /// them (pages merged, an open hour from its readings, an open day from its hours). A
-    /// bucket that `from` or `to` cuts is taken from its readings inside the range.
+    /// bucket that `from` or `to` cuts, and one asked for percentiles whose rollup keeps no
+    /// sketch (an open hour, a day with one, a rollup from before the device had
+    /// `percentiles: true`), is taken from its readings inside the range.
     async fn series_rollups(
         &self,
         id: &DeviceId,
@@ -310,28 +331,51 @@ impl<S: Store> App<S> {
         let first = period.bucket(q.from);
         let last = period.bucket(q.to.pred().unwrap_or(q.to));
         let page_first = period.bucket(start).start();
-        for (bucket, cut) in [
+        let mut redo: BTreeSet<Timestamp> = [
             (first, first.start() < q.from),
             (last, q.to < last.end_exclusive()),
-        ] {
-            let b = bucket.start();
-            if !cut || b < page_first || b >= w.end {
-                continue;
-            }
-            w.buckets.remove(&b);
-            let lo = b.max(q.from).max(self.config.retention_start(self.now()));
-            let hi = bucket.end_exclusive().min(q.to);
+        ]
+        .into_iter()
+        .filter(|(b, cut)| *cut && b.start() >= page_first && b.start() < w.end)
+        .map(|(b, _)| b.start())
+        .collect();
+        let percentiles = q.wants_percentiles();
+        if percentiles {
+            redo.extend(
+                w.buckets
+                    .iter()
+                    .filter(|(_, ms)| ms.values().any(|a| !a.has_quantiles()))
+                    .map(|(b, _)| *b),
+            );
+        }
+        for b in &redo {
+            w.buckets.remove(b);
+        }
+        // One walk per run of adjacent buckets, all of them within the request's bound.
+        let mut read = 0usize;
+        for run in runs(&redo, period) {
+            let lo = run
+                .0
+                .max(q.from)
+                .max(self.config.retention_start(self.now()));
+            let hi = run.1.min(q.to);
             if lo >= hi {
                 continue;
             }
             let walked = self
-                .walk_range(id, history, lo, hi, max + 1, |at, values| {
-                    w.add(q, b, at, values, false);
+                .walk_range(id, history, lo, hi, max + 1 - read, |at, values| {
+                    w.add(q, period.bucket(at).start(), at, values, percentiles);
                     true
                 })
                 .await?;
-            if walked.readings > max {
+            read += walked.readings;
+            if read > max {
                 return Err(too_many(q, max));
+            }
+        }
+        for b in &redo {
+            if let Some(ms) = w.buckets.get_mut(b) {
+                ms.values_mut().for_each(Acc::finish);
             }
         }
         Ok(w)
@@ -412,6 +456,19 @@ impl<S: Store> App<S> {
         };
         Ok((before, after))
     }
+}
+
+/// Adjacent buckets of `period` (by start) as `[start, end)` runs.
+fn runs(starts: &BTreeSet<Timestamp>, period: Period) -> Vec<(Timestamp, Timestamp)> {
+    let mut out: Vec<(Timestamp, Timestamp)> = Vec::new();
+    for s in starts {
+        let end = period.bucket(*s).end_exclusive();
+        match out.last_mut() {
+            Some(run) if run.1 == *s => run.1 = end,
+            _ => out.push((*s, end)),
+        }
+    }
+    out
 }
 
 /// The metrics a rollup item holds (as stored, before its pages are merged).

@@ -4,12 +4,14 @@
 //! one wide object per bucket, filling empty buckets as asked.
 //!
 //! Buckets of an hour or a day come from the rollups ([`SeriesQuery::rollup_period`]);
-//! every other bucket, any bucket the range cuts, and any request for a percentile is
-//! computed from the stored readings, read with the same walk the rollups role summarizes
-//! ([`tidemark_store::read::walk_readings_while`]). Either way each aggregate equals a
-//! recomputation from the table. The readings one request summarizes are bounded
-//! ([`MAX_READINGS`]): a page of rows ends at a bucket boundary past them, and a wide answer
-//! or a single bucket that needs more is a 400 that says what to narrow.
+//! every other bucket, any bucket the range cuts, and any request for a percentile of a
+//! device whose rollups keep no quantile sketch is computed from the stored readings, read
+//! with the same walk the rollups role summarizes
+//! ([`tidemark_store::read::walk_readings_while`]). Each aggregate equals a recomputation
+//! from the table, but percentiles from a sketch, which are within 1 % of it. The readings
+//! one request summarizes are bounded ([`MAX_READINGS`]): a page of rows ends at a bucket
+//! boundary past them, and a wide answer or a single bucket that needs more is a 400 that
+//! says what to narrow.
 
 pub mod stats;
 pub mod table;
@@ -338,10 +340,16 @@ impl SeriesQuery {
         })
     }
 
+    /// Whether a percentile is asked for.
+    pub fn wants_percentiles(&self) -> bool {
+        self.aggregates.iter().any(|a| matches!(a, Aggregate::P(_)))
+    }
+
     /// The rollups that serve this query's buckets: hours and days, unless a percentile is
-    /// asked for (rollups hold no quantile sketch yet, so those buckets come from readings).
-    pub fn rollup_period(&self) -> Option<tidemark_schema::Period> {
-        if self.aggregates.iter().any(|a| matches!(a, Aggregate::P(_))) {
+    /// asked for of a device whose rollups keep no quantile sketch (`sketched`: it has
+    /// `percentiles: true`); those buckets come from readings.
+    pub fn rollup_period(&self, sketched: bool) -> Option<tidemark_schema::Period> {
+        if self.wants_percentiles() && !sketched {
             return None;
         }
         match self.resolution {

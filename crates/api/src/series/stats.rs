@@ -5,10 +5,12 @@
 //! mean and sum of squared deviations, so `sum`, `avg` and `stddev` stay within a few ulps of
 //! a recomputation whatever the readings' order and magnitude. Percentiles are exact: the
 //! bucket keeps its values only when a percentile is asked for. From a rollup
-//! ([`Acc::from_stats`]), what the rollup does not hold (percentiles; the spread, first and
-//! last of a rollup written before it kept them) has no value.
+//! ([`Acc::from_stats`]), percentiles come from its quantile sketch (within
+//! [`tidemark_schema::sketch::RELATIVE_ACCURACY`], clamped to the bucket's min and max), and
+//! what the rollup does not hold (a sketch on a device without `percentiles: true`; the
+//! spread, first and last of a rollup written before it kept them) has no value.
 
-use tidemark_schema::{Stats, Timestamp};
+use tidemark_schema::{Sketch, Stats, Timestamp};
 
 use super::Aggregate;
 
@@ -26,6 +28,7 @@ pub struct Acc {
     first: Option<(Timestamp, f64)>,
     last: Option<(Timestamp, f64)>,
     values: Option<Vec<f64>>,
+    sketch: Option<Sketch>,
 }
 
 impl Acc {
@@ -42,6 +45,7 @@ impl Acc {
             first: Some((at, v)),
             last: Some((at, v)),
             values: keep_values.then(|| vec![v]),
+            sketch: None,
         }
     }
 
@@ -58,6 +62,7 @@ impl Acc {
             first: s.first,
             last: s.last,
             values: None,
+            sketch: s.sketch.clone(),
         }
     }
 
@@ -93,6 +98,11 @@ impl Acc {
         self.count
     }
 
+    /// Whether it can answer percentiles: it kept its values, or its rollup a sketch.
+    pub fn has_quantiles(&self) -> bool {
+        self.values.is_some() || self.sketch.is_some()
+    }
+
     /// The latest reading in the bucket (what `locf` carries on).
     pub fn last(&self) -> Option<(Timestamp, f64)> {
         self.last
@@ -124,10 +134,14 @@ impl Acc {
             Aggregate::Stddev => (self.m2? / (n - 1.0)).max(0.0).sqrt(),
             Aggregate::First => self.first?.1,
             Aggregate::Last => self.last?.1,
-            Aggregate::P(q) => {
-                let v = self.values.as_ref()?;
-                v[quantile_rank(q, v.len())]
-            }
+            Aggregate::P(q) => match (&self.values, &self.sketch) {
+                (Some(v), _) => v[quantile_rank(q, v.len())],
+                (None, Some(s)) => {
+                    let rank = quantile_rank(q, usize::try_from(s.count()).ok()?);
+                    s.value_at_rank(rank as u64)?.clamp(self.min, self.max)
+                }
+                (None, None) => return None,
+            },
         })
     }
 }
@@ -209,6 +223,34 @@ mod tests {
         assert_eq!(a.value(Aggregate::Stddev), Some(0.5f64.sqrt()));
         assert_eq!(a.value(Aggregate::Last), Some(2.0));
         assert_eq!(a.value(Aggregate::P(50)), None);
+    }
+
+    #[test]
+    fn a_sketched_rollup_answers_percentiles_within_the_sketch_accuracy() {
+        let values: Vec<f64> = (0..3600)
+            .map(|i| 15.0 + ((i * 7919) % 1000) as f64 / 50.0)
+            .collect();
+        let mut s = Stats::at_sketched(at(0), values[0]);
+        for (i, v) in values.iter().enumerate().skip(1) {
+            s.merge(&Stats::at_sketched(at(i as i64), *v));
+        }
+        let from_rollup = Acc::from_stats(&s);
+        let exact = acc(&values);
+        assert!(from_rollup.has_quantiles());
+        for q in [50, 90, 95, 99] {
+            let (got, want) = (
+                from_rollup.value(Aggregate::P(q)).unwrap(),
+                exact.value(Aggregate::P(q)).unwrap(),
+            );
+            assert!(
+                (got - want).abs() <= tidemark_schema::sketch::RELATIVE_ACCURACY * want,
+                "p{q}: {got} vs {want}"
+            );
+        }
+        // Clamped to the bucket's extremes: p99 of a constant is the constant.
+        let mut c = Stats::at_sketched(at(0), 20.0);
+        c.merge(&Stats::at_sketched(at(1), 20.0));
+        assert_eq!(Acc::from_stats(&c).value(Aggregate::P(99)), Some(20.0));
     }
 
     #[test]
