@@ -13,6 +13,7 @@
 //! [`tidemark_streams`], the GetShardIterator/GetRecords code devstack's mappings poll with too,
 //! so that code exists once.
 
+pub mod cli;
 pub mod files;
 pub mod rebuild;
 pub mod redrive;

@@ -1,25 +1,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
+use tidemark_admin::cli::{Cli, Command};
 use tidemark_admin::files::{DONE_DIR, redrive_files};
 use tidemark_admin::{AdminError, Rebuild, Rebuilder, Redriver};
-use tidemark_schema::{DeviceId, Timestamp};
 use tidemark_store::ClientSettings;
 use tidemark_streams::LocalEndpoints;
-
-const USAGE: &str = "usage: tidemark-admin [--local] <command>
-
-  rebuild --device D --from T --to T
-      recompute the device's hourly and daily rollups of the days from T to T (RFC 3339)
-      exactly from its raw readings; safe while the pipeline runs
-  redrive [PATH…]
-      handle on-failure records again (files or folders of them; default .local/onfailure):
-      ingest's are re-read from Kinesis and fed through ingest, the aggregator's become
-      rebuilds of the devices they touched; handled files move to a redriven/ folder
-
-  --local  use make run's local stack (TIDEMARK_DYNAMODB_PORT, TIDEMARK_KINESIS_PORT, …);
-           otherwise the AWS account and region of your credentials
-  TABLE_NAME names the table (default tidemark).";
 
 struct Clients {
     ddb: aws_sdk_dynamodb::Client,
@@ -50,27 +37,8 @@ async fn clients(local: bool) -> Clients {
     }
 }
 
-fn flag(args: &[String], name: &str) -> Result<String, AdminError> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-        .ok_or_else(|| AdminError::Input(format!("{name} is required")))
-}
-
-fn time(args: &[String], name: &str) -> Result<Timestamp, AdminError> {
-    let v = flag(args, name)?;
-    Timestamp::parse_rfc3339(&v).map_err(|e| AdminError::Input(format!("{name} {v:?}: {e}")))
-}
-
-async fn rebuild(c: Clients, args: &[String]) -> Result<(), AdminError> {
-    let device = flag(args, "--device")?;
-    let req = Rebuild {
-        device: DeviceId::new(&device)
-            .map_err(|e| AdminError::Input(format!("--device {device:?}: {e}")))?,
-        from: time(args, "--from")?,
-        to: time(args, "--to")?,
-    };
+async fn rebuild(c: Clients, req: Rebuild) -> Result<(), AdminError> {
+    let device = req.device.clone();
     let r = Rebuilder::new(c.ddb, c.streams, c.table)
         .rebuild(&req)
         .await?;
@@ -96,11 +64,7 @@ async fn rebuild(c: Clients, args: &[String]) -> Result<(), AdminError> {
     Ok(())
 }
 
-async fn redrive(c: Clients, args: &[String]) -> Result<(), AdminError> {
-    let mut paths: Vec<PathBuf> = args.iter().map(PathBuf::from).collect();
-    if paths.is_empty() {
-        paths.push(PathBuf::from(".local/onfailure"));
-    }
+async fn redrive(c: Clients, paths: Vec<PathBuf>) -> Result<(), AdminError> {
     let ingest_cfg =
         tidemark_ingest::IngestConfig::from_env().map_err(|e| AdminError::Input(e.to_string()))?;
     let ingest_cfg = tidemark_ingest::IngestConfig {
@@ -145,23 +109,11 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let local = args.first().is_some_and(|a| a == "--local");
-    if local {
-        args.remove(0);
-    }
-    let Some(command) = args.first().cloned() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    let rest = &args[1..];
-    let result = match command.as_str() {
-        "rebuild" => rebuild(clients(local).await, rest).await,
-        "redrive" => redrive(clients(local).await, rest).await,
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+    let cli = Cli::parse();
+    let c = clients(cli.local).await;
+    let result = match cli.command {
+        Command::Rebuild { device, from, to } => rebuild(c, Rebuild { device, from, to }).await,
+        Command::Redrive { paths } => redrive(c, paths).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

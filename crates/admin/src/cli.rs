@@ -1,0 +1,145 @@
+//! The command line, parsed by clap: `--help` for the tool and each command, and an error
+//! that names the flag for a missing or malformed value.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use tidemark_schema::{DeviceId, Timestamp};
+
+/// Operator commands for Tidemark's table: repairs after incidents.
+///
+/// TABLE_NAME names the table (default tidemark).
+#[derive(Debug, Parser)]
+#[command(name = "tidemark-admin", version)]
+pub struct Cli {
+    /// Use `make run`'s local stack (TIDEMARK_DYNAMODB_PORT, TIDEMARK_KINESIS_PORT, …)
+    /// instead of the AWS account and region of your credentials.
+    #[arg(long, global = true)]
+    pub local: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Recompute a device's hourly and daily rollups of whole days exactly from its raw
+    /// readings; safe while the pipeline runs.
+    Rebuild {
+        /// The device whose rollups to rebuild.
+        #[arg(long, value_parser = device)]
+        device: DeviceId,
+        /// The first day to rebuild: any time in it (RFC 3339).
+        #[arg(long, value_parser = time)]
+        from: Timestamp,
+        /// The last day to rebuild: any time in it (RFC 3339).
+        #[arg(long, value_parser = time)]
+        to: Timestamp,
+    },
+    /// Handle on-failure records again: ingest's are re-read from Kinesis and fed through
+    /// ingest, the aggregator's become rebuilds of the devices they touched; handled files
+    /// move to a redriven/ folder.
+    Redrive {
+        /// Files or folders of on-failure records.
+        #[arg(default_value = ".local/onfailure")]
+        paths: Vec<PathBuf>,
+    },
+}
+
+fn device(v: &str) -> Result<DeviceId, String> {
+    DeviceId::new(v).map_err(|e| e.to_string())
+}
+
+fn time(v: &str) -> Result<Timestamp, String> {
+    Timestamp::parse_rfc3339(v).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from(std::iter::once("tidemark-admin").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_commands_parse_with_local_anywhere() {
+        let cli = parse(&[
+            "rebuild",
+            "--device",
+            "sensor_01",
+            "--from",
+            "2026-04-20T00:00:00Z",
+            "--to",
+            "2026-04-21T00:00:00Z",
+            "--local",
+        ])
+        .unwrap();
+        assert!(cli.local);
+        let Command::Rebuild { device, from, .. } = cli.command else {
+            panic!("{:?}", cli.command);
+        };
+        assert_eq!(device.as_str(), "sensor_01");
+        assert_eq!(
+            from,
+            Timestamp::parse_rfc3339("2026-04-20T00:00:00Z").unwrap()
+        );
+        let cli = parse(&["--local", "redrive"]).unwrap();
+        let Command::Redrive { paths } = cli.command else {
+            panic!();
+        };
+        assert_eq!(paths, [PathBuf::from(".local/onfailure")]);
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        let e = parse(&[
+            "rebuild",
+            "--device",
+            "d",
+            "--from",
+            "yesterday",
+            "--to",
+            "x",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--from"), "{e}");
+        let e = parse(&[
+            "rebuild",
+            "--from",
+            "2026-04-20T00:00:00Z",
+            "--to",
+            "2026-04-21T00:00:00Z",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--device"), "{e}");
+        let e = parse(&[
+            "rebuild",
+            "--device",
+            "DEVICE#x",
+            "--from",
+            "2026-04-20T00:00:00Z",
+            "--to",
+            "2026-04-21T00:00:00Z",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--device"), "{e}");
+        let e = parse(&["rebiuld"]).unwrap_err();
+        assert!(e.contains("rebiuld"), "{e}");
+    }
+
+    #[test]
+    fn every_command_has_help() {
+        Cli::command().debug_assert();
+        for sub in ["rebuild", "redrive"] {
+            let e = parse(&[sub, "--help"]).unwrap_err();
+            assert!(e.contains("Usage: tidemark-admin"), "{e}");
+        }
+        let e = parse(&["rebuild", "--help"]).unwrap_err();
+        for flag in ["--device", "--from", "--to", "--local"] {
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
+    }
+}
