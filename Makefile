@@ -110,7 +110,7 @@ heat:
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
 ## readings against single items at four ingest windows into bench/PACKING.md, what reading
 ## rollups costs with open days into bench/ROLLUP_READS.md, what the series route costs
-## against raw readings into bench/SERIES.md, what offline
+## against raw readings and what quantile sketches cost and save into bench/SERIES.md, what offline
 ## detection costs (the alerts role's deadline upkeep per reading, the watchdog's runs over
 ## 100,000 devices) into bench/OFFLINE.md, then the dashboard's time to a drawn page and asset
 ## size into bench/DASHBOARD.md

@@ -11,6 +11,17 @@
 //! runs of the whole read (all its pages); times are this machine's, in a release build,
 //! against DynamoDB Local (a deployed function adds the network, not the work).
 //!
+//! Percentiles: the source device has `percentiles: true`, so its hour keeps quantile
+//! sketches. The 30 days are stored twice, in a table whose rollups have their sketches
+//! removed (a device without the flag: percentiles come from the readings, exact) and in one
+//! that keeps them (percentiles come from the sketches); the second's p50/p95/p99 of every
+//! hour are compared with the first's exact ones.
+//!
+//! What sketches cost the writer: the standard fleet (packed:300, 300 s windows) and the
+//! 1 Hz fleet (packed:60, 60 s windows) run through the whole pipeline over a steady hour,
+//! as `bench/PACKING.md` runs them, once with `percentiles` off and once on: write request
+//! units per stored reading, all in, and the size of their closed hourly rollup items.
+//!
 //!   cargo run --release -p tidemark-bench --example series_reads
 
 use std::time::Instant;
@@ -19,7 +30,7 @@ use tidemark_api::{ApiConfig, App};
 use tidemark_bench::BenchError;
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::meter::Meter;
-use tidemark_bench::run::{self, Design, Target, simulated_start};
+use tidemark_bench::run::{self, Design, DesignRun, Target, simulated_start};
 use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH};
 use tidemark_schema::{
     AggregateItem, EntityKey, Layout, LayoutHistory, Period, ShardConfigItem, SlotLen, Timestamp,
@@ -28,6 +39,7 @@ use tidemark_schema::{
 use tidemark_store::{ClientSettings, Item};
 
 const HOUR_MS: i64 = 3_600_000;
+const PERCENTILES: [&str; 3] = ["p50", "p95", "p99"];
 const DAY_MS: i64 = 24 * HOUR_MS;
 const DAYS: i64 = 30;
 
@@ -68,6 +80,132 @@ async fn put_all(client: &aws_sdk_dynamodb::Client, table: &str, items: Vec<Item
     }
 }
 
+/// `table` holding 30 days of `hour` (its slot `parts` and its rollup, copied to every hour)
+/// and each day's rollup summed from its hours, ending at `begin + DAYS`; `sketched`: the
+/// rollups keep their quantile sketches. The items stored.
+async fn fill(
+    direct: &aws_sdk_dynamodb::Client,
+    table: &str,
+    hour: &AggregateItem,
+    parts: &[(Timestamp, u16, Item)],
+    begin: Timestamp,
+    slot: Layout,
+    sketched: bool,
+) -> Result<(usize, usize), BenchError> {
+    let device = match EntityKey::parse(&hour.pk, &hour.sk) {
+        Ok(EntityKey::Aggregate { device, bucket }) => (device, bucket.start()),
+        _ => return Err(BenchError::Other("an hourly key".into())),
+    };
+    let (device, hour_start) = device;
+    let mut hour = hour.clone();
+    if !sketched {
+        hour.metrics.values_mut().for_each(|s| s.sketch = None);
+    }
+    tidemark_store::create_table(direct, table, &tidemark_schema::TABLE).await?;
+    let history = LayoutHistory::default()
+        .with_layout(begin.minus_millis(HOUR_MS).unwrap_or(begin), slot)
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let mut out: Vec<Item> = vec![tidemark_store::to_item(&ShardConfigItem::default_layout(
+        history,
+    ))?];
+    let far = Timestamp::now().ttl_after_days(3650);
+    let mut day_hours = Vec::new();
+    let mut day_bytes = 0;
+    for h in 0..DAYS * 24 {
+        let at = begin.plus_millis(h * HOUR_MS).unwrap_or(begin);
+        for (start, part, item) in parts {
+            let offset = start.epoch_micros() - hour_start.epoch_micros();
+            let moved = at.plus_micros(offset).unwrap_or(at);
+            let mut i = item.clone();
+            i.insert(
+                "sk".into(),
+                aws_sdk_dynamodb::types::AttributeValue::S(keys::slot_sk(moved, *part)),
+            );
+            i.insert(
+                "ttl".into(),
+                aws_sdk_dynamodb::types::AttributeValue::N(far.to_string()),
+            );
+            out.push(i);
+        }
+        let mut a = hour.clone();
+        a.sk = keys::aggregate_sk(Period::Hourly.bucket(at));
+        day_hours.push(a.clone());
+        out.push(tidemark_store::to_item(&a)?);
+        if day_hours.len() == 24 {
+            let key = AggregateItem::key_for(&device, Period::Daily.bucket(at));
+            let mut day = AggregateItem::day_of_hours(
+                &AggregateItem::empty(&key),
+                std::mem::take(&mut day_hours),
+            );
+            day.folded = (0..24).map(|h| (format!("{h:02}"), 2)).collect();
+            let item = tidemark_store::to_item(&day)?;
+            day_bytes = tidemark_store::limits::item_size(&item);
+            out.push(item);
+        }
+    }
+    let stored = out.len();
+    put_all(direct, table, out).await;
+    Ok((stored, day_bytes))
+}
+
+/// One fleet through the whole pipeline with `percentiles` off or on, on a DynamoDB Local of
+/// its own: the run, and the mean size of its closed hourly rollup items (bytes).
+async fn write_cost(
+    sc: &Scenario,
+    first: Timestamp,
+    percentiles: bool,
+) -> Result<(DesignRun, f64), BenchError> {
+    let sc = Scenario {
+        percentiles,
+        ..sc.clone()
+    };
+    let local = LocalDynamo::start().await?;
+    let target = Target {
+        dynamodb: local.addr,
+    };
+    let table = "sketches";
+    let readings = sc.readings(first);
+    let r = run::run(&target, &sc, Design::Tidemark, table, &readings, first).await;
+    let items = tidemark_testkit::scan_table(&target.client().await, table).await;
+    local.stop().await;
+    let r = r?;
+    let sizes: Vec<usize> = items
+        .iter()
+        .filter(|i| s(i, "sk").starts_with(keys::AGG_PREFIX) && s(i, "sk").contains("hourly"))
+        .filter(|i| tidemark_store::from_item::<AggregateItem>((*i).clone()).is_ok_and(|a| !a.open))
+        .map(tidemark_store::limits::item_size)
+        .collect();
+    let mean = sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64;
+    eprintln!(
+        "series_reads: {} percentiles {}: {:.4} WRU/reading ({:.4} ingest, {:.4} aggregator), hourly items {mean:.0} bytes ({} closed)",
+        sc.name,
+        if percentiles { "on" } else { "off" },
+        r.wru_per_reading(),
+        r.ingest_wru_per_reading(),
+        r.aggregator_wru_per_reading(),
+        sizes.len()
+    );
+    Ok((r, mean))
+}
+
+/// The largest relative difference between the percentiles of `approx` and `exact` rows
+/// (the same buckets, in the same order), and the cells compared.
+fn worst_error(approx: &[serde_json::Value], exact: &[serde_json::Value]) -> (f64, usize) {
+    let mut worst = 0.0f64;
+    let mut cells = 0;
+    for (a, e) in approx.iter().zip(exact) {
+        for p in PERCENTILES {
+            if let (Some(a), Some(e)) = (a[p].as_f64(), e[p].as_f64()) {
+                cells += 1;
+                if e != 0.0 {
+                    worst = worst.max((a - e).abs() / e.abs());
+                }
+            }
+        }
+    }
+    (worst, cells)
+}
+
 /// Read units, the handler's time (ms) and the items returned of every page of `uri`; the
 /// median of three.
 async fn measure(app: &App, meter: &Meter, uri: &str) -> Result<(f64, f64, u64), BenchError> {
@@ -96,9 +234,12 @@ async fn main() -> Result<(), BenchError> {
         .plus_millis(45 * 60_000)
         .unwrap_or(Timestamp::now());
     let slot = Layout::packed(SlotLen::new(60).expect("60 divides an hour"));
-    let sc = Scenario::one_hz(1, 104, TEMPLATE_AGGREGATOR_BATCH)
-        .packed(slot, 60, 10_000)
-        .over_a_steady_hour(first);
+    let sc = Scenario {
+        percentiles: true,
+        ..Scenario::one_hz(1, 104, TEMPLATE_AGGREGATOR_BATCH)
+            .packed(slot, 60, 10_000)
+            .over_a_steady_hour(first)
+    };
     let readings = sc.readings(first);
     run::run(&target, &sc, Design::Tidemark, "source", &readings, first).await?;
     let device = sc.device_id(0);
@@ -125,56 +266,33 @@ async fn main() -> Result<(), BenchError> {
         })
         .collect();
     let per_hour = hour.metrics.values().map(|s| s.count).max().unwrap_or(0);
+    let mut bare = hour.clone();
+    bare.metrics.values_mut().for_each(|s| s.sketch = None);
+    let hour_bytes = [&bare, &hour]
+        .map(|h| tidemark_store::to_item(h).map_or(0, |i| tidemark_store::limits::item_size(&i)));
 
-    // 30 days of that hour, in a table of their own, ending at today's start.
+    // 30 days of that hour, ending at today's start: without sketches and with them.
     let end = Timestamp::now().day().start();
     let begin = end.minus_millis(DAYS * DAY_MS).unwrap_or(end);
-    tidemark_store::create_table(&direct, "series", &tidemark_schema::TABLE).await?;
-    let history = LayoutHistory::default()
-        .with_layout(begin.minus_millis(HOUR_MS).unwrap_or(begin), slot)
-        .map_err(|e| BenchError::Other(e.to_string()))?;
-    let mut out: Vec<Item> = vec![tidemark_store::to_item(&ShardConfigItem::default_layout(
-        history,
-    ))?];
-    let far = Timestamp::now().ttl_after_days(3650);
-    let mut day_hours = Vec::new();
-    for h in 0..DAYS * 24 {
-        let at = begin.plus_millis(h * HOUR_MS).unwrap_or(begin);
-        for (start, part, item) in &parts {
-            let offset = start.epoch_micros() - hour_start.epoch_micros();
-            let moved = at.plus_micros(offset).unwrap_or(at);
-            let mut i = item.clone();
-            i.insert(
-                "sk".into(),
-                aws_sdk_dynamodb::types::AttributeValue::S(keys::slot_sk(moved, *part)),
-            );
-            i.insert(
-                "ttl".into(),
-                aws_sdk_dynamodb::types::AttributeValue::N(far.to_string()),
-            );
-            out.push(i);
-        }
-        let mut a = hour.clone();
-        a.sk = keys::aggregate_sk(Period::Hourly.bucket(at));
-        day_hours.push(a.clone());
-        out.push(tidemark_store::to_item(&a)?);
-        if day_hours.len() == 24 {
-            let key = AggregateItem::key_for(&device, Period::Daily.bucket(at));
-            let mut day = AggregateItem::day_of_hours(
-                &AggregateItem::empty(&key),
-                std::mem::take(&mut day_hours),
-            );
-            day.folded = (0..24).map(|h| (format!("{h:02}"), 2)).collect();
-            out.push(tidemark_store::to_item(&day)?);
-        }
-    }
-    let stored = out.len();
-    put_all(&direct, "series", out).await;
+    let (stored, day_plain) = fill(&direct, "series", &hour, &parts, begin, slot, false).await?;
+    // Each table on a DynamoDB Local of its own: its stream records slow every later write.
+    let local_p = LocalDynamo::start().await?;
+    let target_p = Target {
+        dynamodb: local_p.addr,
+    };
+    let direct_p = target_p.client().await;
+    let (_, day_sketched) = fill(&direct_p, "series-p", &hour, &parts, begin, slot, true).await?;
 
     let meter = Meter::start(target.dynamodb).await?;
     let client = tidemark_store::dynamodb_client(&ClientSettings::local(meter.endpoint())).await;
-    let app = App::new(client, ApiConfig::new("series").with_now(end));
+    let app = App::new(client.clone(), ApiConfig::new("series").with_now(end));
     tidemark_bench::api::register(&app, &device).await?;
+    let meter_p = Meter::start(target_p.dynamodb).await?;
+    let client_p =
+        tidemark_store::dynamodb_client(&ClientSettings::local(meter_p.endpoint())).await;
+    let app_p = App::new(client_p, ApiConfig::new("series-p").with_now(end));
+    tidemark_bench::api::register_as(&app_p, &device, r#"{"name":"bench","percentiles":true}"#)
+        .await?;
     let last_day = end.minus_millis(DAY_MS).unwrap_or(end);
     let series = |from: Timestamp, res: &str, extra: &str| {
         format!(
@@ -232,11 +350,60 @@ async fn main() -> Result<(), BenchError> {
             scale > 1.0,
         ));
     }
-    // What asking a percentile of 30 days at 1h costs while rollups hold no sketch: the
-    // buckets come from the readings, a page of rows per 120,000 of them.
-    let (p_rru, p_ms, p_n) = measure(&app, &meter, &series(begin, "1h", ",p95")).await?;
-    eprintln!("series_reads: 30 days at 1h with p95: {p_rru:.1} RRU {p_ms:.0} ms ({p_n} rows)");
+    // Percentiles of 30 days at 1h and 1d: from the readings on the device without sketches,
+    // from the rollups' sketches on the one with them, the latter checked against the former.
+    let pcts = format!(",{}", PERCENTILES.join(","));
+    let mut prows = Vec::new();
+    for (label, app, meter, res) in [
+        (
+            "30 days at 1h, p50/p95/p99, percentiles off (from readings)",
+            &app,
+            &meter,
+            "1h",
+        ),
+        (
+            "30 days at 1h, p50/p95/p99, percentiles on (from the sketches)",
+            &app_p,
+            &meter_p,
+            "1h",
+        ),
+        (
+            "30 days at 1d, p50/p95/p99, percentiles on (from the sketches)",
+            &app_p,
+            &meter_p,
+            "1d",
+        ),
+    ] {
+        let (rru, ms, n) = measure(app, meter, &series(begin, res, &pcts)).await?;
+        eprintln!("series_reads: {label}: {rru:.1} RRU {ms:.0} ms ({n} rows)");
+        prows.push((label, rru, ms, n));
+    }
+    let (approx, _) = tidemark_bench::api::read_rows(&app_p, &series(begin, "1h", &pcts)).await?;
+    let (exact, _) = tidemark_bench::api::read_rows(&app, &series(begin, "1h", &pcts)).await?;
+    let (worst, cells) = worst_error(&approx, &exact);
+    eprintln!(
+        "series_reads: sketch percentiles vs exact: worst {:.3} % over {cells} cells",
+        worst * 100.0
+    );
+
     local.stop().await;
+    local_p.stop().await;
+
+    // What sketches cost the writer, all in: two fleets with percentiles off and on.
+    let agg = TEMPLATE_AGGREGATOR_BATCH;
+    let mut costs = Vec::new();
+    for (fleet, slot_s) in [
+        (Scenario::standard(200, 104, agg), 300),
+        (Scenario::one_hz(3, 104, agg), 60),
+    ] {
+        let layout = Layout::packed(SlotLen::new(slot_s).expect("divides an hour"));
+        let sc = fleet
+            .over_a_steady_hour(first)
+            .packed(layout, slot_s, 10_000);
+        let off = write_cost(&sc, first, false).await?;
+        let on = write_cost(&sc, first, true).await?;
+        costs.push((sc.name, slot_s, off, on));
+    }
 
     let mut md = format!(
         "# Series reads: buckets against raw readings\n\n\
@@ -255,12 +422,41 @@ async fn main() -> Result<(), BenchError> {
             "| {label} | {rru:.1} | {ms:.0} | {n} | {raw_rru:.1}{mark} | {raw_ms:.0}{mark} | {raw_n:.0} |\n"
         ));
     }
-    md.push_str(&format!(
-        "| 30 days at 1h with p95 (from readings: rollups hold no quantile sketch yet) | {p_rru:.1} | {p_ms:.0} | {p_n} | | | |\n\n\
-         Buckets finer than an hour read the same slot parts the raw read does, so they cost \
+    md.push_str(
+        "\nBuckets finer than an hour read the same slot parts the raw read does, so they cost \
          about what it costs and return a sixtieth of the rows; hours and days read one small \
-         item per bucket. The rows above are paged 1,000 at a time. Target (issue: analytics \
-         on read): measured and reported; the rollups' own write cost is in `bench/PACKING.md`.\n"
+         item per bucket. The rows above are paged 1,000 at a time.\n\n\
+         ## Percentiles\n\n\
+         | query | RRU | ms | rows |\n|---|---|---|---|\n",
+    );
+    for (label, rru, ms, n) in &prows {
+        md.push_str(&format!("| {label} | {rru:.1} | {ms:.0} | {n} |\n"));
+    }
+    md.push_str(&format!(
+        "\nAccuracy: over the {cells} hourly p50/p95/p99 cells of the 30 days, the sketches' \
+         answer is at most {:.3} % from the exact quantile (the sketch's bound: {:.0} %).\n\n\
+         ## What sketches cost the writer\n\n\
+         Both fleets as `bench/PACKING.md` runs them (steady hour, windows starting at the \
+         first record), percentiles off and on. Items are billed per started KB, so a sketch \
+         costs nothing while the hourly item stays under 1,024 bytes.\n\n\
+         | fleet | WRU/reading, off | WRU/reading, on | closed hourly item, off | on |\n\
+         |---|---|---|---|---|\n",
+        worst * 100.0,
+        tidemark_schema::sketch::RELATIVE_ACCURACY * 100.0
+    ));
+    for (name, slot_s, (off, off_bytes), (on, on_bytes)) in &costs {
+        md.push_str(&format!(
+            "| {name}, packed:{slot_s} | {:.4} | {:.4} | {off_bytes:.0} B | {on_bytes:.0} B |\n",
+            off.wru_per_reading(),
+            on.wru_per_reading()
+        ));
+    }
+    md.push_str(&format!(
+        "\nThe 1 Hz device of the read table: its closed hourly item is {} B without sketches \
+         and {} B with them (3,600 readings of 4 metrics), its daily item {day_plain} B and \
+         {day_sketched} B. Target (issue: analytics on read): a sketch must not double the \
+         rollups' writes; measured above against the same runs without it.\n",
+        hour_bytes[0], hour_bytes[1]
     ));
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench");
     std::fs::create_dir_all(&dir)?;

@@ -175,10 +175,19 @@ pub async fn measure(
 /// Registers `id` (`PUT /devices/{id}`): the device routes answer for registered devices
 /// only (on AWS the aggregator registers a device with its first reading).
 pub async fn register(app: &App, id: &tidemark_schema::DeviceId) -> Result<(), BenchError> {
+    register_as(app, id, r#"{"name":"bench"}"#).await
+}
+
+/// `PUT /devices/{id}` with `body` through the handler.
+pub async fn register_as(
+    app: &App,
+    id: &tidemark_schema::DeviceId,
+    body: &str,
+) -> Result<(), BenchError> {
     let req: Request = http::Request::builder()
         .method(http::Method::PUT)
         .uri(format!("/devices/{id}"))
-        .body(Body::Text(r#"{"name":"bench"}"#.into()))
+        .body(Body::Text(body.into()))
         .map_err(|e| BenchError::Other(e.to_string()))?;
     let resp = app.handle(req).await;
     if !resp.status().is_success() {
@@ -193,8 +202,14 @@ pub async fn register(app: &App, id: &tidemark_schema::DeviceId) -> Result<(), B
 /// Every page of the list route `uri` (which has a query already) through the handler,
 /// following the cursor to the end: (items, pages).
 pub async fn read_pages(app: &App, uri: &str) -> Result<(u64, u64), BenchError> {
+    let (items, pages) = read_rows(app, uri).await?;
+    Ok((items.len() as u64, pages))
+}
+
+/// [`read_pages`], keeping the items.
+pub async fn read_rows(app: &App, uri: &str) -> Result<(Vec<serde_json::Value>, u64), BenchError> {
     let mut cursor: Option<String> = None;
-    let (mut items, mut pages) = (0u64, 0u64);
+    let (mut items, mut pages) = (Vec::new(), 0u64);
     loop {
         let mut u = uri.to_owned();
         if let Some(c) = &cursor {
@@ -205,7 +220,7 @@ pub async fn read_pages(app: &App, uri: &str) -> Result<(u64, u64), BenchError> 
             .body(Body::Empty)
             .map_err(|e| BenchError::Other(e.to_string()))?;
         let resp = app.handle(req).await;
-        let body: serde_json::Value = match resp.body() {
+        let mut body: serde_json::Value = match resp.body() {
             Body::Text(t) => serde_json::from_str(t)?,
             Body::Binary(b) => serde_json::from_slice(b)?,
             _ => serde_json::Value::Null,
@@ -214,7 +229,9 @@ pub async fn read_pages(app: &App, uri: &str) -> Result<(u64, u64), BenchError> 
             return Err(BenchError::Other(format!("{uri}: {body}")));
         }
         pages += 1;
-        items += body["items"].as_array().map_or(0, |a| a.len() as u64);
+        if let serde_json::Value::Array(page) = body["items"].take() {
+            items.extend(page);
+        }
         match body["cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
             None => return Ok((items, pages)),

@@ -231,6 +231,25 @@ pub async fn run(
         let item = ShardConfigItem::new(&scenario.device_id(0), history);
         put_config(&direct, table, &item).await?;
     }
+    if let (true, Design::Tidemark) = (scenario.percentiles, design) {
+        for i in 0..scenario.devices {
+            let mut d = tidemark_schema::DeviceItem::new(
+                scenario.device_id(i),
+                tidemark_schema::DeviceStatus::Active,
+                from,
+            );
+            d.percentiles = true;
+            direct
+                .put_item()
+                .table_name(table)
+                .set_item(Some(tidemark_store::to_item(&d)?))
+                .send()
+                .await
+                .map_err(|e| {
+                    BenchError::Setup(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+                })?;
+        }
+    }
     let ingest_meter = Meter::start(target.dynamodb).await?;
     let agg_meter = Meter::start(target.dynamodb).await?;
     let via = |m: &Meter| {

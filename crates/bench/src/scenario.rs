@@ -39,6 +39,9 @@ pub struct Scenario {
     /// The ingest mapping's batching window, milliseconds of simulated time (a divisor of
     /// `window_ms`); `None`: the aggregator's window, cut only by `ingest_batch_size`.
     pub ingest_window_ms: Option<i64>,
+    /// Every device registered with `percentiles: true` before the run: its rollups keep
+    /// quantile sketches.
+    pub percentiles: bool,
 }
 
 /// `template.yaml`: the ingest mapping's `BatchSize` (a test checks they agree).
@@ -76,6 +79,7 @@ impl Scenario {
             measured: None,
             layout: None,
             ingest_window_ms: None,
+            percentiles: false,
         }
     }
 
@@ -97,6 +101,7 @@ impl Scenario {
             measured: None,
             layout: None,
             ingest_window_ms: None,
+            percentiles: false,
         }
     }
 
@@ -119,6 +124,7 @@ impl Scenario {
             measured: None,
             layout: None,
             ingest_window_ms: None,
+            percentiles: false,
         }
     }
 
