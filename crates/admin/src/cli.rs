@@ -95,36 +95,18 @@ mod tests {
 
     #[test]
     fn errors_name_the_flag() {
-        let e = parse(&[
-            "rebuild",
-            "--device",
-            "d",
-            "--from",
-            "yesterday",
-            "--to",
-            "x",
-        ])
-        .unwrap_err();
+        let rebuild = |device: Option<&str>, from: &str| {
+            let mut args = vec!["rebuild", "--from", from, "--to", "2026-04-21T00:00:00Z"];
+            if let Some(d) = device {
+                args.extend(["--device", d]);
+            }
+            parse(&args).unwrap_err()
+        };
+        let e = rebuild(Some("d"), "yesterday");
         assert!(e.contains("--from"), "{e}");
-        let e = parse(&[
-            "rebuild",
-            "--from",
-            "2026-04-20T00:00:00Z",
-            "--to",
-            "2026-04-21T00:00:00Z",
-        ])
-        .unwrap_err();
+        let e = rebuild(None, "2026-04-20T00:00:00Z");
         assert!(e.contains("--device"), "{e}");
-        let e = parse(&[
-            "rebuild",
-            "--device",
-            "DEVICE#x",
-            "--from",
-            "2026-04-20T00:00:00Z",
-            "--to",
-            "2026-04-21T00:00:00Z",
-        ])
-        .unwrap_err();
+        let e = rebuild(Some("DEVICE#x"), "2026-04-20T00:00:00Z");
         assert!(e.contains("--device"), "{e}");
         let e = parse(&["rebiuld"]).unwrap_err();
         assert!(e.contains("rebiuld"), "{e}");

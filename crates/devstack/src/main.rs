@@ -332,6 +332,7 @@ fn print_banner(
          \n  curl '{api}/devices/{device}/readings?limit=5&order=desc'\
          \n  curl '{api}/devices/{device}/aggregates?period=hourly'\
          \n  curl '{api}/devices/{device}/series?from={hour_ago}&to={hour_on}&resolution=1m&aggregates=avg,stddev,p95&fill=locf'\
+         \n  curl -X PUT {api}/devices/{device} -d '{{\"percentiles\":true}}'   # hours closing from now on keep quantile sketches\
          \n  curl '{api}/alerts?severity=critical&state=open'\
          \n  curl '{api}/devices?connectivity=offline'\
          \n  curl '{api}/latest?ids={device},{device2}'\

@@ -173,3 +173,10 @@ pub fn as_readings(stored: &[(Timestamp, String, f64)], from: &str, to: &str) ->
         .map(|(at, ms)| reading("sensor_01", at, &ms))
         .collect()
 }
+
+/// The rows of one page of `sensor_01`'s series for `query`, which must be a 200.
+pub async fn rows(app: &App, query: String) -> Vec<Value> {
+    let (status, body) = get(app, &format!("/devices/sensor_01/series?{query}")).await;
+    assert_eq!(status, 200, "{query}: {body}");
+    body["items"].as_array().unwrap().clone()
+}

@@ -248,14 +248,7 @@ async fn hours_and_days_come_from_the_rollups_and_buckets_cut_by_the_range_from_
     day.open = true;
     put(&t, &day).await;
     let aggs = "count,sum,avg,min,max,stddev,first,last";
-    let series = |query: String| {
-        let app = &app;
-        async move {
-            let (status, body) = get(app, &format!("/devices/sensor_01/series?{query}")).await;
-            assert_eq!(status, 200, "{query}: {body}");
-            body["items"].as_array().unwrap().clone()
-        }
-    };
+    let series = |query: String| rows(&app, query);
 
     // WHEN whole hours are asked for
     let rows = series(format!(

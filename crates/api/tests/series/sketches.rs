@@ -59,14 +59,7 @@ async fn percentiles_of_hours_and_days_come_from_the_rollup_sketches_within_one_
     let day = aggregate("sensor_01", Period::Daily, day_rs[0].timestamp, &day_rs);
     put(&t, &sketched(day, &day_rs)).await;
     let aggs = "count,p50,p90,p95,p99";
-    let series = |query: String| {
-        let app = &app;
-        async move {
-            let (status, body) = get(app, &format!("/devices/sensor_01/series?{query}")).await;
-            assert_eq!(status, 200, "{query}: {body}");
-            body["items"].as_array().unwrap().clone()
-        }
-    };
+    let series = |query: String| rows(&app, query);
     let hours = "from=2026-04-20T13:00:00Z&to=2026-04-20T15:00:00Z&resolution=1h";
     let days = "from=2026-04-20T00:00:00Z&to=2026-04-21T00:00:00Z&resolution=1d";
     let mut approximate = 0;
