@@ -1,0 +1,79 @@
+//! Object keys: `<prefix>/readings/dt=YYYY-MM-DD/hour=HH/part-NNNNN.parquet` for an hour of
+//! readings, `<prefix>/rollups/period=hourly/dt=YYYY-MM-DD/hour-HH-NNNNN.parquet` for an
+//! hour's rollups and `<prefix>/rollups/period=daily/dt=YYYY-MM-DD/part-NNNNN.parquet` for a
+//! day's. Names are a pure function of the bucket and the file's place, so an export run
+//! again overwrites the same objects.
+
+use tidemark_schema::{Bucket, Timestamp};
+
+fn day(t: Timestamp) -> String {
+    t.to_string()[..10].to_owned()
+}
+
+fn hour(t: Timestamp) -> String {
+    t.to_string()[11..13].to_owned()
+}
+
+fn trimmed(prefix: &str) -> &str {
+    prefix.trim_matches('/')
+}
+
+/// The partition folder of an hour of readings (no trailing slash).
+pub fn readings_partition(prefix: &str, hour_start: Timestamp) -> String {
+    format!(
+        "{}/readings/dt={}/hour={}",
+        trimmed(prefix),
+        day(hour_start),
+        hour(hour_start)
+    )
+}
+
+/// File `part` of an hour of readings.
+pub fn readings_key(prefix: &str, hour_start: Timestamp, part: usize) -> String {
+    format!(
+        "{}/part-{part:05}.parquet",
+        readings_partition(prefix, hour_start)
+    )
+}
+
+/// File `part` of a bucket's rollups.
+pub fn rollups_key(prefix: &str, bucket: Bucket, part: usize) -> String {
+    let start = bucket.start();
+    match bucket {
+        Bucket::Hourly(_) => format!(
+            "{}/rollups/period=hourly/dt={}/hour-{}-{part:05}.parquet",
+            trimmed(prefix),
+            day(start),
+            hour(start)
+        ),
+        Bucket::Daily(_) => format!(
+            "{}/rollups/period=daily/dt={}/part-{part:05}.parquet",
+            trimmed(prefix),
+            day(start)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tidemark_schema::Period;
+
+    use super::*;
+
+    #[test]
+    fn keys_are_hive_partitions_of_the_bucket() {
+        let t = Timestamp::parse_rfc3339("2026-04-20T07:59:59.5Z").unwrap();
+        assert_eq!(
+            readings_key("lake/tidemark/", Period::Hourly.bucket(t).start(), 3),
+            "lake/tidemark/readings/dt=2026-04-20/hour=07/part-00003.parquet"
+        );
+        assert_eq!(
+            rollups_key("lake", Period::Hourly.bucket(t), 0),
+            "lake/rollups/period=hourly/dt=2026-04-20/hour-07-00000.parquet"
+        );
+        assert_eq!(
+            rollups_key("/lake", Period::Daily.bucket(t), 1),
+            "lake/rollups/period=daily/dt=2026-04-20/part-00001.parquet"
+        );
+    }
+}
