@@ -256,7 +256,8 @@ impl DeviceStore for FakeStore {
         Ok(items
             .get(&(key.pk, key.sk))
             .and_then(|i| i.get(tidemark_schema::field::PERCENTILES))
-            .is_some_and(|v| matches!(v, aws_sdk_dynamodb::types::AttributeValue::Bool(true))))
+            .and_then(|v| v.as_bool().ok())
+            .is_some_and(|b| *b))
     }
 
     async fn commit_device(
