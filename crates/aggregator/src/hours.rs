@@ -247,7 +247,15 @@ impl<S: Store> Aggregator<S> {
         read: &Pages,
     ) -> Result<Vec<PagePut>, AggregatorError> {
         let last = plan.bucket.end_exclusive().pred().unwrap_or(Timestamp::MAX);
-        let sketched = self.store.keeps_sketches(&plan.device).await?;
+        // A flag that cannot be read leaves this recompute unsketched rather than failing the
+        // hour: readers take percentiles of an unsketched hour from its readings, exact.
+        let sketched = match self.store.keeps_sketches(&plan.device).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(device = %plan.device, error = %e, "reading the percentiles flag failed; the hour is written without sketches");
+                false
+            }
+        };
         let s = self
             .store
             .summarize(&plan.device, plan.bucket.start(), last, sketched)
