@@ -3,12 +3,16 @@
 //! (issue: export to Parquet on S3).
 //!
 //! Built so far: the tables' columns ([`columns`], one source for the files and the Glue
-//! table), deterministic Parquet files ([`file`]) and the object keys ([`paths`]). The
-//! scheduled function, the S3 writes, the manifests and the template come next.
+//! table), deterministic Parquet files ([`file`]), the object keys ([`paths`]), and one
+//! hour's export ([`hour`]) from the table ([`source`]) to any object store ([`sink`]). The
+//! scheduled function, S3, dirty hours, daily rollups and the admin backfill come next.
 
 pub mod columns;
 pub mod file;
+pub mod hour;
 pub mod paths;
+pub mod sink;
+pub mod source;
 
 use thiserror::Error;
 
@@ -20,4 +24,8 @@ pub enum ExportError {
     Missing(&'static str),
     #[error("column {0} was given values of another type")]
     Mismatch(&'static str),
+    #[error(transparent)]
+    Store(#[from] tidemark_store::StoreError),
+    #[error("writing a manifest: {0}")]
+    Manifest(serde_json::Error),
 }

@@ -11,5 +11,5 @@ pub mod spec;
 
 pub use merge::{Merge, MergedPage, Source, merged_page};
 pub use packed::Packed;
-pub use readings::{Walked, walk_readings, walk_readings_while};
-pub use spec::{BadPosition, Page, Place, Queries, QuerySpec, QueryStore, SkRange};
+pub use readings::{Walked, walk_readings, walk_readings_while, walk_whole_readings_while};
+pub use spec::{BadPosition, Page, Place, Queries, QuerySpec, QueryStore, SkRange, query_all};

@@ -13,7 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_schema::{DeviceId, LayoutHistory, MetricName, ReadingItem, Segment, Timestamp, keys};
+use tidemark_schema::{
+    DeviceId, LayoutHistory, MetricName, Reading, ReadingItem, Segment, Timestamp, keys,
+};
 
 use super::merge::{Merge, Source};
 use super::packed::Packed;
@@ -154,6 +156,33 @@ pub async fn walk_readings_while<S: QueryStore + Sync>(
     consistent: bool,
     mut visit: impl FnMut(Timestamp, BTreeMap<MetricName, f64>) -> bool,
 ) -> Result<Walked, StoreError> {
+    walk_whole_readings_while(
+        store,
+        device,
+        history,
+        from,
+        to,
+        newest_first,
+        limit,
+        consistent,
+        |r| visit(r.timestamp, r.metrics),
+    )
+    .await
+}
+
+/// [`walk_readings_while`] handing over whole readings, metadata included (the export).
+#[allow(clippy::too_many_arguments)]
+pub async fn walk_whole_readings_while<S: QueryStore + Sync>(
+    store: &S,
+    device: &DeviceId,
+    history: &LayoutHistory,
+    from: Timestamp,
+    to: Timestamp,
+    newest_first: bool,
+    limit: Option<usize>,
+    consistent: bool,
+    mut visit: impl FnMut(Reading) -> bool,
+) -> Result<Walked, StoreError> {
     let forward = !newest_first;
     let mut left = limit.unwrap_or(usize::MAX);
     let mut segments = history.segments(from, to);
@@ -183,7 +212,7 @@ pub async fn walk_readings_while<S: QueryStore + Sync>(
             };
             match from_stored::<ReadingItem>(item).map(|r| r.to_reading()) {
                 Ok(Ok((reading, _))) => {
-                    let go_on = visit(reading.timestamp, reading.metrics);
+                    let go_on = visit(reading);
                     walked.readings += 1;
                     left -= 1;
                     if !go_on {

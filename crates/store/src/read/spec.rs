@@ -169,6 +169,27 @@ pub trait QueryStore {
     ) -> impl Future<Output = Result<Page, StoreError>> + Send;
 }
 
+/// Every item of `spec`'s range, page after page of at most `page` items, to `visit`: the
+/// one loop that follows `LastEvaluatedKey` to the end of a partition.
+pub async fn query_all<S: QueryStore + Sync>(
+    store: &S,
+    spec: &QuerySpec,
+    page: i32,
+    mut visit: impl FnMut(Item),
+) -> Result<usize, StoreError> {
+    let mut start = None;
+    let mut n = 0;
+    loop {
+        let p = store.query(spec, start, page).await?;
+        n += p.items.len();
+        p.items.into_iter().for_each(&mut visit);
+        match p.last_key {
+            Some(k) => start = Some(k),
+            None => return Ok(n),
+        }
+    }
+}
+
 /// Why a resume position cannot be used (a tampered or foreign cursor).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("a resume position does not fit its partition")]

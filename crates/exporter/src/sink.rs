@@ -1,0 +1,62 @@
+//! Where exported objects go: S3 deployed, a local S3 in `make run`, memory in unit tests.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::ExportError;
+
+pub trait Sink {
+    /// Writes (or replaces) the object `key`.
+    fn put(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        content_type: &'static str,
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// The keys under `prefix`, in order.
+    fn keys(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, ExportError>> + Send;
+    fn delete(&self, key: &str) -> impl Future<Output = Result<(), ExportError>> + Send;
+}
+
+/// Objects in memory, for tests.
+#[derive(Debug, Default)]
+pub struct MemorySink(pub Mutex<BTreeMap<String, Vec<u8>>>);
+
+impl MemorySink {
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.0.lock().ok()?.get(key).cloned()
+    }
+
+    pub fn all(&self) -> BTreeMap<String, Vec<u8>> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+impl Sink for MemorySink {
+    async fn put(&self, key: &str, body: Vec<u8>, _: &'static str) -> Result<(), ExportError> {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(key.to_owned(), body);
+        }
+        Ok(())
+    }
+
+    async fn keys(&self, prefix: &str) -> Result<Vec<String>, ExportError> {
+        Ok(self
+            .0
+            .lock()
+            .map(|m| {
+                m.keys()
+                    .filter(|k| k.starts_with(prefix))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), ExportError> {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(key);
+        }
+        Ok(())
+    }
+}

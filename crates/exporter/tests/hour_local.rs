@@ -1,0 +1,234 @@
+//! One hour exported from DynamoDB Local: every reading of the hour exactly once, long
+//! format, metadata kept, the hour's rollups equal to the readings' fold, a manifest that
+//! counts them, and a second export of the same hour byte for byte the same, or, after a
+//! late reading, with it, once.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::Field;
+use tidemark_exporter::hour::{MANIFEST, export_hour};
+use tidemark_exporter::sink::MemorySink;
+use tidemark_exporter::source::DynamoSource;
+use tidemark_schema::{
+    DeviceId, DeviceItem, DeviceStatus, MetricName, Reading, ReadingItem, Timestamp,
+};
+use tidemark_testkit::TestTable;
+
+fn ts(s: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(s).unwrap()
+}
+
+fn reading(device: &str, at: &str, metrics: &[(&str, f64)], meta: Option<&str>) -> ReadingItem {
+    ReadingItem::new(
+        &Reading {
+            device_id: DeviceId::new(device).unwrap(),
+            timestamp: ts(at),
+            metrics: metrics
+                .iter()
+                .map(|(m, v)| (MetricName::new(m).unwrap(), *v))
+                .collect(),
+            metadata: meta.map(|m| serde_json::from_str(m).unwrap()),
+        },
+        None,
+        3650,
+    )
+}
+
+/// (device, time µs, metric).
+type RowKey = (String, i64, String);
+/// Every (value, metadata) a row key has.
+type RowValues = Vec<(f64, Option<String>)>;
+
+/// Every row of the Parquet files under `folder`, duplicates kept.
+fn rows(sink: &MemorySink, folder: &str) -> BTreeMap<RowKey, RowValues> {
+    let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for (k, body) in sink.all() {
+        if !k.starts_with(folder) || !k.ends_with(".parquet") {
+            continue;
+        }
+        let r = SerializedFileReader::new(Bytes::from(body)).unwrap();
+        for row in r.get_row_iter(None).unwrap() {
+            let f: Vec<Field> = row
+                .unwrap()
+                .get_column_iter()
+                .map(|(_, f)| f.clone())
+                .collect();
+            let (Field::Str(d), Field::TimestampMicros(t), Field::Str(m), Field::Double(v)) =
+                (&f[0], &f[1], &f[2], &f[3])
+            else {
+                panic!("{f:?}");
+            };
+            let meta = match &f[4] {
+                Field::Str(s) => Some(s.clone()),
+                _ => None,
+            };
+            out.entry((d.clone(), *t, m.clone()))
+                .or_default()
+                .push((*v, meta));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_one() {
+    // GIVEN three devices, two with readings in 10:00–11:00 (and around it), one silent
+    let t = TestTable::new("export-hour").await;
+    for d in ["d1", "d2", "d3"] {
+        t.put(&DeviceItem::new(
+            DeviceId::new(d).unwrap(),
+            DeviceStatus::Active,
+            ts("2026-04-01T00:00:00Z"),
+        ))
+        .await;
+    }
+    let mut stored = vec![
+        reading("d1", "2026-04-20T09:59:59.999999Z", &[("t", 1.0)], None),
+        reading("d1", "2026-04-20T11:00:00Z", &[("t", 1.0)], None),
+        reading(
+            "d2",
+            "2026-04-20T10:30:00Z",
+            &[("t", 7.5), ("h", 40.0)],
+            Some(r#"{"fw":"2.1","site":"A"}"#),
+        ),
+    ];
+    for m in 0..60 {
+        stored.push(reading(
+            "d1",
+            &format!("2026-04-20T10:{m:02}:00Z"),
+            &[("t", 20.0 + m as f64 / 10.0), ("h", 50.0)],
+            None,
+        ));
+    }
+    for r in &stored {
+        t.put(r).await;
+    }
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let sink = MemorySink::default();
+    // WHEN the hour is exported
+    let rep = export_hour(&source, &sink, "lake/tidemark", ts("2026-04-20T10:00:00Z"))
+        .await
+        .unwrap();
+    // THEN each reading of the hour is there once per metric, with its metadata
+    let folder = "lake/tidemark/readings/dt=2026-04-20/hour=10/";
+    let got = rows(&sink, folder);
+    assert_eq!(got.len(), 60 * 2 + 2);
+    assert!(got.values().all(|v| v.len() == 1), "duplicates");
+    let d2 = &got[&(
+        "d2".into(),
+        ts("2026-04-20T10:30:00Z").epoch_micros(),
+        "h".into(),
+    )];
+    assert_eq!(d2[0], (40.0, Some(r#"{"fw":"2.1","site":"A"}"#.into())));
+    assert!(
+        !got.keys()
+            .any(|(d, t, _)| d == "d1" && *t >= ts("2026-04-20T11:00:00Z").epoch_micros())
+    );
+    // AND the manifest counts them
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&sink.get(&format!("{folder}{MANIFEST}")).unwrap()).unwrap();
+    assert_eq!(
+        (
+            manifest["readings"].as_u64(),
+            manifest["rows"].as_u64(),
+            manifest["devices"].as_u64()
+        ),
+        (Some(61), Some(122), Some(2))
+    );
+    assert_eq!((rep.readings, rep.rows, rep.devices), (61, 122, 2));
+    // AND the hour's rollups are the fold of its readings
+    let rollup = sink
+        .get("lake/tidemark/rollups/period=hourly/dt=2026-04-20/hour-10-00000.parquet")
+        .unwrap();
+    let r = SerializedFileReader::new(Bytes::from(rollup)).unwrap();
+    let first: Vec<(String, Field)> = r
+        .get_row_iter(None)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .get_column_iter()
+        .map(|(n, f)| (n.clone(), f.clone()))
+        .collect();
+    let get = |n: &str| first.iter().find(|(k, _)| k == n).unwrap().1.clone();
+    // d1's "h" sorts first: sixty readings of 50.0
+    assert_eq!(
+        (get("device_id"), get("metric"), get("count"), get("sum")),
+        (
+            Field::Str("d1".into()),
+            Field::Str("h".into()),
+            Field::Long(60),
+            Field::Double(3000.0)
+        )
+    );
+
+    // WHEN it is exported again, THEN every object is byte for byte the same
+    let before = sink.all();
+    export_hour(&source, &sink, "lake/tidemark", ts("2026-04-20T10:00:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(sink.all(), before);
+
+    // WHEN a late reading lands in the hour and the hour is exported again
+    t.put(&reading("d3", "2026-04-20T10:59:59Z", &[("t", -3.0)], None))
+        .await;
+    let rep = export_hour(&source, &sink, "lake/tidemark", ts("2026-04-20T10:00:00Z"))
+        .await
+        .unwrap();
+    // THEN it is in the export, once, and the rest unchanged
+    let again = rows(&sink, folder);
+    assert_eq!(again.len(), got.len() + 1);
+    assert_eq!(
+        again[&(
+            "d3".into(),
+            ts("2026-04-20T10:59:59Z").epoch_micros(),
+            "t".into()
+        )],
+        [(-3.0, None)]
+    );
+    assert_eq!((rep.readings, rep.devices), (62, 3));
+}
+
+#[tokio::test]
+async fn a_smaller_export_removes_the_parts_an_earlier_one_left() {
+    // GIVEN an hour exported once into more parts than it needs now (an extra part left)
+    let t = TestTable::new("export-stale").await;
+    t.put(&DeviceItem::new(
+        DeviceId::new("d1").unwrap(),
+        DeviceStatus::Active,
+        ts("2026-04-01T00:00:00Z"),
+    ))
+    .await;
+    t.put(&reading("d1", "2026-04-20T10:00:00Z", &[("t", 1.0)], None))
+        .await;
+    let sink = MemorySink::default();
+    let stale = "p/readings/dt=2026-04-20/hour=10/part-00001.parquet";
+    use tidemark_exporter::sink::Sink;
+    sink.put(stale, b"old".to_vec(), "application/octet-stream")
+        .await
+        .unwrap();
+    sink.put(
+        "p/readings/dt=2026-04-20/hour=11/part-00001.parquet",
+        b"another hour".to_vec(),
+        "x",
+    )
+    .await
+    .unwrap();
+    // WHEN it is exported
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    export_hour(&source, &sink, "p", ts("2026-04-20T10:00:00Z"))
+        .await
+        .unwrap();
+    // THEN the stale part is gone, the new part and manifest are there, other hours untouched
+    assert_eq!(sink.get(stale), None);
+    assert!(
+        sink.get("p/readings/dt=2026-04-20/hour=10/part-00000.parquet")
+            .is_some()
+    );
+    assert!(
+        sink.get("p/readings/dt=2026-04-20/hour=11/part-00001.parquet")
+            .is_some()
+    );
+}
