@@ -17,7 +17,7 @@ run:
 	scripts/services.sh start || exit $$?; \
 	trap ':' INT TERM; \
 	$(CARGO) run --quiet -p tidemark-devstack -- run; rc=$$?; \
-	for s in dynamodb-local kinesis-mock; do \
+	for s in dynamodb-local kinesis-mock moto-s3; do \
 	  if grep -q "^$$s: stopped" <<<"$$before"; then scripts/services.sh stop $$s; fi; \
 	done; \
 	exit $$rc

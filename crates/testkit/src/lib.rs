@@ -25,6 +25,8 @@ use tidemark_store::ClientSettings;
 pub struct Services {
     pub dynamodb_endpoint: String,
     pub kinesis_endpoint: String,
+    /// moto's S3 server (the export's bucket).
+    pub s3_endpoint: String,
 }
 
 impl Services {
@@ -66,7 +68,8 @@ pub fn services() -> &'static Services {
     S.get_or_init(|| {
         let ddb = port("TIDEMARK_DYNAMODB_PORT", 8000);
         let kin = port("TIDEMARK_KINESIS_PORT", 4567);
-        if !(answers(ddb) && answers(kin)) {
+        let s3 = port("TIDEMARK_S3_PORT", 4569);
+        if !(answers(ddb) && answers(kin) && answers(s3)) {
             let out = std::process::Command::new("bash")
                 .arg(workspace_root().join("scripts/services.sh"))
                 .arg("start")
@@ -82,6 +85,7 @@ pub fn services() -> &'static Services {
         Services {
             dynamodb_endpoint: format!("http://127.0.0.1:{ddb}"),
             kinesis_endpoint: format!("http://127.0.0.1:{kin}"),
+            s3_endpoint: format!("http://127.0.0.1:{s3}"),
         }
     })
 }
