@@ -35,6 +35,23 @@ pub enum Command {
         #[arg(long, value_parser = time)]
         to: Timestamp,
     },
+    /// Export the closed hours of a range to Parquet in S3 (readings and hourly rollups, with
+    /// a manifest per hour), as the scheduled exporter writes them; an hour exported before
+    /// is replaced by identical objects, or by its current content.
+    Export {
+        /// Export the hours starting at or after this time (RFC 3339).
+        #[arg(long, value_parser = time)]
+        from: Timestamp,
+        /// ... and before this one (RFC 3339); hours still open are left out.
+        #[arg(long, value_parser = time)]
+        to: Timestamp,
+        /// The bucket to write to (make run: any name; it is created in the local S3).
+        #[arg(long)]
+        bucket: String,
+        /// The key prefix (as the template's ExportPrefix).
+        #[arg(long, default_value = "tidemark")]
+        prefix: String,
+    },
     /// Handle on-failure records again: ingest's are re-read from Kinesis and fed through
     /// ingest, the aggregator's become rebuilds of the devices they touched; handled files
     /// move to a redriven/ folder.
@@ -113,9 +130,37 @@ mod tests {
     }
 
     #[test]
+    fn export_takes_a_range_a_bucket_and_a_prefix() {
+        let cli = parse(&[
+            "--local",
+            "export",
+            "--from",
+            "2026-04-20T00:00:00Z",
+            "--to",
+            "2026-04-21T00:00:00Z",
+            "--bucket",
+            "lake",
+        ])
+        .unwrap();
+        let Command::Export { bucket, prefix, .. } = cli.command else {
+            panic!();
+        };
+        assert_eq!((bucket.as_str(), prefix.as_str()), ("lake", "tidemark"));
+        let e = parse(&[
+            "export",
+            "--from",
+            "2026-04-20T00:00:00Z",
+            "--to",
+            "2026-04-21T00:00:00Z",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--bucket"), "{e}");
+    }
+
+    #[test]
     fn every_command_has_help() {
         Cli::command().debug_assert();
-        for sub in ["rebuild", "redrive"] {
+        for sub in ["rebuild", "redrive", "export"] {
             let e = parse(&[sub, "--help"]).unwrap_err();
             assert!(e.contains("Usage: tidemark-admin"), "{e}");
         }

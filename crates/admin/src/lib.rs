@@ -29,6 +29,8 @@ pub use redrive::{OnFailure, RedriveReport, Redriver};
 
 #[derive(Debug, Error)]
 pub enum AdminError {
+    #[error("export: {0}")]
+    Export(#[from] tidemark_exporter::ExportError),
     #[error(transparent)]
     Store(#[from] tidemark_store::StoreError),
     #[error(transparent)]

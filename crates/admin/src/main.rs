@@ -5,6 +5,7 @@ use clap::Parser;
 use tidemark_admin::cli::{Cli, Command};
 use tidemark_admin::files::{DONE_DIR, redrive_files};
 use tidemark_admin::{AdminError, Rebuild, Rebuilder, Redriver};
+use tidemark_schema::Timestamp;
 use tidemark_store::ClientSettings;
 use tidemark_streams::LocalEndpoints;
 
@@ -13,6 +14,8 @@ struct Clients {
     streams: aws_sdk_dynamodbstreams::Client,
     kinesis: aws_sdk_kinesis::Client,
     table: String,
+    /// A local S3 (`--local`, or `TIDEMARK_S3_ENDPOINT`); `None`: AWS.
+    s3_endpoint: Option<String>,
 }
 
 async fn clients(local: bool) -> Clients {
@@ -25,6 +28,7 @@ async fn clients(local: bool) -> Clients {
             streams: local.dynamodb_streams().await,
             kinesis: local.kinesis().await,
             table,
+            s3_endpoint: Some(local.s3.clone()),
         };
     }
     let settings = ClientSettings::from_env();
@@ -34,6 +38,9 @@ async fn clients(local: bool) -> Clients {
         streams: aws_sdk_dynamodbstreams::Client::new(&shared),
         kinesis: aws_sdk_kinesis::Client::new(&shared),
         table,
+        s3_endpoint: std::env::var(tidemark_exporter::s3::S3_ENDPOINT)
+            .ok()
+            .filter(|e| !e.is_empty()),
     }
 }
 
@@ -59,6 +66,57 @@ async fn rebuild(c: Clients, req: Rebuild) -> Result<(), AdminError> {
         println!(
             "{} unreadable item(s) skipped (their keys are in the log): their readings are not in the rollups",
             r.unreadable
+        );
+    }
+    Ok(())
+}
+
+async fn export(
+    c: Clients,
+    from: Timestamp,
+    to: Timestamp,
+    bucket: String,
+    prefix: String,
+) -> Result<(), AdminError> {
+    use tidemark_exporter::hour::{export_range, hours_of};
+    use tidemark_exporter::s3::{S3Sink, client};
+    let shards = tidemark_store::settings::Env::new(|k| std::env::var(k).ok())
+        .status_shards()
+        .map_err(|e| AdminError::Input(e.to_string()))?
+        .unwrap_or(1);
+    let source = tidemark_exporter::source::DynamoSource::new(c.ddb, &c.table, shards);
+    let s3 = client(&ClientSettings::from_env(), c.s3_endpoint.as_deref()).await;
+    if c.s3_endpoint.is_some() {
+        // A local S3 starts empty: the bucket is made on first use (AWS: the template's).
+        let _ = s3.create_bucket().bucket(&bucket).send().await;
+    }
+    let sink = S3Sink {
+        client: s3,
+        bucket: bucket.clone(),
+    };
+    let bar = indicatif::ProgressBar::new(hours_of(from, to).len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} hours {msg}")
+            .map_err(|e| AdminError::Input(e.to_string()))?,
+    );
+    let r = export_range(&source, &sink, &prefix, from, to, Timestamp::now(), |h| {
+        bar.set_message(format!("{} ({} readings)", h.hour, h.readings));
+        bar.inc(1);
+    })
+    .await?;
+    bar.finish_and_clear();
+    println!(
+        "exported {} hour(s) to s3://{bucket}/{}/: {} readings, {} rows, {} bytes of Parquet",
+        r.hours,
+        prefix.trim_matches('/'),
+        r.readings,
+        r.rows,
+        r.bytes
+    );
+    if r.open > 0 {
+        println!(
+            "{} hour(s) of the range are still open and were left out: export them once they close",
+            r.open
         );
     }
     Ok(())
@@ -114,6 +172,12 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Rebuild { device, from, to } => rebuild(c, Rebuild { device, from, to }).await,
         Command::Redrive { paths } => redrive(c, paths).await,
+        Command::Export {
+            from,
+            to,
+            bucket,
+            prefix,
+        } => export(c, from, to, bucket, prefix).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

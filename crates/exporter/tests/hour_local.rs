@@ -232,3 +232,53 @@ async fn a_smaller_export_removes_the_parts_an_earlier_one_left() {
             .is_some()
     );
 }
+
+#[tokio::test]
+async fn a_range_exports_its_closed_hours_and_leaves_the_open_one() {
+    use tidemark_exporter::hour::{export_range, hours_of};
+    // GIVEN readings in three hours, the last still open at the clock
+    let t = TestTable::new("export-range").await;
+    t.put(&DeviceItem::new(
+        DeviceId::new("d1").unwrap(),
+        DeviceStatus::Active,
+        ts("2026-04-01T00:00:00Z"),
+    ))
+    .await;
+    for at in [
+        "2026-04-20T08:10:00Z",
+        "2026-04-20T09:10:00Z",
+        "2026-04-20T10:10:00Z",
+    ] {
+        t.put(&reading("d1", at, &[("t", 1.0)], None)).await;
+    }
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let sink = MemorySink::default();
+    // WHEN 08:30 to 11:00 is exported at 11:05 (10:00 closes at 11:15)
+    let mut seen = Vec::new();
+    let rep = export_range(
+        &source,
+        &sink,
+        "p",
+        ts("2026-04-20T08:30:00Z"),
+        ts("2026-04-20T11:00:00Z"),
+        ts("2026-04-20T11:05:00Z"),
+        |h| seen.push(h.hour.clone()),
+    )
+    .await
+    .unwrap();
+    // THEN the hours starting in the range and closed are exported: 09:00 only
+    assert_eq!((rep.hours, rep.open, rep.readings), (1, 1, 1));
+    assert_eq!(seen, ["2026-04-20T09:00:00.000000Z"]);
+    assert!(
+        sink.get("p/readings/dt=2026-04-20/hour=09/_manifest.json")
+            .is_some()
+    );
+    assert!(
+        sink.get("p/readings/dt=2026-04-20/hour=08/_manifest.json")
+            .is_none()
+    );
+    assert_eq!(
+        hours_of(ts("2026-04-20T23:00:00Z"), ts("2026-04-21T01:00:01Z")).len(),
+        3
+    );
+}

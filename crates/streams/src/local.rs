@@ -1,15 +1,19 @@
-//! Where `make run`'s emulators listen (DynamoDB Local and kinesis-mock, docs/design.md §7),
-//! and clients for them: what devstack's local stack and `tidemark-admin --local` connect to.
+//! Where `make run`'s emulators listen (DynamoDB Local, kinesis-mock and moto's S3,
+//! docs/design.md §7), and clients for them: what devstack's local stack and
+//! `tidemark-admin --local` connect to.
 
 use tidemark_store::ClientSettings;
 
-/// The local endpoints: `http://127.0.0.1:8000` and `http://127.0.0.1:4567` unless
-/// `TIDEMARK_DYNAMODB_ENDPOINT` / `TIDEMARK_KINESIS_ENDPOINT` say otherwise, or
-/// `TIDEMARK_DYNAMODB_PORT` / `TIDEMARK_KINESIS_PORT` move them on loopback.
+/// The local endpoints: `http://127.0.0.1:8000`, `http://127.0.0.1:4567` and
+/// `http://127.0.0.1:4569` unless `TIDEMARK_DYNAMODB_ENDPOINT` / `TIDEMARK_KINESIS_ENDPOINT` /
+/// `TIDEMARK_S3_ENDPOINT` say otherwise, or `TIDEMARK_DYNAMODB_PORT` /
+/// `TIDEMARK_KINESIS_PORT` / `TIDEMARK_S3_PORT` move them on loopback.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalEndpoints {
     pub dynamodb: String,
     pub kinesis: String,
+    /// moto's S3 server: the export's bucket.
+    pub s3: String,
 }
 
 impl LocalEndpoints {
@@ -22,7 +26,12 @@ impl LocalEndpoints {
         let var = |k: &str, d: &str| get(k).unwrap_or_else(|| d.to_owned());
         let ddb_port = var("TIDEMARK_DYNAMODB_PORT", "8000");
         let kin_port = var("TIDEMARK_KINESIS_PORT", "4567");
+        let s3_port = var("TIDEMARK_S3_PORT", "4569");
         LocalEndpoints {
+            s3: var(
+                "TIDEMARK_S3_ENDPOINT",
+                &format!("http://127.0.0.1:{s3_port}"),
+            ),
             dynamodb: var(
                 "TIDEMARK_DYNAMODB_ENDPOINT",
                 &format!("http://127.0.0.1:{ddb_port}"),
@@ -66,13 +75,16 @@ mod tests {
         let none = LocalEndpoints::from_lookup(|_| None);
         assert_eq!(none.dynamodb, "http://127.0.0.1:8000");
         assert_eq!(none.kinesis, "http://127.0.0.1:4567");
+        assert_eq!(none.s3, "http://127.0.0.1:4569");
         let ports = LocalEndpoints::from_lookup(|k| match k {
             "TIDEMARK_DYNAMODB_PORT" => Some("8100".into()),
             "TIDEMARK_KINESIS_PORT" => Some("4600".into()),
+            "TIDEMARK_S3_PORT" => Some("4700".into()),
             _ => None,
         });
         assert_eq!(ports.dynamodb, "http://127.0.0.1:8100");
         assert_eq!(ports.kinesis, "http://127.0.0.1:4600");
+        assert_eq!(ports.s3, "http://127.0.0.1:4700");
         let given = LocalEndpoints::from_lookup(|k| match k {
             "TIDEMARK_DYNAMODB_ENDPOINT" => Some("http://ddb:8000".into()),
             "TIDEMARK_KINESIS_PORT" => Some("4600".into()),
