@@ -32,6 +32,10 @@ scripts/oidc.sh >/dev/null
 step "KPL fixture (aws-kinesis-agg) matches events/kinesis-kpl.json"
 scripts/kpl-fixtures.sh --check
 
+# The export's files are read back by DuckDB, a Parquet reader we did not write.
+step "Parquet reader (duckdb) for the export's tests"
+scripts/duckdb.sh >/dev/null
+
 step "unit, property and integration tests"
 cargo test --workspace --locked
 
