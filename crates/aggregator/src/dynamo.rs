@@ -133,6 +133,31 @@ impl DynamoStore {
 }
 
 impl AggregateStore for DynamoStore {
+    async fn mark_export_dirty(
+        &self,
+        hours: &[Timestamp],
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        for hour in hours {
+            let key = key_item(&EntityKey::ExportDirty(*hour).key());
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key))
+                .update_expression("SET #hour = :hour, #at = :now ADD #marks :one")
+                .expression_attribute_names("#hour", field::HOUR)
+                .expression_attribute_names("#at", field::MARKED_AT)
+                .expression_attribute_names("#marks", field::MARKS)
+                .expression_attribute_values(":hour", av(hour)?)
+                .expression_attribute_values(":now", av(&now)?)
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .send()
+                .await
+                .map_err(StoreError::sdk("UpdateItem"))?;
+        }
+        Ok(())
+    }
+
     async fn get_aggregates(
         &self,
         keys: &[Key],

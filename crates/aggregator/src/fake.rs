@@ -153,6 +153,30 @@ fn outage() -> StoreError {
 }
 
 impl AggregateStore for FakeStore {
+    async fn mark_export_dirty(
+        &self,
+        hours: &[Timestamp],
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut items = self.table.lock();
+        for hour in hours {
+            let key = EntityKey::ExportDirty(*hour).key();
+            let marks =
+                entity::<tidemark_schema::ExportDirtyItem>(&items, &key).map_or(0, |d| d.marks);
+            store(
+                &mut items,
+                &tidemark_schema::ExportDirtyItem {
+                    pk: key.pk,
+                    sk: key.sk,
+                    hour: *hour,
+                    marked_at: now,
+                    marks: marks + 1,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
     async fn get_aggregates(
         &self,
         keys: &[Key],

@@ -89,6 +89,7 @@ impl<S: Store> Aggregator<S> {
         let (hourly, daily): (Vec<usize>, Vec<usize>) = (0..plans.len())
             .filter(|i| !unreadable.contains(&plans[*i].key))
             .partition(|i| plans[*i].bucket.period() == Period::Hourly);
+        self.mark_late_hours(plans, &hourly, now, failed).await;
         let mut behind: HashSet<(DeviceId, Bucket)> = HashSet::new();
         let mut hours: HashMap<(DeviceId, Bucket), Vec<HourChange>> = HashMap::new();
         // Boxed, as the fold below: one future holding every step of a batch is too deep a
@@ -149,6 +150,33 @@ impl<S: Store> Aggregator<S> {
         }
         self.close_previous_days(&touched, now, counters, stop)
             .await;
+    }
+
+    /// Marks for the Parquet export the hours whose readings this batch changes after they
+    /// closed: the export, written after the close, no longer holds them. Normal traffic
+    /// reaches its hours while they are open, so this writes only for late changes. A mark
+    /// not written fails the records behind it, which come again.
+    async fn mark_late_hours(
+        &self,
+        plans: &[AggregatePlan],
+        hourly: &[usize],
+        now: Timestamp,
+        failed: &mut Vec<usize>,
+    ) {
+        let late: Vec<&AggregatePlan> = hourly
+            .iter()
+            .map(|i| &plans[*i])
+            .filter(|p| !p.contributions.is_empty() && !bucket_is_open(p.bucket, now))
+            .collect();
+        let hours: BTreeSet<Timestamp> = late.iter().map(|p| p.bucket.start()).collect();
+        if hours.is_empty() {
+            return;
+        }
+        let hours: Vec<Timestamp> = hours.into_iter().collect();
+        if let Err(e) = self.store.mark_export_dirty(&hours, now).await {
+            tracing::error!(error = %e, "marking late hours for the export failed");
+            failed.extend(late.iter().map(|p| p.first_index()));
+        }
     }
 
     /// Folds the day before each day this batch touched, if it has closed and is still a

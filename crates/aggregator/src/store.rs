@@ -61,6 +61,13 @@ pub trait AggregateStore {
         before: Bucket,
         n: usize,
     ) -> impl Future<Output = Result<Vec<AggregateItem>, StoreError>> + Send;
+    /// Marks each hour (its start) for the Parquet export to write again: a reading of it
+    /// changed after it closed ([`tidemark_schema::ExportDirtyItem`]).
+    fn mark_export_dirty(
+        &self,
+        hours: &[Timestamp],
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Writes `item` (any page) if the stored version is still `expected` (`None`: no
     /// item yet).
     fn put_aggregate(

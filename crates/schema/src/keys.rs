@@ -45,6 +45,12 @@ pub const NOTIFY_MARKER_SK: &str = "#MARKER";
 /// the alerts role when it has passed that too (docs/design.md §5, "Offline devices").
 pub const PIPELINE_PK: &str = "PIPELINE";
 pub const HEARTBEAT_PREFIX: &str = "HEARTBEAT#";
+/// The Parquet export's state: `EXPORT` / `#CURSOR` (the newest hour the schedule exported)
+/// and `EXPORT` / `DIRTY#<hour>` (an hour changed after it closed, to export again). Written
+/// rarely: once an hour, and on a late change.
+pub const EXPORT_PK: &str = "EXPORT";
+pub const EXPORT_CURSOR_SK: &str = "#CURSOR";
+pub const EXPORT_DIRTY_PREFIX: &str = "DIRTY#";
 /// GSI2 partitions of devices watched for silence, `OFFLINE_WATCH#<n>`, sorted by the time
 /// their silence would need checking ([`watch_gsi2sk`]): the watchdog reads only those due.
 pub const OFFLINE_WATCH_PREFIX: &str = "OFFLINE_WATCH#";
@@ -135,6 +141,10 @@ pub enum EntityKey {
     NotifyMarker(EventId),
     /// The heartbeat of one ingest (Kinesis) shard (see [`PIPELINE_PK`]).
     Heartbeat(ShardName),
+    /// The export schedule's position (see [`EXPORT_PK`]).
+    ExportCursor,
+    /// An hour (its start) to export again (see [`EXPORT_PK`]).
+    ExportDirty(Timestamp),
 }
 
 /// A Kinesis shard ID as a key part (`shardId-000000000000`): letters, digits, `-` and `_`,
@@ -207,6 +217,10 @@ impl EntityKey {
             EntityKey::DefaultLayout => Key::new(CONFIG_PK.to_owned(), DEFAULT_LAYOUT_SK),
             EntityKey::NotifyMarker(e) => Key::new(notify_marker_pk(e), NOTIFY_MARKER_SK),
             EntityKey::Heartbeat(s) => Key::new(PIPELINE_PK.to_owned(), heartbeat_sk(s)),
+            EntityKey::ExportCursor => Key::new(EXPORT_PK.to_owned(), EXPORT_CURSOR_SK),
+            EntityKey::ExportDirty(hour) => {
+                Key::new(EXPORT_PK.to_owned(), format!("{EXPORT_DIRTY_PREFIX}{hour}"))
+            }
         }
     }
 
@@ -226,6 +240,17 @@ impl EntityKey {
             return DeviceId::new(id)
                 .map(EntityKey::ShardConfig)
                 .map_err(|e| err(&e.to_string()));
+        }
+        if pk == EXPORT_PK {
+            if sk == EXPORT_CURSOR_SK {
+                return Ok(EntityKey::ExportCursor);
+            }
+            return sk
+                .strip_prefix(EXPORT_DIRTY_PREFIX)
+                .and_then(|t| Timestamp::parse_canonical(t).ok())
+                .filter(|t| t.hour_start() == *t)
+                .map(EntityKey::ExportDirty)
+                .ok_or_else(|| err("export sort key must be #CURSOR or DIRTY#<hour start>"));
         }
         if pk == PIPELINE_PK {
             return sk
@@ -596,6 +621,17 @@ mod tests {
         let key = k.key();
         assert_eq!(EntityKey::parse(&key.pk, &key.sk).unwrap(), k, "{key}");
         key
+    }
+
+    #[test]
+    fn the_exports_state_parses_back_and_only_whole_hours_are_dirty() {
+        let k = round_trip(EntityKey::ExportCursor);
+        assert_eq!((k.pk.as_str(), k.sk.as_str()), ("EXPORT", "#CURSOR"));
+        let hour = Timestamp::parse_rfc3339("2026-04-20T07:00:00Z").unwrap();
+        let k = round_trip(EntityKey::ExportDirty(hour));
+        assert_eq!(k.sk, "DIRTY#2026-04-20T07:00:00.000000Z");
+        assert!(EntityKey::parse("EXPORT", "DIRTY#2026-04-20T07:30:00.000000Z").is_err());
+        assert!(EntityKey::parse("EXPORT", "OTHER").is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::time::Timestamp;
 mod aggregates;
 mod alerts;
 mod devices;
+mod export;
 mod pipeline;
 mod quarantine;
 mod readings;
@@ -26,6 +27,7 @@ pub use devices::{
     Connectivity, DeviceItem, DeviceType, LatestReading, MAX_OFFLINE_WINDOW, MIN_OFFLINE_WINDOW,
     OfflineState, RulePhase, RuleState, Threshold, fleet_offline_window,
 };
+pub use export::{ExportCursorItem, ExportDirtyItem};
 pub use pipeline::{HeartbeatItem, NotifyMarkerItem, ShardConfigItem};
 pub use quarantine::{
     QuarantineItem, QuarantinePartItem, QuarantineReason, QuarantineSource, QuarantinedRecord,
@@ -101,6 +103,8 @@ pub mod field {
     pub const SENT_AT: &str = "sentAt";
     pub const STORED_AT: &str = "storedAt";
     pub const PASSED_AT: &str = "passedAt";
+    /// The export's dirty hours ([`super::ExportDirtyItem`]; also `markedAt`, `marks`).
+    pub const HOUR: &str = "hour";
 }
 
 /// An optional [`Timestamp`] stored as epoch milliseconds (a number: smaller than the text on
