@@ -12,6 +12,7 @@ pub mod file;
 pub mod hour;
 pub mod paths;
 pub mod s3;
+pub mod schedule;
 pub mod sink;
 pub mod source;
 

@@ -24,8 +24,10 @@ pub trait Source {
     ) -> impl Future<Output = Result<(Vec<Reading>, u64), ExportError>> + Send;
 }
 
-/// The table, read eventually consistent: an hour is exported well after it closed, and a
-/// change that lands later marks it for another export.
+/// The table. Readings are read strongly consistent: a re-export of a marked hour must see the
+/// late write behind the mark, however soon after it runs. The device listing (GSI1) is
+/// eventually consistent, which an hour exported 20 minutes after its end does not notice: a
+/// device is registered seconds after its first reading arrives.
 pub struct DynamoSource {
     pub client: aws_sdk_dynamodb::Client,
     pub table: String,
@@ -84,7 +86,7 @@ impl Source for DynamoSource {
         to: Timestamp,
     ) -> Result<(Vec<Reading>, u64), ExportError> {
         let history =
-            tidemark_store::layouts::device_history(&self.client, &self.table, device, false)
+            tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
                 .await?
                 .0;
         let Some(last) = to.pred() else {
@@ -99,7 +101,7 @@ impl Source for DynamoSource {
             last,
             false,
             None,
-            false,
+            true,
             |r| {
                 out.push(r);
                 true

@@ -1,0 +1,184 @@
+//! The export schedule against DynamoDB Local: each run exports the hours closed since the
+//! last one, once; an hour marked as changed after its export is exported again and its mark
+//! removed, unless a newer mark came meanwhile.
+
+use std::time::Duration;
+
+use tidemark_exporter::schedule::{DynamoState, Schedule, State, due_hour, run};
+use tidemark_exporter::sink::MemorySink;
+use tidemark_exporter::source::DynamoSource;
+use tidemark_schema::{
+    DeviceId, DeviceItem, DeviceStatus, EntityKey, ExportDirtyItem, MetricName, Reading,
+    ReadingItem, Timestamp,
+};
+use tidemark_testkit::TestTable;
+
+fn ts(s: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(s).unwrap()
+}
+
+fn reading(at: &str, v: f64) -> ReadingItem {
+    ReadingItem::new(
+        &Reading {
+            device_id: DeviceId::new("d1").unwrap(),
+            timestamp: ts(at),
+            metrics: [(MetricName::new("t").unwrap(), v)].into(),
+            metadata: None,
+        },
+        None,
+        3650,
+    )
+}
+
+fn schedule() -> Schedule {
+    Schedule {
+        prefix: "p".into(),
+        grace: Duration::from_secs(300),
+        max_hours: 24,
+    }
+}
+
+fn far() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(60)
+}
+
+fn readings_in(sink: &MemorySink, hour: &str) -> u64 {
+    let m = sink
+        .get(&format!(
+            "p/readings/dt=2026-04-20/hour={hour}/_manifest.json"
+        ))
+        .unwrap_or_else(|| panic!("hour {hour} not exported"));
+    serde_json::from_slice::<serde_json::Value>(&m).unwrap()["readings"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn an_hour_is_due_once_closed_and_its_grace_over() {
+    let g = Duration::from_secs(300);
+    // 10:00 closes at 11:15; with 5 min of grace it is due at 11:20.
+    assert_eq!(
+        due_hour(ts("2026-04-20T11:19:59Z"), g),
+        Some(ts("2026-04-20T09:00:00Z"))
+    );
+    assert_eq!(
+        due_hour(ts("2026-04-20T11:20:00Z"), g),
+        Some(ts("2026-04-20T10:00:00Z"))
+    );
+}
+
+#[tokio::test]
+async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
+    // GIVEN a device with readings at 09:30, 10:30 and 11:30
+    let t = TestTable::new("export-schedule").await;
+    t.put(&DeviceItem::new(
+        DeviceId::new("d1").unwrap(),
+        DeviceStatus::Active,
+        ts("2026-04-01T00:00:00Z"),
+    ))
+    .await;
+    for at in [
+        "2026-04-20T09:30:00Z",
+        "2026-04-20T10:30:00Z",
+        "2026-04-20T11:30:00Z",
+    ] {
+        t.put(&reading(at, 1.0)).await;
+    }
+    let state = DynamoState::new(t.client.clone(), &t.name);
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let sink = MemorySink::default();
+    // WHEN the first run comes at 11:20, THEN it exports the due hour, 10:00, only
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &schedule(),
+        ts("2026-04-20T11:20:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+    assert_eq!(
+        state.cursor().await.unwrap(),
+        Some(ts("2026-04-20T10:00:00Z"))
+    );
+    // AND a run again at the same time exports nothing
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &schedule(),
+        ts("2026-04-20T11:25:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert!(r.exported.is_empty() && r.reexported.is_empty());
+    // WHEN the next runs come two hours later, THEN they catch up hour by hour, oldest first
+    let two = Schedule {
+        max_hours: 1,
+        ..schedule()
+    };
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &two,
+        ts("2026-04-20T13:20:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.exported.as_slice(), r.behind),
+        ([ts("2026-04-20T11:00:00Z")].as_slice(), 1)
+    );
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &two,
+        ts("2026-04-20T13:21:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.exported, [ts("2026-04-20T12:00:00Z")]);
+    assert_eq!(readings_in(&sink, "10"), 1);
+    assert_eq!(readings_in(&sink, "11"), 1);
+    assert_eq!(readings_in(&sink, "12"), 0);
+
+    // WHEN a late reading lands in 10:00 and the rollups role marks the hour
+    t.put(&reading("2026-04-20T10:45:00Z", 2.0)).await;
+    let k = EntityKey::ExportDirty(ts("2026-04-20T10:00:00Z")).key();
+    let mark = ExportDirtyItem {
+        pk: k.pk,
+        sk: k.sk,
+        hour: ts("2026-04-20T10:00:00Z"),
+        marked_at: ts("2026-04-20T13:30:00Z"),
+        marks: 1,
+    };
+    t.put(&mark).await;
+    // THEN the next run exports it again, with the late reading, and removes the mark
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &schedule(),
+        ts("2026-04-20T13:40:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+    assert_eq!(readings_in(&sink, "10"), 2);
+    assert!(state.dirty().await.unwrap().is_empty());
+
+    // AND a mark renewed after a run read it survives that run's clear
+    t.put(&mark).await;
+    let read = state.dirty().await.unwrap().remove(0);
+    t.put(&ExportDirtyItem { marks: 2, ..mark }).await;
+    assert!(!state.clear(&read).await.unwrap());
+    assert_eq!(state.dirty().await.unwrap().len(), 1);
+}
