@@ -73,6 +73,7 @@ async fn main() {
         sign_in: None,
         offline_after_default: 0,
         watchdog: None,
+        export: None,
         local: LocalConfig {
             table: unique_name("alert-latency"),
             stream: stream.name.clone(),

@@ -116,6 +116,7 @@ async fn main() {
         sign_in: None,
         offline_after_default: 0,
         watchdog: None,
+        export: None,
         local: LocalConfig {
             table: table.name.clone(),
             stream: stream.name.clone(),

@@ -127,11 +127,29 @@ async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
         (Some(_), _) => "off (runs with in-process functions only)".to_owned(),
         (None, _) => "off (TIDEMARK_WATCHDOG_SECONDS=0)".to_owned(),
     };
+    let export = match (&pcfg.export, &functions) {
+        (Some(e), Functions::InProcess) => format!(
+            "closed hours to s3://{}/{}/ on {} (moto), checked every {} s; an hour goes out {} s after it closes (15 min after its end)",
+            e.bucket,
+            e.prefix,
+            tidemark_streams::LocalEndpoints::from_env().s3,
+            e.period.as_secs(),
+            e.grace.as_secs()
+        ),
+        (Some(_), _) => "off (runs with in-process functions only)".to_owned(),
+        (None, _) => "off (TIDEMARK_EXPORT_SECONDS=0)".to_owned(),
+    };
     let pipeline = Pipeline::start(pcfg).await?;
     let (_keep, mut stop) = stop_on_signal();
 
     let sim = sim_enabled().then(SimConfig::from_env);
-    print_banner(&cfg, &pipeline, &functions, &watchdog, sim.as_ref());
+    print_banner(
+        &cfg,
+        &pipeline,
+        &functions,
+        &[&watchdog, &export],
+        sim.as_ref(),
+    );
 
     let mut sim_task = None;
     if let Some(sim_cfg) = sim {
@@ -282,7 +300,7 @@ fn print_banner(
     cfg: &LocalConfig,
     p: &Pipeline,
     functions: &Functions,
-    watchdog: &str,
+    [watchdog, export]: &[&str; 2],
     sim: Option<&SimConfig>,
 ) {
     let api = format!("http://{}", p.api_addr);
@@ -326,6 +344,7 @@ fn print_banner(
          \n  functions        ingest, aggregator (rollups), alerts {functions}\
          \n  alert events     {events}\
          \n  watchdog         {watchdog}\
+         \n  Parquet export   {export}\
          \n  simulated fleet  {fleet}\
          \n\nTry:\
          \n  curl {api}/devices/{device}/readings/latest\

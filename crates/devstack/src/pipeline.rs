@@ -94,6 +94,19 @@ pub struct PipelineConfig {
     pub offline_after_default: u32,
     /// The watchdog on its schedule (in-process functions only); `None`: not run.
     pub watchdog: Option<WatchdogSchedule>,
+    /// The Parquet export on its schedule, into the local S3 (in-process functions only);
+    /// `None`: not run.
+    pub export: Option<ExportSchedule>,
+}
+
+/// How often the export runs (`TIDEMARK_EXPORT_SECONDS`, default 300; 0: off), where it
+/// writes, and how long after an hour closes it waits (`TIDEMARK_EXPORT_GRACE_SECONDS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSchedule {
+    pub period: Duration,
+    pub bucket: String,
+    pub prefix: String,
+    pub grace: Duration,
 }
 
 /// How often the watchdog runs, and how long each run waits for its heartbeats.
@@ -265,10 +278,20 @@ impl PipelineConfig {
                 60.0,
             )?)),
         };
+        let export = match var("TIDEMARK_EXPORT_SECONDS").as_deref() {
+            Some("0") => None,
+            _ => Some(ExportSchedule {
+                period: seconds("TIDEMARK_EXPORT_SECONDS", 300.0)?,
+                bucket: var("TIDEMARK_EXPORT_BUCKET").unwrap_or_else(|| "tidemark-export".into()),
+                prefix: "tidemark".into(),
+                grace: seconds("TIDEMARK_EXPORT_GRACE_SECONDS", 60.0)?,
+            }),
+        };
         Ok(PipelineConfig {
             alerts: Some(alerts),
             offline_after_default,
             watchdog,
+            export,
             sign_in: LocalSignIn::from_env(&local.table)?,
             local,
             api_port,
@@ -445,6 +468,30 @@ impl Pipeline {
                 },
             );
             tasks.spawn(crate::schedule::watchdog(watchdog, w.period, rx.clone()));
+        }
+        if let (Some(e), Functions::InProcess) = (&cfg.export, &cfg.functions) {
+            let s3_endpoint = tidemark_streams::LocalEndpoints::from_env().s3;
+            let s3 = tidemark_exporter::s3::client(
+                &tidemark_store::ClientSettings::default(),
+                Some(&s3_endpoint),
+            )
+            .await;
+            // moto starts empty: the bucket is made here (deployed: the template's).
+            let _ = s3.create_bucket().bucket(&e.bucket).send().await;
+            let export = crate::schedule::Export {
+                state: tidemark_exporter::schedule::DynamoState::new(ddb.clone(), &table),
+                source: tidemark_exporter::source::DynamoSource::new(ddb.clone(), &table, 1),
+                sink: tidemark_exporter::s3::S3Sink {
+                    client: s3,
+                    bucket: e.bucket.clone(),
+                },
+                schedule: tidemark_exporter::schedule::Schedule {
+                    prefix: e.prefix.clone(),
+                    grace: e.grace,
+                    max_hours: 24,
+                },
+            };
+            tasks.spawn(crate::schedule::export(export, e.period, rx.clone()));
         }
         match &cfg.sign_in {
             None => {

@@ -1,6 +1,7 @@
 //! EventBridge Scheduler, locally: the watchdog run every period (the template's
 //! `rate(1 minute)`; `TIDEMARK_WATCHDOG_SECONDS` in `make run`), each run with the deployed
-//! function's deadline, what it decided printed.
+//! function's deadline, what it decided printed; and the Parquet export's schedule
+//! (`TIDEMARK_EXPORT_SECONDS`), each hour it writes printed with where.
 
 use std::time::Duration;
 
@@ -36,6 +37,52 @@ pub async fn watchdog(
                 tracing::debug!(?r, "watchdog run");
             }
             Err(e) => tracing::warn!(error = %e, "watchdog run failed"),
+        }
+    }
+}
+
+/// The export's parts, as the schedule runs them locally.
+pub struct Export {
+    pub state: tidemark_exporter::schedule::DynamoState,
+    pub source: tidemark_exporter::source::DynamoSource,
+    pub sink: tidemark_exporter::s3::S3Sink,
+    pub schedule: tidemark_exporter::schedule::Schedule,
+}
+
+/// An export run's time budget (as a deployed function's timeout would give it).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Runs the export at once and then every `period` until `stop` turns true.
+pub async fn export(e: Export, period: Duration, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let deadline = tokio::time::Instant::now() + EXPORT_TIMEOUT;
+        let now = tidemark_schema::Timestamp::now();
+        match tidemark_exporter::schedule::run(
+            &e.state,
+            &e.source,
+            &e.sink,
+            &e.schedule,
+            now,
+            deadline,
+        )
+        .await
+        {
+            Ok(r) => {
+                for h in r.exported.iter().chain(&r.reexported) {
+                    tracing::info!(
+                        "export: hour {h} written to s3://{}/{}",
+                        e.sink.bucket,
+                        tidemark_exporter::paths::readings_partition(&e.schedule.prefix, *h)
+                    );
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "export run failed"),
         }
     }
 }

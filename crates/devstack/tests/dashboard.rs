@@ -137,6 +137,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         sign_in: None,
         offline_after_default: 0,
         watchdog: None,
+        export: None,
         local: common::local_config(&table, &stream, 1),
         api_port: 0,
         functions: Functions::InProcess,

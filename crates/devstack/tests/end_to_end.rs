@@ -105,6 +105,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
         sign_in: None,
         offline_after_default: 0,
         watchdog: None,
+        export: None,
         local,
         api_port: 0,
         functions: Functions::InProcess,

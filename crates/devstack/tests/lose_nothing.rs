@@ -35,6 +35,7 @@ async fn start(label: &str) -> Running {
         sign_in: None,
         offline_after_default: 0,
         watchdog: None,
+        export: None,
         local,
         api_port: 0,
         functions: Functions::InProcess,

@@ -49,6 +49,7 @@ async fn pipeline(local: LocalConfig, window: u32) -> Pipeline {
         sign_in: None,
         offline_after_default: window,
         watchdog: None,
+        export: None,
     })
     .await
     .unwrap()

@@ -132,6 +132,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
         sign_in: None,
         offline_after_default: 0,
         watchdog: None,
+        export: None,
         api_port: 0,
         ingest: tune(base.ingest.clone(), 300, "ingest"),
         aggregator: tune(base.aggregator.clone(), 1_000, "aggregator"),

@@ -81,6 +81,7 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
         sign_in: None,
         offline_after_default: 0,
         watchdog: None,
+        export: None,
         local: common::local_config(&table, &stream, 1),
         api_port: 0,
         functions: Functions::InProcess,

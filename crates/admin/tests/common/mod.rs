@@ -60,6 +60,7 @@ impl Stack {
             sign_in: None,
             offline_after_default: 0,
             watchdog: None,
+            export: None,
             local,
             api_port: 0,
             functions: Functions::InProcess,
