@@ -11,11 +11,12 @@ use tokio::sync::watch;
 /// The deployed watchdog's timeout (`template.yaml`).
 const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Runs `w` at once and then every `period` until `stop` turns true.
-pub async fn watchdog(
-    w: Watchdog<DynamoWatch, KinesisHeartbeats>,
+/// Calls `run` at once and then every `period` until `stop` turns true, as EventBridge
+/// Scheduler would (a run that overruns delays the next, never doubles it).
+async fn every<F: Future<Output = ()>>(
     period: Duration,
     mut stop: watch::Receiver<bool>,
+    mut run: impl FnMut() -> F,
 ) {
     let mut tick = tokio::time::interval(period.max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -24,6 +25,18 @@ pub async fn watchdog(
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+        run().await;
+    }
+}
+
+/// Runs `w` at once and then every `period` until `stop` turns true.
+pub async fn watchdog(
+    w: Watchdog<DynamoWatch, KinesisHeartbeats>,
+    period: Duration,
+    stop: watch::Receiver<bool>,
+) {
+    let w = &w;
+    every(period, stop, || async move {
         let deadline = tokio::time::Instant::now() + WATCHDOG_TIMEOUT.min(period * 2);
         match w.run(deadline).await {
             Ok(r) => {
@@ -38,7 +51,8 @@ pub async fn watchdog(
             }
             Err(e) => tracing::warn!(error = %e, "watchdog run failed"),
         }
-    }
+    })
+    .await;
 }
 
 /// The export's parts, as the schedule runs them locally.
@@ -53,17 +67,12 @@ pub struct Export {
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Runs the export at once and then every `period` until `stop` turns true.
-pub async fn export(e: Export, period: Duration, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(period.max(Duration::from_millis(100)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
+pub async fn export(e: Export, period: Duration, stop: watch::Receiver<bool>) {
+    let e = &e;
+    every(period, stop, || async move {
         let deadline = tokio::time::Instant::now() + EXPORT_TIMEOUT;
         let now = tidemark_schema::Timestamp::now();
-        match tidemark_exporter::schedule::run(
+        let r = tidemark_exporter::schedule::run(
             &e.state,
             &e.source,
             &e.sink,
@@ -71,8 +80,8 @@ pub async fn export(e: Export, period: Duration, mut stop: watch::Receiver<bool>
             now,
             deadline,
         )
-        .await
-        {
+        .await;
+        match r {
             Ok(r) => {
                 for h in r.exported.iter().chain(&r.reexported) {
                     tracing::info!(
@@ -84,5 +93,6 @@ pub async fn export(e: Export, period: Duration, mut stop: watch::Receiver<bool>
             }
             Err(err) => tracing::warn!(error = %err, "export run failed"),
         }
-    }
+    })
+    .await;
 }

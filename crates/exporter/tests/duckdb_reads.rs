@@ -10,14 +10,10 @@ use std::process::Command;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::source::DynamoSource;
-use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, MetricName, Reading, ReadingItem, Timestamp,
-};
 use tidemark_testkit::{TestTable, unique_name, workspace_root};
 
-fn ts(s: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(s).unwrap()
-}
+mod common;
+use common::*;
 
 /// (device, metric, UTC hour of the day).
 type Group = (String, String, i64);
@@ -47,12 +43,7 @@ async fn duckdb_reads_the_export_with_hive_partitions_and_the_counts_agree() {
     let t = TestTable::new("export-duckdb").await;
     let mut want: BTreeMap<Group, Summary> = BTreeMap::new();
     for d in ["a1", "b2"] {
-        t.put(&DeviceItem::new(
-            DeviceId::new(d).unwrap(),
-            DeviceStatus::Active,
-            ts("2026-04-01T00:00:00Z"),
-        ))
-        .await;
+        register(&t, d).await;
         for i in 0..90i64 {
             let at = ts("2026-04-20T10:15:00Z").plus_millis(i * 60_000).unwrap();
             let metrics: Vec<(&str, f64)> =
@@ -64,21 +55,8 @@ async fn duckdb_reads_the_export_with_hive_partitions_and_the_counts_agree() {
                     .or_insert((0, 0.0, f64::MAX, f64::MIN));
                 *e = (e.0 + 1, e.1 + v, e.2.min(*v), e.3.max(*v));
             }
-            t.put(&ReadingItem::new(
-                &Reading {
-                    device_id: DeviceId::new(d).unwrap(),
-                    timestamp: at,
-                    metrics: metrics
-                        .iter()
-                        .map(|(m, v)| (MetricName::new(m).unwrap(), *v))
-                        .collect(),
-                    metadata: (i % 2 == 0)
-                        .then(|| serde_json::from_str(r#"{"fw":"2.1"}"#).unwrap()),
-                },
-                None,
-                3650,
-            ))
-            .await;
+            let meta = (i % 2 == 0).then_some(r#"{"fw":"2.1"}"#);
+            t.put(&reading(d, at, &metrics, meta)).await;
         }
     }
     let source = DynamoSource::new(t.client.clone(), &t.name, 1);

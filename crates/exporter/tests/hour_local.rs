@@ -11,30 +11,10 @@ use parquet::record::Field;
 use tidemark_exporter::hour::{MANIFEST, export_hour};
 use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::source::DynamoSource;
-use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, MetricName, Reading, ReadingItem, Timestamp,
-};
 use tidemark_testkit::TestTable;
 
-fn ts(s: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(s).unwrap()
-}
-
-fn reading(device: &str, at: &str, metrics: &[(&str, f64)], meta: Option<&str>) -> ReadingItem {
-    ReadingItem::new(
-        &Reading {
-            device_id: DeviceId::new(device).unwrap(),
-            timestamp: ts(at),
-            metrics: metrics
-                .iter()
-                .map(|(m, v)| (MetricName::new(m).unwrap(), *v))
-                .collect(),
-            metadata: meta.map(|m| serde_json::from_str(m).unwrap()),
-        },
-        None,
-        3650,
-    )
-}
+mod common;
+use common::*;
 
 /// (device, time µs, metric).
 type RowKey = (String, i64, String);
@@ -77,19 +57,14 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
     // GIVEN three devices, two with readings in 10:00–11:00 (and around it), one silent
     let t = TestTable::new("export-hour").await;
     for d in ["d1", "d2", "d3"] {
-        t.put(&DeviceItem::new(
-            DeviceId::new(d).unwrap(),
-            DeviceStatus::Active,
-            ts("2026-04-01T00:00:00Z"),
-        ))
-        .await;
+        register(&t, d).await;
     }
     let mut stored = vec![
-        reading("d1", "2026-04-20T09:59:59.999999Z", &[("t", 1.0)], None),
-        reading("d1", "2026-04-20T11:00:00Z", &[("t", 1.0)], None),
+        reading("d1", ts("2026-04-20T09:59:59.999999Z"), &[("t", 1.0)], None),
+        reading("d1", ts("2026-04-20T11:00:00Z"), &[("t", 1.0)], None),
         reading(
             "d2",
-            "2026-04-20T10:30:00Z",
+            ts("2026-04-20T10:30:00Z"),
             &[("t", 7.5), ("h", 40.0)],
             Some(r#"{"fw":"2.1","site":"A"}"#),
         ),
@@ -97,7 +72,7 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
     for m in 0..60 {
         stored.push(reading(
             "d1",
-            &format!("2026-04-20T10:{m:02}:00Z"),
+            ts(&format!("2026-04-20T10:{m:02}:00Z")),
             &[("t", 20.0 + m as f64 / 10.0), ("h", 50.0)],
             None,
         ));
@@ -172,8 +147,13 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
     assert_eq!(sink.all(), before);
 
     // WHEN a late reading lands in the hour and the hour is exported again
-    t.put(&reading("d3", "2026-04-20T10:59:59Z", &[("t", -3.0)], None))
-        .await;
+    t.put(&reading(
+        "d3",
+        ts("2026-04-20T10:59:59Z"),
+        &[("t", -3.0)],
+        None,
+    ))
+    .await;
     let rep = export_hour(&source, &sink, "lake/tidemark", ts("2026-04-20T10:00:00Z"))
         .await
         .unwrap();
@@ -195,14 +175,14 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
 async fn a_smaller_export_removes_the_parts_an_earlier_one_left() {
     // GIVEN an hour exported once into more parts than it needs now (an extra part left)
     let t = TestTable::new("export-stale").await;
-    t.put(&DeviceItem::new(
-        DeviceId::new("d1").unwrap(),
-        DeviceStatus::Active,
-        ts("2026-04-01T00:00:00Z"),
+    register(&t, "d1").await;
+    t.put(&reading(
+        "d1",
+        ts("2026-04-20T10:00:00Z"),
+        &[("t", 1.0)],
+        None,
     ))
     .await;
-    t.put(&reading("d1", "2026-04-20T10:00:00Z", &[("t", 1.0)], None))
-        .await;
     let sink = MemorySink::default();
     let stale = "p/readings/dt=2026-04-20/hour=10/part-00001.parquet";
     use tidemark_exporter::sink::Sink;
@@ -238,18 +218,13 @@ async fn a_range_exports_its_closed_hours_and_leaves_the_open_one() {
     use tidemark_exporter::hour::{export_range, hours_of};
     // GIVEN readings in three hours, the last still open at the clock
     let t = TestTable::new("export-range").await;
-    t.put(&DeviceItem::new(
-        DeviceId::new("d1").unwrap(),
-        DeviceStatus::Active,
-        ts("2026-04-01T00:00:00Z"),
-    ))
-    .await;
+    register(&t, "d1").await;
     for at in [
         "2026-04-20T08:10:00Z",
         "2026-04-20T09:10:00Z",
         "2026-04-20T10:10:00Z",
     ] {
-        t.put(&reading("d1", at, &[("t", 1.0)], None)).await;
+        t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
     let source = DynamoSource::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();

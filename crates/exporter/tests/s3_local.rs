@@ -6,28 +6,11 @@ use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::s3::{S3Sink, client};
 use tidemark_exporter::sink::{MemorySink, Sink};
 use tidemark_exporter::source::DynamoSource;
-use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, MetricName, Reading, ReadingItem, Timestamp,
-};
 use tidemark_store::ClientSettings;
 use tidemark_testkit::{TestTable, services, unique_name};
 
-fn ts(s: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(s).unwrap()
-}
-
-fn reading(device: &str, at: Timestamp, v: f64) -> ReadingItem {
-    ReadingItem::new(
-        &Reading {
-            device_id: DeviceId::new(device).unwrap(),
-            timestamp: at,
-            metrics: [(MetricName::new("t").unwrap(), v)].into(),
-            metadata: None,
-        },
-        None,
-        3650,
-    )
-}
+mod common;
+use common::*;
 
 async fn bucket() -> S3Sink {
     let client = client(&ClientSettings::default(), Some(&services().s3_endpoint)).await;
@@ -40,18 +23,14 @@ async fn bucket() -> S3Sink {
 async fn s3_holds_what_the_export_writes_and_nothing_an_earlier_export_left() {
     // GIVEN a device with readings over an hour, exported to S3 and to memory
     let t = TestTable::new("export-s3").await;
-    t.put(&DeviceItem::new(
-        DeviceId::new("d1").unwrap(),
-        DeviceStatus::Active,
-        ts("2026-04-01T00:00:00Z"),
-    ))
-    .await;
+    register(&t, "d1").await;
     let hour = ts("2026-04-20T10:00:00Z");
     for s in 0..600 {
         t.put(&reading(
             "d1",
             hour.plus_millis(s * 6_000).unwrap(),
-            s as f64,
+            &[("t", s as f64)],
+            None,
         ))
         .await;
     }

@@ -7,28 +7,11 @@ use std::time::Duration;
 use tidemark_exporter::schedule::{DynamoState, Schedule, State, due_hour, run};
 use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::source::DynamoSource;
-use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, EntityKey, ExportDirtyItem, MetricName, Reading,
-    ReadingItem, Timestamp,
-};
+use tidemark_schema::{EntityKey, ExportDirtyItem};
 use tidemark_testkit::TestTable;
 
-fn ts(s: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(s).unwrap()
-}
-
-fn reading(at: &str, v: f64) -> ReadingItem {
-    ReadingItem::new(
-        &Reading {
-            device_id: DeviceId::new("d1").unwrap(),
-            timestamp: ts(at),
-            metrics: [(MetricName::new("t").unwrap(), v)].into(),
-            metadata: None,
-        },
-        None,
-        3650,
-    )
-}
+mod common;
+use common::*;
 
 fn schedule() -> Schedule {
     Schedule {
@@ -71,18 +54,13 @@ fn an_hour_is_due_once_closed_and_its_grace_over() {
 async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
     // GIVEN a device with readings at 09:30, 10:30 and 11:30
     let t = TestTable::new("export-schedule").await;
-    t.put(&DeviceItem::new(
-        DeviceId::new("d1").unwrap(),
-        DeviceStatus::Active,
-        ts("2026-04-01T00:00:00Z"),
-    ))
-    .await;
+    register(&t, "d1").await;
     for at in [
         "2026-04-20T09:30:00Z",
         "2026-04-20T10:30:00Z",
         "2026-04-20T11:30:00Z",
     ] {
-        t.put(&reading(at, 1.0)).await;
+        t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
     let state = DynamoState::new(t.client.clone(), &t.name);
     let source = DynamoSource::new(t.client.clone(), &t.name, 1);
@@ -150,7 +128,13 @@ async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
     assert_eq!(readings_in(&sink, "12"), 0);
 
     // WHEN a late reading lands in 10:00 and the rollups role marks the hour
-    t.put(&reading("2026-04-20T10:45:00Z", 2.0)).await;
+    t.put(&reading(
+        "d1",
+        ts("2026-04-20T10:45:00Z"),
+        &[("t", 2.0)],
+        None,
+    ))
+    .await;
     let k = EntityKey::ExportDirty(ts("2026-04-20T10:00:00Z")).key();
     let mark = ExportDirtyItem {
         pk: k.pk,
