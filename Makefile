@@ -110,7 +110,8 @@ heat:
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
 ## readings against single items at four ingest windows into bench/PACKING.md, what reading
 ## rollups costs with open days into bench/ROLLUP_READS.md, what the series route costs
-## against raw readings and what quantile sketches cost and save into bench/SERIES.md, what offline
+## against raw readings and what quantile sketches cost and save into bench/SERIES.md, what the
+## Parquet export reads per second and writes per reading into bench/EXPORT.md, what offline
 ## detection costs (the alerts role's deadline upkeep per reading, the watchdog's runs over
 ## 100,000 devices) into bench/OFFLINE.md, then the dashboard's time to a drawn page and asset
 ## size into bench/DASHBOARD.md
@@ -123,6 +124,7 @@ bench:
 	$(CARGO) run --release -p tidemark-bench --example packing
 	$(CARGO) run --release -p tidemark-bench --example rollup_reads
 	$(CARGO) run --release -p tidemark-bench --example series_reads
+	$(CARGO) run --release -p tidemark-bench --example export
 	$(CARGO) run --release -p tidemark-bench --example offline
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed
