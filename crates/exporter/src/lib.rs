@@ -3,9 +3,11 @@
 //! (issue: export to Parquet on S3).
 //!
 //! Built so far: the tables' columns ([`columns`], one source for the files and the Glue
-//! table), deterministic Parquet files ([`file`]), the object keys ([`paths`]), and one
-//! hour's export ([`hour`]) from the table ([`source`]) to any object store ([`sink`]). The
-//! scheduled function, S3, dirty hours, daily rollups and the admin backfill come next.
+//! table), deterministic Parquet files ([`file`]), the object keys ([`paths`]), one hour's
+//! export ([`hour`]) from the table ([`source`]) to any object store ([`sink`], [`s3`]),
+//! and the schedule ([`schedule`]: closed hours once, hours the rollups role marked as
+//! changed after their close again), which `make run` runs and `tidemark-admin export`
+//! backfills with. Not yet: the deployed function on EventBridge Scheduler, daily rollups.
 
 pub mod columns;
 pub mod file;
