@@ -196,7 +196,7 @@ ensure_emulation
 ensure_base_image
 
 status="$(scripts/services.sh status)"
-stopped="$(sed -n 's/^\([a-z-]*\): stopped$/\1/p' <<<"$status" | tr '\n' ' ')"
+stopped="$(sed -n 's/^\([a-z0-9-]*\): stopped$/\1/p' <<<"$status" | tr '\n' ' ')"
 scripts/services.sh start
 [[ -n "$stopped" ]] && CLEANUP+=("scripts/services.sh stop $stopped")
 

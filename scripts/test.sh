@@ -14,7 +14,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "local services"
 status="$(scripts/services.sh status)"
-stopped="$(sed -n 's/^\([a-z-]*\): stopped$/\1/p' <<<"$status" | tr '\n' ' ')"
+stopped="$(sed -n 's/^\([a-z0-9-]*\): stopped$/\1/p' <<<"$status" | tr '\n' ' ')"
 if [[ -n "$stopped" ]]; then
   trap "scripts/services.sh stop $stopped" EXIT
 fi
