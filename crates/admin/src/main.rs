@@ -100,14 +100,15 @@ async fn export(
             .map_err(|e| AdminError::Input(e.to_string()))?,
     );
     let r = export_range(&source, &sink, &prefix, from, to, Timestamp::now(), |h| {
-        bar.set_message(format!("{} ({} readings)", h.hour, h.readings));
+        bar.set_message(format!("{} ({} readings)", h.start, h.readings));
         bar.inc(1);
     })
     .await?;
     bar.finish_and_clear();
     println!(
-        "exported {} hour(s) to s3://{bucket}/{}/: {} readings, {} rows, {} bytes of Parquet",
+        "exported {} hour(s) and {} day(s) of daily rollups to s3://{bucket}/{}/: {} readings, {} rows, {} bytes of Parquet",
         r.hours,
+        r.days,
         prefix.trim_matches('/'),
         r.readings,
         r.rows,

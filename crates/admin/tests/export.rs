@@ -76,14 +76,17 @@ async fn export_writes_the_closed_hours_of_a_range_to_the_bucket() {
         String::from_utf8_lossy(&out.stderr)
     );
     // THEN it says what it wrote
-    assert!(stdout.contains("exported 24 hour(s) to s3://"), "{stdout}");
+    assert!(
+        stdout.contains("exported 24 hour(s) and 1 day(s) of daily rollups to s3://"),
+        "{stdout}"
+    );
     assert!(stdout.contains(": 3 readings, 3 rows"), "{stdout}");
     // AND the bucket holds every hour's manifest, counting that hour's readings
     let s3 = tidemark_exporter::s3::client(&Default::default(), Some(&s.s3_endpoint)).await;
-    let manifest = |h: &str| {
+    let manifest = |key: &str| {
         let s3 = s3.clone();
         let bucket = bucket.clone();
-        let key = format!("lake/readings/dt=2026-04-20/hour={h}/_manifest.json");
+        let key = format!("lake/{key}");
         async move {
             let o = s3
                 .get_object()
@@ -96,7 +99,11 @@ async fn export_writes_the_closed_hours_of_a_range_to_the_bucket() {
             serde_json::from_slice::<serde_json::Value>(&body).unwrap()
         }
     };
-    assert_eq!(manifest("08").await["readings"], 2);
-    assert_eq!(manifest("09").await["readings"], 1);
-    assert_eq!(manifest("23").await["readings"], 0);
+    let hour = |h: &str| format!("readings/dt=2026-04-20/hour={h}/_manifest.json");
+    assert_eq!(manifest(&hour("08")).await["readings"], 2);
+    assert_eq!(manifest(&hour("09")).await["readings"], 1);
+    assert_eq!(manifest(&hour("23")).await["readings"], 0);
+    // AND the day's daily rollups, one row for the device's one metric
+    let day = manifest("rollups/period=daily/dt=2026-04-20/_manifest.json").await;
+    assert_eq!((&day["readings"], &day["rows"]), (&3.into(), &1.into()));
 }

@@ -1,13 +1,11 @@
 //! One closed hour exported: every device's readings of the hour as long rows, the hour's
-//! rollups computed from the same readings, a manifest, and any object an earlier export of
-//! the hour left that this one no longer writes deleted. Objects are written before the
-//! manifest, which a reader takes as the hour's completeness record, and stale ones removed
-//! after it.
-
-use std::collections::BTreeMap;
+//! rollups computed from the same readings, a manifest each, and any object an earlier export
+//! of the hour left that this one no longer writes deleted; likewise a closed day's daily
+//! rollups. Objects are written before the manifest, which a reader takes as the partition's
+//! completeness record, and stale ones removed after it.
 
 use serde::Serialize;
-use tidemark_schema::{MetricName, Period, Stats, Timestamp};
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Period, Reading, Timestamp};
 
 use crate::ExportError;
 use crate::file::{self, FILE_ROWS, ReadingRow, RollupRow};
@@ -18,15 +16,19 @@ use crate::source::Source;
 pub const MANIFEST: &str = "_manifest.json";
 const PARQUET: &str = "application/vnd.apache.parquet";
 
-/// What one hour's export wrote; also its `_manifest.json`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// What one bucket's export wrote; also its manifest. An hour's readings partition counts
+/// its readings files; a rollups manifest (the hour's, the day's) counts its rollup files.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HourExport {
-    pub hour: String,
-    /// Devices with a reading in the hour.
+pub struct BucketExport {
+    pub period: Period,
+    /// The bucket's start, RFC 3339.
+    pub start: String,
+    /// Devices with a reading in the bucket.
     pub devices: usize,
     pub readings: u64,
-    /// Rows of the readings files: one per reading and metric.
+    /// Rows of the files: one per reading and metric (readings), per device and metric
+    /// (rollups).
     pub rows: u64,
     /// Stored items that did not parse, left out (as every reader leaves them out).
     pub unreadable: u64,
@@ -41,10 +43,45 @@ pub struct FileEntry {
     pub bytes: u64,
 }
 
-impl HourExport {
-    /// Bytes written to the readings partition's Parquet files.
+impl BucketExport {
+    fn new(bucket: Bucket) -> Self {
+        BucketExport {
+            period: bucket.period(),
+            start: bucket.start().to_string(),
+            devices: 0,
+            readings: 0,
+            rows: 0,
+            unreadable: 0,
+            files: Vec::new(),
+        }
+    }
+
+    /// Bytes written to the bucket's Parquet files.
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.bytes).sum()
+    }
+
+    /// Hands `visit` the device's readings of `bucket`, counting them in; whether there was one.
+    async fn read<S: Source>(
+        &mut self,
+        source: &S,
+        device: &DeviceId,
+        bucket: Bucket,
+        mut visit: impl FnMut(Reading) + Send,
+    ) -> Result<bool, ExportError> {
+        let mut n = 0u64;
+        let unreadable = source
+            .readings(device, bucket.start(), bucket.end_exclusive(), |r| {
+                n += 1;
+                visit(r);
+            })
+            .await?;
+        self.unreadable += unreadable;
+        self.readings += n;
+        if n > 0 {
+            self.devices += 1;
+        }
+        Ok(n > 0)
     }
 }
 
@@ -52,48 +89,37 @@ fn name_of(key: &str) -> String {
     key.rsplit_once('/').map_or(key, |(_, n)| n).to_owned()
 }
 
-/// The keys and manifest entries of `files` (holding `rows` rows in order) named by `key`.
-fn entries(
-    files: &[Vec<u8>],
-    key: impl Fn(usize) -> String,
-    rows: u64,
-) -> Vec<(String, FileEntry)> {
-    let mut left = rows;
-    files
-        .iter()
-        .enumerate()
-        .map(|(i, body)| {
-            let k = key(i);
-            let n = left.min(FILE_ROWS as u64);
-            left -= n;
-            let e = FileEntry {
-                name: name_of(&k),
-                rows: n,
-                bytes: body.len() as u64,
-            };
-            (k, e)
-        })
-        .collect()
-}
-
-/// Puts `files` under `keys`, then `manifest`, then deletes what else is under `folder` (the
-/// parts of a larger earlier export).
-async fn replace<K: Sink>(
+/// Puts `files` (holding `report.rows` rows in order) under the keys `key` names, lists them
+/// in `report`, puts `report` as the manifest `manifest`, then deletes what else starts with
+/// `stale` (the parts of a larger earlier export). Objects go before the manifest, which a
+/// reader takes as the partition's completeness record, and stale ones after it.
+async fn write<K: Sink>(
     sink: &K,
-    keys: Vec<String>,
     files: Vec<Vec<u8>>,
-    manifest: Option<(String, Vec<u8>)>,
-    folder: &str,
+    report: &mut BucketExport,
+    key: impl Fn(usize) -> String,
+    manifest: String,
+    stale: &str,
 ) -> Result<(), ExportError> {
-    let mut keep = keys.clone();
-    for (k, body) in keys.into_iter().zip(files) {
+    let mut keep = Vec::with_capacity(files.len() + 1);
+    let mut left = report.rows;
+    report.files.clear();
+    for (i, body) in files.into_iter().enumerate() {
+        let k = key(i);
+        let rows = left.min(FILE_ROWS as u64);
+        left -= rows;
+        report.files.push(FileEntry {
+            name: name_of(&k),
+            rows,
+            bytes: body.len() as u64,
+        });
         sink.put(&k, body, PARQUET).await?;
-    }
-    if let Some((k, body)) = manifest {
-        sink.put(&k, body, "application/json").await?;
         keep.push(k);
     }
-    for old in sink.keys(folder).await? {
+    let body = serde_json::to_vec_pretty(&*report).map_err(ExportError::Manifest)?;
+    sink.put(&manifest, body, "application/json").await?;
+    keep.push(manifest);
+    for old in sink.keys(stale).await? {
         if !keep.contains(&old) {
             sink.delete(&old).await?;
         }
@@ -101,83 +127,116 @@ async fn replace<K: Sink>(
     Ok(())
 }
 
-/// Exports the hour starting at `hour` (closed: the caller's schedule sees to it).
+/// The rollup rows of one device's bucket, folded as readers and the rollups role fold it.
+fn rollup_rows(device: &DeviceId, bucket: Bucket, item: AggregateItem) -> Vec<RollupRow> {
+    item.metrics
+        .into_iter()
+        .map(|(metric, stats)| RollupRow {
+            device: device.to_string(),
+            bucket_start_us: bucket.start().epoch_micros(),
+            metric: metric.to_string(),
+            stats,
+        })
+        .collect()
+}
+
+/// Exports the hour starting at `hour` (closed: the caller's schedule sees to it): its
+/// readings partition and manifest, and its hourly rollups and theirs.
 pub async fn export_hour<S: Source, K: Sink>(
     source: &S,
     sink: &K,
     prefix: &str,
     hour: Timestamp,
-) -> Result<HourExport, ExportError> {
+) -> Result<BucketExport, ExportError> {
     let bucket = Period::Hourly.bucket(hour);
-    let end = bucket.end_exclusive();
-    let mut report = HourExport {
-        hour: bucket.start().to_string(),
-        ..HourExport::default()
-    };
+    let mut report = BucketExport::new(bucket);
     let mut rows = Vec::new();
     let mut rollups = Vec::new();
     for device in source.devices().await? {
-        let (readings, unreadable) = source.readings(&device, bucket.start(), end).await?;
-        report.unreadable += unreadable;
-        if readings.is_empty() {
-            continue;
+        let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, bucket));
+        let name = device.to_string();
+        let seen = report
+            .read(source, &device, bucket, |r| {
+                item.add_reading(r.timestamp, &r.metrics);
+                let metadata = r.metadata.map(|m| serde_json::Value::Object(m).to_string());
+                for (metric, value) in r.metrics {
+                    rows.push(ReadingRow {
+                        device: name.clone(),
+                        time_us: r.timestamp.epoch_micros(),
+                        metric: metric.to_string(),
+                        value,
+                        metadata: metadata.clone(),
+                    });
+                }
+            })
+            .await?;
+        if seen {
+            rollups.extend(rollup_rows(&device, bucket, item));
         }
-        report.devices += 1;
-        report.readings += readings.len() as u64;
-        let mut stats: BTreeMap<MetricName, Stats> = BTreeMap::new();
-        for r in readings {
-            let metadata = r.metadata.map(|m| serde_json::Value::Object(m).to_string());
-            for (metric, value) in r.metrics {
-                stats
-                    .entry(metric.clone())
-                    .and_modify(|s| s.merge(&Stats::at(r.timestamp, value)))
-                    .or_insert_with(|| Stats::at(r.timestamp, value));
-                rows.push(ReadingRow {
-                    device: device.to_string(),
-                    time_us: r.timestamp.epoch_micros(),
-                    metric: metric.to_string(),
-                    value,
-                    metadata: metadata.clone(),
-                });
-            }
-        }
-        rollups.extend(stats.into_iter().map(|(metric, stats)| RollupRow {
-            device: device.to_string(),
-            bucket_start_us: bucket.start().epoch_micros(),
-            metric: metric.to_string(),
-            stats,
-        }));
     }
+    let mut rollup_report = report.clone();
     report.rows = rows.len() as u64;
-    let rollup_rows = rollups.len() as u64;
-
     let folder = paths::readings_partition(prefix, bucket.start());
-    let files = file::readings_files(rows)?;
-    let (keys, listed): (Vec<String>, Vec<FileEntry>) = entries(
-        &files,
+    write(
+        sink,
+        file::readings_files(rows)?,
+        &mut report,
         |i| paths::readings_key(prefix, bucket.start(), i),
-        report.rows,
+        format!("{folder}/{MANIFEST}"),
+        &format!("{folder}/"),
     )
-    .into_iter()
-    .unzip();
-    report.files = listed;
-    let manifest = serde_json::to_vec_pretty(&report).map_err(ExportError::Manifest)?;
-    let manifest = (format!("{folder}/{MANIFEST}"), manifest);
-    replace(sink, keys, files, Some(manifest), &format!("{folder}/")).await?;
-
-    // The hour's rollups share their day's partition: this hour's objects start alike.
-    let files = file::rollup_files(rollups)?;
-    let (keys, _): (Vec<String>, Vec<FileEntry>) = entries(
-        &files,
+    .await?;
+    rollup_report.rows = rollups.len() as u64;
+    write(
+        sink,
+        file::rollup_files(rollups)?,
+        &mut rollup_report,
         |i| paths::rollups_key(prefix, bucket, i),
-        rollup_rows,
+        paths::rollups_manifest(prefix, bucket),
+        &paths::rollups_stem(prefix, bucket),
     )
-    .into_iter()
-    .unzip();
-    let first = paths::rollups_key(prefix, bucket, 0);
-    let stale = first.trim_end_matches("00000.parquet");
-    replace(sink, keys, files, None, stale).await?;
+    .await?;
     Ok(report)
+}
+
+/// Exports the daily rollups of the UTC day holding `day` (closed: the caller sees to it),
+/// folded from the day's readings as the hours' are, one device at a time.
+pub async fn export_day<S: Source, K: Sink>(
+    source: &S,
+    sink: &K,
+    prefix: &str,
+    day: Timestamp,
+) -> Result<BucketExport, ExportError> {
+    let bucket = Period::Daily.bucket(day);
+    let mut report = BucketExport::new(bucket);
+    let mut rollups = Vec::new();
+    for device in source.devices().await? {
+        let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, bucket));
+        let seen = report
+            .read(source, &device, bucket, |r| {
+                item.add_reading(r.timestamp, &r.metrics)
+            })
+            .await?;
+        if seen {
+            rollups.extend(rollup_rows(&device, bucket, item));
+        }
+    }
+    report.rows = rollups.len() as u64;
+    write(
+        sink,
+        file::rollup_files(rollups)?,
+        &mut report,
+        |i| paths::rollups_key(prefix, bucket, i),
+        paths::rollups_manifest(prefix, bucket),
+        &paths::rollups_stem(prefix, bucket),
+    )
+    .await?;
+    Ok(report)
+}
+
+/// Whether `hour` is the last of its UTC day: exporting it completes the day.
+pub fn ends_day(hour: Timestamp) -> bool {
+    Period::Hourly.bucket(hour).end_exclusive() == Period::Daily.bucket(hour).end_exclusive()
 }
 
 /// What exporting a range of hours did.
@@ -185,6 +244,8 @@ pub async fn export_hour<S: Source, K: Sink>(
 pub struct RangeExport {
     /// Hours exported (each closed hour of the range).
     pub hours: usize,
+    /// Days whose daily rollups were exported: those whose last hour was.
+    pub days: usize,
     /// Hours of the range still open at `now`: not exported (their readings may still change
     /// without the export being told).
     pub open: usize,
@@ -211,8 +272,9 @@ pub fn hours_of(from: Timestamp, to: Timestamp) -> Vec<Timestamp> {
     out
 }
 
-/// Exports every closed hour (at `now`) whose start lies in `[from, to)`, oldest first,
-/// telling `progress` after each: the backfill `tidemark-admin export` runs.
+/// Exports every closed hour (at `now`) whose start lies in `[from, to)`, oldest first, and
+/// the daily rollups of each day whose last hour is one of them, telling `progress` after
+/// each hour: the backfill `tidemark-admin export` runs.
 pub async fn export_range<S: Source, K: Sink>(
     source: &S,
     sink: &K,
@@ -220,7 +282,7 @@ pub async fn export_range<S: Source, K: Sink>(
     from: Timestamp,
     to: Timestamp,
     now: Timestamp,
-    mut progress: impl FnMut(&HourExport),
+    mut progress: impl FnMut(&BucketExport),
 ) -> Result<RangeExport, ExportError> {
     let mut out = RangeExport::default();
     for hour in hours_of(from, to) {
@@ -233,6 +295,10 @@ pub async fn export_range<S: Source, K: Sink>(
         out.readings += rep.readings;
         out.rows += rep.rows;
         out.bytes += rep.bytes();
+        if ends_day(hour) {
+            out.bytes += export_day(source, sink, prefix, hour).await?.bytes();
+            out.days += 1;
+        }
         progress(&rep);
     }
     Ok(out)

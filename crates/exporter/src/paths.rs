@@ -1,7 +1,8 @@
 //! Object keys: `<prefix>/readings/dt=YYYY-MM-DD/hour=HH/part-NNNNN.parquet` for an hour of
 //! readings, `<prefix>/rollups/period=hourly/dt=YYYY-MM-DD/hour-HH-NNNNN.parquet` for an
 //! hour's rollups and `<prefix>/rollups/period=daily/dt=YYYY-MM-DD/part-NNNNN.parquet` for a
-//! day's. Names are a pure function of the bucket and the file's place, so an export run
+//! day's, each partition with a manifest (`_manifest.json`; `_manifest-HH.json` per hour in
+//! an hourly rollups partition). Names are a pure function of the bucket and the file's place, so an export run
 //! again overwrites the same objects.
 
 use tidemark_schema::{Bucket, Timestamp};
@@ -36,21 +37,41 @@ pub fn readings_key(prefix: &str, hour_start: Timestamp, part: usize) -> String 
     )
 }
 
+/// What every rollups file of `bucket` starts with (the rest is `NNNNN.parquet`): an export
+/// of the bucket deletes what else starts so, the parts of a larger earlier export.
+pub fn rollups_stem(prefix: &str, bucket: Bucket) -> String {
+    let start = bucket.start();
+    let folder = format!(
+        "{}/rollups/period={}/dt={}",
+        trimmed(prefix),
+        bucket.period().as_str(),
+        day(start)
+    );
+    match bucket {
+        Bucket::Hourly(_) => format!("{folder}/hour-{}-", hour(start)),
+        Bucket::Daily(_) => format!("{folder}/part-"),
+    }
+}
+
 /// File `part` of a bucket's rollups.
 pub fn rollups_key(prefix: &str, bucket: Bucket, part: usize) -> String {
+    format!("{}{part:05}.parquet", rollups_stem(prefix, bucket))
+}
+
+/// The manifest of a bucket's rollups: `_manifest.json` of a day's partition, and
+/// `_manifest-HH.json` for each hour of the hourly partition its day shares (a leading `_`
+/// hides a file from Athena and Hive).
+pub fn rollups_manifest(prefix: &str, bucket: Bucket) -> String {
     let start = bucket.start();
+    let folder = format!(
+        "{}/rollups/period={}/dt={}",
+        trimmed(prefix),
+        bucket.period().as_str(),
+        day(start)
+    );
     match bucket {
-        Bucket::Hourly(_) => format!(
-            "{}/rollups/period=hourly/dt={}/hour-{}-{part:05}.parquet",
-            trimmed(prefix),
-            day(start),
-            hour(start)
-        ),
-        Bucket::Daily(_) => format!(
-            "{}/rollups/period=daily/dt={}/part-{part:05}.parquet",
-            trimmed(prefix),
-            day(start)
-        ),
+        Bucket::Hourly(_) => format!("{folder}/_manifest-{}.json", hour(start)),
+        Bucket::Daily(_) => format!("{folder}/_manifest.json"),
     }
 }
 
@@ -74,6 +95,14 @@ mod tests {
         assert_eq!(
             rollups_key("/lake", Period::Daily.bucket(t), 1),
             "lake/rollups/period=daily/dt=2026-04-20/part-00001.parquet"
+        );
+        assert_eq!(
+            rollups_manifest("lake", Period::Hourly.bucket(t)),
+            "lake/rollups/period=hourly/dt=2026-04-20/_manifest-07.json"
+        );
+        assert_eq!(
+            rollups_manifest("lake", Period::Daily.bucket(t)),
+            "lake/rollups/period=daily/dt=2026-04-20/_manifest.json"
         );
     }
 }

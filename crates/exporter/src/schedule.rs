@@ -1,7 +1,8 @@
 //! The export schedule: each run exports the hours that have closed (plus a grace for late
 //! readings) since the last run's, oldest first, then again every hour the rollups role
 //! marked as changed after it closed; all within the invocation's deadline, the rest left
-//! to the next run. Two runs at once export the same hours with the same bytes, and the
+//! to the next run. A day's daily rollups are exported with its last hour, and again with
+//! any re-exported hour of a day already complete. Two runs at once export the same hours with the same bytes, and the
 //! cursor only moves forward.
 
 use std::time::Duration;
@@ -13,7 +14,7 @@ use tidemark_schema::{
 use tidemark_store::read::{Queries, QuerySpec, SkRange, query_all};
 
 use crate::ExportError;
-use crate::hour::export_hour;
+use crate::hour::{ends_day, export_day, export_hour};
 use crate::sink::Sink;
 use crate::source::Source;
 
@@ -42,6 +43,8 @@ pub struct Schedule {
 pub struct RunReport {
     pub exported: Vec<Timestamp>,
     pub reexported: Vec<Timestamp>,
+    /// Days whose daily rollups were written (their start).
+    pub days: Vec<Timestamp>,
     pub readings: u64,
     /// Due hours left for the next run (deadline or `max_hours`).
     pub behind: usize,
@@ -80,6 +83,11 @@ pub async fn run<T: State, S: Source, K: Sink>(
         }
         let h = export_hour(source, sink, &schedule.prefix, next).await?;
         report.readings += h.readings;
+        // Before the cursor passes the day's last hour: a run cut short redoes both.
+        if ends_day(next) {
+            export_day(source, sink, &schedule.prefix, next).await?;
+            report.days.push(Period::Daily.bucket(next).start());
+        }
         state.advance(next).await?;
         report.exported.push(next);
         next = next.plus_millis(HOUR_MS).unwrap_or(Timestamp::MAX);
@@ -96,6 +104,14 @@ pub async fn run<T: State, S: Source, K: Sink>(
         }
         let h = export_hour(source, sink, &schedule.prefix, d.hour).await?;
         report.readings += h.readings;
+        // A day the cursor has passed was exported whole: it changed with the hour.
+        let day = Period::Daily.bucket(d.hour);
+        let complete =
+            cursor.is_some_and(|c| c >= day.end_exclusive().minus_millis(HOUR_MS).unwrap_or(c));
+        if complete && !report.days.contains(&day.start()) {
+            export_day(source, sink, &schedule.prefix, d.hour).await?;
+            report.days.push(day.start());
+        }
         state.clear(&d).await?;
         report.reexported.push(d.hour);
     }

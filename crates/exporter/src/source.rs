@@ -14,14 +14,16 @@ const DEVICE_PAGE: i32 = 1000;
 pub trait Source {
     /// Every registered device (each status, each status shard).
     fn devices(&self) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
-    /// The device's readings in `[from, to)`, whole (metadata included), in time order, and
-    /// how many stored items did not parse (left out, as every reader leaves them out).
+    /// Hands `visit` the device's readings in `[from, to)`, whole (metadata included), in
+    /// time order, one at a time (a day of a 2 kHz device is never held at once); answers how
+    /// many stored items did not parse (left out, as every reader leaves them out).
     fn readings(
         &self,
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
-    ) -> impl Future<Output = Result<(Vec<Reading>, u64), ExportError>> + Send;
+        visit: impl FnMut(Reading) + Send,
+    ) -> impl Future<Output = Result<u64, ExportError>> + Send;
 }
 
 /// The table. Readings are read strongly consistent: a re-export of a marked hour must see the
@@ -84,15 +86,15 @@ impl Source for DynamoSource {
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
-    ) -> Result<(Vec<Reading>, u64), ExportError> {
+        mut visit: impl FnMut(Reading) + Send,
+    ) -> Result<u64, ExportError> {
         let history =
             tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
                 .await?
                 .0;
         let Some(last) = to.pred() else {
-            return Ok((Vec::new(), 0));
+            return Ok(0);
         };
-        let mut out = Vec::new();
         let walked = walk_whole_readings_while(
             &self.queries,
             device,
@@ -103,11 +105,11 @@ impl Source for DynamoSource {
             None,
             true,
             |r| {
-                out.push(r);
+                visit(r);
                 true
             },
         )
         .await?;
-        Ok((out, walked.unreadable))
+        Ok(walked.unreadable)
     }
 }

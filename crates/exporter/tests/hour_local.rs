@@ -237,7 +237,7 @@ async fn a_range_exports_its_closed_hours_and_leaves_the_open_one() {
         ts("2026-04-20T08:30:00Z"),
         ts("2026-04-20T11:00:00Z"),
         ts("2026-04-20T11:05:00Z"),
-        |h| seen.push(h.hour.clone()),
+        |h| seen.push(h.start.clone()),
     )
     .await
     .unwrap();
@@ -255,5 +255,87 @@ async fn a_range_exports_its_closed_hours_and_leaves_the_open_one() {
     assert_eq!(
         hours_of(ts("2026-04-20T23:00:00Z"), ts("2026-04-21T01:00:01Z")).len(),
         3
+    );
+}
+
+#[tokio::test]
+async fn a_day_exports_each_devices_daily_rollups_folded_from_its_readings() {
+    use tidemark_exporter::hour::export_day;
+    // GIVEN d1 with readings through the day (and either side of it), d2 with one
+    let t = TestTable::new("export-day").await;
+    for d in ["d1", "d2"] {
+        register(&t, d).await;
+    }
+    t.put(&reading(
+        "d1",
+        ts("2026-04-19T23:59:59Z"),
+        &[("t", 99.0)],
+        None,
+    ))
+    .await;
+    t.put(&reading(
+        "d1",
+        ts("2026-04-21T00:00:00Z"),
+        &[("t", 99.0)],
+        None,
+    ))
+    .await;
+    for h in 0..24 {
+        let at = ts(&format!("2026-04-20T{h:02}:30:00Z"));
+        t.put(&reading("d1", at, &[("t", h as f64)], None)).await;
+    }
+    t.put(&reading(
+        "d2",
+        ts("2026-04-20T12:00:00Z"),
+        &[("h", -3.5)],
+        None,
+    ))
+    .await;
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let sink = MemorySink::default();
+    // WHEN the day is exported
+    let rep = export_day(&source, &sink, "p", ts("2026-04-20T17:00:00Z"))
+        .await
+        .unwrap();
+    // THEN there is one row per device and metric, the fold of that day's readings
+    assert_eq!((rep.devices, rep.readings, rep.rows), (2, 25, 2));
+    let body = sink
+        .get("p/rollups/period=daily/dt=2026-04-20/part-00000.parquet")
+        .unwrap();
+    let r = SerializedFileReader::new(Bytes::from(body)).unwrap();
+    let rows: Vec<Vec<(String, Field)>> = r
+        .get_row_iter(None)
+        .unwrap()
+        .map(|row| {
+            row.unwrap()
+                .get_column_iter()
+                .map(|(n, f)| (n.clone(), f.clone()))
+                .collect()
+        })
+        .collect();
+    let get =
+        |row: &[(String, Field)], n: &str| row.iter().find(|(k, _)| k == n).unwrap().1.clone();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(get(&rows[0], "device_id"), Field::Str("d1".into()));
+    assert_eq!(get(&rows[0], "count"), Field::Long(24));
+    assert_eq!(
+        get(&rows[0], "sum"),
+        Field::Double((0..24).sum::<i32>() as f64)
+    );
+    assert_eq!(
+        (get(&rows[0], "min"), get(&rows[0], "max")),
+        (Field::Double(0.0), Field::Double(23.0))
+    );
+    assert_eq!(get(&rows[1], "min"), Field::Double(-3.5));
+    // AND the day's manifest says so
+    let m: serde_json::Value = serde_json::from_slice(
+        &sink
+            .get("p/rollups/period=daily/dt=2026-04-20/_manifest.json")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (&m["period"], &m["readings"]),
+        (&"daily".into(), &25.into())
     );
 }

@@ -166,3 +166,80 @@ async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
     assert!(!state.clear(&read).await.unwrap());
     assert_eq!(state.dirty().await.unwrap().len(), 1);
 }
+
+fn daily(sink: &MemorySink, day: &str) -> Option<serde_json::Value> {
+    sink.get(&format!("p/rollups/period=daily/dt={day}/_manifest.json"))
+        .map(|m| serde_json::from_slice(&m).unwrap())
+}
+
+#[tokio::test]
+async fn a_day_is_exported_with_its_last_hour_and_again_with_a_late_reading() {
+    // GIVEN readings at 22:30 and 23:30, and the cursor at 21:00
+    let t = TestTable::new("export-days").await;
+    register(&t, "d1").await;
+    for at in ["2026-04-20T22:30:00Z", "2026-04-20T23:30:00Z"] {
+        t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
+    }
+    let state = DynamoState::new(t.client.clone(), &t.name);
+    state.advance(ts("2026-04-20T21:00:00Z")).await.unwrap();
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let sink = MemorySink::default();
+    // WHEN a run exports 22:00 only, THEN the day is not written yet
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &schedule(),
+        ts("2026-04-20T23:20:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.exported.len(), r.days.len()), (1, 0));
+    assert!(daily(&sink, "2026-04-20").is_none());
+    // WHEN the next exports 23:00, THEN the day's rollups are written with it
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &schedule(),
+        ts("2026-04-21T00:20:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.days, [ts("2026-04-20T00:00:00Z")]);
+    assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 2);
+    // WHEN a late reading lands at 03:00 of the exported day and the hour is marked
+    t.put(&reading(
+        "d1",
+        ts("2026-04-20T03:00:00Z"),
+        &[("t", 5.0)],
+        None,
+    ))
+    .await;
+    let k = EntityKey::ExportDirty(ts("2026-04-20T03:00:00Z")).key();
+    t.put(&ExportDirtyItem {
+        pk: k.pk,
+        sk: k.sk,
+        hour: ts("2026-04-20T03:00:00Z"),
+        marked_at: ts("2026-04-21T00:30:00Z"),
+        marks: 1,
+    })
+    .await;
+    // THEN the next run writes the hour and the day again, the day counting it once
+    let r = run(
+        &state,
+        &source,
+        &sink,
+        &schedule(),
+        ts("2026-04-21T00:40:00Z"),
+        far(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.reexported, [ts("2026-04-20T03:00:00Z")]);
+    assert_eq!(r.days, [ts("2026-04-20T00:00:00Z")]);
+    assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 3);
+    assert_eq!(readings_in(&sink, "03"), 1);
+}
