@@ -309,7 +309,13 @@ impl ShardWriter for DynamoStore {
         version: u64,
     ) -> Result<bool, StoreError> {
         let key = EntityKey::ShardConfig(device.clone()).key();
-        tidemark_store::layouts::replace_history(&self.client, &self.table, &key, history, version)
-            .await
+        tidemark_store::layout_change::replace_history(
+            &self.client,
+            &self.table,
+            &key,
+            history,
+            version,
+        )
+        .await
     }
 }

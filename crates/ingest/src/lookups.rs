@@ -85,7 +85,7 @@ impl ShardConfigSource for DynamoLookups {
         history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        tidemark_store::layouts::replace_history(
+        tidemark_store::layout_change::replace_history(
             &self.client,
             &self.table,
             &EntityKey::DefaultLayout.key(),

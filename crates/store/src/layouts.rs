@@ -1,15 +1,14 @@
 //! The layout book (docs/design.md §2): how every function learns where a device's readings
 //! are, from the `CONFIG` items (each device's own shard and layout epochs, and the fleet's
-//! default), and how a history is replaced under an optimistic lock so that two concurrent
-//! changes cannot both land.
+//! default). Replacing a history is `layout_change`'s, apart so that a function that
+//! only reads layouts is not granted the write (the policy test follows module paths).
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::{DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, field};
+use tidemark_schema::{DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem};
 
-use crate::batch_get::{GetOptions, batch_get, key_item};
+use crate::batch_get::{GetOptions, batch_get};
 use crate::{Item, StoreError, from_item};
 
 static NO_EPOCHS: LayoutHistory = LayoutHistory::EMPTY;
@@ -120,37 +119,6 @@ impl LayoutBook {
 
     pub fn default_history(&self) -> (&LayoutHistory, u64) {
         (&self.default, self.default_version)
-    }
-}
-
-/// Sets the history stored at `key` to `history` if its version is still `version` (0: no
-/// item yet). `Ok(false)`: another change landed first; read it again and decide anew.
-pub async fn replace_history(
-    client: &Client,
-    table: &str,
-    key: &Key,
-    history: &LayoutHistory,
-    version: u64,
-) -> Result<bool, StoreError> {
-    let mut req = client
-        .update_item()
-        .table_name(table)
-        .set_key(Some(key_item(key)))
-        .update_expression("SET #e = :e, #v = :next")
-        .expression_attribute_names("#e", field::EPOCHS)
-        .expression_attribute_names("#v", field::VERSION)
-        .expression_attribute_values(":e", serde_dynamo::to_attribute_value(history)?)
-        .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()));
-    req = if version == 0 {
-        req.condition_expression("attribute_not_exists(#v)")
-    } else {
-        req.condition_expression("#v = :old")
-            .expression_attribute_values(":old", AttributeValue::N(version.to_string()))
-    };
-    match req.send().await.map_err(StoreError::sdk("UpdateItem")) {
-        Ok(_) => Ok(true),
-        Err(e) if e.is_conditional_check_failed() => Ok(false),
-        Err(e) => Err(e),
     }
 }
 

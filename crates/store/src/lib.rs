@@ -9,6 +9,7 @@ pub mod emf;
 pub mod error;
 pub mod insert;
 pub mod items;
+pub mod layout_change;
 pub mod layouts;
 pub mod limits;
 pub mod memory;
