@@ -30,6 +30,7 @@ fn reads(f: Function) -> BTreeSet<String> {
             (Function::Alerts, "EVENT_BUS_NAME") => Some("bus".to_owned()),
             (Function::Api, "UI_AUTH") => Some("jwt".to_owned()),
             (Function::Watchdog, "STREAM_NAME") => Some("readings".to_owned()),
+            (Function::Exporter, "EXPORT_BUCKET") => Some("lake".to_owned()),
             _ => None,
         }
     };
@@ -40,6 +41,9 @@ fn reads(f: Function) -> BTreeSet<String> {
         }
         Function::Api => tidemark_api::ApiConfig::from_lookup(lookup).is_ok(),
         Function::Watchdog => tidemark_watchdog::WatchdogConfig::from_lookup(lookup).is_ok(),
+        Function::Exporter => {
+            tidemark_exporter::config::ExporterConfig::from_lookup(lookup).is_ok()
+        }
     };
     assert!(
         ok,

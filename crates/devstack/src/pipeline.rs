@@ -478,19 +478,10 @@ impl Pipeline {
             .await;
             // moto starts empty: the bucket is made here (deployed: the template's).
             let _ = s3.create_bucket().bucket(&e.bucket).send().await;
-            let export = crate::schedule::Export {
-                state: tidemark_exporter::schedule::DynamoState::new(ddb.clone(), &table),
-                source: tidemark_exporter::source::DynamoSource::new(ddb.clone(), &table, 1),
-                sink: tidemark_exporter::s3::S3Sink {
-                    client: s3,
-                    bucket: e.bucket.clone(),
-                },
-                schedule: tidemark_exporter::schedule::Schedule {
-                    prefix: e.prefix.clone(),
-                    grace: e.grace,
-                    max_hours: 24,
-                },
-            };
+            let mut config = tidemark_exporter::config::ExporterConfig::new(&table, &e.bucket);
+            config.schedule.prefix = e.prefix.clone();
+            config.schedule.grace = e.grace;
+            let export = tidemark_exporter::function::Exporter::new(ddb.clone(), s3, config);
             tasks.spawn(crate::schedule::export(export, e.period, rx.clone()));
         }
         match &cfg.sign_in {

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use tidemark_exporter::function::Exporter;
 use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, Watchdog};
 use tokio::sync::watch;
 
@@ -55,41 +56,17 @@ pub async fn watchdog(
     .await;
 }
 
-/// The export's parts, as the schedule runs them locally.
-pub struct Export {
-    pub state: tidemark_exporter::schedule::DynamoState,
-    pub source: tidemark_exporter::source::DynamoSource,
-    pub sink: tidemark_exporter::s3::S3Sink,
-    pub schedule: tidemark_exporter::schedule::Schedule,
-}
-
 /// An export run's time budget (as a deployed function's timeout would give it).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Runs the export at once and then every `period` until `stop` turns true.
-pub async fn export(e: Export, period: Duration, stop: watch::Receiver<bool>) {
+pub async fn export(e: Exporter, period: Duration, stop: watch::Receiver<bool>) {
     let e = &e;
     every(period, stop, || async move {
         let deadline = tokio::time::Instant::now() + EXPORT_TIMEOUT;
-        let now = tidemark_schema::Timestamp::now();
-        let r = tidemark_exporter::schedule::run(
-            &e.state,
-            &e.source,
-            &e.sink,
-            &e.schedule,
-            now,
-            deadline,
-        )
-        .await;
-        match r {
+        match e.run(tidemark_schema::Timestamp::now(), deadline).await {
             Ok(r) => {
-                for h in r.exported.iter().chain(&r.reexported) {
-                    tracing::info!(
-                        "export: hour {h} written to s3://{}/{}",
-                        e.sink.bucket,
-                        tidemark_exporter::paths::readings_partition(&e.schedule.prefix, *h)
-                    );
-                }
+                e.log(&r);
             }
             Err(err) => tracing::warn!(error = %err, "export run failed"),
         }

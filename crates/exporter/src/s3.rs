@@ -6,8 +6,8 @@ use tidemark_store::ClientSettings;
 use crate::ExportError;
 use crate::sink::Sink;
 
-/// The local S3's endpoint, when one is set.
-pub const S3_ENDPOINT: &str = "TIDEMARK_S3_ENDPOINT";
+/// The variable naming a local S3's endpoint.
+pub const S3_ENDPOINT: &str = tidemark_store::settings::TIDEMARK_S3_ENDPOINT.name;
 
 /// An S3 client with the project's retry and timeout settings; `endpoint` (a local S3) uses
 /// path-style addressing and dummy credentials.

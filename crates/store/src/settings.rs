@@ -25,15 +25,17 @@ pub enum Function {
     Alerts,
     Api,
     Watchdog,
+    Exporter,
 }
 
 impl Function {
-    pub const ALL: [Function; 5] = [
+    pub const ALL: [Function; 6] = [
         Function::Ingest,
         Function::Aggregator,
         Function::Alerts,
         Function::Api,
         Function::Watchdog,
+        Function::Exporter,
     ];
 
     /// Its logical ID in `template.yaml`.
@@ -44,6 +46,7 @@ impl Function {
             Function::Alerts => "AlertFunction",
             Function::Api => "ApiFunction",
             Function::Watchdog => "WatchdogFunction",
+            Function::Exporter => "ExporterFunction",
         }
     }
 
@@ -55,6 +58,7 @@ impl Function {
             Function::Alerts => "alerts",
             Function::Api => "api",
             Function::Watchdog => "watchdog",
+            Function::Exporter => "exporter",
         }
     }
 }
@@ -129,7 +133,7 @@ pub enum Source {
     Sdk,
 }
 
-use Function::{Aggregator, Alerts, Api, Ingest, Watchdog};
+use Function::{Aggregator, Alerts, Api, Exporter, Ingest, Watchdog};
 
 const fn s(
     name: &'static str,
@@ -150,7 +154,7 @@ pub const TABLE_NAME: Setting = s(
     "TABLE_NAME",
     "`tidemark`",
     "the table",
-    &[Ingest, Aggregator, Alerts, Api, Watchdog],
+    &[Ingest, Aggregator, Alerts, Api, Watchdog, Exporter],
 );
 
 /// DynamoDB Local or another emulator, e.g. `http://127.0.0.1:8000`; [`crate::client`] reads it.
@@ -160,7 +164,7 @@ pub const TIDEMARK_DYNAMODB_ENDPOINT: Setting = Setting {
         "TIDEMARK_DYNAMODB_ENDPOINT",
         "AWS",
         "a local DynamoDB endpoint (empty when deployed)",
-        &[Ingest, Aggregator, Alerts, Api, Watchdog],
+        &[Ingest, Aggregator, Alerts, Api, Watchdog, Exporter],
     )
 };
 
@@ -312,7 +316,43 @@ pub const STATUS_SHARDS: Setting = s(
     "STATUS_SHARDS",
     "1",
     "GSI1 partitions of the fleet-wide status listings",
-    &[Aggregator, Alerts, Api],
+    &[Aggregator, Alerts, Api, Exporter],
+);
+
+pub const EXPORT_BUCKET: Setting = s(
+    "EXPORT_BUCKET",
+    "required",
+    "the bucket the Parquet export is written to",
+    &[Exporter],
+);
+
+pub const EXPORT_PREFIX: Setting = s(
+    "EXPORT_PREFIX",
+    "`tidemark`",
+    "the key prefix of the export's `readings/` and `rollups/`",
+    &[Exporter],
+);
+
+/// With the rollups' close grace, how long after an hour ends it is exported.
+pub const EXPORT_GRACE_SECONDS: Setting = s(
+    "EXPORT_GRACE_SECONDS",
+    "300",
+    "how long after an hour closes it is exported (late readings until then are in it)",
+    &[Exporter],
+);
+
+pub const EXPORT_MAX_HOURS: Setting = s(
+    "EXPORT_MAX_HOURS",
+    "24",
+    "hours one export run writes at most (a backlog is caught up over several runs)",
+    &[Exporter],
+);
+
+pub const TIDEMARK_S3_ENDPOINT: Setting = s(
+    "TIDEMARK_S3_ENDPOINT",
+    "AWS",
+    "a local S3 endpoint, path-style (empty when deployed)",
+    &[Exporter],
 );
 
 pub const EVENT_BUS_NAME: Setting = s(
@@ -454,6 +494,11 @@ pub const SETTINGS: &[Setting] = &[
     STREAM_NAME,
     TIDEMARK_KINESIS_ENDPOINT,
     STATUS_SHARDS,
+    EXPORT_BUCKET,
+    EXPORT_PREFIX,
+    EXPORT_GRACE_SECONDS,
+    EXPORT_MAX_HOURS,
+    TIDEMARK_S3_ENDPOINT,
     EVENT_BUS_NAME,
     TIDEMARK_EVENTBRIDGE_ENDPOINT,
     AWS_ENDPOINT_URL_EVENTBRIDGE,
