@@ -62,7 +62,7 @@ fn rust_sources(dir: &Path) -> Vec<(PathBuf, String)> {
 
 #[test]
 fn functions_read_the_environment_only_through_their_config() {
-    for c in ["ingest", "aggregator", "api", "watchdog"] {
+    for c in ["ingest", "aggregator", "api", "watchdog", "exporter"] {
         for (path, code) in rust_sources(&root().join("crates").join(c).join("src")) {
             let name = path
                 .file_name()
@@ -304,6 +304,42 @@ fn alert_policy_allows_exactly_what_it_calls_and_publishes_only_to_its_bus() {
 #[test]
 fn watchdog_policy_allows_exactly_what_it_calls() {
     assert_policy_matches("WatchdogFunction", &[root().join("crates/watchdog/src")]);
+}
+
+#[test]
+fn exporter_policy_allows_exactly_what_it_calls_in_the_table_and_the_bucket() {
+    let src = root().join("crates/exporter/src");
+    assert_policy_matches("ExporterFunction", std::slice::from_ref(&src));
+    // S3: the calls its code makes, each allowed, and nothing else granted.
+    let code: String = rust_sources(&src).into_iter().map(|(_, c)| c).collect();
+    let used: BTreeSet<&str> = [
+        (".put_object()", "s3:PutObject"),
+        (".delete_object()", "s3:DeleteObject"),
+        (".list_objects_v2()", "s3:ListBucket"),
+        (".get_object()", "s3:GetObject"),
+    ]
+    .into_iter()
+    .filter(|(needle, _)| code.contains(needle))
+    .map(|(_, a)| a)
+    .collect();
+    let t = template();
+    let granted: BTreeSet<String> = t["Resources"]["ExporterFunction"]["Properties"]["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["Statement"].as_sequence().cloned().unwrap_or_default())
+        .flat_map(|st| match &st["Action"] {
+            Value::String(a) => vec![a.clone()],
+            Value::Sequence(v) => v
+                .iter()
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect(),
+            _ => vec![],
+        })
+        .filter(|a| a.starts_with("s3:"))
+        .collect();
+    let used: BTreeSet<String> = used.into_iter().map(str::to_owned).collect();
+    assert_eq!(used, granted, "the exporter's S3 calls and its S3 grants");
 }
 
 #[test]
