@@ -7,7 +7,7 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run run-signin bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api invoke-watchdog events sam-local heat bench
+.PHONY: run run-signin bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api invoke-watchdog invoke-exporter events sam-local heat bench
 
 ## run: the whole pipeline locally: emulators, table and stream, ingest and aggregator behind
 ## emulated event-source mappings, the API on 127.0.0.1:3000, a simulated fleet (TIDEMARK_SIM=0
@@ -86,6 +86,8 @@ invoke-api: events
 	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-api --data-file events/fresh/apigw-get-device.json
 invoke-watchdog: events
 	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-watchdog --data-file events/fresh/scheduled-watchdog.json
+invoke-exporter: events
+	PATH="$(TOOLS):$$PATH" cargo lambda invoke tidemark-exporter --data-file events/fresh/scheduled-exporter.json
 
 ## events: sample Lambda events dated now, into events/fresh/ (git-ignored), for
 ## `sam local invoke` and `cargo lambda invoke` (events/*.json are test fixtures of 2026-04-20)

@@ -246,14 +246,28 @@ for _ in $(seq 1 120); do
   kill -0 "$bus_pid" 2>/dev/null || { cat "$WORK/event-bus.log" >&2; die "the local PutEvents endpoint exited"; }
   sleep 0.5
 done
+S3_PORT="${TIDEMARK_S3_PORT:-4569}"
+EXPORT_BUCKET="tidemark-sam-local"
 "$PY" - "$WORK/env.json" "http://host.docker.internal:$EVENTS_PORT" "$TABLE" \
-  "http://host.docker.internal:${TIDEMARK_KINESIS_PORT:-4567}" <<'EOP'
+  "http://host.docker.internal:${TIDEMARK_KINESIS_PORT:-4567}" \
+  "http://host.docker.internal:$S3_PORT" "$EXPORT_BUCKET" <<'EOP'
 import json, sys
-path, endpoint, stream, kinesis = sys.argv[1:]
+path, endpoint, stream, kinesis, s3, bucket = sys.argv[1:]
 env = json.load(open(path))
 env["AlertFunction"] = {"EVENT_BUS_NAME": "tidemark-local", "TIDEMARK_EVENTBRIDGE_ENDPOINT": endpoint}
 env["WatchdogFunction"] = {"STREAM_NAME": stream, "TIDEMARK_KINESIS_ENDPOINT": kinesis}
+env["ExporterFunction"] = {"EXPORT_BUCKET": bucket, "TIDEMARK_S3_ENDPOINT": s3}
 json.dump(env, open(path, "w"))
+EOP
+# moto starts empty: the export's bucket is made here (deployed: the template's).
+"$PY" - "http://127.0.0.1:$S3_PORT" "$EXPORT_BUCKET" <<'EOP' || die "could not create the export bucket in moto's S3"
+import sys, boto3
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                  aws_access_key_id="local", aws_secret_access_key="local")
+try:
+    s3.create_bucket(Bucket=sys.argv[2])
+except s3.exceptions.BucketAlreadyOwnedByYou:
+    pass
 EOP
 
 # The JSON a function returned (SAM prints it as the last line of stdout), checked by a
@@ -301,6 +315,19 @@ invoke AlertFunction "$EVENTS/ddb-stream-readings.json" "$NO_FAILURES" "readings
 # and nothing is decided), its report as the result.
 invoke WatchdogFunction "$EVENTS/scheduled-watchdog.json" \
   'r["shards"] >= 1 and r["due"] == 0 and r["opened"] == 0' "a heartbeat into every shard, nobody declared offline"
+# The exporter: its first run exports the hour due now (empty here) to moto's S3, a manifest
+# with it, and reports it.
+invoke ExporterFunction "$EVENTS/scheduled-exporter.json" \
+  'len(r["exported"]) + len(r["reexported"]) <= 1 and r["behind"] == 0' "a schedule run, nothing left behind"
+"$PY" - "http://127.0.0.1:$S3_PORT" "$EXPORT_BUCKET" <<'EOP' || die "ExporterFunction: expected an hour's manifest in the export bucket"
+import sys, boto3
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                  aws_access_key_id="local", aws_secret_access_key="local")
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket=sys.argv[2]).get("Contents", [])]
+print(f"  -> {len(keys)} object(s), e.g. {keys[:2]}", file=sys.stderr)
+sys.exit(0 if any(k.startswith("tidemark/readings/") and k.endswith("/_manifest.json") for k in keys) else 1)
+EOP
+say "ok: ExporterFunction wrote an hour's partition to moto's S3"
 invoke ApiFunction "$EVENTS/apigw-get-device.json" \
   'r["statusCode"] == 200 and json.loads(r["body"])["deviceId"] == "sensor_01"' "200 with the device the alerts role registered"
 sam local generate-event apigateway http-api-proxy >"$WORK/generated-http.json"

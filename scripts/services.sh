@@ -138,7 +138,9 @@ start_dynamodb() {
 }
 
 start_moto() {
-  exec "$MOTO_DIR/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
+  # On every interface, as DynamoDB Local is: `sam local invoke`'s containers reach it through
+  # the Docker bridge's gateway.
+  exec "$MOTO_DIR/bin/moto_server" -H 0.0.0.0 -p "$S3_PORT"
 }
 
 start_kinesis() {

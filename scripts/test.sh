@@ -56,7 +56,7 @@ else
   # Each function's artifact directory comes from the built template: with SAM's build
   # performance feature (`--beta-features`) the aggregator's two functions share one build,
   # under `AggregatorFunction-Shared`, instead of a copy per function.
-  for fn in IngestFunction AggregatorFunction AlertFunction ApiFunction WatchdogFunction; do
+  for fn in IngestFunction AggregatorFunction AlertFunction ApiFunction WatchdogFunction ExporterFunction; do
     dir="$("$(scripts/sam-tools.sh)/python" scripts/built_code_uri.py "$fn")"
     bin=".aws-sam/build/$dir/bootstrap"
     [[ -x "$bin" ]] || { echo "sam build produced no $bin for $fn" >&2; exit 1; }

@@ -61,7 +61,14 @@ pub fn sample_events(now: Timestamp) -> Result<Vec<(&'static str, Value)>, Devst
         ("ddb-stream-readings.json", stream_event(now, &good)?),
         ("ddb-stream-ttl-remove.json", ttl_remove_event(now)?),
         ("ddb-stream-alert-opened.json", alert_opened_event(now)?),
-        ("scheduled-watchdog.json", scheduled_event(now)),
+        (
+            "scheduled-watchdog.json",
+            scheduled_event(now, "tidemark-watchdog"),
+        ),
+        (
+            "scheduled-exporter.json",
+            scheduled_event(now, "tidemark-exporter"),
+        ),
         (
             "apigw-get-device.json",
             http_event(now, "GET /devices/{id}", "/devices/sensor_01", "", None),
@@ -297,8 +304,9 @@ fn ttl_remove_event(now: Timestamp) -> Result<Value, DevstackError> {
     }]}))
 }
 
-/// What EventBridge Scheduler hands the watchdog every minute (the watchdog reads none of it).
-fn scheduled_event(now: Timestamp) -> Value {
+/// What EventBridge Scheduler hands a scheduled function (the watchdog, the exporter), which
+/// reads none of it.
+fn scheduled_event(now: Timestamp, schedule: &str) -> Value {
     json!({
         "version": "0",
         "id": "7f4a2c1e-9b3d-4e8f-a1c2-5d6e7f8a9b0c",
@@ -307,7 +315,7 @@ fn scheduled_event(now: Timestamp) -> Value {
         "account": "123456789012",
         "time": format!("{}Z", &rfc3339(now)[..19]),
         "region": REGION,
-        "resources": ["arn:aws:scheduler:us-east-1:123456789012:schedule/default/tidemark-watchdog"],
+        "resources": [format!("arn:aws:scheduler:us-east-1:123456789012:schedule/default/{schedule}")],
         "detail": "{}",
     })
 }
