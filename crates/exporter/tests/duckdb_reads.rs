@@ -5,12 +5,11 @@
 //! exported hourly rollups.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::source::DynamoSource;
-use tidemark_testkit::{TestTable, unique_name, workspace_root};
+use tidemark_testkit::{TestTable, unique_name};
 
 mod common;
 use common::*;
@@ -71,28 +70,8 @@ async fn duckdb_reads_the_export_with_hive_partitions_and_the_counts_agree() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, body).unwrap();
     }
-    let python = Command::new("bash")
-        .arg(workspace_root().join("scripts/duckdb.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        python.status.success(),
-        "{}",
-        String::from_utf8_lossy(&python.stderr)
-    );
-    let python = String::from_utf8(python.stdout).unwrap();
-    let out = Command::new(python.trim())
-        .args(["-c", QUERY])
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let got = tidemark_testkit::duckdb::query(QUERY, &dir);
     std::fs::remove_dir_all(&dir).ok();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // THEN every (device, metric, hour) has the stored readings' count, sum, min and max
     let readings = got["readings"].as_array().unwrap();
     assert_eq!(readings.len(), want.len());

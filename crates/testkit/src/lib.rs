@@ -6,6 +6,7 @@
 //! table or stream, deleted when the guard drops, so tests never see each other's data.
 
 pub mod browser;
+pub mod duckdb;
 pub mod fault_proxy;
 pub mod oidc;
 pub mod rollups;
