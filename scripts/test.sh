@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says how far into the run it starts, so a slow step shows in CI's log.
+step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 step "format (cargo fmt --check)"
 cargo fmt --all -- --check
@@ -70,3 +71,4 @@ else
   step "sam local invoke and start-api (make sam-local without the rebuild)"
   scripts/sam-local.sh
 fi
+step "done"
