@@ -48,7 +48,7 @@ enum Values {
     Double(Vec<Option<f64>>),
 }
 
-/// The files holding `rows`, in order.
+/// The files holding `rows`, in order: [`ReadingsWriter`] over the rows sorted.
 pub fn readings_files(mut rows: Vec<ReadingRow>) -> Result<Vec<Vec<u8>>, ExportError> {
     rows.sort_by(|a, b| {
         (&a.device, a.time_us, &a.metric)
@@ -56,22 +56,96 @@ pub fn readings_files(mut rows: Vec<ReadingRow>) -> Result<Vec<Vec<u8>>, ExportE
             .then(a.value.total_cmp(&b.value))
             .then(a.metadata.cmp(&b.metadata))
     });
-    rows.chunks(FILE_ROWS)
-        .map(|chunk| {
-            let data = vec![
-                Values::Text(chunk.iter().map(|r| Some(r.device.clone())).collect()),
-                Values::Int(chunk.iter().map(|r| Some(r.time_us)).collect()),
-                Values::Text(chunk.iter().map(|r| Some(r.metric.clone())).collect()),
-                Values::Double(chunk.iter().map(|r| Some(r.value)).collect()),
-                Values::Text(chunk.iter().map(|r| r.metadata.clone()).collect()),
-            ];
-            write("readings", &columns::READINGS, &data)
-        })
-        .collect()
+    let mut w = ReadingsWriter::default();
+    for r in rows {
+        w.push(r)?;
+    }
+    Ok(w.finish()?.into_iter().map(|(body, _)| body).collect())
 }
 
-/// The files holding `rows`, in order.
-pub fn rollup_files(mut rows: Vec<RollupRow>) -> Result<Vec<Vec<u8>>, ExportError> {
+/// Readings rows written as they come, a row group at a time, so an hour of any size (the
+/// 2 kHz device's is 7.2 million rows) is never held whole: the rows of one group and the
+/// files finished but not yet taken ([`ReadingsWriter::take_done`]). Rows must come in
+/// (device, time, metric) order, as the export walks them; a row out of order is an error,
+/// since the bytes would no longer be a function of the rows alone.
+#[derive(Default)]
+pub struct ReadingsWriter {
+    group: Vec<ReadingRow>,
+    file: Option<SerializedFileWriter<Vec<u8>>>,
+    /// Rows in the open file, its groups written so far.
+    file_rows: usize,
+    done: Vec<(Vec<u8>, u64)>,
+    /// The last row's (device, time, metric), which the next must follow.
+    last: Option<(String, i64, String)>,
+}
+
+impl ReadingsWriter {
+    pub fn push(&mut self, row: ReadingRow) -> Result<(), ExportError> {
+        let key = (row.device.clone(), row.time_us, row.metric.clone());
+        if self.last.as_ref().is_some_and(|last| *last >= key) {
+            return Err(ExportError::Unsorted {
+                device: row.device,
+                time_us: row.time_us,
+                metric: row.metric,
+            });
+        }
+        self.last = Some(key);
+        self.group.push(row);
+        if self.group.len() == ROW_GROUP_ROWS {
+            self.flush_group()?;
+        }
+        Ok(())
+    }
+
+    /// The files finished so far, with their rows, in order (each once).
+    pub fn take_done(&mut self) -> Vec<(Vec<u8>, u64)> {
+        std::mem::take(&mut self.done)
+    }
+
+    /// Writes what is left; every file not yet taken, with its rows, in order. No rows, no
+    /// file.
+    pub fn finish(mut self) -> Result<Vec<(Vec<u8>, u64)>, ExportError> {
+        if !self.group.is_empty() {
+            self.flush_group()?;
+        }
+        self.finish_file()?;
+        Ok(self.done)
+    }
+
+    /// The buffered rows as one row group; the file is finished once it holds
+    /// [`FILE_ROWS`] (a whole number of groups).
+    fn flush_group(&mut self) -> Result<(), ExportError> {
+        let rows = std::mem::take(&mut self.group);
+        let data = vec![
+            Values::Text(rows.iter().map(|r| Some(r.device.clone())).collect()),
+            Values::Int(rows.iter().map(|r| Some(r.time_us)).collect()),
+            Values::Text(rows.iter().map(|r| Some(r.metric.clone())).collect()),
+            Values::Double(rows.iter().map(|r| Some(r.value)).collect()),
+            Values::Text(rows.iter().map(|r| r.metadata.clone()).collect()),
+        ];
+        let w = match &mut self.file {
+            Some(w) => w,
+            None => self.file.insert(open("readings", &columns::READINGS)?),
+        };
+        write_group(w, &columns::READINGS, &data, 0..rows.len())?;
+        self.file_rows += rows.len();
+        if self.file_rows >= FILE_ROWS {
+            self.finish_file()?;
+        }
+        Ok(())
+    }
+
+    fn finish_file(&mut self) -> Result<(), ExportError> {
+        if let Some(w) = self.file.take() {
+            self.done.push((w.into_inner()?, self.file_rows as u64));
+            self.file_rows = 0;
+        }
+        Ok(())
+    }
+}
+
+/// The files holding `rows`, in order, each with its row count.
+pub fn rollup_files(mut rows: Vec<RollupRow>) -> Result<Vec<(Vec<u8>, u64)>, ExportError> {
     rows.sort_by(|a, b| {
         (&a.device, a.bucket_start_us, &a.metric).cmp(&(&b.device, b.bucket_start_us, &b.metric))
     });
@@ -102,7 +176,10 @@ pub fn rollup_files(mut rows: Vec<RollupRow>) -> Result<Vec<Vec<u8>>, ExportErro
                 t(|s| s.last.map(|l| l.0.epoch_micros())),
                 s(|s| s.last.map(|l| l.1)),
             ];
-            write("rollups", &columns::ROLLUPS, &data)
+            Ok((
+                write("rollups", &columns::ROLLUPS, &data)?,
+                chunk.len() as u64,
+            ))
         })
         .collect()
 }
@@ -116,23 +193,43 @@ fn properties() -> Result<WriterProperties, ExportError> {
         .build())
 }
 
-/// One Parquet file of `data` (one [`Values`] per column of `columns`, all as long).
+fn open(name: &str, columns: &[Column]) -> Result<SerializedFileWriter<Vec<u8>>, ExportError> {
+    let schema = Arc::new(parse_message_type(&columns::message_type(name, columns))?);
+    Ok(SerializedFileWriter::new(
+        Vec::new(),
+        schema,
+        Arc::new(properties()?),
+    )?)
+}
+
+/// Rows `range` of `data` (one [`Values`] per column of `columns`) as one row group.
+fn write_group(
+    w: &mut SerializedFileWriter<Vec<u8>>,
+    columns: &[Column],
+    data: &[Values],
+    range: Range<usize>,
+) -> Result<(), ExportError> {
+    let mut group = w.next_row_group()?;
+    for (column, values) in columns.iter().zip(data) {
+        let Some(mut cw) = group.next_column()? else {
+            break;
+        };
+        write_column(&mut cw, column, values, range.clone())?;
+        cw.close()?;
+    }
+    group.close()?;
+    Ok(())
+}
+
+/// One Parquet file of `data` (one [`Values`] per column of `columns`, all as long), in row
+/// groups of [`ROW_GROUP_ROWS`].
 fn write(name: &str, columns: &[Column], data: &[Values]) -> Result<Vec<u8>, ExportError> {
     let rows = data.first().map_or(0, Values::len);
-    let schema = Arc::new(parse_message_type(&columns::message_type(name, columns))?);
-    let mut w = SerializedFileWriter::new(Vec::new(), schema, Arc::new(properties()?))?;
+    let mut w = open(name, columns)?;
     let mut start = 0;
     while start < rows {
         let range = start..(start + ROW_GROUP_ROWS).min(rows);
-        let mut group = w.next_row_group()?;
-        for (column, values) in columns.iter().zip(data) {
-            let Some(mut cw) = group.next_column()? else {
-                break;
-            };
-            write_column(&mut cw, column, values, range.clone())?;
-            cw.close()?;
-        }
-        group.close()?;
+        write_group(&mut w, columns, data, range.clone())?;
         start = range.end;
     }
     Ok(w.into_inner()?)
@@ -302,6 +399,25 @@ mod tests {
     }
 
     #[test]
+    fn streamed_rows_hand_over_each_finished_file_once_and_refuse_a_row_out_of_order() {
+        let mut w = ReadingsWriter::default();
+        for i in 0..(FILE_ROWS + 3) as i64 {
+            w.push(reading("d", i, "t", 1.0, None)).unwrap();
+        }
+        let done = w.take_done();
+        assert_eq!(
+            done.iter().map(|f| f.1).collect::<Vec<_>>(),
+            [FILE_ROWS as u64]
+        );
+        assert!(w.take_done().is_empty());
+        let e = w.push(reading("d", 5, "t", 1.0, None)).unwrap_err();
+        assert!(matches!(e, ExportError::Unsorted { .. }), "{e}");
+        let rest = w.finish().unwrap();
+        assert_eq!(rest.iter().map(|f| f.1).collect::<Vec<_>>(), [3]);
+        assert!(ReadingsWriter::default().finish().unwrap().is_empty());
+    }
+
+    #[test]
     fn rollups_carry_every_aggregate_and_null_where_the_rollup_has_none() {
         let at = |s: i64| Timestamp::from_epoch_millis(1_776_693_600_000 + s * 1000).unwrap();
         let mut full = Stats::at(at(3), 1.0);
@@ -329,7 +445,8 @@ mod tests {
             },
         ];
         let files = rollup_files(rows).unwrap();
-        let back = rows_of(&files[0]);
+        assert_eq!(files[0].1, 2);
+        let back = rows_of(&files[0].0);
         let get =
             |r: &Vec<(String, Field)>, n: &str| r.iter().find(|(k, _)| k == n).unwrap().1.clone();
         // "new" sorts before "old"

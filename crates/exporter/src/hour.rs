@@ -8,7 +8,7 @@ use serde::Serialize;
 use tidemark_schema::{AggregateItem, Bucket, DeviceId, Period, Reading, Timestamp};
 
 use crate::ExportError;
-use crate::file::{self, FILE_ROWS, ReadingRow, RollupRow};
+use crate::file::{self, ReadingRow, ReadingsWriter, RollupRow};
 use crate::paths;
 use crate::sink::Sink;
 use crate::source::Source;
@@ -89,34 +89,35 @@ fn name_of(key: &str) -> String {
     key.rsplit_once('/').map_or(key, |(_, n)| n).to_owned()
 }
 
-/// Puts `files` (holding `report.rows` rows in order) under the keys `key` names, lists them
-/// in `report`, puts `report` as the manifest `manifest`, then deletes what else starts with
-/// `stale` (the parts of a larger earlier export). Objects go before the manifest, which a
-/// reader takes as the partition's completeness record, and stale ones after it.
-async fn write<K: Sink>(
+/// Puts one Parquet file of `rows` rows under `key`, listing it in `report` and in `keep`.
+async fn put_file<K: Sink>(
     sink: &K,
-    files: Vec<Vec<u8>>,
     report: &mut BucketExport,
-    key: impl Fn(usize) -> String,
+    keep: &mut Vec<String>,
+    key: String,
+    (body, rows): (Vec<u8>, u64),
+) -> Result<(), ExportError> {
+    report.files.push(FileEntry {
+        name: name_of(&key),
+        rows,
+        bytes: body.len() as u64,
+    });
+    sink.put(&key, body, PARQUET).await?;
+    keep.push(key);
+    Ok(())
+}
+
+/// Puts `report` as the manifest `manifest`, then deletes what else starts with `stale` and
+/// is not in `keep` (the parts of a larger earlier export). Files go before the manifest,
+/// which a reader takes as the partition's completeness record, and stale ones after it.
+async fn seal<K: Sink>(
+    sink: &K,
+    report: &BucketExport,
+    mut keep: Vec<String>,
     manifest: String,
     stale: &str,
 ) -> Result<(), ExportError> {
-    let mut keep = Vec::with_capacity(files.len() + 1);
-    let mut left = report.rows;
-    report.files.clear();
-    for (i, body) in files.into_iter().enumerate() {
-        let k = key(i);
-        let rows = left.min(FILE_ROWS as u64);
-        left -= rows;
-        report.files.push(FileEntry {
-            name: name_of(&k),
-            rows,
-            bytes: body.len() as u64,
-        });
-        sink.put(&k, body, PARQUET).await?;
-        keep.push(k);
-    }
-    let body = serde_json::to_vec_pretty(&*report).map_err(ExportError::Manifest)?;
+    let body = serde_json::to_vec_pretty(report).map_err(ExportError::Manifest)?;
     sink.put(&manifest, body, "application/json").await?;
     keep.push(manifest);
     for old in sink.keys(stale).await? {
@@ -125,6 +126,23 @@ async fn write<K: Sink>(
         }
     }
     Ok(())
+}
+
+/// `files` put under the keys `key` names, then the manifest: [`put_file`], [`seal`].
+async fn write<K: Sink>(
+    sink: &K,
+    files: Vec<(Vec<u8>, u64)>,
+    report: &mut BucketExport,
+    key: impl Fn(usize) -> String,
+    manifest: String,
+    stale: &str,
+) -> Result<(), ExportError> {
+    let mut keep = Vec::with_capacity(files.len() + 1);
+    report.files.clear();
+    for (i, file) in files.into_iter().enumerate() {
+        put_file(sink, report, &mut keep, key(i), file).await?;
+    }
+    seal(sink, report, keep, manifest, stale).await
 }
 
 /// The rollup rows of one device's bucket, folded as readers and the rollups role fold it.
@@ -141,7 +159,9 @@ fn rollup_rows(device: &DeviceId, bucket: Bucket, item: AggregateItem) -> Vec<Ro
 }
 
 /// Exports the hour starting at `hour` (closed: the caller's schedule sees to it): its
-/// readings partition and manifest, and its hourly rollups and theirs.
+/// readings partition and manifest, and its hourly rollups and theirs. Readings stream into
+/// the files ([`ReadingsWriter`]) and each finished file is put after its device's walk, so
+/// an hour is never held whole.
 pub async fn export_hour<S: Source, K: Sink>(
     source: &S,
     sink: &K,
@@ -149,44 +169,63 @@ pub async fn export_hour<S: Source, K: Sink>(
     hour: Timestamp,
 ) -> Result<BucketExport, ExportError> {
     let bucket = Period::Hourly.bucket(hour);
+    let start = bucket.start();
     let mut report = BucketExport::new(bucket);
-    let mut rows = Vec::new();
+    let mut writer = ReadingsWriter::default();
+    let mut keep = Vec::new();
     let mut rollups = Vec::new();
     for device in source.devices().await? {
         let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, bucket));
         let name = device.to_string();
+        let mut failed = None;
         let seen = report
             .read(source, &device, bucket, |r| {
                 item.add_reading(r.timestamp, &r.metrics);
                 let metadata = r.metadata.map(|m| serde_json::Value::Object(m).to_string());
                 for (metric, value) in r.metrics {
-                    rows.push(ReadingRow {
+                    let row = ReadingRow {
                         device: name.clone(),
                         time_us: r.timestamp.epoch_micros(),
                         metric: metric.to_string(),
                         value,
                         metadata: metadata.clone(),
-                    });
+                    };
+                    if let Err(e) = writer.push(row) {
+                        failed.get_or_insert(e);
+                    }
                 }
             })
             .await?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        for file in writer.take_done() {
+            let key = paths::readings_key(prefix, start, report.files.len());
+            put_file(sink, &mut report, &mut keep, key, file).await?;
+        }
         if seen {
             rollups.extend(rollup_rows(&device, bucket, item));
         }
     }
-    let mut rollup_report = report.clone();
-    report.rows = rows.len() as u64;
-    let folder = paths::readings_partition(prefix, bucket.start());
-    write(
+    for file in writer.finish()? {
+        let key = paths::readings_key(prefix, start, report.files.len());
+        put_file(sink, &mut report, &mut keep, key, file).await?;
+    }
+    report.rows = report.files.iter().map(|f| f.rows).sum();
+    let folder = paths::readings_partition(prefix, start);
+    seal(
         sink,
-        file::readings_files(rows)?,
-        &mut report,
-        |i| paths::readings_key(prefix, bucket.start(), i),
+        &report,
+        keep,
         format!("{folder}/{MANIFEST}"),
         &format!("{folder}/"),
     )
     .await?;
-    rollup_report.rows = rollups.len() as u64;
+    let mut rollup_report = BucketExport {
+        rows: rollups.len() as u64,
+        files: Vec::new(),
+        ..report.clone()
+    };
     write(
         sink,
         file::rollup_files(rollups)?,

@@ -31,6 +31,12 @@ pub enum ExportError {
     Missing(&'static str),
     #[error("column {0} was given values of another type")]
     Mismatch(&'static str),
+    #[error("row ({device}, {time_us}, {metric}) came after a row it should precede")]
+    Unsorted {
+        device: String,
+        time_us: i64,
+        metric: String,
+    },
     #[error(transparent)]
     Store(#[from] tidemark_store::StoreError),
     #[error("writing a manifest: {0}")]
