@@ -38,7 +38,15 @@ step "Parquet reader (duckdb) for the export's tests"
 scripts/duckdb.sh >/dev/null
 
 step "unit, property and integration tests"
-cargo test --workspace --locked
+# Built once for the whole workspace, then run package by package; a DynamoDB Local this
+# script started is restarted between packages (scripts/test-packages.py says why).
+between=()
+if [[ " $stopped " == *" dynamodb-local "* ]]; then
+  between=(bash -c 'scripts/services.sh stop dynamodb-local >/dev/null && scripts/services.sh start >/dev/null')
+fi
+cargo test --workspace --locked --no-run --message-format=json-render-diagnostics \
+  | scripts/test-packages.py "${between[@]}"
+cargo test --workspace --locked --doc
 
 # The deployment checks (docs/design.md §7): the template lints clean and `sam build` produces the
 # three arm64 `bootstrap` binaries exactly as a deploy would. The first build is a release
