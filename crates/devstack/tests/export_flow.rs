@@ -13,8 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::pipeline::Pipeline;
 use tidemark_exporter::config::ExporterConfig;
 use tidemark_exporter::function::Exporter;
 use tidemark_exporter::schedule::State;
@@ -295,13 +294,6 @@ fn value(rows: &Rows, device: &str, at: Timestamp, metric: &str) -> Option<f64> 
 async fn an_exported_day_is_the_apis_day_and_a_late_reading_is_exported_once() {
     let table = TestTable::new("export-flow").await;
     let stream = TestStream::new("export-flow", 1).await;
-    let fast = |name: &str| MappingConfig {
-        batch_size: 100,
-        batching_window: Duration::from_millis(200),
-        poll_interval: Duration::from_millis(100),
-        shard_refresh: Duration::from_secs(1),
-        ..MappingConfig::new(name)
-    };
     // GIVEN the UTC day before yesterday (closed, whatever the time now), a packed device
     // (300 s slots since long before it) and a single one, both registered
     let day = Period::Daily
@@ -326,22 +318,9 @@ async fn an_exported_day_is_the_apis_day_and_a_late_reading_is_exported_once() {
             ))
             .await;
     }
-    let pipeline = Pipeline::start(PipelineConfig {
-        sign_in: None,
-        offline_after_default: 0,
-        watchdog: None,
-        export: None,
-        local: common::local_config(&table, &stream, 1),
-        api_port: 0,
-        functions: Functions::InProcess,
-        ingest: fast("ingest"),
-        aggregator: fast("aggregator"),
-        default_layout: None,
-        default_thresholds: "{}".into(),
-        alerts: None,
-    })
-    .await
-    .unwrap();
+    let pipeline = Pipeline::start(common::in_process(&table, &stream, 100))
+        .await
+        .unwrap();
     let api = pipeline.api_addr;
 
     // WHEN a reading every 10 minutes of the day arrives from each device, late (the day has

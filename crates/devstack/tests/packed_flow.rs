@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{Functions, Pipeline, PipelineConfig};
+use tidemark_devstack::pipeline::Pipeline;
 use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, ShardConfigItem, SlotLen, Timestamp,
 };
@@ -37,13 +36,6 @@ async fn send(stream: &TestStream, records: &[Value]) {
 async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls_up_exactly() {
     let table = TestTable::new("packed-flow").await;
     let stream = TestStream::new("packed-flow", 1).await;
-    let fast = |name: &str| MappingConfig {
-        batch_size: 25,
-        batching_window: Duration::from_millis(200),
-        poll_interval: Duration::from_millis(100),
-        shard_refresh: Duration::from_secs(1),
-        ..MappingConfig::new(name)
-    };
     // GIVEN a device stored singly until t0 + 20 min, packed in 60 s slots until t0 + 40 min,
     // singly again after (its history written before any reading arrives)
     let t0 = Timestamp::from_epoch_millis(
@@ -77,22 +69,9 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
             .await
             .unwrap();
     }
-    let pipeline = Pipeline::start(PipelineConfig {
-        sign_in: None,
-        offline_after_default: 0,
-        watchdog: None,
-        export: None,
-        local: common::local_config(&table, &stream, 1),
-        api_port: 0,
-        functions: Functions::InProcess,
-        ingest: fast("ingest"),
-        aggregator: fast("aggregator"),
-        default_layout: None,
-        default_thresholds: "{}".into(),
-        alerts: None,
-    })
-    .await
-    .unwrap();
+    let pipeline = Pipeline::start(common::in_process(&table, &stream, 25))
+        .await
+        .unwrap();
 
     // WHEN a reading every 20 s over 50 minutes arrives in reverse batches of ten minutes,
     // each batch shuffled, the packed stretch's first batch sent twice,

@@ -40,13 +40,7 @@ pub fn readings_key(prefix: &str, hour_start: Timestamp, part: usize) -> String 
 /// What every rollups file of `bucket` starts with (the rest is `NNNNN.parquet`): an export
 /// of the bucket deletes what else starts so, the parts of a larger earlier export.
 pub fn rollups_stem(prefix: &str, bucket: Bucket) -> String {
-    let start = bucket.start();
-    let folder = format!(
-        "{}/rollups/period={}/dt={}",
-        trimmed(prefix),
-        bucket.period().as_str(),
-        day(start)
-    );
+    let (folder, start) = (rollups_partition(prefix, bucket), bucket.start());
     match bucket {
         Bucket::Hourly(_) => format!("{folder}/hour-{}-", hour(start)),
         Bucket::Daily(_) => format!("{folder}/part-"),
@@ -62,17 +56,21 @@ pub fn rollups_key(prefix: &str, bucket: Bucket, part: usize) -> String {
 /// `_manifest-HH.json` for each hour of the hourly partition its day shares (a leading `_`
 /// hides a file from Athena and Hive).
 pub fn rollups_manifest(prefix: &str, bucket: Bucket) -> String {
-    let start = bucket.start();
-    let folder = format!(
-        "{}/rollups/period={}/dt={}",
-        trimmed(prefix),
-        bucket.period().as_str(),
-        day(start)
-    );
+    let (folder, start) = (rollups_partition(prefix, bucket), bucket.start());
     match bucket {
         Bucket::Hourly(_) => format!("{folder}/_manifest-{}.json", hour(start)),
         Bucket::Daily(_) => format!("{folder}/_manifest.json"),
     }
+}
+
+/// The partition folder holding a bucket's rollups (its period's, its day's).
+fn rollups_partition(prefix: &str, bucket: Bucket) -> String {
+    format!(
+        "{}/rollups/period={}/dt={}",
+        trimmed(prefix),
+        bucket.period().as_str(),
+        day(bucket.start())
+    )
 }
 
 #[cfg(test)]

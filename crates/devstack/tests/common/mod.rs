@@ -126,3 +126,37 @@ pub fn local_config(
         kinesis_endpoint: s.kinesis_endpoint.clone(),
     }
 }
+
+/// A mapping that delivers at once: batches of `batch`, a 200 ms window, polled every 100 ms.
+pub fn fast(name: &str, batch: usize) -> tidemark_devstack::esm::MappingConfig {
+    tidemark_devstack::esm::MappingConfig {
+        batch_size: batch,
+        batching_window: Duration::from_millis(200),
+        poll_interval: Duration::from_millis(100),
+        shard_refresh: Duration::from_secs(1),
+        ..tidemark_devstack::esm::MappingConfig::new(name)
+    }
+}
+
+/// The pipeline in process on the test's table and one-shard stream: fast mappings of
+/// `batch`, no alerts role, no schedules, no sign-in; a test changes what it needs.
+pub fn in_process(
+    table: &tidemark_testkit::TestTable,
+    stream: &tidemark_testkit::TestStream,
+    batch: usize,
+) -> tidemark_devstack::pipeline::PipelineConfig {
+    tidemark_devstack::pipeline::PipelineConfig {
+        sign_in: None,
+        offline_after_default: 0,
+        watchdog: None,
+        export: None,
+        local: local_config(table, stream, 1),
+        api_port: 0,
+        functions: tidemark_devstack::pipeline::Functions::InProcess,
+        ingest: fast("ingest", batch),
+        aggregator: fast("aggregator", batch),
+        default_layout: None,
+        default_thresholds: "{}".into(),
+        alerts: None,
+    }
+}
