@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tidemark_exporter::schedule::{DynamoState, Schedule, State, due_hour, run};
+use tidemark_exporter::schedule::{DynamoState, RunReport, Schedule, State, due_hour, run};
 use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::source::DynamoSource;
 use tidemark_schema::{EntityKey, ExportDirtyItem};
@@ -21,8 +21,14 @@ fn schedule() -> Schedule {
     }
 }
 
-fn far() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(60)
+/// One schedule run at `at` over the table's state and readings, with a minute to spare.
+async fn run_at(t: &TestTable, sink: &MemorySink, schedule: &Schedule, at: &str) -> RunReport {
+    let state = DynamoState::new(t.client.clone(), &t.name);
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    run(&state, &source, sink, schedule, ts(at), deadline)
+        .await
+        .unwrap()
 }
 
 fn readings_in(sink: &MemorySink, hour: &str) -> u64 {
@@ -63,65 +69,28 @@ async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
         t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
     let state = DynamoState::new(t.client.clone(), &t.name);
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
     // WHEN the first run comes at 11:20, THEN it exports the due hour, 10:00, only
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &schedule(),
-        ts("2026-04-20T11:20:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
     assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
     assert_eq!(
         state.cursor().await.unwrap(),
         Some(ts("2026-04-20T10:00:00Z"))
     );
     // AND a run again at the same time exports nothing
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &schedule(),
-        ts("2026-04-20T11:25:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &schedule(), "2026-04-20T11:25:00Z").await;
     assert!(r.exported.is_empty() && r.reexported.is_empty());
     // WHEN the next runs come two hours later, THEN they catch up hour by hour, oldest first
     let two = Schedule {
         max_hours: 1,
         ..schedule()
     };
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &two,
-        ts("2026-04-20T13:20:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &two, "2026-04-20T13:20:00Z").await;
     assert_eq!(
         (r.exported.as_slice(), r.behind),
         ([ts("2026-04-20T11:00:00Z")].as_slice(), 1)
     );
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &two,
-        ts("2026-04-20T13:21:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &two, "2026-04-20T13:21:00Z").await;
     assert_eq!(r.exported, [ts("2026-04-20T12:00:00Z")]);
     assert_eq!(readings_in(&sink, "10"), 1);
     assert_eq!(readings_in(&sink, "11"), 1);
@@ -145,16 +114,7 @@ async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
     };
     t.put(&mark).await;
     // THEN the next run exports it again, with the late reading, and removes the mark
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &schedule(),
-        ts("2026-04-20T13:40:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &schedule(), "2026-04-20T13:40:00Z").await;
     assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
     assert_eq!(readings_in(&sink, "10"), 2);
     assert!(state.dirty().await.unwrap().is_empty());
@@ -182,32 +142,13 @@ async fn a_day_is_exported_with_its_last_hour_and_again_with_a_late_reading() {
     }
     let state = DynamoState::new(t.client.clone(), &t.name);
     state.advance(ts("2026-04-20T21:00:00Z")).await.unwrap();
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
     // WHEN a run exports 22:00 only, THEN the day is not written yet
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &schedule(),
-        ts("2026-04-20T23:20:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &schedule(), "2026-04-20T23:20:00Z").await;
     assert_eq!((r.exported.len(), r.days.len()), (1, 0));
     assert!(daily(&sink, "2026-04-20").is_none());
     // WHEN the next exports 23:00, THEN the day's rollups are written with it
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &schedule(),
-        ts("2026-04-21T00:20:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &schedule(), "2026-04-21T00:20:00Z").await;
     assert_eq!(r.days, [ts("2026-04-20T00:00:00Z")]);
     assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 2);
     // WHEN a late reading lands at 03:00 of the exported day and the hour is marked
@@ -228,16 +169,7 @@ async fn a_day_is_exported_with_its_last_hour_and_again_with_a_late_reading() {
     })
     .await;
     // THEN the next run writes the hour and the day again, the day counting it once
-    let r = run(
-        &state,
-        &source,
-        &sink,
-        &schedule(),
-        ts("2026-04-21T00:40:00Z"),
-        far(),
-    )
-    .await
-    .unwrap();
+    let r = run_at(&t, &sink, &schedule(), "2026-04-21T00:40:00Z").await;
     assert_eq!(r.reexported, [ts("2026-04-20T03:00:00Z")]);
     assert_eq!(r.days, [ts("2026-04-20T00:00:00Z")]);
     assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 3);
