@@ -7,7 +7,9 @@ use http::StatusCode;
 use lambda_http::Request;
 use serde_json::{Value, json};
 use tidemark_schema::table::attr;
-use tidemark_schema::{AlertState, DeviceId, DeviceStatus, EntityKey, Severity, Timestamp, keys};
+use tidemark_schema::{
+    AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, Severity, Timestamp, keys,
+};
 use tidemark_store::Item;
 use tidemark_store::read::{Source, merged_page};
 
@@ -191,15 +193,23 @@ impl<S: Store> App<S> {
             .is_some())
     }
 
+    /// The device item with `lastSeenAt` and `latest` taken from its newest stored reading
+    /// when that is newer ([`DeviceItem::seen`]): a GetItem, the layouts' BatchGetItem and a
+    /// newest-first query per shard of the newest layout.
     async fn get_device(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let item = self
             .store
             .get(EntityKey::Device(id.clone()).key(), true)
             .await?
             .ok_or_else(|| device_not_found(&id))?;
+        let mut device: DeviceItem = tidemark_store::from_item(item)?;
+        let history = self.history_of(&id).await?;
+        if let Some(newest) = self.newest_reading(&id, &history, self.now(), true).await? {
+            device.seen(render::latest(newest)?);
+        }
         Ok((
             StatusCode::OK,
-            render::device_item(item, self.config.offline_after_default)?,
+            render::device(&device, self.config.offline_after_default)?,
         ))
     }
 

@@ -6,8 +6,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, LayoutHistory, QuarantineItem,
-    QuarantinePartItem, ReadingItem, Timestamp, number,
+    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, LatestReading, LayoutHistory,
+    QuarantineItem, QuarantinePartItem, ReadingItem, Timestamp, number,
 };
 use tidemark_store::Item;
 
@@ -114,6 +114,16 @@ pub fn reading(item: Item) -> Result<Value, ApiError> {
     let r: ReadingItem = tidemark_store::from_item(item)?;
     let (reading, _shard) = r.to_reading().map_err(corrupt)?;
     Ok(reading.to_json())
+}
+
+/// A stored reading item as the `latest` a device item carries.
+pub fn latest(item: Item) -> Result<LatestReading, ApiError> {
+    let r: ReadingItem = tidemark_store::from_item(item)?;
+    let (reading, _shard) = r.to_reading().map_err(corrupt)?;
+    Ok(LatestReading {
+        timestamp: reading.timestamp,
+        metrics: reading.metrics,
+    })
 }
 
 pub fn aggregate(item: Item) -> Result<Value, ApiError> {

@@ -17,7 +17,10 @@ use tidemark_testkit::TestTable;
 
 fn sample_device_json() -> Value {
     json!({"deviceId":"sensor_01","name":"Warehouse Temp A","type":"sensor","status":"active",
-           "firmware":"2.1.0","createdAt":"2026-04-01T09:00:00.000000Z","connectivity":"unknown"})
+           "firmware":"2.1.0","createdAt":"2026-04-01T09:00:00.000000Z","connectivity":"unknown",
+           "lastSeenAt":"2026-04-20T14:01:00.000000Z",
+           "latest":{"timestamp":"2026-04-20T14:01:00.000000Z",
+                     "metrics":{"temperature":22.5,"humidity":44,"battery":87}}})
 }
 
 fn sample_alert_json() -> Value {
@@ -41,6 +44,36 @@ async fn ap1_device_by_id_returns_the_item_without_keys() {
 }
 
 #[tokio::test]
+async fn a_device_shows_its_newest_stored_reading_as_last_seen_whatever_its_item_holds() {
+    // GIVEN a device item the pipeline last wrote at 14:00 (it is not rewritten for
+    // `lastSeenAt` alone) and readings stored up to 14:01
+    let t = sample_table("api-last-seen").await;
+    let mut d = sample_device();
+    d.last_seen_at = Some(ts("2026-04-20T14:00:00Z"));
+    d.latest = Some(tidemark_schema::LatestReading {
+        timestamp: ts("2026-04-20T14:00:00Z"),
+        metrics: [(metric("temperature"), 22.4)].into(),
+    });
+    put(&t, &d).await;
+    // WHEN it is read
+    let (status, body) = get(&app(&t), "/devices/sensor_01").await;
+    // THEN `lastSeenAt` and `latest` are the newest stored reading, as fresh as ingest
+    assert_eq!(status, 200);
+    assert_eq!(body["lastSeenAt"], "2026-04-20T14:01:00.000000Z");
+    assert_eq!(
+        body["latest"],
+        json!({"timestamp":"2026-04-20T14:01:00.000000Z",
+               "metrics":{"temperature":22.5,"humidity":44,"battery":87}})
+    );
+    // AND an item ahead of the stored readings (they expired, or were deleted) keeps its own
+    d.last_seen_at = Some(ts("2026-04-20T14:30:00Z"));
+    put(&t, &d).await;
+    let (_, body) = get(&app(&t), "/devices/sensor_01").await;
+    assert_eq!(body["lastSeenAt"], "2026-04-20T14:30:00.000000Z");
+    assert_eq!(body["latest"]["timestamp"], "2026-04-20T14:00:00.000000Z");
+}
+
+#[tokio::test]
 async fn ap2_devices_by_status() {
     let t = sample_table("api-ap2").await;
     let mut other = sample_device();
@@ -51,9 +84,12 @@ async fn ap2_devices_by_status() {
     other.gsi1pk = tidemark_schema::keys::status_gsi1pk(DeviceStatus::Maintenance, None);
     put(&t, &other).await;
     let app = app(&t);
-    // The listing has what GSI1 projects: no connectivity (GET /devices/{id} has it).
+    // The listing has the items as GSI1 projects them: no connectivity, and no
+    // `lastSeenAt` or `latest` newer than the item's (GET /devices/{id} has those).
     let mut summary = sample_device_json();
-    summary.as_object_mut().unwrap().remove("connectivity");
+    for key in ["connectivity", "lastSeenAt", "latest"] {
+        summary.as_object_mut().unwrap().remove(key);
+    }
     assert_eq!(
         get(&app, "/devices?status=active").await,
         (200, json!({"items":[summary],"cursor":null}))

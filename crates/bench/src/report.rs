@@ -168,7 +168,7 @@ fn k_per_window(runs: &[DesignRun], scenario: &str) -> f64 {
 /// What the aggregator's item count per device-invocation is made of.
 const TOUCHES: &str = "the hourly item every time, the daily item once a day (a placeholder \
      while the day is open, folded when it closes), the device item only when it is new, an \
-     alert changes, or its lastSeenAt lags the newest reading by DEVICE_REFRESH_SECONDS (900)";
+     alert changes, or its lastSeenAt lags the newest reading by DEVICE_REFRESH_SECONDS (86400)";
 
 /// Why 1 + items/k stays above `limit` even with whole windows per invocation.
 fn structural(items: f64, k: f64, limit: f64) -> String {

@@ -284,8 +284,8 @@ pub const WRITE_CONCURRENCY: Setting = s(
 
 pub const DEVICE_REFRESH_SECONDS: Setting = s(
     "DEVICE_REFRESH_SECONDS",
-    "900",
-    "how far `lastSeenAt` may lag before the device item is rewritten for it alone",
+    "86400",
+    "how far the device item's `lastSeenAt` may lag before it is rewritten for it alone (`GET /devices/{id}` reads the newest reading)",
     &[Aggregator, Alerts],
 );
 

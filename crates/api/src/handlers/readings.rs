@@ -238,7 +238,7 @@ impl<S: Store> App<S> {
     /// The newest unexpired reading of the device: its layout segments newest first, each
     /// one's partitions (single items or packed slots) merged newest-first for one reading,
     /// until one has any. Usually the newest segment answers, in one query per shard.
-    async fn newest_reading(
+    pub(super) async fn newest_reading(
         &self,
         id: &DeviceId,
         history: &LayoutHistory,

@@ -234,6 +234,17 @@ impl DeviceItem {
         }
     }
 
+    /// `lastSeenAt` and `latest` brought up to `newest`, a stored reading, when it is newer
+    /// than what the item holds: the pipeline writes the item when something on it changes,
+    /// not for every reading (docs/decisions/0003-write-cost-floors.md), so readers of one
+    /// device take these two from its readings.
+    pub fn seen(&mut self, newest: LatestReading) {
+        if self.last_seen_at.is_none_or(|l| newest.timestamp > l) {
+            self.last_seen_at = Some(newest.timestamp);
+            self.latest = Some(newest);
+        }
+    }
+
     /// Its offline window: its own `offlineAfterSeconds`, else the fleet's; `None` when
     /// either says 0.
     pub fn offline_after(&self, fleet_default: u32) -> Option<u32> {
