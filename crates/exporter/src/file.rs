@@ -184,6 +184,67 @@ pub fn rollup_files(mut rows: Vec<RollupRow>) -> Result<Vec<(Vec<u8>, u64)>, Exp
         .collect()
 }
 
+/// The rows of a rollups file, as [`rollup_files`] wrote them: a day's export merges its
+/// hours' rows instead of walking the day's readings again. `m2` comes back from the
+/// standard deviation (to within rounding), absent where the file has no spread for a
+/// rollup of two readings or more.
+pub fn read_rollup_rows(file: Vec<u8>) -> Result<Vec<RollupRow>, ExportError> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+    let reader = SerializedFileReader::new(bytes::Bytes::from(file))?;
+    let mut out = Vec::new();
+    for row in reader.get_row_iter(None)? {
+        let row = row?;
+        let fields: Vec<&Field> = row.get_column_iter().map(|(_, f)| f).collect();
+        let at = |i: usize| fields.get(i).copied().unwrap_or(&Field::Null);
+        let long = |i: usize| match at(i) {
+            Field::Long(v) | Field::TimestampMicros(v) => Some(*v),
+            _ => None,
+        };
+        let double = |i: usize| match at(i) {
+            Field::Double(v) => Some(*v),
+            _ => None,
+        };
+        let text = |i: usize| match at(i) {
+            Field::Str(v) => Some(v.clone()),
+            _ => None,
+        };
+        let need = |i: usize| columns::ROLLUPS[i].name;
+        let count = long(3)
+            .and_then(|c| u64::try_from(c).ok())
+            .ok_or(ExportError::Missing(need(3)))?;
+        let point = |t: usize, v: usize| -> Option<(tidemark_schema::Timestamp, f64)> {
+            Some((
+                tidemark_schema::Timestamp::from_epoch_micros(long(t)?).ok()?,
+                double(v)?,
+            ))
+        };
+        let (first, last) = (point(8, 9), point(10, 11));
+        let m2 = match double(7) {
+            Some(sd) => Some(sd * sd * (count.saturating_sub(1)) as f64),
+            // No spread below two readings; none kept before the spread was.
+            None if count < 2 && first.is_some() => Some(0.0),
+            None => None,
+        };
+        out.push(RollupRow {
+            device: text(0).ok_or(ExportError::Missing(need(0)))?,
+            bucket_start_us: long(1).ok_or(ExportError::Missing(need(1)))?,
+            metric: text(2).ok_or(ExportError::Missing(need(2)))?,
+            stats: Stats {
+                count,
+                sum: double(4).ok_or(ExportError::Missing(need(4)))?,
+                min: double(5).ok_or(ExportError::Missing(need(5)))?,
+                max: double(6).ok_or(ExportError::Missing(need(6)))?,
+                m2,
+                first,
+                last,
+                sketch: None,
+            },
+        });
+    }
+    Ok(out)
+}
+
 fn properties() -> Result<WriterProperties, ExportError> {
     Ok(WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))

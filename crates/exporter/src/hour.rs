@@ -4,8 +4,10 @@
 //! rollups. Objects are written before the manifest, which a reader takes as the partition's
 //! completeness record, and stale ones removed after it.
 
-use serde::Serialize;
-use tidemark_schema::{AggregateItem, Bucket, DeviceId, Period, Reading, Timestamp};
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Period, Reading, Stats, Timestamp};
 
 use crate::ExportError;
 use crate::file::{self, ReadingRow, ReadingsWriter, RollupRow};
@@ -18,7 +20,7 @@ const PARQUET: &str = "application/vnd.apache.parquet";
 
 /// What one bucket's export wrote; also its manifest. An hour's readings partition counts
 /// its readings files; a rollups manifest (the hour's, the day's) counts its rollup files.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BucketExport {
     pub period: Period,
@@ -35,7 +37,7 @@ pub struct BucketExport {
     pub files: Vec<FileEntry>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileEntry {
     /// The object's name in its partition folder.
     pub name: String,
@@ -238,8 +240,36 @@ pub async fn export_hour<S: Source, K: Sink>(
     Ok(report)
 }
 
-/// Exports the daily rollups of the UTC day holding `day` (closed: the caller sees to it),
-/// folded from the day's readings as the hours' are, one device at a time.
+/// The hourly rollups an earlier export of `hour` left (its manifest, then its files), or
+/// `None` when the hour was never exported.
+async fn exported_hour<K: Sink>(
+    sink: &K,
+    prefix: &str,
+    hour: Bucket,
+) -> Result<Option<(BucketExport, Vec<RollupRow>)>, ExportError> {
+    let Some(body) = sink.read(&paths::rollups_manifest(prefix, hour)).await? else {
+        return Ok(None);
+    };
+    let manifest: BucketExport = serde_json::from_slice(&body).map_err(ExportError::Manifest)?;
+    let mut rows = Vec::new();
+    for (i, f) in manifest.files.iter().enumerate() {
+        let key = paths::rollups_key(prefix, hour, i);
+        let file = sink.read(&key).await?.filter(|_| name_of(&key) == f.name);
+        let Some(file) = file else {
+            // A manifest listing what is not there (an export overtaken mid-way): the
+            // hour's readings say it instead.
+            return Ok(None);
+        };
+        rows.extend(file::read_rollup_rows(file)?);
+    }
+    Ok(Some((manifest, rows)))
+}
+
+/// Exports the daily rollups of the UTC day holding `day` (closed: the caller sees to it):
+/// each device's day is its exported hours' rollups merged in hour order, as readers sum a
+/// day from its hours, and an hour never exported (before the schedule's first) is folded
+/// from its readings. So a day costs 24 small reads, not a walk of its readings, which for a
+/// large fleet would not fit in one invocation and would be retried forever.
 pub async fn export_day<S: Source, K: Sink>(
     source: &S,
     sink: &K,
@@ -248,18 +278,51 @@ pub async fn export_day<S: Source, K: Sink>(
 ) -> Result<BucketExport, ExportError> {
     let bucket = Period::Daily.bucket(day);
     let mut report = BucketExport::new(bucket);
-    let mut rollups = Vec::new();
-    for device in source.devices().await? {
-        let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, bucket));
-        let seen = report
-            .read(source, &device, bucket, |r| {
-                item.add_reading(r.timestamp, &r.metrics)
-            })
-            .await?;
-        if seen {
-            rollups.extend(rollup_rows(&device, bucket, item));
+    let mut days: BTreeMap<(String, String), Stats> = BTreeMap::new();
+    let mut devices = BTreeSet::new();
+    let mut add = |device: String, metric: String, stats: &Stats| {
+        devices.insert(device.clone());
+        match days.entry((device, metric)) {
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(stats.clone());
+            }
+            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().merge(stats),
         }
+    };
+    let mut hour = Period::Hourly.bucket(bucket.start());
+    while hour.start() < bucket.end_exclusive() {
+        if let Some((manifest, rows)) = exported_hour(sink, prefix, hour).await? {
+            report.readings += manifest.readings;
+            report.unreadable += manifest.unreadable;
+            for r in rows {
+                add(r.device, r.metric, &r.stats);
+            }
+        } else {
+            for device in source.devices().await? {
+                let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, hour));
+                report
+                    .read(source, &device, hour, |r| {
+                        item.add_reading(r.timestamp, &r.metrics)
+                    })
+                    .await?;
+                for (metric, stats) in &item.metrics {
+                    add(device.to_string(), metric.to_string(), stats);
+                }
+            }
+        }
+        hour = Period::Hourly.bucket(hour.end_exclusive());
     }
+    report.devices = devices.len();
+    let start_us = bucket.start().epoch_micros();
+    let rollups: Vec<RollupRow> = days
+        .into_iter()
+        .map(|((device, metric), stats)| RollupRow {
+            device,
+            bucket_start_us: start_us,
+            metric,
+            stats,
+        })
+        .collect();
     report.rows = rollups.len() as u64;
     write(
         sink,

@@ -92,4 +92,30 @@ impl Sink for S3Sink {
             .map_err(|e| s3_err("DeleteObject", aws_sdk_s3::error::DisplayErrorContext(e)))?;
         Ok(())
     }
+
+    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ExportError> {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return Ok(None),
+            Err(e) => {
+                return Err(s3_err(
+                    "GetObject",
+                    aws_sdk_s3::error::DisplayErrorContext(e),
+                ));
+            }
+        };
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| s3_err("GetObject", e))?;
+        Ok(Some(body.into_bytes().to_vec()))
+    }
 }

@@ -1,8 +1,8 @@
 //! The export schedule: each run exports the hours that have closed (plus a grace for late
 //! readings) since the last run's, oldest first, then again every hour the rollups role
 //! marked as changed after it closed; all within the invocation's deadline, the rest left
-//! to the next run. A day's daily rollups are exported with its last hour, and again with
-//! any re-exported hour of a day already complete. Two runs at once export the same hours with the same bytes, and the
+//! to the next run. A day's daily rollups are exported with its last hour, and again after
+//! its re-exported hours once the day is complete (they are merged from its hours' files). Two runs at once export the same hours with the same bytes, and the
 //! cursor only moves forward.
 
 use std::time::Duration;
@@ -93,6 +93,7 @@ pub async fn run<T: State, S: Source, K: Sink>(
         next = next.plus_millis(HOUR_MS).unwrap_or(Timestamp::MAX);
     }
     let cursor = state.cursor().await?;
+    let mut redone = Vec::new();
     for d in state.dirty().await? {
         // An hour the schedule has not reached yet is exported when it is.
         if cursor.is_none_or(|c| d.hour > c) {
@@ -104,14 +105,27 @@ pub async fn run<T: State, S: Source, K: Sink>(
         }
         let h = export_hour(source, sink, &schedule.prefix, d.hour).await?;
         report.readings += h.readings;
-        // A day the cursor has passed was exported whole: it changed with the hour.
+        redone.push(d);
+    }
+    // A day the cursor has passed was exported: it changed with its hours, and is merged
+    // from them once they are all redone (even if this run exported it already, before).
+    let mut days: Vec<Timestamp> = Vec::new();
+    for d in &redone {
         let day = Period::Daily.bucket(d.hour);
         let complete =
             cursor.is_some_and(|c| c >= day.end_exclusive().minus_millis(HOUR_MS).unwrap_or(c));
-        if complete && !report.days.contains(&day.start()) {
+        if complete && !days.contains(&day.start()) {
             export_day(source, sink, &schedule.prefix, d.hour).await?;
-            report.days.push(day.start());
+            days.push(day.start());
         }
+    }
+    for day in days {
+        if !report.days.contains(&day) {
+            report.days.push(day);
+        }
+    }
+    // Marks go last: a run cut short before its days leaves them for the next run.
+    for d in redone {
         state.clear(&d).await?;
         report.reexported.push(d.hour);
     }

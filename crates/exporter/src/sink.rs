@@ -16,6 +16,8 @@ pub trait Sink {
     /// The keys under `prefix`, in order.
     fn keys(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, ExportError>> + Send;
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// The object `key`, or `None` when there is none.
+    fn read(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, ExportError>> + Send;
 }
 
 /// Objects in memory, for tests.
@@ -58,5 +60,9 @@ impl Sink for MemorySink {
             m.remove(key);
         }
         Ok(())
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ExportError> {
+        Ok(self.get(key))
     }
 }

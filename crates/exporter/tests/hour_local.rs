@@ -339,3 +339,69 @@ async fn a_day_exports_each_devices_daily_rollups_folded_from_its_readings() {
         (&"daily".into(), &25.into())
     );
 }
+
+#[tokio::test]
+async fn a_day_merges_its_exported_hours_and_folds_from_readings_only_the_hours_never_exported() {
+    use tidemark_exporter::hour::export_day;
+    // GIVEN a device with two readings in every hour of the day, hours 00 to 22 exported
+    let t = TestTable::new("export-day-hours").await;
+    register(&t, "d1").await;
+    let mut values = Vec::new();
+    for h in 0..24 {
+        for (m, v) in [(10, h as f64), (40, h as f64 + 0.5)] {
+            let at = ts(&format!("2026-04-20T{h:02}:{m}:00Z"));
+            t.put(&reading("d1", at, &[("t", v)], None)).await;
+            values.push(v);
+        }
+    }
+    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let sink = MemorySink::default();
+    for h in 0..23 {
+        let hour = ts(&format!("2026-04-20T{h:02}:00:00Z"));
+        export_hour(&source, &sink, "p", hour).await.unwrap();
+    }
+    // AND a late reading into exported hour 05 that has not been re-exported yet, and one
+    // into hour 23, which never was
+    t.put(&reading(
+        "d1",
+        ts("2026-04-20T05:59:00Z"),
+        &[("t", 1000.0)],
+        None,
+    ))
+    .await;
+    t.put(&reading(
+        "d1",
+        ts("2026-04-20T23:59:00Z"),
+        &[("t", 50.0)],
+        None,
+    ))
+    .await;
+    values.push(50.0);
+    // WHEN the day is exported
+    let rep = export_day(&source, &sink, "p", ts("2026-04-20T00:00:00Z"))
+        .await
+        .unwrap();
+    // THEN it is the exported hours as they were (no 1000: hour 05's re-export brings it,
+    // and the day with it) and hour 23 from its readings
+    assert_eq!((rep.devices, rep.readings, rep.rows), (1, 49, 1));
+    let body = sink
+        .get("p/rollups/period=daily/dt=2026-04-20/part-00000.parquet")
+        .unwrap();
+    let row = tidemark_exporter::file::read_rollup_rows(body).unwrap();
+    let s = &row[0].stats;
+    assert_eq!(
+        (s.count, s.sum, s.min, s.max),
+        (49, values.iter().sum(), 0.0, 50.0)
+    );
+    // AND its spread is the readings' (the hours' files keep the standard deviation)
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    assert!(
+        (s.stddev().unwrap() - sd).abs() < 1e-9,
+        "{:?} vs {sd}",
+        s.stddev()
+    );
+    assert_eq!(s.first.unwrap().1, 0.0);
+    assert_eq!(s.last.unwrap().1, 50.0);
+}

@@ -133,45 +133,45 @@ fn daily(sink: &MemorySink, day: &str) -> Option<serde_json::Value> {
 }
 
 #[tokio::test]
-async fn a_day_is_exported_with_its_last_hour_and_again_with_a_late_reading() {
-    // GIVEN readings at 22:30 and 23:30, and the cursor at 21:00
+async fn a_day_is_exported_with_its_last_hour_and_again_after_late_readings_in_two_hours() {
+    // GIVEN readings at 22:30 and 23:30, and the cursor at the hour before the day
     let t = TestTable::new("export-days").await;
     register(&t, "d1").await;
     for at in ["2026-04-20T22:30:00Z", "2026-04-20T23:30:00Z"] {
         t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
     let state = DynamoState::new(t.client.clone(), &t.name);
-    state.advance(ts("2026-04-20T21:00:00Z")).await.unwrap();
+    state.advance(ts("2026-04-19T23:00:00Z")).await.unwrap();
     let sink = MemorySink::default();
-    // WHEN a run exports 22:00 only, THEN the day is not written yet
+    // WHEN a run exports 00:00 to 22:00, THEN the day is not written yet
     let r = run_at(&t, &sink, &schedule(), "2026-04-20T23:20:00Z").await;
-    assert_eq!((r.exported.len(), r.days.len()), (1, 0));
+    assert_eq!((r.exported.len(), r.days.len()), (23, 0));
     assert!(daily(&sink, "2026-04-20").is_none());
     // WHEN the next exports 23:00, THEN the day's rollups are written with it
     let r = run_at(&t, &sink, &schedule(), "2026-04-21T00:20:00Z").await;
     assert_eq!(r.days, [ts("2026-04-20T00:00:00Z")]);
     assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 2);
-    // WHEN a late reading lands at 03:00 of the exported day and the hour is marked
-    t.put(&reading(
-        "d1",
-        ts("2026-04-20T03:00:00Z"),
-        &[("t", 5.0)],
-        None,
-    ))
-    .await;
-    let k = EntityKey::ExportDirty(ts("2026-04-20T03:00:00Z")).key();
-    t.put(&ExportDirtyItem {
-        pk: k.pk,
-        sk: k.sk,
-        hour: ts("2026-04-20T03:00:00Z"),
-        marked_at: ts("2026-04-21T00:30:00Z"),
-        marks: 1,
-    })
-    .await;
-    // THEN the next run writes the hour and the day again, the day counting it once
+    // WHEN late readings land in exported hours 03:00 and 05:00 and both hours are marked
+    for hour in ["2026-04-20T03:00:00Z", "2026-04-20T05:00:00Z"] {
+        t.put(&reading("d1", ts(hour), &[("t", 5.0)], None)).await;
+        let k = EntityKey::ExportDirty(ts(hour)).key();
+        t.put(&ExportDirtyItem {
+            pk: k.pk,
+            sk: k.sk,
+            hour: ts(hour),
+            marked_at: ts("2026-04-21T00:30:00Z"),
+            marks: 1,
+        })
+        .await;
+    }
+    // THEN the next run writes both hours and then the day, merged from all of them: the day
+    // counts each late reading once
     let r = run_at(&t, &sink, &schedule(), "2026-04-21T00:40:00Z").await;
-    assert_eq!(r.reexported, [ts("2026-04-20T03:00:00Z")]);
+    assert_eq!(
+        r.reexported,
+        [ts("2026-04-20T03:00:00Z"), ts("2026-04-20T05:00:00Z")]
+    );
     assert_eq!(r.days, [ts("2026-04-20T00:00:00Z")]);
-    assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 3);
-    assert_eq!(readings_in(&sink, "03"), 1);
+    assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 4);
+    assert_eq!((readings_in(&sink, "03"), readings_in(&sink, "05")), (1, 1));
 }
