@@ -524,4 +524,47 @@ mod tests {
         let names: Vec<&str> = back[0].iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, columns::ROLLUPS.map(|c| c.name));
     }
+
+    #[test]
+    fn rollup_rows_read_back_as_written_with_the_spread_from_the_deviation() {
+        let at = |s: i64| Timestamp::from_epoch_millis(1_776_693_600_000 + s * 1000).unwrap();
+        let mut spread = Stats::at(at(3), 1.0);
+        spread.merge(&Stats::at(at(9), 3.0));
+        spread.merge(&Stats::at(at(12), 8.5));
+        let row = |metric: &str, stats: Stats| RollupRow {
+            device: "d".into(),
+            bucket_start_us: at(0).epoch_micros(),
+            metric: metric.into(),
+            stats,
+        };
+        let old = Stats {
+            count: 2,
+            sum: 4.0,
+            min: 1.0,
+            max: 3.0,
+            ..Stats::EMPTY
+        };
+        let rows = vec![
+            row("a_spread", spread.clone()),
+            row("b_one", Stats::at(at(5), -2.0)),
+            row("c_old", old.clone()),
+        ];
+        let files = rollup_files(rows.clone()).unwrap();
+        let back = read_rollup_rows(files[0].0.clone()).unwrap();
+        assert_eq!(back.len(), 3);
+        // A spread comes back to within rounding; everything else exactly.
+        let m2 = back[0].stats.m2.unwrap();
+        assert!((m2 - spread.m2.unwrap()).abs() < 1e-12, "{m2}");
+        let exact = |mut s: Stats| {
+            s.m2 = s.m2.map(|_| 0.0);
+            s
+        };
+        assert_eq!(exact(back[0].stats.clone()), exact(spread));
+        assert_eq!(back[1].stats, Stats::at(at(5), -2.0));
+        assert_eq!(back[2].stats, old);
+        assert_eq!(
+            (back[2].device.as_str(), back[2].metric.as_str()),
+            ("d", "c_old")
+        );
+    }
 }
