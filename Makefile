@@ -65,7 +65,7 @@ validate:
 	PATH="$(TOOLS):$$PATH" sam validate --lint
 	$(TOOLS)/../checkov/bin/checkov -f template.yaml --framework cloudformation --compact --quiet --skip-download
 
-## build: sam build: the three functions as arm64 `bootstrap` binaries under .aws-sam/
+## build: sam build: every function (ingest, both aggregator roles, API, watchdog, exporter) as arm64 `bootstrap` binaries under .aws-sam/
 build:
 	PATH="$(TOOLS):$$PATH" sam build --beta-features
 

@@ -253,6 +253,22 @@ fn layout_label(l: Layout) -> String {
     }
 }
 
+/// Writes each device costs once a day, outside the steady hour measured: its day's
+/// placeholder and close, and the device item's rewrite for `lastSeenAt` alone
+/// (`DeviceRefreshSeconds`, a day).
+const DAILY_WRITES: f64 = 3.0;
+
+/// `r`'s write units per reading in a long run: what it measured plus [`DAILY_WRITES`] over
+/// a device's readings of a day (arithmetic, not measured).
+fn long_run(r: &DesignRun) -> f64 {
+    let interval_us = match r.scenario.as_str() {
+        "1hz" => Scenario::one_hz(1, 1, 1).interval_us,
+        "standard" => Scenario::standard(1, 1, 1).interval_us,
+        _ => Scenario::hot(1, 1).interval_us,
+    };
+    r.wru_per_reading() + DAILY_WRITES * interval_us as f64 / 86_400e6
+}
+
 fn markdown(rep: &Report) -> String {
     let mut md = String::from(
         "# Packed readings: write, read and storage cost\n\n\
@@ -265,12 +281,14 @@ fn markdown(rep: &Report) -> String {
          units per stored reading, with batching windows that open at the first record \
          (docs/decisions/0003-write-cost-floors.md), over a steady hour of the 1 Hz and standard \
          fleets (each device's hour written as in a long run) and after the first window of the \
-         2 kHz device. *Before* is the code before the device item stopped being rewritten every \
+         2 kHz device; *long run* adds what a device costs once a day outside that hour (its \
+         day's placeholder and close, and the device item's daily rewrite for `lastSeenAt`: \
+         3 writes over its readings of a day, arithmetic), and the verdict is on it. *Before* is the code before the device item stopped being rewritten every \
          15 minutes for `lastSeenAt` alone (commit d3003b6), then where given before hours were \
          written once they close (commit 41f0f71, measured after the first window: its hours \
          cost the same in every batch) and before packed values took the decimal mode (commit \
          8bd3903).\n\n\
-         | target | goal | before | measured | verdict |\n|---|---|---|---|---|\n",
+         | target | goal | before | measured | long run | verdict |\n|---|---|---|---|---|---|\n",
     );
     let find = |scenario: &str, layout: &str, window: f64| {
         rep.runs.iter().find(|r| {
@@ -293,15 +311,16 @@ fn markdown(rep: &Report) -> String {
     for (scenario, layout, window, label, goal, before) in TARGETS {
         if let Some(r) = find(scenario, layout, window) {
             md.push_str(&format!(
-                "| {label} | ≤ {goal} | {before} | {} | {} |\n",
+                "| {label} | ≤ {goal} | {before} | {} | {:.4} | {} |\n",
                 split(r),
-                verdict(r.wru_per_reading() <= goal)
+                long_run(r),
+                verdict(long_run(r) <= goal)
             ));
         }
     }
     if let Some(r) = find("hot", "packed:1", 1.0) {
         md.push_str(&format!(
-            "| 2 kHz device stored whole, packed, no write sharding | all readings, 1 key | – | {} of {} stored in {} slot items on one key | {} |\n",
+            "| 2 kHz device stored whole, packed, no write sharding | all readings, 1 key | – | {} of {} stored in {} slot items on one key | – | {} |\n",
             r.readings_stored,
             r.readings_sent,
             r.storage.items,
@@ -311,16 +330,16 @@ fn markdown(rep: &Report) -> String {
     let cpu = tidemark_bench::artifacts::criterion_results("ingest");
     match cpu.iter().find(|f| f.id.contains("decode_validate_pack")) {
         Some(f) => md.push_str(&format!(
-            "| ingest CPU per packed reading (decode, validate, merge into its slot, encode) | ≤ 3 µs | – | {:.2} µs (criterion `{}`) | {} |\n",
+            "| ingest CPU per packed reading (decode, validate, merge into its slot, encode) | ≤ 3 µs | – | {:.2} µs (criterion `{}`) | – | {} |\n",
             f.ns_per_reading / 1000.0,
             f.id,
             verdict(f.ns_per_reading <= 3000.0)
         )),
         None => md.push_str(
-            "| ingest CPU per packed reading | ≤ 3 µs | – | not measured: run `cargo bench -p tidemark-ingest --bench decode` first (`make bench` does) | – |\n",
+            "| ingest CPU per packed reading | ≤ 3 µs | – | not measured: run `cargo bench -p tidemark-ingest --bench decode` first (`make bench` does) | – | – |\n",
         ),
     }
-    if let Some(r) = find("standard", "packed:300", 300.0).filter(|r| r.wru_per_reading() > 0.25) {
+    if let Some(r) = find("standard", "packed:300", 300.0).filter(|r| long_run(r) > 0.25) {
         md.push_str(&format!(
             "\nWhy the standard fleet misses (docs/decisions/0003-write-cost-floors.md has the \
              arithmetic): a 300 s window that opens at its first record holds the end of one \
