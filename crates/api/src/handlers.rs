@@ -185,12 +185,20 @@ impl<S: Store> App<S> {
             .transpose()
     }
 
-    async fn device_exists(&self, id: &DeviceId) -> Result<bool, ApiError> {
+    /// The device's item, read strongly `consistent` or not; `None` when it is not registered.
+    pub(crate) async fn device_item(
+        &self,
+        id: &DeviceId,
+        consistent: bool,
+    ) -> Result<Option<Item>, ApiError> {
         Ok(self
             .store
-            .get(EntityKey::Device(id.clone()).key(), false)
-            .await?
-            .is_some())
+            .get(EntityKey::Device(id.clone()).key(), consistent)
+            .await?)
+    }
+
+    async fn device_exists(&self, id: &DeviceId) -> Result<bool, ApiError> {
+        Ok(self.device_item(id, false).await?.is_some())
     }
 
     /// The device item with `lastSeenAt` and `latest` taken from its newest stored reading
@@ -198,8 +206,7 @@ impl<S: Store> App<S> {
     /// newest-first query per shard of the newest layout.
     async fn get_device(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let item = self
-            .store
-            .get(EntityKey::Device(id.clone()).key(), true)
+            .device_item(&id, true)
             .await?
             .ok_or_else(|| device_not_found(&id))?;
         let mut device: DeviceItem = tidemark_store::from_item(item)?;

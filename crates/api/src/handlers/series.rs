@@ -241,15 +241,11 @@ impl<S: Store> App<S> {
 
     /// Whether the device keeps quantile sketches in its rollups (`None`: no such device).
     async fn device_percentiles(&self, id: &DeviceId) -> Result<Option<bool>, ApiError> {
-        Ok(self
-            .store
-            .get(EntityKey::Device(id.clone()).key(), false)
-            .await?
-            .map(|item| {
-                item.get(tidemark_schema::field::PERCENTILES)
-                    .and_then(|v| v.as_bool().ok())
-                    .is_some_and(|b| *b)
-            }))
+        Ok(self.device_item(id, false).await?.map(|item| {
+            item.get(tidemark_schema::field::PERCENTILES)
+                .and_then(|v| v.as_bool().ok())
+                .is_some_and(|b| *b)
+        }))
     }
 
     /// A page of hourly or daily buckets from the rollups, read as `GET /aggregates` reads
