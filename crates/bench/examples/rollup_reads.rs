@@ -10,7 +10,8 @@
 //! steady hour, leaving a closed hour, an open hour with its readings and an open day; the
 //! closed hour is copied to the other hours of the 7 days and, summed 24 times, to the other
 //! days of the 90 (keys moved, sizes kept). Reads go through the API handler behind the
-//! metering proxy, pages of 100.
+//! metering proxy, pages of 100. Last, what `GET /devices/{id}` reads for the same device,
+//! against its device item alone.
 //!
 //!   cargo run --release -p tidemark-bench --example rollup_reads
 
@@ -50,6 +51,40 @@ async fn read_all(app: &App, meter: &Meter, uri: &str) -> Result<(f64, u64), Ben
     meter.take().await;
     let (buckets, _) = tidemark_bench::api::read_pages(app, &format!("{uri}&limit=100")).await?;
     Ok((meter.take().await.reads().0.total, buckets))
+}
+
+/// Read units of the device item alone (strongly consistent: what `GET /devices/{id}` read
+/// before it took `lastSeenAt` from the readings) and of the route as it is now.
+async fn device_reads(
+    app: &App,
+    meter: &Meter,
+    device: &tidemark_schema::DeviceId,
+    table: &str,
+) -> Result<(f64, f64), BenchError> {
+    let key = tidemark_schema::EntityKey::Device(device.clone()).key();
+    let client = tidemark_store::dynamodb_client(&ClientSettings::local(meter.endpoint())).await;
+    meter.take().await;
+    client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(tidemark_store::batch_get::key_item(&key)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let item = meter.take().await.reads().0.total;
+    let req: lambda_http::Request = http::Request::builder()
+        .uri(format!("/devices/{device}"))
+        .body(lambda_http::Body::Empty)
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let resp = app.handle(req).await;
+    if !resp.status().is_success() {
+        return Err(BenchError::Other(format!(
+            "GET /devices/{device}: {}",
+            resp.status()
+        )));
+    }
+    Ok((item, meter.take().await.reads().0.total))
 }
 
 #[tokio::main]
@@ -141,6 +176,7 @@ async fn main() -> Result<(), BenchError> {
     put_all(&direct, "whole", &all_hours).await;
     put_all(&direct, "whole", &all_days).await;
     let mut rows = Vec::new();
+    let mut device_route = None;
     for (label, table) in [
         ("every hour and day closed (the baseline)", "whole"),
         ("the newest hour and day open (as served now)", "source"),
@@ -168,6 +204,9 @@ async fn main() -> Result<(), BenchError> {
             "rollup_reads: {label}: hourly 7 d {hourly_rru:.1} RRU ({hourly_n} buckets), daily 90 d {daily_rru:.1} RRU ({daily_n} buckets)"
         );
         rows.push((label, hourly_rru, hourly_n, daily_rru, daily_n));
+        if table == "source" {
+            device_route = Some(device_reads(&app, &meter, &device, table).await?);
+        }
     }
     local.stop().await;
 
@@ -217,6 +256,16 @@ async fn main() -> Result<(), BenchError> {
             .filter(|r| Period::Hourly.bucket(r.at) == Period::Hourly.bucket(end))
             .count(),
     ));
+    if let Some((item, route)) = device_route {
+        md.push_str(&format!(
+            "\n## The device route\n\n`GET /devices/{{id}}` of the same device reads {route:.1} \
+             RRU: the device item (strongly consistent), its layouts (one BatchGetItem) and its \
+             newest reading (one newest-first query), since it takes `lastSeenAt` and `latest` \
+             from the readings instead of having the alerts role rewrite the item every 15 \
+             minutes (docs/decisions/0003-write-cost-floors.md, step 5). The item alone, all it \
+             read before, is {item:.1} RRU.\n"
+        ));
+    }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("ROLLUP_READS.md"), md)?;
