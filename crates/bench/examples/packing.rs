@@ -349,15 +349,16 @@ fn markdown(rep: &Report) -> String {
              placeholder, and its rollup once it closes: 2/60 = 0.033 per reading) and its day \
              twice a day (0.0014); the alerts role writes the device item once a day for \
              `lastSeenAt` alone (`DeviceRefreshSeconds` 86400: 0.0007, from 0.067 at 900 s): \
-             {:.4} in all. Hour slots then miss by the hour's placeholder write (0.2167 + 0.0354 \
+             {:.4} over the steady hour, {:.4} in a long run. Hour slots then miss by the hour's placeholder write (0.2167 + 0.0354 \
              = 0.252); `packed:300` misses by its second slot write per window, which only parts \
              not aligned to slots would save.\n",
             r.ingest_wru_per_reading(),
             find("standard", "packed:3600", 300.0).map_or("about 0.22".to_owned(), |h| format!(
-                "{:.4} (measured)",
+                "{:.4}, measured",
                 h.ingest_wru_per_reading()
             )),
             r.aggregator_wru_per_reading(),
+            long_run(r) - r.ingest_wru_per_reading(),
         ));
     }
     md.push_str(
