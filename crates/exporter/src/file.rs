@@ -478,18 +478,23 @@ mod tests {
         assert!(ReadingsWriter::default().finish().unwrap().is_empty());
     }
 
-    #[test]
-    fn rollups_carry_every_aggregate_and_null_where_the_rollup_has_none() {
-        let at = |s: i64| Timestamp::from_epoch_millis(1_776_693_600_000 + s * 1000).unwrap();
-        let mut full = Stats::at(at(3), 1.0);
-        full.merge(&Stats::at(at(9), 3.0));
-        let old = Stats {
+    /// A rollup written before the spread, first and last were kept.
+    fn kept_before_the_spread() -> Stats {
+        Stats {
             count: 2,
             sum: 4.0,
             min: 1.0,
             max: 3.0,
             ..Stats::EMPTY
-        };
+        }
+    }
+
+    #[test]
+    fn rollups_carry_every_aggregate_and_null_where_the_rollup_has_none() {
+        let at = |s: i64| Timestamp::from_epoch_millis(1_776_693_600_000 + s * 1000).unwrap();
+        let mut full = Stats::at(at(3), 1.0);
+        full.merge(&Stats::at(at(9), 3.0));
+        let old = kept_before_the_spread();
         let start = at(0).epoch_micros();
         let rows = vec![
             RollupRow {
@@ -537,13 +542,7 @@ mod tests {
             metric: metric.into(),
             stats,
         };
-        let old = Stats {
-            count: 2,
-            sum: 4.0,
-            min: 1.0,
-            max: 3.0,
-            ..Stats::EMPTY
-        };
+        let old = kept_before_the_spread();
         let rows = vec![
             row("a_spread", spread.clone()),
             row("b_one", Stats::at(at(5), -2.0)),
