@@ -55,7 +55,7 @@ pub const TEMPLATE_ALERTS_BATCH: usize = 1_000;
 pub const TEMPLATE_INGEST_WINDOW_MS: i64 = 1_000;
 pub const TEMPLATE_ALERTS_WINDOW_MS: i64 = 1_000;
 /// `template.yaml`: the default of `DeviceRefreshSeconds` (a test checks they agree).
-pub const TEMPLATE_DEVICE_REFRESH_S: u64 = 900;
+pub const TEMPLATE_DEVICE_REFRESH_S: u64 = 86_400;
 /// Lambda's synchronous invocation payload limit, which also bounds a stream batch.
 pub const MAX_PAYLOAD_BYTES: usize = 6 * 1024 * 1024;
 pub const WINDOW_MS: i64 = 300_000;

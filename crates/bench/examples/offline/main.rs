@@ -7,7 +7,7 @@
 //!    reading jittered by up to ±10 s and arriving 50 ms to 1 s after its timestamp) goes
 //!    through ingest and the alerts role, called in process, for each fleet window
 //!    `OFFLINE_AFTER_SECONDS` = 0 (off: the baseline), 300, 900 and 3600, with
-//!    `DEVICE_REFRESH_SECONDS` = 900 and no thresholds. Batches are cut as the template's
+//!    `DEVICE_REFRESH_SECONDS` as the template has it (86400) and no thresholds. Batches are cut as the template's
 //!    mappings cut them: a batching window of 1 s (ingest and alerts, the template defaults)
 //!    opens at the first record that arrives, not on a minute or slot boundary; every record
 //!    of the alerts mapping's filter (readings, device items, alert items, heartbeats) is read

@@ -124,7 +124,13 @@ pub(super) fn upkeep_md(rep: &Report) -> String {
         "\nIn general, for a device sending every *i* seconds with window *W* (≥ 2 × \
          `DEVICE_REFRESH_SECONDS` × 4/3), the upkeep costs about 2 GSI2 WRU per 3*W*/4: \
          (8/3)·*i*/*W* WRU per reading (0.044 at *i* = 60 s, *W* = 3600 s); below that it adds \
-         the item writes too. Not in these figures: the watchdog's heartbeats (a fixed cost per minute and \
+         the item writes too. Since the device item stopped being rewritten every 15 minutes \
+         for `lastSeenAt` alone (`DEVICE_REFRESH_SECONDS` 86400, \
+         docs/decisions/0003-write-cost-floors.md step 5), no key move rides along with a refresh \
+         any more, so each is an item write of its own; what a watched device costs the role in \
+         all still fell where the window is longer than the old refresh (3600 s: 0.0750 WRU per \
+         reading, from 0.1167 at d3003b6) and is unchanged below it (300 and 900 s), while a \
+         device not watched costs nothing (from 0.0667). Not in these figures: the watchdog's heartbeats (a fixed cost per minute and \
          stream shard, paid with the window off too, since the watchdog runs whatever the \
          fleet default is: part 2) and the rollups role, which no window changes (it never \
          writes device items).\n",
