@@ -181,8 +181,13 @@ impl Redriver {
         for rec in &records {
             match reading_records(rec) {
                 Ok(rrs) => rrs.into_iter().for_each(|rr| touch(rr.device, rr.at)),
-                // Its readings are unknown, but they are in the slot's hour.
-                Err(u) => touch(u.device, u.start),
+                // Its readings are unknown, but they are in the slot's hour or the next (a
+                // part may carry its next slot's readings).
+                Err(u) => {
+                    touch(u.device.clone(), u.start.hour_start());
+                    let next_hour_end = u.start.hour_start().plus_micros(2 * 3_600_000_000 - 1);
+                    touch(u.device, next_hour_end.unwrap_or(Timestamp::MAX));
+                }
             }
         }
         let mut report = RedriveReport::default();

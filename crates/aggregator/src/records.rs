@@ -77,8 +77,8 @@ pub enum Ignored {
     Unchanged,
     /// Looks like a reading but cannot be read; logged, never retried (it would never pass).
     Malformed(String),
-    /// A slot part whose image does not decode (corrupt, foreign, a reading outside its
-    /// slot's hour): skipped, logged with its key and counted as an unreadable item.
+    /// A slot part whose image does not decode (corrupt, foreign, a reading past the hour
+    /// after its slot's): skipped, logged with its key and counted as an unreadable item.
     Unreadable { key: String, reason: String },
 }
 
@@ -447,7 +447,7 @@ mod tests {
         let key = format!("{}/{}", good.pk, good.sk);
         let mut garbage = good.clone();
         garbage.packed = vec![1, 200];
-        let mut late = slot_item("d", start(), 0, &[(3600, 1.0)]);
+        let mut late = slot_item("d", start(), 0, &[(7200, 1.0)]);
         late.sk = good.sk.clone();
         let mut wrong_type = slot_record(1, None, Some(&good));
         wrong_type.change.new_image.insert(

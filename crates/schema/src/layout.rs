@@ -47,6 +47,19 @@ impl SlotLen {
         Timestamp::from_epoch_micros(us - us.rem_euclid(self.micros())).unwrap_or(Timestamp::MIN)
     }
 
+    /// The start of the earliest slot whose parts may hold a reading at `at`: the slot before
+    /// its own, since a part may also hold its next slot's readings (docs/design.md §4).
+    pub fn first_holder(self, at: Timestamp) -> Timestamp {
+        self.start_of(at)
+            .plus_micros(-self.micros())
+            .unwrap_or(Timestamp::MIN)
+    }
+
+    /// The start of the slot after the one starting at `start`.
+    pub fn next(self, start: Timestamp) -> Timestamp {
+        start.plus_micros(self.micros()).unwrap_or(Timestamp::MAX)
+    }
+
     /// The last instant of the slot starting at `start`.
     pub fn last_of(self, start: Timestamp) -> Timestamp {
         start

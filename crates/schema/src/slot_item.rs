@@ -2,17 +2,19 @@
 //! `packed` ([`crate::packed`]). Everything that reads slot parts (stream images, queries,
 //! test checks) decodes them here, so "what is a readable part" has one answer: a slot key,
 //! every attribute present with its type, bytes that decode, as many readings as
-//! `readingCount` says, and every reading inside the hour of the slot's start (a slot never
-//! straddles an hour, whatever its length), and metadata bitmaps that match the readings.
+//! `readingCount` says, every reading inside the hour of the slot's start or the next (a slot
+//! never straddles an hour, whatever its length, and a part may also hold its next slot's
+//! readings: docs/design.md §4), and metadata bitmaps that match the readings.
 //!
 //! A reading's `metadata` (free-form JSON) is kept in a part holding the reading: a map from
 //! each distinct JSON text to a bitmap of the part's readings (in time order) carrying it, so a
 //! device's unchanging metadata is stored once a part.
 //!
-//! The metrics of one timestamp may be spread over several parts of its slot (each
-//! (timestamp, metric) value is in exactly one), and so may copies of its metadata: readers
-//! merge a timestamp's metrics across parts and take its metadata from the highest-numbered
-//! readable part carrying metadata for it. A part may hold a timestamp without metrics only
+//! The metrics of one timestamp may be spread over several parts, of its slot or of the slot
+//! before (each (timestamp, metric) value is in exactly one, but for two writers racing on
+//! one device), and so may copies of its metadata: readers merge a timestamp's metrics across
+//! parts, the later part (by slot, then number) winning a value both hold, and take its
+//! metadata from the latest readable part carrying metadata for it. A part may hold a timestamp without metrics only
 //! to carry its metadata ([`SlotPart::readings`] keeps it, with no metrics).
 //!
 //! Size: no part is written whose [`item_bound`] passes [`MAX_PART_ITEM_BYTES`], well under
@@ -146,15 +148,16 @@ pub struct SlotPart {
     pub full: bool,
 }
 
-/// One slot's readings and metadata from its parts, in any order: the one joining rule every
-/// reader of packed readings uses (the API, alert derivations, rollup extremes, rebuild).
-/// A timestamp's metrics may be spread over parts (a metric added when its part was full goes
-/// to a later one): it gets the metrics of all of them, and were a value in two parts (the
-/// writer never puts it there) the higher part's would win; its metadata comes from the
-/// highest part carrying some, where the writer puts the latest. A timestamp with no metric
+/// The readings and metadata of parts of one slot and the slot before (which may carry its
+/// next slot's readings), in any order: the one joining rule every reader of packed readings
+/// uses (the API, alert derivations, rollup extremes, rebuild). A timestamp's metrics may be
+/// spread over parts (a metric added when its part was full goes to a later one): it gets the
+/// metrics of all of them, and where a value is in two parts (only two writers racing on one
+/// device put it there) the later part's wins, by slot start and then number; its metadata
+/// comes from the latest part carrying some, where the writer puts the latest. A timestamp with no metric
 /// in any part (metadata whose metrics are in an unreadable part) is no reading.
 pub fn join_parts(mut parts: Vec<SlotPart>) -> (SlotReadings, SlotMetadata) {
-    parts.sort_by_key(|p| p.part);
+    parts.sort_by_key(|p| (p.start, p.part));
     let mut readings = SlotReadings::new();
     let mut metadata = SlotMetadata::new();
     for part in parts {
@@ -175,7 +178,7 @@ pub enum SlotItemError {
     Key(String),
     #[error(transparent)]
     Packed(#[from] PackError),
-    #[error("a reading at {at} is outside the hour of its slot starting {start}")]
+    #[error("a reading at {at} is past the hour after that of its slot starting {start}")]
     OutsideHour { at: Timestamp, start: Timestamp },
     #[error("readingCount says {stated} but the part holds {found} readings")]
     Count { stated: u64, found: usize },
@@ -197,8 +200,14 @@ impl SlotItem {
             Err(e) => return Err(SlotItemError::Key(e.reason)),
         };
         let readings = packed::decode(start, &self.packed)?;
+        // A part holds its slot's readings and may hold its next slot's: within the slot's
+        // hour or the next.
         let hour = start.hour_start();
-        if let Some(at) = readings.keys().find(|at| at.hour_start() != hour) {
+        let next = hour.plus_micros(3_600_000_000).unwrap_or(Timestamp::MAX);
+        if let Some(at) = readings.keys().find(|at| {
+            let h = at.hour_start();
+            h != hour && h != next
+        }) {
             return Err(SlotItemError::OutsideHour { at: *at, start });
         }
         if self.reading_count != readings.len() as u64 {
@@ -306,9 +315,11 @@ mod tests {
     }
 
     #[test]
-    fn a_reading_past_the_hour_a_wrong_count_or_a_foreign_key_is_unreadable() {
+    fn a_reading_past_the_next_hour_a_wrong_count_or_a_foreign_key_is_unreadable() {
         let start = ts("2026-04-20T14:50:00Z");
-        let late = item(start, &one("2026-04-20T15:00:00Z"));
+        let carried = item(start, &one("2026-04-20T15:59:59Z"));
+        assert_eq!(carried.decode().unwrap().readings.len(), 1);
+        let late = item(start, &one("2026-04-20T16:00:00Z"));
         assert!(matches!(
             late.decode(),
             Err(SlotItemError::OutsideHour { .. })
