@@ -73,7 +73,9 @@ fn fleet_readings() -> Vec<Reading> {
 
 /// Stores `all` where `history` puts them: single items put whole, packed ones through the
 /// slot writer (each timestamp's second metric in a second write, to another part when the
-/// first is sealed).
+/// first is sealed) as ingest writes them, in runs of two slots whose first part carries the
+/// second's readings, but for the slots before 10:25, written one at a time as before
+/// parts carried readings.
 async fn store(t: &TestTable, history: &LayoutHistory, all: &[Reading]) {
     let writer = SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -103,8 +105,26 @@ async fn store(t: &TestTable, history: &LayoutHistory, all: &[Reading]) {
             }
         }
     }
+    let mut runs: Vec<(SlotKey, SlotReadings, SlotReadings)> = Vec::new();
+    let mut joined = false;
     for ((pk, start), (first, second)) in slots {
-        let key = SlotKey { pk, start };
+        let len = history.layout_at(start).slot.expect("a packed slot");
+        if let Some((run, f, s)) = runs.last_mut()
+            && !joined
+            && run.pk == pk
+            && run.len == len
+            && len.next(run.start) == start
+            && start >= ts("2026-04-20T10:25:00Z")
+        {
+            f.extend(first);
+            s.extend(second);
+            joined = true;
+            continue;
+        }
+        joined = false;
+        runs.push((SlotKey { pk, start, len }, first, second));
+    }
+    for (key, first, second) in runs {
         writer
             .write(&key, &first, i64::MAX / 2, deadline)
             .await
@@ -114,6 +134,23 @@ async fn store(t: &TestTable, history: &LayoutHistory, all: &[Reading]) {
             .await
             .unwrap();
     }
+}
+
+/// Readings stored in a part of the slot before their own.
+async fn carried(t: &TestTable, history: &LayoutHistory) -> usize {
+    let mut n = 0;
+    for item in t.scan().await {
+        let Ok(part) = tidemark_store::slots::read_part(&item) else {
+            continue;
+        };
+        let len = history.layout_at(part.start).slot.expect("a packed slot");
+        n += part
+            .readings
+            .keys()
+            .filter(|at| len.start_of(**at) != part.start)
+            .count();
+    }
+    n
 }
 
 async fn walk(
@@ -152,8 +189,10 @@ fn between(all: &[Reading], from: &str, to: &str) -> Vec<Reading> {
 async fn a_walk_reads_every_reading_once_in_time_order_across_every_layout() {
     let t = TestTable::new("walk-layouts").await;
     let (history, all) = (history(), fleet_readings());
-    // GIVEN 40 minutes of readings stored single, sharded, packed and packed over shards
+    // GIVEN 40 minutes of readings stored single, sharded, packed and packed over shards,
+    // some of them in the part of the slot before their own
     store(&t, &history, &all).await;
+    assert!(carried(&t, &history).await > 20);
 
     // WHEN the whole range is walked, oldest first and newest first
     let (forward, walked) = walk(
@@ -290,46 +329,57 @@ async fn a_page_of_the_merged_sources_ends_inside_a_slot_and_the_next_resumes_th
     let t = TestTable::new("walk-pages").await;
     let (history, all) = (history(), fleet_readings());
     store(&t, &history, &all).await;
-    // The API's way: sources of one packed epoch over three shards, paged 11 readings at a
-    // time through their positions.
+    // The API's way: sources of one packed epoch over three shards, paged through their
+    // positions one reading and 11 readings at a time, both ways (a page may end on a
+    // reading carried in the slot before its own).
     let queries = Queries::new(t.client.clone(), &t.name);
     let seg = history.segments(ts("2026-04-20T10:30:00Z"), ts("2026-04-20T11:00:00Z"))[0];
-    let mut parts: Vec<(String, Option<Vec<String>>)> = seg
-        .shards()
-        .into_iter()
-        .map(|s| (format!("{s:?}"), None))
-        .collect();
-    let mut got = Vec::new();
-    loop {
-        let sources = parts
+    for (limit, forward) in [(11, true), (11, false), (1, true), (1, false)] {
+        let mut parts: Vec<(String, Option<Vec<String>>)> = seg
+            .shards()
             .into_iter()
-            .filter_map(|(label, after)| {
-                let shard = seg
-                    .shards()
-                    .into_iter()
-                    .find(|s| format!("{s:?}") == label)?;
-                let spec: QuerySpec = readings::partition_query(&device(), &seg, shard, true, true);
-                assert!(matches!(spec.range, SkRange::Between(..)));
-                let after = spec.resume(after).unwrap()?;
-                Some(readings::source(&seg, label, spec, after).unwrap())
-            })
+            .map(|s| (format!("{s:?}"), None))
             .collect();
-        let page = merged_page(&queries, sources, 11, |_| true).await.unwrap();
-        assert!(page.items.len() <= 11);
-        got.extend(page.items.into_iter().map(|i| {
-            let r: ReadingItem = tidemark_store::from_item(i).unwrap();
-            (
-                Timestamp::parse_canonical(&r.sk[keys::READING_PREFIX.len()..]).unwrap(),
-                r.metrics,
-            )
-        }));
-        if page.rest.is_empty() {
-            break;
+        let mut got = Vec::new();
+        loop {
+            let sources = parts
+                .into_iter()
+                .filter_map(|(label, after)| {
+                    let shard = seg
+                        .shards()
+                        .into_iter()
+                        .find(|s| format!("{s:?}") == label)?;
+                    let spec: QuerySpec =
+                        readings::partition_query(&device(), &seg, shard, forward, true);
+                    assert!(matches!(spec.range, SkRange::Between(..)));
+                    let after = spec.resume(after).unwrap()?;
+                    Some(readings::source(&seg, label, spec, after).unwrap())
+                })
+                .collect();
+            let page = merged_page(&queries, sources, limit, |_| true)
+                .await
+                .unwrap();
+            assert!(page.items.len() <= limit);
+            got.extend(page.items.into_iter().map(|i| {
+                let r: ReadingItem = tidemark_store::from_item(i).unwrap();
+                (
+                    Timestamp::parse_canonical(&r.sk[keys::READING_PREFIX.len()..]).unwrap(),
+                    r.metrics,
+                )
+            }));
+            if page.rest.is_empty() {
+                break;
+            }
+            assert!(
+                got.len() <= all.len(),
+                "pages never end ({limit}, {forward})"
+            );
+            parts = page.rest;
         }
-        parts = page.rest;
+        let mut want = between(&all, "2026-04-20T10:30:00Z", "2026-04-20T11:00:00Z");
+        if !forward {
+            want.reverse();
+        }
+        assert_eq!(got, want, "{limit} a page, forward: {forward}");
     }
-    assert_eq!(
-        got,
-        between(&all, "2026-04-20T10:30:00Z", "2026-04-20T11:00:00Z")
-    );
 }

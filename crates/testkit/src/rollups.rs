@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use tidemark_schema::{
-    AggregateItem, DeviceId, EntityKey, Key, MetricName, Period, ReadingItem, SlotItem, Stats,
-    Timestamp,
+    AggregateItem, DeviceId, EntityKey, Key, MetricName, Period, ReadingItem, SlotItem, SlotPart,
+    Stats, Timestamp, join_parts,
 };
 use tidemark_store::Item;
 
@@ -25,9 +25,12 @@ fn s(i: &Item, a: &str) -> String {
 }
 
 /// Every reading among `items`: single reading items, and the readings of packed slot parts
-/// (a part that does not decode is left out, as the aggregator leaves it out).
+/// (a part that does not decode is left out, as the aggregator leaves it out), joined as
+/// every reader joins them ([`tidemark_schema::join_parts`]: a timestamp's metrics merge
+/// across parts, the later part winning a value two hold).
 pub fn readings(items: &[Item]) -> Vec<(DeviceId, Timestamp, BTreeMap<MetricName, f64>)> {
     let mut out = Vec::new();
+    let mut parts: BTreeMap<DeviceId, Vec<SlotPart>> = BTreeMap::new();
     for i in items {
         match EntityKey::parse(&s(i, "pk"), &s(i, "sk")) {
             Ok(EntityKey::Reading { device, at, .. }) => {
@@ -42,16 +45,14 @@ pub fn readings(items: &[Item]) -> Vec<(DeviceId, Timestamp, BTreeMap<MetricName
                 else {
                     continue;
                 };
-                // A timestamp's metrics may be spread over parts: each part's are its own
-                // readings here (a timestamp only carrying metadata has none).
-                for (at, m) in part.readings {
-                    if !m.is_empty() {
-                        out.push((part.device.clone(), at, m));
-                    }
-                }
+                parts.entry(part.device.clone()).or_default().push(part);
             }
             _ => {}
         }
+    }
+    for (device, parts) in parts {
+        let (readings, _) = join_parts(parts);
+        out.extend(readings.into_iter().map(|(at, m)| (device.clone(), at, m)));
     }
     out
 }

@@ -216,7 +216,10 @@ impl WatchStore for DynamoWatch {
         let mut newest: Option<Timestamp> = None;
         for seg in history.segments(since, Timestamp::MAX) {
             let (lo, hi) = match seg.layout.slot {
-                Some(len) => keys::slot_sk_between(len.start_of(seg.from), len.start_of(seg.to)),
+                // A part may carry its next slot's readings: from the slot before.
+                Some(len) => {
+                    keys::slot_sk_between(len.first_holder(seg.from), len.start_of(seg.to))
+                }
                 None => (keys::reading_sk(seg.from), keys::reading_sk(seg.to)),
             };
             for shard in seg.shards() {

@@ -10,8 +10,9 @@
 //! item exactly once, in order, in both directions.
 //!
 //! A partition of packed readings ([`super::packed`]) is a source too: its query reads slot
-//! parts, a slot is unpacked once all its parts are in (a page of the query may end inside
-//! one: its parts wait for the next page), and its readings join the merge as reading items.
+//! parts, a slot is unpacked once all its parts and those of the slot before are in (a page
+//! of the query may end inside one: its parts wait for the next page; a part may carry its
+//! next slot's readings), and its readings join the merge as reading items.
 //! Its position is a reading's time, so a cursor can stop inside a slot: the next page
 //! queries from that slot again and skips what was emitted.
 
@@ -77,6 +78,9 @@ struct State {
     settled: Option<Vec<String>>,
     /// Packed: parts of a slot the last query may have cut short, waiting for the rest.
     pending: Vec<Item>,
+    /// Packed: the last whole slot read, with readings not yet emitted: of its next slot
+    /// going forward, of its own going back (see [`State::group`]).
+    carry: Option<packed::Group>,
     /// Packed: readings and parts seen, to size the next query.
     unpacked: (usize, usize),
 }
@@ -137,34 +141,84 @@ impl State {
                 Some((s, parts)) if *s == start => parts.push(item),
                 _ => {
                     if let Some((s, parts)) = slot.take() {
-                        skipped += self.unpack(&p, s, &parts, keep);
+                        skipped += self.group(&p, s, &parts, keep);
                     }
                     slot = Some((start, vec![item]));
                 }
             }
         }
         if let Some((s, parts)) = slot {
-            skipped += self.unpack(&p, s, &parts, keep);
+            skipped += self.group(&p, s, &parts, keep);
         }
         self.pending = rest;
+        if !self.more && self.pending.is_empty() {
+            // The query is done: nothing else holds the carried group's slot.
+            if let Some(c) = self.carry.take() {
+                let slot = if self.source.spec.forward {
+                    p.len.next(c.start)
+                } else {
+                    c.start
+                };
+                skipped += self.emit(&p, slot, &[&c], keep);
+            }
+        }
         skipped
     }
 
-    /// Buffers the wanted readings of one whole slot; returns how many were skipped.
-    fn unpack(
+    /// Takes one whole slot's parts. A slot's readings are in its parts and its previous
+    /// slot's, so each is emitted once both are in: going forward, a slot's readings come out
+    /// with its group and the one kept before it, and the group is kept for its next slot;
+    /// going back, a group is kept until the one before it is read. Returns how many parts or
+    /// readings were skipped.
+    fn group(
         &mut self,
         p: &Packed,
         start: Timestamp,
         parts: &[Item],
         keep: &impl Fn(&Item) -> bool,
     ) -> usize {
-        let forward = self.source.spec.forward;
-        let u = packed::unpack(start, parts, p, forward);
-        self.unpacked.0 += u.decoded;
+        let d = packed::decode(start, parts, p.len);
+        self.unpacked.0 += d.readings;
         self.unpacked.1 += parts.len();
+        let mut skipped = d.skipped;
+        let g = d.group;
+        let forward = self.source.spec.forward;
+        match self.carry.take() {
+            Some(c) if forward && p.len.next(c.start) == g.start => {
+                skipped += self.emit(p, g.start, &[&c, &g], keep);
+            }
+            Some(c) if !forward && p.len.next(g.start) == c.start => {
+                skipped += self.emit(p, c.start, &[&g, &c], keep);
+            }
+            Some(c) if forward => {
+                skipped += self.emit(p, p.len.next(c.start), &[&c], keep);
+                skipped += self.emit(p, g.start, &[&g], keep);
+            }
+            Some(c) => {
+                skipped += self.emit(p, c.start, &[&c], keep);
+                skipped += self.emit(p, p.len.next(g.start), &[&g], keep);
+            }
+            None if forward => skipped += self.emit(p, g.start, &[&g], keep),
+            None => skipped += self.emit(p, p.len.next(g.start), &[&g], keep),
+        }
+        self.carry = Some(g);
+        skipped
+    }
+
+    /// Buffers the wanted readings of the slot starting at `slot` from `groups` (its own and
+    /// the one before); returns how many were skipped.
+    fn emit(
+        &mut self,
+        p: &Packed,
+        slot: Timestamp,
+        groups: &[&packed::Group],
+        keep: &impl Fn(&Item) -> bool,
+    ) -> usize {
+        let forward = self.source.spec.forward;
+        let u = packed::unpack(slot, groups, p, forward);
         self.buffer
             .extend(u.items.into_iter().filter(|it| keep(it)));
-        self.settled = Some(p.settled_after(start, forward));
+        self.settled = Some(p.settled_after(slot, forward));
         u.skipped
     }
 }
@@ -199,6 +253,7 @@ impl Merge {
                 buffer: VecDeque::new(),
                 more: true,
                 pending: Vec::new(),
+                carry: None,
                 unpacked: (0, 0),
             })
             .collect();

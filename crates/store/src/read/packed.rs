@@ -1,9 +1,10 @@
 //! Packed readings (docs/design.md §2) read back as the reading items they stand for.
 //!
 //! A packed partition holds slot parts (`SLOT#<start>#<part>`); the readings of one slot may
-//! be spread over several parts that interleave in time, and the metrics of one reading over
-//! several parts, so a slot is read whole (every part, merged per timestamp) before any of its
-//! readings is emitted. Each reading becomes the item a single
+//! be spread over several parts that interleave in time, of its own and of the slot before
+//! (a part may carry its next slot's readings, docs/design.md §4), and the metrics of one
+//! reading over several parts, so a slot is read with every part of both (merged per
+//! timestamp) before any of its readings is emitted. Each reading becomes the item a single
 //! reading would be (`READING#<ts>` sort key, its metrics, the slot's `ttl`), so ordering,
 //! cursor positions, expiry and rendering are the ones of single readings: a client cannot
 //! tell the layouts apart (a packed reading's `metadata` is kept in its parts, see
@@ -32,7 +33,8 @@ pub struct Packed {
 
 impl Packed {
     /// The query for every part of every slot that may hold a reading of `[from, to]` not
-    /// yet emitted: from the slot of the first such instant to the slot of the last.
+    /// yet emitted: from the slot before that of the first such instant (its parts may carry
+    /// readings of the next) to the slot of the last.
     pub fn query(&self, partition: String, forward: bool) -> QuerySpec {
         let (mut lo, mut hi) = (self.from, self.to);
         match self.after {
@@ -41,7 +43,7 @@ impl Packed {
             None => {}
         }
         let (first, last) =
-            keys::slot_sk_between(self.len.start_of(lo), self.len.start_of(hi.max(lo)));
+            keys::slot_sk_between(self.len.first_holder(lo), self.len.start_of(hi.max(lo)));
         QuerySpec::table(partition, SkRange::Between(first, last), forward)
     }
 
@@ -56,12 +58,15 @@ impl Packed {
     }
 
     /// The position after which nothing of the slot starting at `start` is left, in the
-    /// walk's direction: its last instant going forward, its first going back.
+    /// walk's direction: its last instant going forward, its first going back, but never
+    /// behind where the source resumed (the slot before the resumed one is read for what it
+    /// carries, and its own readings were dealt with).
     pub fn settled_after(&self, start: Timestamp, forward: bool) -> Vec<String> {
-        let at = if forward {
-            self.len.last_of(start)
-        } else {
-            start
+        let at = match (forward, self.after) {
+            (true, Some(a)) => self.len.last_of(start).max(a),
+            (true, None) => self.len.last_of(start),
+            (false, Some(a)) => start.min(a),
+            (false, None) => start,
         };
         vec![keys::reading_sk(at)]
     }
@@ -72,16 +77,6 @@ impl Packed {
 /// is grouped with that slot and skipped when the slot is read.
 pub fn slot_start(item: &Item) -> Option<Timestamp> {
     keys::slot_start_of_sk(item.get(attr::SK).and_then(|v| v.as_s().ok())?)
-}
-
-/// The readings of one whole slot, as reading items in the walk's order.
-#[derive(Debug, Default)]
-pub struct Unpacked {
-    pub items: Vec<Item>,
-    /// Parts (and stray readings) that could not be read; each was logged.
-    pub skipped: usize,
-    /// Readings the slot holds, wanted or not (how full its parts are).
-    pub decoded: usize,
 }
 
 fn text(item: &Item, a: &str) -> String {
@@ -97,19 +92,60 @@ pub fn skip(item: &Item, why: &str) {
         "unreadable slot part skipped");
 }
 
-/// Reads every part of the slot starting at `start` (all its parts, any order) and returns
-/// the readings `p` still wants, joined by [`tidemark_schema::join_parts`].
-pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Unpacked {
-    let mut out = Unpacked::default();
-    let mut ttl: Option<i64> = None;
-    let mut pk = String::new();
-    let mut decoded: Vec<(SlotPart, i64, String)> = Vec::with_capacity(parts.len());
-    for item in parts {
+/// The readable parts of one slot, as a packed query brought them (all of them).
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub start: Timestamp,
+    parts: Vec<SlotPart>,
+    ttl: Option<i64>,
+    pk: String,
+}
+
+/// A group read: its parts, and what could not be read.
+#[derive(Debug)]
+pub struct Decoded {
+    pub group: Group,
+    /// Parts (and readings past their slot's next) that could not be read; each was logged.
+    pub skipped: usize,
+    /// Readings its parts hold (how full they are).
+    pub readings: usize,
+}
+
+/// Reads every part of the slot starting at `start` (all its parts, any order). A part holds
+/// readings of its slot and may hold its next slot's (docs/design.md §4); one past that is
+/// logged and left out.
+pub fn decode(start: Timestamp, items: &[Item], len: SlotLen) -> Decoded {
+    let mut out = Decoded {
+        group: Group {
+            start,
+            parts: Vec::with_capacity(items.len()),
+            ttl: None,
+            pk: String::new(),
+        },
+        skipped: 0,
+        readings: 0,
+    };
+    let last = len.last_of(len.next(start));
+    for item in items {
         let read = crate::from_item::<SlotItem>(item.clone())
             .map_err(|e| e.to_string())
             .and_then(|s| Ok((s.decode().map_err(|e| e.to_string())?, s.ttl, s.pk)));
         match read {
-            Ok((part, t, k)) if part.start == start => decoded.push((part, t, k)),
+            Ok((mut part, t, k)) if part.start == start => {
+                let before = part.readings.len();
+                part.readings.retain(|at, _| *at <= last);
+                if part.readings.len() < before {
+                    // A slot of another length shares the key only across a layout change,
+                    // whose readings the range leaves out: emitting them would break the order.
+                    tracing::warn!(pk = %k, %start, "packed readings past the next slot skipped");
+                    out.skipped += before - part.readings.len();
+                }
+                out.readings += part.readings.len();
+                let g = &mut out.group;
+                g.ttl = Some(g.ttl.map_or(t, |old| old.max(t)));
+                g.pk = k;
+                g.parts.push(part);
+            }
             Ok(_) => {
                 skip(item, "not a part of this slot");
                 out.skipped += 1;
@@ -120,25 +156,30 @@ pub fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Un
             }
         }
     }
-    let mut parts = Vec::with_capacity(decoded.len());
-    for (part, t, k) in decoded {
-        ttl = Some(ttl.map_or(t, |old| old.max(t)));
-        pk = k;
-        parts.push(part);
-    }
+    out
+}
+
+/// The readings of one slot, as reading items in the walk's order.
+#[derive(Debug, Default)]
+pub struct Unpacked {
+    pub items: Vec<Item>,
+    /// Readings that could not be turned into items; each was logged.
+    pub skipped: usize,
+}
+
+/// The readings `p` still wants of the slot starting at `slot`, from `groups`: its own
+/// parts and those of the slot before, which may carry some of its readings, joined by
+/// [`tidemark_schema::join_parts`].
+pub fn unpack(slot: Timestamp, groups: &[&Group], p: &Packed, forward: bool) -> Unpacked {
+    let mut out = Unpacked::default();
+    let parts: Vec<SlotPart> = groups.iter().flat_map(|g| g.parts.clone()).collect();
+    let ttl = groups.iter().filter_map(|g| g.ttl).max();
+    let pk = groups.iter().map(|g| g.pk.as_str()).find(|k| !k.is_empty());
+    let pk = pk.unwrap_or_default().to_owned();
     let (readings, metadata) = join_parts(parts);
-    out.decoded = readings.len();
-    let last = p.len.last_of(start);
+    let last = p.len.last_of(slot);
     let mut emit = |at: Timestamp, metrics: BTreeMap<_, _>| {
-        if !p.wants(at, forward) {
-            return;
-        }
-        if at > last {
-            // Past its own slot (a slot of another length shares the key only across a
-            // layout change, whose readings the range leaves out): emitting it here would
-            // break the order.
-            tracing::warn!(%pk, %start, %at, "packed reading outside its slot skipped");
-            out.skipped += 1;
+        if at < slot || at > last || !p.wants(at, forward) {
             return;
         }
         let metadata = metadata.get(&at).and_then(|text| {
@@ -207,7 +248,24 @@ mod tests {
         ])
     }
 
-    fn secs(u: &Unpacked, start: Timestamp) -> Vec<i64> {
+    /// One slot read from its own parts alone: what it emits, skips and decodes.
+    struct Read {
+        items: Vec<Item>,
+        skipped: usize,
+        decoded: usize,
+    }
+
+    fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Read {
+        let d = decode(start, parts, p.len);
+        let u = super::unpack(start, &[&d.group], p, forward);
+        Read {
+            items: u.items,
+            skipped: d.skipped + u.skipped,
+            decoded: d.readings,
+        }
+    }
+
+    fn secs(u: &Read, start: Timestamp) -> Vec<i64> {
         u.items
             .iter()
             .map(|i| {
@@ -299,7 +357,7 @@ mod tests {
             after: None,
         };
         let u = unpack(start, &parts, &p, true);
-        assert_eq!((u.items.len(), u.skipped, u.decoded), (1, 0, 1));
+        assert_eq!((u.items.len(), u.skipped, u.decoded), (1, 0, 3));
         let r: ReadingItem = crate::from_item(u.items[0].clone()).unwrap();
         assert_eq!(r.metrics, [(m("t"), 1.5), (m("h"), 40.0)].into());
         assert_eq!(
