@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::packed::{self, SlotReadings};
-use tidemark_schema::{MetricName, Timestamp, field};
+use tidemark_schema::{MetricName, SlotLen, Timestamp, field};
 use tidemark_store::StoreError;
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{Content, SlotKey, SlotWrite, SlotWriter, read_part};
@@ -21,6 +21,7 @@ fn key() -> SlotKey {
     SlotKey {
         pk: "DEVICE#d".into(),
         start: start(),
+        len: SlotLen::new(3600).unwrap(),
     }
 }
 

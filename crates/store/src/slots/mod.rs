@@ -4,12 +4,22 @@
 //! device in one binary attribute ([`tidemark_schema::packed`]), so DynamoDB cannot merge into
 //! them entry by entry as it does into a single reading's metrics map. Instead each write is
 //! a read-merge-write under an optimistic lock:
-//! 1. query the slot's parts (eventually consistent is enough: a stale read only makes
-//!    step 3 fail);
+//! 1. query the parts of the slot and of the slots on either side, strongly consistent;
 //! 2. place each incoming value and metadata (below); if nothing changes (a replay, a
 //!    resend) stop: nothing is written;
 //! 3. put each changed part, in part order, on the condition that its `version` is still the
 //!    one read (or, for a new part, that no item has its key), with `version` + 1.
+//!
+//! **Carried readings.** A write may bring readings of the slot after its own too (a batching
+//! window opens when records come, so it almost always spans two slots): while that slot has
+//! no part they go to this slot's parts, which *carry* them, so the window costs one write,
+//! not two; once it has parts they go there. So a value may be in a part of its own slot or of
+//! the slot before: a correction goes to every part holding it, in either, and metadata to the
+//! slot's own parts (readers take the latest part's). The neighbours' parts are read strongly
+//! consistent because a value in one of them missed by a stale read would be written again
+//! here and no condition would fail; only two writers racing on one device (two stream shards)
+//! can still leave a value in a part of each slot, and readers take the later part's
+//! ([`tidemark_schema::join_parts`]).
 //!
 //! Two writers of one slot (two shards of the stream, a retry racing a late batch) both read
 //! version *v*; one put succeeds, the other's condition fails, and it starts again from step 1
@@ -38,8 +48,8 @@
 //! single timestamp too big for a part (more than ingest lets a reading carry) still goes
 //! alone.
 //!
-//! So each (timestamp, metric) value is in exactly one part (a timestamp's metrics may be
-//! spread over parts): a writer that would place a new value in part *p* conditions its put
+//! So within a slot each (timestamp, metric) value is in exactly one part (a timestamp's
+//! metrics may be spread over parts): a writer that would place a new value in part *p* conditions its put
 //! on *p*'s version, and every decision to place it elsewhere is first written down in *p*
 //! (`full`, `sealed`, conditioned likewise) and never undone. A writer that missed that mark
 //! fails its condition on *p*; one that saw it places the value where the first writer did,
@@ -68,7 +78,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys;
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
-use tidemark_schema::{SlotItem, Timestamp, field, metadata_bitmaps};
+use tidemark_schema::{SlotItem, SlotLen, Timestamp, field, metadata_bitmaps};
 use tokio::time::Instant;
 
 mod content;
@@ -90,16 +100,22 @@ const _: () = assert!(
 /// The cap on every part's worst-case size (see the module docs).
 pub use tidemark_schema::MAX_PART_ITEM_BYTES;
 
-/// Where a slot lives and when it starts (its readings are encoded relative to the start).
+/// Where a slot lives, when it starts (its readings are encoded relative to the start) and
+/// how long its slots are (a write may carry readings of the next slot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotKey {
     pub pk: String,
     pub start: Timestamp,
+    pub len: SlotLen,
 }
 
 impl SlotKey {
-    fn sk(&self, part: u16) -> String {
-        keys::slot_sk(self.start, part)
+    /// The slot after this one, in the same partition.
+    fn next(&self) -> SlotKey {
+        SlotKey {
+            start: self.len.next(self.start),
+            ..self.clone()
+        }
     }
 }
 
@@ -172,6 +188,15 @@ impl SlotStore for Client {
     }
 }
 
+/// The parts of a slot and of the slots on either side, as one strongly consistent query
+/// read them (each in part order).
+#[derive(Debug, Default)]
+struct Around {
+    prev: Vec<Part>,
+    own: Vec<Part>,
+    next: Vec<Part>,
+}
+
 /// One part as stored; `content` is `None` for an unreadable part.
 #[derive(Debug, Clone)]
 struct Part {
@@ -185,6 +210,8 @@ struct Part {
 /// One conditional put of a step 3.
 #[derive(Debug)]
 struct Put {
+    /// The slot of the part: the one written, or the one before for a correction there.
+    start: Timestamp,
     number: u16,
     content: Content,
     /// `None`: a new part.
@@ -201,12 +228,13 @@ struct ForPart {
     additions: Content,
 }
 
-/// A part of the slot `key`: `None` when its sort key is not one of ours (a foreign item
-/// under the slot's prefix, which no write of ours can collide with).
-fn parse_part(key: &SlotKey, item: &Item) -> Option<Part> {
+/// A part of the slot starting at `start` in partition `pk`: `None` when its sort key is not
+/// one of ours (a foreign item under the slot's prefix, which no write of ours can collide
+/// with).
+fn parse_part(pk: &str, start: Timestamp, item: &Item) -> Option<Part> {
     let sk = item.get(attr::SK).and_then(|v| v.as_s().ok())?;
     let number = sk
-        .strip_prefix(&keys::slot_sk_prefix(key.start))
+        .strip_prefix(&keys::slot_sk_prefix(start))
         .and_then(|n| n.parse::<u16>().ok())?;
     Some(match read_part(item) {
         Ok(p) => Part {
@@ -217,7 +245,7 @@ fn parse_part(key: &SlotKey, item: &Item) -> Option<Part> {
             content: Some(p.into()),
         },
         Err(message) => {
-            tracing::warn!(pk = %key.pk, sk = %sk, error = %message, "unreadable slot part left as it is");
+            tracing::warn!(%pk, sk = %sk, error = %message, "unreadable slot part left as it is");
             Part {
                 number,
                 content: None,
@@ -247,29 +275,124 @@ impl SlotWriter {
         self
     }
 
-    async fn read(&self, key: &SlotKey) -> Result<Vec<Part>, StoreError> {
+    /// Step 1: the parts of the slot and of its neighbours, strongly consistent (a value in
+    /// a neighbour's part missed by a stale read would be written twice, and no condition
+    /// would fail).
+    async fn read(&self, key: &SlotKey) -> Result<Around, StoreError> {
+        let (prev, next) = (key.len.first_holder(key.start), key.len.next(key.start));
+        let (lo, hi) = keys::slot_sk_between(prev, next);
         let mut pages = self
             .client
             .query()
             .table_name(&self.table)
-            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
             .expression_attribute_names("#pk", attr::PK)
             .expression_attribute_names("#sk", attr::SK)
             .expression_attribute_values(":pk", AttributeValue::S(key.pk.clone()))
-            .expression_attribute_values(
-                ":prefix",
-                AttributeValue::S(keys::slot_sk_prefix(key.start)),
-            )
+            .expression_attribute_values(":lo", AttributeValue::S(lo))
+            .expression_attribute_values(":hi", AttributeValue::S(hi))
             .into_paginator()
             .items()
             .send();
-        let mut parts = Vec::new();
+        let mut around = Around::default();
         while let Some(item) = pages.next().await {
             let item = item.map_err(StoreError::sdk("Query"))?;
-            parts.extend(parse_part(key, &item));
+            let Some(start) = item
+                .get(attr::SK)
+                .and_then(|v| v.as_s().ok())
+                .and_then(|sk| keys::slot_start_of_sk(sk))
+            else {
+                continue;
+            };
+            let group = match start {
+                s if s == prev => &mut around.prev,
+                s if s == key.start => &mut around.own,
+                s if s == next => &mut around.next,
+                _ => continue,
+            };
+            group.extend(parse_part(&key.pk, start, &item));
         }
-        parts.sort_by_key(|p| p.number);
-        Ok(parts)
+        for g in [&mut around.prev, &mut around.own, &mut around.next] {
+            g.sort_by_key(|p| p.number);
+        }
+        Ok(around)
+    }
+
+    /// What `incoming` does to the parts of the slot before, which may hold some of its
+    /// readings (carried): corrections of the values they hold, in place; and what is left
+    /// for the slot's own parts. Metadata goes to the slot's own parts (readers take the
+    /// latest part's), unless the latest part carrying some for its timestamp is one of those
+    /// and holds the same already.
+    fn carried(
+        key: &SlotKey,
+        prev: &[Part],
+        own: &[Part],
+        incoming: &Content,
+    ) -> (Vec<Put>, Content) {
+        let start = key.len.first_holder(key.start);
+        let readable: Vec<(&Part, &Content)> = prev
+            .iter()
+            .filter_map(|p| p.content.as_ref().map(|c| (p, c)))
+            .collect();
+        let mut rest = incoming.clone();
+        let mut to: BTreeMap<u16, Content> = BTreeMap::new();
+        for (at, metrics) in &incoming.readings {
+            for (name, v) in metrics {
+                let held = readable
+                    .iter()
+                    .filter(|(_, c)| c.readings.get(at).is_some_and(|m| m.contains_key(name)));
+                let mut any = false;
+                for (p, _) in held {
+                    any = true;
+                    let c = to.entry(p.number).or_default();
+                    c.readings.entry(*at).or_default().insert(name.clone(), *v);
+                }
+                // Held here and not in the slot's own parts: not new there. (Held in both,
+                // after a race: the plan corrects the own copy too.)
+                let own_holds = own
+                    .iter()
+                    .filter_map(|p| p.content.as_ref())
+                    .any(|c| c.readings.get(at).is_some_and(|m| m.contains_key(name)));
+                if any
+                    && !own_holds
+                    && let Some(row) = rest.readings.get_mut(at)
+                {
+                    row.remove(name);
+                }
+            }
+        }
+        for (at, json) in &incoming.metadata {
+            let own_carrier = own
+                .iter()
+                .filter_map(|p| p.content.as_ref())
+                .any(|c| c.metadata.contains_key(at));
+            let latest = readable.iter().rev().find_map(|(_, c)| c.metadata.get(at));
+            if !own_carrier && latest == Some(json) {
+                rest.metadata.remove(at);
+            }
+        }
+        rest.readings
+            .retain(|at, m| !m.is_empty() || rest.metadata.contains_key(at));
+        let mut puts = Vec::new();
+        for (part, stored) in readable {
+            let Some(corrections) = to.remove(&part.number) else {
+                continue;
+            };
+            let mut changed = false;
+            let content = merge_into(stored, &corrections, &mut changed);
+            if changed {
+                puts.push(Put {
+                    start,
+                    number: part.number,
+                    content,
+                    expected: Some(part.version),
+                    sealed: part.sealed,
+                    full: part.full,
+                });
+            }
+        }
+        (puts, rest)
     }
 
     /// Whether `content` may be a part's: its worst case under the cap and, for the open
@@ -370,6 +493,7 @@ impl SlotWriter {
             }
             if changed || full != part.full {
                 puts.push(Put {
+                    start: key.start,
                     number: part.number,
                     content,
                     expected: Some(part.version),
@@ -398,6 +522,7 @@ impl SlotWriter {
             if !full && (fresh.is_empty() || self.fits(key, &with_fresh, true)?) {
                 if grown {
                     puts.push(Put {
+                        start: key.start,
                         number: part.number,
                         content: with_fresh,
                         expected: Some(part.version),
@@ -411,6 +536,7 @@ impl SlotWriter {
             // something for a timestamp it holds goes elsewhere. The rest starts a new part.
             let full = full || fresh.times().any(|at| stored.readings.contains_key(at));
             puts.push(Put {
+                start: key.start,
                 number: part.number,
                 content: base,
                 expected: Some(part.version),
@@ -431,6 +557,7 @@ impl SlotWriter {
             })?;
             // Created in order, each sealed before the next exists (see the module docs).
             puts.push(Put {
+                start: key.start,
                 number: n,
                 content,
                 expected: None,
@@ -462,8 +589,8 @@ impl SlotWriter {
         let c = &put.content;
         to_item(&SlotItem {
             pk: key.pk.clone(),
-            sk: key.sk(put.number),
-            packed: encoded(key.start, &c.readings)?,
+            sk: keys::slot_sk(put.start, put.number),
+            packed: encoded(put.start, &c.readings)?,
             reading_count: c.readings.len() as u64,
             version: put.expected.map_or(1, |v| v + 1),
             ttl,
@@ -520,11 +647,66 @@ impl SlotWriter {
         ttl: i64,
         deadline: Instant,
     ) -> Result<SlotWrite, StoreError> {
+        let next = key.len.next(key.start);
+        if let Some(at) = incoming
+            .times()
+            .find(|at| **at < key.start || **at > key.len.last_of(next))
+        {
+            return Err(StoreError::Request {
+                operation: "PutItem",
+                message: format!(
+                    "a reading at {at} is outside the slot {}/{} and the next",
+                    key.pk, key.start
+                ),
+            });
+        }
+        let around = self.read(key).await?;
+        if around.next.is_empty() || incoming.times().all(|at| *at < next) {
+            return self
+                .write_within(key, incoming, ttl, deadline, Some(around))
+                .await;
+        }
+        // The next slot has parts already (a replay, late readings): its readings go there,
+        // where later writes look for them first.
+        let later = self
+            .write_within(
+                &key.next(),
+                &incoming.only(|at| *at >= next),
+                ttl,
+                deadline,
+                None,
+            )
+            .await?;
+        let mine = incoming.only(|at| *at < next);
+        let own = self.write_within(key, &mine, ttl, deadline, None).await?;
+        Ok(SlotWrite {
+            written: own.written || later.written,
+            conflicts: own.conflicts + later.conflicts,
+            unreadable_parts: own.unreadable_parts + later.unreadable_parts,
+            ..own
+        })
+    }
+
+    /// Steps 1 to 3 for readings of the slot `key` (and of the next, carried in its parts),
+    /// until they land or the deadline passes; `first` is a read already made.
+    async fn write_within(
+        &self,
+        key: &SlotKey,
+        incoming: &Content,
+        ttl: i64,
+        deadline: Instant,
+        mut first: Option<Around>,
+    ) -> Result<SlotWrite, StoreError> {
         let mut conflicts = 0u32;
         let mut written = false;
         loop {
-            let parts = self.read(key).await?;
-            let puts = self.plan(key, &parts, incoming)?;
+            let around = match first.take() {
+                Some(a) => a,
+                None => self.read(key).await?,
+            };
+            let (mut puts, rest) = Self::carried(key, &around.prev, &around.own, incoming);
+            let parts = around.own;
+            puts.extend(self.plan(key, &parts, &rest)?);
             let mut lost = false;
             for put in &puts {
                 if self.put(key, put, ttl).await? {
@@ -535,7 +717,8 @@ impl SlotWriter {
                 }
             }
             if !lost {
-                let (readings, count) = counts(&parts, &puts);
+                let own = puts.iter().filter(|p| p.start == key.start);
+                let (readings, count) = counts(&parts, own);
                 return Ok(SlotWrite {
                     written,
                     conflicts,
@@ -573,7 +756,7 @@ fn merge_into(base: &Content, incoming: &Content, changed: &mut bool) -> Content
 
 /// (timestamps with a value in readable parts, parts) of the slot once `puts` landed on
 /// `parts`.
-fn counts(parts: &[Part], puts: &[Put]) -> (usize, usize) {
+fn counts<'a>(parts: &[Part], puts: impl IntoIterator<Item = &'a Put>) -> (usize, usize) {
     let mut contents: BTreeMap<u16, Option<&Content>> = parts
         .iter()
         .map(|p| (p.number, p.content.as_ref()))
@@ -608,6 +791,7 @@ mod tests {
         SlotKey {
             pk: "DEVICE#d".into(),
             start: start(),
+            len: SlotLen::new(3600).unwrap(),
         }
     }
 
