@@ -183,6 +183,7 @@ async fn write_packed(
         let key = SlotKey {
             pk: keys::reading_pk(device, None),
             start,
+            len,
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         writer

@@ -147,6 +147,7 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
         start: ts("2026-04-20T14:00:00Z")
             .plus_millis(start_s * 1000)
             .unwrap(),
+        len: SlotLen::new(60).unwrap(),
     };
     let deadline = || tokio::time::Instant::now() + Duration::from_secs(10);
     let writes: Vec<(i64, SlotReadings)> = vec![
@@ -325,6 +326,7 @@ async fn reading_walks_stitch_single_and_packed_epochs_and_keep_time_order_acros
         let key = SlotKey {
             pk: keys::reading_pk(&d, None),
             start: at(start),
+            len: SlotLen::new(60).unwrap(),
         };
         async move {
             // Values of no six decimals take the XOR encoding's bytes: 40-byte parts split often.
@@ -411,6 +413,7 @@ async fn metrics_added_in_a_later_part_roll_up_once_and_walks_merge_them_per_tim
     let key = SlotKey {
         pk: keys::reading_pk(&packed, None),
         start: ts("2026-04-20T14:00:00Z"),
+        len: SlotLen::new(60).unwrap(),
     };
     let deadline = || tokio::time::Instant::now() + Duration::from_secs(10);
     let batch = |name: &str, k: f64| -> SlotReadings {

@@ -384,6 +384,7 @@ async fn expired_packed_readings_are_never_returned() {
     let key = SlotKey {
         pk: keys::reading_pk(&DeviceId::new("sensor_01").unwrap(), None),
         start,
+        len: len(60),
     };
     let one_day = len(60).last_of(start).ttl_after_days(1);
     writer.write(&key, &rs, one_day, deadline).await.unwrap();

@@ -21,7 +21,7 @@ use tidemark_bench::artifacts::{machine, workspace_root};
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::meter::Meter;
 use tidemark_schema::packed::SlotReadings;
-use tidemark_schema::{MetricName, TABLE, Timestamp};
+use tidemark_schema::{MetricName, SlotLen, TABLE, Timestamp};
 use tidemark_store::ClientSettings;
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
@@ -137,6 +137,7 @@ async fn main() {
                     let key = SlotKey {
                         pk: "DEVICE#d".into(),
                         start: slot_start,
+                        len: SlotLen::new(slot).expect("a slot length"),
                     };
                     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
                     SlotWriter::new(client.clone(), &table, RetryPolicy::default())

@@ -1,8 +1,12 @@
 //! Readings of devices whose layout packs them (docs/design.md §4): grouped by slot item, then merged
 //! into it by [`tidemark_store::slots`] (read, merge, write under a version check).
 //!
-//! A slot is written once per batch that has readings for it, whatever their number: that
-//! is why a longer batching window costs less per reading. Inside a batch, records of one
+//! A device's readings of a batch are written as runs of at most two slots: a run starts at
+//! the slot of its first reading and takes the next slot's readings too, which the first
+//! slot's part carries (docs/design.md §4). A batching window opens when records come, not at
+//! a slot's start, so a window as long as a slot almost always spans two: writing them as one
+//! part makes it one write, not two. So a slot is written about once per batch whatever the
+//! number of its readings: that is why a longer batching window costs less per reading. Inside a batch, records of one
 //! reading merge as for single items (every metric kept, the later record winning a metric
 //! both carry) before the slot is written.
 
@@ -23,6 +27,7 @@ pub struct SlotBatch {
 
 #[derive(Debug)]
 struct Pending {
+    len: SlotLen,
     content: Content,
     ttl: i64,
     /// The earliest record with a reading in this slot: reported if the write fails.
@@ -49,6 +54,32 @@ pub struct SlotReport {
     pub last_error: Option<String>,
 }
 
+/// The slots of a batch joined into runs of at most two: a slot whose previous slot (same
+/// partition, same length) has readings and starts no run of two already joins it.
+fn runs(slots: BTreeMap<(String, Timestamp), Pending>) -> Vec<((String, Timestamp), Pending)> {
+    let mut out: Vec<((String, Timestamp), Pending)> = Vec::with_capacity(slots.len());
+    let mut joined = false;
+    for ((pk, start), p) in slots {
+        if let Some(((run_pk, run_start), run)) = out.last_mut()
+            && !joined
+            && *run_pk == pk
+            && run.len == p.len
+            && run.len.next(*run_start) == start
+        {
+            run.content.readings.extend(p.content.readings);
+            run.content.metadata.extend(p.content.metadata);
+            run.ttl = run.ttl.max(p.ttl);
+            run.first_tag = run.first_tag.min(p.first_tag);
+            run.arrived = run.arrived.max(p.arrived);
+            joined = true;
+            continue;
+        }
+        joined = false;
+        out.push(((pk, start), p));
+    }
+    out
+}
+
 impl SlotBatch {
     /// Adds `reading` (of record `tag`, which arrived at `arrived`) to its slot in partition
     /// `shard`.
@@ -64,9 +95,11 @@ impl SlotBatch {
         let start = len.start_of(reading.timestamp);
         let pk = keys::reading_pk(&reading.device_id, shard);
         let pending = self.slots.entry((pk, start)).or_insert_with(|| Pending {
+            len,
             content: Content::default(),
-            // The slot lives as long as its last possible reading; reads drop expired ones.
-            ttl: len.last_of(start).ttl_after_days(retention_days),
+            // A part lives as long as the last reading it may hold (its next slot's: see the
+            // module docs); reads drop expired ones.
+            ttl: len.last_of(len.next(start)).ttl_after_days(retention_days),
             first_tag: tag,
             arrived,
         });
@@ -105,23 +138,29 @@ impl SlotBatch {
             readings: self.readings,
             ..SlotReport::default()
         };
-        let writes = self.slots.into_iter().map(|((pk, start), p)| async move {
-            let key = SlotKey { pk, start };
-            let out = api
-                .write_slot(
-                    table,
-                    retry,
-                    &key,
-                    &p.content,
-                    Stamp {
-                        ttl: p.ttl,
-                        arrived: Some(p.arrived),
-                    },
-                    deadline,
-                )
-                .await;
-            (key, p.first_tag, out)
-        });
+        let writes = runs(self.slots)
+            .into_iter()
+            .map(|((pk, start), p)| async move {
+                let key = SlotKey {
+                    pk,
+                    start,
+                    len: p.len,
+                };
+                let out = api
+                    .write_slot(
+                        table,
+                        retry,
+                        &key,
+                        &p.content,
+                        Stamp {
+                            ttl: p.ttl,
+                            arrived: Some(p.arrived),
+                        },
+                        deadline,
+                    )
+                    .await;
+                (key, p.first_tag, out)
+            });
         let mut results = futures::stream::iter(writes).buffer_unordered(max_in_flight.max(1));
         while let Some((key, tag, out)) = results.next().await {
             match out {
@@ -142,5 +181,66 @@ impl SlotBatch {
             }
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tidemark_schema::{DeviceId, MetricName};
+
+    use super::*;
+
+    fn reading(device: &str, at: &str) -> Reading {
+        Reading {
+            device_id: DeviceId::new(device).unwrap(),
+            timestamp: Timestamp::parse_rfc3339(at).unwrap(),
+            metrics: [(MetricName::new("t").unwrap(), 1.0)].into(),
+            metadata: None,
+        }
+    }
+
+    /// The (device partition, start, readings) of each run a batch is written as.
+    fn runs_of(readings: &[(&str, &str, u32)]) -> Vec<(String, String, usize)> {
+        let mut batch = SlotBatch::default();
+        let arrived = Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap();
+        for (i, (device, at, len)) in readings.iter().enumerate() {
+            let len = SlotLen::new(i64::from(*len)).unwrap();
+            batch.add(i, &reading(device, at), None, len, 30, arrived);
+        }
+        runs(batch.slots)
+            .into_iter()
+            .map(|((pk, start), p)| (pk, start.to_string(), p.content.readings.len()))
+            .collect()
+    }
+
+    #[test]
+    fn a_devices_readings_are_written_in_runs_of_two_slots_from_the_first() {
+        let run = |pk: &str, start: &str, n| (pk.to_owned(), start.to_owned(), n);
+        assert_eq!(
+            runs_of(&[
+                // A window from 14:03 to 14:13 over three slots: 14:00 with 14:05, then 14:10.
+                ("a", "2026-04-20T14:03:00Z", 300),
+                ("a", "2026-04-20T14:06:00Z", 300),
+                ("a", "2026-04-20T14:08:00Z", 300),
+                ("a", "2026-04-20T14:12:00Z", 300),
+                // Another device's slots join only each other.
+                ("b", "2026-04-20T14:09:00Z", 300),
+                // Slots with a gap between them do not join.
+                ("c", "2026-04-20T14:01:00Z", 300),
+                ("c", "2026-04-20T14:11:00Z", 300),
+                // Nor do slots of another length (a layout change between them).
+                ("d", "2026-04-20T14:04:00Z", 300),
+                ("d", "2026-04-20T14:05:30Z", 60),
+            ]),
+            [
+                run("DEVICE#a", "2026-04-20T14:00:00.000000Z", 3),
+                run("DEVICE#a", "2026-04-20T14:10:00.000000Z", 1),
+                run("DEVICE#b", "2026-04-20T14:05:00.000000Z", 1),
+                run("DEVICE#c", "2026-04-20T14:00:00.000000Z", 1),
+                run("DEVICE#c", "2026-04-20T14:10:00.000000Z", 1),
+                run("DEVICE#d", "2026-04-20T14:00:00.000000Z", 1),
+                run("DEVICE#d", "2026-04-20T14:05:00.000000Z", 1),
+            ]
+        );
     }
 }

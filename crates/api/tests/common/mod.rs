@@ -308,8 +308,9 @@ pub async fn store(t: &TestTable, device: &str, history: &LayoutHistory, reading
     for ((pk, start), content) in slots {
         let rs = &content.readings;
         let l = history.layout_at(start.max(*rs.keys().next().unwrap()));
-        let ttl = l.slot.unwrap().last_of(start).ttl_after_days(30);
-        let key = SlotKey { pk, start };
+        let len = l.slot.unwrap();
+        let ttl = len.last_of(start).ttl_after_days(30);
+        let key = SlotKey { pk, start, len };
         for parity in [1, 0] {
             let half: SlotReadings = rs
                 .iter()

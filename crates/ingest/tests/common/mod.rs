@@ -1,7 +1,7 @@
 //! Shared helpers of the ingest tests: events, a fixed clock, table scans, and store fakes.
 #![allow(dead_code)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -298,7 +298,8 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
 pub struct MemoryStore {
     pub items: MemTable,
     pub shard_configs: Mutex<Vec<ShardConfigItem>>,
-    /// Packed slots by (partition, slot start): the merge rule of the real slot writer.
+    /// Packed slots by (partition, slot start): the placement and merge rules of the real
+    /// slot writer, one part a slot.
     pub slots: Mutex<HashMap<(String, Timestamp), SlotReadings>>,
     pub slot_writes: AtomicUsize,
     pub devices: Mutex<HashSet<DeviceId>>,
@@ -447,18 +448,57 @@ impl SlotStore for &MemoryStore {
                 message: "ValidationException (injected)".into(),
             });
         }
+        // As the slot writer places values (docs/design.md §4): a value stays in every slot
+        // holding it (its own, or the one before, which carries it); a new one goes to the
+        // next slot if the write reaches into it and it holds something, else to this slot.
         let mut slots = self.slots.lock().unwrap();
-        let stored = slots.entry((key.pk.clone(), key.start)).or_default();
-        let merged = packed::merge(stored, &incoming.readings);
-        let written = merged.is_some();
-        if let Some(m) = merged {
+        let next = key.len.next(key.start);
+        let next_has_parts = slots
+            .get(&(key.pk.clone(), next))
+            .is_some_and(|r| !r.is_empty());
+        let mut by_slot: BTreeMap<Timestamp, SlotReadings> = BTreeMap::new();
+        for (at, metrics) in &incoming.readings {
+            let own = key.len.start_of(*at);
+            for (name, v) in metrics {
+                let holders: Vec<Timestamp> = [key.len.first_holder(*at), own]
+                    .into_iter()
+                    .filter(|s| {
+                        slots
+                            .get(&(key.pk.clone(), *s))
+                            .and_then(|r| r.get(at))
+                            .is_some_and(|m| m.contains_key(name))
+                    })
+                    .collect();
+                let into = if !holders.is_empty() {
+                    holders
+                } else if own == next && next_has_parts {
+                    vec![next]
+                } else {
+                    vec![key.start]
+                };
+                for slot in into {
+                    let row = by_slot.entry(slot).or_default().entry(*at).or_default();
+                    row.insert(name.clone(), *v);
+                }
+            }
+        }
+        let mut written = false;
+        for (slot, readings) in by_slot {
+            let stored = slots.entry((key.pk.clone(), slot)).or_default();
+            if let Some(m) = packed::merge(stored, &readings) {
+                written = true;
+                *stored = m;
+            }
+        }
+        if written {
             self.slot_writes.fetch_add(1, Ordering::SeqCst);
-            *stored = m;
         }
         Ok(SlotWrite {
             written,
             conflicts: 0,
-            readings: stored.len(),
+            readings: slots
+                .get(&(key.pk.clone(), key.start))
+                .map_or(0, |r| r.len()),
             parts: 1,
             unreadable_parts: 0,
         })
