@@ -75,50 +75,42 @@ async fn parts(t: &TestTable) -> BTreeMap<(Timestamp, u16), (SlotReadings, u64)>
         .collect()
 }
 
-/// Every reading the reader gives, oldest first and newest first.
-async fn read_back(t: &TestTable) -> (SlotReadings, Vec<Timestamp>) {
+/// The readings the reader gives in `[from, to]` (`HH:MM:SS`), in the walk's order.
+async fn walk(t: &TestTable, from: &str, to: &str, newest_first: bool) -> Vec<(Timestamp, f64)> {
     let queries = Queries::new(t.client.clone(), &t.name);
-    let (from, to) = (ts("2026-04-20T13:00:00Z"), ts("2026-04-20T16:00:00Z"));
-    let mut forward = SlotReadings::new();
-    let mut order = Vec::new();
+    let mut out = Vec::new();
     walk_readings(
         &queries,
         &device(),
         &history(),
-        from,
-        to,
-        false,
+        ts(&format!("2026-04-20T{from}Z")),
+        ts(&format!("2026-04-20T{to}Z")),
+        newest_first,
         None,
-        |at, m| {
-            order.push(at);
-            forward.insert(at, m);
-        },
+        |at, m| out.push((at, m.values().copied().sum())),
     )
     .await
     .unwrap();
-    let mut backward = Vec::new();
-    walk_readings(
-        &queries,
-        &device(),
-        &history(),
-        from,
-        to,
-        true,
-        None,
-        |at, _| backward.push(at),
-    )
-    .await
-    .unwrap();
+    out
+}
+
+/// Every reading the reader gives, checked to come once each, in order, both ways.
+async fn read_back(t: &TestTable) -> SlotReadings {
+    let forward = walk(t, "13:00:00", "16:00:00", false).await;
+    let mut backward = walk(t, "13:00:00", "16:00:00", true).await;
     assert!(
-        order.windows(2).all(|w| w[0] < w[1]),
+        forward.windows(2).all(|w| w[0].0 < w[1].0),
         "oldest first, once each"
     );
-    order.reverse();
+    backward.reverse();
     assert_eq!(
-        backward, order,
+        backward, forward,
         "newest first is the same readings reversed"
     );
-    (forward, backward)
+    forward
+        .into_iter()
+        .map(|(at, v)| (at, BTreeMap::from([(MetricName::new("t").unwrap(), v)])))
+        .collect()
 }
 
 #[tokio::test]
@@ -164,7 +156,7 @@ async fn a_window_across_a_slot_boundary_is_one_part_and_the_next_window_correct
         stored[&(ts("2026-04-20T14:05:00Z"), 0)].0,
         readings(&[("14:07:00", 5.0), ("14:11:00", 6.0)])
     );
-    let (all, _) = read_back(&t).await;
+    let all = read_back(&t).await;
     assert_eq!(
         all,
         readings(&[
@@ -210,21 +202,8 @@ async fn a_window_crossing_the_hour_is_one_part_and_its_readings_read_back_in_th
     write(&t, "14:55:00", &w).await;
     // THEN one part holds it, and a read of 15:00 onwards finds 15:00 in it
     assert_eq!(parts(&t).await.len(), 1);
-    let queries = Queries::new(t.client.clone(), &t.name);
-    let mut got = Vec::new();
-    walk_readings(
-        &queries,
-        &device(),
-        &history(),
-        ts("2026-04-20T15:00:00Z"),
-        ts("2026-04-20T15:59:59Z"),
-        false,
-        None,
-        |at, _| got.push(at),
-    )
-    .await
-    .unwrap();
-    assert_eq!(got, [ts("2026-04-20T15:00:00Z")]);
+    let got = walk(&t, "15:00:00", "15:59:59", false).await;
+    assert_eq!(got, [(ts("2026-04-20T15:00:00Z"), 3.0)]);
 }
 
 #[tokio::test]
@@ -255,7 +234,7 @@ async fn a_value_two_racing_writers_put_in_two_parts_reads_as_the_later_parts_an
     })
     .await;
     // THEN readers take the later part's value, once
-    let (all, _) = read_back(&t).await;
+    let all = read_back(&t).await;
     assert_eq!(
         all,
         readings(&[("14:04:00", 1.0), ("14:06:00", 20.0), ("14:07:00", 3.0)])
@@ -271,6 +250,6 @@ async fn a_value_two_racing_writers_put_in_two_parts_reads_as_the_later_parts_an
             "{slot}"
         );
     }
-    let (all, _) = read_back(&t).await;
+    let all = read_back(&t).await;
     assert_eq!(all[&ts("2026-04-20T14:06:00Z")].values().next(), Some(&7.0));
 }
