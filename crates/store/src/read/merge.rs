@@ -177,7 +177,7 @@ impl State {
         parts: &[Item],
         keep: &impl Fn(&Item) -> bool,
     ) -> usize {
-        let d = packed::decode(start, parts, p.len);
+        let d = packed::decode(start, parts, p);
         self.unpacked.0 += d.readings;
         self.unpacked.1 += parts.len();
         let mut skipped = d.skipped;

@@ -113,8 +113,9 @@ pub struct Decoded {
 
 /// Reads every part of the slot starting at `start` (all its parts, any order). A part holds
 /// readings of its slot and may hold its next slot's (docs/design.md §4); one past that is
-/// logged and left out.
-pub fn decode(start: Timestamp, items: &[Item], len: SlotLen) -> Decoded {
+/// left out, and logged and counted if `p` wants its time (a part of a slot of another length
+/// shares the key range across a layout change, with readings the range leaves out).
+pub fn decode(start: Timestamp, items: &[Item], p: &Packed) -> Decoded {
     let mut out = Decoded {
         group: Group {
             start,
@@ -125,20 +126,23 @@ pub fn decode(start: Timestamp, items: &[Item], len: SlotLen) -> Decoded {
         skipped: 0,
         readings: 0,
     };
-    let last = len.last_of(len.next(start));
+    let last = p.len.last_of(p.len.next(start));
     for item in items {
         let read = crate::from_item::<SlotItem>(item.clone())
             .map_err(|e| e.to_string())
             .and_then(|s| Ok((s.decode().map_err(|e| e.to_string())?, s.ttl, s.pk)));
         match read {
             Ok((mut part, t, k)) if part.start == start => {
-                let before = part.readings.len();
+                let past = part
+                    .readings
+                    .keys()
+                    .filter(|at| **at > last && p.from <= **at && **at <= p.to)
+                    .count();
                 part.readings.retain(|at, _| *at <= last);
-                if part.readings.len() < before {
-                    // A slot of another length shares the key only across a layout change,
-                    // whose readings the range leaves out: emitting them would break the order.
+                if past > 0 {
+                    // Emitting them would break the order.
                     tracing::warn!(pk = %k, %start, "packed readings past the next slot skipped");
-                    out.skipped += before - part.readings.len();
+                    out.skipped += past;
                 }
                 out.readings += part.readings.len();
                 let g = &mut out.group;
@@ -256,7 +260,7 @@ mod tests {
     }
 
     fn unpack(start: Timestamp, parts: &[Item], p: &Packed, forward: bool) -> Read {
-        let d = decode(start, parts, p.len);
+        let d = decode(start, parts, p);
         let u = super::unpack(start, &[&d.group], p, forward);
         Read {
             items: u.items,
@@ -320,6 +324,37 @@ mod tests {
         };
         let u = unpack(start, &parts, &p, true);
         assert_eq!((secs(&u, start), u.skipped), (vec![1, 2], 3));
+    }
+
+    #[test]
+    fn a_slots_readings_come_from_its_parts_and_the_previous_slots_past_the_next_slot_none() {
+        let len = SlotLen::new(60).unwrap();
+        let (prev, start) = (ts("2026-04-20T14:00:00Z"), ts("2026-04-20T14:01:00Z"));
+        // A 14:00 part carrying 14:01:10, the 14:01 part with 14:01:20 and 14:02:30, and a
+        // foreign-length part at 14:00 holding 14:03:00, past the slot after its own.
+        let carrier = [part(prev, 0, &[5, 70]), part(prev, 1, &[180])];
+        let own = [part(start, 0, &[20, 90])];
+        let wanting = |from: &str| Packed {
+            len,
+            from: ts(from),
+            to: ts("2026-04-20T15:00:00Z"),
+            after: None,
+        };
+        let p = wanting("2026-04-20T14:01:00Z");
+        let (c, o) = (decode(prev, &carrier, &p), decode(start, &own, &p));
+        assert_eq!((c.skipped, c.readings, o.skipped), (1, 2, 0));
+        let slot = super::unpack(start, &[&c.group, &o.group], &p, true);
+        let read = Read {
+            items: slot.items,
+            skipped: slot.skipped,
+            decoded: 0,
+        };
+        assert_eq!(secs(&read, prev), [70, 80]);
+        // A range that leaves the foreign reading out does not count it.
+        assert_eq!(
+            decode(prev, &carrier, &wanting("2026-04-20T14:04:00Z")).skipped,
+            0
+        );
     }
 
     #[test]
