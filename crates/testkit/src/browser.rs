@@ -151,27 +151,38 @@ impl Browser {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let profile = std::env::temp_dir().join(unique_name("tidemark-chromium"));
-        let mut args: Vec<String> = CHROME_ARGS.iter().map(|s| s.to_string()).collect();
-        args.push(format!("--user-data-dir={}", profile.display()));
-        args.push(format!("--window-size={width},{height}"));
-        let mut options = json!({ "args": args });
-        if let Ok(p) = which("chromium") {
-            options["binary"] = json!(p);
-        }
-        let (status, body) = http(
-            addr,
-            "POST",
-            "/session",
-            Some(&json!({"capabilities": {"alwaysMatch": {
-                "browserName": "chrome",
-                "goog:chromeOptions": options,
-            }}})),
-        );
-        let Some(session) = body["value"]["sessionId"].as_str().map(str::to_owned) else {
-            let _ = driver.kill();
-            let _ = driver.wait();
-            panic!("no WebDriver session ({status}): {body}");
+        // Chromium now and then exits while starting when several tests start it at once
+        // ("session not created: Chrome instance exited"): a fresh profile and another try.
+        let mut attempt = 0;
+        let (session, profile) = loop {
+            attempt += 1;
+            let profile = std::env::temp_dir().join(unique_name("tidemark-chromium"));
+            let mut args: Vec<String> = CHROME_ARGS.iter().map(|s| s.to_string()).collect();
+            args.push(format!("--user-data-dir={}", profile.display()));
+            args.push(format!("--window-size={width},{height}"));
+            let mut options = json!({ "args": args });
+            if let Ok(p) = which("chromium") {
+                options["binary"] = json!(p);
+            }
+            let (status, body) = http(
+                addr,
+                "POST",
+                "/session",
+                Some(&json!({"capabilities": {"alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": options,
+                }}})),
+            );
+            if let Some(session) = body["value"]["sessionId"].as_str() {
+                break (session.to_owned(), profile);
+            }
+            let _ = std::fs::remove_dir_all(&profile);
+            if attempt >= 3 {
+                let _ = driver.kill();
+                let _ = driver.wait();
+                panic!("no WebDriver session after {attempt} tries ({status}): {body}");
+            }
+            std::thread::sleep(Duration::from_millis(500 * attempt));
         };
         let b = Browser {
             driver,
