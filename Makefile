@@ -115,8 +115,9 @@ heat:
 ## against raw readings and what quantile sketches cost and save into bench/SERIES.md, what the
 ## Parquet export reads per second and writes per reading into bench/EXPORT.md, what offline
 ## detection costs (the alerts role's deadline upkeep per reading, the watchdog's runs over
-## 100,000 devices) into bench/OFFLINE.md, then the dashboard's time to a drawn page and asset
-## size into bench/DASHBOARD.md
+## 100,000 devices) into bench/OFFLINE.md, how soon a silent device's offline alert is
+## published and its return resolves it into bench/OFFLINE_LATENCY.md, then the dashboard's
+## time to a drawn page and asset size into bench/DASHBOARD.md
 bench:
 	scripts/services.sh start
 	$(CARGO) run --release -p tidemark-bench -- $(BENCH_ARGS)
@@ -128,5 +129,6 @@ bench:
 	$(CARGO) run --release -p tidemark-bench --example series_reads
 	$(CARGO) run --release -p tidemark-bench --example export
 	$(CARGO) run --release -p tidemark-bench --example offline
+	$(CARGO) run --release -p tidemark-bench --example offline_latency
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed
