@@ -59,6 +59,14 @@ impl UpkeepRun {
     pub fn alerts_wru(&self) -> f64 {
         self.per(self.alerts.wru)
     }
+    /// The least deadline upkeep can cost per stored reading with this window
+    /// (docs/decisions/0005-offline-upkeep-floor.md): one move per window and device, a device
+    /// write and the keys-only entry's delete and put, 3 WRU.
+    pub fn floor_wru(&self) -> f64 {
+        let windows = f64::from(self.devices) * self.measured_min as f64 * 60.0
+            / f64::from(self.offline_after_s);
+        self.per(3.0 * windows)
+    }
     /// Device item writes per device per hour.
     pub fn device_writes_per_hour(&self) -> f64 {
         self.device_writes as f64 / f64::from(self.devices) / (self.measured_min as f64 / 60.0)

@@ -94,6 +94,8 @@ pub(super) fn upkeep_md(rep: &Report) -> String {
             )
         });
         let gsi2 = r.per(r.alerts.wru_by_index.get("GSI2").copied().unwrap_or(0.0));
+        let floor = r.floor_wru();
+        let ratio = extra / floor;
         if u64::from(moved) >= r.device_refresh_s {
             md.push_str(&format!(
                 "- **{} s**: three quarters of the window ({} s) is at least the refresh ({} s), so the writes \
@@ -111,7 +113,8 @@ pub(super) fn upkeep_md(rep: &Report) -> String {
                  device item is written about every {} s instead: {:.2} writes per device and \
                  hour ({more_writes:+.2} vs off, {more_table:+.4} table WRU per reading), each \
                  moving the key ({moves:.2} moves, {gsi2:.4} GSI2 WRU per reading). Upkeep \
-                 {extra:+.4} WRU per reading: **missed**.\n",
+                 {extra:+.4} WRU per reading, {ratio:.2}× the floor of one move per window \
+                 ({floor:.4}).\n",
                 r.offline_after_s,
                 moved,
                 r.device_refresh_s,
@@ -121,10 +124,12 @@ pub(super) fn upkeep_md(rep: &Report) -> String {
         }
     }
     md.push_str(
-        "\nIn general, for a device sending every *i* seconds with window *W* (≥ 2 × \
-         `DEVICE_REFRESH_SECONDS` × 4/3), the upkeep costs about 2 GSI2 WRU per 3*W*/4: \
-         (8/3)·*i*/*W* WRU per reading (0.044 at *i* = 60 s, *W* = 3600 s); below that it adds \
-         the item writes too. Since the device item stopped being rewritten every 15 minutes \
+        "\nIn general, for a device sending every *i* seconds with window *W* (under \
+         `DEVICE_REFRESH_SECONDS` × 4/3), the upkeep costs about a device write and 2 GSI2 WRU \
+         per 3*W*/4: 4·*i*/*W* WRU per reading (0.067 at *i* = 60 s, *W* = 3600 s). The floor, \
+         one such move per window, is 3·*i*/*W* (docs/decisions/0005-offline-upkeep-floor.md: \
+         a healthy device's index entry must move once per window, or the watchdog reads \
+         healthy devices; no write made anyway can carry it). Since the device item stopped being rewritten every 15 minutes \
          for `lastSeenAt` alone (`DEVICE_REFRESH_SECONDS` 86400, \
          docs/decisions/0003-write-cost-floors.md step 5), no key move rides along with a refresh \
          any more, so each is an item write of its own; what a watched device costs the role in \
