@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tidemark_bench::local_ddb::LocalDynamo;
-use tidemark_devstack::LocalConfig;
-use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::{AlertId, AlertRule, MetricName, Timestamp};
-use tidemark_testkit::{TestStream, services, unique_name, workspace_root};
+use tidemark_testkit::{TestStream, workspace_root};
+
+mod common;
 
 const DEVICES: usize = 20;
 
@@ -48,49 +47,22 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    common::init_tracing();
     let breaches: usize = arg("--breaches").and_then(|n| n.parse().ok()).unwrap_or(60);
     let out_dir = arg("--out").map_or_else(|| workspace_root().join("bench"), Into::into);
     let dynamo = LocalDynamo::start().await.expect("DynamoDB Local starts");
     let stream = TestStream::new("alert-latency", 2).await;
-    let s = services();
-    let on_failure = std::env::temp_dir().join(unique_name("alert-latency-onfailure"));
-    // The template's windows; the laptop mappings' own polling (250 ms) stands in for
-    // Lambda's (Kinesis about once a second per shard, DynamoDB Streams 4 times a second).
-    let mapping = |name: &str, window_s: u64| MappingConfig {
-        batch_size: 1000,
-        batching_window: Duration::from_secs(window_s),
-        on_failure_dir: Some(on_failure.join(name)),
-        ..MappingConfig::new(name)
-    };
-    let pipeline = Pipeline::start(PipelineConfig {
-        sign_in: None,
-        offline_after_default: 0,
-        watchdog: None,
-        export: None,
-        local: LocalConfig {
-            table: unique_name("alert-latency"),
-            stream: stream.name.clone(),
-            stream_shards: 2,
-            dynamodb_endpoint: format!("http://{}", dynamo.addr),
-            kinesis_endpoint: s.kinesis_endpoint.clone(),
+    let pipeline = common::template_pipeline(
+        common::Setup {
+            label: "alert-latency",
+            offline_after_default: 0,
+            watchdog: None,
+            default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),
         },
-        api_port: 0,
-        functions: Functions::InProcess,
-        ingest: mapping("ingest", 1),
-        aggregator: mapping("aggregator", 300),
-        default_layout: None,
-        default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),
-        alerts: Some(AlertsConfig::ephemeral(mapping("alerts", 1))),
-    })
-    .await
-    .expect("pipeline starts");
+        &dynamo,
+        &stream,
+    )
+    .await;
     let events = pipeline
         .events
         .clone()

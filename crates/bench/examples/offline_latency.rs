@@ -23,14 +23,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tidemark_bench::api::percentile;
 use tidemark_bench::local_ddb::LocalDynamo;
-use tidemark_devstack::LocalConfig;
-use tidemark_devstack::esm::MappingConfig;
-use tidemark_devstack::pipeline::{
-    AlertsConfig, Functions, Pipeline, PipelineConfig, WatchdogSchedule,
-};
+use tidemark_devstack::pipeline::WatchdogSchedule;
 use tidemark_schema::Timestamp;
-use tidemark_testkit::{TestStream, services, unique_name, workspace_root};
+use tidemark_testkit::{TestStream, workspace_root};
+
+mod common;
 
 /// The fleet's offline window: the smallest the API accepts.
 const WINDOW_S: u64 = 60;
@@ -53,14 +52,6 @@ fn draw(d: usize) -> f64 {
     (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 /// One device's timeline, as the sender and the event log saw it.
 #[derive(Default)]
 struct Device {
@@ -77,7 +68,11 @@ struct Device {
     spurious: usize,
 }
 
+/// p50, p90, p99 (nearest rank) and max; NaN for none.
 fn stats(v: &mut [f64]) -> [f64; 4] {
+    if v.is_empty() {
+        return [f64::NAN; 4];
+    }
     v.sort_by(f64::total_cmp);
     [
         percentile(v, 50.0),
@@ -89,48 +84,23 @@ fn stats(v: &mut [f64]) -> [f64; 4] {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    common::init_tracing();
     let n: usize = arg("--devices").and_then(|v| v.parse().ok()).unwrap_or(40);
     let spread = Duration::from_secs(arg("--spread").and_then(|v| v.parse().ok()).unwrap_or(240));
     let out_dir = arg("--out").map_or_else(|| workspace_root().join("bench"), Into::into);
     let dynamo = LocalDynamo::start().await.expect("DynamoDB Local starts");
     let stream = TestStream::new("offline-latency", 2).await;
-    let s = services();
-    let on_failure = std::env::temp_dir().join(unique_name("offline-latency-onfailure"));
-    let mapping = |name: &str, window_s: u64| MappingConfig {
-        batch_size: 1000,
-        batching_window: Duration::from_secs(window_s),
-        on_failure_dir: Some(on_failure.join(name)),
-        ..MappingConfig::new(name)
-    };
-    let pipeline = Pipeline::start(PipelineConfig {
-        sign_in: None,
-        offline_after_default: WINDOW_S as u32,
-        watchdog: Some(WatchdogSchedule::every(WATCHDOG_PERIOD)),
-        export: None,
-        local: LocalConfig {
-            table: unique_name("offline-latency"),
-            stream: stream.name.clone(),
-            stream_shards: 2,
-            dynamodb_endpoint: format!("http://{}", dynamo.addr),
-            kinesis_endpoint: s.kinesis_endpoint.clone(),
+    let pipeline = common::template_pipeline(
+        common::Setup {
+            label: "offline-latency",
+            offline_after_default: WINDOW_S as u32,
+            watchdog: Some(WatchdogSchedule::every(WATCHDOG_PERIOD)),
+            default_thresholds: "{}".into(),
         },
-        api_port: 0,
-        functions: Functions::InProcess,
-        ingest: mapping("ingest", 1),
-        aggregator: mapping("aggregator", 300),
-        default_layout: None,
-        default_thresholds: "{}".into(),
-        alerts: Some(AlertsConfig::ephemeral(mapping("alerts", 1))),
-    })
-    .await
-    .expect("pipeline starts");
+        &dynamo,
+        &stream,
+    )
+    .await;
     let events = pipeline
         .events
         .clone()
@@ -268,7 +238,7 @@ async fn main() {
          the alerts role has seen them), so a device's deadline is caught by the first run \
          starting after it: 0 to 60 s, uniform over the silences' phases, plus the \
          heartbeats' way through the pipeline and the alerts role publishing the change (its \
-         1 s window). With {n} samples the p99 is the worst or next to worst of them.\n\n\
+         1 s window). Percentiles are nearest-rank: with {n} samples the p99 is the worst of them.\n\n\
          On AWS the path adds Lambda's own polling (a Kinesis shard about once a second, a \
          DynamoDB stream shard four times a second) and EventBridge Scheduler's own delay in \
          starting each run, and loses DynamoDB Local's slowness on a shared machine.\n",
