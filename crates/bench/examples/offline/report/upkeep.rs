@@ -129,7 +129,12 @@ pub(super) fn upkeep_md(rep: &Report) -> String {
          per 3*W*/4: 4·*i*/*W* WRU per reading (0.067 at *i* = 60 s, *W* = 3600 s). The floor, \
          one such move per window, is 3·*i*/*W* (docs/decisions/0005-offline-upkeep-floor.md: \
          a healthy device's index entry must move once per window, or the watchdog reads \
-         healthy devices; no write made anyway can carry it). Since the device item stopped being rewritten every 15 minutes \
+         healthy devices; no write made anyway can carry it). The measured minutes hold a \
+         whole number of moves per device, and the devices move in step (they all register \
+         in the warm-up's first minute), so a window whose three quarters do not divide the \
+         measured time reads above 4/3 of the floor: at 3600 s each device moves at 45, 90 \
+         and 135 minutes, 3 moves in the 120 measured (1.50×), where a long run makes 2.67. \
+         Since the device item stopped being rewritten every 15 minutes \
          for `lastSeenAt` alone (`DEVICE_REFRESH_SECONDS` 86400, \
          docs/decisions/0003-write-cost-floors.md step 5), no key move rides along with a refresh \
          any more, so each is an item write of its own; what a watched device costs the role in \
