@@ -23,6 +23,21 @@ pub const MAX_BATCH_WRITE: usize = 25;
 /// Keys in one `BatchGetItem`.
 pub const MAX_BATCH_GET_KEYS: usize = 100;
 
+/// What one `Query` page reads at most: a page ends with the item that brings what it read to
+/// 1 MB, whatever its `Limit`, and the caller resumes from its `LastEvaluatedKey`.
+pub const MAX_PAGE_BYTES: usize = 1024 * 1024;
+
+/// The error DynamoDB gives a `BatchWriteItem` or `BatchExecuteStatement` of more than
+/// [`MAX_BATCH_WRITE`] requests, as a fake returns it.
+pub fn too_many_requests(operation: &'static str, requests: usize) -> crate::StoreError {
+    crate::StoreError::Request {
+        operation,
+        message: format!(
+            "ValidationException: {requests} requests; a batch takes at most {MAX_BATCH_WRITE}"
+        ),
+    }
+}
+
 /// The error DynamoDB gives a transaction of more than [`MAX_TRANSACT_ACTIONS`] actions, as
 /// a fake returns it.
 pub fn too_many_actions(actions: usize) -> crate::StoreError {

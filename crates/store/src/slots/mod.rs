@@ -134,10 +134,12 @@ pub struct SlotWrite {
     pub unreadable_parts: usize,
 }
 
-/// Writes packed slots: the client, table and retry policy of one function.
+/// Writes packed slots: the client, table and retry policy of one function. The client is
+/// DynamoDB's, or the in-memory test engine ([`crate::memory::MemTable`]): a slot write needs
+/// only the two operations of [`PartTable`].
 #[derive(Debug, Clone)]
-pub struct SlotWriter {
-    pub client: Client,
+pub struct SlotWriter<C = Client> {
+    pub client: C,
     pub table: String,
     pub retry: RetryPolicy,
     /// [`MAX_PART_BYTES`] except in tests of splitting.
@@ -169,6 +171,80 @@ pub struct Stamp {
     pub ttl: i64,
     /// When the records it carries arrived ([`tidemark_schema::field::ARRIVED_AT`]).
     pub arrived: Option<Timestamp>,
+}
+
+/// The two table operations a slot write makes: read the parts of a range of slots, strongly
+/// consistent, and put one part on the condition of its version.
+pub trait PartTable: Send + Sync {
+    /// Every item of partition `pk` with a sort key in `[lo, hi]`, in key order, strongly
+    /// consistent (all pages).
+    fn slot_items(
+        &self,
+        table: &str,
+        pk: &str,
+        lo: &str,
+        hi: &str,
+    ) -> impl std::future::Future<Output = Result<Vec<Item>, StoreError>> + Send;
+    /// Puts `item` if its `version` is still `expected` (`None`: if no item has its key).
+    /// `Ok(false)`: the condition failed.
+    fn put_part(
+        &self,
+        table: &str,
+        item: Item,
+        expected: Option<u64>,
+    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send;
+}
+
+impl PartTable for Client {
+    async fn slot_items(
+        &self,
+        table: &str,
+        pk: &str,
+        lo: &str,
+        hi: &str,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut pages = self
+            .query()
+            .table_name(table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#sk", attr::SK)
+            .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+            .expression_attribute_values(":lo", AttributeValue::S(lo.to_owned()))
+            .expression_attribute_values(":hi", AttributeValue::S(hi.to_owned()))
+            .into_paginator()
+            .items()
+            .send();
+        let mut out = Vec::new();
+        while let Some(item) = pages.next().await {
+            out.push(item.map_err(StoreError::sdk("Query"))?);
+        }
+        Ok(out)
+    }
+
+    async fn put_part(
+        &self,
+        table: &str,
+        item: Item,
+        expected: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let req = self.put_item().table_name(table).set_item(Some(item));
+        let req = match expected {
+            None => req
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", attr::PK),
+            Some(v) => req
+                .condition_expression("#v = :v")
+                .expression_attribute_names("#v", field::VERSION)
+                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
+        };
+        match req.send().await.map_err(StoreError::sdk("PutItem")) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conditional_check_failed() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 impl SlotStore for Client {
@@ -257,8 +333,8 @@ fn parse_part(pk: &str, start: Timestamp, item: &Item) -> Option<Part> {
     })
 }
 
-impl SlotWriter {
-    pub fn new(client: Client, table: impl Into<String>, retry: RetryPolicy) -> Self {
+impl<C: PartTable> SlotWriter<C> {
+    pub fn new(client: C, table: impl Into<String>, retry: RetryPolicy) -> Self {
         SlotWriter {
             client,
             table: table.into(),
@@ -281,23 +357,12 @@ impl SlotWriter {
     async fn read(&self, key: &SlotKey) -> Result<Around, StoreError> {
         let (prev, next) = (key.len.first_holder(key.start), key.len.next(key.start));
         let (lo, hi) = keys::slot_sk_between(prev, next);
-        let mut pages = self
+        let items = self
             .client
-            .query()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
-            .expression_attribute_names("#pk", attr::PK)
-            .expression_attribute_names("#sk", attr::SK)
-            .expression_attribute_values(":pk", AttributeValue::S(key.pk.clone()))
-            .expression_attribute_values(":lo", AttributeValue::S(lo))
-            .expression_attribute_values(":hi", AttributeValue::S(hi))
-            .into_paginator()
-            .items()
-            .send();
+            .slot_items(&self.table, &key.pk, &lo, &hi)
+            .await?;
         let mut around = Around::default();
-        while let Some(item) = pages.next().await {
-            let item = item.map_err(StoreError::sdk("Query"))?;
+        for item in items {
             let Some(start) = item
                 .get(attr::SK)
                 .and_then(|v| v.as_s().ok())
@@ -603,25 +668,8 @@ impl SlotWriter {
 
     /// Step 3 for one part. `Ok(false)`: another writer changed it first.
     async fn put(&self, key: &SlotKey, put: &Put, ttl: i64) -> Result<bool, StoreError> {
-        let req = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(self.item(key, put, ttl)?));
-        let req = match put.expected {
-            None => req
-                .condition_expression("attribute_not_exists(#pk)")
-                .expression_attribute_names("#pk", attr::PK),
-            Some(v) => req
-                .condition_expression("#v = :v")
-                .expression_attribute_names("#v", field::VERSION)
-                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
-        };
-        match req.send().await.map_err(StoreError::sdk("PutItem")) {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_conditional_check_failed() => Ok(false),
-            Err(e) => Err(e),
-        }
+        let item = self.item(key, put, ttl)?;
+        self.client.put_part(&self.table, item, put.expected).await
     }
 
     /// Merges `incoming` readings into the slot `key` (see the module docs).
