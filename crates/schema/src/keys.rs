@@ -45,6 +45,10 @@ pub const NOTIFY_MARKER_SK: &str = "#MARKER";
 /// the alerts role when it has passed that too (docs/design.md §5, "Offline devices").
 pub const PIPELINE_PK: &str = "PIPELINE";
 pub const HEARTBEAT_PREFIX: &str = "HEARTBEAT#";
+/// `PIPELINE` / `FAILURES#<function>#<record>`: how often a function failed on one record
+/// with an error no retry cures (docs/design.md §4, "What is retried, what is set aside").
+/// Written only when that happens, so it costs nothing while nothing fails.
+pub const FAILURES_PREFIX: &str = "FAILURES#";
 /// The Parquet export's state: `EXPORT` / `#CURSOR` (the newest hour the schedule exported)
 /// and `EXPORT` / `DIRTY#<hour>` (an hour changed after it closed, to export again). Written
 /// rarely: once an hour, and on a late change.
@@ -141,6 +145,8 @@ pub enum EntityKey {
     NotifyMarker(EventId),
     /// The heartbeat of one ingest (Kinesis) shard (see [`PIPELINE_PK`]).
     Heartbeat(ShardName),
+    /// A function's count of permanent failures on one record (see [`FAILURES_PREFIX`]).
+    Failures(FailedRecord),
     /// The export schedule's position (see [`EXPORT_PK`]).
     ExportCursor,
     /// An hour (its start) to export again (see [`EXPORT_PK`]).
@@ -169,6 +175,39 @@ impl ShardName {
 impl fmt::Display for ShardName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// A record one function failed on: the function (`ingest`, `rollups`, `alerts`) and the
+/// record's ID in its source (a Kinesis sequence number, `<sequence>.<index>` for a user
+/// record of a KPL aggregate, or a table stream record's event ID). Both are short runs of
+/// `[A-Za-z0-9._:-]`, so the pair can never hold another entity's key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FailedRecord {
+    function: String,
+    record: String,
+}
+
+impl FailedRecord {
+    pub fn new(function: &str, record: &str) -> Option<Self> {
+        let word = |s: &str, max: usize| {
+            !s.is_empty()
+                && s.len() <= max
+                && s.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
+        };
+        (word(function, 32) && word(record, 200)).then(|| FailedRecord {
+            function: function.to_owned(),
+            record: record.to_owned(),
+        })
+    }
+
+    pub fn function(&self) -> &str {
+        &self.function
+    }
+
+    pub fn record(&self) -> &str {
+        &self.record
     }
 }
 
@@ -217,6 +256,10 @@ impl EntityKey {
             EntityKey::DefaultLayout => Key::new(CONFIG_PK.to_owned(), DEFAULT_LAYOUT_SK),
             EntityKey::NotifyMarker(e) => Key::new(notify_marker_pk(e), NOTIFY_MARKER_SK),
             EntityKey::Heartbeat(s) => Key::new(PIPELINE_PK.to_owned(), heartbeat_sk(s)),
+            EntityKey::Failures(f) => Key::new(
+                PIPELINE_PK.to_owned(),
+                format!("{FAILURES_PREFIX}{}#{}", f.function, f.record),
+            ),
             EntityKey::ExportCursor => Key::new(EXPORT_PK.to_owned(), EXPORT_CURSOR_SK),
             EntityKey::ExportDirty(hour) => {
                 Key::new(EXPORT_PK.to_owned(), format!("{EXPORT_DIRTY_PREFIX}{hour}"))
@@ -253,6 +296,15 @@ impl EntityKey {
                 .ok_or_else(|| err("export sort key must be #CURSOR or DIRTY#<hour start>"));
         }
         if pk == PIPELINE_PK {
+            if let Some(rest) = sk.strip_prefix(FAILURES_PREFIX) {
+                return rest
+                    .split_once('#')
+                    .and_then(|(f, r)| FailedRecord::new(f, r))
+                    .map(EntityKey::Failures)
+                    .ok_or_else(|| {
+                        err("failure count sort key must be FAILURES#<function>#<record>")
+                    });
+            }
             return sk
                 .strip_prefix(HEARTBEAT_PREFIX)
                 .and_then(ShardName::new)
@@ -848,6 +900,28 @@ mod tests {
             (k.pk.as_str(), k.sk.as_str()),
             ("CONFIG", "SHARDS#sensor_01")
         );
+    }
+
+    #[test]
+    fn failure_count_keys_name_the_function_and_record_and_round_trip() {
+        let f = FailedRecord::new(
+            "ingest",
+            "49590338271490256608559692538361571095921575989136588898.3",
+        )
+        .unwrap();
+        let k = round_trip(EntityKey::Failures(f));
+        assert_eq!(k.pk, "PIPELINE");
+        assert_eq!(
+            k.sk,
+            "FAILURES#ingest#49590338271490256608559692538361571095921575989136588898.3"
+        );
+        assert!(
+            FailedRecord::new("ingest", "a#b").is_none(),
+            "never a second #"
+        );
+        assert!(FailedRecord::new("", "1").is_none());
+        assert!(FailedRecord::new("rollups", &"9".repeat(201)).is_none());
+        assert!(EntityKey::parse(PIPELINE_PK, "FAILURES#ingest").is_err());
     }
 
     #[test]

@@ -23,7 +23,7 @@
 //! - whatever is still unwritten when time runs out, or fails permanently, comes back in
 //!   [`WriteReport::failed_tags`] so the caller can tell exactly which inputs are durable.
 //!
-//! The writer is generic over [`BatchWriteApi`], three methods, so tests can inject unprocessed
+//! The writer is generic over [`BatchWriteApi`], four methods, so tests can inject unprocessed
 //! items, throttling and persistent failures; the DynamoDB client implements it.
 
 use std::collections::{HashMap, HashSet};
@@ -32,6 +32,7 @@ use std::future::Future;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use futures::StreamExt;
+use tidemark_schema::keys::FailedRecord;
 use tidemark_schema::table::attr;
 use tokio::time::Instant;
 
@@ -102,6 +103,24 @@ pub trait BatchWriteApi: Send + Sync {
         let _ = table;
         std::future::ready(Ok(vec![Inserted::Taken; items.len()]))
     }
+
+    /// Adds one permanent failure of `record` to its count ([`crate::failures`]) and returns
+    /// the count so far. The default keeps none and answers with a retryable error, so a
+    /// store without counts never sets anything aside: it retries, as before.
+    fn count_failure(
+        &self,
+        table: &str,
+        record: &FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> impl Future<Output = Result<u32, BatchCallError>> + Send {
+        let _ = (table, record, error, ttl);
+        std::future::ready(Err(BatchCallError::request(
+            true,
+            "UpdateItem",
+            "this store keeps no failure counts",
+        )))
+    }
 }
 
 impl BatchWriteApi for Client {
@@ -147,6 +166,16 @@ impl BatchWriteApi for Client {
         items: Vec<Item>,
     ) -> Result<Vec<Inserted>, BatchCallError> {
         crate::insert::insert_batch(self, table, items).await
+    }
+
+    async fn count_failure(
+        &self,
+        table: &str,
+        record: &FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> Result<u32, BatchCallError> {
+        crate::failures::count_in_dynamodb(self, table, record, error, ttl).await
     }
 }
 
@@ -213,6 +242,10 @@ pub struct WriteReport {
     pub refused: Vec<Refused>,
     /// The last error seen, for the log.
     pub last_error: Option<String>,
+    /// Of `failed_tags`, the items refused with an error no retry cures
+    /// ([`StoreError::is_permanent`]), narrowed to the one item at fault: what a caller may
+    /// count and, past a few times, set aside (with every record the item merges).
+    pub permanent: Vec<Refused>,
 }
 
 impl WriteReport {
@@ -242,6 +275,24 @@ pub struct Refused {
     pub why: String,
 }
 
+impl Refused {
+    fn of(p: &PendingWrite, error: &StoreError) -> Self {
+        let attr = |n: &str| {
+            p.item
+                .get(n)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        Refused {
+            tag: p.tag,
+            pk: attr(attr::PK),
+            sk: attr(attr::SK),
+            why: error.to_string(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct ChunkOutcome {
     refused: Vec<Refused>,
@@ -253,6 +304,7 @@ struct ChunkOutcome {
     throttled: u64,
     failed_tags: Vec<usize>,
     last_error: Option<String>,
+    permanent: Vec<Refused>,
 }
 
 impl ChunkOutcome {
@@ -265,6 +317,7 @@ impl ChunkOutcome {
         self.throttled += c.throttled;
         self.failed_tags.extend(c.failed_tags);
         self.refused.extend(c.refused);
+        self.permanent.extend(c.permanent);
         if c.last_error.is_some() {
             self.last_error = c.last_error;
         }
@@ -384,6 +437,7 @@ impl<A: BatchWriteApi> BatchWriter<A> {
             failed_tags: total.failed_tags,
             refused: total.refused,
             last_error: total.last_error,
+            permanent: total.permanent,
         }
     }
 
@@ -518,19 +572,7 @@ impl<A: BatchWriteApi> BatchWriter<A> {
                     return out;
                 }
                 Ok(Err(e)) if e.error.is_too_large() => {
-                    let attr = |n: &str| {
-                        p.item
-                            .get(n)
-                            .and_then(|v| v.as_s().ok())
-                            .cloned()
-                            .unwrap_or_default()
-                    };
-                    out.refused.push(Refused {
-                        tag: p.tag,
-                        pk: attr(tidemark_schema::table::attr::PK),
-                        sk: attr(tidemark_schema::table::attr::SK),
-                        why: e.error.to_string(),
-                    });
+                    out.refused.push(Refused::of(&p, &e.error));
                     return out;
                 }
                 Ok(Err(e)) if e.retryable => {
@@ -538,6 +580,9 @@ impl<A: BatchWriteApi> BatchWriter<A> {
                     out.last_error = Some(e.error.to_string());
                 }
                 Ok(Err(e)) => {
+                    if e.error.is_permanent() {
+                        out.permanent.push(Refused::of(&p, &e.error));
+                    }
                     give_up(&mut out, e.error.to_string());
                     return out;
                 }
@@ -594,7 +639,20 @@ impl<A: BatchWriteApi> BatchWriter<A> {
                     out.throttled += 1;
                     out.last_error = Some(e.error.to_string());
                 }
+                Ok(Err(e)) if pending.len() > 1 => {
+                    // DynamoDB refuses a whole call for one bad item: one item a call finds
+                    // which, and writes the rest.
+                    out.last_error = Some(e.error.to_string());
+                    for p in pending {
+                        out.absorb(Box::pin(self.write_chunk(vec![p], deadline)).await);
+                    }
+                    return out;
+                }
                 Ok(Err(e)) => {
+                    if e.error.is_permanent() {
+                        out.permanent
+                            .extend(pending.iter().map(|p| Refused::of(p, &e.error)));
+                    }
                     give_up(&mut out, pending, e.error.to_string());
                     return out;
                 }
@@ -926,5 +984,58 @@ mod tests {
             .await;
         assert_eq!((r.written, r.failed_tags.len()), (30, 0), "{r:?}");
         assert_eq!(w.api().stored.lock().unwrap().len(), 30);
+    }
+
+    /// Refuses, for good, every `BatchWriteItem` call holding an item whose `v` is "bad", as
+    /// DynamoDB refuses a whole call for one invalid item.
+    #[derive(Default)]
+    struct Picky {
+        stored: Mutex<HashMap<KeyPair, Item>>,
+    }
+
+    impl BatchWriteApi for Picky {
+        async fn put_batch(&self, _: &str, items: Vec<Item>) -> Result<Vec<Item>, BatchCallError> {
+            if items.iter().any(|i| i["v"].as_s().unwrap() == "bad") {
+                return Err(BatchCallError::request(
+                    false,
+                    "BatchWriteItem",
+                    "ValidationException: One or more parameter values were invalid",
+                ));
+            }
+            let mut stored = self.stored.lock().unwrap();
+            for i in items {
+                stored.insert(key_of(&i).unwrap(), i);
+            }
+            Ok(Vec::new())
+        }
+
+        async fn merge_item(
+            &self,
+            _: &str,
+            _: Item,
+            _: &'static str,
+        ) -> Result<Merged, BatchCallError> {
+            unreachable!("puts only")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_refused_for_one_bad_item_writes_the_rest_and_names_that_item_as_permanent() {
+        let items = (0..30)
+            .map(|i| {
+                let v = if i == 7 { "bad" } else { "ok" };
+                PendingWrite::put(i, item("p", &i.to_string(), v))
+            })
+            .collect();
+        let w = BatchWriter::new(Picky::default(), "t", 2, fast());
+        let r = w
+            .write_all(items, Instant::now() + Duration::from_secs(10))
+            .await;
+        assert_eq!(r.written, 29, "{r:?}");
+        assert_eq!(r.failed_tags, vec![7]);
+        assert_eq!(r.permanent.len(), 1);
+        assert_eq!((r.permanent[0].tag, r.permanent[0].sk.as_str()), (7, "7"));
+        assert!(r.permanent[0].why.contains("ValidationException"));
+        assert_eq!(w.api().stored.lock().unwrap().len(), 29);
     }
 }

@@ -72,10 +72,87 @@ impl StoreError {
         })
     }
 
+    /// Whether the same request, sent again, fails the same way: the item or the request
+    /// itself is at fault (DynamoDB's `ValidationException`, an item or transaction past its
+    /// limits, an item we cannot convert or parse, a request we built wrong). This is the one
+    /// classification every function uses to tell what it sets aside from what it retries
+    /// (docs/design.md §4, "What is retried, what is set aside").
+    ///
+    /// Everything else is transient, and retried for as long as it takes: throttling, server
+    /// errors, timeouts, lost conditional races, and also a missing table or a denied grant,
+    /// which an operator fixes (setting every record aside during such an outage would
+    /// empty the pipeline into the quarantine).
+    pub fn is_permanent(&self) -> bool {
+        use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+        match self {
+            StoreError::Conversion(_)
+            | StoreError::Request { .. }
+            | StoreError::Unreadable { .. }
+            | StoreError::TooLarge { .. } => true,
+            StoreError::Timeout { .. } => false,
+            StoreError::Dynamo { source, .. } => {
+                source.code() == Some("ValidationException")
+                    || matches!(
+                        source.as_ref(),
+                        aws_sdk_dynamodb::Error::ItemCollectionSizeLimitExceededException(_)
+                    )
+            }
+        }
+    }
+
     pub fn is_conditional_check_failed(&self) -> bool {
         matches!(
             self.dynamo(),
             Some(aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_))
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
+
+    fn service(code: &str) -> StoreError {
+        StoreError::Dynamo {
+            operation: "PutItem",
+            source: Box::new(aws_sdk_dynamodb::Error::from(PutItemError::generic(
+                ErrorMetadata::builder().code(code).build(),
+            ))),
+        }
+    }
+
+    #[test]
+    fn a_refused_item_is_permanent_and_an_outage_is_not() {
+        assert!(service("ValidationException").is_permanent());
+        assert!(
+            StoreError::TooLarge {
+                key: "k".into(),
+                bytes: 500_000
+            }
+            .is_permanent()
+        );
+        assert!(!service("ThrottlingException").is_permanent());
+        assert!(!service("InternalServerError").is_permanent());
+        assert!(!service("AccessDeniedException").is_permanent());
+        let throttled = StoreError::Dynamo {
+            operation: "PutItem",
+            source: Box::new(
+                aws_sdk_dynamodb::Error::ProvisionedThroughputExceededException(
+                    ProvisionedThroughputExceededException::builder().build(),
+                ),
+            ),
+        };
+        assert!(!throttled.is_permanent());
+        assert!(
+            !StoreError::Timeout {
+                table: "t".into(),
+                state: "ACTIVE",
+                seconds: 1
+            }
+            .is_permanent()
+        );
     }
 }

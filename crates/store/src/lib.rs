@@ -7,6 +7,7 @@ pub mod client;
 pub mod deadline;
 pub mod emf;
 pub mod error;
+pub mod failures;
 pub mod insert;
 pub mod items;
 pub mod layout_change;

@@ -199,6 +199,7 @@ async fn quarantine_payload_is_stored_as_binary() {
         sub_record: None,
         explicit_hash_key: None,
         partition_key: "sensor_01".into(),
+        function_version: None,
         size: 3,
         payload: vec![0xff, 0x00, 0x7b],
         parts: 1,

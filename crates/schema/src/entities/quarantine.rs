@@ -31,6 +31,11 @@ pub enum QuarantineReason {
     /// A KPL aggregated record (it starts with the KPL's magic bytes) whose MD5 does not
     /// match or whose protobuf does not parse: none of its user records can be trusted.
     CorruptAggregate,
+    /// A record that failed the same way, past its retries, with an error that no retry can
+    /// cure (a limit we missed, a bug of ours, a panic): set aside so that its shard moves on
+    /// (docs/design.md §4, "What is retried, what is set aside"). `tidemark-admin redrive
+    /// --set-aside` replays it after a fix.
+    Unprocessable,
 }
 
 impl QuarantineReason {
@@ -49,6 +54,7 @@ impl QuarantineReason {
         QuarantineReason::InvalidMetadata,
         QuarantineReason::ReadingTooLarge,
         QuarantineReason::CorruptAggregate,
+        QuarantineReason::Unprocessable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +73,7 @@ impl QuarantineReason {
             QuarantineReason::InvalidMetadata => "invalid_metadata",
             QuarantineReason::ReadingTooLarge => "reading_too_large",
             QuarantineReason::CorruptAggregate => "corrupt_aggregate",
+            QuarantineReason::Unprocessable => "unprocessable",
         }
     }
 }
@@ -89,6 +96,10 @@ pub struct QuarantineItem {
     /// The user record's own explicit hash key, when its producer set one (KPL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explicit_hash_key: Option<String>,
+    /// The version of the function that set the record aside (`unprocessable` only): which
+    /// code failed on it, so an operator knows whether a deployed fix covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_version: Option<String>,
     /// Size of the original record in bytes.
     pub size: u64,
     /// The record's first [`QuarantineItem::PART_BYTES`] bytes; the rest, if any, is in
@@ -194,6 +205,7 @@ impl QuarantineItem {
                 sub_record: source.sub_record,
                 partition_key: source.partition_key.to_owned(),
                 explicit_hash_key: source.explicit_hash_key.map(str::to_owned),
+                function_version: None,
                 size: data.len() as u64,
                 payload: first,
                 parts: 1 + parts.len() as u16,
