@@ -265,7 +265,8 @@ where
         // Writes are tagged with their unit's index; units are in record order.
         for (i, (unit, d)) in units.iter().zip(decoded).enumerate() {
             if unit.sub_record.is_none()
-                && let Some(sent) = heartbeat::sent_at(&unit.data)
+                && let Some(sent) =
+                    heartbeat::accepted(&unit.data, &unit.partition_key, unit.received)
                 && let Some(shard) = heartbeat::shard_of(&records[unit.record])
             {
                 heartbeats.push((i, shard, sent));

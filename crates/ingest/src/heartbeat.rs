@@ -12,7 +12,7 @@ use tidemark_store::{Item, StoreError};
 
 use crate::handler::IngestError;
 
-pub use tidemark_schema::heartbeat::sent_at;
+pub use tidemark_schema::heartbeat::accepted;
 
 /// The shard a record came from, from its event ID (`shardId-…:<sequence>`).
 pub fn shard_of(record: &KinesisEventRecord) -> Option<ShardName> {

@@ -97,7 +97,7 @@ impl Heartbeats for KinesisHeartbeats {
                 .map(|(_, hash)| {
                     PutRecordsRequestEntry::builder()
                         .data(Blob::new(data.clone()))
-                        .partition_key("tidemark-heartbeat")
+                        .partition_key(tidemark_schema::heartbeat::PARTITION_KEY)
                         .explicit_hash_key(hash)
                         .build()
                         .map_err(|e| WatchdogError::Kinesis {

@@ -96,7 +96,7 @@ pub async fn heartbeat_cost(
         let sent = t0.minus_millis((rounds - r) as i64 * 60_000).unwrap_or(t0);
         for s in shards {
             let rec = KinesisRecord {
-                key: "tidemark-heartbeat".into(),
+                key: tidemark_schema::heartbeat::PARTITION_KEY.into(),
                 data: tidemark_schema::heartbeat::record(sent),
                 arrived: sent,
             };
