@@ -21,13 +21,20 @@ use tokio::time::Instant;
 /// The readings of one batch bound for packed slots.
 #[derive(Debug, Default)]
 pub struct SlotBatch {
-    slots: BTreeMap<(String, Timestamp), Pending>,
+    slots: BTreeMap<PendingKey, Pending>,
     readings: u64,
 }
 
+/// A pending slot: its partition, its length and its start. The length is part of the key:
+/// across a layout change two slots of different lengths may start at the same instant (a
+/// 300 s slot starting where a 60 s one does), and each must be written as a slot of its own
+/// length, or the readings of one fall outside the other. Ordered by partition, then length,
+/// then start, so the slots a run may join (same partition, same length, consecutive) are
+/// neighbours.
+type PendingKey = (String, SlotLen, Timestamp);
+
 #[derive(Debug)]
 struct Pending {
-    len: SlotLen,
     content: Content,
     ttl: i64,
     /// The earliest record with a reading in this slot: reported if the write fails.
@@ -56,15 +63,15 @@ pub struct SlotReport {
 
 /// The slots of a batch joined into runs of at most two: a slot whose previous slot (same
 /// partition, same length) has readings and starts no run of two already joins it.
-fn runs(slots: BTreeMap<(String, Timestamp), Pending>) -> Vec<((String, Timestamp), Pending)> {
-    let mut out: Vec<((String, Timestamp), Pending)> = Vec::with_capacity(slots.len());
+fn runs(slots: BTreeMap<PendingKey, Pending>) -> Vec<(PendingKey, Pending)> {
+    let mut out: Vec<(PendingKey, Pending)> = Vec::with_capacity(slots.len());
     let mut joined = false;
-    for ((pk, start), p) in slots {
-        if let Some(((run_pk, run_start), run)) = out.last_mut()
+    for ((pk, len, start), p) in slots {
+        if let Some(((run_pk, run_len, run_start), run)) = out.last_mut()
             && !joined
             && *run_pk == pk
-            && run.len == p.len
-            && run.len.next(*run_start) == start
+            && *run_len == len
+            && run_len.next(*run_start) == start
         {
             run.content.readings.extend(p.content.readings);
             run.content.metadata.extend(p.content.metadata);
@@ -75,7 +82,7 @@ fn runs(slots: BTreeMap<(String, Timestamp), Pending>) -> Vec<((String, Timestam
             continue;
         }
         joined = false;
-        out.push(((pk, start), p));
+        out.push(((pk, len, start), p));
     }
     out
 }
@@ -94,15 +101,17 @@ impl SlotBatch {
     ) {
         let start = len.start_of(reading.timestamp);
         let pk = keys::reading_pk(&reading.device_id, shard);
-        let pending = self.slots.entry((pk, start)).or_insert_with(|| Pending {
-            len,
-            content: Content::default(),
-            // A part lives as long as the last reading it may hold (its next slot's: see the
-            // module docs); reads drop expired ones.
-            ttl: len.last_of(len.next(start)).ttl_after_days(retention_days),
-            first_tag: tag,
-            arrived,
-        });
+        let pending = self
+            .slots
+            .entry((pk, len, start))
+            .or_insert_with(|| Pending {
+                content: Content::default(),
+                // A part lives as long as the last reading it may hold (its next slot's: see the
+                // module docs); reads drop expired ones.
+                ttl: len.last_of(len.next(start)).ttl_after_days(retention_days),
+                first_tag: tag,
+                arrived,
+            });
         pending.first_tag = pending.first_tag.min(tag);
         pending.arrived = pending.arrived.max(arrived);
         let row = pending
@@ -140,12 +149,8 @@ impl SlotBatch {
         };
         let writes = runs(self.slots)
             .into_iter()
-            .map(|((pk, start), p)| async move {
-                let key = SlotKey {
-                    pk,
-                    start,
-                    len: p.len,
-                };
+            .map(|((pk, len, start), p)| async move {
+                let key = SlotKey { pk, start, len };
                 let out = api
                     .write_slot(
                         table,
@@ -199,8 +204,9 @@ mod tests {
         }
     }
 
-    /// The (device partition, start, readings) of each run a batch is written as.
-    fn runs_of(readings: &[(&str, &str, u32)]) -> Vec<(String, String, usize)> {
+    /// The (device partition, slot length, start, readings) of each run a batch is written
+    /// as.
+    fn runs_of(readings: &[(&str, &str, u32)]) -> Vec<(String, u32, String, usize)> {
         let mut batch = SlotBatch::default();
         let arrived = Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap();
         for (i, (device, at, len)) in readings.iter().enumerate() {
@@ -209,13 +215,19 @@ mod tests {
         }
         runs(batch.slots)
             .into_iter()
-            .map(|((pk, start), p)| (pk, start.to_string(), p.content.readings.len()))
+            .map(|((pk, len, start), p)| {
+                let n = p.content.readings.len();
+                (pk, len.seconds(), start.to_string(), n)
+            })
             .collect()
+    }
+
+    fn run(pk: &str, len: u32, start: &str, n: usize) -> (String, u32, String, usize) {
+        (pk.to_owned(), len, start.to_owned(), n)
     }
 
     #[test]
     fn a_devices_readings_are_written_in_runs_of_two_slots_from_the_first() {
-        let run = |pk: &str, start: &str, n| (pk.to_owned(), start.to_owned(), n);
         assert_eq!(
             runs_of(&[
                 // A window from 14:03 to 14:13 over three slots: 14:00 with 14:05, then 14:10.
@@ -233,14 +245,40 @@ mod tests {
                 ("d", "2026-04-20T14:05:30Z", 60),
             ]),
             [
-                run("DEVICE#a", "2026-04-20T14:00:00.000000Z", 3),
-                run("DEVICE#a", "2026-04-20T14:10:00.000000Z", 1),
-                run("DEVICE#b", "2026-04-20T14:05:00.000000Z", 1),
-                run("DEVICE#c", "2026-04-20T14:00:00.000000Z", 1),
-                run("DEVICE#c", "2026-04-20T14:10:00.000000Z", 1),
-                run("DEVICE#d", "2026-04-20T14:00:00.000000Z", 1),
-                run("DEVICE#d", "2026-04-20T14:05:00.000000Z", 1),
+                run("DEVICE#a", 300, "2026-04-20T14:00:00.000000Z", 3),
+                run("DEVICE#a", 300, "2026-04-20T14:10:00.000000Z", 1),
+                run("DEVICE#b", 300, "2026-04-20T14:05:00.000000Z", 1),
+                run("DEVICE#c", 300, "2026-04-20T14:00:00.000000Z", 1),
+                run("DEVICE#c", 300, "2026-04-20T14:10:00.000000Z", 1),
+                run("DEVICE#d", 60, "2026-04-20T14:05:00.000000Z", 1),
+                run("DEVICE#d", 300, "2026-04-20T14:00:00.000000Z", 1),
             ]
         );
+    }
+
+    #[test]
+    fn slots_of_two_lengths_starting_at_one_instant_are_written_apart_and_each_joins_its_own() {
+        // A change from 60 s to 300 s slots at 14:03:20: 14:00:37 is in the 60 s slot of
+        // 14:00, 14:03:37 in the 300 s slot of 14:00, which starts at the same instant.
+        // Whatever order the records come in, each slot keeps its own readings, and the
+        // 60 s slots still join in runs of two.
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]] {
+            let readings = [
+                ("e", "2026-04-20T14:00:37Z", 60),
+                ("e", "2026-04-20T14:01:10Z", 60),
+                ("e", "2026-04-20T14:03:37Z", 300),
+                ("e", "2026-04-20T14:02:20Z", 60),
+            ];
+            let batch: Vec<_> = order.iter().map(|i| readings[*i]).collect();
+            assert_eq!(
+                runs_of(&batch),
+                [
+                    run("DEVICE#e", 60, "2026-04-20T14:00:00.000000Z", 2),
+                    run("DEVICE#e", 60, "2026-04-20T14:02:00.000000Z", 1),
+                    run("DEVICE#e", 300, "2026-04-20T14:00:00.000000Z", 1),
+                ],
+                "{order:?}"
+            );
+        }
     }
 }

@@ -360,3 +360,171 @@ async fn a_packed_reading_keeps_its_metadata() {
         serde_json::from_str(&c.metadata[&ts("2026-04-20T14:00:05Z")]).unwrap();
     assert_eq!(meta, json!({"fw": "2.1.0"}));
 }
+
+/// The readings the store's one reader gives for `device` over the hour of 14:00, with their
+/// metric names.
+async fn read_back(
+    t: &TestTable,
+    device: &str,
+    history: &LayoutHistory,
+) -> Vec<(Timestamp, Vec<String>)> {
+    let queries = tidemark_store::read::Queries::new(t.client.clone(), &t.name);
+    let mut out = Vec::new();
+    tidemark_store::read::walk_readings(
+        &queries,
+        &dev(device),
+        history,
+        ts("2026-04-20T13:00:00Z"),
+        ts("2026-04-20T15:00:00Z"),
+        false,
+        None,
+        |at, m| out.push((at, m.keys().map(|k| k.to_string()).collect())),
+    )
+    .await
+    .unwrap();
+    out
+}
+
+/// A history packed in 60 s slots from midnight, then in `len` s slots from 14:03:20 (200 s
+/// into the 300 s slot starting 14:00, where a 60 s slot starts too).
+fn changed_at_200_s(len: i64) -> LayoutHistory {
+    LayoutHistory::default()
+        .with_layout(
+            ts("2026-04-20T00:00:00Z"),
+            Layout::packed(SlotLen::new(60).unwrap()),
+        )
+        .unwrap()
+        .with_layout(
+            ts("2026-04-20T14:03:20Z"),
+            Layout::packed(SlotLen::new(len).unwrap()),
+        )
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_change_to_longer_slots_inside_a_slot_stores_the_readings_on_both_sides_of_it() {
+    let t = TestTable::new("ingest-packed-longer").await;
+    // GIVEN a fleet packing in 60 s slots, and one device changed to 300 s slots from
+    // 14:03:20: its slot of 14:03:37 starts at 14:00:00, where the slot of 14:00:37 does
+    put_config(
+        &t,
+        ShardConfigItem::default_layout(
+            LayoutHistory::default()
+                .with_layout(
+                    ts("2026-04-20T00:00:00Z"),
+                    Layout::packed(SlotLen::new(60).unwrap()),
+                )
+                .unwrap(),
+        ),
+    )
+    .await;
+    let history = changed_at_200_s(300);
+    put_config(&t, ShardConfigItem::new(&dev("longer_01"), history.clone())).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    // WHEN one batch brings a reading from before the change and one from after it
+    let batch = [
+        record("longer_01", "2026-04-20T14:00:37Z", json!({"a": 1.0})),
+        record("longer_01", "2026-04-20T14:03:37Z", json!({"b": 2.0})),
+    ];
+    let (resp, stats) = ingest.process(&event_of(&batch), soon()).await.unwrap();
+    // THEN the batch succeeds and both readings are stored, and read back
+    assert!(
+        resp.batch_item_failures.is_empty(),
+        "the batch failed: {stats:?}"
+    );
+    assert_eq!(
+        read_back(&t, "longer_01", &history).await,
+        [
+            (ts("2026-04-20T14:00:37Z"), vec!["a".to_owned()]),
+            (ts("2026-04-20T14:03:37Z"), vec!["b".to_owned()]),
+        ]
+    );
+    // AND the batch delivered again writes nothing
+    let (resp, again) = ingest.process(&event_of(&batch), soon()).await.unwrap();
+    assert!(resp.batch_item_failures.is_empty());
+    assert_eq!(again.slot_writes, 0);
+}
+
+#[tokio::test]
+async fn a_change_to_shorter_slots_inside_a_slot_stores_the_readings_on_both_sides_of_it() {
+    let t = TestTable::new("ingest-packed-shorter").await;
+    // GIVEN a device in 300 s slots changed to 60 s slots 30 s into one (the first 60 s slot
+    // after the change starts where the 300 s slot does) and again to 300 s at 14:03:20
+    let history = LayoutHistory::default()
+        .with_layout(
+            ts("2026-04-20T00:00:00Z"),
+            Layout::packed(SlotLen::new(300).unwrap()),
+        )
+        .unwrap()
+        .with_layout(
+            ts("2026-04-20T14:00:30Z"),
+            Layout::packed(SlotLen::new(60).unwrap()),
+        )
+        .unwrap()
+        .with_layout(
+            ts("2026-04-20T14:03:20Z"),
+            Layout::packed(SlotLen::new(300).unwrap()),
+        )
+        .unwrap();
+    put_config(
+        &t,
+        ShardConfigItem::new(&dev("shorter_01"), history.clone()),
+    )
+    .await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    // WHEN one batch brings readings of each epoch, the first of the 60 s epoch sent first
+    let batch = [
+        record("shorter_01", "2026-04-20T14:00:50Z", json!({"b": 2.0})),
+        record("shorter_01", "2026-04-20T14:00:10Z", json!({"a": 1.0})),
+        record("shorter_01", "2026-04-20T14:01:30Z", json!({"c": 3.0})),
+        record("shorter_01", "2026-04-20T14:04:10Z", json!({"d": 4.0})),
+    ];
+    let (resp, stats) = ingest.process(&event_of(&batch), soon()).await.unwrap();
+    // THEN all four are stored and read back
+    assert!(
+        resp.batch_item_failures.is_empty(),
+        "the batch failed: {stats:?}"
+    );
+    let names =
+        |v: Vec<(Timestamp, Vec<String>)>| v.into_iter().flat_map(|(_, n)| n).collect::<Vec<_>>();
+    assert_eq!(
+        names(read_back(&t, "shorter_01", &history).await),
+        ["a", "b", "c", "d"]
+    );
+}
+
+#[tokio::test]
+async fn a_change_of_partition_count_and_slot_length_at_one_instant_stores_both_sides() {
+    let t = TestTable::new("ingest-packed-parts").await;
+    // GIVEN a device in 60 s slots in one partition, then 300 s slots over two partitions
+    // from 14:03:20
+    let history = LayoutHistory::default()
+        .with_layout(
+            ts("2026-04-20T00:00:00Z"),
+            Layout::packed(SlotLen::new(60).unwrap()),
+        )
+        .unwrap()
+        .with_layout(
+            ts("2026-04-20T14:03:20Z"),
+            Layout {
+                shards: 2,
+                ..Layout::packed(SlotLen::new(300).unwrap())
+            },
+        )
+        .unwrap();
+    put_config(&t, ShardConfigItem::new(&dev("split_01"), history.clone())).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let batch: Vec<String> = [37, 217, 218, 219, 220]
+        .iter()
+        .map(|s| {
+            let at = ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap();
+            record("split_01", &at.to_string(), json!({"v": *s as f64}))
+        })
+        .collect();
+    let (resp, stats) = ingest.process(&event_of(&batch), soon()).await.unwrap();
+    assert!(
+        resp.batch_item_failures.is_empty(),
+        "the batch failed: {stats:?}"
+    );
+    assert_eq!(read_back(&t, "split_01", &history).await.len(), 5);
+}
