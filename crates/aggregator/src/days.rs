@@ -16,8 +16,9 @@
 //! followed by its day's merge (retried with the batch until it lands), so the last write of
 //! a day always holds its hours' last versions.
 //!
-//! **Only closed days are written so.** A day is open until a grace after its end
-//! ([`tidemark_schema::day_is_open`]); while it is, its item is a placeholder (`open`) that
+//! **Only closed days are written so.** A day is open until a grace after its end, less the
+//! role's clock margin ([`crate::rollups::closed`], the notion of "closed" its hours use too:
+//! a day is folded only from hours closed by the same rule); while it is, its item is a placeholder (`open`) that
 //! readers replace by the sum of its hours, written once, by the first batch that finds it
 //! missing or holding content ([`step`] with `open`). So a device's batches write its hour and
 //! not its day: one write per device per batch instead of two. The day is folded once it has

@@ -1,6 +1,6 @@
 //! Hours of the rollups role: an hour is written twice in its life, a placeholder when its
 //! first readings come (readers take an open hour from its readings) and its rollup once it
-//! closes ([`tidemark_schema::bucket_is_open`]), recomputed from the stored readings read
+//! closes ([`crate::rollups::closed`]), recomputed from the stored readings read
 //! strongly consistent. After that a record changing the hour (a late reading, a correction,
 //! a delete) recomputes it again, written only when the content differs: a recompute never
 //! adds, so replays, bisected batches and records still ahead in the stream change nothing
@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use futures::StreamExt;
-use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp, bucket_is_open};
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp};
 
 use crate::AggregatorError;
 use crate::combine::{self, AggregatePlan};
@@ -83,13 +83,14 @@ fn readings_added(plan: &AggregatePlan) -> u64 {
 
 impl<S: Store> Aggregator<S> {
     /// Writes the hours `which` of `plans`, concurrently, each a placeholder while open at
-    /// `soon` and its recomputed rollup once closed; each one's result by its index.
+    /// at `now` and its recomputed rollup once closed ([`crate::rollups::closed`]); each one's
+    /// result by its index.
     pub(crate) async fn write_hours(
         &self,
         plans: &[AggregatePlan],
         which: Vec<usize>,
         aggs: &HashMap<Key, AggregateItem>,
-        soon: Timestamp,
+        now: Timestamp,
         counters: &Counters,
         stop: tokio::time::Instant,
     ) -> Vec<(usize, Result<HourChange, AggregatorError>)> {
@@ -99,7 +100,7 @@ impl<S: Store> Aggregator<S> {
             .map(|i| {
                 let p = &plans[i];
                 let current = aggs.get(&p.key).cloned();
-                let open = bucket_is_open(p.bucket, soon);
+                let open = !crate::rollups::closed(p.bucket, now);
                 async move {
                     let r = counters
                         .until(stop, self.write_hour(p, current, open, counters))
@@ -227,7 +228,7 @@ impl<S: Store> Aggregator<S> {
             let Some(b) = hourly_bucket(&item) else {
                 continue;
             };
-            if bucket_is_open(b, now) {
+            if !crate::rollups::closed(b, now) {
                 settled = false;
                 continue;
             }

@@ -24,9 +24,20 @@ fn day_of(b: Bucket) -> Bucket {
     Period::Daily.bucket(b.start())
 }
 
-/// How much earlier than a day's close the batch writing its hours already folds it, so that
-/// two invocations whose clocks differ by less than this never both leave it to the other.
-const CLOSE_MARGIN_MS: i64 = 60_000;
+/// How much earlier than a bucket's close ([`tidemark_schema::closes_at`]) this role already
+/// treats it as closed, so that two invocations whose clocks differ by less than this never
+/// both leave it to the other.
+pub const CLOSE_MARGIN_MS: i64 = 60_000;
+
+/// Whether the rollups role treats `bucket` (an hour or a day) as closed at `now`: from
+/// [`CLOSE_MARGIN_MS`] before its close on. The role's one notion of "closed": an hour's
+/// write (placeholder or rollup from the table), a day's write, the placeholder hours a day's
+/// fold closes first, the pending hours and days a device's batch closes, and the late hours
+/// marked for the export all ask it, so a day is never written closed over an hour still
+/// taken as open (docs/design.md §5).
+pub(crate) fn closed(bucket: Bucket, now: Timestamp) -> bool {
+    !bucket_is_open(bucket, now.plus_millis(CLOSE_MARGIN_MS).unwrap_or(now))
+}
 
 /// The days before touched days that this container has seen closed (folded, or never a
 /// placeholder), so its later batches do not read them again: a device's day is looked at
@@ -80,11 +91,11 @@ impl<S: Store> Aggregator<S> {
         let unreadable: &HashSet<Key> = &unreadable;
         let plans = &plans;
         let aggs = &aggs;
-        // A bucket within CLOSE_MARGIN of its close is treated as closed: a batch whose clock
-        // says it is open writes only a placeholder, and the batch that closes it later, whose
-        // clock says so, then reads what this one saw in the table (docs/design.md §5).
+        // A bucket within CLOSE_MARGIN of its close is treated as closed ([`closed`]): a batch
+        // whose clock says it is open writes only a placeholder, and the batch that closes it
+        // later, whose clock says so, then reads what this one saw in the table
+        // (docs/design.md §5).
         let now = self.config.clock.now();
-        let soon = now.plus_millis(CLOSE_MARGIN_MS).unwrap_or(now);
         // Hourly items first, then the days, which follow their hours.
         let (hourly, daily): (Vec<usize>, Vec<usize>) = (0..plans.len())
             .filter(|i| !unreadable.contains(&plans[*i].key))
@@ -94,7 +105,7 @@ impl<S: Store> Aggregator<S> {
         let mut hours: HashMap<(DeviceId, Bucket), Vec<HourChange>> = HashMap::new();
         // Boxed, as the fold below: one future holding every step of a batch is too deep a
         // type for the compiler's layout queries.
-        for (i, r) in Box::pin(self.write_hours(plans, hourly, aggs, soon, counters, stop)).await {
+        for (i, r) in Box::pin(self.write_hours(plans, hourly, aggs, now, counters, stop)).await {
             let p = &plans[i];
             match r {
                 Ok(h) => hours
@@ -127,7 +138,7 @@ impl<S: Store> Aggregator<S> {
             .map(|i| {
                 let p = &plans[i];
                 let current = aggs.get(&p.key).cloned();
-                let open = bucket_is_open(p.bucket, soon);
+                let open = !closed(p.bucket, now);
                 async move {
                     let changed = hours
                         .get(&(p.device.clone(), p.bucket))
@@ -166,7 +177,7 @@ impl<S: Store> Aggregator<S> {
         let late: Vec<&AggregatePlan> = hourly
             .iter()
             .map(|i| &plans[*i])
-            .filter(|p| !p.contributions.is_empty() && !bucket_is_open(p.bucket, now))
+            .filter(|p| !p.contributions.is_empty() && closed(p.bucket, now))
             .collect();
         let hours: BTreeSet<Timestamp> = late.iter().map(|p| p.bucket.start()).collect();
         if hours.is_empty() {
@@ -199,10 +210,8 @@ impl<S: Store> Aggregator<S> {
                 };
                 let prev = Bucket::Daily(day.prev()?);
                 let key = (device.clone(), prev);
-                (!touched.contains(&key)
-                    && !bucket_is_open(prev, now)
-                    && !self.settled_days.contains(&key))
-                .then(|| AggregatePlan::bare(device, prev))
+                (!touched.contains(&key) && closed(prev, now) && !self.settled_days.contains(&key))
+                    .then(|| AggregatePlan::bare(device, prev))
             })
             .collect();
         if previous.is_empty() {
@@ -310,10 +319,7 @@ impl<S: Store> Aggregator<S> {
         // its close failed) is closed first, and read again.
         let now = self.config.clock.now();
         for (hour, key) in hours.iter().zip(&keys) {
-            if let Some(page0) = items
-                .get(key)
-                .filter(|p| p.open && !bucket_is_open(*hour, now))
-            {
+            if let Some(page0) = items.get(key).filter(|p| p.open && closed(*hour, now)) {
                 let plan = AggregatePlan::bare(device, *hour);
                 // Boxed: a future holding every step of a fold inside a batch's is too deep.
                 Box::pin(self.write_hour(&plan, Some(page0.clone()), false, counters)).await?;
@@ -441,5 +447,44 @@ mod tests {
         let folded = agg.store().aggregate(&yesterday).unwrap();
         assert!(!folded.open, "{folded:?}");
         assert_eq!(yesterday_reads, 1, "reads of the day before");
+    }
+
+    #[tokio::test]
+    async fn a_day_folded_in_the_last_minute_before_its_close_holds_its_last_hour() {
+        // GIVEN a device's evening: readings at 23:10 and 23:20 rolled up at 23:30, leaving
+        // its hour 23:00 and its day placeholders
+        let clock = Clock::fixed(t("2026-04-20T23:30:00Z"));
+        let mut config = AggregatorConfig::new("t");
+        config.clock = clock.clone();
+        let agg = Aggregator::with_store(FakeStore::default(), config);
+        let evening = event(vec![
+            insert(1, "d", t("2026-04-20T23:10:00Z"), "t", 1.0),
+            insert(2, "d", t("2026-04-20T23:20:00Z"), "t", 2.0),
+        ]);
+        let (resp, _) = agg.process_written(&evening).await;
+        assert!(resp.batch_item_failures.is_empty());
+        // WHEN, in the last minute before the day closes (00:15), a late reading of an
+        // earlier hour of that day arrives, and then the device's next morning batch
+        clock.set(t("2026-04-21T00:14:30Z"));
+        let late = event(vec![insert(3, "d", t("2026-04-20T22:30:00Z"), "t", 4.0)]);
+        let (resp, _) = agg.process_written(&late).await;
+        assert!(resp.batch_item_failures.is_empty());
+        clock.set(t("2026-04-21T00:40:00Z"));
+        let morning = event(vec![insert(4, "d", t("2026-04-21T00:35:00Z"), "t", 8.0)]);
+        let (resp, _) = agg.process_written(&morning).await;
+        assert!(resp.batch_item_failures.is_empty());
+        // THEN the closed day holds all three of its readings, 23:00's among them
+        let day = AggregateItem::key_for(
+            &device("d"),
+            Period::Daily.bucket(t("2026-04-20T00:00:00Z")),
+        );
+        let day = agg.store().aggregate(&day).unwrap();
+        assert!(!day.open, "{day:?}");
+        let s = &day.metrics[&crate::testing::metric("t")];
+        assert_eq!(
+            (s.count, s.sum, s.min, s.max),
+            (3, 7.0, 1.0, 4.0),
+            "{day:?}"
+        );
     }
 }

@@ -161,6 +161,34 @@ async fn a_batch_writing_a_day_moments_before_its_close_folds_it_itself() {
     assert_eq!(temperature(&d), (1, 4.0, 4.0, 4.0));
 }
 
+#[tokio::test]
+async fn a_day_folded_in_the_last_minute_before_its_close_holds_its_last_hour() {
+    // GIVEN a device's evening rolled up at 23:30: its hour 23:00 and its day placeholders
+    let t = TestTable::new("agg-last-minute").await;
+    let (agg, clock) = aggregator_at(&t, "2026-04-20T23:30:00Z");
+    let mut s = StreamSim::new(1);
+    let evening = vec![
+        reading("d-last", "2026-04-20T23:10:00Z", &[("t", 1.0)]),
+        reading("d-last", "2026-04-20T23:20:00Z", &[("t", 2.0)]),
+    ];
+    store_and_process(&t, &agg, &mut s, &evening).await;
+    // WHEN a late reading of an earlier hour of that day is rolled up in the last minute
+    // before the day closes (00:15), and then the device's next batch
+    clock.set(ts("2026-04-21T00:14:30Z"));
+    let late = vec![reading("d-last", "2026-04-20T22:30:00Z", &[("t", 4.0)])];
+    store_and_process(&t, &agg, &mut s, &late).await;
+    clock.set(ts("2026-04-21T00:40:00Z"));
+    let morning = vec![reading("d-last", "2026-04-21T00:35:00Z", &[("t", 8.0)])];
+    store_and_process(&t, &agg, &mut s, &morning).await;
+    // THEN the closed day holds its three readings, the 23:00 hour's among them, and every
+    // rollup is what the table's readings say
+    let d = day(&t, "d-last", "2026-04-20T00:00:00Z").await.unwrap();
+    assert!(!d.open, "{d:?}");
+    assert_eq!(temperature(&d), (3, 7.0, 1.0, 4.0));
+    let diffs = tidemark_testkit::rollups::differences(&t.scan().await);
+    assert!(diffs.is_empty(), "{diffs:?}");
+}
+
 fn hour(
     t: &TestTable,
     device: &str,
