@@ -7,7 +7,13 @@
 //! The message definitions are the KPL's (`aggregation-format.md` in its repository); a
 //! record that starts with the magic bytes but whose MD5 does not match, or whose protobuf
 //! does not parse, is corrupt as a whole (JSON never starts with those bytes, so nothing
-//! else is mistaken for an aggregate).
+//! else is mistaken for an aggregate). So is one past a limit Kinesis sets on records but
+//! nothing enforces inside an aggregate: a partition key over 256 characters, an explicit
+//! hash key that is not a decimal up to 2^128 - 1, or more than [`MAX_USER_RECORDS`] user
+//! records. Each key of an aggregate is held once and shared by the user records naming
+//! it, so the memory an aggregate takes is bounded by its size, whatever its keys.
+
+use std::sync::Arc;
 
 use md5::{Digest, Md5};
 use prost::Message;
@@ -17,6 +23,22 @@ use crate::decode::Rejection;
 
 pub const MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
 const MD5_LEN: usize = 16;
+
+/// Kinesis's limit on a partition key, in Unicode characters (as Kinesis counts them). Kinesis
+/// checks the key of the record it stores, never the keys inside an aggregate: ingest checks
+/// those.
+pub const MAX_PARTITION_KEY_CHARS: usize = 256;
+/// Digits of the largest explicit hash key, 2^128 - 1 (Kinesis's hash keys are 128 bits).
+pub const MAX_HASH_KEY_DIGITS: usize = 39;
+/// User records an aggregate may hold. No aggregate of valid readings reaches it: a user
+/// record costs 6 bytes of protobuf around its data (2 for the entry, 2 for its partition-key
+/// index, 2 for its data's tag and length) and the shortest valid reading is over 10 bytes
+/// (`[{"n":"a:b"}]`, 13), so each takes more than 16 bytes, and a Kinesis record of 1 MiB
+/// holds fewer than 2^20 / 16 = 65,536 of them. (The KPL's own aggregates are far smaller:
+/// 50 KB by default, `AggregationMaxSize`.) An aggregate past it is mostly user records too
+/// short to be readings, each of which would become a quarantine item of its own: a few
+/// bytes of input turned into a write of hundreds, tens of thousands of times a record.
+pub const MAX_USER_RECORDS: usize = 65_536;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct AggregatedRecord {
@@ -53,10 +75,11 @@ pub struct Tag {
 pub struct UserRecord {
     /// Its position in the aggregate, from 0.
     pub index: u32,
-    /// Its partition key; a rejection when its key index points outside the aggregate's
-    /// table (then it is quarantined alone).
-    pub partition_key: Result<String, Rejection>,
-    pub explicit_hash_key: Option<String>,
+    /// Its partition key, shared with the aggregate's other user records naming it; a
+    /// rejection when its key index points outside the aggregate's table (then it is
+    /// quarantined alone).
+    pub partition_key: Result<Arc<str>, Rejection>,
+    pub explicit_hash_key: Option<Arc<str>>,
     pub data: Vec<u8>,
 }
 
@@ -100,7 +123,16 @@ pub fn open(bytes: &[u8]) -> Payload {
         Ok(a) => a,
         Err(e) => return corrupt(format!("does not parse as an AggregatedRecord: {e}")),
     };
-    let key = |table: &[String], at: u64| {
+    if let Err(why) = within_limits(&agg) {
+        return corrupt(why);
+    }
+    // Each key once, shared by every user record naming it: an aggregate of many user
+    // records naming one key never copies it per user record.
+    let shared =
+        |table: Vec<String>| -> Vec<Arc<str>> { table.into_iter().map(Arc::from).collect() };
+    let partition_keys = shared(agg.partition_key_table);
+    let hash_keys = shared(agg.explicit_hash_key_table);
+    let key = |table: &[Arc<str>], at: u64| {
         usize::try_from(at)
             .ok()
             .and_then(|at| table.get(at))
@@ -118,23 +150,19 @@ pub fn open(bytes: &[u8]) -> Payload {
                     format!("user record {index} names {what} {at}, but the aggregate has {of}"),
                 )
             };
-            let explicit_hash_key = r
-                .explicit_hash_key_index
-                .and_then(|at| key(&agg.explicit_hash_key_table, at));
+            let explicit_hash_key = r.explicit_hash_key_index.and_then(|at| key(&hash_keys, at));
             let partition_key = match (
-                key(&agg.partition_key_table, r.partition_key_index),
+                key(&partition_keys, r.partition_key_index),
                 r.explicit_hash_key_index,
             ) {
                 (None, _) => Err(bad(
                     "partition key",
                     r.partition_key_index,
-                    agg.partition_key_table.len(),
+                    partition_keys.len(),
                 )),
-                (Some(_), Some(at)) if explicit_hash_key.is_none() => Err(bad(
-                    "explicit hash key",
-                    at,
-                    agg.explicit_hash_key_table.len(),
-                )),
+                (Some(_), Some(at)) if explicit_hash_key.is_none() => {
+                    Err(bad("explicit hash key", at, hash_keys.len()))
+                }
                 (Some(pk), _) => Ok(pk),
             };
             UserRecord {
@@ -146,6 +174,51 @@ pub fn open(bytes: &[u8]) -> Payload {
         })
         .collect();
     Payload::Aggregate(records)
+}
+
+/// Kinesis's limits on what a record may carry, which nothing enforces inside an aggregate:
+/// a user-record count past [`MAX_USER_RECORDS`], a partition key past
+/// [`MAX_PARTITION_KEY_CHARS`], an explicit hash key that is not a 128-bit decimal. Any of
+/// them makes the whole aggregate corrupt (the KPL never writes one). The message names the
+/// limit and the sizes, never the key itself.
+fn within_limits(agg: &AggregatedRecord) -> Result<(), String> {
+    let n = agg.records.len();
+    if n > MAX_USER_RECORDS {
+        return Err(format!(
+            "holds {n} user records, more than the {MAX_USER_RECORDS} an aggregate of readings \
+             can hold in a Kinesis record"
+        ));
+    }
+    for (at, pk) in agg.partition_key_table.iter().enumerate() {
+        // Only a key of over 256 bytes can have over 256 characters.
+        if pk.len() > MAX_PARTITION_KEY_CHARS && pk.chars().nth(MAX_PARTITION_KEY_CHARS).is_some() {
+            return Err(format!(
+                "has a partition key of {} characters (entry {at} of its table), past \
+                 Kinesis's limit of {MAX_PARTITION_KEY_CHARS}",
+                pk.chars().count()
+            ));
+        }
+    }
+    for (at, ehk) in agg.explicit_hash_key_table.iter().enumerate() {
+        if !is_hash_key(ehk) {
+            return Err(format!(
+                "has an explicit hash key of {} bytes (entry {at} of its table) that is not a \
+                 decimal from 0 to 2^128 - 1 (at most {MAX_HASH_KEY_DIGITS} digits), as \
+                 Kinesis's hash keys are",
+                ehk.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `s` is a hash key Kinesis could take: ASCII digits (leading zeros allowed, as the
+/// KPL parses keys as numbers) of at most 2^128 - 1.
+fn is_hash_key(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_HASH_KEY_DIGITS
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && s.parse::<u128>().is_ok()
 }
 
 /// An aggregate as the KPL writes it (tests and the local simulator).
@@ -246,6 +319,157 @@ mod tests {
         assert_eq!(e.reason, QuarantineReason::CorruptAggregate);
         assert!(e.message.contains("user record 1"), "{e}");
         assert_eq!(rs[1].data, b"no");
+    }
+
+    /// The bytes of a Kinesis record carrying `agg`: magic, protobuf, MD5.
+    fn sealed(agg: &AggregatedRecord) -> Vec<u8> {
+        let message = agg.encode_to_vec();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&message);
+        bytes.extend_from_slice(&Md5::digest(&message));
+        bytes
+    }
+
+    /// An aggregate of `n` user records with empty data, all naming key 0 of the tables.
+    fn of_many(pk: &str, ehk: Option<&str>, n: usize) -> Vec<u8> {
+        let agg = AggregatedRecord {
+            partition_key_table: vec![pk.to_owned()],
+            explicit_hash_key_table: ehk.into_iter().map(str::to_owned).collect(),
+            records: vec![
+                Record {
+                    partition_key_index: 0,
+                    explicit_hash_key_index: ehk.map(|_| 0),
+                    data: Vec::new(),
+                    tags: vec![],
+                };
+                n
+            ],
+        };
+        sealed(&agg)
+    }
+
+    fn corrupt_because(bytes: &[u8]) -> String {
+        match open(bytes) {
+            Payload::Corrupt(r) => {
+                assert_eq!(r.reason, QuarantineReason::CorruptAggregate);
+                r.message
+            }
+            other => panic!("not corrupt: {}", describe(&other)),
+        }
+    }
+
+    fn describe(p: &Payload) -> String {
+        match p {
+            Payload::Plain => "plain".into(),
+            Payload::Corrupt(r) => format!("corrupt: {r}"),
+            Payload::Aggregate(rs) => format!("an aggregate of {} user records", rs.len()),
+        }
+    }
+
+    #[test]
+    fn a_partition_key_over_kinesiss_256_characters_makes_the_whole_aggregate_corrupt() {
+        // Kinesis counts characters, not bytes: 256 two-byte characters are a valid key.
+        let longest = "é".repeat(MAX_PARTITION_KEY_CHARS);
+        let ok = aggregate(&[(&longest, None, br#"{"deviceId":"a"}"#)]);
+        assert!(matches!(open(&ok), Payload::Aggregate(_)));
+
+        let too_long = "é".repeat(MAX_PARTITION_KEY_CHARS + 1);
+        let bad = aggregate(&[("dev_a", None, b"one"), (&too_long, None, b"not json")]);
+        let message = corrupt_because(&bad);
+        assert!(message.contains("257 characters"), "{message}");
+        assert!(message.contains("256"), "{message}");
+        assert!(
+            !message.contains("éé"),
+            "the key is never copied into the message"
+        );
+    }
+
+    #[test]
+    fn an_unused_long_partition_key_in_the_table_is_as_corrupt_as_a_used_one() {
+        let agg = AggregatedRecord {
+            partition_key_table: vec!["dev_a".into(), "k".repeat(300)],
+            explicit_hash_key_table: vec![],
+            records: vec![Record {
+                partition_key_index: 0,
+                explicit_hash_key_index: None,
+                data: b"{}".to_vec(),
+                tags: vec![],
+            }],
+        };
+        assert!(corrupt_because(&sealed(&agg)).contains("300 characters"));
+    }
+
+    #[test]
+    fn an_explicit_hash_key_that_is_not_a_128_bit_decimal_makes_the_whole_aggregate_corrupt() {
+        // 2^128 - 1, the largest hash key: 39 digits.
+        let largest = "340282366920938463463374607431768211455";
+        for good in ["0", "1234", largest, "007"] {
+            let bytes = aggregate(&[("dev_a", Some(good), b"one")]);
+            assert!(
+                matches!(open(&bytes), Payload::Aggregate(_)),
+                "{good} is a valid hash key"
+            );
+        }
+        let huge = "9".repeat(500_000);
+        for bad in [
+            "340282366920938463463374607431768211456",  // 2^128
+            "1000000000000000000000000000000000000000", // 40 digits
+            "",
+            "12a",
+            "+5",
+            "-1",
+            " 5",
+            "１２", // full-width digits are not ASCII digits
+            &huge,
+        ] {
+            let bytes = aggregate(&[("dev_a", None, b"one"), ("dev_b", Some(bad), b"two")]);
+            let message = corrupt_because(&bytes);
+            assert!(message.contains("explicit hash key"), "{message}");
+            assert!(message.contains("2^128"), "{message}");
+            assert!(message.len() < 400, "the key is never copied: {message}");
+        }
+    }
+
+    #[test]
+    fn more_user_records_than_the_bound_make_the_whole_aggregate_corrupt() {
+        let most = of_many("dev_a", None, MAX_USER_RECORDS);
+        assert!(
+            matches!(open(&most), Payload::Aggregate(rs) if rs.len() == MAX_USER_RECORDS),
+            "the bound itself is allowed"
+        );
+        let message = corrupt_because(&of_many("dev_a", None, MAX_USER_RECORDS + 1));
+        assert!(message.contains("65537 user records"), "{message}");
+        assert!(message.contains("65536"), "{message}");
+    }
+
+    #[test]
+    fn an_aggregate_of_80000_user_records_sharing_a_500_kb_key_is_corrupt_as_a_whole() {
+        // The issue's aggregate: it fits in a Kinesis record (a user record costs 6 bytes of
+        // protobuf), and copying its key per user record would take 40 GB.
+        let bytes = of_many(&"k".repeat(500 * 1024), None, 80_000);
+        assert!(bytes.len() < 1024 * 1024, "{}", bytes.len());
+        let message = corrupt_because(&bytes);
+        assert!(message.contains("80000 user records"), "{message}");
+    }
+
+    #[test]
+    fn user_records_share_their_keys_rather_than_copying_them() {
+        let pk = "p".repeat(MAX_PARTITION_KEY_CHARS);
+        let ehk = "340282366920938463463374607431768211455";
+        let bytes = of_many(&pk, Some(ehk), 1000);
+        let Payload::Aggregate(rs) = open(&bytes) else {
+            panic!("not opened")
+        };
+        let first = rs[0].partition_key.as_ref().unwrap();
+        let first_ehk = rs[0].explicit_hash_key.as_ref().unwrap();
+        assert_eq!(&**first, pk);
+        for r in &rs {
+            assert!(Arc::ptr_eq(first, r.partition_key.as_ref().unwrap()));
+            assert!(Arc::ptr_eq(
+                first_ehk,
+                r.explicit_hash_key.as_ref().unwrap()
+            ));
+        }
     }
 
     proptest! {

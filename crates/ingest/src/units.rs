@@ -6,6 +6,8 @@
 //! again, and rewrites of what it stored are no-ops).
 
 use std::borrow::Cow;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use tidemark_schema::{QuarantineSource, Reading, Timestamp};
@@ -23,9 +25,28 @@ pub struct Unit<'a> {
     pub received: Timestamp,
     pub sequence: &'a str,
     pub sub_record: Option<u32>,
-    pub partition_key: Cow<'a, str>,
-    pub explicit_hash_key: Option<String>,
+    pub partition_key: Key<'a>,
+    pub explicit_hash_key: Option<Arc<str>>,
     pub data: Cow<'a, [u8]>,
+}
+
+/// A unit's partition key: its Kinesis record's, or a user record's, shared with the other
+/// user records of its aggregate that name it (never copied per user record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key<'a> {
+    Record(&'a str),
+    Shared(Arc<str>),
+}
+
+impl Deref for Key<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Key::Record(k) => k,
+            Key::Shared(k) => k,
+        }
+    }
 }
 
 impl Unit<'_> {
@@ -56,7 +77,7 @@ pub fn units<'a>(
             received: arrival_time(r),
             sequence: &k.sequence_number,
             sub_record: None,
-            partition_key: Cow::Borrowed(k.partition_key.as_str()),
+            partition_key: Key::Record(k.partition_key.as_str()),
             explicit_hash_key: None,
             data: Cow::Borrowed(&k.data),
         };
@@ -84,7 +105,7 @@ pub fn units<'a>(
                                     )
                                 },
                             );
-                            (Cow::Owned(pk), d)
+                            (Key::Shared(pk), d)
                         }
                         Err(rejection) => (whole.partition_key.clone(), Err(rejection)),
                     };
