@@ -49,6 +49,12 @@ pub const HEARTBEAT_PREFIX: &str = "HEARTBEAT#";
 /// with an error no retry cures (docs/design.md §4, "What is retried, what is set aside").
 /// Written only when that happens, so it costs nothing while nothing fails.
 pub const FAILURES_PREFIX: &str = "FAILURES#";
+/// `REPAIR#<role>` / `<set aside at>#<record>`: a table-stream record an aggregator role
+/// (`rollups`, `alerts`) set aside after it failed for good, naming what to recompute from the
+/// table (docs/design.md §5, "What is retried, what is set aside"). One partition per role,
+/// time-ordered, so the role reads its open repairs with one query; written only when a
+/// record is set aside (three failed attempts each), far below a partition's write rate.
+pub const REPAIR_PREFIX: &str = "REPAIR#";
 /// The Parquet export's state: `EXPORT` / `#CURSOR` (the newest hour the schedule exported)
 /// and `EXPORT` / `DIRTY#<hour>` (an hour changed after it closed, to export again). Written
 /// rarely: once an hour, and on a late change.
@@ -147,6 +153,11 @@ pub enum EntityKey {
     Heartbeat(ShardName),
     /// A function's count of permanent failures on one record (see [`FAILURES_PREFIX`]).
     Failures(FailedRecord),
+    /// A stream record an aggregator role set aside, to repair (see [`REPAIR_PREFIX`]).
+    Repair {
+        at: Timestamp,
+        record: FailedRecord,
+    },
     /// The export schedule's position (see [`EXPORT_PK`]).
     ExportCursor,
     /// An hour (its start) to export again (see [`EXPORT_PK`]).
@@ -260,6 +271,10 @@ impl EntityKey {
                 PIPELINE_PK.to_owned(),
                 format!("{FAILURES_PREFIX}{}#{}", f.function, f.record),
             ),
+            EntityKey::Repair { at, record } => Key::new(
+                repair_pk(&record.function),
+                format!("{at}#{}", record.record),
+            ),
             EntityKey::ExportCursor => Key::new(EXPORT_PK.to_owned(), EXPORT_CURSOR_SK),
             EntityKey::ExportDirty(hour) => {
                 Key::new(EXPORT_PK.to_owned(), format!("{EXPORT_DIRTY_PREFIX}{hour}"))
@@ -310,6 +325,17 @@ impl EntityKey {
                 .and_then(ShardName::new)
                 .map(EntityKey::Heartbeat)
                 .ok_or_else(|| err("pipeline sort key must be HEARTBEAT#<shard id>"));
+        }
+        if let Some(function) = pk.strip_prefix(REPAIR_PREFIX) {
+            return sk
+                .split_once('#')
+                .and_then(|(at, r)| {
+                    Some(EntityKey::Repair {
+                        at: Timestamp::parse_canonical(at).ok()?,
+                        record: FailedRecord::new(function, r)?,
+                    })
+                })
+                .ok_or_else(|| err("repair key must be REPAIR#<role> / <time>#<record>"));
         }
         if let Some(id) = pk.strip_prefix(NOTIFIED_PREFIX) {
             if sk != NOTIFY_MARKER_SK {
@@ -552,6 +578,11 @@ pub fn quarantine_sk(received: Timestamp, sequence: &str) -> String {
 
 pub fn quarantine_part_sk(received: Timestamp, sequence: &str, part: u16) -> String {
     format!("{received}#{sequence}#{part}")
+}
+
+/// The partition of `role`'s repairs ([`REPAIR_PREFIX`]).
+pub fn repair_pk(role: &str) -> String {
+    format!("{REPAIR_PREFIX}{role}")
 }
 
 pub fn notify_marker_pk(e: &EventId) -> String {
@@ -900,6 +931,20 @@ mod tests {
             (k.pk.as_str(), k.sk.as_str()),
             ("CONFIG", "SHARDS#sensor_01")
         );
+    }
+
+    #[test]
+    fn repair_keys_are_one_time_ordered_partition_per_role_and_round_trip() {
+        let record = FailedRecord::new("rollups", "000000000000000000042").unwrap();
+        let k = round_trip(EntityKey::Repair {
+            at: ts("2026-04-21T00:14:30Z"),
+            record,
+        });
+        assert_eq!(k.pk, "REPAIR#rollups");
+        assert_eq!(k.sk, "2026-04-21T00:14:30.000000Z#000000000000000000042");
+        assert_eq!(repair_pk("alerts"), "REPAIR#alerts");
+        assert!(EntityKey::parse("REPAIR#rollups", "2026-04-21T00:14:30.000000Z").is_err());
+        assert!(EntityKey::parse("REPAIR#", "2026-04-21T00:14:30.000000Z#1").is_err());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub use devices::{
     OfflineState, RulePhase, RuleState, Threshold, fleet_offline_window,
 };
 pub use export::{ExportCursorItem, ExportDirtyItem};
-pub use pipeline::{HeartbeatItem, NotifyMarkerItem, ShardConfigItem};
+pub use pipeline::{HeartbeatItem, NotifyMarkerItem, RepairItem, ShardConfigItem};
 pub use quarantine::{
     QuarantineItem, QuarantinePartItem, QuarantineReason, QuarantineSource, QuarantinedRecord,
 };

@@ -87,3 +87,42 @@ impl NotifyMarkerItem {
         }
     }
 }
+
+/// `REPAIR#<role>` / `<set aside at>#<record>`: a table-stream record an aggregator role set
+/// aside after it failed the same way three times (docs/design.md §5, "What is retried, what
+/// is set aside"): the stream record, the device and the hours and days it touched, the
+/// error and the function version. The role recomputes those hours and days, or re-derives
+/// that device's alert rules, from the table, then deletes the item; `ttl` keeps a repair
+/// that never succeeds from staying for ever (it is logged and alarmed when written).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairItem {
+    pub pk: String,
+    pub sk: String,
+    /// `rollups` or `alerts`.
+    pub role: String,
+    pub event_id: String,
+    pub sequence_number: String,
+    /// The table key of the item the stream record is about.
+    pub item_pk: String,
+    pub item_sk: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<DeviceId>,
+    /// Starts of the hours and days to recompute (the alerts role re-derives from the first).
+    #[serde(default)]
+    pub hours: Vec<Timestamp>,
+    #[serde(default)]
+    pub days: Vec<Timestamp>,
+    /// The error's kind (`validation`, `too-large`, `panic`, ...) and text.
+    pub kind: String,
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_version: Option<String>,
+    pub set_aside_at: Timestamp,
+    pub ttl: i64,
+}
+
+impl RepairItem {
+    /// How long a repair is kept if it never succeeds.
+    pub const TTL_SECONDS: i64 = 30 * 86_400;
+}
