@@ -2,18 +2,22 @@
 //! a partial-batch response that never skips an unwritten record.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
+use futures::FutureExt;
 use thiserror::Error;
 use tidemark_schema::field;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     Clock, DeviceId, QuarantineItem, QuarantineReason, QuarantineSource, Reading, Timestamp,
 };
-use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite, WriteMode, WriteReport};
+use tidemark_store::batch::{
+    BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
+};
 use tidemark_store::emf::Metrics;
 use tidemark_store::slots::SlotStore;
 use tidemark_store::{Item, StoreError};
@@ -23,6 +27,7 @@ use crate::decode::{Rejection, reading_item};
 use crate::heartbeat;
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
 use crate::packing::{SlotBatch, SlotReport};
+use crate::set_aside::{self, Failed};
 use crate::units::Unit;
 use tidemark_store::layouts::LayoutBook;
 
@@ -37,6 +42,18 @@ pub enum IngestError {
     /// An item could not be converted (a bug, never input: input is validated first).
     #[error("could not build an item: {0}")]
     Item(#[source] StoreError),
+    /// Processing panicked (a bug of ours): Lambda bisects the batch down to the record.
+    #[error("processing panicked: {0}")]
+    Panicked(String),
+}
+
+impl IngestError {
+    /// Whether the same batch would fail the same way again (docs/design.md §4, "What is
+    /// retried, what is set aside"). Reading the layouts or the device registry fails with
+    /// the table, not with a record, so it is retried whatever DynamoDB said.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, IngestError::Item(_) | IngestError::Panicked(_))
+    }
 }
 
 /// Counts of one batch: logged as JSON and emitted as EMF.
@@ -78,6 +95,9 @@ pub struct BatchStats {
     pub slot_conflicts: u64,
     /// The watchdog's heartbeat records this batch passed on ([`crate::heartbeat`]).
     pub heartbeats: u64,
+    /// Records set aside after failing for good ([`crate::set_aside`]), quarantined as
+    /// `unprocessable`.
+    pub set_aside: u64,
 }
 
 impl BatchStats {
@@ -100,7 +120,8 @@ impl BatchStats {
             .count("PackedReadings", self.packed)
             .count("SlotWrites", self.slot_writes)
             .count("SlotsUnchanged", self.slots_unchanged)
-            .count("SlotConflicts", self.slot_conflicts);
+            .count("SlotConflicts", self.slot_conflicts)
+            .count("SetAside", self.set_aside);
         for (reason, n) in &self.quarantined_by_reason {
             m = m.count(&format!("Quarantined.{}", reason.as_str()), *n);
         }
@@ -229,14 +250,67 @@ where
     /// fail past their retries (records before it are durable, so the event source mapping
     /// resumes there and skips nothing); `Err` when nothing could be attempted (shard counts
     /// or device registry unreadable), which makes Lambda retry the batch.
+    ///
+    /// A failure of the whole invocation that no retry cures (a panic, an item we cannot
+    /// build) is returned as `Err` while the batch holds more than one record, so that
+    /// Lambda bisects it; once it is down to one record, that record's failure is counted and
+    /// on the [`tidemark_store::failures::SET_ASIDE_AFTER`]-th the record is set aside
+    /// ([`crate::set_aside`]) and the batch succeeds.
     pub async fn handle(
         &self,
         event: KinesisEvent,
         deadline: Instant,
     ) -> Result<KinesisEventResponse, IngestError> {
-        let (response, stats) = self.process(&event, deadline).await?;
-        stats.metrics().emit();
-        Ok(response)
+        let outcome = AssertUnwindSafe(self.process(&event, deadline))
+            .catch_unwind()
+            .await;
+        let error = match outcome {
+            Ok(Ok((response, stats))) => {
+                stats.metrics().emit();
+                return Ok(response);
+            }
+            Ok(Err(e)) => e,
+            Err(panic) => IngestError::Panicked(panic_message(&*panic)),
+        };
+        tracing::error!(error = %error, records = event.records.len(), "ingest invocation failed");
+        if !error.is_permanent() || event.records.len() != 1 {
+            return Err(error);
+        }
+        let record = &event.records[0];
+        let failed = Failed {
+            source: QuarantineSource {
+                received: arrival_time(record),
+                sequence: &record.kinesis.sequence_number,
+                sub_record: None,
+                partition_key: &record.kinesis.partition_key,
+                explicit_hash_key: None,
+            },
+            data: &record.kinesis.data,
+            error: error.to_string(),
+        };
+        let write_by = tokio::time::Instant::from_std(
+            deadline
+                .checked_sub(self.config.deadline_margin)
+                .unwrap_or(deadline),
+        );
+        let done = set_aside::settle(
+            &self.writer,
+            BTreeMap::from([(0, failed)]),
+            self.clock.now(),
+            write_by,
+        )
+        .await?;
+        if done.is_empty() {
+            return Err(error);
+        }
+        BatchStats {
+            records: 1,
+            set_aside: 1,
+            ..BatchStats::default()
+        }
+        .metrics()
+        .emit();
+        Ok(KinesisEventResponse::default())
     }
 
     /// [`Ingest::handle`] without the EMF line (the log line is written), returning the counts.
@@ -295,7 +369,7 @@ where
                         .quarantined_by_reason
                         .entry(rejection.reason)
                         .or_default() += 1;
-                    for item in quarantine_items(unit.source(), &unit.data, &rejection)
+                    for item in quarantine_items(unit.source(), &unit.data, &rejection, None)
                         .map_err(IngestError::Item)?
                     {
                         puts.push(PendingWrite::put(i, item));
@@ -324,15 +398,33 @@ where
         };
         let sources = reading_sources(&puts);
         let (report, packed) = tokio::join!(self.writer.write_all(puts, write_by), packed);
-        let (refused_failed, refused_written) = self
+        let (refused_failed, refused_written, refused_for_good) = self
             .quarantine_refused(&units, &report, &sources, write_by, &mut stats)
             .await?;
+        // Items refused with an error no retry cures, blamed on every record they merge.
+        let mut permanent: BTreeMap<usize, Failed<'_>> = BTreeMap::new();
+        for r in report.permanent.iter().chain(&refused_for_good) {
+            let key = (r.pk.clone(), r.sk.clone());
+            for i in sources.get(&key).into_iter().flatten().chain([&r.tag]) {
+                permanent.entry(*i).or_insert_with(|| Failed {
+                    source: units[*i].source(),
+                    data: &units[*i].data,
+                    error: r.why.clone(),
+                });
+            }
+        }
+        let blamed: Vec<usize> = permanent.keys().copied().collect();
+        let set_aside = set_aside::settle(&self.writer, permanent, now, write_by).await?;
+        stats.set_aside = set_aside.len() as u64;
         let mut response = KinesisEventResponse::default();
         let first_failed = report
-            .earliest_failed_tag()
-            .into_iter()
+            .failed_tags
+            .iter()
+            .copied()
             .chain(packed.failed_tags.iter().copied())
             .chain(refused_failed)
+            .chain(blamed)
+            .filter(|t| !set_aside.contains(t))
             .min();
         let (passed, heartbeat_failed) =
             heartbeat::pass_on(&self.writer, heartbeats, first_failed, now, write_by).await?;
@@ -437,8 +529,8 @@ where
 
     /// Quarantines every record behind a reading DynamoDB refused for good (past its 400 KB
     /// item limit) with `reading_too_large`, so the shard moves on and nothing is dropped.
-    /// Returns the records whose quarantine could not be written (a batch failure) and the
-    /// items it wrote.
+    /// Returns the records whose quarantine could not be written (a batch failure), the
+    /// items it wrote, and the quarantine items refused for good (their records are blamed).
     async fn quarantine_refused(
         &self,
         units: &[Unit<'_>],
@@ -446,7 +538,7 @@ where
         sources: &HashMap<(String, String), BTreeSet<usize>>,
         write_by: tokio::time::Instant,
         stats: &mut BatchStats,
-    ) -> Result<(Vec<usize>, usize), IngestError> {
+    ) -> Result<(Vec<usize>, usize, Vec<Refused>), IngestError> {
         let mut behind: BTreeMap<usize, &str> = BTreeMap::new();
         for r in &report.refused {
             let key = (r.pk.clone(), r.sk.clone());
@@ -470,14 +562,14 @@ where
                 ),
             );
             let u = &units[*i];
-            for item in
-                quarantine_items(u.source(), &u.data, &rejection).map_err(IngestError::Item)?
+            for item in quarantine_items(u.source(), &u.data, &rejection, None)
+                .map_err(IngestError::Item)?
             {
                 puts.push(PendingWrite::put(*i, item));
             }
         }
         if puts.is_empty() {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), 0, Vec::new()));
         }
         stats.quarantined += behind.len() as u64;
         *stats
@@ -485,7 +577,7 @@ where
             .entry(QuarantineReason::ReadingTooLarge)
             .or_default() += behind.len() as u64;
         let r = self.writer.write_all(puts, write_by).await;
-        Ok((r.failed_tags, r.written))
+        Ok((r.failed_tags, r.written, r.permanent))
     }
 
     /// Replaces every record naming an unregistered device with an `unknown_device` rejection.
@@ -590,18 +682,21 @@ pub fn arrival_time(record: &KinesisEventRecord) -> Timestamp {
 /// (split over several items when too large for one, [`QuarantineItem::split`]), reason,
 /// message, partition key, sequence number, arrival time, and a 14-day TTL from arrival.
 /// Every field comes from the record and the rejection, none from the clock, so replays
-/// rewrite the very same items.
+/// rewrite the very same items. `function_version` names the code that set the record aside
+/// (`unprocessable` only).
 pub fn quarantine_items(
     source: QuarantineSource<'_>,
     data: &[u8],
     rejection: &Rejection,
+    function_version: Option<&str>,
 ) -> Result<Vec<Item>, StoreError> {
     let mut message = rejection.message.clone();
     if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
         message.truncate(cut);
         message.push('…');
     }
-    let q = QuarantineItem::split(source, rejection.reason, message, data);
+    let mut q = QuarantineItem::split(source, rejection.reason, message, data);
+    q.record.function_version = function_version.map(str::to_owned);
     let mut items = vec![tidemark_store::to_item(&q.record)?];
     for part in &q.parts {
         items.push(tidemark_store::to_item(part)?);
@@ -610,3 +705,12 @@ pub fn quarantine_items(
 }
 
 pub use tidemark_store::deadline::from_epoch_millis as deadline_from_epoch_millis;
+
+/// What a panic said, for the log and the set-aside record.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}

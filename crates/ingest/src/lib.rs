@@ -35,6 +35,7 @@ pub mod kpl;
 pub mod lookups;
 pub mod packing;
 pub mod senml;
+pub mod set_aside;
 pub mod units;
 
 pub use config::{ConfigError, IngestConfig, UnknownDevices};

@@ -318,6 +318,16 @@ impl BatchWriteApi for &MemTable {
             })
             .collect())
     }
+
+    async fn count_failure(
+        &self,
+        _: &str,
+        record: &tidemark_schema::keys::FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> Result<u32, BatchCallError> {
+        Ok(crate::failures::count_in_memory(self, record, error, ttl))
+    }
 }
 
 /// The slot writer's reads and conditional puts.

@@ -251,6 +251,16 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
         self.inner.merge_item(table, item, map_attr).await
     }
 
+    async fn count_failure(
+        &self,
+        table: &str,
+        record: &tidemark_schema::keys::FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> Result<u32, BatchCallError> {
+        self.inner.count_failure(table, record, error, ttl).await
+    }
+
     async fn insert_batch(
         &self,
         table: &str,
@@ -310,6 +320,29 @@ pub struct MemoryStore {
     pub write_calls: AtomicUsize,
     /// Writes fail with a permanent error when set.
     pub refuse_writes: std::sync::atomic::AtomicBool,
+    /// Writes of items under this partition key fail with a permanent error (DynamoDB
+    /// refusing one item for good); other items are written.
+    pub refuse_pk: Mutex<Option<String>>,
+    /// Writing an item under this partition key panics (a bug of ours).
+    pub panic_pk: Mutex<Option<String>>,
+}
+
+impl MemoryStore {
+    /// Refuses or panics, as set, on an item of the marked partitions.
+    fn check(&self, item: &Item, operation: &'static str) -> Result<(), BatchCallError> {
+        let pk = s(item, "pk");
+        if self.panic_pk.lock().unwrap().as_deref() == Some(pk.as_str()) {
+            panic!("injected bug: writing {pk}");
+        }
+        if self.refuse_pk.lock().unwrap().as_deref() == Some(pk.as_str()) {
+            return Err(BatchCallError::request(
+                false,
+                operation,
+                "ValidationException: One or more parameter values were invalid (injected)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl MemoryStore {
@@ -334,6 +367,9 @@ impl BatchWriteApi for &MemoryStore {
                 "BatchWriteItem",
                 "ValidationException (injected)",
             ));
+        }
+        for i in &items {
+            self.check(i, "BatchWriteItem")?;
         }
         // DynamoDB validates the whole call before writing any of it.
         if let Some(bytes) = items.iter().map(item_size).find(|b| *b > MAX_ITEM_BYTES) {
@@ -365,6 +401,7 @@ impl BatchWriteApi for &MemoryStore {
                 "ValidationException (injected)",
             ));
         }
+        self.check(&item, "UpdateItem")?;
         let mut t = self.items.lock();
         let k = key_of(&item);
         Ok(match t.get(&k) {
@@ -387,6 +424,21 @@ impl BatchWriteApi for &MemoryStore {
                 Merged::Inserted
             }
         })
+    }
+
+    async fn count_failure(
+        &self,
+        _: &str,
+        record: &tidemark_schema::keys::FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> Result<u32, BatchCallError> {
+        Ok(tidemark_store::failures::count_in_memory(
+            &self.items,
+            record,
+            error,
+            ttl,
+        ))
     }
 }
 
