@@ -228,5 +228,15 @@ pub fn quarantined(item: Item, parts: Vec<Item>) -> Result<Value, ApiError> {
     if let Some(k) = q.explicit_hash_key {
         out["explicitHashKey"] = json!(k);
     }
+    // The whole value's hash beside a field cut to fit the item.
+    for (name, hash) in [
+        ("partitionKeySha256", q.partition_key_sha256),
+        ("explicitHashKeySha256", q.explicit_hash_key_sha256),
+        ("messageSha256", q.message_sha256),
+    ] {
+        if let Some(h) = hash {
+            out[name] = json!(h);
+        }
+    }
     Ok(out)
 }

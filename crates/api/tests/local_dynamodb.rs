@@ -637,6 +637,9 @@ async fn quarantine_of_a_day_merges_its_partitions_with_base64_payloads() {
                 sub_record: None,
                 explicit_hash_key: None,
                 partition_key: "sensor_01".into(),
+                partition_key_sha256: None,
+                explicit_hash_key_sha256: None,
+                message_sha256: None,
                 function_version: None,
                 size: 3,
                 payload: b"\x00{x".to_vec(),
@@ -713,6 +716,49 @@ async fn megabyte_quarantined_payloads_come_back_whole_a_few_to_a_page() {
             .unwrap();
         assert!(bytes == *payload, "payload of {seq} whole");
     }
+}
+
+#[tokio::test]
+async fn a_quarantined_record_with_fields_too_long_for_an_item_comes_back_cut_with_their_hashes() {
+    // GIVEN a user record quarantined with a 500 KB partition key, a 2,000-digit explicit hash
+    // key and a 10,000-character message (DynamoDB Local refuses items over 400 KB)
+    let t = TestTable::new("api-quarantine-cut").await;
+    let (pk, ehk, message) = ("k".repeat(500 * 1024), "9".repeat(2000), "m".repeat(10_000));
+    let q = QuarantineItem::split(
+        tidemark_schema::QuarantineSource {
+            received: ts("2026-04-20T14:00:00Z"),
+            sequence: "49590338271490256608559692538361571095921575989136588898",
+            sub_record: Some(7),
+            partition_key: &pk,
+            explicit_hash_key: Some(&ehk),
+        },
+        QuarantineReason::CorruptAggregate,
+        message.clone(),
+        b"not json {",
+    );
+    put(&t, &q.record).await;
+    // THEN the listing shows each field cut, with the hash of its whole value beside it
+    let (status, page) = get(&app(&t), "/quarantine?day=2026-04-20").await;
+    assert_eq!(status, 200);
+    let got = &page["items"][0];
+    let sha256 = |s: &str| format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(s));
+    assert_eq!(
+        got["partitionKey"],
+        json!(pk[..QuarantineItem::MAX_KEY_BYTES])
+    );
+    assert_eq!(got["partitionKeySha256"], json!(sha256(&pk)));
+    assert_eq!(
+        got["explicitHashKey"],
+        json!(ehk[..QuarantineItem::MAX_KEY_BYTES])
+    );
+    assert_eq!(got["explicitHashKeySha256"], json!(sha256(&ehk)));
+    assert_eq!(
+        got["message"],
+        json!(message[..QuarantineItem::MAX_MESSAGE_BYTES])
+    );
+    assert_eq!(got["messageSha256"], json!(sha256(&message)));
+    assert_eq!(got["subRecord"], json!(7));
+    assert_eq!(got["payload"], json!("bm90IGpzb24gew=="));
 }
 
 #[tokio::test]
@@ -1188,6 +1234,9 @@ async fn a_quarantine_listing_of_today_started_before_midnight_goes_on_after_it(
                 sub_record: None,
                 explicit_hash_key: None,
                 partition_key: "sensor_01".into(),
+                partition_key_sha256: None,
+                explicit_hash_key_sha256: None,
+                message_sha256: None,
                 function_version: None,
                 size: 3,
                 payload: b"\x00{x".to_vec(),

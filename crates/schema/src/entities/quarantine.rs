@@ -1,7 +1,10 @@
 //! Quarantine: records ingest could not take, kept with their raw bytes (split over parts
-//! when too large for one item) and the reason.
+//! when too large for one item) and the reason. Every field taken from input is cut to a
+//! bounded length, with a hash of the whole value, so every item fits in 400 KB whatever the
+//! input.
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::keys::{self, EntityKey};
 use crate::time::{Day, Timestamp};
@@ -85,17 +88,32 @@ pub struct QuarantineItem {
     pub pk: String,
     pub sk: String,
     pub reason: QuarantineReason,
+    /// Why, for a person; its first [`QuarantineItem::MAX_MESSAGE_BYTES`] bytes when longer
+    /// (then with `message_sha256`).
     pub message: String,
+    /// SHA-256 (hex) of the whole message, present when `message` was cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_sha256: Option<String>,
     pub received_at: Timestamp,
     pub sequence_number: String,
     /// The user record's index inside the KPL aggregate the Kinesis record carried; absent
     /// for a plain record. Its payload is then that user record's data alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_record: Option<u32>,
+    /// The record's partition key, or the user record's own; its first
+    /// [`QuarantineItem::MAX_KEY_BYTES`] bytes when longer (then with
+    /// `partition_key_sha256`).
     pub partition_key: String,
-    /// The user record's own explicit hash key, when its producer set one (KPL).
+    /// SHA-256 (hex) of the whole partition key, present when `partition_key` was cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_key_sha256: Option<String>,
+    /// The user record's own explicit hash key, when its producer set one (KPL); cut as the
+    /// partition key is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explicit_hash_key: Option<String>,
+    /// SHA-256 (hex) of the whole explicit hash key, present when it was cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explicit_hash_key_sha256: Option<String>,
     /// The version of the function that set the record aside (`unprocessable` only): which
     /// code failed on it, so an operator knows whether a deployed fix covers it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,20 +173,57 @@ pub struct QuarantinedRecord {
     pub parts: Vec<QuarantinePartItem>,
 }
 
+const _: () = assert!(
+    QuarantineItem::PART_BYTES + QuarantineItem::MAX_FIELDS_BYTES < crate::table::ITEM_LIMIT_BYTES
+);
+
+/// `value` cut to at most `max` bytes (at a character boundary), with the SHA-256 (hex) of the
+/// whole value when it was cut.
+fn cut(value: &str, max: usize) -> (String, Option<String>) {
+    if value.len() <= max {
+        return (value.to_owned(), None);
+    }
+    let mut end = max;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    let hash = Sha256::digest(value.as_bytes());
+    (value[..end].to_owned(), Some(format!("{hash:x}")))
+}
+
 impl QuarantineItem {
-    /// Bytes of payload per item: every item stays well under DynamoDB's 400 KB, and a
-    /// Kinesis record (at most 1 MiB) needs at most four.
+    /// Bytes of payload per item. Every item stays under DynamoDB's 400 KB whatever the
+    /// input: besides its payload an item holds at most [`QuarantineItem::MAX_FIELDS_BYTES`]
+    /// (every field taken from input is cut), and a Kinesis record (at most 1 MiB) needs at
+    /// most four items.
     pub const PART_BYTES: usize = 300 * 1024;
+    /// The longest partition key and explicit hash key an item keeps, in bytes: a key within
+    /// Kinesis's 256 characters (at most 1,024 bytes of UTF-8) is kept whole; a longer one
+    /// (only a KPL aggregate's table can hold one) is cut, with its hash beside it.
+    pub const MAX_KEY_BYTES: usize = 1024;
+    /// The longest message an item keeps, in bytes (ingest writes at most 1,000 characters).
+    pub const MAX_MESSAGE_BYTES: usize = 4096;
+    /// A bound on what an item holds besides its payload: attribute names, keys (a Kinesis
+    /// sequence number is at most 129 digits), the cut fields, their hashes, the function
+    /// version (`$LATEST` or a number) and the numbers: under 8 KB, with room to spare.
+    pub const MAX_FIELDS_BYTES: usize = 16 * 1024;
     pub const RETENTION_DAYS: u32 = 14;
 
     /// Builds the items of a quarantined record, its whole payload split over as many as it
-    /// needs. Everything comes from the arguments, so a replay rebuilds the same items.
+    /// needs, its keys and message cut to a bounded length (each with the hash of the whole
+    /// value when cut), so every item fits in DynamoDB's 400 KB whatever the input.
+    /// Everything comes from the arguments, so a replay rebuilds the same items.
     pub fn split(
         source: QuarantineSource<'_>,
         reason: QuarantineReason,
         message: String,
         data: &[u8],
     ) -> QuarantinedRecord {
+        let (message, message_sha256) = cut(&message, Self::MAX_MESSAGE_BYTES);
+        let (partition_key, partition_key_sha256) = cut(source.partition_key, Self::MAX_KEY_BYTES);
+        let explicit_hash_key = source
+            .explicit_hash_key
+            .map(|k| cut(k, Self::MAX_KEY_BYTES));
         let received = source.received;
         let sequence = &key_sequence(source.sequence, source.sub_record);
         let key = Self::key_for(received.day(), received, sequence);
@@ -200,11 +255,14 @@ impl QuarantineItem {
                 sk: key.sk,
                 reason,
                 message,
+                message_sha256,
                 received_at: received,
                 sequence_number: source.sequence.to_owned(),
                 sub_record: source.sub_record,
-                partition_key: source.partition_key.to_owned(),
-                explicit_hash_key: source.explicit_hash_key.map(str::to_owned),
+                partition_key,
+                partition_key_sha256,
+                explicit_hash_key: explicit_hash_key.as_ref().map(|(k, _)| k.clone()),
+                explicit_hash_key_sha256: explicit_hash_key.and_then(|(_, h)| h),
                 function_version: None,
                 size: data.len() as u64,
                 payload: first,
@@ -291,6 +349,80 @@ mod serde_bytes_as_binary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn source<'a>(
+        partition_key: &'a str,
+        explicit_hash_key: Option<&'a str>,
+    ) -> QuarantineSource<'a> {
+        QuarantineSource {
+            received: Timestamp::parse_rfc3339("2026-04-20T14:04:00Z").unwrap(),
+            sequence: "4959",
+            sub_record: Some(3),
+            partition_key,
+            explicit_hash_key,
+        }
+    }
+
+    fn sha256(s: &str) -> String {
+        format!("{:x}", Sha256::digest(s.as_bytes()))
+    }
+
+    #[test]
+    fn keys_within_kinesiss_limits_are_kept_whole_without_a_hash() {
+        // 256 four-byte characters: the longest key Kinesis takes, 1,024 bytes.
+        let pk = "𝄞".repeat(256);
+        let ehk = "340282366920938463463374607431768211455";
+        let q = QuarantineItem::split(
+            source(&pk, Some(ehk)),
+            QuarantineReason::NotJson,
+            "not JSON".into(),
+            b"x",
+        );
+        assert_eq!(q.record.partition_key, pk);
+        assert_eq!(q.record.partition_key_sha256, None);
+        assert_eq!(q.record.explicit_hash_key.as_deref(), Some(ehk));
+        assert_eq!(q.record.explicit_hash_key_sha256, None);
+        assert_eq!(q.record.message_sha256, None);
+    }
+
+    #[test]
+    fn a_longer_key_or_message_is_cut_at_a_character_and_hashed_whole() {
+        let pk = "é".repeat(300_000);
+        let ehk = "9".repeat(5000);
+        let message = "ü".repeat(10_000);
+        let q = QuarantineItem::split(
+            source(&pk, Some(&ehk)),
+            QuarantineReason::CorruptAggregate,
+            message.clone(),
+            b"x",
+        );
+        let r = &q.record;
+        assert_eq!(
+            r.partition_key,
+            "é".repeat(QuarantineItem::MAX_KEY_BYTES / 2)
+        );
+        assert_eq!(r.partition_key_sha256, Some(sha256(&pk)));
+        assert_eq!(
+            r.explicit_hash_key.as_deref(),
+            Some(&ehk[..QuarantineItem::MAX_KEY_BYTES])
+        );
+        assert_eq!(r.explicit_hash_key_sha256, Some(sha256(&ehk)));
+        assert_eq!(r.message, "ü".repeat(QuarantineItem::MAX_MESSAGE_BYTES / 2));
+        assert_eq!(r.message_sha256, Some(sha256(&message)));
+        // A cut at a multi-byte character ends before it.
+        let odd = format!("a{}", "é".repeat(600));
+        let q = QuarantineItem::split(
+            source(&odd, None),
+            QuarantineReason::NotJson,
+            "m".into(),
+            b"",
+        );
+        assert_eq!(
+            q.record.partition_key.len(),
+            QuarantineItem::MAX_KEY_BYTES - 1
+        );
+        assert!(odd.starts_with(&q.record.partition_key));
+    }
 
     #[test]
     fn quarantine_partition_is_stable_and_in_range() {
