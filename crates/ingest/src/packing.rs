@@ -114,14 +114,13 @@ impl SlotBatch {
             });
         pending.first_tag = pending.first_tag.min(tag);
         pending.arrived = pending.arrived.max(arrived);
-        let row = pending
-            .content
-            .readings
-            .entry(reading.timestamp)
-            .or_default();
-        if row.is_empty() {
+        // A reading without metrics (a keep-alive) is a reading: its time is kept, with no
+        // metric, and stored (docs/design.md §4).
+        let readings = &mut pending.content.readings;
+        if !readings.contains_key(&reading.timestamp) {
             self.readings += 1;
         }
+        let row = readings.entry(reading.timestamp).or_default();
         row.extend(reading.metrics.iter().map(|(k, v)| (k.clone(), *v)));
         if let Some(m) = &reading.metadata {
             // Checked by decoding (an object of bounded size): it serialises.

@@ -528,3 +528,191 @@ async fn a_change_of_partition_count_and_slot_length_at_one_instant_stores_both_
     );
     assert_eq!(read_back(&t, "split_01", &history).await.len(), 5);
 }
+
+/// [`event_of`] with every record arriving at `at` plus its index in milliseconds: the same
+/// payloads sent again by the device are new Kinesis records, arriving later.
+fn arriving(payloads: &[String], at: &str) -> aws_lambda_events::event::kinesis::KinesisEvent {
+    let mut v = serde_json::to_value(event_of(payloads)).unwrap();
+    for (i, r) in v["Records"].as_array_mut().unwrap().iter_mut().enumerate() {
+        r["kinesis"]["approximateArrivalTimestamp"] =
+            json!((ts(at).epoch_millis() + i as i64) as f64 / 1000.0);
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+/// The arrival stamped on every reading item and slot part of `device`, by sort key.
+fn arrivals_of(items: &[Item], device: &str) -> BTreeMap<String, String> {
+    items
+        .iter()
+        .filter(|i| s(i, "pk") == format!("DEVICE#{device}"))
+        .filter(|i| s(i, "sk").starts_with("SLOT#") || s(i, "sk").starts_with("READING#"))
+        .map(|i| (s(i, "sk"), s(i, field::ARRIVED_AT)))
+        .collect()
+}
+
+#[tokio::test]
+async fn readings_without_metrics_of_a_packed_device_are_stored_read_back_and_arrive() {
+    let t = TestTable::new("ingest-packed-alive").await;
+    pack(&t, "alive_01", 60).await;
+    let history = LayoutHistory::default()
+        .with_layout(
+            ts("2026-04-20T00:00:00Z"),
+            Layout::packed(SlotLen::new(60).unwrap()),
+        )
+        .unwrap();
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    // GIVEN a packed device's reading
+    let first = [record(
+        "alive_01",
+        "2026-04-20T14:00:05Z",
+        json!({"t": 1.0}),
+    )];
+    ingest
+        .process(&arriving(&first, "2026-04-20T14:01:00Z"), soon())
+        .await
+        .unwrap();
+    // WHEN it sends three keep-alives after it (readings with nothing to report), one with
+    // metadata
+    let alive = [
+        record("alive_01", "2026-04-20T14:00:20Z", json!({})),
+        record("alive_01", "2026-04-20T14:00:40Z", json!({})),
+        record(
+            "alive_01",
+            "2026-04-20T14:01:10Z",
+            json!({"metadata": {"fw": "2.1.0"}}),
+        ),
+    ];
+    let (resp, stats) = ingest
+        .process(&arriving(&alive, "2026-04-20T14:02:00Z"), soon())
+        .await
+        .unwrap();
+    assert!(resp.batch_item_failures.is_empty(), "{stats:?}");
+    assert_eq!((stats.packed, stats.slot_writes), (3, 1));
+    // THEN the reader gives all four, the keep-alives without metrics
+    let read = read_back(&t, "alive_01", &history).await;
+    let times: Vec<String> = read.iter().map(|(at, _)| at.to_string()).collect();
+    assert_eq!(
+        times,
+        [
+            "2026-04-20T14:00:05.000000Z",
+            "2026-04-20T14:00:20.000000Z",
+            "2026-04-20T14:00:40.000000Z",
+            "2026-04-20T14:01:10.000000Z",
+        ]
+    );
+    assert!(read[1..].iter().all(|(_, names)| names.is_empty()));
+    // AND the newest reading is the last keep-alive
+    let queries = tidemark_store::read::Queries::new(t.client.clone(), &t.name);
+    let mut newest = Vec::new();
+    tidemark_store::read::walk_whole_readings_while(
+        &queries,
+        &dev("alive_01"),
+        &history,
+        ts("2026-04-20T13:00:00Z"),
+        ts("2026-04-20T15:00:00Z"),
+        true,
+        Some(1),
+        true,
+        |r| {
+            newest.push(r);
+            true
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(newest[0].timestamp, ts("2026-04-20T14:01:10Z"));
+    assert!(newest[0].metrics.is_empty());
+    assert_eq!(
+        newest[0].metadata.clone().map(serde_json::Value::Object),
+        Some(json!({"fw": "2.1.0"}))
+    );
+    // AND the part written carries the keep-alives' arrival (what offline detection reads)
+    let stamped = arrivals_of(&t.scan().await, "alive_01");
+    assert_eq!(
+        stamped.values().collect::<Vec<_>>(),
+        [&ts("2026-04-20T14:02:00.002Z").epoch_millis().to_string()]
+    );
+    // AND delivered again (a replay of the same records), they write nothing
+    let versions = slot_versions(&t.scan().await);
+    let (_, again) = ingest
+        .process(&arriving(&alive, "2026-04-20T14:02:00Z"), soon())
+        .await
+        .unwrap();
+    assert_eq!((again.slot_writes, again.slots_unchanged), (0, 1));
+    assert_eq!(slot_versions(&t.scan().await), versions);
+}
+
+#[tokio::test]
+async fn an_exact_resend_is_an_arrival_in_every_layout_and_a_replay_writes_nothing() {
+    let t = TestTable::new("ingest-resend-arrival").await;
+    pack(&t, "resend_packed", 60).await;
+    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    // GIVEN a single-item device and a packed one, each with readings stored (one of the
+    // packed device's carried by the part of the slot before its own) and a keep-alive
+    let batch: Vec<String> = ["resend_single", "resend_packed"]
+        .iter()
+        .flat_map(|d| {
+            [
+                record(d, "2026-04-20T14:00:10Z", json!({"t": 1.0})),
+                record(d, "2026-04-20T14:01:10Z", json!({"t": 2.0})),
+                record(d, "2026-04-20T14:01:20Z", json!({})),
+            ]
+        })
+        .collect();
+    ingest
+        .process(&arriving(&batch, "2026-04-20T14:02:00Z"), soon())
+        .await
+        .unwrap();
+    let before = t.scan().await;
+    let (single, slotted) = stored(&before);
+    let stamped = |device: &str, items: &[Item]| -> Vec<String> {
+        arrivals_of(items, device).into_values().collect()
+    };
+    let first = ts("2026-04-20T14:02:00.005Z").epoch_millis().to_string();
+    assert_eq!(stamped("resend_packed", &before), [first]);
+    // WHEN the device sends one of them again, exactly, as a new record arriving later
+    for (device, payload) in [
+        (
+            "resend_single",
+            record("resend_single", "2026-04-20T14:01:10Z", json!({"t": 2.0})),
+        ),
+        (
+            "resend_packed",
+            record("resend_packed", "2026-04-20T14:01:10Z", json!({"t": 2.0})),
+        ),
+    ] {
+        let resend = arriving(std::slice::from_ref(&payload), "2026-04-20T14:03:00Z");
+        let (resp, stats) = ingest.process(&resend, soon()).await.unwrap();
+        assert!(resp.batch_item_failures.is_empty(), "{stats:?}");
+        // THEN no reading changes, and its arrival is stamped where the reading is: the single
+        // item, or the one part holding it (offline detection sees the device arrive, in
+        // either layout)
+        let after = t.scan().await;
+        assert_eq!(stored(&after), (single.clone(), slotted.clone()));
+        let arrived = ts("2026-04-20T14:03:00Z").epoch_millis().to_string();
+        let now = arrivals_of(&after, device);
+        let was = arrivals_of(&before, device);
+        let changed: Vec<&String> = now
+            .iter()
+            .filter(|(sk, a)| was.get(*sk) != Some(*a))
+            .map(|(sk, _)| sk)
+            .collect();
+        assert_eq!(changed.len(), 1, "{device}: {now:?}");
+        assert_eq!(now[changed[0]], arrived, "{device}");
+        // AND the same record delivered again (a replay) writes nothing
+        let versions = slot_versions(&after);
+        let (_, again) = ingest.process(&resend, soon()).await.unwrap();
+        let replayed = t.scan().await;
+        assert_eq!(arrivals_of(&replayed, device), now, "{device}");
+        assert_eq!(slot_versions(&replayed), versions);
+        assert_eq!(again.slot_writes, 0);
+    }
+    // AND a keep-alive sent again is an arrival too
+    let alive = [record("resend_packed", "2026-04-20T14:01:20Z", json!({}))];
+    ingest
+        .process(&arriving(&alive, "2026-04-20T14:04:00Z"), soon())
+        .await
+        .unwrap();
+    let arrived = ts("2026-04-20T14:04:00Z").epoch_millis().to_string();
+    assert!(stamped("resend_packed", &t.scan().await).contains(&arrived));
+}

@@ -374,24 +374,27 @@ pub fn decode(start: Timestamp, bytes: &[u8]) -> Result<SlotReadings, PackError>
 }
 
 /// `incoming` merged into `stored` as ingest merges a record into a single reading item: a
-/// reading's metrics merge name by name and the incoming value wins for a name both carry. `None`
-/// when nothing changes (an exact resend, or a subset of what is stored), so the slot item is
-/// not written at all. Values compare bit for bit.
+/// reading's metrics merge name by name and the incoming value wins for a name both carry. A
+/// reading without metrics (a device's keep-alive: alive, nothing to report) is a reading
+/// like any other: new, it is added with no metric; at a time `stored` holds, it adds nothing.
+/// `None` when nothing changes (an exact resend, or a subset of what is stored), so the slot
+/// item is not written at all. Values compare bit for bit.
 pub fn merge(stored: &SlotReadings, incoming: &SlotReadings) -> Option<SlotReadings> {
     let mut out = stored.clone();
     let mut changed = false;
     for (at, metrics) in incoming {
-        let row = out.entry(*at).or_default();
+        let row = match out.entry(*at) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                changed = true;
+                e.insert(BTreeMap::new())
+            }
+        };
         for (name, v) in metrics {
             if row.get(name).map(|x| x.to_bits()) != Some(v.to_bits()) {
                 row.insert(name.clone(), *v);
                 changed = true;
             }
-        }
-        if row.is_empty() && !stored.contains_key(at) {
-            // A reading without metrics adds nothing (ingest never sends one); one stored
-            // without metrics (a part carrying only a timestamp's metadata) stays.
-            out.remove(at);
         }
     }
     changed.then_some(out)
@@ -545,13 +548,46 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_reading_without_metrics_is_kept_by_a_merge_and_a_resend_of_it_changes_nothing() {
+        let t = |s: i64| start().plus_micros(s * 1_000_000).unwrap();
+        let alive: SlotReadings = BTreeMap::from([(t(7), BTreeMap::new())]);
+        // A keep-alive (a reading with nothing to report) is a reading: merged into a slot
+        // without it, it is added.
+        let stored: SlotReadings = BTreeMap::from([(t(1), BTreeMap::from([(m("t"), 1.0)]))]);
+        let merged = merge(&stored, &alive).expect("the keep-alive is new");
+        assert_eq!(merged.len(), 2);
+        assert!(merged[&t(7)].is_empty());
+        assert_eq!(merge(&SlotReadings::new(), &alive), Some(alive.clone()));
+        // Sent again, or sent for a time the slot holds with metrics, it changes nothing.
+        assert_eq!(merge(&merged, &alive), None);
+        let at_one: SlotReadings = BTreeMap::from([(t(1), BTreeMap::new())]);
+        assert_eq!(merge(&stored, &at_one), None);
+        // Metrics sent later for its time join it.
+        let later = BTreeMap::from([(t(7), BTreeMap::from([(m("h"), 2.0)]))]);
+        assert_eq!(merge(&merged, &later).unwrap()[&t(7)].len(), 1);
+        // It is encoded as a time with no metric, reads back, and stays within the bound.
+        let bytes = encode(start(), &merged).unwrap();
+        assert_eq!(decode(start(), &bytes).unwrap(), merged);
+        assert!(bytes.len() <= encoded_bound(start(), &merged).unwrap());
+        let only = encode(start(), &alive).unwrap();
+        assert_eq!(decode(start(), &only).unwrap(), alive);
+        assert_eq!(only.len(), encoded_bound(start(), &alive).unwrap());
+        // AND the diff of the write names it as a new reading, with no metrics
+        let changes = diff(&stored, &merged);
+        assert_eq!(changes.len(), 1);
+        assert_eq!((changes[0].at, changes[0].before), (t(7), None));
+        assert_eq!(changes[0].after.map(|m| m.len()), Some(0));
+    }
+
     fn readings_strategy() -> impl Strategy<Value = SlotReadings> {
         proptest::collection::btree_map(
             0i64..20,
             proptest::collection::btree_map(
                 prop_oneof![Just("t"), Just("h")],
                 prop_oneof![Just(1.0f64), Just(2.0), Just(-0.0), Just(0.0)],
-                1..3,
+                // Readings without metrics too (keep-alives).
+                0..3,
             ),
             0..8,
         )

@@ -14,8 +14,10 @@
 //! before (each (timestamp, metric) value is in exactly one, but for two writers racing on
 //! one device), and so may copies of its metadata: readers merge a timestamp's metrics across
 //! parts, the later part (by slot, then number) winning a value both hold, and take its
-//! metadata from the latest readable part carrying metadata for it. A part may hold a timestamp without metrics only
-//! to carry its metadata ([`SlotPart::readings`] keeps it, with no metrics).
+//! metadata from the latest readable part carrying metadata for it. A timestamp a part holds
+//! without metrics is a reading without metrics (a keep-alive), or carries the metadata of a
+//! reading whose metrics are in another part ([`SlotPart::readings`] keeps it, with no
+//! metrics); joined, every timestamp of a readable part is a reading ([`join_parts`]).
 //!
 //! Size: no part is written whose [`item_bound`] passes [`MAX_PART_ITEM_BYTES`], well under
 //! DynamoDB's 400 KB item limit: the worst case of its readings whatever their values
@@ -154,8 +156,10 @@ pub struct SlotPart {
 /// spread over parts (a metric added when its part was full goes to a later one): it gets the
 /// metrics of all of them, and where a value is in two parts (only two writers racing on one
 /// device put it there) the later part's wins, by slot start and then number; its metadata
-/// comes from the latest part carrying some, where the writer puts the latest. A timestamp with no metric
-/// in any part (metadata whose metrics are in an unreadable part) is no reading.
+/// comes from the latest part carrying some, where the writer puts the latest. Every timestamp
+/// a readable part holds is a reading: one with no metric in any part is a reading without
+/// metrics (a device's keep-alive, stored as single items store it; or, should the part with
+/// its metrics be unreadable, the reading that part held, known by its time and metadata).
 pub fn join_parts(mut parts: Vec<SlotPart>) -> (SlotReadings, SlotMetadata) {
     parts.sort_by_key(|p| (p.start, p.part));
     let mut readings = SlotReadings::new();
@@ -166,8 +170,6 @@ pub fn join_parts(mut parts: Vec<SlotPart>) -> (SlotReadings, SlotMetadata) {
         }
         metadata.extend(part.metadata);
     }
-    readings.retain(|_, m| !m.is_empty());
-    metadata.retain(|at, _| readings.contains_key(at));
     (readings, metadata)
 }
 
@@ -436,6 +438,43 @@ mod tests {
     }
 
     #[test]
+    fn a_timestamp_without_metrics_in_any_part_is_a_reading_without_metrics() {
+        let start = ts("2026-04-20T14:00:00Z");
+        let (t1, t2) = (ts("2026-04-20T14:00:01Z"), ts("2026-04-20T14:00:02Z"));
+        let part = |n: u16, readings: SlotReadings| SlotPart {
+            device: DeviceId::new("d").unwrap(),
+            shard: None,
+            start,
+            part: n,
+            readings,
+            metadata: SlotMetadata::new(),
+            version: 1,
+            sealed: false,
+            full: false,
+        };
+        // A keep-alive at t2 (no metrics), and t1 with a metric in one part and none in
+        // the other.
+        let t = MetricName::new("t").unwrap();
+        let (readings, _) = join_parts(vec![
+            part(
+                0,
+                BTreeMap::from([(t1, BTreeMap::from([(t.clone(), 1.0)]))]),
+            ),
+            part(
+                1,
+                BTreeMap::from([(t1, BTreeMap::new()), (t2, BTreeMap::new())]),
+            ),
+        ]);
+        assert_eq!(
+            readings,
+            BTreeMap::from([(t1, BTreeMap::from([(t, 1.0)])), (t2, BTreeMap::new())])
+        );
+        // A part of only keep-alives decodes to them.
+        let alive = BTreeMap::from([(t2, BTreeMap::new())]);
+        assert_eq!(item(start, &alive).decode().unwrap().readings, alive);
+    }
+
+    #[test]
     fn parts_join_in_part_order_whatever_order_they_come_in() {
         let start = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap();
         let t1 = start.plus_millis(1_000).unwrap();
@@ -480,11 +519,16 @@ mod tests {
             vec![p1.clone(), p2.clone(), p0.clone()],
         ] {
             let (readings, metadata) = join_parts(order);
+            // t2, whose metrics are in no readable part, is known by its time and metadata:
+            // a reading without metrics.
             assert_eq!(
                 readings,
-                BTreeMap::from([(t1, m(&[("a", 1.0), ("b", 9.0), ("c", 3.0)]))])
+                BTreeMap::from([(t1, m(&[("a", 1.0), ("b", 9.0), ("c", 3.0)])), (t2, m(&[]))])
             );
-            assert_eq!(metadata, BTreeMap::from([(t1, "{\"fw\":2}".to_owned())]));
+            assert_eq!(
+                metadata,
+                BTreeMap::from([(t1, "{\"fw\":2}".to_owned()), (t2, "{}".to_owned())])
+            );
         }
     }
 }

@@ -400,13 +400,21 @@ mod tests {
             Some(serde_json::json!({"fw": "3"}))
         );
         // Without the part carrying it, the metadata of part 1 wins; a timestamp with no
-        // metrics in any readable part is no reading.
+        // metrics in any readable part is a reading without metrics (a keep-alive), with its
+        // metadata.
         let u = unpack(start, &parts[1..], &p, true);
         let r: ReadingItem = crate::from_item(u.items[0].clone()).unwrap();
         assert_eq!(
             r.metadata.map(serde_json::Value::Object),
             Some(serde_json::json!({"fw": "2"}))
         );
-        assert!(unpack(start, &parts[..1], &p, true).items.is_empty());
+        let alone = unpack(start, &parts[..1], &p, true);
+        assert_eq!(alone.items.len(), 1);
+        let r: ReadingItem = crate::from_item(alone.items[0].clone()).unwrap();
+        assert!(r.metrics.is_empty());
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(serde_json::json!({"fw": "3"}))
+        );
     }
 }

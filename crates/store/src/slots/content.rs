@@ -41,9 +41,10 @@ impl Content {
         self.merged(incoming).unwrap_or_else(|| self.clone())
     }
 
-    /// Whether nothing is in it (neither a value nor metadata).
+    /// Whether nothing is in it: no reading (a reading without metrics is one) and no
+    /// metadata.
     pub(crate) fn is_empty(&self) -> bool {
-        self.readings.values().all(|m| m.is_empty()) && self.metadata.is_empty()
+        self.readings.is_empty() && self.metadata.is_empty()
     }
 
     /// Every timestamp it says something about (a value or metadata).

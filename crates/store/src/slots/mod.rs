@@ -6,7 +6,11 @@
 //! a read-merge-write under an optimistic lock:
 //! 1. query the parts of the slot and of the slots on either side, strongly consistent;
 //! 2. place each incoming value and metadata (below); if nothing changes (a replay, a
-//!    resend) stop: nothing is written;
+//!    resend) stop: nothing is written, unless the write brings a later arrival than any
+//!    part of the slot and of the slot before holds (an exact resend from the device: a new
+//!    record, arriving later), which is stamped on the smallest part holding its readings,
+//!    its content as it was (so a resend is an arrival in every layout, as a single item's
+//!    `arrivedAt` update makes it; a replay of records already written stamps nothing);
 //! 3. put each changed part, in part order, on the condition that its `version` is still the
 //!    one read (or, for a new part, that no item has its key), with `version` + 1.
 //!
@@ -40,7 +44,8 @@
 //!   cap and that part is not full; otherwise to the open part (marking the part full), which
 //!   holds the timestamp, without metrics if need be, to carry it. The stale copy stays where
 //!   it was: readers take the highest part's, and the open part is after every other;
-//! - a new timestamp: to the open part, the last one.
+//! - a new timestamp: to the open part, the last one; a reading without metrics (a
+//!   keep-alive) is a new timestamp with no metric, unless a part holds its time already.
 //!
 //! The open part is sealed (rewritten with `sealed`, which bumps its version) when what comes
 //! would pass [`MAX_PART_BYTES`] of actual size or the cap in worst case, and the rest starts
@@ -126,7 +131,7 @@ pub struct SlotWrite {
     pub written: bool,
     /// Races lost to another writer before this write went through.
     pub conflicts: u32,
-    /// Timestamps with a value in the slot after the write.
+    /// Readings (timestamps, with or without metrics) in the slot after the write.
     pub readings: usize,
     /// Part items the slot has after the write.
     pub parts: usize,
@@ -281,6 +286,8 @@ struct Part {
     version: u64,
     sealed: bool,
     full: bool,
+    /// The arrival stamped on it ([`tidemark_schema::field::ARRIVED_AT`]), if any.
+    arrived: Option<Timestamp>,
 }
 
 /// One conditional put of a step 3.
@@ -312,6 +319,11 @@ fn parse_part(pk: &str, start: Timestamp, item: &Item) -> Option<Part> {
     let number = sk
         .strip_prefix(&keys::slot_sk_prefix(start))
         .and_then(|n| n.parse::<u16>().ok())?;
+    let arrived = item
+        .get(field::ARRIVED_AT)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|ms| ms.parse::<i64>().ok())
+        .and_then(|ms| Timestamp::from_epoch_millis(ms).ok());
     Some(match read_part(item) {
         Ok(p) => Part {
             number,
@@ -319,6 +331,7 @@ fn parse_part(pk: &str, start: Timestamp, item: &Item) -> Option<Part> {
             sealed: p.sealed,
             full: p.full,
             content: Some(p.into()),
+            arrived,
         },
         Err(message) => {
             tracing::warn!(%pk, sk = %sk, error = %message, "unreadable slot part left as it is");
@@ -328,6 +341,7 @@ fn parse_part(pk: &str, start: Timestamp, item: &Item) -> Option<Part> {
                 version: 0,
                 sealed: true,
                 full: true,
+                arrived,
             }
         }
     })
@@ -437,8 +451,12 @@ impl<C: PartTable> SlotWriter<C> {
                 rest.metadata.remove(at);
             }
         }
+        // A reading left without metrics stays only if it has metadata to carry or is a
+        // reading without metrics (a keep-alive) that no part of the slot before holds.
+        let held_before =
+            |at: &Timestamp| readable.iter().any(|(_, c)| c.readings.contains_key(at));
         rest.readings
-            .retain(|at, m| !m.is_empty() || rest.metadata.contains_key(at));
+            .retain(|at, m| !m.is_empty() || rest.metadata.contains_key(at) || !held_before(at));
         let mut puts = Vec::new();
         for (part, stored) in readable {
             let Some(corrections) = to.remove(&part.number) else {
@@ -458,6 +476,51 @@ impl<C: PartTable> SlotWriter<C> {
             }
         }
         (puts, rest)
+    }
+
+    /// For a write that changes no value (an exact resend): the put that stamps its arrival
+    /// on one part holding its readings, the smallest (of the slot or of the slot before,
+    /// which carries some), its content as it is, on its version. `None` when the writer has
+    /// no arrival, or a part of the slot or of the slot before already has one as late (a
+    /// replay of records already written: nothing is written).
+    fn arrival_put(
+        &self,
+        key: &SlotKey,
+        prev: &[Part],
+        own: &[Part],
+        incoming: &Content,
+    ) -> Result<Option<Put>, StoreError> {
+        let Some(arrived) = self.arrived else {
+            return Ok(None);
+        };
+        let before = key.len.first_holder(key.start);
+        let parts = || {
+            prev.iter()
+                .map(move |p| (before, p))
+                .chain(own.iter().map(|p| (key.start, p)))
+        };
+        if parts().any(|(_, p)| p.arrived.is_some_and(|a| a >= arrived)) {
+            return Ok(None);
+        }
+        let mut smallest: Option<(usize, Timestamp, &Part, &Content)> = None;
+        for (start, p) in parts() {
+            let Some(c) = &p.content else { continue };
+            if !incoming.times().any(|at| c.readings.contains_key(at)) {
+                continue;
+            }
+            let size = c.size(start)?;
+            if smallest.as_ref().is_none_or(|(s, ..)| size < *s) {
+                smallest = Some((size, start, p, c));
+            }
+        }
+        Ok(smallest.map(|(_, start, p, c)| Put {
+            start,
+            number: p.number,
+            content: c.clone(),
+            expected: Some(p.version),
+            sealed: p.sealed,
+            full: p.full,
+        }))
     }
 
     /// Whether `content` may be a part's: its worst case under the cap and, for the open
@@ -492,6 +555,11 @@ impl<C: PartTable> SlotWriter<C> {
                 .map(|(p, _)| p.number)
         };
         for (at, metrics) in &incoming.readings {
+            // A reading without metrics (a keep-alive) is a new timestamp unless a part holds
+            // its time already, with metrics or without.
+            if metrics.is_empty() && !readable.iter().any(|(_, c)| c.readings.contains_key(at)) {
+                fresh.readings.entry(*at).or_default();
+            }
             for (name, v) in metrics {
                 let holders: Vec<u16> = readable
                     .iter()
@@ -711,7 +779,7 @@ impl<C: PartTable> SlotWriter<C> {
         let around = self.read(key).await?;
         if around.next.is_empty() || incoming.times().all(|at| *at < next) {
             return self
-                .write_within(key, incoming, ttl, deadline, Some(around))
+                .write_within(key, incoming, ttl, deadline, Some(around), true)
                 .await;
         }
         // The next slot has parts already (a replay, late readings): its readings go there,
@@ -723,10 +791,13 @@ impl<C: PartTable> SlotWriter<C> {
                 ttl,
                 deadline,
                 None,
+                true,
             )
             .await?;
         let mine = incoming.only(|at| *at < next);
-        let own = self.write_within(key, &mine, ttl, deadline, None).await?;
+        let own = self
+            .write_within(key, &mine, ttl, deadline, None, !later.written)
+            .await?;
         Ok(SlotWrite {
             written: own.written || later.written,
             conflicts: own.conflicts + later.conflicts,
@@ -736,7 +807,8 @@ impl<C: PartTable> SlotWriter<C> {
     }
 
     /// Steps 1 to 3 for readings of the slot `key` (and of the next, carried in its parts),
-    /// until they land or the deadline passes; `first` is a read already made.
+    /// until they land or the deadline passes; `first` is a read already made. With `stamp`,
+    /// an exact resend stamps its arrival ([`Self::arrival_put`]).
     async fn write_within(
         &self,
         key: &SlotKey,
@@ -744,6 +816,7 @@ impl<C: PartTable> SlotWriter<C> {
         ttl: i64,
         deadline: Instant,
         mut first: Option<Around>,
+        stamp: bool,
     ) -> Result<SlotWrite, StoreError> {
         let mut conflicts = 0u32;
         let mut written = false;
@@ -755,6 +828,9 @@ impl<C: PartTable> SlotWriter<C> {
             let (mut puts, rest) = Self::carried(key, &around.prev, &around.own, incoming);
             let parts = around.own;
             puts.extend(self.plan(key, &parts, &rest)?);
+            if puts.is_empty() && stamp {
+                puts.extend(self.arrival_put(key, &around.prev, &parts, incoming)?);
+            }
             let mut lost = false;
             for put in &puts {
                 if self.put(key, put, ttl).await? {
@@ -815,12 +891,7 @@ fn counts<'a>(parts: &[Part], puts: impl IntoIterator<Item = &'a Put>) -> (usize
     let times: std::collections::BTreeSet<&Timestamp> = contents
         .values()
         .flatten()
-        .flat_map(|c| {
-            c.readings
-                .iter()
-                .filter(|(_, m)| !m.is_empty())
-                .map(|(at, _)| at)
-        })
+        .flat_map(|c| c.readings.keys())
         .collect();
     (times.len(), contents.len())
 }
@@ -879,6 +950,7 @@ mod tests {
             version: 3,
             sealed,
             full: false,
+            arrived: None,
         }
     }
 
@@ -1000,6 +1072,63 @@ mod tests {
         assert_eq!((puts.len(), puts[0].number, puts[0].full), (1, 0, false));
         assert_eq!(puts[0].content.metadata[&at(5)], r#"{"fw":"2"}"#);
         assert!(ITEM_OVERHEAD_BYTES < cap);
+    }
+
+    /// Readings without metrics (keep-alives) at `secs`.
+    fn alive(secs: &[i64]) -> Content {
+        Content {
+            readings: secs.iter().map(|s| (at(*s), BTreeMap::new())).collect(),
+            metadata: SlotMetadata::new(),
+        }
+    }
+
+    #[test]
+    fn a_reading_without_metrics_is_a_new_timestamp_of_the_open_part_and_a_resend_writes_nothing() {
+        let (parts, cap) = slot();
+        // WHEN keep-alives come for a new time and for times parts hold with metrics
+        let puts = writer(cap)
+            .plan(&key(), &parts, &alive(&[3, 15, 30]))
+            .unwrap();
+        // THEN only the new time is written, to the open part, with no metrics
+        assert_eq!(puts.len(), 1, "{puts:?}");
+        assert_eq!((puts[0].number, puts[0].sealed), (1, false));
+        let mut want = content(10..20, &["a"]);
+        want.readings.insert(at(30), BTreeMap::new());
+        assert_eq!(puts[0].content, want);
+        assert_eq!(counts(&parts, &puts), (21, 2));
+        // AND sent again, it writes nothing
+        let mut stored = parts.clone();
+        stored[1].content = Some(want);
+        let puts = writer(cap)
+            .plan(&key(), &stored, &alive(&[3, 15, 30]))
+            .unwrap();
+        assert!(puts.is_empty(), "{puts:?}");
+        // AND metrics later sent for its time join it in its part
+        let puts = writer(cap)
+            .plan(&key(), &stored, &content(30..31, &["b"]))
+            .unwrap();
+        assert_eq!((puts.len(), puts[0].number), (1, 1));
+        assert_eq!(puts[0].content.readings[&at(30)].len(), 1);
+    }
+
+    #[test]
+    fn a_reading_without_metrics_carried_by_the_slot_before_is_not_written_again() {
+        // GIVEN the 14:00 slot of an hour-long... a 60 s slot at 14:01 whose readings the
+        // 14:00 slot's part carries, a keep-alive among them
+        let len = SlotLen::new(60).unwrap();
+        let k = SlotKey {
+            pk: "DEVICE#d".into(),
+            start: at(60),
+            len,
+        };
+        let mut carrier = content(0..2, &["a"]);
+        carrier.readings.insert(at(70), BTreeMap::new());
+        let prev = vec![part(0, carrier, false)];
+        // WHEN the keep-alive is sent again, with a new one
+        let (puts, rest) = SlotWriter::<Client>::carried(&k, &prev, &[], &alive(&[70, 80]));
+        // THEN only the new one is left for the slot's own parts
+        assert!(puts.is_empty());
+        assert_eq!(rest, alive(&[80]));
     }
 
     #[test]
