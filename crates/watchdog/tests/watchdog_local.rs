@@ -187,3 +187,105 @@ async fn a_due_device_without_a_window_any_more_leaves_the_watch() {
     assert_eq!((after.gsi2pk, after.gsi2sk), (None, None));
     assert_eq!(run(&w).await.due, 0);
 }
+
+#[tokio::test]
+async fn a_keep_alive_or_an_exact_resend_keeps_a_device_online_whatever_its_layout() {
+    use tidemark_schema::{Layout, LayoutHistory, MetricName, ShardConfigItem, SlotLen, field};
+    use tidemark_store::slots::{SlotKey, SlotWriter};
+    let now = ts("2026-04-20T14:10:00Z");
+    let (w, t) = watchdog(now).await;
+    let len = SlotLen::new(60).unwrap();
+    let packed = LayoutHistory::default()
+        .with_layout(ts("2026-04-20T00:00:00Z"), Layout::packed(len))
+        .unwrap();
+    let (newest, later) = (ts("2026-04-20T14:00:00Z"), ts("2026-04-20T14:08:00Z"));
+    let reading = |id: &str, at: Timestamp, metrics: &[(&str, f64)]| Reading {
+        device_id: DeviceId::new(id).unwrap(),
+        timestamp: at,
+        metrics: metrics
+            .iter()
+            .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+            .collect(),
+        metadata: None,
+    };
+    // Writes a reading as ingest does in each layout, stamped with its arrival.
+    let write = async |r: &Reading, is_packed: bool, arrived: Timestamp| {
+        if is_packed {
+            let key = SlotKey {
+                pk: keys::reading_pk(&r.device_id, None),
+                start: len.start_of(r.timestamp),
+                len,
+            };
+            let readings = [(r.timestamp, r.metrics.clone())].into();
+            SlotWriter::new(t.client.clone(), &t.name, Default::default())
+                .arrived(Some(arrived))
+                .write(
+                    &key,
+                    &readings,
+                    i64::MAX,
+                    tokio::time::Instant::now() + Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+        } else {
+            let mut item = ReadingItem::new(r, None, 30);
+            item.arrived_at = Some(arrived);
+            tidemark_store::merge::merge_item(
+                &t.client,
+                &t.name,
+                tidemark_store::to_item(&item).unwrap(),
+                field::METRICS,
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // GIVEN three devices last seen arriving at 14:00 (due at 14:05), their newest reading
+    // of then stored: one in single items, two packed in 60 s slots
+    let devices = [
+        ("resend_single", false),
+        ("resend_packed", true),
+        ("alive_packed", true),
+    ];
+    for (id, is_packed) in devices {
+        put(&t.client, &t.name, &watched(id, newest)).await;
+        if is_packed {
+            let d = DeviceId::new(id).unwrap();
+            put(
+                &t.client,
+                &t.name,
+                &ShardConfigItem::new(&d, packed.clone()),
+            )
+            .await;
+        }
+        write(&reading(id, newest, &[("t", 1.0)]), is_packed, newest).await;
+    }
+    // WHEN at 14:08 two of them send that reading again, exactly, and the third sends a
+    // keep-alive (a reading without metrics)
+    write(
+        &reading("resend_single", newest, &[("t", 1.0)]),
+        false,
+        later,
+    )
+    .await;
+    write(
+        &reading("resend_packed", newest, &[("t", 1.0)]),
+        true,
+        later,
+    )
+    .await;
+    write(&reading("alive_packed", later, &[]), true, later).await;
+
+    // THEN the watchdog finds all three due, and postpones each to 14:13: none is offline
+    let report = run(&w).await;
+    assert_eq!(
+        (report.due, report.postponed, report.opened, report.failed),
+        (3, 3, 0, 0),
+        "{report:?}"
+    );
+    for (id, _) in devices {
+        let d = device(&t, id).await;
+        assert_eq!(d.last_arrival_at, Some(later), "{id}");
+        assert!(d.offline.is_none(), "{id}");
+    }
+}
