@@ -54,11 +54,20 @@ pub enum Command {
     },
     /// Handle on-failure records again: ingest's are re-read from Kinesis and fed through
     /// ingest, the aggregator's become rebuilds of the devices they touched; handled files
-    /// move to a redriven/ folder.
+    /// move to a redriven/ folder. With --set-aside: the records the pipeline set aside
+    /// (the quarantine's `unprocessable` records) are fed through ingest again, and each one
+    /// stored leaves the quarantine.
     Redrive {
         /// Files or folders of on-failure records.
         #[arg(default_value = ".local/onfailure")]
         paths: Vec<PathBuf>,
+        /// Re-drive the set-aside records instead of on-failure files.
+        #[arg(long, conflicts_with = "paths")]
+        set_aside: bool,
+        /// With --set-aside: the last this many UTC days, today included (the quarantine
+        /// keeps 14).
+        #[arg(long, default_value_t = 14, requires = "set_aside", value_parser = clap::value_parser!(u32).range(1..=14))]
+        days: u32,
     },
 }
 
@@ -104,7 +113,7 @@ mod tests {
             Timestamp::parse_rfc3339("2026-04-20T00:00:00Z").unwrap()
         );
         let cli = parse(&["--local", "redrive"]).unwrap();
-        let Command::Redrive { paths } = cli.command else {
+        let Command::Redrive { paths, .. } = cli.command else {
             panic!();
         };
         assert_eq!(paths, [PathBuf::from(".local/onfailure")]);

@@ -6,7 +6,9 @@
 //!   safely while the pipeline runs (fences in the table's stream; see the module);
 //! - [`redrive`]: on-failure records (what Lambda sends to an on-failure destination, or what
 //!   `make run` writes under `.local/onfailure/`) fed through ingest again while Kinesis still
-//!   retains them; the aggregator's become rebuilds of the devices and days they touched.
+//!   retains them; the aggregator's become rebuilds of the devices and days they touched;
+//! - [`set_aside`]: what the pipeline set aside (`redrive --set-aside`), fed through ingest
+//!   again after a fix.
 //!
 //! A separate crate rather than a devstack subcommand: devstack is the local stack, this is an
 //! operator tool for deployed tables too, and does not depend on it. It reads streams with
@@ -17,6 +19,7 @@ pub mod cli;
 pub mod files;
 pub mod rebuild;
 pub mod redrive;
+pub mod set_aside;
 pub mod stream;
 pub mod window;
 

@@ -160,6 +160,32 @@ async fn redrive(c: Clients, paths: Vec<PathBuf>) -> Result<(), AdminError> {
     Ok(())
 }
 
+async fn redrive_set_aside(c: Clients, days: u32) -> Result<(), AdminError> {
+    let ingest_cfg =
+        tidemark_ingest::IngestConfig::from_env().map_err(|e| AdminError::Input(e.to_string()))?;
+    let ingest_cfg = tidemark_ingest::IngestConfig {
+        table_name: c.table.clone(),
+        ..ingest_cfg
+    };
+    let ingest = tidemark_ingest::Ingest::new(c.ddb.clone(), ingest_cfg);
+    let days: Vec<_> = std::iter::successors(Some(Timestamp::now().day()), |d| d.prev())
+        .take(days as usize)
+        .collect();
+    let r = tidemark_admin::set_aside::redrive_set_aside(&c.ddb, &c.table, &ingest, &days).await?;
+    println!(
+        "{} set-aside record(s) found, {} stored and removed from the quarantine, {} rejected by ingest (now quarantined with their reason)",
+        r.found, r.stored, r.rejected
+    );
+    if !r.still_failing.is_empty() {
+        return Err(AdminError::Ingest(format!(
+            "{} record(s) still fail and stay set aside: {}",
+            r.still_failing.len(),
+            r.still_failing.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -172,7 +198,12 @@ async fn main() -> ExitCode {
     let c = clients(cli.local).await;
     let result = match cli.command {
         Command::Rebuild { device, from, to } => rebuild(c, Rebuild { device, from, to }).await,
-        Command::Redrive { paths } => redrive(c, paths).await,
+        Command::Redrive {
+            set_aside: true,
+            days,
+            ..
+        } => redrive_set_aside(c, days).await,
+        Command::Redrive { paths, .. } => redrive(c, paths).await,
         Command::Export {
             from,
             to,

@@ -8,7 +8,8 @@ use lambda_http::Request;
 use serde_json::{Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, Severity, Timestamp, keys,
+    AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey, QuarantineReason, Severity,
+    Timestamp, keys,
 };
 use tidemark_store::Item;
 use tidemark_store::read::{Source, merged_page};
@@ -457,10 +458,24 @@ impl<S: Store> App<S> {
     /// Quarantined records of a UTC day (default today), oldest first, merged over the
     /// day's partitions, each with its whole payload (put back together from its parts). A
     /// page holds at most [`QUARANTINE_PAGE_BYTES`] of payload (and always one record), so a
-    /// page of megabyte records stays within Lambda's response limit.
+    /// page of megabyte records stays within Lambda's response limit. `reason` keeps the
+    /// records of one reason (`unprocessable`: what the pipeline set aside).
     async fn quarantine(&self, p: &Params) -> Result<Reply, ApiError> {
         let limit = validate::limit(p)?;
         let now = self.now();
+        let reason = p
+            .get("reason")
+            .map(|r| {
+                QuarantineReason::parse(r).ok_or_else(|| {
+                    let known: Vec<&str> =
+                        QuarantineReason::ALL.iter().map(|r| r.as_str()).collect();
+                    ApiError::bad(
+                        "reason",
+                        format!("unknown reason; one of {}", known.join(", ")),
+                    )
+                })
+            })
+            .transpose()?;
         let asked = p
             .get("day")
             .map(|s| {
@@ -470,10 +485,13 @@ impl<S: Store> App<S> {
             .transpose()?;
         // Without `day` the listing is of today, as of its first page: the day travels in the
         // (signed) cursor, so a walk started before midnight goes on with the same day.
-        let scope = match asked {
+        let mut scope = match asked {
             Some(d) => format!("quarantine|{d}"),
             None => "quarantine|today".to_owned(),
         };
+        if let Some(r) = reason {
+            scope = format!("{scope}|{}", r.as_str());
+        }
         let start = || -> Result<(Start, tidemark_schema::Day), ApiError> {
             Ok(match self.open(&scope, p)? {
                 Some(s) => {
@@ -507,7 +525,11 @@ impl<S: Store> App<S> {
             ))
         };
         // A record's further payload parts share its partition; they are read by key below.
-        let keep = |it: &Item| !expired(it, now) && render::is_quarantined_record(it);
+        let keep = |it: &Item| {
+            !expired(it, now)
+                && render::is_quarantined_record(it)
+                && reason.is_none_or(|r| render::quarantine_reason(it) == Some(r))
+        };
         let (mut items, mut cursor) = self.page(&scope, first, spec_for, limit, keep).await?;
         let fitting = render::records_within(&items, QUARANTINE_PAGE_BYTES);
         if fitting < items.len() {

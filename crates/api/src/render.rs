@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, LatestReading, LayoutHistory,
-    QuarantineItem, QuarantinePartItem, ReadingItem, Timestamp, number,
+    QuarantineItem, QuarantinePartItem, QuarantineReason, ReadingItem, Timestamp, number,
 };
 use tidemark_store::Item;
 
@@ -171,6 +171,14 @@ pub fn is_quarantined_record(item: &Item) -> bool {
     )
 }
 
+/// A quarantined record's reason, read without the rest of the item.
+pub fn quarantine_reason(item: &Item) -> Option<QuarantineReason> {
+    match item.get("reason") {
+        Some(AttributeValue::S(s)) => QuarantineReason::parse(s),
+        _ => None,
+    }
+}
+
 /// How many of `items` (quarantined records, in order) fit in `budget` payload bytes; at
 /// least one.
 pub fn records_within(items: &[Item], budget: u64) -> usize {
@@ -224,6 +232,9 @@ pub fn quarantined(item: Item, parts: Vec<Item>) -> Result<Value, ApiError> {
     });
     if let Some(i) = q.sub_record {
         out["subRecord"] = json!(i);
+    }
+    if let Some(v) = q.function_version {
+        out["functionVersion"] = json!(v);
     }
     if let Some(k) = q.explicit_hash_key {
         out["explicitHashKey"] = json!(k);

@@ -209,7 +209,7 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Method::GET,
         "/quarantine",
         Route::Quarantine,
-        &["day", "limit", "cursor"],
+        &["day", "reason", "limit", "cursor"],
     ),
 ];
 

@@ -60,6 +60,11 @@ impl QuarantineReason {
         QuarantineReason::Unprocessable,
     ];
 
+    /// The reason named `s` ([`QuarantineReason::as_str`]).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|r| r.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             QuarantineReason::NotJson => "not_json",
