@@ -1,6 +1,7 @@
 //! Ingest of devices whose layout packs readings into slot items (docs/design.md §4), against DynamoDB
-//! Local: the same guarantees as single items (nothing lost, a correction wins, an exact resend
-//! writes nothing), and layouts that change with no migration.
+//! Local: the same guarantees as single items (nothing lost, a correction wins, a reading
+//! without metrics kept, an exact resend an arrival and a replay writing nothing), and layouts
+//! that change with no migration, even inside a slot.
 
 mod common;
 

@@ -4,10 +4,10 @@
 //! per sensor with the same timestamp. A plain put would let the second record erase the first
 //! one's metrics, so a reading is written as a *merge*: the entries of one map attribute (the
 //! metrics) are merged key by key, the later write winning for a key both carry; every other
-//! attribute is replaced by the later write. An exact resend changes nothing: no value moves,
-//! and the aggregator ignores a MODIFY whose metrics are unchanged (its write unit is still
-//! paid, for the failed condition and, where DynamoDB does not return the old item, the
-//! update).
+//! attribute is replaced by the later write. An exact resend moves no value but writes its
+//! later `arrivedAt` (an arrival, docs/design.md §4): the rollups ignore a MODIFY whose
+//! metrics are unchanged, the alerts role counts the arrival. A replay of the same record
+//! (same arrival) writes nothing, after the failed condition.
 //!
 //! On DynamoDB, per item:
 //! 1. `PutItem` if no item has the key (`attribute_not_exists(pk)`): the common case, one

@@ -50,8 +50,8 @@ struct Written {
 }
 
 /// Per device, the position of its first record in `event` and the arrivals its readings' and
-/// slot parts' writes show. A write that changed nothing but its arrival (an exact resend of
-/// a single reading) is an arrival too; deletes are not. Items written before arrivals were
+/// slot parts' writes show. A write that changed nothing but its arrival (an exact resend, of
+/// a single reading or of packed ones, whose part is put back with it) is an arrival too; deletes are not. Items written before arrivals were
 /// kept count at the record's creation.
 pub fn arrivals(event: &Event) -> BTreeMap<DeviceId, (usize, Arrivals)> {
     let mut out: BTreeMap<DeviceId, (usize, Option<Arrivals>)> = BTreeMap::new();
