@@ -152,6 +152,24 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_part_put_back_unchanged_with_a_later_arrival_is_an_arrival() {
+        use crate::testing::{slot_item, slot_record};
+        // An exact resend of packed readings: the part holding them put back as it was, but
+        // for its arrival (what a single item's arrivedAt update is for single readings).
+        let start = ts("2026-04-20T14:00:00Z");
+        let mut old = slot_item("p1", start, 0, &[(5, 1.0)]);
+        old.arrived_at = Some(ts("2026-04-20T14:00:06Z"));
+        let mut new = old.clone();
+        new.version += 1;
+        new.arrived_at = Some(ts("2026-04-20T14:08:00Z"));
+        let a = arrivals(&event(vec![slot_record(1, Some(&old), Some(&new))]));
+        assert_eq!(
+            a[&DeviceId::new("p1").unwrap()].1.last,
+            ts("2026-04-20T14:08:00Z")
+        );
+    }
+
+    #[test]
     fn deletes_are_not_arrivals_and_unstamped_items_arrive_at_their_write() {
         let mut del = insert(1, "d1", ts("2026-04-20T13:00:00Z"), "t", 1.0);
         del.event_name = "REMOVE".into();
