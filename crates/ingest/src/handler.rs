@@ -413,6 +413,15 @@ where
                 });
             }
         }
+        for (tags, why) in &packed.permanent {
+            for i in tags {
+                permanent.entry(*i).or_insert_with(|| Failed {
+                    source: units[*i].source(),
+                    data: &units[*i].data,
+                    error: why.clone(),
+                });
+            }
+        }
         let blamed: Vec<usize> = permanent.keys().copied().collect();
         let set_aside = set_aside::settle(&self.writer, permanent, now, write_by).await?;
         stats.set_aside = set_aside.len() as u64;

@@ -10,7 +10,7 @@
 //! reading merge as for single items (every metric kept, the later record winning a metric
 //! both carry) before the slot is written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
 use tidemark_schema::{Reading, SlotLen, Timestamp, keys};
@@ -39,6 +39,8 @@ struct Pending {
     ttl: i64,
     /// The earliest record with a reading in this slot: reported if the write fails.
     first_tag: usize,
+    /// Every record with a reading in it: blamed together if the slot is refused for good.
+    tags: BTreeSet<usize>,
     /// The latest arrival among its records (stamped on the parts written).
     arrived: Timestamp,
 }
@@ -59,6 +61,10 @@ pub struct SlotReport {
     /// The earliest record of each slot that could not be written.
     pub failed_tags: Vec<usize>,
     pub last_error: Option<String>,
+    /// Of the failed slots, those refused with an error no retry cures
+    /// ([`tidemark_store::StoreError::is_permanent`]): every record with a reading in the
+    /// slot, and the error.
+    pub permanent: Vec<(BTreeSet<usize>, String)>,
 }
 
 /// The slots of a batch joined into runs of at most two: a slot whose previous slot (same
@@ -77,6 +83,7 @@ fn runs(slots: BTreeMap<PendingKey, Pending>) -> Vec<(PendingKey, Pending)> {
             run.content.metadata.extend(p.content.metadata);
             run.ttl = run.ttl.max(p.ttl);
             run.first_tag = run.first_tag.min(p.first_tag);
+            run.tags.extend(p.tags);
             run.arrived = run.arrived.max(p.arrived);
             joined = true;
             continue;
@@ -110,9 +117,11 @@ impl SlotBatch {
                 // module docs); reads drop expired ones.
                 ttl: len.last_of(len.next(start)).ttl_after_days(retention_days),
                 first_tag: tag,
+                tags: BTreeSet::new(),
                 arrived,
             });
         pending.first_tag = pending.first_tag.min(tag);
+        pending.tags.insert(tag);
         pending.arrived = pending.arrived.max(arrived);
         // A reading without metrics (a keep-alive) is a reading: its time is kept, with no
         // metric, and stored (docs/design.md §4).
@@ -163,10 +172,10 @@ impl SlotBatch {
                         deadline,
                     )
                     .await;
-                (key, p.first_tag, out)
+                (key, p.first_tag, p.tags, out)
             });
         let mut results = futures::stream::iter(writes).buffer_unordered(max_in_flight.max(1));
-        while let Some((key, tag, out)) = results.next().await {
+        while let Some((key, tag, tags, out)) = results.next().await {
             match out {
                 Ok(w) => {
                     report.conflicts += u64::from(w.conflicts);
@@ -181,6 +190,9 @@ impl SlotBatch {
                     tracing::warn!(pk = %key.pk, slot = %key.start, error = %e, "slot write failed");
                     report.failed_tags.push(tag);
                     report.last_error = Some(e.to_string());
+                    if e.is_permanent() {
+                        report.permanent.push((tags, e.to_string()));
+                    }
                 }
             }
         }

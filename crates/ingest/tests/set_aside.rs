@@ -140,3 +140,44 @@ async fn a_panic_fails_the_batch_until_bisected_to_its_record_which_is_then_set_
     assert!(failures(&r).is_empty());
     assert_eq!(stored_devices(&store), vec!["DEVICE#good"]);
 }
+
+#[tokio::test]
+async fn a_packed_slot_refused_for_good_sets_aside_every_record_with_a_reading_in_it() {
+    let store = MemoryStore::default();
+    *store.refuse_pk.lock().unwrap() = Some("DEVICE#bad".into());
+    // The fleet packs in 60 s slots, recorded long before these readings.
+    store
+        .shard_configs
+        .lock()
+        .unwrap()
+        .push(tidemark_schema::ShardConfigItem::default_layout(
+            tidemark_schema::LayoutHistory::default()
+                .with_layout(
+                    ts("2026-04-20T00:00:00Z"),
+                    tidemark_schema::Layout::packed(tidemark_schema::SlotLen::new(60).unwrap()),
+                )
+                .unwrap(),
+        ));
+    let ingest = memory_ingest(&store, config("t"));
+    // Two records of the refused device in one slot, then one of a healthy device.
+    let ev = event_of(&[
+        reading_json("bad", "2026-04-20T14:01:00Z", 1.0),
+        reading_json("bad", "2026-04-20T14:01:30Z", 2.0),
+        reading_json("good", "2026-04-20T14:01:00Z", 3.0),
+    ]);
+    for _ in 1..SET_ASIDE_AFTER {
+        let r = ingest.handle(ev.clone(), soon()).await.unwrap();
+        assert_eq!(failures(&r), vec![seq(0)]);
+    }
+    let r = ingest.handle(ev, soon()).await.unwrap();
+    assert!(failures(&r).is_empty(), "the shard moves on");
+    let mut q: Vec<String> = quarantined(&store)
+        .into_iter()
+        .map(|q| {
+            assert_eq!(q.reason, QuarantineReason::Unprocessable);
+            q.sequence_number
+        })
+        .collect();
+    q.sort();
+    assert_eq!(q, vec![seq(0), seq(1)], "both records of the refused slot");
+}

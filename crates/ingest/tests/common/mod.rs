@@ -500,6 +500,12 @@ impl SlotStore for &MemoryStore {
                 message: "ValidationException (injected)".into(),
             });
         }
+        if self.refuse_pk.lock().unwrap().as_deref() == Some(key.pk.as_str()) {
+            return Err(StoreError::Request {
+                operation: "PutItem",
+                message: "ValidationException: a slot part DynamoDB refuses (injected)".into(),
+            });
+        }
         // As the slot writer places values (docs/design.md §4): a value stays in every slot
         // holding it (its own, or the one before, which carries it); a new one goes to the
         // next slot if the write reaches into it and it holds something, else to this slot.
