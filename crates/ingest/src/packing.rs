@@ -50,9 +50,11 @@ struct Pending {
 pub struct SlotReport {
     /// Readings routed to slots (after merging same-timestamp records).
     pub readings: u64,
-    /// Slot writes that changed the table.
+    /// Slot writes that changed the table (an exact resend's arrival stamped on a part
+    /// counts: docs/design.md §4).
     pub written: u64,
-    /// Slots that already held every reading as sent (a replay): nothing written.
+    /// Slots that already held every reading as sent, with an arrival as late (a replay):
+    /// nothing written.
     pub unchanged: u64,
     /// Races lost to another writer of the same slot, each retried.
     pub conflicts: u64,
