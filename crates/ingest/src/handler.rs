@@ -261,14 +261,22 @@ where
         event: KinesisEvent,
         deadline: Instant,
     ) -> Result<KinesisEventResponse, IngestError> {
-        let outcome = AssertUnwindSafe(self.process(&event, deadline))
+        let (response, stats) = self.process(&event, deadline).await?;
+        stats.metrics().emit();
+        Ok(response)
+    }
+
+    /// [`Ingest::handle`] without the EMF line (the log line is written), returning the counts.
+    pub async fn process(
+        &self,
+        event: &KinesisEvent,
+        deadline: Instant,
+    ) -> Result<(KinesisEventResponse, BatchStats), IngestError> {
+        let outcome = AssertUnwindSafe(self.process_batch(event, deadline))
             .catch_unwind()
             .await;
         let error = match outcome {
-            Ok(Ok((response, stats))) => {
-                stats.metrics().emit();
-                return Ok(response);
-            }
+            Ok(Ok(done)) => return Ok(done),
             Ok(Err(e)) => e,
             Err(panic) => IngestError::Panicked(panic_message(&*panic)),
         };
@@ -303,18 +311,16 @@ where
         if done.is_empty() {
             return Err(error);
         }
-        BatchStats {
+        let stats = BatchStats {
             records: 1,
             set_aside: 1,
             ..BatchStats::default()
-        }
-        .metrics()
-        .emit();
-        Ok(KinesisEventResponse::default())
+        };
+        Ok((KinesisEventResponse::default(), stats))
     }
 
-    /// [`Ingest::handle`] without the EMF line (the log line is written), returning the counts.
-    pub async fn process(
+    /// One batch, record by record: what [`Ingest::process`] guards.
+    async fn process_batch(
         &self,
         event: &KinesisEvent,
         deadline: Instant,
