@@ -60,6 +60,49 @@ pub fn item_too_large(bytes: usize) -> crate::StoreError {
     }
 }
 
+/// DynamoDB numbers stay below this magnitude (38 significant digits, exponent to 125).
+pub const NUMBER_LIMIT: f64 = 1e126;
+/// The smallest magnitude of a non-zero DynamoDB number.
+pub const MIN_NUMBER: f64 = 1e-130;
+
+/// The first number in `item` (at any depth) that DynamoDB cannot store, as DynamoDB's
+/// `ValidationException` names it: its magnitude [`NUMBER_LIMIT`] or more (overflow) or, not
+/// zero, below [`MIN_NUMBER`] (underflow).
+pub fn number_out_of_range(item: &Item) -> Option<crate::StoreError> {
+    fn bad(n: &str) -> Option<&'static str> {
+        let v: f64 = n.trim().parse().ok()?;
+        let a = v.abs();
+        if !v.is_finite() || a >= NUMBER_LIMIT {
+            Some("overflow")
+        } else if a != 0.0 && a < MIN_NUMBER {
+            Some("underflow")
+        } else {
+            None
+        }
+    }
+    fn walk(v: &AttributeValue) -> Option<(&'static str, String)> {
+        match v {
+            AttributeValue::N(n) => bad(n).map(|w| (w, n.clone())),
+            AttributeValue::Ns(ns) => ns.iter().find_map(|n| bad(n).map(|w| (w, n.clone()))),
+            AttributeValue::L(l) => l.iter().find_map(walk),
+            AttributeValue::M(m) => m.values().find_map(walk),
+            _ => None,
+        }
+    }
+    let (what, n) = item.values().find_map(walk)?;
+    Some(crate::StoreError::Request {
+        operation: "PutItem",
+        message: format!(
+            "ValidationException: Number {what}. Attempting to store a number with magnitude              {} than supported range ({n})",
+            if what == "overflow" {
+                "larger"
+            } else {
+                "smaller"
+            }
+        ),
+    })
+}
+
 /// An item's size as DynamoDB counts it against [`MAX_ITEM_BYTES`] (and bills writes by):
 /// the UTF-8 length of every attribute name plus the size of its value. Values follow
 /// DynamoDB's published rules: strings and binaries their length, a number 1 byte per two
@@ -130,6 +173,61 @@ mod tests {
         assert_eq!(number_size("0.000120"), 2);
         assert_eq!(number_size("1e-7"), 2);
         assert_eq!(number_size("123456789012345678901"), 12);
+    }
+
+    #[test]
+    fn numbers_outside_dynamodbs_range_are_found_at_any_depth() {
+        let item = |v: AttributeValue| -> Item { HashMap::from([("m".to_owned(), v)]) };
+        for ok in ["0", "-0", "1e-130", "9.99e125", "-1e100", "1e-100"] {
+            assert!(number_out_of_range(&item(n(ok))).is_none(), "{ok}");
+        }
+        for bad in ["2e200", "-1e126", "2e-200", "1e-131"] {
+            assert!(number_out_of_range(&item(n(bad))).is_some(), "{bad}");
+        }
+        let nested = AttributeValue::M(HashMap::from([(
+            "t".to_owned(),
+            AttributeValue::L(vec![n("1"), n("2.0000000000000003e200")]),
+        )]));
+        let e = number_out_of_range(&item(nested)).unwrap();
+        assert!(e.to_string().contains("ValidationException"), "{e}");
+    }
+
+    /// Values at the validator's edges (±1e100, ±1e-100) are valid readings; their hour's
+    /// spread (`m2`, ~1e200 or ~1e-200) is outside DynamoDB's numbers, and a rollup storing
+    /// it as one was refused for good (found by tests/tests/never_stall).
+    #[test]
+    fn a_rollup_of_values_at_the_validators_edges_is_an_item_dynamodb_stores() {
+        use tidemark_schema::{AggregateItem, DeviceId, Period, Stats, Timestamp};
+        let at = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap();
+        let device = DeviceId::new("d").unwrap();
+        let key = AggregateItem::key_for(&device, Period::Hourly.bucket(at));
+        for (a, b) in [(1e100, -1e100), (1e-100, -1e-100), (1e-100, 3e-100)] {
+            let mut stats = Stats::at(at, a);
+            stats.merge(&Stats::at(at, b));
+            let m2 = stats.m2.unwrap();
+            assert!(
+                !(1e-130..=1e126).contains(&m2),
+                "{m2}: outside DynamoDB's numbers"
+            );
+            let mut rollup = AggregateItem::empty(&key);
+            rollup.metrics.insert("v".parse().unwrap(), stats.clone());
+            let item = crate::to_item(&rollup).unwrap();
+            assert!(
+                number_out_of_range(&item).is_none(),
+                "m2 {m2} stored as a number"
+            );
+            let back: AggregateItem = crate::from_item(item).unwrap();
+            let read = back.metrics.values().next().unwrap().m2;
+            assert_eq!(read, Some(m2), "read back as the same spread");
+        }
+        // Any other spread is the number it always was.
+        let mut stats = Stats::at(at, 1.0);
+        stats.merge(&Stats::at(at, 3.0));
+        let mut rollup = AggregateItem::empty(&key);
+        rollup.metrics.insert("v".parse().unwrap(), stats);
+        let item = crate::to_item(&rollup).unwrap();
+        let m = item["metrics"].as_m().unwrap()["v"].as_m().unwrap();
+        assert_eq!(m["m2"], AttributeValue::N("2".into()));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `ExclusiveStartKey`, a filter applied after the limit, the sparse GSIs; Get and
 //! BatchGet; batched puts and conditional inserts; packed slot writes through the real
 //! [`crate::slots::SlotWriter`]). It refuses what DynamoDB refuses ([`crate::limits`]): an
-//! item over 400 KB, more than 25 requests in one `BatchWriteItem` or
+//! item over 400 KB or holding a number outside DynamoDB's range, more than 25 requests in one `BatchWriteItem` or
 //! `BatchExecuteStatement`, one key twice in a batch; and a query page ends at 1 MB read.
 //! Each function's in-memory store (the API's, the aggregator's, ingest's through
 //! [`BatchWriteApi`] and [`SlotStore`] on `&MemTable`) keeps its items here and reads them
@@ -21,7 +21,8 @@ use tidemark_schema::table::attr;
 
 use crate::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use crate::limits::{
-    MAX_BATCH_WRITE, MAX_ITEM_BYTES, MAX_PAGE_BYTES, item_size, item_too_large, too_many_requests,
+    MAX_BATCH_WRITE, MAX_ITEM_BYTES, MAX_PAGE_BYTES, item_size, item_too_large,
+    number_out_of_range, too_many_requests,
 };
 use crate::merge::{merge_is_noop, merge_items};
 use crate::read::{Page, QuerySpec, QueryStore, SkRange};
@@ -77,6 +78,9 @@ impl MemTable {
         let bytes = item_size(&item);
         if bytes > MAX_ITEM_BYTES {
             return Err(item_too_large(bytes));
+        }
+        if let Some(e) = number_out_of_range(&item) {
+            return Err(e);
         }
         items.insert(k, item);
         Ok(())

@@ -28,8 +28,9 @@ pub struct Stats {
     pub sum: f64,
     pub min: f64,
     pub max: f64,
-    /// Sum of squared deviations from the mean.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Sum of squared deviations from the mean. Stored as a number when DynamoDB can hold it,
+    /// else as its text ([`m2_repr`]).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "m2_repr")]
     pub m2: Option<f64>,
     /// The earliest reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -40,6 +41,47 @@ pub struct Stats {
     /// The readings' quantile sketch ([`Sketch`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sketch: Option<Sketch>,
+}
+
+/// How `m2` is stored. Metric values reach ±1e100 (readings.rs's
+/// [`crate::MAX_METRIC_MAGNITUDE`], which keeps sums inside DynamoDB's numbers), but their
+/// squared deviations do not: values of ±1e100 spread to ~1e200, values of ±1e-100 to
+/// ~1e-200, and DynamoDB refuses a number of magnitude 1e126 or more, or below 1e-130 but
+/// not zero. A rollup holding one would fail its write for good. So a spread outside that
+/// range is stored as its text (`"2e200"`), which reads back as the same `f64`; any other is
+/// the number it always was.
+mod m2_repr {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    fn storable(v: f64) -> bool {
+        v.is_finite() && (v == 0.0 || (1e-130..1e126).contains(&v.abs()))
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(x) if storable(*x) => s.serialize_some(x),
+            Some(x) => s.serialize_some(&format!("{x:e}")),
+            None => s.serialize_none(),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        match Option::<Repr>::deserialize(d)? {
+            None => Ok(None),
+            Some(Repr::Number(x)) => Ok(Some(x)),
+            Some(Repr::Text(t)) => t
+                .parse()
+                .map(Some)
+                .map_err(|_| serde::de::Error::custom(format!("m2 {t:?} is not a number"))),
+        }
+    }
 }
 
 impl Stats {
