@@ -21,7 +21,8 @@ use crate::alerting::plan::AlertWrite;
 use crate::combine::{BucketReadings, BucketSummary};
 use crate::offline::upkeep::WatchKeys;
 use crate::store::{
-    AggregateStore, AlertStore, DeviceStore, DeviceUpdate, HeartbeatStore, ReadingStore, Written,
+    AggregateStore, AlertStore, DeviceStore, DeviceUpdate, HeartbeatStore, ReadingStore,
+    SetAsideStore, Written,
 };
 
 /// The DynamoDB implementation.
@@ -485,6 +486,22 @@ impl DeviceStore for DynamoStore {
     }
 }
 
+/// The cancellation reasons of a cancelled transaction that no retry cures (DynamoDB's
+/// `ValidationError`, `ItemCollectionSizeLimitExceeded`), as `code: message`.
+fn refused_actions(e: &StoreError) -> Vec<String> {
+    let Some(aws_sdk_dynamodb::Error::TransactionCanceledException(c)) = e.dynamo() else {
+        return Vec::new();
+    };
+    c.cancellation_reasons()
+        .iter()
+        .filter_map(|r| {
+            let code = r.code()?;
+            matches!(code, "ValidationError" | "ItemCollectionSizeLimitExceeded")
+                .then(|| format!("{code}: {}", r.message().unwrap_or_default()))
+        })
+        .collect()
+}
+
 impl DynamoStore {
     /// One `TransactWriteItems`, refused here past DynamoDB's limit (a request DynamoDB would
     /// refuse for ever must not be sent, or retried).
@@ -507,6 +524,13 @@ impl DynamoStore {
                     .iter()
                     .map(|c| c.capacity_units().unwrap_or(0.0))
                     .sum(),
+            }),
+            // An action DynamoDB refuses (an item the update would take past 400 KB, an item
+            // collection past its limit) cancels the transaction the same way every time: a
+            // permanent failure, not a race.
+            Err(e) if !refused_actions(&e).is_empty() => Err(StoreError::Request {
+                operation: "TransactWriteItems",
+                message: refused_actions(&e).join("; "),
             }),
             // A failed condition or a concurrent transaction on one of the items: re-read
             // and decide again.
@@ -592,6 +616,49 @@ impl AlertStore for DynamoStore {
             out.insert(a.alert_id.clone(), a);
         }
         Ok(out)
+    }
+}
+
+impl SetAsideStore for DynamoStore {
+    async fn count_failure(
+        &self,
+        record: &tidemark_schema::keys::FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> Result<u32, StoreError> {
+        tidemark_store::failures::count_in_dynamodb(&self.client, &self.table, record, error, ttl)
+            .await
+            .map_err(|e| e.error)
+    }
+
+    async fn put_repair(&self, item: &tidemark_schema::RepairItem) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(item)?))
+            .send()
+            .await
+            .map_err(StoreError::sdk("PutItem"))?;
+        Ok(())
+    }
+
+    async fn open_repairs(
+        &self,
+        role: &str,
+        limit: usize,
+    ) -> Result<Vec<tidemark_schema::RepairItem>, StoreError> {
+        crate::store::open_repairs(&self.queries, role, limit).await
+    }
+
+    async fn delete_repair(&self, key: &Key) -> Result<(), StoreError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(key)))
+            .send()
+            .await
+            .map_err(StoreError::sdk("DeleteItem"))?;
+        Ok(())
     }
 }
 

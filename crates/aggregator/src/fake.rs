@@ -46,6 +46,12 @@ pub struct FakeStore {
     pub failing: Mutex<Option<String>>,
     /// The next this many device commits fail like an outage (a crash before the write).
     pub failing_commits: AtomicU32,
+    /// Aggregate writes and device commits of an item whose `pk#sk` contains this are
+    /// refused as DynamoDB refuses an invalid request (`ValidationException`): for ever.
+    pub refusing: Mutex<Option<String>>,
+    /// Aggregate writes and device commits of an item whose `pk#sk` contains this panic (a
+    /// bug of ours).
+    pub panicking: Mutex<Option<String>>,
     /// The largest aggregate item a put was asked to store, in bytes as DynamoDB counts them.
     pub largest_item: std::sync::atomic::AtomicUsize,
     /// How long each aggregate write takes (a slow or throttled table).
@@ -145,10 +151,66 @@ impl crate::store::HeartbeatStore for FakeStore {
     }
 }
 
+/// A server error: transient.
 fn outage() -> StoreError {
-    StoreError::Request {
-        operation: "PutItem",
-        message: "injected outage".into(),
+    dynamo_error("InternalServerError", "injected outage")
+}
+
+use crate::testing::dynamo_error;
+
+impl FakeStore {
+    /// The injected permanent failure or panic of a write of the item `key`, if any.
+    fn refuse(&self, key: &Key) -> Result<(), StoreError> {
+        let name = format!("{}#{}", key.pk, key.sk);
+        let matches = |m: &Mutex<Option<String>>| {
+            m.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(|f| name.contains(f.as_str()))
+        };
+        if matches(&self.panicking) {
+            panic!("injected panic writing {name}");
+        }
+        if matches(&self.refusing) {
+            return Err(dynamo_error(
+                "ValidationException",
+                "injected: the item is invalid",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl crate::store::SetAsideStore for FakeStore {
+    async fn count_failure(
+        &self,
+        record: &tidemark_schema::keys::FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> Result<u32, StoreError> {
+        Ok(tidemark_store::failures::count_in_memory(
+            &self.table,
+            record,
+            error,
+            ttl,
+        ))
+    }
+
+    async fn put_repair(&self, item: &tidemark_schema::RepairItem) -> Result<(), StoreError> {
+        store(&mut self.table.lock(), item)
+    }
+
+    async fn open_repairs(
+        &self,
+        role: &str,
+        limit: usize,
+    ) -> Result<Vec<tidemark_schema::RepairItem>, StoreError> {
+        crate::store::open_repairs(&self.table, role, limit).await
+    }
+
+    async fn delete_repair(&self, key: &Key) -> Result<(), StoreError> {
+        self.table.lock().remove(&(key.pk.clone(), key.sk.clone()));
+        Ok(())
     }
 }
 
@@ -218,6 +280,10 @@ impl AggregateStore for FakeStore {
         item: &AggregateItem,
         expected: Option<u64>,
     ) -> Result<Written, StoreError> {
+        self.refuse(&Key {
+            pk: item.pk.clone(),
+            sk: item.sk.clone(),
+        })?;
         let bytes = item_size(&to_item(item)?);
         self.largest_item.fetch_max(bytes, Ordering::SeqCst);
         if bytes > MAX_ITEM_BYTES {
@@ -292,6 +358,7 @@ impl DeviceStore for FakeStore {
         if alerts.len() + 1 > MAX_TRANSACT_ACTIONS {
             return Err(too_many_actions(alerts.len() + 1));
         }
+        self.refuse(&device_key(&u.device))?;
         if self
             .failing_commits
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tidemark_schema::{DeviceId, DeviceItem};
 use tidemark_store::StoreError;
 
@@ -16,6 +16,7 @@ use crate::records::{
     Change, Ignored, StreamChange, classify, offline_settings_changed, thresholds_changed,
 };
 use crate::report::{Counters, Report};
+use crate::setaside::{Failed, guarded};
 use crate::store::{DynamoStore, Store};
 use crate::{AggregatorConfig, AggregatorError};
 
@@ -136,6 +137,8 @@ pub struct Aggregator<S = DynamoStore> {
     pub(crate) settled_days: crate::rollups::SettledDays,
     /// Per device, the hour before which this container left no placeholder to close.
     pub(crate) settled_hours: crate::hours::SettledHours,
+    /// When this container last read its role's open repairs ([`crate::setaside`]).
+    pub(crate) repairs_checked: std::sync::Mutex<Option<tidemark_schema::Timestamp>>,
 }
 
 impl Aggregator<DynamoStore> {
@@ -147,6 +150,7 @@ impl Aggregator<DynamoStore> {
             notifier: None,
             settled_days: Default::default(),
             settled_hours: Default::default(),
+            repairs_checked: Default::default(),
         }
     }
 }
@@ -159,6 +163,7 @@ impl<S: Store> Aggregator<S> {
             notifier: None,
             settled_days: Default::default(),
             settled_hours: Default::default(),
+            repairs_checked: Default::default(),
         }
     }
 
@@ -200,6 +205,8 @@ impl<S: Store> Aggregator<S> {
             write_units = report.write_units,
             failed_items = report.failed_items,
             out_of_time = report.out_of_time,
+            set_aside = report.set_aside,
+            repaired = report.repaired,
             "batch processed"
         );
         report.metrics().emit();
@@ -256,14 +263,38 @@ impl<S: Store> Aggregator<S> {
                 }
             }
         }
-        let mut failed: Vec<usize> = Vec::new();
-        match self.config.role {
-            Role::Rollups => self.rollups(&changes, &counters, stop, &mut failed).await,
-            Role::Alerts => {
-                let batches = device_batches(&changes, event);
-                self.alerts(&batches, &counters, stop, &mut failed).await;
-                self.pass_heartbeats(event, &counters, &mut failed).await;
+        let mut failed = Failed::default();
+        let work = async {
+            match self.config.role {
+                Role::Rollups => self.rollups(&changes, &counters, stop, &mut failed).await,
+                Role::Alerts => {
+                    let batches = device_batches(&changes, event);
+                    self.alerts(&batches, &counters, stop, &mut failed).await;
+                }
             }
+        };
+        // A panic outside any one device's or item's work (each of which catches its own)
+        // fails the batch's first reading record for good.
+        if let Err(panic) = std::panic::AssertUnwindSafe(Box::pin(work))
+            .catch_unwind()
+            .await
+        {
+            let e = AggregatorError::Panicked(crate::setaside::panic_message(panic.as_ref()));
+            let first = changes.iter().map(|c| c.index).min().unwrap_or(0);
+            let of_first: Vec<&StreamChange> =
+                changes.iter().filter(|c| c.index == first).collect();
+            let device = of_first.first().map(|c| c.change.image().device.clone());
+            let hours = of_first
+                .iter()
+                .map(|c| tidemark_schema::Period::Hourly.bucket(c.change.image().at));
+            failed.fail(first, &e, device.as_ref(), hours);
+        }
+        // Permanent failures are counted, and set aside at the third, before anything that
+        // waits for the records before it (the heartbeats) looks at what is left.
+        self.settle(event, &mut failed, &counters).await;
+        if self.config.role == Role::Alerts {
+            self.pass_heartbeats(event, &counters, &mut failed.retry)
+                .await;
         }
 
         if let (Role::Alerts, Some(n)) = (self.config.role, &self.notifier) {
@@ -280,11 +311,12 @@ impl<S: Store> Aggregator<S> {
                 }
             }
         }
+        Box::pin(self.repair_open(&counters, stop)).await;
         counters.fill(&mut report);
-        report.failed_items = failed.len() as u64;
+        report.failed_items = failed.retry.len() as u64;
 
         let mut response = DynamoDbEventResponse::default();
-        if let Some(first) = failed.into_iter().min() {
+        if let Some(first) = failed.retry.into_iter().min() {
             let mut f = DynamoDbBatchItemFailure::default();
             f.item_identifier = event.records[first].change.sequence_number.clone();
             response.batch_item_failures.push(f);
@@ -298,7 +330,7 @@ impl<S: Store> Aggregator<S> {
         batches: &BTreeMap<DeviceId, DeviceBatch>,
         counters: &Counters,
         stop: tokio::time::Instant,
-        failed: &mut Vec<usize>,
+        failed: &mut Failed,
     ) {
         let ids: Vec<DeviceId> = batches.keys().cloned().collect();
         let store = &self.store;
@@ -309,7 +341,9 @@ impl<S: Store> Aggregator<S> {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "reading the batch's devices failed");
-                failed.extend(batches.values().map(|b| b.first_index).min());
+                if let Some(first) = batches.values().map(|b| b.first_index).min() {
+                    failed.fail(first, &AggregatorError::Store(e), None, []);
+                }
                 return;
             }
         };
@@ -325,7 +359,7 @@ impl<S: Store> Aggregator<S> {
                         b.first_index,
                         id,
                         counters
-                            .until(stop, self.alert_device(id, b, dev, counters))
+                            .until(stop, guarded(self.alert_device(id, b, dev, counters)))
                             .await,
                     )
                 }
@@ -336,7 +370,7 @@ impl<S: Store> Aggregator<S> {
         for (first, device, r) in results {
             if let Err(e) = r.or_else(|e| counters.skip_unreadable(e, "device alerts")) {
                 tracing::error!(%device, error = %e, "device alerts not updated");
-                failed.push(first);
+                failed.fail(first, &e, Some(device), batches[device].hours());
             }
         }
     }

@@ -103,7 +103,10 @@ impl<S: Store> Aggregator<S> {
                 let open = !crate::rollups::closed(p.bucket, now);
                 async move {
                     let r = counters
-                        .until(stop, self.write_hour(p, current, open, counters))
+                        .until(
+                            stop,
+                            crate::setaside::guarded(self.write_hour(p, current, open, counters)),
+                        )
                         .await;
                     (i, r)
                 }
@@ -184,7 +187,12 @@ impl<S: Store> Aggregator<S> {
         let done: Vec<_> = futures::stream::iter(todo)
             .map(|(device, hour)| async move {
                 let r = counters
-                    .until(stop, self.close_hours_before(&device, hour, now, counters))
+                    .until(
+                        stop,
+                        crate::setaside::guarded(
+                            self.close_hours_before(&device, hour, now, counters),
+                        ),
+                    )
                     .await;
                 (device, hour, r)
             })

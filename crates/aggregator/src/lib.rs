@@ -47,6 +47,7 @@ pub mod pages;
 pub mod records;
 pub mod report;
 mod rollups;
+pub mod setaside;
 pub mod store;
 #[cfg(test)]
 mod testing;

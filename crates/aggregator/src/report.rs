@@ -34,6 +34,11 @@ pub struct Report {
     /// Items or devices left for the next invocation because the deadline came first
     /// (also in `failed_items`).
     pub out_of_time: u64,
+    /// Records set aside after failing the same way [`crate::setaside::SET_ASIDE_AFTER`]
+    /// times: a repair item written for each, the batch gone on past it.
+    pub set_aside: u64,
+    /// Repairs done (their items deleted).
+    pub repaired: u64,
     /// Alert notifications (the alerts role).
     pub notify: crate::NotifyReport,
 }
@@ -54,6 +59,8 @@ impl Report {
         self.write_units += o.write_units;
         self.failed_items += o.failed_items;
         self.out_of_time += o.out_of_time;
+        self.set_aside += o.set_aside;
+        self.repaired += o.repaired;
     }
 
     pub fn metrics(&self) -> Metrics {
@@ -71,6 +78,8 @@ impl Report {
             .count("WriteUnits", self.write_units.ceil() as u64)
             .count("FailedItems", self.failed_items)
             .count("OutOfTime", self.out_of_time)
+            .count("SetAside", self.set_aside)
+            .count("Repaired", self.repaired)
     }
 }
 
@@ -87,6 +96,8 @@ pub(crate) struct Counters {
     /// Thousandths of a write unit.
     pub(crate) write_milli_units: AtomicU64,
     pub(crate) out_of_time: AtomicU64,
+    pub(crate) set_aside: AtomicU64,
+    pub(crate) repaired: AtomicU64,
 }
 
 impl Counters {
@@ -144,5 +155,7 @@ impl Counters {
         report.unreadable_items = get(&self.unreadable_items);
         report.write_units = get(&self.write_milli_units) as f64 / 1000.0;
         report.out_of_time = get(&self.out_of_time);
+        report.set_aside = get(&self.set_aside);
+        report.repaired = get(&self.repaired);
     }
 }

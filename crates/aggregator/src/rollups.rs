@@ -17,7 +17,17 @@ use crate::handler::{Aggregator, read_skipping_unreadable};
 use crate::pages::{self, PagePut, Pages};
 use crate::records::StreamChange;
 use crate::report::Counters;
+use crate::setaside::{Failed, guarded};
 use crate::store::{Store, Written};
+
+/// Why a day's hours were not all written: it waits (skipped with an unreadable hour, part
+/// of an hour's permanent failure, or retried with a transient one, the strongest winning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Behind {
+    Skipped,
+    Permanent,
+    Retry,
+}
 
 /// The daily bucket holding an hourly one.
 fn day_of(b: Bucket) -> Bucket {
@@ -64,14 +74,14 @@ impl SettledDays {
 }
 
 impl<S: Store> Aggregator<S> {
-    /// Writes the aggregates of `changes`; the indexes of the first records behind items
-    /// that could not be written go to `failed`.
+    /// Writes the aggregates of `changes`; the first records behind items that could not be
+    /// written go to `failed`, with why ([`crate::setaside`]).
     pub(crate) async fn rollups(
         &self,
         changes: &[StreamChange],
         counters: &Counters,
         stop: tokio::time::Instant,
-        failed: &mut Vec<usize>,
+        failed: &mut Failed,
     ) {
         let plans = combine::plan(changes);
         let keys: Vec<Key> = plans.iter().map(|p| p.key.clone()).collect();
@@ -84,7 +94,9 @@ impl<S: Store> Aggregator<S> {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!(error = %e, "reading the batch's aggregates failed");
-                failed.extend(changes.iter().map(|c| c.index).min());
+                if let Some(first) = changes.iter().map(|c| c.index).min() {
+                    failed.fail(first, &AggregatorError::Store(e), None, []);
+                }
                 return;
             }
         };
@@ -101,7 +113,8 @@ impl<S: Store> Aggregator<S> {
             .filter(|i| !unreadable.contains(&plans[*i].key))
             .partition(|i| plans[*i].bucket.period() == Period::Hourly);
         self.mark_late_hours(plans, &hourly, now, failed).await;
-        let mut behind: HashSet<(DeviceId, Bucket)> = HashSet::new();
+        // Days whose hours this batch could not write, and why.
+        let mut behind: HashMap<(DeviceId, Bucket), Behind> = HashMap::new();
         let mut hours: HashMap<(DeviceId, Bucket), Vec<HourChange>> = HashMap::new();
         // Boxed, as the fold below: one future holding every step of a batch is too deep a
         // type for the compiler's layout queries.
@@ -113,22 +126,43 @@ impl<S: Store> Aggregator<S> {
                     .or_default()
                     .push(h),
                 Err(e) => {
-                    if let Err(e) = counters.skip_unreadable(e, "aggregate update") {
-                        tracing::error!(item = %p.key, error = %e, "aggregate not written");
-                        failed.push(p.first_index());
-                    }
-                    behind.insert((p.device.clone(), day_of(p.bucket)));
+                    let why = match counters.skip_unreadable(e, "aggregate update") {
+                        Ok(()) => Behind::Skipped,
+                        Err(e) => {
+                            tracing::error!(item = %p.key, error = %e, "aggregate not written");
+                            failed.fail(p.first_index(), &e, Some(&p.device), [p.bucket]);
+                            if e.is_permanent() {
+                                Behind::Permanent
+                            } else {
+                                Behind::Retry
+                            }
+                        }
+                    };
+                    let b = behind
+                        .entry((p.device.clone(), day_of(p.bucket)))
+                        .or_insert(why);
+                    *b = (*b).max(why);
                 }
             }
         }
         for (device, h) in Box::pin(self.close_pending_hours(plans, now, counters, stop)).await {
             hours.entry((device, day_of(h.hour))).or_default().push(h);
         }
-        // A day whose hourly items this batch could not write waits for the retry.
+        // A day whose hourly items this batch could not write waits for the retry; behind an
+        // hour that failed for good it is part of that failure (its repair folds the day), and
+        // behind an unreadable one it is skipped with it.
         let (daily, waiting): (Vec<usize>, Vec<usize>) = daily
             .into_iter()
-            .partition(|i| !behind.contains(&(plans[*i].device.clone(), plans[*i].bucket)));
-        failed.extend(waiting.iter().map(|i| plans[*i].first_index()));
+            .partition(|i| !behind.contains_key(&(plans[*i].device.clone(), plans[*i].bucket)));
+        failed.extend(
+            waiting
+                .iter()
+                .filter(|i| {
+                    behind.get(&(plans[**i].device.clone(), plans[**i].bucket))
+                        == Some(&Behind::Retry)
+                })
+                .map(|i| plans[*i].first_index()),
+        );
         let hours = &hours;
         let touched: BTreeSet<(DeviceId, Bucket)> = daily
             .iter()
@@ -144,7 +178,10 @@ impl<S: Store> Aggregator<S> {
                         .get(&(p.device.clone(), p.bucket))
                         .map_or(&[][..], Vec::as_slice);
                     let r = counters
-                        .until(stop, self.write_day(p, current, changed, open, counters))
+                        .until(
+                            stop,
+                            guarded(self.write_day(p, current, changed, open, counters)),
+                        )
                         .await;
                     (i, r)
                 }
@@ -156,7 +193,7 @@ impl<S: Store> Aggregator<S> {
             let p = &plans[i];
             if let Err(e) = r.or_else(|e| counters.skip_unreadable(e, "aggregate update")) {
                 tracing::error!(item = %p.key, error = %e, "aggregate not written");
-                failed.push(p.first_index());
+                failed.fail(p.first_index(), &e, Some(&p.device), [p.bucket]);
             }
         }
         self.close_previous_days(&touched, now, counters, stop)
@@ -172,7 +209,7 @@ impl<S: Store> Aggregator<S> {
         plans: &[AggregatePlan],
         hourly: &[usize],
         now: Timestamp,
-        failed: &mut Vec<usize>,
+        failed: &mut Failed,
     ) {
         let late: Vec<&AggregatePlan> = hourly
             .iter()
@@ -186,7 +223,10 @@ impl<S: Store> Aggregator<S> {
         let hours: Vec<Timestamp> = hours.into_iter().collect();
         if let Err(e) = self.store.mark_export_dirty(&hours, now).await {
             tracing::error!(error = %e, "marking late hours for the export failed");
-            failed.extend(late.iter().map(|p| p.first_index()));
+            let e = AggregatorError::Store(e);
+            for p in late {
+                failed.fail(p.first_index(), &e, Some(&p.device), [p.bucket]);
+            }
         }
     }
 
@@ -239,7 +279,7 @@ impl<S: Store> Aggregator<S> {
                 let day = current.get(&p.key).cloned();
                 async move {
                     let r = counters
-                        .until(stop, self.write_day(p, day, &[], false, counters))
+                        .until(stop, guarded(self.write_day(p, day, &[], false, counters)))
                         .await;
                     (i, r)
                 }
@@ -262,7 +302,7 @@ impl<S: Store> Aggregator<S> {
     /// Brings the day `plan` names up to the hours this batch changed ([`crate::days`]): a
     /// merge of their differences, or a fold of its hourly items, written on the day's
     /// version as read; a lost race reads the day again and decides again.
-    async fn write_day(
+    pub(crate) async fn write_day(
         &self,
         plan: &AggregatePlan,
         mut current: Option<AggregateItem>,

@@ -3,9 +3,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use tidemark_schema::keys::FailedRecord;
 use tidemark_schema::{
-    AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, Key, LatestReading, RuleState,
-    Timestamp,
+    AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, Key, LatestReading,
+    RepairItem, RuleState, Timestamp,
 };
 use tidemark_store::StoreError;
 
@@ -174,14 +175,69 @@ pub trait HeartbeatStore {
     ) -> impl Future<Output = Result<f64, StoreError>> + Send;
 }
 
-/// All five, for the handler.
+/// What setting a record aside needs ([`crate::setaside`]): the failure counts and the
+/// repair items.
+pub trait SetAsideStore {
+    /// Adds one permanent failure of `record` to its count item (`PIPELINE` /
+    /// `FAILURES#<role>#<record>`, [`tidemark_store::failures`]) and returns the count so far.
+    fn count_failure(
+        &self,
+        record: &FailedRecord,
+        error: &str,
+        ttl: i64,
+    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
+    /// Writes a repair item ([`RepairItem`]).
+    fn put_repair(&self, item: &RepairItem) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// At most `limit` of `role`'s repairs still to do, oldest first.
+    fn open_repairs(
+        &self,
+        role: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RepairItem>, StoreError>> + Send;
+    /// Deletes a repair done.
+    fn delete_repair(&self, key: &Key) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// All six, for the handler.
 pub trait Store:
-    AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStore + Sync
+    AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStore + SetAsideStore + Sync
 {
 }
-impl<T: AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStore + Sync> Store
-    for T
+impl<
+    T: AggregateStore
+        + DeviceStore
+        + AlertStore
+        + ReadingStore
+        + HeartbeatStore
+        + SetAsideStore
+        + Sync,
+> Store for T
 {
+}
+
+/// [`SetAsideStore::open_repairs`] over any table a query runs on: one page of the role's
+/// repair partition, oldest first; an item that does not parse is skipped (logged).
+pub(crate) async fn open_repairs<Q: tidemark_store::read::QueryStore + Sync>(
+    q: &Q,
+    role: &str,
+    limit: usize,
+) -> Result<Vec<RepairItem>, StoreError> {
+    use tidemark_store::read::{QuerySpec, SkRange};
+    let spec = QuerySpec::table(tidemark_schema::keys::repair_pk(role), SkRange::All, true);
+    let page = q
+        .query(&spec, None, i32::try_from(limit).unwrap_or(i32::MAX))
+        .await?;
+    Ok(page
+        .items
+        .into_iter()
+        .filter_map(|i| match tidemark_store::from_item::<RepairItem>(i) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "an unreadable repair item is left as it is");
+                None
+            }
+        })
+        .collect())
 }
 
 pub use crate::dynamo::DynamoStore;

@@ -124,3 +124,16 @@ pub fn slot_record(seq: u64, old: Option<&SlotItem>, new: Option<&SlotItem>) -> 
     r.change = c;
     r
 }
+
+/// A DynamoDB service error with `code`, as the SDK returns it (`ValidationException`:
+/// permanent; `InternalServerError`: transient).
+pub fn dynamo_error(code: &str, message: &str) -> tidemark_store::StoreError {
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    tidemark_store::StoreError::Dynamo {
+        operation: "PutItem",
+        source: Box::new(aws_sdk_dynamodb::Error::from(PutItemError::generic(
+            ErrorMetadata::builder().code(code).message(message).build(),
+        ))),
+    }
+}

@@ -38,6 +38,17 @@ pub struct DeviceBatch {
 }
 
 impl DeviceBatch {
+    /// The hours of the readings the batch brings or rewrites (what a repair re-derives
+    /// from).
+    pub fn hours(&self) -> std::collections::BTreeSet<tidemark_schema::Bucket> {
+        self.readings
+            .keys()
+            .chain(self.rewritten.values())
+            .chain(self.rewritten_until.values())
+            .map(|t| tidemark_schema::Period::Hourly.bucket(*t))
+            .collect()
+    }
+
     pub fn index(&mut self, i: usize) {
         self.first_index = if self.readings.is_empty() && self.rewritten.is_empty() {
             i
