@@ -29,6 +29,11 @@
 //! In the alerts role (`AGGREGATOR_ROLE=alerts`) a [`Notifier`] also publishes every alert
 //! state change the batch's alert records show to EventBridge, once per change as [`notify`]
 //! defines it (deterministic event IDs, markers read before and written after `PutEvents`).
+//!
+//! No record stalls a shard ([`setaside`]): a transient failure is reported and retried for as
+//! long as it takes; work that fails for good (a refused write, a panic, caught per device and
+//! per bucket) is counted against its first record and, at the third failure, set aside as a
+//! repair item that the role does from the table once the cause is gone.
 
 pub mod alerting;
 mod both;
