@@ -17,7 +17,7 @@
 //! a day always holds its hours' last versions.
 //!
 //! **Only closed days are written so.** A day is open until a grace after its end, less the
-//! role's clock margin ([`crate::rollups::closed`], the notion of "closed" its hours use too:
+//! role's clock margin (`rollups::closed`, the notion of "closed" its hours use too:
 //! a day is folded only from hours closed by the same rule); while it is, its item is a placeholder (`open`) that
 //! readers replace by the sum of its hours, written once, by the first batch that finds it
 //! missing or holding content ([`step`] with `open`). So a device's batches write its hour and

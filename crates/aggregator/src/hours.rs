@@ -1,6 +1,6 @@
 //! Hours of the rollups role: an hour is written twice in its life, a placeholder when its
 //! first readings come (readers take an open hour from its readings) and its rollup once it
-//! closes ([`crate::rollups::closed`]), recomputed from the stored readings read
+//! closes (`rollups::closed`), recomputed from the stored readings read
 //! strongly consistent. After that a record changing the hour (a late reading, a correction,
 //! a delete) recomputes it again, written only when the content differs: a recompute never
 //! adds, so replays, bisected batches and records still ahead in the stream change nothing
@@ -83,7 +83,7 @@ fn readings_added(plan: &AggregatePlan) -> u64 {
 
 impl<S: Store> Aggregator<S> {
     /// Writes the hours `which` of `plans`, concurrently, each a placeholder while open at
-    /// at `now` and its recomputed rollup once closed ([`crate::rollups::closed`]); each one's
+    /// at `now` and its recomputed rollup once closed (`rollups::closed`); each one's
     /// result by its index.
     pub(crate) async fn write_hours(
         &self,

@@ -11,7 +11,7 @@
 //! [`SET_ASIDE_AFTER`] failures the record is set aside: a [`RepairItem`] names the stream
 //! record, the device, the hours and days the failed work touched, the error and the function
 //! version; `SetAside` is counted (EMF) and the batch goes on past it. Repairs are done from the
-//! table ([`Aggregator::repair_open`]): each role reads its open repairs at most once a minute
+//! table (`Aggregator::repair_open`): each role reads its open repairs at most once a minute
 //! per container (the heartbeats' records invoke both roles every minute) and recomputes those
 //! hours and days (rollups) or re-derives that device's alert rules from the first of those
 //! hours (alerts), as it does for a closed hour or late data, then deletes the repair item. A
