@@ -478,3 +478,93 @@ async fn a_kilohertz_gateway_adding_metric_after_metric_keeps_every_part_under_t
     assert!(values.values().all(|(_, holders)| *holders == 1));
     assert!(count >= 3, "{count} parts");
 }
+
+#[tokio::test]
+async fn an_exact_resend_stamps_its_arrival_on_the_smallest_part_holding_it_and_a_replay_nothing() {
+    let t = TestTable::new("slots-resend").await;
+    let at = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+    let writer = |arrived: &str| SlotWriter {
+        part_bytes: 300,
+        ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+            .arrived(Some(at(arrived)))
+    };
+    // GIVEN a slot of several parts (sealed at 300 bytes) holding 42 readings and a
+    // keep-alive (a reading without metrics), each batch stamped with its arrival
+    let batch = |secs: std::ops::Range<i64>| -> SlotReadings {
+        secs.map(|s| {
+            (
+                start().plus_micros(s * 1_000_000).unwrap(),
+                BTreeMap::from([(MetricName::new("t").unwrap(), s as f64 * 1.37)]),
+            )
+        })
+        .collect()
+    };
+    let mut last = batch(40..42);
+    last.insert(start().plus_micros(50_000_000).unwrap(), BTreeMap::new());
+    let w = writer("2026-04-20T14:01:00Z");
+    w.write(&key(), &batch(0..40), 0, deadline()).await.unwrap();
+    w.write(&key(), &last, 0, deadline()).await.unwrap();
+    // (part, version, arrival, packed bytes) of each part.
+    let arrivals = async || -> Vec<(u16, u64, String, usize)> {
+        let mut out: Vec<_> = t
+            .scan()
+            .await
+            .iter()
+            .map(|i| {
+                let p = read_part(i).unwrap();
+                let n = |a: &str| match &i[a] {
+                    AttributeValue::N(v) => v.clone(),
+                    other => panic!("{other:?}"),
+                };
+                let AttributeValue::B(b) = &i[field::PACKED] else {
+                    panic!("packed readings are binary");
+                };
+                let version = n(field::VERSION).parse().unwrap();
+                (p.part, version, n(field::ARRIVED_AT), b.as_ref().len())
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let before = arrivals().await;
+    assert!(before.len() >= 2, "{before:?}");
+    // WHEN a reading of every part and the keep-alive are sent again, exactly, arriving later
+    let mut resend = SlotReadings::new();
+    for i in t.scan().await {
+        let p = read_part(&i).unwrap();
+        let (at, m) = p.readings.iter().next().unwrap();
+        resend.insert(*at, m.clone());
+    }
+    resend.extend(last.clone());
+    let stamped = writer("2026-04-20T14:09:00Z")
+        .write(&key(), &resend, 0, deadline())
+        .await
+        .unwrap();
+    // THEN no reading changes, and only the smallest part is put back, with the resend's
+    // arrival and its version bumped
+    assert!(stamped.written);
+    let after = arrivals().await;
+    let smallest = before.iter().min_by_key(|p| p.3).unwrap().0;
+    let later = at("2026-04-20T14:09:00Z").epoch_millis().to_string();
+    for (b, a) in before.iter().zip(&after) {
+        if b.0 == smallest {
+            assert_eq!((a.1, &a.2, a.3), (b.1 + 1, &later, b.3), "part {}", b.0);
+        } else {
+            assert_eq!(a, b, "part {}", b.0);
+        }
+    }
+    let mut joined = SlotReadings::new();
+    for i in t.scan().await {
+        joined.extend(read_part(&i).unwrap().readings);
+    }
+    assert_eq!(joined.len(), 43);
+    // AND the same write again (a replay), or one that arrived earlier, writes nothing
+    for arrived in ["2026-04-20T14:09:00Z", "2026-04-20T14:05:00Z"] {
+        let again = writer(arrived)
+            .write(&key(), &resend, 0, deadline())
+            .await
+            .unwrap();
+        assert!(!again.written, "{arrived}");
+        assert_eq!(arrivals().await, after);
+    }
+}
