@@ -334,7 +334,7 @@ impl<S: Store> Aggregator<S> {
 
     /// The puts that make the day the fold of its 24 hourly items (and their pages), read
     /// after the day itself; none when it already is.
-    async fn refold_day(
+    pub(crate) async fn refold_day(
         &self,
         plan: &AggregatePlan,
         current: Option<AggregateItem>,

@@ -329,14 +329,50 @@ impl<S: Store> Aggregator<S> {
             days.insert(day);
             changed.entry(day).or_default().push(change);
         }
+        // The export holds the closed hours as they were before: it writes them again.
+        let late: Vec<Timestamp> = r
+            .hours
+            .iter()
+            .copied()
+            .filter(|h| crate::rollups::closed(Period::Hourly.bucket(*h), now))
+            .collect();
+        if !late.is_empty() {
+            self.store.mark_export_dirty(&late, now).await?;
+        }
         for day in days {
             let plan = AggregatePlan::bare(device, day);
             let current = self.read_page0(&plan.key).await?;
-            let open = !crate::rollups::closed(day, now);
-            let hours = changed.get(&day).map_or(&[][..], Vec::as_slice);
-            Box::pin(self.write_day(&plan, current, hours, open, counters)).await?;
+            if crate::rollups::closed(day, now) {
+                // The day's own write may be what failed: fold it from its hours, whatever
+                // it holds.
+                Box::pin(self.refold_closed_day(&plan, current, counters)).await?;
+            } else {
+                let hours = changed.get(&day).map_or(&[][..], Vec::as_slice);
+                Box::pin(self.write_day(&plan, current, hours, true, counters)).await?;
+            }
         }
         Ok(())
+    }
+
+    /// Makes the closed day `plan` names the fold of its hourly items, on its version as
+    /// read; a lost race reads it again and folds again.
+    async fn refold_closed_day(
+        &self,
+        plan: &AggregatePlan,
+        mut current: Option<AggregateItem>,
+        counters: &Counters,
+    ) -> Result<(), AggregatorError> {
+        for attempt in 1..=self.config.max_attempts {
+            let puts = self.refold_day(plan, current.take(), counters).await?;
+            if self.put_pages(&puts, counters).await? {
+                return Ok(());
+            }
+            current = self.reread_after_lost_race(plan, attempt, counters).await?;
+        }
+        Err(AggregatorError::Contended {
+            key: plan.key.to_string(),
+            attempts: self.config.max_attempts,
+        })
     }
 
     async fn read_page0(&self, key: &Key) -> Result<Option<AggregateItem>, AggregatorError> {
@@ -607,6 +643,33 @@ mod tests {
             BTreeMap::from([(MetricName::new("t").unwrap(), 50.0)])
         );
         assert!(repairs(&agg, "alerts").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_day_whose_own_write_failed_for_good_is_folded_again_by_its_repair() {
+        // GIVEN the rollups role past the day's close, and DynamoDB refusing d2's daily item
+        // only (its hour writes)
+        let clock = Clock::fixed(t("2026-04-21T02:00:00Z"));
+        let agg = aggregator(Role::Rollups, &clock);
+        *agg.store().refusing.lock().unwrap() = Some("DEVICE#d2#AGG#daily".into());
+        let attempts = deliver(&agg, &clock, batch(), 10, 1_000).await;
+        assert_eq!(attempts.len(), 3);
+        let r = repairs(&agg, "rollups");
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].days, vec![t("2026-04-20T00:00:00Z")]);
+        assert!(!rollups_differ(&agg).is_empty(), "d2's day is missing");
+        // WHEN the cause is gone and a minute passes
+        *agg.store().refusing.lock().unwrap() = None;
+        clock.set(clock.now().plus_millis(REPAIR_EVERY_MS).unwrap());
+        let next = vec![insert(5, "d9", t("2026-04-21T01:55:00Z"), "t", 1.0)];
+        let (_, report) = agg.process_written(&event(next)).await;
+        // THEN the day is the fold of its hours, as the table says
+        assert_eq!(report.repaired, 1);
+        assert!(
+            rollups_differ(&agg).is_empty(),
+            "{:?}",
+            rollups_differ(&agg)
+        );
     }
 
     #[tokio::test]
