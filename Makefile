@@ -7,7 +7,7 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run run-signin bootstrap test services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api invoke-watchdog invoke-exporter events sam-local heat bench
+.PHONY: run run-signin bootstrap test soak services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api invoke-watchdog invoke-exporter events sam-local heat bench
 
 ## run: the whole pipeline locally: emulators, table and stream, ingest and aggregator behind
 ## emulated event-source mappings, the API on 127.0.0.1:3000, a simulated fleet (TIDEMARK_SIM=0
@@ -42,6 +42,12 @@ bootstrap:
 ## test: format check, clippy (warnings denied), unit, property and integration tests
 test:
 	scripts/test.sh
+
+## soak: the never-stall property (tests/tests/never_stall) with SOAK_CASES cases a property
+## (`make test` runs 800); a failure prints its seed, TIDEMARK_SEED=<seed> replays it
+SOAK_CASES ?= 20000
+soak:
+	TIDEMARK_SOAK_CASES=$(SOAK_CASES) $(CARGO) test -p tidemark-tests --test never_stall
 
 ## services: start (or reuse) the local emulators only
 services:

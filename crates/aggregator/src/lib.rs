@@ -42,8 +42,10 @@ pub mod config;
 pub mod days;
 pub mod dynamo;
 pub mod error;
-#[cfg(test)]
-mod fake;
+/// The store over the in-memory test engine (unit tests; other crates' tests with the
+/// `testing` feature).
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
 pub mod handler;
 pub mod hours;
 pub mod notify;
@@ -54,8 +56,9 @@ pub mod report;
 mod rollups;
 pub mod setaside;
 pub mod store;
-#[cfg(test)]
-mod testing;
+/// Stream records as DynamoDB Streams delivers them (unit tests; the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use both::BothRoles;
 pub use config::{AggregatorConfig, Role};
