@@ -131,7 +131,8 @@ fn same(a: &Rollup, b: &Rollup) -> bool {
 }
 
 /// Every way the finished case differs from the oracle (empty: none).
-pub async fn check(w: &World<'_>) -> Vec<String> {
+/// `open_bugs`: leave out the checks of [`crate::OPEN_BUGS`] (see there).
+pub async fn check(w: &World<'_>, open_bugs: bool) -> Vec<String> {
     let mut out = Vec::new();
     let fake = w.fake();
     let items = fake.table.scan();
@@ -269,13 +270,43 @@ pub async fn check(w: &World<'_>) -> Vec<String> {
                 a.device_id == id && a.metric.as_ref() == Some(&metric) && a.resolved_at.is_none()
             })
             .count();
-        if unresolved != usize::from(open) {
+        // OPEN_BUGS: a correction that reopens a resolved episode leaves its rule state open
+        // on the resolved alert, whose ID the reopened episode takes again.
+        let on_resolved = open
+            && unresolved == 0
+            && state_alert(fake, &id).is_some_and(|a| {
+                alerts
+                    .iter()
+                    .any(|x| x.alert_id == a && x.resolved_at.is_some())
+            });
+        if unresolved != usize::from(open) && !(open_bugs && on_resolved) {
+            let rule = fake.device(&id).map(|dev| dev.rule_states);
+            let mine: Vec<String> = alerts
+                .iter()
+                .filter(|a| a.device_id == id)
+                .map(|a| {
+                    format!(
+                        "{} {:?} opened {} resolved {:?} value {}",
+                        a.alert_id, a.state, a.opened_at, a.resolved_at, a.value
+                    )
+                })
+                .collect();
             out.push(format!(
-                "device {d}: {unresolved} unresolved alerts with its rule {state:?}"
+                "device {d}: {unresolved} unresolved alerts with its rule {state:?}: rule states \
+                 {rule:?}, alerts {mine:?}"
             ));
         }
     }
     out
+}
+
+/// The alert the device's threshold rule state names.
+fn state_alert(
+    fake: &tidemark_aggregator::fake::FakeStore,
+    id: &DeviceId,
+) -> Option<tidemark_schema::AlertId> {
+    let key = DeviceItem::rule_state_key(&name(generator::ALERTED), AlertRule::Max);
+    fake.device(id)?.rule_states.get(&key)?.alert.clone()
 }
 
 impl World<'_> {
