@@ -220,17 +220,28 @@ impl<'a> World<'a> {
         }
     }
 
-    /// A layout change, planned as the API plans one (lead time, a change not yet in use
-    /// replaced), stored where ingest reads it and given to the aggregator's store.
-    fn layout(&mut self, device: usize, kind: LayoutKind, delay: i64) {
-        let id = DeviceId::new(&generator::device_id(device)).expect("a device ID");
-        let key = EntityKey::ShardConfig(id.clone()).key();
-        let (own, version) = self
-            .fake
+    /// A stored layout history and its item's version (0: none).
+    fn stored(&self, key: &tidemark_schema::Key) -> (LayoutHistory, u64) {
+        self.fake
             .table
-            .get(&key)
+            .get(key)
             .and_then(|i| tidemark_store::from_item::<ShardConfigItem>(i).ok())
-            .map_or((LayoutHistory::default(), 0), |c| (c.epochs, c.version));
+            .map_or((LayoutHistory::default(), 0), |c| (c.epochs, c.version))
+    }
+
+    /// A layout change of a device (`device` < [`generator::DEVICES`]) or of the fleet's
+    /// default (any other), planned as the API plans one (lead time, a change not yet in use
+    /// replaced), stored where ingest reads it, and given to the aggregator's store as every
+    /// device's history over the default.
+    fn layout(&mut self, device: usize, kind: LayoutKind, delay: i64) {
+        let fleet = device >= generator::DEVICES;
+        let id = DeviceId::new(&generator::device_id(device)).expect("a device ID");
+        let key = if fleet {
+            EntityKey::DefaultLayout.key()
+        } else {
+            EntityKey::ShardConfig(id.clone()).key()
+        };
+        let (own, version) = self.stored(&key);
         let layout = match kind {
             LayoutKind::Single { shards } => Layout { shards, slot: None },
             LayoutKind::Packed { slot, shards } => Layout {
@@ -250,21 +261,37 @@ impl<'a> World<'a> {
         if next == own {
             return;
         }
-        let mut item = ShardConfigItem::new(&id, next.clone());
+        let mut item = if fleet {
+            ShardConfigItem::default_layout(next)
+        } else {
+            ShardConfigItem::new(&id, next)
+        };
         item.version = version + 1;
         self.fake
             .table
             .put_entity(&item)
             .expect("a layout item fits");
-        self.fake
+        let (default, _) = self.stored(&EntityKey::DefaultLayout.key());
+        let mut histories = self
+            .fake
             .histories
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, next.under(&LayoutHistory::EMPTY));
-        self.edges.insert(device, from);
-        self.log.push(format!(
-            "{now}: device {device} becomes {layout} from {from}"
-        ));
+            .unwrap_or_else(|e| e.into_inner());
+        for d in 0..generator::DEVICES {
+            let id = DeviceId::new(&generator::device_id(d)).expect("a device ID");
+            let (own, _) = self.stored(&EntityKey::ShardConfig(id.clone()).key());
+            histories.insert(id, own.under(&default));
+            if fleet || d == device {
+                self.edges.insert(d, from);
+            }
+        }
+        let whose = if fleet {
+            "the fleet's default".to_owned()
+        } else {
+            format!("device {device}")
+        };
+        self.log
+            .push(format!("{now}: {whose} becomes {layout} from {from}"));
     }
 
     /// A reading's time: `when` at the clock now, never past what ingest accepts ahead.
@@ -444,6 +471,12 @@ impl<'a> World<'a> {
                 for _ in 0..*users {
                     records.push((key.as_str(), hash.as_deref(), reading.as_slice()));
                 }
+                (EVIL.to_owned(), tidemark_ingest::kpl::aggregate(&records))
+            }
+            Hostile::ManyUsers { users, key_len } => {
+                let key = "k".repeat(*key_len);
+                let records: Vec<(&str, Option<&str>, &[u8])> =
+                    vec![(key.as_str(), None, b"1".as_slice()); *users];
                 (EVIL.to_owned(), tidemark_ingest::kpl::aggregate(&records))
             }
             Hostile::ForgedHeartbeat => (

@@ -63,8 +63,9 @@ pub enum Tick {
 pub enum Action {
     /// One `PutRecords`: records into the stream, in order.
     Put(Vec<Rec>),
-    /// A device's layout changes, planned at the step's clock as the API plans it, taking
-    /// effect `delay` seconds after the earliest instant the lead time allows.
+    /// A device's layout changes (`device` [`DEVICES`]: the fleet's default), planned at the
+    /// step's clock as the API plans it, taking effect `delay` seconds after the earliest
+    /// instant the lead time allows.
     Layout {
         device: usize,
         layout: LayoutKind,
@@ -155,6 +156,9 @@ pub enum Hostile {
     },
     /// `{"tidemarkHeartbeat":"2099-01-01T00:00:00Z"}` under an ordinary key (case 3).
     ForgedHeartbeat,
+    /// A KPL aggregate of `users` tiny user records (past the 65,536 a KPL aggregate holds)
+    /// sharing one partition key of `key_len` characters (case 1's memory blow-up).
+    ManyUsers { users: usize, key_len: usize },
 }
 
 fn metric_name() -> impl Strategy<Value = String> {
@@ -261,6 +265,7 @@ fn valid_rec(known: Known) -> impl Strategy<Value = Rec> {
 fn hostile_rec(known: Known) -> impl Strategy<Value = Rec> {
     let long_keys = if known.kpl_long_keys { 2 } else { 0 };
     let forged = if known.forged_heartbeats { 2 } else { 0 };
+    let many = if known.kpl_long_keys { 1 } else { 0 };
     prop_oneof![
         3 => (1..2_000usize).prop_map(|len| Hostile::Garbage { len }),
         2 => (read(device(), known), 0..PAST_EDGE_VALUES.len())
@@ -277,6 +282,8 @@ fn hostile_rec(known: Known) -> impl Strategy<Value = Rec> {
                 users,
             }),
         forged => Just(Hostile::ForgedHeartbeat),
+        many => (65_537..70_000usize, prop_oneof![Just(1usize), 257..300_000usize])
+            .prop_map(|(users, key_len)| Hostile::ManyUsers { users, key_len }),
     ]
     .prop_map(Rec::Hostile)
 }
@@ -316,7 +323,7 @@ fn action(known: Known, hostile: bool) -> impl Strategy<Value = Action> {
     ];
     prop_oneof![
         6 => prop::collection::vec(rec, 1..6).prop_map(Action::Put),
-        1 => (0..DEVICES, layout(known), prop_oneof![Just(0i64), 0..400i64])
+        1 => (0..=DEVICES, layout(known), prop_oneof![Just(0i64), 0..400i64])
             .prop_map(|(device, layout, delay)| Action::Layout { device, layout, delay }),
         4 => (1..12usize, prop_oneof![4 => Just(0usize), 1 => 1..6usize])
             .prop_map(|(batch, replay)| Action::Ingest { batch, replay }),

@@ -178,6 +178,39 @@ pub async fn check(w: &World<'_>, open_bugs: bool) -> Vec<String> {
         }
     }
 
+    // Nothing valid fails for good, not even once: no failure count, and no stream record
+    // an aggregator role set aside (hostile records never reach the roles as readings of a
+    // checked device; whatever of [`generator::EVIL`] is stored must not fail either).
+    for i in &items {
+        let text = |a: &str| {
+            i.get(a)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (pk, sk) = (text("pk"), text("sk"));
+        if pk == tidemark_schema::keys::PIPELINE_PK
+            && sk.starts_with(tidemark_schema::keys::FAILURES_PREFIX)
+        {
+            if let Some(set_aside_as_hostile) = failed_hostile(w, &sk) {
+                if !set_aside_as_hostile {
+                    out.push(format!(
+                        "a valid record failed for good: {sk}: {}",
+                        text("lastError")
+                    ));
+                }
+            } else {
+                out.push(format!(
+                    "a record failed for good: {sk}: {}",
+                    text("lastError")
+                ));
+            }
+        }
+        if pk.starts_with(tidemark_schema::keys::REPAIR_PREFIX) {
+            out.push(format!("a stream record was set aside: {pk} / {sk}"));
+        }
+    }
+
     // Only the watchdog's heartbeats move the shard's heartbeat.
     for i in &items {
         let (Some(pk), Some(sk)) = (
@@ -298,6 +331,13 @@ pub async fn check(w: &World<'_>, open_bugs: bool) -> Vec<String> {
         }
     }
     out
+}
+
+/// For a failure count's sort key naming one of ingest's Kinesis records: whether that
+/// record is hostile (`None`: not one of ingest's records).
+fn failed_hostile(w: &World<'_>, sk: &str) -> Option<bool> {
+    let s = w.kinesis.iter().find(|s| sk.contains(&s.seq))?;
+    Some(s.units.iter().all(|u| matches!(u, Expect::SetAside)))
 }
 
 /// The alert the device's threshold rule state names.
