@@ -63,3 +63,27 @@ fn opening_an_aggregate_of_one_shared_key() {
         bytes.len()
     );
 }
+
+mod common;
+
+/// What ingest takes for the largest aggregate it opens whose user records are all bad: each
+/// becomes a quarantine item of its own (the fake store keeps them in memory too, so this is
+/// an upper bound). Measured (debug build, 2026-11-27): 65,536 bad user records (a record of
+/// 460 KB) peaked at 187 MB, 8,192 at 28 MB.
+#[tokio::test]
+#[ignore = "a measurement: run by hand under /usr/bin/time -v"]
+async fn ingesting_an_aggregate_of_the_most_bad_user_records() {
+    let n = setting("USER_RECORDS", kpl::MAX_USER_RECORDS);
+    let bad: &[u8] = b"x";
+    let aggregate = kpl::aggregate(&vec![("kpl_a", None, bad); n]);
+    let event = common::event_of(&[aggregate]);
+    let store = common::MemoryStore::default();
+    let ingest = common::memory_ingest(&store, common::config("t"));
+    let (response, stats) = ingest.process(&event, common::soon()).await.unwrap();
+    assert!(common::failures(&response).is_empty());
+    eprintln!(
+        "{n} bad user records: {} quarantined, {} items in the store",
+        stats.quarantined,
+        store.len()
+    );
+}
