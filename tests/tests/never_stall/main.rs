@@ -105,10 +105,11 @@ async fn run_case(c: &generator::Case, open_bugs: bool) -> Result<(), String> {
 /// Runs `cases()` cases of `strategy`, seeded from `TIDEMARK_SEED` or the time.
 fn property(name: &str, hostile: bool) {
     let seed = seed();
+    let cases = cases();
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config {
-        cases: cases(),
+        cases,
         failure_persistence: None,
         max_shrink_iters: 400,
         ..Config::default()
@@ -126,8 +127,8 @@ fn property(name: &str, hostile: bool) {
     });
     if let Err(e) = result {
         panic!(
-            "{name} failed; replay it with\n  TIDEMARK_SEED={seed} cargo test -p tidemark-tests \
-             --test never_stall {name}\n{e}"
+            "{name} failed; replay it with\n  TIDEMARK_SEED={seed} TIDEMARK_SOAK_CASES={cases} \
+             cargo test -p tidemark-tests --test never_stall {name}\n{e}"
         );
     }
 }
