@@ -44,6 +44,11 @@ pub const REPAIR_EVERY_MS: i64 = 60_000;
 /// Repairs read, and done, at most per check.
 pub const REPAIRS_PER_CHECK: usize = 10;
 
+/// Hours one repair item names at most: a record touching more (a store-and-forward upload of
+/// months) is set aside as several, so every item stays small and every repair fits in an
+/// invocation.
+pub const HOURS_PER_REPAIR: usize = 48;
+
 /// The role's name in failure counts and repair items.
 pub fn role_name(role: Role) -> &'static str {
     match role {
@@ -155,6 +160,30 @@ fn failed_record(role: Role, rec: &EventRecord, p: &Permanent) -> Option<FailedR
     FailedRecord::new(role_name(role), &name)
 }
 
+/// The hours and days of `p`, cut into parts of at most [`HOURS_PER_REPAIR`] hours, each with
+/// the days of its hours (the first also with the days no hour of it names).
+fn repair_parts(p: &Permanent) -> Vec<(Vec<Timestamp>, Vec<Timestamp>)> {
+    let hours: Vec<Timestamp> = p.hours.iter().copied().collect();
+    let day_of = |h: &Timestamp| Period::Daily.bucket(*h).start();
+    let of_hours: BTreeSet<Timestamp> = hours.iter().map(day_of).collect();
+    let alone: Vec<Timestamp> = p.days.difference(&of_hours).copied().collect();
+    let mut parts: Vec<(Vec<Timestamp>, Vec<Timestamp>)> = hours
+        .chunks(HOURS_PER_REPAIR)
+        .map(|c| {
+            let days: BTreeSet<Timestamp> = c.iter().map(day_of).collect();
+            (c.to_vec(), days.into_iter().collect())
+        })
+        .collect();
+    match parts.first_mut() {
+        Some((_, days)) => {
+            days.extend(alone);
+            days.sort();
+        }
+        None => parts.push((Vec::new(), alone)),
+    }
+    parts
+}
+
 /// The table key of the item a stream record is about.
 fn item_key(rec: &EventRecord) -> (String, String) {
     let get = |k: &str| match rec.change.keys.get(k) {
@@ -197,7 +226,7 @@ impl<S: Store> Aggregator<S> {
                 failed.retry.push(p.index);
                 continue;
             }
-            match self.set_aside(rec, &p, now).await {
+            match Box::pin(self.set_aside(rec, &p, now)).await {
                 Ok(key) => {
                     Counters::add(&counters.set_aside, 1);
                     tracing::error!(
@@ -214,6 +243,7 @@ impl<S: Store> Aggregator<S> {
         }
     }
 
+    /// Writes the repair items of `p` (one per [`HOURS_PER_REPAIR`] hours); the first's key.
     async fn set_aside(
         &self,
         rec: &EventRecord,
@@ -222,30 +252,39 @@ impl<S: Store> Aggregator<S> {
     ) -> Result<Key, AggregatorError> {
         let role = self.config.role;
         let seq = rec.change.sequence_number.clone().unwrap_or_default();
-        let record = FailedRecord::new(role_name(role), &seq)
-            .or_else(|| FailedRecord::new(role_name(role), "unknown"))
-            .ok_or_else(|| AggregatorError::Config("a role name is not a key word".into()))?;
-        let key = EntityKey::Repair { at: now, record }.key();
         let (item_pk, item_sk) = item_key(rec);
-        let item = RepairItem {
-            pk: key.pk.clone(),
-            sk: key.sk.clone(),
-            role: role_name(role).to_owned(),
-            event_id: rec.event_id.clone(),
-            sequence_number: seq,
-            item_pk: tidemark_store::failures::cut(&item_pk),
-            item_sk: tidemark_store::failures::cut(&item_sk),
-            device_id: p.device.clone(),
-            hours: p.hours.iter().copied().collect(),
-            days: p.days.iter().copied().collect(),
-            kind: p.kind.to_owned(),
-            error: tidemark_store::failures::cut(&p.error),
-            function_version: tidemark_store::failures::function_version(),
-            set_aside_at: now,
-            ttl: now.epoch_seconds() + RepairItem::TTL_SECONDS,
-        };
-        self.store.put_repair(&item).await?;
-        Ok(key)
+        let mut first = None;
+        for (n, (hours, days)) in repair_parts(p).into_iter().enumerate() {
+            let name = if n == 0 {
+                seq.clone()
+            } else {
+                format!("{seq}.{n:04}")
+            };
+            let record = FailedRecord::new(role_name(role), &name)
+                .or_else(|| FailedRecord::new(role_name(role), &format!("unknown.{n:04}")))
+                .ok_or_else(|| AggregatorError::Config("a role name is not a key word".into()))?;
+            let key = EntityKey::Repair { at: now, record }.key();
+            let item = RepairItem {
+                pk: key.pk.clone(),
+                sk: key.sk.clone(),
+                role: role_name(role).to_owned(),
+                event_id: rec.event_id.clone(),
+                sequence_number: seq.clone(),
+                item_pk: tidemark_store::failures::cut(&item_pk),
+                item_sk: tidemark_store::failures::cut(&item_sk),
+                device_id: p.device.clone(),
+                hours,
+                days,
+                kind: p.kind.to_owned(),
+                error: tidemark_store::failures::cut(&p.error),
+                function_version: tidemark_store::failures::function_version(),
+                set_aside_at: now,
+                ttl: now.epoch_seconds() + RepairItem::TTL_SECONDS,
+            };
+            self.store.put_repair(&item).await?;
+            first.get_or_insert(key);
+        }
+        first.ok_or_else(|| AggregatorError::Config("a set-aside without a repair".into()))
     }
 
     /// Does the role's open repairs, if this container has not looked for a minute. Not
@@ -526,6 +565,38 @@ mod tests {
 
     fn rollups_differ(agg: &Aggregator<FakeStore>) -> Vec<String> {
         tidemark_testkit::rollups::differences(&agg.store().table.scan())
+    }
+
+    #[test]
+    fn a_record_touching_months_is_set_aside_as_small_repairs_covering_every_hour_and_day() {
+        let start = t("2026-01-01T00:00:00Z");
+        let hours: BTreeSet<Timestamp> = (0..24 * 90)
+            .map(|h| start.plus_millis(h * 3_600_000).unwrap())
+            .collect();
+        let mut days: BTreeSet<Timestamp> = hours
+            .iter()
+            .map(|h| Period::Daily.bucket(*h).start())
+            .collect();
+        days.insert(t("2025-12-01T00:00:00Z"));
+        let p = Permanent {
+            index: 0,
+            device: Some(device("d")),
+            hours: hours.clone(),
+            days: days.clone(),
+            kind: "validation",
+            error: "e".into(),
+        };
+        let parts = repair_parts(&p);
+        assert_eq!(parts.len(), 45);
+        assert!(parts.iter().all(|(h, _)| h.len() <= HOURS_PER_REPAIR));
+        let all_hours: BTreeSet<Timestamp> = parts.iter().flat_map(|(h, _)| h.clone()).collect();
+        let all_days: BTreeSet<Timestamp> = parts.iter().flat_map(|(_, d)| d.clone()).collect();
+        assert_eq!((all_hours, all_days), (hours, days));
+        let alone = Permanent {
+            hours: BTreeSet::new(),
+            ..p
+        };
+        assert_eq!(repair_parts(&alone).len(), 1);
     }
 
     #[tokio::test]
