@@ -55,7 +55,7 @@ pub enum Tick {
     By(i64),
     /// To the next hour's start plus this many seconds (negative: before it).
     HourEdge(i64),
-    /// To the next midnight plus this many seconds (case 4 lives in 840..900).
+    /// To the next midnight plus this many seconds (840..900: the last minute of a day's close grace).
     MidnightEdge(i64),
 }
 
@@ -148,16 +148,16 @@ pub enum Hostile {
     Maximal { json: bool },
     /// A KPL aggregate whose partition key is `key_len` long (over Kinesis' 256), with an
     /// explicit hash key of `hash_digits` digits when given (over 38), holding a user
-    /// record that is not JSON and one of [`EVIL`]'s readings (case 1).
+    /// record that is not JSON and one of [`EVIL`]'s readings.
     LongKeys {
         key_len: usize,
         hash_digits: Option<usize>,
         users: usize,
     },
-    /// `{"tidemarkHeartbeat":"2099-01-01T00:00:00Z"}` under an ordinary key (case 3).
+    /// `{"tidemarkHeartbeat":"2099-01-01T00:00:00Z"}` under an ordinary key.
     ForgedHeartbeat,
     /// A KPL aggregate of `users` tiny user records (past the 65,536 a KPL aggregate holds)
-    /// sharing one partition key of `key_len` characters (case 1's memory blow-up).
+    /// sharing one partition key of `key_len` characters (once a copy of the key per user record).
     ManyUsers { users: usize, key_len: usize },
 }
 
@@ -302,7 +302,7 @@ fn layout(known: Known) -> impl Strategy<Value = LayoutKind> {
 }
 
 fn tick(known: Known) -> impl Strategy<Value = Tick> {
-    // Case 4 lives between 00:14 and 00:15: the grace's last minute.
+    // A day's close grace ends at 00:15: its last minute folded a day without its last hour.
     let grace = if known.day_closing_minute { 2 } else { 0 };
     prop_oneof![
         6 => Just(Tick::Stay),

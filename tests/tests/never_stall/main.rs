@@ -1,6 +1,7 @@
-//! Never stall, by design (issue 47): random sequences of operations through ingest and both
-//! aggregator roles over the one in-memory engine, which refuses what DynamoDB refuses (400 KB
-//! items, 100 actions a transaction, 25 requests a batch call, 1 MB query pages).
+//! Never stall, by design (docs/design.md, "What is retried, what is set aside"): random
+//! sequences of operations through ingest and both aggregator roles over the one in-memory
+//! engine, which refuses what DynamoDB refuses (400 KB items, numbers outside DynamoDB's
+//! range, 100 actions a transaction, 25 requests a batch call, 1 MB query pages).
 //!
 //! - No batch fails for good: every batch of ingest and of each role comes through within
 //!   [`driver::MAX_TRIES`] tries, every record stored or set aside with a reason.
@@ -19,21 +20,21 @@ mod shared;
 
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
-/// Which operations of the issue's known cases the generator makes. Each is on once its
-/// fix has landed (until then the property fails on it, by design).
+/// Which operations of the stalls and losses found before this property the generator makes.
+/// Each was turned on once its fix had landed (until then the property failed on it).
 #[derive(Debug, Clone, Copy)]
 pub struct Known {
-    /// Case 1: KPL aggregates with partition keys over 256 characters (up to 500 KB) and
+    /// KPL aggregates with partition keys over 256 characters (up to 500 KB) and
     /// explicit hash keys over 38 digits.
     pub kpl_long_keys: bool,
-    /// Case 2: layout changes between slot lengths other than 60 s (a shorter slot to a
+    /// Layout changes between slot lengths other than 60 s (a shorter slot to a
     /// longer one in the middle of a slot among them).
     pub longer_slots: bool,
-    /// Case 3: `{"tidemarkHeartbeat":"2099-01-01T00:00:00Z"}` under an ordinary key.
+    /// Forged heartbeats: `{"tidemarkHeartbeat":"2099-01-01T00:00:00Z"}` under an ordinary key.
     pub forged_heartbeats: bool,
-    /// Case 4: batches in the last minute of a day's close grace (00:14–00:15).
+    /// Batches in the last minute of a day's close grace (00:14–00:15).
     pub day_closing_minute: bool,
-    /// Case 5: readings without metrics (keep-alives), in every layout.
+    /// Readings without metrics (keep-alives), in every layout.
     pub keep_alives: bool,
 }
 
