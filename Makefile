@@ -44,7 +44,7 @@ test:
 	scripts/test.sh
 
 ## soak: the never-stall property (tests/tests/never_stall) with SOAK_CASES cases a property
-## (`make test` runs 800); a failure prints its seed, TIDEMARK_SEED=<seed> replays it
+## (`make test` runs 1000); a failure prints its seed, TIDEMARK_SEED=<seed> replays it
 SOAK_CASES ?= 20000
 soak:
 	TIDEMARK_SOAK_CASES=$(SOAK_CASES) $(CARGO) test -p tidemark-tests --test never_stall

@@ -56,7 +56,7 @@ pub const KNOWN: Known = Known {
 pub const OPEN_BUGS: bool = true;
 
 /// Cases of each property in the default run.
-pub const DEFAULT_CASES: u32 = 800;
+pub const DEFAULT_CASES: u32 = 1000;
 
 fn cases() -> u32 {
     std::env::var("TIDEMARK_SOAK_CASES")
