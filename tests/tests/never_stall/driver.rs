@@ -1,6 +1,6 @@
 //! Runs a case through the pipeline over one in-memory table: records into a Kinesis shard,
 //! ingest taking batches of it (cut at random sizes, replayed, retried from the record it
-//! reports, as the event source mapping does), every change ingest and the aggregator make
+//! reports, a failed invocation bisected, as the event source mapping does), every change ingest and the aggregator make
 //! to the table into a DynamoDB stream, and each role (rollups, alerts) taking batches of
 //! that stream on its own checkpoint. Every batch must come through within a few tries.
 
@@ -547,23 +547,33 @@ impl<'a> World<'a> {
     pub async fn ingest(&mut self, batch: usize, replay: usize) -> Result<(), String> {
         let to = (self.ingested + batch).min(self.kinesis.len());
         let mut from = self.ingested.saturating_sub(replay);
+        // The end of the batch tried: a failed invocation is bisected, as the mapping's
+        // BisectBatchOnFunctionError does, until it is one record.
+        let mut end = to;
         let mut tries = 0;
         while from < to {
             tries += 1;
             if tries > MAX_TRIES {
                 return Err(format!(
-                    "ingest stalled: the batch from {} failed {MAX_TRIES} times",
-                    self.kinesis[from].seq
+                    "ingest stalled: the batch {}..{end} from {} failed {MAX_TRIES} times",
+                    from, self.kinesis[from].seq
                 ));
             }
-            let event = self.kinesis_event(&self.kinesis[from..to]);
+            let event = self.kinesis_event(&self.kinesis[from..end]);
             let deadline = Instant::now() + Duration::from_secs(5);
             let outcome = self.ingest.process(&event, deadline).await;
             self.publish();
             match outcome {
-                Err(e) => self.log.push(format!("ingest batch failed whole: {e}")),
+                Err(e) => {
+                    self.log
+                        .push(format!("ingest of {from}..{end} failed whole: {e}"));
+                    if end - from > 1 {
+                        end = from + (end - from) / 2;
+                        tries = 0;
+                    }
+                }
                 Ok((resp, stats)) => {
-                    let seqs: Vec<&str> = self.kinesis[from..to]
+                    let seqs: Vec<&str> = self.kinesis[from..end]
                         .iter()
                         .map(|s| s.seq.as_str())
                         .collect();
@@ -573,13 +583,15 @@ impl<'a> World<'a> {
                         .and_then(|f| f.item_identifier.as_deref());
                     match position(&seqs, failed) {
                         None => {
-                            self.ingested = self.ingested.max(to);
-                            return Ok(());
+                            self.ingested = self.ingested.max(end);
+                            from = end;
+                            end = to;
+                            tries = 0;
                         }
                         Some(p) => {
                             self.log.push(format!(
-                                "ingest of {}..{} failed from {}: {stats:?}",
-                                from, to, seqs[p]
+                                "ingest of {from}..{end} failed from {}: {stats:?}",
+                                seqs[p]
                             ));
                             let p = from + p;
                             if p > from {
