@@ -364,6 +364,44 @@ fn alert_update_expr(after: &AlertItem) -> Result<Expr, StoreError> {
     Ok(e)
 }
 
+/// A resolved alert open again ([`AlertWrite::Reopen`]): the evaluator's attributes, its state,
+/// its index keys back and its resolution removed, only while it is resolved as `before` was
+/// (so an acknowledgement or snooze the API wrote meanwhile is a conflict, decided again).
+fn alert_reopen_expr(before: &AlertItem, after: &AlertItem) -> Result<Expr, StoreError> {
+    let set = [
+        "#value = :value",
+        "#count = :count",
+        "#last = :last",
+        "#opened = :opened",
+        "#state = :state",
+        "#g1pk = :g1pk",
+        "#g1sk = :g1sk",
+    ];
+    let mut e = Expr::default()
+        .name("#pk", attr::PK)
+        .name("#opened", field::OPENED_AT)
+        .name("#value", field::VALUE)
+        .name("#count", field::BREACH_COUNT)
+        .name("#last", field::LAST_BREACH_AT)
+        .name("#resolved", field::RESOLVED_AT)
+        .name("#state", field::STATE)
+        .name("#g1pk", attr::GSI1PK)
+        .name("#g1sk", attr::GSI1SK)
+        .value(":opened", av(&after.opened_at)?)
+        .value(":value", av(&after.value)?)
+        .value(":count", av(&after.breach_count)?)
+        .value(":last", av(&after.last_breach_at)?)
+        .value(":state", av(&after.state)?)
+        .value(":was_state", av(&before.state)?)
+        .value(":was_resolved", av(&before.resolved_at)?)
+        .value(":g1pk", s(keys::severity_gsi1pk(after.severity)))
+        .value(":g1sk", s(keys::alert_gsi1sk(&after.alert_id)));
+    e.condition = "attribute_exists(#pk) AND #resolved = :was_resolved AND #state = :was_state"
+        .to_owned();
+    e.update = format!("SET {} REMOVE #resolved", set.join(", "));
+    Ok(e)
+}
+
 fn build<T, E: std::fmt::Display>(r: Result<T, E>, op: &'static str) -> Result<T, StoreError> {
     r.map_err(|e| request_err(op, e))
 }
@@ -383,8 +421,11 @@ impl DynamoStore {
                     OP,
                 )?)
                 .build(),
-            AlertWrite::Update { after, .. } => {
-                let e = alert_update_expr(after)?;
+            AlertWrite::Update { after, .. } | AlertWrite::Reopen { after, .. } => {
+                let e = match w {
+                    AlertWrite::Reopen { before, .. } => alert_reopen_expr(before, after)?,
+                    _ => alert_update_expr(after)?,
+                };
                 TransactWriteItem::builder()
                     .update(build(
                         Update::builder()
@@ -628,7 +669,6 @@ impl SetAsideStore for DynamoStore {
     ) -> Result<u32, StoreError> {
         tidemark_store::failures::count_in_dynamodb(&self.client, &self.table, record, error, ttl)
             .await
-            .map_err(|e| e.error)
     }
 
     async fn put_repair(&self, item: &tidemark_schema::RepairItem) -> Result<(), StoreError> {

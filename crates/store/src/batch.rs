@@ -175,7 +175,12 @@ impl BatchWriteApi for Client {
         error: &str,
         ttl: i64,
     ) -> Result<u32, BatchCallError> {
-        crate::failures::count_in_dynamodb(self, table, record, error, ttl).await
+        crate::failures::count_in_dynamodb(self, table, record, error, ttl)
+            .await
+            .map_err(|e| BatchCallError {
+                retryable: !e.is_permanent(),
+                error: e,
+            })
     }
 }
 

@@ -13,9 +13,7 @@ use tidemark_schema::keys::FailedRecord;
 use tidemark_schema::table::attr;
 
 use crate::StoreError;
-use crate::batch::BatchCallError;
 use crate::memory::MemTable;
-use crate::retry::is_retryable;
 
 /// Failures with the same permanent error after which a record is set aside. More than one,
 /// so that an error misjudged as permanent (a deployment half rolled out, say) gets retried
@@ -57,7 +55,7 @@ pub async fn count_in_dynamodb(
     record: &FailedRecord,
     error: &str,
     ttl: i64,
-) -> Result<u32, BatchCallError> {
+) -> Result<u32, StoreError> {
     let key = EntityKey::Failures(record.clone()).key();
     let out = client
         .update_item()
@@ -74,10 +72,7 @@ pub async fn count_in_dynamodb(
         .return_values(ReturnValue::UpdatedNew)
         .send()
         .await
-        .map_err(|e| BatchCallError {
-            retryable: is_retryable(&e),
-            error: StoreError::sdk("UpdateItem")(e),
-        })?;
+        .map_err(StoreError::sdk("UpdateItem"))?;
     Ok(out
         .attributes
         .as_ref()

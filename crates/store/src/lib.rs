@@ -14,6 +14,7 @@ pub mod layout_change;
 pub mod layouts;
 pub mod limits;
 pub mod memory;
+pub mod memory_writes;
 pub mod merge;
 pub mod query;
 pub mod read;
