@@ -87,7 +87,8 @@ pub struct BatchStats {
     pub unreadable_items: u64,
     /// Readings of packed layouts, merged into slot items rather than written one by one.
     pub packed: u64,
-    /// Slot items written (each holding any number of the batch's readings).
+    /// Slot items written (each holding any number of the batch's readings, or, for an exact
+    /// resend, only its arrival stamped on the smallest part holding it).
     pub slot_writes: u64,
     /// Slots that already held every reading sent (a replay): nothing written.
     pub slots_unchanged: u64,
