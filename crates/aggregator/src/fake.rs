@@ -408,13 +408,19 @@ impl DeviceStore for FakeStore {
     }
 }
 
-/// The transaction's conditions: creates are new, updates find an unresolved alert.
+/// The transaction's conditions: creates are new, updates find an unresolved alert, reopens
+/// the resolved alert as it was read.
 fn alerts_admitted(items: &Items, device: &DeviceId, alerts: &[AlertWrite]) -> bool {
     alerts.iter().all(|w| {
         let stored: Option<AlertItem> = entity(items, &alert_key(device, &w.after().alert_id));
         match w {
             AlertWrite::Create(_) => stored.is_none(),
             AlertWrite::Update { .. } => stored.is_some_and(|x| x.resolved_at.is_none()),
+            AlertWrite::Reopen { before, .. } => stored.is_some_and(|x| {
+                x.resolved_at.is_some()
+                    && x.resolved_at == before.resolved_at
+                    && x.state == before.state
+            }),
         }
     })
 }
@@ -442,6 +448,18 @@ fn alert_writes(
                     x.gsi1pk = None;
                     x.gsi1sk = None;
                 }
+                to_item(&x)?
+            }
+            (AlertWrite::Reopen { .. }, Some(mut x)) => {
+                // The evaluator's attributes and the reopening, as the DynamoDB update does.
+                x.value = after.value;
+                x.breach_count = after.breach_count;
+                x.last_breach_at = after.last_breach_at;
+                x.opened_at = after.opened_at;
+                x.state = after.state;
+                x.resolved_at = None;
+                x.gsi1pk = after.gsi1pk.clone();
+                x.gsi1sk = after.gsi1sk.clone();
                 to_item(&x)?
             }
             _ => to_item(after)?,

@@ -345,3 +345,42 @@ async fn a_late_breach_before_a_snoozed_alert_keeps_it_and_the_shard_moves_on() 
     // AND the other device's breach opened its alert in the same invocation
     assert_eq!(unresolved(&alerts_of(&t, "other").await).len(), 1);
 }
+
+#[tokio::test]
+async fn a_correction_that_removes_an_episodes_end_reopens_its_alert() {
+    let t = TestTable::new("alerts-reopen").await;
+    let agg = alerts_role(&t, MAX30);
+    let mut s = StreamSim::new(1);
+    // GIVEN an episode from 150 resolved at 200
+    let end = temp("d", 200, 20.0);
+    send(
+        &t,
+        &agg,
+        &mut s,
+        &[temp("d", 100, 20.0), temp("d", 150, 35.0), end.clone()],
+    )
+    .await;
+    let before = alerts_of(&t, "d").await;
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0].resolved_at, Some(at(200)));
+    // WHEN the reading that ended it is corrected into a breach
+    let corrected = temp("d", 200, 36.0);
+    put_readings(&t, std::slice::from_ref(&corrected)).await;
+    let (resp, report) = agg.process(&event(vec![s.modify(&end, &corrected)])).await;
+    assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+    // THEN its one alert is open again under its ID, back in the index, and the rule names it
+    let alerts = alerts_of(&t, "d").await;
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    let a = &alerts[0];
+    assert_eq!(a.alert_id, before[0].alert_id);
+    assert_eq!(
+        (a.state, a.resolved_at, a.value),
+        (AlertState::Open, None, 36.0)
+    );
+    assert!(a.gsi1pk.is_some() && a.gsi1sk.is_some(), "{a:?}");
+    let rule = device_item(&t, "d").await.unwrap().rule_states["temperature-max"].clone();
+    assert_eq!(
+        (rule.mode, rule.alert),
+        (RulePhase::Open, Some(a.alert_id.clone()))
+    );
+}

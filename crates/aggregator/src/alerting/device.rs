@@ -126,7 +126,7 @@ fn count_written(counters: &Counters, units: f64, writes: &[AlertWrite]) {
     counters.written(units);
     for w in writes {
         Counters::add(&counters.items_written, 1);
-        if matches!(w, AlertWrite::Create(_)) {
+        if matches!(w, AlertWrite::Create(_) | AlertWrite::Reopen { .. }) {
             Counters::add(&counters.alerts_opened, 1);
         }
         if w.after().state == AlertState::Resolved {

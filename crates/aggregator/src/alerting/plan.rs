@@ -22,13 +22,21 @@ pub enum AlertWrite {
         before: Box<AlertItem>,
         after: Box<AlertItem>,
     },
+    /// A resolved alert whose episode the readings show still open (a correction or a late
+    /// reading removed its end): open again, its resolution removed, its index keys back, and
+    /// its breach statistics; written only while it is still resolved as `before` was, so an
+    /// acknowledgement or snooze stays.
+    Reopen {
+        before: Box<AlertItem>,
+        after: Box<AlertItem>,
+    },
 }
 
 impl AlertWrite {
     pub fn after(&self) -> &AlertItem {
         match self {
             AlertWrite::Create(a) => a,
-            AlertWrite::Update { after, .. } => after,
+            AlertWrite::Update { after, .. } | AlertWrite::Reopen { after, .. } => after,
         }
     }
 }
@@ -48,16 +56,20 @@ pub fn alert_id(rule: &Rule, e: &Episode) -> AlertId {
 /// The ID an episode goes by: the alert already stored for it, else one made from its start.
 /// Late readings can move an episode's start earlier, never its alert: an alert of the rule
 /// that opened inside the episode is that episode's, and keeps its ID, acknowledgement and
-/// snooze (the earliest, should a late reading have joined two episodes into one).
+/// snooze (the earliest, should a late reading have joined two episodes into one). An
+/// episode still open prefers an unresolved alert; failing one, a resolved alert inside it
+/// is its own, reopened (a correction or late reading removed the end it was resolved at),
+/// so the ID made from the episode's start never names a resolved alert left as it was.
 pub fn episode_id(rule: &Rule, e: &Episode, known: &HashMap<AlertId, AlertItem>) -> AlertId {
     let end = e.resolved_at.unwrap_or(Timestamp::MAX);
     known
         .values()
         .filter(|a| a.metric.as_ref() == Some(&rule.metric) && a.rule == rule.rule)
         .filter(|a| a.opened_at >= e.start && a.opened_at < end)
-        // A resolved alert is never reopened: an episode open again is a new alert.
-        .filter(|a| e.resolved_at.is_some() || a.state != AlertState::Resolved)
-        .min_by_key(|a| (a.opened_at, a.alert_id.clone()))
+        .min_by_key(|a| {
+            let passed_over = e.resolved_at.is_none() && a.state == AlertState::Resolved;
+            (passed_over, a.opened_at, a.alert_id.clone())
+        })
         .map_or_else(|| alert_id(rule, e), |a| a.alert_id.clone())
 }
 
@@ -101,6 +113,19 @@ fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
     a
 }
 
+/// A resolved alert open again: its resolution gone, its acknowledgement (if any) and snooze
+/// kept, back in GSI1.
+pub fn reopen(a: &mut AlertItem) {
+    a.state = if a.acknowledged_at.is_some() {
+        AlertState::Acknowledged
+    } else {
+        AlertState::Open
+    };
+    a.resolved_at = None;
+    a.gsi1pk = Some(keys::severity_gsi1pk(a.severity));
+    a.gsi1sk = Some(keys::alert_gsi1sk(&a.alert_id));
+}
+
 /// Resolution drops the index keys: GSI1 holds only alerts someone may still act on.
 pub fn resolve(a: &mut AlertItem, at: Timestamp) {
     a.state = AlertState::Resolved;
@@ -110,12 +135,16 @@ pub fn resolve(a: &mut AlertItem, at: Timestamp) {
 }
 
 /// The episode's news for an alert that exists: statistics only grow (an episode folded
-/// from a stored state has no peak of its own), and a resolved alert is never reopened.
+/// from a stored state has no peak of its own). A resolved alert changes only when its
+/// episode is open again ([`reopen`]); one resolved as its episode is stays as it was.
 fn moved_on(before: &AlertItem, e: &Episode) -> Option<AlertItem> {
-    if before.state == AlertState::Resolved {
+    if before.state == AlertState::Resolved && e.resolved_at.is_some() {
         return None;
     }
     let mut a = before.clone();
+    if before.state == AlertState::Resolved {
+        reopen(&mut a);
+    }
     if !e.peak.is_nan() {
         a.value = match before.rule {
             AlertRule::Max | AlertRule::Offline => a.value.max(e.peak),
@@ -141,9 +170,13 @@ fn episode_write(
 ) -> Option<AlertWrite> {
     match known.get(id) {
         None => Some(AlertWrite::Create(Box::new(new_alert(device, rule, e)))),
-        Some(before) => moved_on(before, e).map(|after| AlertWrite::Update {
-            before: Box::new(before.clone()),
-            after: Box::new(after),
+        Some(before) => moved_on(before, e).map(|after| {
+            let (before, after) = (Box::new(before.clone()), Box::new(after));
+            if before.state == AlertState::Resolved {
+                AlertWrite::Reopen { before, after }
+            } else {
+                AlertWrite::Update { before, after }
+            }
         }),
     }
 }

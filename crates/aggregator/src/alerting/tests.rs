@@ -324,6 +324,69 @@ async fn a_late_breach_before_a_resolved_episode_adds_no_second_alert() {
     assert_eq!(r.alerts(), before);
 }
 
+/// A MODIFY of d1's reading at `s` (metric `t`) from `old` to `new`, as a correction gives.
+fn correction(
+    seq: u64,
+    s: i64,
+    old: f64,
+    new: f64,
+) -> aws_lambda_events::event::dynamodb::EventRecord {
+    let image = |v: f64| {
+        let mut r = crate::testing::insert(seq, "d1", at(s), "t", v);
+        std::mem::take(&mut r.change.new_image)
+    };
+    let mut r = crate::testing::insert(seq, "d1", at(s), "t", new);
+    r.change.old_image = image(old);
+    r.change.new_image = image(new);
+    r.event_name = "MODIFY".into();
+    r
+}
+
+#[tokio::test]
+async fn a_correction_that_removes_an_episodes_end_reopens_its_alert_keeping_id_acknowledgement_and_snooze()
+ {
+    let r = rig(MAX30);
+    // GIVEN an episode from 150 resolved at 200, acknowledged and snoozed by an operator
+    r.send(&[(100, 20.0), (150, 35.0), (200, 20.0)]).await;
+    let before = r.alerts();
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0].resolved_at, Some(at(200)));
+    let id = before[0].alert_id.clone();
+    {
+        let mut a = before[0].clone();
+        a.acknowledged_at = Some(at(170));
+        a.snoozed_until = Some(at(3_600));
+        r.agg.store().put_alert(&a);
+    }
+    // WHEN the reading that ended it is corrected into a breach
+    r.store(&[(200, 36.0)]);
+    let (resp, report) = r
+        .agg
+        .process(&event(vec![correction(500, 200, 20.0, 36.0)]))
+        .await;
+    assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+    // THEN the episode never ended: its one alert is open again, same ID, acknowledgement and
+    // snooze kept, its resolution gone and its peak grown
+    let alerts = r.alerts();
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    let a = &alerts[0];
+    assert_eq!(a.alert_id, id);
+    assert_eq!(a.state, AlertState::Acknowledged);
+    assert_eq!(a.resolved_at, None);
+    assert_eq!(a.acknowledged_at, Some(at(170)));
+    assert_eq!(a.snoozed_until, Some(at(3_600)));
+    assert_eq!((a.opened_at, a.value), (at(150), 36.0));
+    assert!(a.gsi1pk.is_some() && a.gsi1sk.is_some(), "{a:?}");
+    // AND the rule state is open on it
+    let s = r.rule_state().unwrap();
+    assert_eq!((s.mode, s.alert), (RulePhase::Open, Some(id)));
+    // AND the next normal reading resolves it again
+    r.send(&[(250, 20.0)]).await;
+    assert!(r.open_alerts().is_empty(), "{:?}", r.alerts());
+    assert_eq!(r.alerts()[0].resolved_at, Some(at(250)));
+    assert_eq!(r.rule_state().unwrap().mode, RulePhase::Normal);
+}
+
 #[tokio::test]
 async fn a_changed_threshold_applies_from_the_newest_reading_and_never_replays_history() {
     let r = rig("{}");

@@ -161,6 +161,11 @@ fn transitions(event_name: &str, old: Option<&AlertItem>, new: &AlertItem) -> Ve
             }
         }
         ("MODIFY", Some(old)) => {
+            // A resolved alert whose episode a correction or late reading showed never ended
+            // (this record's sequence number gives it an ID of its own).
+            if old.state == AlertState::Resolved && new.state != AlertState::Resolved {
+                out.push(ChangeKind::Opened);
+            }
             if old.state == AlertState::Open && new.state == AlertState::Acknowledged {
                 out.push(ChangeKind::Acknowledged);
             }
@@ -180,7 +185,7 @@ fn transitions(event_name: &str, old: Option<&AlertItem>, new: &AlertItem) -> Ve
 
 /// Every alert state change in `records`: INSERT → `opened` (and `acknowledged`/`resolved`
 /// when the item is born so, e.g. a one-reading spike); MODIFY → one change per transition
-/// between the old and new image. REMOVEs, other items and unreadable alert images (logged)
+/// between the old and new image (resolved → open or acknowledged, a reopening: `opened`). REMOVEs, other items and unreadable alert images (logged)
 /// give nothing.
 pub fn alert_changes(records: &[EventRecord]) -> Vec<AlertChange> {
     let mut out = Vec::new();

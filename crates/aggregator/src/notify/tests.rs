@@ -141,6 +141,41 @@ fn each_transition_between_images_is_one_change() {
 }
 
 #[test]
+fn a_resolved_alert_open_again_is_opened_once_more_under_an_event_id_of_its_own() {
+    let open = alert("sensor_01", "2026-04-20T14:00:00Z");
+    let mut resolved = open.clone();
+    resolved.state = AlertState::Resolved;
+    resolved.resolved_at = Some(ts("2026-04-20T14:10:00Z"));
+    let mut acked = open.clone();
+    acked.state = AlertState::Acknowledged;
+    acked.acknowledged_at = Some(ts("2026-04-20T14:05:00Z"));
+    let mut acked_resolved = acked.clone();
+    acked_resolved.state = AlertState::Resolved;
+    acked_resolved.resolved_at = resolved.resolved_at;
+    let changes = alert_changes(&[
+        record("INSERT", 1, None, Some(&open)),
+        record("MODIFY", 2, Some(&open), Some(&resolved)),
+        record("MODIFY", 3, Some(&resolved), Some(&open)),
+        record("MODIFY", 4, Some(&acked_resolved), Some(&acked)),
+    ]);
+    let got: Vec<_> = changes.iter().map(|c| (c.index, c.kind)).collect();
+    assert_eq!(
+        got,
+        [
+            (0, ChangeKind::Opened),
+            (1, ChangeKind::Resolved),
+            (2, ChangeKind::Opened),
+            (3, ChangeKind::Opened),
+        ]
+    );
+    // The first opening's NOTIFIED marker does not swallow the reopening.
+    assert_ne!(changes[0].event_id(), changes[2].event_id());
+    assert_eq!(changes[2].detail.state, AlertState::Open);
+    assert_eq!(changes[3].detail.state, AlertState::Acknowledged);
+    assert_eq!(changes[2].detail.resolved_at, None);
+}
+
+#[test]
 fn removals_and_items_other_than_alerts_give_no_change() {
     let a = alert("sensor_01", "2026-04-20T14:00:00Z");
     let mut reading = EventRecord::default();
