@@ -131,8 +131,7 @@ fn same(a: &Rollup, b: &Rollup) -> bool {
 }
 
 /// Every way the finished case differs from the oracle (empty: none).
-/// `open_bugs`: leave out the checks of [`crate::OPEN_BUGS`] (see there).
-pub async fn check(w: &World<'_>, open_bugs: bool) -> Vec<String> {
+pub async fn check(w: &World<'_>) -> Vec<String> {
     let mut out = Vec::new();
     let fake = w.fake();
     let items = fake.table.scan();
@@ -303,16 +302,7 @@ pub async fn check(w: &World<'_>, open_bugs: bool) -> Vec<String> {
                 a.device_id == id && a.metric.as_ref() == Some(&metric) && a.resolved_at.is_none()
             })
             .count();
-        // OPEN_BUGS: a correction that reopens a resolved episode leaves its rule state open
-        // on the resolved alert, whose ID the reopened episode takes again.
-        let on_resolved = open
-            && unresolved == 0
-            && state_alert(fake, &id).is_some_and(|a| {
-                alerts
-                    .iter()
-                    .any(|x| x.alert_id == a && x.resolved_at.is_some())
-            });
-        if unresolved != usize::from(open) && !(open_bugs && on_resolved) {
+        if unresolved != usize::from(open) {
             let rule = fake.device(&id).map(|dev| dev.rule_states);
             let mine: Vec<String> = alerts
                 .iter()
@@ -338,15 +328,6 @@ pub async fn check(w: &World<'_>, open_bugs: bool) -> Vec<String> {
 fn failed_hostile(w: &World<'_>, sk: &str) -> Option<bool> {
     let s = w.kinesis.iter().find(|s| sk.contains(&s.seq))?;
     Some(s.units.iter().all(|u| matches!(u, Expect::SetAside)))
-}
-
-/// The alert the device's threshold rule state names.
-fn state_alert(
-    fake: &tidemark_aggregator::fake::FakeStore,
-    id: &DeviceId,
-) -> Option<tidemark_schema::AlertId> {
-    let key = DeviceItem::rule_state_key(&name(generator::ALERTED), AlertRule::Max);
-    fake.device(id)?.rule_states.get(&key)?.alert.clone()
 }
 
 impl World<'_> {
