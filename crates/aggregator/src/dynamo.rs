@@ -328,7 +328,7 @@ fn device_expr(u: &DeviceUpdate) -> Result<Expr, StoreError> {
 }
 
 /// Only what the evaluator owns: an acknowledgement or snooze the API wrote meanwhile is
-/// kept, and a resolved alert is never written again.
+/// kept, and a resolved alert is never written again (save reopened: [`alert_reopen_expr`]).
 fn alert_update_expr(after: &AlertItem) -> Result<Expr, StoreError> {
     let mut set = vec![
         "#value = :value",

@@ -16,7 +16,8 @@
 //!
 //! A changed threshold only re-judges the newest reading from the stored state (it applies
 //! from now on; history is never replayed as events), and an episode keeps the alert it
-//! already has when late readings move its start earlier ([`plan::episode_id`]). Alert
+//! already has when late readings move its start earlier ([`plan::episode_id`]); one the
+//! readings show never ended reopens its resolved alert ([`plan::AlertWrite::Reopen`]). Alert
 //! writes go in transactions DynamoDB accepts ([`commit`]).
 
 pub mod commit;
