@@ -1,7 +1,8 @@
-//! No record stalls a shard (issue 47), through `make run`'s pipeline (kinesis-mock → ingest →
-//! DynamoDB Local → its stream → the aggregator and alerts roles → the local API) and the
-//! watchdog, run here by hand: after each hostile record, a new device whose readings go to
-//! the same shard is stored and alerted on.
+//! No record stalls a shard (docs/design.md §4, "What is retried, what is set aside"),
+//! through `make run`'s pipeline (kinesis-mock → ingest → DynamoDB Local → its stream → the
+//! aggregator and alerts roles → the local API) and the watchdog, run here by hand: after
+//! each hostile record, a new device whose readings go to the same shard is stored and
+//! alerted on.
 //!
 //! - Case 1: a KPL aggregate whose partition-key table holds a key over Kinesis's 256
 //!   characters (one of them 450 KB, more than a DynamoDB item holds) beside a user record

@@ -1,5 +1,5 @@
 //! KPL aggregates past a limit Kinesis sets on records, which nothing enforces inside an
-//! aggregate (issue 47, case 1): a partition key over 256 characters, an explicit hash key
+//! aggregate (docs/design.md §3): a partition key over 256 characters, an explicit hash key
 //! that is not a 128-bit decimal, more user records than any aggregate of readings holds.
 //! Each is quarantined whole as `corrupt_aggregate`, in items DynamoDB takes (the fake
 //! refuses items over 400 KB as DynamoDB does), and the batch moves on: the record after it

@@ -1,4 +1,4 @@
-//! Every quarantine item fits in DynamoDB's 400 KB whatever the input (issue 47): keys and
+//! Every quarantine item fits in DynamoDB's 400 KB whatever the input (docs/design.md §4): keys and
 //! message are cut to a bounded length with a hash of the whole value, and the payload is
 //! split over as many items as it needs, each item sized as `tidemark_store::limits` counts
 //! what DynamoDB counts.
