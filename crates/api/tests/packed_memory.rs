@@ -112,7 +112,11 @@ async fn walks_across_random_layouts_return_every_reading_once_in_order_under_sh
         times.dedup();
         let mut slots: BTreeMap<(String, Timestamp), SlotReadings> = BTreeMap::new();
         for (i, t) in times.iter().enumerate() {
-            let r = reading("sensor_01", *t, &[("n", i as f64), ("x", (i as f64).ln())]);
+            let r = reading(
+                "sensor_01",
+                *t,
+                &[("n", i as f64), ("x", ((i + 1) as f64).ln())],
+            );
             let shard = history.shard_at(*t);
             match history.layout_at(*t).slot {
                 None => store.put_entity(&ReadingItem::new(&r, shard, 30)).unwrap(),
