@@ -7,7 +7,8 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::ids::{AlertId, DeviceId, DeviceStatus, EventId, Severity};
+use crate::ids::{AlertId, DeviceId, DeviceStatus, EventId, MetricName, Severity};
+use crate::tags::Tag;
 use crate::time::{Bucket, Day, Period, Timestamp};
 
 pub const DEVICE_PREFIX: &str = "DEVICE#";
@@ -74,6 +75,27 @@ pub const OFFLINE_GSI2PK: &str = "CONNECTIVITY#offline";
 /// Quarantined records of a day are spread over this many partitions, so a burst of bad
 /// records cannot make one partition hot; listing a day queries each of them.
 pub const QUARANTINE_PARTITIONS: u16 = 4;
+/// `CONFIG` / `TAGS#<id>`: a device's tag history ([`crate::tags::TagHistory`]).
+pub const TAGS_PREFIX: &str = "TAGS#";
+/// `TAG#<key>:<value>#<n>` / `DEVICE#<id>`: the devices holding a tag now (or announced to),
+/// for `GET /devices?tag=`; written only by `PUT /devices/{id}`.
+pub const TAG_INDEX_PREFIX: &str = "TAG#";
+/// Partitions the tag index spreads one tag over, so that registering a fleet of 100,000
+/// devices into one site stays under a partition's write rate.
+pub const TAG_INDEX_PARTITIONS: u16 = 16;
+/// `GROUP#<key>:<value>` / `HOUR#<metric>#<hour>` or `DAY#<metric>#<day>`: a group's rollup
+/// of a closed bucket, recomputed from its members' readings by the export (§5 "Groups").
+pub const GROUP_PREFIX: &str = "GROUP#";
+pub const GROUP_HOUR_PREFIX: &str = "HOUR#";
+pub const GROUP_DAY_PREFIX: &str = "DAY#";
+/// `GROUPPART#<key>:<value>#<hour>` / `<sequence>`: what one rollups-role batch (named by its
+/// first stream record's sequence number) added to a group's hour, until the hour's rollup is
+/// recomputed.
+pub const GROUP_PARTIAL_PREFIX: &str = "GROUPPART#";
+/// `GROUPBATCH#<sequence>` / `#MANIFEST`: the partials a batch starting at that record wrote,
+/// so a retry of the batch replaces every one of them.
+pub const GROUP_BATCH_PREFIX: &str = "GROUPBATCH#";
+pub const GROUP_BATCH_SK: &str = "#MANIFEST";
 
 /// A primary key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -162,6 +184,28 @@ pub enum EntityKey {
     ExportCursor,
     /// An hour (its start) to export again (see [`EXPORT_PK`]).
     ExportDirty(Timestamp),
+    /// A device's tag history (see [`TAGS_PREFIX`]).
+    TagHistory(DeviceId),
+    /// A device in the index of one tag (see [`TAG_INDEX_PREFIX`]).
+    TagIndex {
+        tag: Tag,
+        partition: u16,
+        device: DeviceId,
+    },
+    /// A group's rollup of one metric in one bucket (see [`GROUP_PREFIX`]).
+    GroupBucket {
+        tag: Tag,
+        metric: MetricName,
+        bucket: Bucket,
+    },
+    /// One batch's partial of a group's hour (see [`GROUP_PARTIAL_PREFIX`]).
+    GroupPartial {
+        tag: Tag,
+        hour: Timestamp,
+        batch: String,
+    },
+    /// The partials one batch wrote (see [`GROUP_BATCH_PREFIX`]).
+    GroupBatch(String),
 }
 
 /// A Kinesis shard ID as a key part (`shardId-000000000000`): letters, digits, `-` and `_`,
@@ -279,6 +323,21 @@ impl EntityKey {
             EntityKey::ExportDirty(hour) => {
                 Key::new(EXPORT_PK.to_owned(), format!("{EXPORT_DIRTY_PREFIX}{hour}"))
             }
+            EntityKey::TagHistory(d) => Key::new(CONFIG_PK.to_owned(), tag_history_sk(d)),
+            EntityKey::TagIndex {
+                tag,
+                partition,
+                device,
+            } => Key::new(tag_index_pk(tag, *partition), device_pk(device)),
+            EntityKey::GroupBucket {
+                tag,
+                metric,
+                bucket,
+            } => Key::new(group_pk(tag), group_bucket_sk(metric, *bucket)),
+            EntityKey::GroupPartial { tag, hour, batch } => {
+                Key::new(group_partial_pk(tag, *hour), batch.clone())
+            }
+            EntityKey::GroupBatch(batch) => Key::new(group_batch_pk(batch), GROUP_BATCH_SK),
         }
     }
 
@@ -291,6 +350,11 @@ impl EntityKey {
         if pk == CONFIG_PK {
             if sk == DEFAULT_LAYOUT_SK {
                 return Ok(EntityKey::DefaultLayout);
+            }
+            if let Some(id) = sk.strip_prefix(TAGS_PREFIX) {
+                return DeviceId::new(id)
+                    .map(EntityKey::TagHistory)
+                    .map_err(|e| err(&e.to_string()));
             }
             let id = sk
                 .strip_prefix(SHARDS_PREFIX)
@@ -325,6 +389,69 @@ impl EntityKey {
                 .and_then(ShardName::new)
                 .map(EntityKey::Heartbeat)
                 .ok_or_else(|| err("pipeline sort key must be HEARTBEAT#<shard id>"));
+        }
+        if let Some(rest) = pk.strip_prefix(TAG_INDEX_PREFIX) {
+            let (tag, n) = rest
+                .rsplit_once('#')
+                .ok_or_else(|| err("tag index pk is TAG#<key>:<value>#<n>"))?;
+            let tag = Tag::parse(tag).map_err(|e| err(&e.to_string()))?;
+            let partition = parse_small(n)
+                .filter(|n| *n < TAG_INDEX_PARTITIONS)
+                .ok_or_else(|| err("bad tag index partition"))?;
+            let device = sk
+                .strip_prefix(DEVICE_PREFIX)
+                .ok_or_else(|| err("tag index sk is DEVICE#<id>"))
+                .and_then(|id| DeviceId::new(id).map_err(|e| err(&e.to_string())))?;
+            return Ok(EntityKey::TagIndex {
+                tag,
+                partition,
+                device,
+            });
+        }
+        if let Some(tag) = pk.strip_prefix(GROUP_PREFIX) {
+            let tag = Tag::parse(tag).map_err(|e| err(&e.to_string()))?;
+            let (period, rest) = if let Some(r) = sk.strip_prefix(GROUP_HOUR_PREFIX) {
+                (Period::Hourly, r)
+            } else if let Some(r) = sk.strip_prefix(GROUP_DAY_PREFIX) {
+                (Period::Daily, r)
+            } else {
+                return Err(err(
+                    "group sk is HOUR#<metric>#<hour> or DAY#<metric>#<day>",
+                ));
+            };
+            let (metric, label) = rest
+                .split_once('#')
+                .ok_or_else(|| err("group sk is HOUR#<metric>#<hour> or DAY#<metric>#<day>"))?;
+            let metric = MetricName::new(metric).map_err(|e| err(&e.to_string()))?;
+            let bucket = Bucket::parse(period, label).map_err(|e| err(&e.to_string()))?;
+            return Ok(EntityKey::GroupBucket {
+                tag,
+                metric,
+                bucket,
+            });
+        }
+        if let Some(rest) = pk.strip_prefix(GROUP_PARTIAL_PREFIX) {
+            let (tag, hour) = rest
+                .rsplit_once('#')
+                .ok_or_else(|| err("group partial pk is GROUPPART#<key>:<value>#<hour>"))?;
+            let tag = Tag::parse(tag).map_err(|e| err(&e.to_string()))?;
+            let hour = Bucket::parse(Period::Hourly, hour)
+                .map(Bucket::start)
+                .map_err(|_| err("group partial pk ends with an hour (2026-04-20T14:00:00Z)"))?;
+            if !valid_sequence(sk) {
+                return Err(err("group partial sk is a stream sequence number"));
+            }
+            return Ok(EntityKey::GroupPartial {
+                tag,
+                hour,
+                batch: sk.to_owned(),
+            });
+        }
+        if let Some(batch) = pk.strip_prefix(GROUP_BATCH_PREFIX) {
+            if sk != GROUP_BATCH_SK || !valid_sequence(batch) {
+                return Err(err("group batch key is GROUPBATCH#<sequence> / #MANIFEST"));
+            }
+            return Ok(EntityKey::GroupBatch(batch.to_owned()));
         }
         if let Some(function) = pk.strip_prefix(REPAIR_PREFIX) {
             return sk
@@ -587,6 +714,58 @@ pub fn repair_pk(role: &str) -> String {
 
 pub fn notify_marker_pk(e: &EventId) -> String {
     format!("{NOTIFIED_PREFIX}{e}")
+}
+
+pub fn tag_history_sk(d: &DeviceId) -> String {
+    format!("{TAGS_PREFIX}{d}")
+}
+
+/// The tag index partition `n` of `tag`.
+pub fn tag_index_pk(tag: &Tag, n: u16) -> String {
+    format!("{TAG_INDEX_PREFIX}{tag}#{n}")
+}
+
+/// Every partition of `tag`'s index, in order (a listing reads them one after another).
+pub fn tag_index_pks(tag: &Tag) -> Vec<String> {
+    (0..TAG_INDEX_PARTITIONS)
+        .map(|n| tag_index_pk(tag, n))
+        .collect()
+}
+
+/// The index partition a device's entry of any tag lives in.
+pub fn tag_index_partition(d: &DeviceId) -> u16 {
+    status_shard_for(d, TAG_INDEX_PARTITIONS).unwrap_or(0)
+}
+
+pub fn group_pk(tag: &Tag) -> String {
+    format!("{GROUP_PREFIX}{tag}")
+}
+
+/// `HOUR#<metric>#<hour>` or `DAY#<metric>#<day>`: one metric's buckets of a period sort
+/// together in time order, so a series is one Query.
+pub fn group_bucket_sk(metric: &MetricName, bucket: Bucket) -> String {
+    let prefix = match bucket.period() {
+        Period::Hourly => GROUP_HOUR_PREFIX,
+        Period::Daily => GROUP_DAY_PREFIX,
+    };
+    format!("{prefix}{metric}#{}", bucket.label())
+}
+
+/// The sort-key prefix of one metric's buckets of a period.
+pub fn group_bucket_sk_prefix(metric: &MetricName, period: Period) -> String {
+    let prefix = match period {
+        Period::Hourly => GROUP_HOUR_PREFIX,
+        Period::Daily => GROUP_DAY_PREFIX,
+    };
+    format!("{prefix}{metric}#")
+}
+
+pub fn group_partial_pk(tag: &Tag, hour: Timestamp) -> String {
+    format!("{GROUP_PARTIAL_PREFIX}{tag}#{}", hour.to_hour_string())
+}
+
+pub fn group_batch_pk(batch: &str) -> String {
+    format!("{GROUP_BATCH_PREFIX}{batch}")
 }
 
 pub fn shard_config_sk(d: &DeviceId) -> String {

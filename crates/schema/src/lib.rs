@@ -17,6 +17,7 @@ pub mod shard;
 pub mod sketch;
 pub mod slot_item;
 pub mod table;
+pub mod tags;
 pub mod time;
 
 pub use clock::Clock;
@@ -32,4 +33,5 @@ pub use slot_item::{
     SlotPart, item_bound, join_parts, metadata_bitmaps, metadata_bytes,
 };
 pub use table::{TABLE, TableDefinition};
+pub use tags::{Tag, TagEpoch, TagError, TagHistory, TagHistoryError, TagKey, TagValue, Tags};
 pub use time::{Bucket, Day, Period, Timestamp, TimestampError};

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, MetricName, Severity};
 use crate::keys;
+use crate::tags::Tags;
 use crate::time::Timestamp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +114,13 @@ pub struct DeviceItem {
     /// absent: false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub percentiles: bool,
+    /// The latest declared tags (set by the API; in force from `tagsFrom`, which may still be
+    /// a few minutes ahead). The history of its tags is `CONFIG` / `TAGS#<id>`
+    /// ([`crate::TagHistoryItem`]); this copy is what events and the device route show.
+    #[serde(default, skip_serializing_if = "Tags::is_empty")]
+    pub tags: Tags,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags_from: Option<Timestamp>,
     /// The newest arrival the alerts role wrote down: it may lag the true one by up to three
     /// quarters of the offline window (docs/design.md §5, "Offline devices"), never lead it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +235,8 @@ impl DeviceItem {
             offline_after_seconds: None,
             offline_severity: None,
             percentiles: false,
+            tags: Tags::empty(),
+            tags_from: None,
             last_arrival_at: None,
             offline: None,
             gsi2pk: None,

@@ -13,9 +13,11 @@ mod aggregates;
 mod alerts;
 mod devices;
 mod export;
+mod groups;
 mod pipeline;
 mod quarantine;
 mod readings;
+mod tagging;
 #[cfg(test)]
 mod tests;
 
@@ -28,6 +30,10 @@ pub use devices::{
     OfflineState, RulePhase, RuleState, Threshold, fleet_offline_window,
 };
 pub use export::{ExportCursorItem, ExportDirtyItem};
+pub use groups::{
+    GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupBucketItem, GroupPartialItem, PartialStats,
+    fold_partials, group_period,
+};
 pub use pipeline::{HeartbeatItem, NotifyMarkerItem, RepairItem, ShardConfigItem};
 pub use quarantine::{
     QuarantineItem, QuarantinePartItem, QuarantineReason, QuarantineSource, QuarantinedRecord,
@@ -35,6 +41,7 @@ pub use quarantine::{
 pub use readings::{
     MAX_METRIC_MAGNITUDE, MIN_METRIC_MAGNITUDE, Reading, ReadingItem, is_metric_value, number,
 };
+pub use tagging::{TagHistoryItem, TagIndexItem};
 
 /// Attribute names used in update and condition expressions. A unit test checks they are the
 /// names serde writes, so an expression can never name an attribute that does not exist.
@@ -58,6 +65,7 @@ pub mod field {
     pub const VERSION: &str = "version";
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
+    pub const TAGS: &str = "tags";
     /// The device's alert rule states ([`super::RuleState`]); the attribute keeps the name it
     /// was first stored under.
     pub const RULE_STATES: &str = "alertSlots";

@@ -1,0 +1,264 @@
+//! Group rollups (docs/design.md §5 "Groups", `docs/decisions/0007-group-rollups.md`): a
+//! group's closed buckets, recomputed from its members' readings, and the partials the rollups
+//! role writes per batch so that a group's hour answers before it is recomputed.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::aggregates::Stats;
+use crate::ids::MetricName;
+use crate::keys::{self, EntityKey};
+use crate::tags::Tag;
+use crate::time::{Bucket, Period, Timestamp};
+
+/// How long a partial is kept: far past its hour's recompute (the export runs every five
+/// minutes), so an export stopped for days still leaves the hours answering.
+pub const GROUP_PARTIAL_TTL_DAYS: u32 = 7;
+
+/// `GROUP#<key>:<value>` / `HOUR#<metric>#<hour>` or `DAY#<metric>#<day>`: one metric of a
+/// group in one closed bucket, folded from every member's readings of the bucket, each reading
+/// counted in the groups of its own time. Always sketched, so a group's percentiles come from
+/// the merged sketch (within 1 %), whatever its members' `percentiles` flag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupBucketItem {
+    pub pk: String,
+    pub sk: String,
+    pub tag: Tag,
+    pub metric: MetricName,
+    pub stats: Stats,
+    /// Members with a reading of the metric in the bucket.
+    pub devices: u64,
+    /// When it was recomputed: partials of the hour written before then are in it.
+    pub computed_at: Timestamp,
+}
+
+impl GroupBucketItem {
+    pub fn new(
+        tag: Tag,
+        metric: MetricName,
+        bucket: Bucket,
+        stats: Stats,
+        devices: u64,
+        computed_at: Timestamp,
+    ) -> Self {
+        let key = EntityKey::GroupBucket {
+            tag: tag.clone(),
+            metric: metric.clone(),
+            bucket,
+        }
+        .key();
+        GroupBucketItem {
+            pk: key.pk,
+            sk: key.sk,
+            tag,
+            metric,
+            stats,
+            devices,
+            computed_at,
+        }
+    }
+
+    /// The bucket, from the sort key.
+    pub fn bucket(&self) -> Option<Bucket> {
+        match EntityKey::parse(&self.pk, &self.sk).ok()? {
+            EntityKey::GroupBucket { bucket, .. } => Some(bucket),
+            _ => None,
+        }
+    }
+}
+
+/// `GROUPPART#<key>:<value>#<hour>` / `<sequence>`: what the records of one rollups-role batch
+/// (named by its first record's sequence number) did to a group's hour: the values they
+/// stored (`added`, new and replaced readings, sketched) and the values they replaced or
+/// deleted (`removed`). A retried batch starts at the same record and rewrites it whole, so a
+/// replay never counts twice (docs/decisions/0007-group-rollups.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupPartialItem {
+    pub pk: String,
+    pub sk: String,
+    pub added: BTreeMap<MetricName, Stats>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub removed: BTreeMap<MetricName, Stats>,
+    pub ttl: i64,
+}
+
+impl GroupPartialItem {
+    pub fn key(tag: &Tag, hour: Timestamp, batch: &str) -> keys::Key {
+        EntityKey::GroupPartial {
+            tag: tag.clone(),
+            hour: hour.hour_start(),
+            batch: batch.to_owned(),
+        }
+        .key()
+    }
+}
+
+/// `GROUPBATCH#<sequence>` / `#MANIFEST`: the partition keys of the partials a batch starting
+/// at that record wrote (their sort key is the sequence). Written before them, so a retry that
+/// touches fewer hours or groups deletes the ones it no longer writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupBatchItem {
+    pub pk: String,
+    pub sk: String,
+    pub parts: Vec<String>,
+    pub ttl: i64,
+}
+
+/// A group's hour from its partials. `count`, `sum`, the mean and the spread are net of what
+/// was removed, so exact; `min`, `max`, `first`, `last` and the sketch are of the values added,
+/// so a value a correction replaced inside the hour stays in them until the hour is recomputed
+/// (`settled` is then false).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartialStats {
+    pub stats: Stats,
+    pub settled: bool,
+}
+
+/// Folds one metric of an hour's partials (none with the metric: `None`).
+pub fn fold_partials<'a>(
+    parts: impl IntoIterator<Item = &'a GroupPartialItem>,
+    metric: &MetricName,
+) -> Option<PartialStats> {
+    let mut added = Stats::EMPTY;
+    let mut removed = Stats::EMPTY;
+    for p in parts {
+        if let Some(s) = p.added.get(metric) {
+            added.merge(s);
+        }
+        if let Some(s) = p.removed.get(metric) {
+            removed.merge(s);
+        }
+    }
+    if added.count == 0 {
+        return None;
+    }
+    let settled = removed.count == 0;
+    Some(PartialStats {
+        stats: without(added, &removed)?,
+        settled,
+    })
+}
+
+/// `all` less `gone` (a sub-multiset of it): count, sum and spread by inverting Chan et al.'s
+/// pairwise update; the rest stays `all`'s. `None` when nothing is left.
+fn without(mut all: Stats, gone: &Stats) -> Option<Stats> {
+    if gone.count == 0 {
+        return Some(all);
+    }
+    let n = all.count.checked_sub(gone.count).filter(|n| *n > 0)?;
+    let (nt, nb, na) = (all.count as f64, gone.count as f64, n as f64);
+    let sum = all.sum - gone.sum;
+    all.m2 = match (all.m2, gone.m2) {
+        (Some(t), Some(b)) => {
+            let d = gone.sum / nb - sum / na;
+            Some((t - b - d * d * na * nb / nt).max(0.0))
+        }
+        _ => None,
+    };
+    all.count = n;
+    all.sum = sum;
+    Some(all)
+}
+
+/// The period a group bucket item's sort key names (`HOUR#` or `DAY#`).
+pub fn group_period(sk: &str) -> Option<Period> {
+    if sk.starts_with(keys::GROUP_HOUR_PREFIX) {
+        Some(Period::Hourly)
+    } else if sk.starts_with(keys::GROUP_DAY_PREFIX) {
+        Some(Period::Daily)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn stats(vs: &[f64]) -> Stats {
+        let mut s = Stats::EMPTY;
+        for (i, v) in vs.iter().enumerate() {
+            s.merge(&Stats::at_sketched(
+                ts("2026-04-20T10:00:00Z").plus_millis(i as i64).unwrap(),
+                *v,
+            ));
+        }
+        s
+    }
+
+    fn part(added: &[f64], removed: &[f64]) -> GroupPartialItem {
+        let m = MetricName::new("temperature").unwrap();
+        let key = GroupPartialItem::key(
+            &Tag::parse("site:A").unwrap(),
+            ts("2026-04-20T10:00:00Z"),
+            "1",
+        );
+        GroupPartialItem {
+            pk: key.pk,
+            sk: key.sk,
+            added: [(m.clone(), stats(added))].into(),
+            removed: if removed.is_empty() {
+                BTreeMap::new()
+            } else {
+                [(m, stats(removed))].into()
+            },
+            ttl: 0,
+        }
+    }
+
+    #[test]
+    fn partials_of_readings_only_added_fold_exactly() {
+        let m = MetricName::new("temperature").unwrap();
+        let got = fold_partials(&[part(&[1.0, 2.0], &[]), part(&[3.0], &[])], &m).unwrap();
+        assert!(got.settled);
+        assert_eq!(got.stats.count, 3);
+        assert_eq!(got.stats.sum, 6.0);
+        assert_eq!(got.stats.min, 1.0);
+        assert!((got.stats.m2.unwrap() - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_correction_leaves_count_sum_and_spread_exact() {
+        let m = MetricName::new("temperature").unwrap();
+        // 1, 2, 3 stored; then 3 corrected to 5: the partial adds 5 and removes 3.
+        let got = fold_partials(&[part(&[1.0, 2.0, 3.0], &[]), part(&[5.0], &[3.0])], &m).unwrap();
+        assert!(!got.settled);
+        assert_eq!(got.stats.count, 3);
+        assert_eq!(got.stats.sum, 8.0);
+        let exact = stats(&[1.0, 2.0, 5.0]).m2.unwrap();
+        assert!((got.stats.m2.unwrap() - exact).abs() < 1e-9);
+        assert_eq!(got.stats.max, 5.0);
+    }
+
+    #[test]
+    fn group_keys_round_trip() {
+        let tag = Tag::parse("zone:eu:west/2").unwrap();
+        let m = MetricName::new("temperature").unwrap();
+        let hour = Bucket::Hourly(ts("2026-04-20T10:00:00Z"));
+        let item = GroupBucketItem::new(
+            tag.clone(),
+            m,
+            hour,
+            stats(&[1.0]),
+            1,
+            ts("2026-04-20T11:20:00Z"),
+        );
+        assert_eq!(item.pk, "GROUP#zone:eu:west/2");
+        assert_eq!(item.sk, "HOUR#temperature#2026-04-20T10:00:00Z");
+        assert_eq!(item.bucket(), Some(hour));
+        let p = GroupPartialItem::key(&tag, ts("2026-04-20T10:59:00Z"), "4960000000000000000001");
+        assert_eq!(p.pk, "GROUPPART#zone:eu:west/2#2026-04-20T10:00:00Z");
+        assert!(matches!(
+            EntityKey::parse(&p.pk, &p.sk),
+            Ok(EntityKey::GroupPartial { .. })
+        ));
+    }
+}
