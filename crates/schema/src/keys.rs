@@ -98,7 +98,9 @@ pub const GROUP_BATCH_PREFIX: &str = "GROUPBATCH#";
 pub const GROUP_BATCH_SK: &str = "#MANIFEST";
 
 /// A primary key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Key {
     pub pk: String,
     pub sk: String,
@@ -438,8 +440,14 @@ impl EntityKey {
             let hour = Bucket::parse(Period::Hourly, hour)
                 .map(Bucket::start)
                 .map_err(|_| err("group partial pk ends with an hour (2026-04-20T14:00:00Z)"))?;
-            if !valid_sequence(sk) {
-                return Err(err("group partial sk is a stream sequence number"));
+            let piece_ok = match sk.split_once('.') {
+                None => valid_sequence(sk),
+                Some((seq, n)) => valid_sequence(seq) && parse_small(n).is_some_and(|n| n > 0),
+            };
+            if !piece_ok {
+                return Err(err(
+                    "group partial sk is a stream sequence number, then .<n> for a later piece",
+                ));
             }
             return Ok(EntityKey::GroupPartial {
                 tag,

@@ -69,7 +69,8 @@ impl GroupBucketItem {
     }
 }
 
-/// `GROUPPART#<key>:<value>#<hour>` / `<sequence>`: what the records of one rollups-role batch
+/// `GROUPPART#<key>:<value>#<hour>` / `<sequence>` (a partial too large for one item goes on in
+/// `<sequence>.<n>`, n ≥ 1): what the records of one rollups-role batch
 /// (named by its first record's sequence number) did to a group's hour: the values they
 /// stored (`added`, new and replaced readings, sketched) and the values they replaced or
 /// deleted (`removed`). A retried batch starts at the same record and rewrites it whole, so a
@@ -96,15 +97,15 @@ impl GroupPartialItem {
     }
 }
 
-/// `GROUPBATCH#<sequence>` / `#MANIFEST`: the partition keys of the partials a batch starting
-/// at that record wrote (their sort key is the sequence). Written before them, so a retry that
-/// touches fewer hours or groups deletes the ones it no longer writes.
+/// `GROUPBATCH#<sequence>` / `#MANIFEST`: the keys of the partials a batch starting at that
+/// record wrote. Written before them (listing old and new), so a retry that touches fewer
+/// hours or groups deletes the ones it no longer writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupBatchItem {
     pub pk: String,
     pub sk: String,
-    pub parts: Vec<String>,
+    pub parts: Vec<keys::Key>,
     pub ttl: i64,
 }
 
