@@ -50,6 +50,7 @@ fn alert(device: &str) -> AlertItem {
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
+        tags: Default::default(),
     }
 }
 

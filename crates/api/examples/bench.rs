@@ -291,6 +291,7 @@ fn fleet() -> Vec<Item> {
                 acknowledged_at: None,
                 resolved_at: None,
                 snoozed_until: None,
+                tags: Default::default(),
             }
         })
         .collect();

@@ -356,6 +356,7 @@ fn alert_opened_event(now: Timestamp) -> Result<Value, DevstackError> {
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
+        tags: Default::default(),
     };
     let item = tidemark_store::to_item(&alert).map_err(|e| DevstackError::Events(e.to_string()))?;
     let keys = key_of(&item);

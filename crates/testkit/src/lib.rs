@@ -339,5 +339,6 @@ pub fn open_alert(device: &str) -> tidemark_schema::AlertItem {
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
+        tags: Default::default(),
     }
 }

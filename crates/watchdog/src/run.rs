@@ -179,6 +179,7 @@ pub fn offline_alert(dev: &DeviceItem, window: u32, since: Timestamp) -> AlertIt
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
+        tags: Default::default(),
     }
 }
 

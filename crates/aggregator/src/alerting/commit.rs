@@ -66,6 +66,7 @@ mod tests {
             acknowledged_at: None,
             resolved_at: None,
             snoozed_until: None,
+            tags: Default::default(),
         };
         if resolved {
             resolve(&mut a, at);

@@ -106,6 +106,7 @@ fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
+        tags: Default::default(),
     };
     if let Some(r) = e.resolved_at {
         resolve(&mut a, r);

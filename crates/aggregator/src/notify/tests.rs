@@ -43,6 +43,7 @@ fn alert(device: &str, opened: &str) -> AlertItem {
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
+        tags: Default::default(),
     }
 }
 

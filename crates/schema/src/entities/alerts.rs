@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{AlertId, AlertRule, DeviceId, MetricName, Severity};
+use crate::tags::Tags;
 use crate::time::Timestamp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +52,11 @@ pub struct AlertItem {
     /// follows the readings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snoozed_until: Option<Timestamp>,
+    /// The device's tags (its item's latest declared `tags`) when the alert was opened or
+    /// last written by the function that follows it, so its events can be routed by tag.
+    /// Absent when the device has none, and on alerts written before tags existed.
+    #[serde(default, skip_serializing_if = "Tags::is_empty")]
+    pub tags: Tags,
 }
 
 #[cfg(test)]
@@ -86,6 +92,14 @@ mod tests {
             acknowledged_at: None,
             resolved_at: Some(t),
             snoozed_until: Some(t),
+            tags: Tags::new(
+                [(
+                    crate::tags::TagKey::new("site").unwrap(),
+                    crate::tags::TagValue::new("A").unwrap(),
+                )]
+                .into(),
+            )
+            .unwrap(),
         };
         let v = serde_json::to_value(&a).unwrap();
         for f in [
@@ -95,8 +109,24 @@ mod tests {
             field::LAST_BREACH_AT,
             field::RESOLVED_AT,
             field::SNOOZED_UNTIL,
+            field::TAGS,
         ] {
             assert!(v.get(f).is_some(), "alert item has no {f}: {v}");
         }
+    }
+
+    #[test]
+    fn an_alert_stored_before_tags_existed_reads_with_no_tags() {
+        let v = serde_json::json!({
+            "pk": "DEVICE#sensor_01", "sk": "ALERT#20260420T140000000000Z-temperature-max",
+            "deviceId": "sensor_01", "alertId": "20260420T140000000000Z-temperature-max",
+            "metric": "temperature", "rule": "max", "severity": "critical", "state": "open",
+            "message": "temperature above 30", "value": 31.0, "threshold": 30.0,
+            "breachCount": 1, "openedAt": "2026-04-20T14:00:00.000000Z",
+            "lastBreachAt": "2026-04-20T14:00:00.000000Z"
+        });
+        let a: AlertItem = serde_json::from_value(v).unwrap();
+        assert!(a.tags.is_empty());
+        assert!(serde_json::to_value(&a).unwrap().get(field::TAGS).is_none());
     }
 }

@@ -134,6 +134,7 @@ fn every_gsi1_projected_attribute_is_a_device_or_alert_field() {
         acknowledged_at: Some(d.created_at),
         resolved_at: None,
         snoozed_until: Some(d.created_at),
+        tags: Default::default(),
     };
     let dv = serde_json::to_value(&d).unwrap();
     let av = serde_json::to_value(&a).unwrap();
