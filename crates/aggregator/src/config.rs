@@ -66,6 +66,8 @@ pub struct AggregatorConfig {
     /// The size past which a bucket's open rollup page takes no new metrics
     /// ([`crate::pages::PAGE_BYTES`]; smaller only in tests of paging).
     pub page_bytes: usize,
+    /// `GROUP_TAGS` (the rollups role): the tag keys whose groups keep rollups.
+    pub group_tags: Vec<tidemark_schema::TagKey>,
     /// Where "now" comes from (the system clock; tests fix it).
     pub clock: tidemark_schema::Clock,
 }
@@ -90,6 +92,7 @@ impl AggregatorConfig {
             deadline_margin: std::time::Duration::from_secs(3),
             scan: crate::alerting::derive::ScanLimits::default(),
             page_bytes: crate::pages::PAGE_BYTES,
+            group_tags: settings::default_group_tags(),
             clock: tidemark_schema::Clock::system(),
         }
     }
@@ -127,6 +130,8 @@ impl AggregatorConfig {
                 .text(&settings::TIDEMARK_EVENTBRIDGE_ENDPOINT)
                 .or_else(|| env.text(&settings::AWS_ENDPOINT_URL_EVENTBRIDGE));
             c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
+        } else {
+            c.group_tags = env.group_tags()?;
         }
         c.default_thresholds = env
             .try_parse(&settings::DEFAULT_THRESHOLDS, thresholds)?

@@ -45,6 +45,8 @@ pub struct ApiConfig {
     /// Readings one `series` request summarizes at most ([`crate::series::MAX_READINGS`];
     /// smaller only in tests of the bound).
     pub series_max_readings: usize,
+    /// `GROUP_TAGS`: the tag keys whose groups keep rollups (`GET /groups/series`).
+    pub group_tags: Vec<tidemark_schema::TagKey>,
 }
 
 /// The auth the dashboard's data calls need, as the deployment configured it.
@@ -87,6 +89,7 @@ impl fmt::Debug for ApiConfig {
             .field("clock", &self.clock)
             .field("ui_auth", &self.ui_auth)
             .field("scopes", &self.scopes)
+            .field("group_tags", &self.group_tags)
             .finish()
     }
 }
@@ -111,6 +114,7 @@ impl ApiConfig {
             ui_auth: UiAuth::None,
             scopes: ScopeNames::default(),
             series_max_readings: crate::series::MAX_READINGS,
+            group_tags: settings::default_group_tags(),
         }
     }
 
@@ -182,6 +186,7 @@ impl ApiConfig {
             .unwrap_or(c.retention_days);
         c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
         c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
+        c.group_tags = env.group_tags()?;
         let lead = "whole seconds, 0..=86400 (the same value as ingest's)";
         let in_a_day = |n: &u64| *n <= 86_400;
         c.shard_lead.shard_cache = env

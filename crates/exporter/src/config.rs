@@ -17,6 +17,8 @@ pub struct ExporterConfig {
     pub s3_endpoint: Option<String>,
     /// `STATUS_SHARDS`: where the device listing is spread, as the aggregator writes it.
     pub status_shards: u16,
+    /// `GROUP_TAGS`: the tag keys whose groups keep rollups.
+    pub group_tags: Vec<tidemark_schema::TagKey>,
     pub schedule: Schedule,
 }
 
@@ -27,6 +29,7 @@ impl ExporterConfig {
             bucket: bucket.into(),
             s3_endpoint: None,
             status_shards: const { settings::STATUS_SHARDS.default_u16() },
+            group_tags: settings::default_group_tags(),
             schedule: Schedule {
                 prefix: settings::EXPORT_PREFIX.default.trim_matches('`').to_owned(),
                 grace: Duration::from_secs(const { settings::EXPORT_GRACE_SECONDS.default_u64() }),
@@ -49,6 +52,7 @@ impl ExporterConfig {
         let mut c = ExporterConfig::new(table, bucket);
         c.s3_endpoint = env.text(&settings::TIDEMARK_S3_ENDPOINT);
         c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
+        c.group_tags = env.group_tags()?;
         if let Some(p) = env.parse_with(
             &settings::EXPORT_PREFIX,
             "a key prefix of letters, digits, '/', '_' and '-'",

@@ -17,6 +17,17 @@ pub async fn replace_history(
     history: &LayoutHistory,
     version: u64,
 ) -> Result<bool, StoreError> {
+    replace_epochs(client, table, key, history, version).await
+}
+
+/// [`replace_history`] of any history stored as `epochs` and `version` (a tag history too).
+pub async fn replace_epochs<H: serde::Serialize + Sync>(
+    client: &Client,
+    table: &str,
+    key: &Key,
+    history: &H,
+    version: u64,
+) -> Result<bool, StoreError> {
     let mut req = client
         .update_item()
         .table_name(table)

@@ -22,6 +22,8 @@ pub mod retry;
 pub mod settings;
 pub mod slots;
 pub mod table;
+pub mod tag_change;
+pub mod tags;
 
 pub use client::{ClientSettings, dynamodb_client, sdk_config};
 pub use error::StoreError;

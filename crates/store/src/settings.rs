@@ -319,6 +319,16 @@ pub const STATUS_SHARDS: Setting = s(
     &[Aggregator, Alerts, Api, Exporter],
 );
 
+/// Group rollups cost writes per distinct group a batch touches, so a key unique per device
+/// (a serial number) must not be one. The aggregator (rollups role), the exporter and the API
+/// must be given the same value.
+pub const GROUP_TAGS: Setting = s(
+    "GROUP_TAGS",
+    "`site`",
+    "the tag keys whose groups keep rollups (`GET /groups/series`), comma-separated",
+    &[Aggregator, Api, Exporter],
+);
+
 pub const EXPORT_BUCKET: Setting = s(
     "EXPORT_BUCKET",
     "required",
@@ -494,6 +504,7 @@ pub const SETTINGS: &[Setting] = &[
     STREAM_NAME,
     TIDEMARK_KINESIS_ENDPOINT,
     STATUS_SHARDS,
+    GROUP_TAGS,
     EXPORT_BUCKET,
     EXPORT_PREFIX,
     EXPORT_GRACE_SECONDS,
@@ -679,6 +690,14 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         )
     }
 
+    /// [`GROUP_TAGS`], read alike by the aggregator's rollups role, the exporter and the API:
+    /// the default (`site`) when unset; each key must be a tag key, none twice.
+    pub fn group_tags(&self) -> Result<Vec<tidemark_schema::TagKey>, ConfigError> {
+        Ok(self
+            .try_parse(&GROUP_TAGS, parse_group_tags)?
+            .unwrap_or_else(default_group_tags))
+    }
+
     /// [`STATUS_SHARDS`], read alike by the aggregator and the API.
     pub fn status_shards(&self) -> Result<Option<u16>, ConfigError> {
         let max = tidemark_schema::keys::MAX_STATUS_SHARDS;
@@ -688,6 +707,26 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
             |n| (1..=max).contains(n),
         )
     }
+}
+
+/// [`GROUP_TAGS`]' default: `site`.
+pub fn default_group_tags() -> Vec<tidemark_schema::TagKey> {
+    parse_group_tags(GROUP_TAGS.default.trim_matches('`')).unwrap_or_default()
+}
+
+/// A comma list of tag keys (blanks around each allowed, at least one, none twice).
+fn parse_group_tags(v: &str) -> Result<Vec<tidemark_schema::TagKey>, String> {
+    let mut keys = Vec::new();
+    for part in v.split(',').map(str::trim) {
+        let key = tidemark_schema::TagKey::new(part).map_err(|e| {
+            format!("a comma-separated list of tag keys ([a-z][a-z0-9_.-]{{0,31}}): {e}")
+        })?;
+        if keys.contains(&key) {
+            return Err(format!("tag key {key} is listed twice"));
+        }
+        keys.push(key);
+    }
+    Ok(keys)
 }
 
 #[cfg(test)]
@@ -815,5 +854,31 @@ mod tests {
         assert_eq!(e.status_shards(), Ok(Some(64)));
         let e = e.offline_after().unwrap_err();
         assert!(e.to_string().contains("2592000"), "{e}");
+    }
+
+    #[test]
+    fn group_tags_are_a_comma_list_of_tag_keys_site_by_default() {
+        let keys = |r: Result<Vec<tidemark_schema::TagKey>, ConfigError>| -> Vec<String> {
+            r.unwrap().iter().map(|k| k.as_str().to_owned()).collect()
+        };
+        assert_eq!(keys(env(&[]).group_tags()), ["site"]);
+        assert_eq!(keys(env(&[("GROUP_TAGS", " ")]).group_tags()), ["site"]);
+        assert_eq!(
+            keys(env(&[("GROUP_TAGS", "site, line,zone")]).group_tags()),
+            ["site", "line", "zone"]
+        );
+        let bad: [&'static [(&str, &str)]; 4] = [
+            &[("GROUP_TAGS", "Site")],
+            &[("GROUP_TAGS", "site,,line")],
+            &[("GROUP_TAGS", "site,site")],
+            &[("GROUP_TAGS", "serial#")],
+        ];
+        for pairs in bad {
+            let err = env(pairs).group_tags().unwrap_err();
+            assert_eq!(
+                (err.name, err.value.as_deref()),
+                ("GROUP_TAGS", Some(pairs[0].1))
+            );
+        }
     }
 }
