@@ -66,6 +66,7 @@ pub mod field {
     pub const STATE: &str = "state";
     pub const EPOCHS: &str = "epochs";
     pub const TAGS: &str = "tags";
+    pub const TAGS_FROM: &str = "tagsFrom";
     /// The device's alert rule states ([`super::RuleState`]); the attribute keeps the name it
     /// was first stored under.
     pub const RULE_STATES: &str = "alertSlots";
