@@ -41,6 +41,34 @@ export function ago(ts) {
 export const when = (ts) => (ts ? new Date(ts).toLocaleString() : '—');
 export const time = (ts) => el('time', { datetime: ts, title: ts }, when(ts));
 
+/**
+ * Labels of axis ticks `splits` spaced `incr` apart: fixed decimals, as many as the spacing
+ * needs (0.05 apart: two), and more while two labels would read alike, so no label repeats
+ * and each tells its value (17.90, 17.95, 18.00, 18.05, 18.10, never 18.1, 18.1, 18, 17.9,
+ * 17.9). Very large or small magnitudes in exponent form, with the digits that keep them apart.
+ */
+export function axisLabels(splits, incr) {
+  const vals = splits.map((v) => (Number.isFinite(incr) && incr > 0 && Math.abs(v) < incr * 1e-9 ? 0 : v));
+  const big = Math.max(0, ...vals.filter(Number.isFinite).map(Math.abs));
+  const distinct = (ls) => new Set(ls).size === ls.length;
+  if (big >= 1e6 || (big > 0 && big < 1e-3)) {
+    for (let d = 1; d <= 15; d++) {
+      const ls = vals.map((v) => (Number.isFinite(v) ? v.toExponential(d) : ''));
+      if (distinct(ls) || d === 15) return ls;
+    }
+  }
+  let d = 0;
+  if (Number.isFinite(incr) && incr > 0) {
+    d = Math.max(0, -Math.floor(Math.log10(incr)));
+    // 0.25 apart needs two decimals, 2.5 apart one.
+    while (d < 12 && Math.abs(incr * 10 ** d - Math.round(incr * 10 ** d)) > 1e-6 * incr * 10 ** d) d += 1;
+  }
+  for (; ; d++) {
+    const ls = vals.map((v) => (Number.isFinite(v) ? v.toFixed(d).replace(/^-(0\.?0*)$/, '$1') : ''));
+    if (distinct(ls) || d >= 15) return ls;
+  }
+}
+
 export function num(v) {
   if (typeof v !== 'number' || !Number.isFinite(v)) return '—';
   const a = Math.abs(v);
@@ -62,10 +90,10 @@ function widthOf(box) {
 
 /**
  * Draws one metric into `box` (already in the document).
- * data: {xs: [ms…], raw: [v…]} or {xs, avg, min, max}; thresholds: {min?, max?, severity};
+ * data: {xs: [ms…], raw: [v…]} or {xs, avg, min, max, p95?}; thresholds: {min?, max?, severity};
  * marks: [{at: ms, kind: 'open'|'resolved'}]; range: [fromMs, toMs], the x axis' extent.
  */
-export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks, range }) {
+export function metricChart(box, i, { xs, raw, avg, min, max, p95, thresholds, marks, range }) {
   const color = PALETTE[i % PALETTE.length];
   const secs = xs.map((t) => t / 1000);
   const lines = [];
@@ -85,6 +113,10 @@ export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks,
     series.push({ label: 'max', stroke: color + '55', width: 1, points: { show: false } });
     data = [secs, avg, min, max];
     bands = [{ series: [3, 2], fill: color + '22' }];
+    if (p95) {
+      series.push({ label: 'p95', stroke: color, width: 1, dash: [4, 3], points: { show: false } });
+      data.push(p95);
+    }
   }
   const thresholdColor = thresholds && thresholds.severity === 'critical' ? '#d1242f' : '#bf8700';
   const opts = {
@@ -110,7 +142,18 @@ export function metricChart(box, i, { xs, raw, avg, min, max, thresholds, marks,
     },
     axes: [
       { stroke: '#6b7685', grid: { stroke: '#eef1f5' } },
-      { stroke: '#6b7685', grid: { stroke: '#eef1f5' }, size: 64, values: (u, vals) => vals.map(num) },
+      {
+        stroke: '#6b7685',
+        grid: { stroke: '#eef1f5' },
+        // Wide enough for the longest label (about 7 px a character at uPlot's 12 px font).
+        size: (u, values) => Math.max(64, 16 + 7 * Math.max(0, ...(values || []).map((v) => String(v).length))),
+        values: (u, splits, axis, space, incr) => {
+          // What the axis draws, kept for tests to read.
+          const labels = axisLabels(splits, incr);
+          box.dataset.yLabels = JSON.stringify(labels);
+          return labels;
+        },
+      },
     ],
     hooks: {
       draw: [(u) => {

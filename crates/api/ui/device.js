@@ -17,15 +17,35 @@ export const MAX_POINTS = 1000;
 const HOUR = 3600e3;
 const RANGES = [['1h', 'Last hour', HOUR], ['1d', 'Day', 24 * HOUR], ['7d', 'Week', 168 * HOUR], ['30d', '30 days', 720 * HOUR]];
 
-/** [fromMs, toMs, label] from the URL: `range=1h|1d|7d|30d` or `from=…&to=…`. */
+/**
+ * [fromMs, toMs, label] from the URL: `range=1h|1d|7d|30d` or `from=…&to=…`; null when it
+ * names no range (the page then shows the range the device's data covers: `dataRange`).
+ */
 export function rangeOf(params, now = Date.now()) {
   const from = params.get('from');
   const to = params.get('to');
   if (from && to && Number.isFinite(ms(from)) && Number.isFinite(ms(to)) && ms(from) < ms(to)) {
     return [ms(from), ms(to), 'custom'];
   }
-  const preset = RANGES.find((r) => r[0] === params.get('range')) || RANGES[1];
-  return [now - preset[2], now, preset[0]];
+  const preset = RANGES.find((r) => r[0] === params.get('range'));
+  return preset ? [now - preset[2], now, preset[0]] : null;
+}
+
+/**
+ * The range a device's data covers, for a link that names none: from its first reading of
+ * the day before its newest one to that newest one, with a margin of 2 % each side (a lone
+ * reading: a minute around it). A device with a minute of data shows that minute across the
+ * chart, not crowded at the edge of a day; a device with none shows the last day.
+ */
+export async function dataRange(id, device, now = Date.now()) {
+  const last = device.lastSeenAt ? ms(device.lastSeenAt) : NaN;
+  if (!Number.isFinite(last)) return [now - 24 * HOUR, now, 'data'];
+  const page = await api(`/devices/${enc(id)}/readings`, {
+    query: { from: iso(last - 24 * HOUR), to: iso(last), order: 'asc', limit: 1 },
+  });
+  const first = page.items.length ? Math.min(ms(page.items[0].timestamp), last) : last;
+  const pad = first === last ? 30e3 : Math.max((last - first) * 0.02, 500);
+  return [first - pad, last + pad, 'data'];
 }
 
 const iso = (t) => new Date(t).toISOString();
@@ -90,12 +110,10 @@ const localInput = (t) => {
 
 export async function render(out, route, { navigate, refresh }) {
   const id = route.args[0];
-  const [from, to, label] = rangeOf(route.params);
-  const [device, alerts, series] = await Promise.all([
-    api(`/devices/${enc(id)}`),
-    api(`/devices/${enc(id)}/alerts`, { query: { limit: 100 } }),
-    seriesFor(id, from, to),
-  ]);
+  const deviceP = api(`/devices/${enc(id)}`);
+  const alertsP = api(`/devices/${enc(id)}/alerts`, { query: { limit: 100 } });
+  const [from, to, label] = rangeOf(route.params) || await dataRange(id, await deviceP);
+  const [device, alerts, series] = await Promise.all([deviceP, alertsP, seriesFor(id, from, to)]);
   const metrics = perMetric(series);
   const names = Object.keys(metrics).sort();
   const thresholds = device.thresholds || {};
@@ -131,7 +149,8 @@ export async function render(out, route, { navigate, refresh }) {
         .filter(Boolean).join(' · ')),
     picker,
     el('p', { class: 'rule', id: 'rule' },
-      `Showing ${series.resolution === 'raw' ? 'raw readings' : `${series.resolution} rollups (average, min–max band)`} from ${new Date(from).toLocaleString()} to ${new Date(to).toLocaleString()}. `
+      `Showing ${series.resolution === 'raw' ? 'raw readings' : `${series.resolution} rollups (average, min–max band)`} from ${new Date(from).toLocaleString()} to ${new Date(to).toLocaleString()}`
+      + `${label === 'data' ? ' (the range its data covers, up to a day before its latest reading)' : ''}. `
       + `A chart draws at most ${MAX_POINTS} points: raw readings when the range holds that many or fewer, `
       + `hourly rollups when it spans up to ${MAX_POINTS} hours, daily beyond.`));
 
@@ -154,7 +173,7 @@ export async function render(out, route, { navigate, refresh }) {
   else out.append(el('div', { class: 'panel' }, el('ul', { class: 'alert-list', id: 'device-alerts' }, alerts.items.map((al) => alertItem(al, refresh)))));
 
   window.tidemark.device = {
-    id, resolution: series.resolution, from, to,
+    id, resolution: series.resolution, from, to, range: label,
     charts: Object.fromEntries(names.map((n) => [n, { points: metrics[n].xs.length, min: metrics[n].lo, max: metrics[n].hi }])),
   };
   return () => boxes.forEach(([box, name], i) => {
