@@ -31,6 +31,9 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     queries: Queries,
+    /// The devices' tag histories this container read, each trusted for the shard cache's
+    /// default time (group partials, [`crate::groups`]).
+    pub(crate) tag_book: std::sync::Arc<std::sync::Mutex<tidemark_store::tags::TagBook>>,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -73,6 +76,11 @@ impl DynamoStore {
             queries: Queries::new(client.clone(), table.clone()),
             client,
             table,
+            tag_book: std::sync::Arc::new(std::sync::Mutex::new(
+                tidemark_store::tags::TagBook::new(std::time::Duration::from_secs(
+                    tidemark_schema::history::DEFAULT_SHARD_CACHE_SECONDS,
+                )),
+            )),
         }
     }
 

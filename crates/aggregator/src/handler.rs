@@ -292,6 +292,10 @@ impl<S: Store> Aggregator<S> {
         // Permanent failures are counted, and set aside at the third, before anything that
         // waits for the records before it (the heartbeats) looks at what is left.
         self.settle(event, &mut failed, &counters).await;
+        if self.config.role == Role::Rollups {
+            self.groups_of_done(event, &changes, &counters, stop, &mut failed)
+                .await;
+        }
         if self.config.role == Role::Alerts {
             self.pass_heartbeats(event, &counters, &mut failed.retry)
                 .await;

@@ -46,6 +46,8 @@ pub mod error;
 /// `testing` feature).
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+/// Group partials: the rollups role's share of a group's hour until the export recomputes it.
+pub mod groups;
 pub mod handler;
 pub mod hours;
 pub mod notify;

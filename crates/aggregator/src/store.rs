@@ -198,9 +198,16 @@ pub trait SetAsideStore {
     fn delete_repair(&self, key: &Key) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// All six, for the handler.
+/// All seven, for the handler.
 pub trait Store:
-    AggregateStore + DeviceStore + AlertStore + ReadingStore + HeartbeatStore + SetAsideStore + Sync
+    AggregateStore
+    + DeviceStore
+    + AlertStore
+    + ReadingStore
+    + HeartbeatStore
+    + SetAsideStore
+    + GroupStore
+    + Sync
 {
 }
 impl<
@@ -210,10 +217,13 @@ impl<
         + ReadingStore
         + HeartbeatStore
         + SetAsideStore
+        + GroupStore
         + Sync,
 > Store for T
 {
 }
+
+pub use crate::groups::GroupStore;
 
 /// [`SetAsideStore::open_repairs`] over any table a query runs on: one page of the role's
 /// repair partition, oldest first; an item that does not parse is skipped (logged).

@@ -177,3 +177,38 @@ impl SetAsideStore for Shared<'_> {
         self.0.delete_repair(key)
     }
 }
+
+impl tidemark_aggregator::store::GroupStore for Shared<'_> {
+    fn tag_histories(
+        &self,
+        devices: &[DeviceId],
+    ) -> impl Future<Output = Result<HashMap<DeviceId, tidemark_schema::TagHistory>, StoreError>> + Send
+    {
+        self.0.tag_histories(devices)
+    }
+    fn group_manifest(
+        &self,
+        batch: &str,
+    ) -> impl Future<Output = Result<Option<tidemark_schema::GroupBatchItem>, StoreError>> + Send
+    {
+        self.0.group_manifest(batch)
+    }
+    fn put_group_manifest(
+        &self,
+        item: &tidemark_schema::GroupBatchItem,
+    ) -> impl Future<Output = Result<f64, StoreError>> + Send {
+        self.0.put_group_manifest(item)
+    }
+    fn put_group_partials(
+        &self,
+        items: &[tidemark_schema::GroupPartialItem],
+    ) -> impl Future<Output = Result<f64, StoreError>> + Send {
+        self.0.put_group_partials(items)
+    }
+    fn delete_group_items(
+        &self,
+        keys: &[Key],
+    ) -> impl Future<Output = Result<f64, StoreError>> + Send {
+        self.0.delete_group_items(keys)
+    }
+}
