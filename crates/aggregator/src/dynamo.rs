@@ -356,7 +356,8 @@ fn alert_update_expr(after: &AlertItem) -> Result<Expr, StoreError> {
         .value(":count", av(&after.breach_count)?)
         .value(":last", av(&after.last_breach_at)?);
     e.condition = "attribute_exists(#pk) AND attribute_not_exists(#resolved)".to_owned();
-    let mut remove = String::new();
+    let mut remove = Vec::new();
+    e = alert_tags(e, after, &mut set, &mut remove)?;
     if let Some(r) = after.resolved_at {
         set.push("#resolved = :resolved");
         set.push("#state = :state");
@@ -366,17 +367,37 @@ fn alert_update_expr(after: &AlertItem) -> Result<Expr, StoreError> {
             .name("#g1sk", attr::GSI1SK)
             .value(":resolved", av(&r)?)
             .value(":state", av(&after.state)?);
-        remove = " REMOVE #g1pk, #g1sk".to_owned();
+        remove.extend(["#g1pk", "#g1sk"]);
     }
-    e.update = format!("SET {}{remove}", set.join(", "));
+    e.update = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        e.update = format!("{} REMOVE {}", e.update, remove.join(", "));
+    }
     Ok(e)
+}
+
+/// The device's tags the alert is written with ([`crate::alerting::plan::with_tags`]): set,
+/// or removed when the device has none (as a new alert's item leaves them out).
+fn alert_tags(
+    e: Expr,
+    after: &AlertItem,
+    set: &mut Vec<&'static str>,
+    remove: &mut Vec<&'static str>,
+) -> Result<Expr, StoreError> {
+    let e = e.name("#tags", field::TAGS);
+    if after.tags.is_empty() {
+        remove.push("#tags");
+        return Ok(e);
+    }
+    set.push("#tags = :tags");
+    Ok(e.value(":tags", av(&after.tags)?))
 }
 
 /// A resolved alert open again ([`AlertWrite::Reopen`]): the evaluator's attributes, its state,
 /// its index keys back and its resolution removed, only while it is resolved as `before` was
 /// (so an acknowledgement or snooze the API wrote meanwhile is a conflict, decided again).
 fn alert_reopen_expr(before: &AlertItem, after: &AlertItem) -> Result<Expr, StoreError> {
-    let set = [
+    let mut set = vec![
         "#value = :value",
         "#count = :count",
         "#last = :last",
@@ -406,7 +427,9 @@ fn alert_reopen_expr(before: &AlertItem, after: &AlertItem) -> Result<Expr, Stor
         .value(":g1sk", s(keys::alert_gsi1sk(&after.alert_id)));
     e.condition =
         "attribute_exists(#pk) AND #resolved = :was_resolved AND #state = :was_state".to_owned();
-    e.update = format!("SET {} REMOVE #resolved", set.join(", "));
+    let mut remove = vec!["#resolved"];
+    e = alert_tags(e, after, &mut set, &mut remove)?;
+    e.update = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
     Ok(e)
 }
 

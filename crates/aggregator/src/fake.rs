@@ -442,6 +442,7 @@ fn alert_writes(
                 x.breach_count = after.breach_count;
                 x.last_breach_at = after.last_breach_at;
                 x.opened_at = after.opened_at;
+                x.tags = after.tags.clone();
                 if after.resolved_at.is_some() {
                     x.resolved_at = after.resolved_at;
                     x.state = after.state;
@@ -456,6 +457,7 @@ fn alert_writes(
                 x.breach_count = after.breach_count;
                 x.last_breach_at = after.last_breach_at;
                 x.opened_at = after.opened_at;
+                x.tags = after.tags.clone();
                 x.state = after.state;
                 x.resolved_at = None;
                 x.gsi1pk = after.gsi1pk.clone();

@@ -149,7 +149,7 @@ fn plus_seconds(t: Timestamp, s: u32) -> Timestamp {
 }
 
 /// The offline alert of `dev`, silent since `since`, with window `window`: opened at its
-/// deadline, whose time names it.
+/// deadline, whose time names it, with the device's tags (its events route by them).
 pub fn offline_alert(dev: &DeviceItem, window: u32, since: Timestamp) -> AlertItem {
     let deadline = plus_seconds(since, window);
     let id = AlertId::for_offline(deadline);
@@ -179,7 +179,7 @@ pub fn offline_alert(dev: &DeviceItem, window: u32, since: Timestamp) -> AlertIt
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
-        tags: Default::default(),
+        tags: dev.tags.clone(),
     }
 }
 

@@ -9,7 +9,9 @@ use tidemark_schema::{
 
 use super::commit::transactions;
 use super::derive::{Need, derive};
-use super::plan::{AlertWrite, episodes_from, plan_derived, resolve_write, rule_state_alerts};
+use super::plan::{
+    AlertWrite, episodes_from, plan_derived, resolve_write, rule_state_alerts, with_tags,
+};
 use super::rules::{Rule, could_change};
 use crate::AggregatorError;
 use crate::handler::Aggregator;
@@ -283,6 +285,8 @@ impl<S: Store> Aggregator<S> {
                 ),
                 offline: offline.clone(),
             };
+            let tags = dev.as_ref().map(|d| d.tags.clone()).unwrap_or_default();
+            with_tags(&mut writes, &tags);
             match self.commit(&update, writes, counters).await? {
                 Written::Ok { .. } => return Ok(()),
                 Written::Conflict => {

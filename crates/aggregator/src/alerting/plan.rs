@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, RulePhase, RuleState,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, RulePhase, RuleState, Tags,
     Timestamp, keys, number,
 };
 
@@ -38,6 +38,23 @@ impl AlertWrite {
             AlertWrite::Create(a) => a,
             AlertWrite::Update { after, .. } | AlertWrite::Reopen { after, .. } => after,
         }
+    }
+
+    /// The alert as written carries the device's tags of now ([`with_tags`]).
+    fn after_mut(&mut self) -> &mut AlertItem {
+        match self {
+            AlertWrite::Create(a) => a,
+            AlertWrite::Update { after, .. } | AlertWrite::Reopen { after, .. } => after,
+        }
+    }
+}
+
+/// Every alert a write opens or changes carries the device's tags as its item holds them
+/// now, so the event of the change can be routed by tag. Stamped on writes already planned:
+/// a tag change alone writes no alert.
+pub fn with_tags(writes: &mut [AlertWrite], tags: &Tags) {
+    for w in writes {
+        w.after_mut().tags = tags.clone();
     }
 }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tidemark_schema::{
     AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, Severity,
-    Timestamp, keys,
+    Tags, Timestamp, keys,
 };
 
 /// What happened to an alert.
@@ -92,6 +92,10 @@ pub struct Detail {
     pub changed_at: Timestamp,
     /// The alert in the API: `GET` it under the API's base URL.
     pub path: String,
+    /// The device's tags as the alert item holds them (when it was opened or last written by
+    /// the function that follows it), always an object: `{}` for a device without tags and
+    /// for alerts written before tags existed. A rule routes on `detail.tags.<key>`.
+    pub tags: Tags,
 }
 
 /// The deterministic ID of a change: the alert's key, the stream record's sequence number
@@ -246,6 +250,7 @@ pub fn alert_changes(records: &[EventRecord]) -> Vec<AlertChange> {
                     resolved_at: new.resolved_at,
                     snoozed_until: new.snoozed_until,
                     changed_at,
+                    tags: new.tags.clone(),
                 },
             });
         }

@@ -3,8 +3,8 @@ use std::sync::Mutex;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, Severity,
-    Timestamp,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey,
+    EventId, MetricName, Severity, TagKey, TagValue, Tags, Timestamp,
 };
 use tidemark_store::StoreError;
 
@@ -274,6 +274,7 @@ fn the_detail_has_the_documented_shape() {
         "acknowledgedAt",
         "changedAt",
         "path",
+        "tags",
     ];
     want.sort_unstable();
     let mut keys = keys;
@@ -289,6 +290,30 @@ fn the_detail_has_the_documented_shape() {
         "/devices/sensor_01/alerts/20260420T140000000000Z-temperature-max"
     );
     assert_eq!(v["eventId"].as_str().unwrap().len(), 32);
+    // An alert item without tags (a device without, or written before tags existed).
+    assert_eq!(v["tags"], serde_json::json!({}));
+}
+
+fn tags(pairs: &[(&str, &str)]) -> Tags {
+    Tags::new(
+        pairs
+            .iter()
+            .map(|(k, v)| (TagKey::new(k).unwrap(), TagValue::new(v).unwrap()))
+            .collect(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_detail_carries_the_alert_items_tags_as_an_object() {
+    let mut offline = alert("sensor_01", "2026-04-20T14:00:00Z");
+    offline.metric = None;
+    offline.rule = AlertRule::Offline;
+    offline.tags = tags(&[("site", "A"), ("line", "3")]);
+    let c = alert_changes(&[record("INSERT", 1, None, Some(&offline))]);
+    let v = serde_json::to_value(&c[0].detail).unwrap();
+    assert_eq!(v["kind"], "offline");
+    assert_eq!(v["tags"], serde_json::json!({"site": "A", "line": "3"}));
 }
 
 /// Records what was put; fails every entry whose detail contains a string in `failing`.
@@ -428,4 +453,81 @@ async fn events_go_out_ten_a_call_and_snoozed_changes_are_counted_not_sent() {
     assert_eq!(first, None);
     assert_eq!((report.published, report.suppressed), (23, 1));
     assert_eq!(*n.publisher().calls.lock().unwrap(), [10, 10, 3]);
+}
+
+/// The stream records the writes between two snapshots of the alerts would give: an INSERT
+/// per new alert, a MODIFY (old and new image) per changed one.
+fn records_between(before: &[AlertItem], after: &[AlertItem], seq: &mut u64) -> Vec<EventRecord> {
+    let mut out = Vec::new();
+    for a in after {
+        let old = before.iter().find(|b| b.alert_id == a.alert_id);
+        if old == Some(a) {
+            continue;
+        }
+        *seq += 1;
+        let name = if old.is_some() { "MODIFY" } else { "INSERT" };
+        out.push(record(name, *seq, old, Some(a)));
+    }
+    out
+}
+
+#[tokio::test]
+async fn threshold_alert_events_carry_the_device_tags_of_when_the_alert_was_written() {
+    use crate::config::{Role, parse_thresholds};
+    use crate::fake::FakeStore;
+    use crate::testing::{device, insert, metric};
+    use crate::{Aggregator, AggregatorConfig};
+
+    let config = AggregatorConfig::new("t")
+        .with_role(Role::Alerts)
+        .with_default_thresholds(
+            parse_thresholds(r#"{"t":{"max":30,"severity":"critical"}}"#).unwrap(),
+        );
+    let agg = Aggregator::with_store(FakeStore::default(), config);
+    let n = notifier();
+    let at = |s: i64| ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap();
+    let mut seq = 0;
+    // GIVEN a device tagged site A, line 3
+    let mut dev = DeviceItem::new(device("d1"), DeviceStatus::Active, at(0));
+    dev.tags = tags(&[("site", "A"), ("line", "3")]);
+    agg.store().put_device(&dev);
+    // WHEN a breach opens an alert, and its stream record is published
+    agg.store()
+        .put_reading(&device("d1"), at(0), [(metric("t"), 40.0)].into());
+    let (resp, _) = agg
+        .process(&event(vec![insert(1, "d1", at(0), "t", 40.0)]))
+        .await;
+    assert!(resp.batch_item_failures.is_empty());
+    let opened = agg.store().alerts();
+    let (first, _) = n
+        .process(&event(records_between(&[], &opened, &mut seq)))
+        .await;
+    assert_eq!(first, None);
+    // THEN the alert item and its opened event carry the device's tags
+    assert_eq!(opened[0].tags, dev.tags);
+    let put = n.publisher().put.lock().unwrap().clone();
+    assert_eq!(detail_of(&put[0])["change"], "opened");
+    assert_eq!(
+        detail_of(&put[0])["tags"],
+        serde_json::json!({"site": "A", "line": "3"})
+    );
+
+    // WHEN the device moves to site B, and a normal reading resolves the alert
+    let mut moved = agg.store().device(&device("d1")).unwrap();
+    moved.tags = tags(&[("site", "B")]);
+    agg.store().put_device(&moved);
+    agg.store()
+        .put_reading(&device("d1"), at(60), [(metric("t"), 20.0)].into());
+    let (resp, _) = agg
+        .process(&event(vec![insert(2, "d1", at(60), "t", 20.0)]))
+        .await;
+    assert!(resp.batch_item_failures.is_empty());
+    let resolved = agg.store().alerts();
+    n.process(&event(records_between(&opened, &resolved, &mut seq)))
+        .await;
+    // THEN the resolved event carries the tags the alert was last written with: site B's
+    let put = n.publisher().put.lock().unwrap().clone();
+    assert_eq!(put.len(), 2);
+    assert_eq!(detail_of(&put[1])["change"], "resolved");
+    assert_eq!(detail_of(&put[1])["tags"], serde_json::json!({"site": "B"}));
 }
