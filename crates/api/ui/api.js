@@ -62,7 +62,10 @@ async function renew() {
 export async function api(path, { method = 'GET', query = {}, body } = {}) {
   const url = new URL(base + path, location.origin);
   for (const [k, v] of Object.entries(query)) {
-    if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, v);
+    // An array repeats the parameter (`tag=site:A&tag=line:3`).
+    for (const x of Array.isArray(v) ? v : [v]) {
+      if (x !== undefined && x !== null && x !== '') url.searchParams.append(k, x);
+    }
   }
   const jwt = config.auth === 'jwt';
   const s = jwt ? session() : null;

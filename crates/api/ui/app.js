@@ -23,10 +23,15 @@ export function route() {
   return { name, args: parts.slice(1), params: new URLSearchParams(q || '') };
 }
 
-/** Replaces the hash's query (the view's state), re-rendering through `hashchange`. */
+/**
+ * Replaces the hash's query (the view's state), re-rendering through `hashchange`. An array
+ * value repeats the parameter.
+ */
 export function navigate(name, args = [], params = {}) {
   const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, v);
+  for (const [k, v] of Object.entries(params)) {
+    for (const x of Array.isArray(v) ? v : [v]) if (x !== undefined && x !== null && x !== '') q.append(k, x);
+  }
   const path = [name, ...args.map(encodeURIComponent)].join('/');
   const hash = `#/${path}${q.toString() ? '?' + q : ''}`;
   if (location.hash === hash) render(); else location.hash = hash;

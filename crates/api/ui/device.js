@@ -147,6 +147,7 @@ export async function render(out, route, { navigate, refresh }) {
         conn !== 'offline' && conn,
         typeof windowS === 'number' && (windowS ? `offline after ${seconds(windowS)} without a reading` : 'never offline')]
         .filter(Boolean).join(' · ')),
+    deviceTags(device),
     picker,
     el('p', { class: 'rule', id: 'rule' },
       `Showing ${series.resolution === 'raw' ? 'raw readings' : `${series.resolution} rollups (average, min–max band)`} from ${new Date(from).toLocaleString()} to ${new Date(to).toLocaleString()}`
@@ -184,6 +185,21 @@ export async function render(out, route, { navigate, refresh }) {
     }
     metricChart(box, i, { ...metrics[name], thresholds: thresholds[name] || thresholdOf(alerts.items, name), marks, range: [from, to] });
   });
+}
+
+/**
+ * The device's tags, each a link to the fleet filtered by it; tags declared to apply later
+ * (`tagsFrom` ahead) say from when.
+ */
+function deviceTags(device) {
+  const tags = Object.entries(device.tags || {});
+  if (!tags.length) return '';
+  const later = device.tagsFrom && ms(device.tagsFrom) > Date.now();
+  return el('p', { class: 'chips tags', id: 'device-tags' },
+    tags.map(([k, v]) => el('a', {
+      class: 'chip tag', href: `#/fleet?tag=${encodeURIComponent(`${k}:${v}`)}`, title: `devices tagged ${k}:${v}`, dataset: { tag: `${k}:${v}` },
+    }, `${k}:${v}`)),
+    later ? el('span', { class: 'muted' }, `from ${when(device.tagsFrom)}`) : '');
 }
 
 /**
