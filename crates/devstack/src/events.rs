@@ -324,7 +324,8 @@ fn scheduled_event(now: Timestamp, schedule: &str) -> Value {
 /// the alerts role publishes as an `opened` event.
 fn alert_opened_event(now: Timestamp) -> Result<Value, DevstackError> {
     use tidemark_schema::{
-        AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, MetricName, Severity, keys,
+        AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, MetricName, Severity,
+        TagKey, TagValue, keys,
     };
     let bad = |e: tidemark_schema::IdError| DevstackError::Events(e.to_string());
     let device = DeviceId::new("sensor_02").map_err(bad)?;
@@ -356,7 +357,21 @@ fn alert_opened_event(now: Timestamp) -> Result<Value, DevstackError> {
         acknowledged_at: None,
         resolved_at: None,
         snoozed_until: None,
-        tags: Default::default(),
+        // A device of site A, line 3: its events route by `detail.tags`.
+        tags: tidemark_schema::Tags::new(
+            [
+                (
+                    TagKey::new("site").map_err(bad)?,
+                    TagValue::new("A").map_err(bad)?,
+                ),
+                (
+                    TagKey::new("line").map_err(bad)?,
+                    TagValue::new("3").map_err(bad)?,
+                ),
+            ]
+            .into(),
+        )
+        .map_err(|e| DevstackError::Events(e.to_string()))?,
     };
     let item = tidemark_store::to_item(&alert).map_err(|e| DevstackError::Events(e.to_string()))?;
     let keys = key_of(&item);
@@ -500,6 +515,10 @@ mod tests {
         );
         assert_eq!(changes[0].detail.device_id.as_str(), "sensor_02");
         assert!(!changes[0].suppressed);
+        assert_eq!(
+            serde_json::to_value(&changes[0].detail.tags).unwrap(),
+            json!({"site": "A", "line": "3"})
+        );
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //!    from its deadline, so two runs at once open one alert.
 //!
 //! The alert's `opened` event goes out as every alert's does: the alerts role reads the alert
-//! item's stream record and publishes it once.
+//! item's stream record and publishes it once. The alert item carries the device item's
+//! `tags`, so the event does too (`detail.tags`, routed by tag like a threshold alert's).
 //!
 //! [`upkeep`]: https://docs.rs/tidemark-aggregator (`offline::upkeep` in `crates/aggregator`)
 

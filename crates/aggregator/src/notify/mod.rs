@@ -14,11 +14,18 @@
 //!  "message":"temperature 41.5 above 35","openedAt":"2026-04-20T14:00:00.000000Z",
 //!  "acknowledgedAt":"…"?, "resolvedAt":"…"?, "snoozedUntil":"…"?,
 //!  "changedAt":"2026-04-20T14:00:00.000000Z",
-//!  "path":"/devices/sensor_01/alerts/20260420T140000000000Z-temperature-max"}
+//!  "path":"/devices/sensor_01/alerts/20260420T140000000000Z-temperature-max",
+//!  "tags":{"site":"A","line":"3"}}
 //! ```
 //!
 //! An offline alert (`"kind":"offline"`, `"rule":"offline"`) has no `metric`; its `value` is
 //! the seconds of silence it opened after and `threshold` the device's `offlineAfterSeconds`.
+//!
+//! `tags` is always an object: the device's tags as the alert item holds them, written by the
+//! alerts role with every alert it opens or changes and by the watchdog with the offline
+//! alerts it opens (the device item's latest declared tags then); `{}` for a device without
+//! tags and for alerts written before tags existed. An acknowledgement or snooze keeps the
+//! item's tags. A rule routes one site's alerts with `"detail":{"tags":{"site":["A"]}}`.
 //!
 //! **Once.** `eventId` is derived from the alert's key, the stream record's sequence number and
 //! the change, so the same change always has the same ID. Before publishing, the notifier
