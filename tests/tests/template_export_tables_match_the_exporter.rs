@@ -124,10 +124,33 @@ fn the_rollups_table_has_the_exporters_columns_and_finds_its_objects() {
 }
 
 #[test]
+fn the_devices_table_has_the_exporters_columns_and_finds_its_objects() {
+    let input = table(&template(), "devices");
+    assert_eq!(
+        pairs(&input["StorageDescriptor"]["Columns"]),
+        expected(&columns::DEVICES)
+    );
+    let location = serde_yaml::to_string(&input["StorageDescriptor"]["Location"]).unwrap();
+    let location = location
+        .trim()
+        .trim_start_matches("!Sub")
+        .trim()
+        .trim_matches('\'')
+        .trim_matches('"')
+        .replace("${ExportBucket}", "bucket")
+        .replace("${ExportPrefix}", "tidemark");
+    assert_eq!(folder_of(&paths::devices_key("tidemark", 0)), location);
+}
+
+#[test]
 fn the_files_declare_the_types_the_glue_columns_name() {
     // Parquet INT64 TIMESTAMP(MICROS, UTC) is what Athena reads as `timestamp`, INT64 as
     // `bigint`, DOUBLE as `double`, BYTE_ARRAY (STRING) as `string`.
-    for c in columns::READINGS.iter().chain(&columns::ROLLUPS) {
+    for c in columns::READINGS
+        .iter()
+        .chain(&columns::ROLLUPS)
+        .chain(&columns::DEVICES)
+    {
         let parquet = c.parquet();
         let want = match c.glue() {
             "timestamp" => "INT64 ",

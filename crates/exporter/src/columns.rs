@@ -1,6 +1,6 @@
 //! The exported tables' columns, once: the Parquet schema the files are written with and the
-//! Glue column types `template.yaml` declares are both derived from [`READINGS`] and
-//! [`ROLLUPS`], and a test holds the template to them.
+//! Glue column types `template.yaml` declares are both derived from [`READINGS`],
+//! [`ROLLUPS`] and [`DEVICES`], and a test holds the template to them.
 
 /// How a column is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +56,18 @@ pub const ROLLUPS: [Column; 12] = [
     col("first_value", Kind::Double, true),
     col("last_time", Kind::Time, true),
     col("last_value", Kind::Double, true),
+];
+
+/// One row per device and span of its tag history (`docs/design.md` §2 "Tags and groups"):
+/// the tags in force from `valid_from` until `valid_to` (absent: still in force), as a JSON
+/// object (`{"line":"3","site":"A"}`; `{}` for a span without tags), sorted by device, then
+/// `valid_from`. A reading's tags are those of the row with `valid_from <= time` and
+/// `valid_to` absent or later.
+pub const DEVICES: [Column; 4] = [
+    col("device_id", Kind::Text, false),
+    col("tags", Kind::Text, false),
+    col("valid_from", Kind::Time, false),
+    col("valid_to", Kind::Time, true),
 ];
 
 impl Column {

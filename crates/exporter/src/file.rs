@@ -41,6 +41,16 @@ pub struct RollupRow {
     pub stats: Stats,
 }
 
+/// One span of one device's tag history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceRow {
+    pub device: String,
+    /// The tags as a JSON object.
+    pub tags: String,
+    pub valid_from_us: i64,
+    pub valid_to_us: Option<i64>,
+}
+
 /// A column's values, one per row (`None`: null, in nullable columns only).
 enum Values {
     Text(Vec<Option<String>>),
@@ -178,6 +188,32 @@ pub fn rollup_files(mut rows: Vec<RollupRow>) -> Result<Vec<(Vec<u8>, u64)>, Exp
             ];
             Ok((
                 write("rollups", &columns::ROLLUPS, &data)?,
+                chunk.len() as u64,
+            ))
+        })
+        .collect()
+}
+
+/// The files of the devices table holding `rows`, in order, each with its row count.
+pub fn device_files(mut rows: Vec<DeviceRow>) -> Result<Vec<(Vec<u8>, u64)>, ExportError> {
+    rows.sort_by(|a, b| {
+        (&a.device, a.valid_from_us, a.valid_to_us, &a.tags).cmp(&(
+            &b.device,
+            b.valid_from_us,
+            b.valid_to_us,
+            &b.tags,
+        ))
+    });
+    rows.chunks(FILE_ROWS)
+        .map(|chunk| {
+            let data = vec![
+                Values::Text(chunk.iter().map(|r| Some(r.device.clone())).collect()),
+                Values::Text(chunk.iter().map(|r| Some(r.tags.clone())).collect()),
+                Values::Int(chunk.iter().map(|r| Some(r.valid_from_us)).collect()),
+                Values::Int(chunk.iter().map(|r| r.valid_to_us).collect()),
+            ];
+            Ok((
+                write("devices", &columns::DEVICES, &data)?,
                 chunk.len() as u64,
             ))
         })

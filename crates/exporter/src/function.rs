@@ -26,7 +26,8 @@ impl Exporter {
     ) -> Self {
         Exporter {
             state: DynamoState::new(ddb.clone(), &config.table_name),
-            source: DynamoSource::new(ddb, &config.table_name, config.status_shards),
+            source: DynamoSource::new(ddb, &config.table_name, config.status_shards)
+                .with_group_tags(config.group_tags.clone()),
             sink: S3Sink {
                 client: s3,
                 bucket: config.bucket.clone(),

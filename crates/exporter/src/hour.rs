@@ -2,15 +2,19 @@
 //! rollups computed from the same readings, a manifest each, and any object an earlier export
 //! of the hour left that this one no longer writes deleted; likewise a closed day's daily
 //! rollups. Objects are written before the manifest, which a reader takes as the partition's
-//! completeness record, and stale ones removed after it.
+//! completeness record, and stale ones removed after it. The same walk recomputes the hour's
+//! group rollups in the table ([`crate::groups`]) and rewrites the devices table.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
-use tidemark_schema::{AggregateItem, Bucket, DeviceId, Period, Reading, Stats, Timestamp};
+use tidemark_schema::{
+    AggregateItem, Bucket, DeviceId, EntityKey, Key, Period, Reading, Stats, TagHistory, Timestamp,
+};
 
 use crate::ExportError;
 use crate::file::{self, ReadingRow, ReadingsWriter, RollupRow};
+use crate::groups::{GroupFold, GroupPair};
 use crate::paths;
 use crate::sink::Sink;
 use crate::source::Source;
@@ -35,6 +39,10 @@ pub struct BucketExport {
     /// Stored items that did not parse, left out (as every reader leaves them out).
     pub unreadable: u64,
     pub files: Vec<FileEntry>,
+    /// Rollups manifests: the (group, metric) pairs whose group rollup item of the bucket
+    /// this export wrote, so the next export of the bucket deletes those left without readings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupPair>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,6 +63,7 @@ impl BucketExport {
             rows: 0,
             unreadable: 0,
             files: Vec::new(),
+            groups: Vec::new(),
         }
     }
 
@@ -176,13 +185,21 @@ pub async fn export_hour<S: Source, K: Sink>(
     let mut writer = ReadingsWriter::default();
     let mut keep = Vec::new();
     let mut rollups = Vec::new();
-    for device in source.devices().await? {
+    let devices = source.devices().await?;
+    let ids: Vec<DeviceId> = devices.iter().cloned().collect();
+    let histories = source.tag_histories(&ids).await?;
+    let keys = source.group_tags();
+    let mut groups = GroupFold::default();
+    for device in devices {
         let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, bucket));
         let name = device.to_string();
+        let history = histories.get(&device);
         let mut failed = None;
         let seen = report
             .read(source, &device, bucket, |r| {
                 item.add_reading(r.timestamp, &r.metrics);
+                let of = crate::groups::groups_at(history, keys, r.timestamp);
+                groups.add_reading(&device, of, r.timestamp, &r.metrics);
                 let metadata = r.metadata.map(|m| serde_json::Value::Object(m).to_string());
                 for (metric, value) in r.metrics {
                     let row = ReadingRow {
@@ -223,9 +240,13 @@ pub async fn export_hour<S: Source, K: Sink>(
         &format!("{folder}/"),
     )
     .await?;
+    export_devices(sink, prefix, bucket, &histories).await?;
+    let previous = exported_groups(sink, &paths::rollups_manifest(prefix, bucket)).await?;
+    let written = write_groups(source, bucket, &groups, &previous).await?;
     let mut rollup_report = BucketExport {
         rows: rollups.len() as u64,
         files: Vec::new(),
+        groups: written,
         ..report.clone()
     };
     write(
@@ -238,6 +259,66 @@ pub async fn export_hour<S: Source, K: Sink>(
     )
     .await?;
     Ok(report)
+}
+
+/// The pairs the manifest `key` lists as written (none: never exported, or before groups).
+async fn exported_groups<K: Sink>(sink: &K, key: &str) -> Result<Vec<GroupPair>, ExportError> {
+    let Some(body) = sink.read(key).await? else {
+        return Ok(Vec::new());
+    };
+    let manifest: BucketExport = serde_json::from_slice(&body).map_err(ExportError::Manifest)?;
+    Ok(manifest.groups)
+}
+
+/// Puts the bucket's group items and deletes those of `previous` pairs it no longer has;
+/// the pairs written.
+async fn write_groups<S: Source>(
+    source: &S,
+    bucket: Bucket,
+    groups: &GroupFold,
+    previous: &[GroupPair],
+) -> Result<Vec<GroupPair>, ExportError> {
+    let items = groups.items(bucket, Timestamp::now());
+    source.put_group_buckets(&items).await?;
+    let now = groups.pairs();
+    let stale: Vec<Key> = previous
+        .iter()
+        .filter(|p| !now.contains(*p))
+        .map(|p| {
+            EntityKey::GroupBucket {
+                tag: p.tag.clone(),
+                metric: p.metric.clone(),
+                bucket,
+            }
+            .key()
+        })
+        .collect();
+    source.delete_group_buckets(&stale).await?;
+    Ok(now.into_iter().collect())
+}
+
+/// Rewrites the devices table (every device's tag history, a row per epoch) whole, with its
+/// manifest; files an earlier, larger table had past these are deleted.
+async fn export_devices<K: Sink>(
+    sink: &K,
+    prefix: &str,
+    bucket: Bucket,
+    histories: &HashMap<DeviceId, TagHistory>,
+) -> Result<(), ExportError> {
+    let rows = crate::groups::device_rows(histories);
+    let mut report = BucketExport::new(bucket);
+    report.devices = histories.len();
+    report.rows = rows.len() as u64;
+    let folder = paths::devices_folder(prefix);
+    write(
+        sink,
+        file::device_files(rows)?,
+        &mut report,
+        |i| paths::devices_key(prefix, i),
+        format!("{folder}/{MANIFEST}"),
+        &format!("{folder}/part-"),
+    )
+    .await
 }
 
 /// The hourly rollups an earlier export of `hour` left (its manifest, then its files), or
@@ -278,6 +359,13 @@ pub async fn export_day<S: Source, K: Sink>(
 ) -> Result<BucketExport, ExportError> {
     let bucket = Period::Daily.bucket(day);
     let mut report = BucketExport::new(bucket);
+    let keys = source.group_tags();
+    // Groups: the pairs the day's exported hours wrote items for, the readings of hours never
+    // exported folded here, and each hour's members with a reading, by device.
+    let mut pairs: BTreeSet<GroupPair> = BTreeSet::new();
+    let mut direct = GroupFold::default();
+    let mut hour_members: Vec<(String, tidemark_schema::MetricName, Bucket)> = Vec::new();
+    let mut histories: Option<HashMap<DeviceId, TagHistory>> = None;
     let mut days: BTreeMap<(String, String), Stats> = BTreeMap::new();
     let mut devices = BTreeSet::new();
     let mut add = |device: String, metric: String, stats: &Stats| {
@@ -294,15 +382,28 @@ pub async fn export_day<S: Source, K: Sink>(
         if let Some((manifest, rows)) = exported_hour(sink, prefix, hour).await? {
             report.readings += manifest.readings;
             report.unreadable += manifest.unreadable;
+            pairs.extend(manifest.groups);
             for r in rows {
+                if let Ok(m) = tidemark_schema::MetricName::new(&r.metric) {
+                    hour_members.push((r.device.clone(), m, hour));
+                }
                 add(r.device, r.metric, &r.stats);
             }
         } else {
-            for device in source.devices().await? {
+            let devices = source.devices().await?;
+            if histories.is_none() {
+                let ids: Vec<DeviceId> = devices.iter().cloned().collect();
+                histories = Some(source.tag_histories(&ids).await?);
+            }
+            let known = histories.as_ref();
+            for device in devices {
                 let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, hour));
+                let history = known.and_then(|h| h.get(&device));
                 report
                     .read(source, &device, hour, |r| {
-                        item.add_reading(r.timestamp, &r.metrics)
+                        item.add_reading(r.timestamp, &r.metrics);
+                        let of = crate::groups::groups_at(history, keys, r.timestamp);
+                        direct.add_reading(&device, of, r.timestamp, &r.metrics);
                     })
                     .await?;
                 for (metric, stats) in &item.metrics {
@@ -313,6 +414,37 @@ pub async fn export_day<S: Source, K: Sink>(
         hour = Period::Hourly.bucket(hour.end_exclusive());
     }
     report.devices = devices.len();
+    let histories = match histories {
+        Some(h) => h,
+        None => {
+            let ids: Vec<DeviceId> = devices
+                .iter()
+                .filter_map(|d| DeviceId::new(d).ok())
+                .collect();
+            source.tag_histories(&ids).await?
+        }
+    };
+    let mut groups = GroupFold::default();
+    for pair in pairs {
+        for h in source.group_hours(&pair.tag, &pair.metric, bucket).await? {
+            groups.add_stats(pair.clone(), &h.stats);
+        }
+    }
+    groups.absorb(direct);
+    for (device, metric, hour) in hour_members {
+        let Ok(id) = DeviceId::new(&device) else {
+            continue;
+        };
+        for tag in crate::groups::groups_within(histories.get(&id), keys, hour) {
+            let pair = GroupPair {
+                tag,
+                metric: metric.clone(),
+            };
+            groups.member(&id, pair);
+        }
+    }
+    let previous = exported_groups(sink, &paths::rollups_manifest(prefix, bucket)).await?;
+    report.groups = write_groups(source, bucket, &groups, &previous).await?;
     let start_us = bucket.start().epoch_micros();
     let rollups: Vec<RollupRow> = days
         .into_iter()

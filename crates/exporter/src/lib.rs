@@ -5,15 +5,17 @@
 //! Built so far: the tables' columns ([`columns`], one source for the files and the Glue
 //! table), deterministic Parquet files ([`file`]), the object keys ([`paths`]), one hour's
 //! export ([`hour`]) from the table ([`source`]) to any object store ([`sink`], [`s3`]),
-//! and a day's daily rollups, and the schedule ([`schedule`]: closed hours once, hours the
-//! rollups role marked as changed after their close again), which the deployed function
-//! ([`function`], on EventBridge Scheduler) and `make run` run and `tidemark-admin export`
-//! backfills with.
+//! and a day's daily rollups, each group's closed hours and days in the table
+//! ([`groups`]) and the devices' tags over time (the `devices` table), and the schedule
+//! ([`schedule`]: closed hours once, hours the rollups role marked as changed after their
+//! close again), which the deployed function ([`function`], on EventBridge Scheduler) and
+//! `make run` run and `tidemark-admin export` backfills with.
 
 pub mod columns;
 pub mod config;
 pub mod file;
 pub mod function;
+pub mod groups;
 pub mod hour;
 pub mod paths;
 pub mod s3;

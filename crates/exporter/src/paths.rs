@@ -2,7 +2,9 @@
 //! readings, `<prefix>/rollups/period=hourly/dt=YYYY-MM-DD/hour-HH-NNNNN.parquet` for an
 //! hour's rollups and `<prefix>/rollups/period=daily/dt=YYYY-MM-DD/part-NNNNN.parquet` for a
 //! day's, each partition with a manifest (`_manifest.json`; `_manifest-HH.json` per hour in
-//! an hourly rollups partition). Names are a pure function of the bucket and the file's place, so an export run
+//! an hourly rollups partition), and `<prefix>/devices/part-NNNNN.parquet` for the devices'
+//! tags over time (one folder, rewritten whole by each hour's export, with its
+//! `_manifest.json`). Names are a pure function of the bucket and the file's place, so an export run
 //! again overwrites the same objects.
 
 use tidemark_schema::{Bucket, Timestamp};
@@ -63,6 +65,16 @@ pub fn rollups_manifest(prefix: &str, bucket: Bucket) -> String {
     }
 }
 
+/// The folder of the devices table (no trailing slash).
+pub fn devices_folder(prefix: &str) -> String {
+    format!("{}/devices", trimmed(prefix))
+}
+
+/// File `part` of the devices table.
+pub fn devices_key(prefix: &str, part: usize) -> String {
+    format!("{}/part-{part:05}.parquet", devices_folder(prefix))
+}
+
 /// The partition folder holding a bucket's rollups (its period's, its day's).
 fn rollups_partition(prefix: &str, bucket: Bucket) -> String {
     format!(
@@ -102,5 +114,6 @@ mod tests {
             rollups_manifest("lake", Period::Daily.bucket(t)),
             "lake/rollups/period=daily/dt=2026-04-20/_manifest.json"
         );
+        assert_eq!(devices_key("/lake/", 0), "lake/devices/part-00000.parquet");
     }
 }

@@ -1,12 +1,20 @@
-//! What an export reads from the table, one small trait, implemented for DynamoDB.
+//! What an export reads from the table, and the group rollups it writes there, one small
+//! trait, implemented for DynamoDB.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
-use tidemark_schema::{DeviceId, DeviceStatus, EntityKey, Reading, Timestamp, keys};
+use tidemark_schema::{
+    Bucket, DeviceId, DeviceStatus, EntityKey, GroupBucketItem, Key, MetricName, Reading, Tag,
+    TagHistory, TagKey, Timestamp, keys,
+};
 use tidemark_store::Item;
+use tidemark_store::batch_get::key_item;
 use tidemark_store::read::{Queries, QuerySpec, SkRange, query_all, walk_whole_readings_while};
 
 use crate::ExportError;
+
+/// Group items put at once (one `PutItem` each: the SDK retries a throttled one).
+const GROUP_WRITES_IN_FLIGHT: usize = 16;
 
 /// Devices listed per GSI1 query page.
 const DEVICE_PAGE: i32 = 1000;
@@ -24,6 +32,30 @@ pub trait Source {
         to: Timestamp,
         visit: impl FnMut(Reading) + Send,
     ) -> impl Future<Output = Result<u64, ExportError>> + Send;
+    /// `GROUP_TAGS`: the tag keys whose groups keep rollups.
+    fn group_tags(&self) -> &[TagKey];
+    /// The tag histories of `devices`, read consistent (a device without one is absent).
+    fn tag_histories(
+        &self,
+        devices: &[DeviceId],
+    ) -> impl Future<Output = Result<HashMap<DeviceId, TagHistory>, ExportError>> + Send;
+    /// Puts group bucket items (each replacing what its key held).
+    fn put_group_buckets(
+        &self,
+        items: &[GroupBucketItem],
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// Deletes group bucket items.
+    fn delete_group_buckets(
+        &self,
+        keys: &[Key],
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// The hour items of `tag`'s `metric` in the day `day`, read consistent.
+    fn group_hours(
+        &self,
+        tag: &Tag,
+        metric: &MetricName,
+        day: Bucket,
+    ) -> impl Future<Output = Result<Vec<GroupBucketItem>, ExportError>> + Send;
 }
 
 /// The table. Readings are read strongly consistent: a re-export of a marked hour must see the
@@ -36,6 +68,8 @@ pub struct DynamoSource {
     pub queries: Queries,
     /// `STATUS_SHARDS`: the partitions the status listing is spread over.
     pub status_shards: u16,
+    /// `GROUP_TAGS`.
+    pub group_tags: Vec<TagKey>,
 }
 
 impl DynamoSource {
@@ -45,7 +79,14 @@ impl DynamoSource {
             client,
             table: table.to_owned(),
             status_shards,
+            group_tags: tidemark_store::settings::default_group_tags(),
         }
+    }
+
+    /// The same, keeping rollups for the groups of `keys` (`GROUP_TAGS`).
+    pub fn with_group_tags(mut self, keys: Vec<TagKey>) -> Self {
+        self.group_tags = keys;
+        self
     }
 }
 
@@ -111,5 +152,90 @@ impl Source for DynamoSource {
         )
         .await?;
         Ok(walked.unreadable)
+    }
+
+    fn group_tags(&self) -> &[TagKey] {
+        &self.group_tags
+    }
+
+    async fn tag_histories(
+        &self,
+        devices: &[DeviceId],
+    ) -> Result<HashMap<DeviceId, TagHistory>, ExportError> {
+        let (found, _unreadable) =
+            tidemark_store::tags::read_histories(&self.client, &self.table, devices, true).await?;
+        Ok(found.into_iter().map(|(d, (h, _))| (d, h)).collect())
+    }
+
+    async fn put_group_buckets(&self, items: &[GroupBucketItem]) -> Result<(), ExportError> {
+        use futures::StreamExt;
+        let mut puts = Vec::with_capacity(items.len());
+        for item in items {
+            puts.push(tidemark_store::to_item(item)?);
+        }
+        let results: Vec<Result<(), ExportError>> = futures::stream::iter(puts)
+            .map(|item| async move {
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .send()
+                    .await
+                    .map_err(tidemark_store::StoreError::sdk("PutItem"))?;
+                Ok(())
+            })
+            .buffer_unordered(GROUP_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
+    async fn delete_group_buckets(&self, keys: &[Key]) -> Result<(), ExportError> {
+        for k in keys {
+            self.client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(key_item(k)))
+                .send()
+                .await
+                .map_err(tidemark_store::StoreError::sdk("DeleteItem"))?;
+        }
+        Ok(())
+    }
+
+    async fn group_hours(
+        &self,
+        tag: &Tag,
+        metric: &MetricName,
+        day: Bucket,
+    ) -> Result<Vec<GroupBucketItem>, ExportError> {
+        let (first, last) = crate::groups::hours_of_day(day);
+        let mut spec = QuerySpec::table(
+            keys::group_pk(tag),
+            SkRange::Between(
+                keys::group_bucket_sk(metric, first),
+                keys::group_bucket_sk(metric, last),
+            ),
+            true,
+        );
+        spec.consistent = true;
+        let mut out = Vec::new();
+        let mut bad = None;
+        query_all(
+            &self.queries,
+            &spec,
+            100,
+            |item| match tidemark_store::from_item::<GroupBucketItem>(item) {
+                Ok(g) => out.push(g),
+                Err(e) => {
+                    bad.get_or_insert(e);
+                }
+            },
+        )
+        .await?;
+        if let Some(e) = bad {
+            return Err(ExportError::Store(e));
+        }
+        Ok(out)
     }
 }
