@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
     AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
-    PutDevice, QuerySpec, QueryStore, ShardWriter,
+    PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter,
 };
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
@@ -125,6 +125,24 @@ impl<S: ShardWriter + Sync> ShardWriter for Timed<S> {
         version: u64,
     ) -> Result<bool, StoreError> {
         self.timed(self.inner.replace_shards(d, h, version)).await
+    }
+}
+
+impl<S: TagWriter + Sync> TagWriter for Timed<S> {
+    async fn replace_tags(
+        &self,
+        d: &DeviceId,
+        h: &tidemark_schema::TagHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        self.timed(self.inner.replace_tags(d, h, version)).await
+    }
+    async fn write_tag_index(
+        &self,
+        puts: &[tidemark_schema::TagIndexItem],
+        deletes: &[Key],
+    ) -> Result<(), StoreError> {
+        self.timed(self.inner.write_tag_index(puts, deletes)).await
     }
 }
 

@@ -28,6 +28,7 @@ mod alert_actions;
 mod layout;
 mod readings;
 mod series;
+mod tagging;
 
 type Reply = (StatusCode, Value);
 
@@ -233,9 +234,9 @@ impl<S: Store> App<S> {
 
     async fn put_device(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
         let body = self.within_body_limit(body)?;
-        let reg = validate::registration(id, body, self.config.status_shards)?;
+        let mut reg = validate::registration(id, body, self.config.status_shards)?;
         let now = self.now();
-        let put = self.store.put_device(&reg, now).await?;
+        let put = self.put_tagged(&mut reg, now).await?;
         let status = if put.created {
             StatusCode::CREATED
         } else {
@@ -249,14 +250,18 @@ impl<S: Store> App<S> {
 
     async fn list_devices(&self, p: &Params) -> Result<Reply, ApiError> {
         let limit = validate::limit(p)?;
+        let tags = validate::tag_filters(p)?;
         if let Some(c) = p.get("connectivity") {
             validate::connectivity(c, p.get("status").is_some())?;
-            return self.offline_devices(p, limit).await;
+            return self.offline_devices(p, limit, &tags).await;
         }
         let status = p
             .get("status")
             .map(|s| DeviceStatus::parse(s).map_err(|e| ApiError::bad("status", e.to_string())))
             .transpose()?;
+        if !tags.is_empty() {
+            return self.tagged_devices(p, tags, status, limit).await;
+        }
         let scope = format!("devices|{}", status.map_or("-", |s| s.as_str()));
         // Devices may sit under the plain status key (registered before status sharding, or
         // by the pipeline) or under one of its shards: list them all, merged by device ID.
@@ -300,9 +305,15 @@ impl<S: Store> App<S> {
     }
 
     /// Offline devices by ID, from GSI2's offline partition (keys only: the device items are
-    /// read after, so each shows as `GET /devices/{id}` would).
-    async fn offline_devices(&self, p: &Params, limit: usize) -> Result<Reply, ApiError> {
-        let scope = "devices|offline";
+    /// read after, so each shows as `GET /devices/{id}` would); with `tags`, those of them
+    /// whose device item holds every tag (a filter after the limit: a page may be short).
+    async fn offline_devices(
+        &self,
+        p: &Params,
+        limit: usize,
+        tags: &[tidemark_schema::Tag],
+    ) -> Result<Reply, ApiError> {
+        let scope = &tagging::offline_scope(tags);
         let start = match self.open(scope, p)? {
             Some(s) => Start::Resume(s),
             None => Start::whole(),
@@ -350,7 +361,11 @@ impl<S: Store> App<S> {
             .into_iter()
             .filter_map(|k| by_key.remove(&(k.pk, k.sk)))
             .map(|i| render::device_item(i, window))
-            .filter(|d| d.as_ref().map_or(true, |v| v["connectivity"] == "offline"))
+            .filter(|d| {
+                d.as_ref().map_or(true, |v| {
+                    v["connectivity"] == "offline" && tagging::shows_tags(v, tags)
+                })
+            })
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
     }

@@ -5,14 +5,15 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertId, DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, Timestamp, field,
+    AlertId, DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, TagHistory, TagHistoryItem,
+    TagIndexItem, Timestamp, field,
 };
 use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
     AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice,
-    QuerySpec, QueryStore, ShardWriter, Update, ack_update, alert_state, device_update,
+    QuerySpec, QueryStore, ShardWriter, TagWriter, Update, ack_update, alert_state, device_update,
     snooze_update, unsnooze_update,
 };
 
@@ -145,6 +146,54 @@ impl AlertWriter for MemoryStore {
         alert: &AlertId,
     ) -> Result<AlertOutcome, StoreError> {
         Ok(self.update_alert(device, alert, unsnooze_update(), true))
+    }
+}
+
+/// The `version` of the item at `k` (0: none), as the optimistic locks read it.
+fn stored_version(items: &Items, k: &Key) -> u64 {
+    items
+        .get(&(k.pk.clone(), k.sk.clone()))
+        .and_then(|it| it.get(field::VERSION))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+impl TagWriter for MemoryStore {
+    async fn replace_tags(
+        &self,
+        device: &DeviceId,
+        history: &TagHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        let k = TagHistoryItem::key(device);
+        let mut items = self.lock();
+        if stored_version(&items, &k) != version {
+            return Ok(false);
+        }
+        let item = tidemark_store::to_item(&TagHistoryItem {
+            pk: k.pk,
+            sk: k.sk,
+            epochs: history.clone(),
+            version: version + 1,
+        })?;
+        MemTable::insert(&mut items, item)?;
+        Ok(true)
+    }
+
+    async fn write_tag_index(
+        &self,
+        puts: &[TagIndexItem],
+        deletes: &[Key],
+    ) -> Result<(), StoreError> {
+        let mut items = self.lock();
+        for p in puts {
+            MemTable::insert(&mut items, tidemark_store::to_item(p)?)?;
+        }
+        for k in deletes {
+            items.remove(&(k.pk.clone(), k.sk.clone()));
+        }
+        Ok(())
     }
 }
 

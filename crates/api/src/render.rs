@@ -55,6 +55,7 @@ fn corrupt(e: impl std::fmt::Display) -> ApiError {
 
 /// A device with its `connectivity` (`online`, `offline` or `unknown`), judged with the
 /// fleet's offline window `fleet_window` for a device without its own.
+/// `tags` and `tagsFrom` show the latest declared tags (absent when it has none).
 pub fn device(d: &DeviceItem, fleet_window: u32) -> Result<Value, ApiError> {
     let mut v = without_keys(serde_json::to_value(d).map_err(corrupt)?);
     if let Value::Object(m) = &mut v {
@@ -75,6 +76,29 @@ pub fn device_item(item: Item, fleet_window: u32) -> Result<Value, ApiError> {
 pub fn device_summary(item: Item) -> Result<Value, ApiError> {
     let d: DeviceItem = tidemark_store::from_item(item)?;
     Ok(without_keys(serde_json::to_value(&d).map_err(corrupt)?))
+}
+
+/// A device as a tag listing has it: the status listing's summary with its `tags` and
+/// `tagsFrom`.
+pub fn tagged_device(item: Item) -> Result<Value, ApiError> {
+    const SHOWN: &[&str] = &[
+        "deviceId",
+        "name",
+        "type",
+        "status",
+        "location",
+        "firmware",
+        "createdAt",
+        "updatedAt",
+        "tags",
+        "tagsFrom",
+    ];
+    let d: DeviceItem = tidemark_store::from_item(item)?;
+    let mut v = without_keys(serde_json::to_value(&d).map_err(corrupt)?);
+    if let Value::Object(m) = &mut v {
+        m.retain(|k, _| SHOWN.contains(&k.as_str()));
+    }
+    Ok(v)
 }
 
 /// `{"deviceId", "count": <in force now>, "epochs": [{"from", "count"}…]}`; epochs later

@@ -92,7 +92,12 @@ pub fn percent_decode(s: &str, plus_is_space: bool) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// The query parameters of one route: each at most once, none the route does not know.
+/// Parameters a request may give more than once (`?tag=site:A&tag=line:3`); each route says
+/// how many it takes.
+pub const REPEATABLE: &[&str] = &["tag"];
+
+/// The query parameters of one route: each at most once (but [`REPEATABLE`] ones), none the
+/// route does not know.
 #[derive(Debug)]
 pub struct Params {
     pairs: Vec<(String, String)>,
@@ -112,13 +117,23 @@ impl Params {
                     format!("unknown query parameter; this route takes: {allowed}"),
                 ));
             }
-            if pairs[..i].iter().any(|(p, _)| p == k) {
+            if !REPEATABLE.contains(&k.as_str()) && pairs[..i].iter().any(|(p, _)| p == k) {
                 return Err(ApiError::bad(k.clone(), "given more than once"));
             }
         }
         Ok(Params { pairs })
     }
 
+    /// Every value of a [`REPEATABLE`] parameter, in order of appearance.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.pairs
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// The value of a parameter given once (the first of a [`REPEATABLE`] one).
     pub fn get(&self, name: &str) -> Option<&str> {
         self.pairs
             .iter()
@@ -156,5 +171,14 @@ mod tests {
             matches!(p(&[("form", "1")]), Err(ApiError::BadRequest { param, .. }) if param == "form")
         );
         assert!(p(&[("from", "1"), ("from", "2")]).is_err());
+        let tags = Params::new(
+            vec![
+                ("tag".into(), "site:A".into()),
+                ("tag".into(), "line:3".into()),
+            ],
+            &["tag"],
+        )
+        .unwrap();
+        assert_eq!(tags.all("tag"), ["site:A", "line:3"]);
     }
 }

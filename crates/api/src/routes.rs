@@ -131,7 +131,7 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Method::GET,
         "/devices",
         Route::ListDevices,
-        &["status", "connectivity", "limit", "cursor"],
+        &["status", "connectivity", "tag", "limit", "cursor"],
     ),
     (Method::PUT, "/devices/{id}", Route::PutDevice, &[]),
     (Method::GET, "/devices/{id}", Route::GetDevice, &[]),

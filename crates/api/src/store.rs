@@ -11,7 +11,7 @@ use serde_json::Value;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key, LayoutHistory, MetricName,
-    Severity, Threshold, Timestamp, field, keys,
+    Severity, TagHistory, TagIndexItem, Tags, Threshold, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::read::Queries;
@@ -56,6 +56,12 @@ pub struct DeviceRegistration {
     pub offline_severity: Option<Severity>,
     /// Keep quantile sketches in its rollups.
     pub percentiles: bool,
+    /// What the request asks of its tags (the handler applies it to the tag history).
+    pub tag_request: crate::validate::TagRequest,
+    /// The latest declared tags and when they take effect, as the tag history holds them
+    /// once the request's change is applied: the device item's `tags` and `tagsFrom`.
+    pub tags: Tags,
+    pub tags_from: Option<Timestamp>,
 }
 
 /// A device as written, and whether the write created it.
@@ -87,13 +93,32 @@ pub trait ShardWriter {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
+pub trait TagWriter {
+    /// Stores `history` as the tag history of `device` if the stored one is still at
+    /// `version` (0: never written), bumping the version; `false` when another change landed
+    /// first.
+    fn replace_tags(
+        &self,
+        device: &DeviceId,
+        history: &TagHistory,
+        version: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Puts the index entries `puts` and deletes those at `deletes`.
+    fn write_tag_index(
+        &self,
+        puts: &[TagIndexItem],
+        deletes: &[Key],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
 /// Everything the handlers use.
 pub trait Store:
-    QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + Send + Sync
+    QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + TagWriter + Send + Sync
 {
 }
-impl<T: QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + Send + Sync> Store
-    for T
+impl<T: QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + TagWriter + Send + Sync>
+    Store for T
 {
 }
 
@@ -292,6 +317,15 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
         field::PERCENTILES,
         reg.percentiles.then_some(AttributeValue::Bool(true)),
     );
+    put(
+        field::TAGS,
+        if reg.tags.is_empty() {
+            None
+        } else {
+            Some(av(&reg.tags)?)
+        },
+    );
+    put(field::TAGS_FROM, reg.tags_from.map(|t| s(t.to_string())));
     put(field::UPDATED_AT, Some(s(now.to_string())));
     Ok(u)
 }
@@ -317,5 +351,31 @@ impl ShardWriter for DynamoStore {
             version,
         )
         .await
+    }
+}
+
+impl TagWriter for DynamoStore {
+    async fn replace_tags(
+        &self,
+        device: &DeviceId,
+        history: &TagHistory,
+        version: u64,
+    ) -> Result<bool, StoreError> {
+        tidemark_store::tag_change::replace_history(
+            &self.client,
+            &self.table,
+            device,
+            history,
+            version,
+        )
+        .await
+    }
+
+    async fn write_tag_index(
+        &self,
+        puts: &[TagIndexItem],
+        deletes: &[Key],
+    ) -> Result<(), StoreError> {
+        tidemark_store::tag_change::write_index(&self.client, &self.table, puts, deletes).await
     }
 }

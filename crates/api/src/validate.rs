@@ -20,8 +20,10 @@ pub const MAX_LATEST_QUERIES: usize = 400;
 pub use thresholds::{MAX_FOR_SECONDS, MAX_THRESHOLDS};
 
 mod layout;
+mod tags;
 mod thresholds;
 pub use layout::{LayoutChange, ShardChange, layout_change, shard_change};
+pub use tags::{MAX_TAG_FILTERS, TagRequest, tag_filters};
 use thresholds::thresholds;
 
 pub fn device_id(raw: &str) -> Result<DeviceId, ApiError> {
@@ -112,6 +114,8 @@ struct DeviceBody {
     offline_after_seconds: Option<Value>,
     offline_severity: Option<String>,
     percentiles: Option<Value>,
+    tags: Option<Value>,
+    tags_effective_from: Option<Value>,
 }
 
 /// A device's offline window: 0 (never) or 60 s to 30 days
@@ -263,6 +267,12 @@ pub fn registration(
         .map(|t| keyword::<DeviceType>("type", t, "sensor, gateway, actuator"))
         .transpose()?;
     let status_shard = tidemark_schema::keys::status_shard_for(&id, status_shards);
+    let location = b.location.map(location).transpose()?;
+    let site = location
+        .as_ref()
+        .and_then(|l| l.get("site"))
+        .and_then(Value::as_str);
+    let tag_request = tags::tag_request(b.tags, b.tags_effective_from, site)?;
     Ok(DeviceRegistration {
         device_id: id,
         name: b
@@ -272,7 +282,7 @@ pub fn registration(
             .transpose()?,
         device_type,
         status,
-        location: b.location.map(location).transpose()?,
+        location,
         firmware: b.firmware.as_deref().map(firmware).transpose()?,
         thresholds: b
             .thresholds
@@ -292,6 +302,9 @@ pub fn registration(
                 .as_bool()
                 .ok_or_else(|| ApiError::bad("percentiles", format!("{v} is not true or false")))?,
         },
+        tag_request,
+        tags: tidemark_schema::Tags::empty(),
+        tags_from: None,
     })
 }
 
