@@ -25,6 +25,7 @@ use crate::validate;
 
 mod aggregates;
 mod alert_actions;
+mod groups;
 mod layout;
 mod readings;
 mod series;
@@ -134,6 +135,7 @@ impl<S: Store> App<S> {
             Route::Alerts => self.alerts(p).await,
             Route::Aggregates => self.aggregates(id()?, p).await,
             Route::Series => self.series(id()?, p).await,
+            Route::GroupSeries => self.group_series(p).await,
             Route::Quarantine => self.quarantine(p).await,
         }
     }
@@ -435,11 +437,15 @@ impl<S: Store> App<S> {
             AlertState::Acknowledged => "acknowledged",
             AlertState::Resolved => "resolved",
         });
-        let scope = format!(
+        let tags = validate::tag_filters(p)?;
+        let mut scope = format!(
             "alerts|{}|{}",
             severity.map_or("-", |s| s.as_str()),
             state_str.unwrap_or("-")
         );
+        for t in &tags {
+            scope = format!("{scope}|{t}");
+        }
         let start = match self.open(&scope, p)? {
             Some(s) => Start::Resume(s),
             None => Start::Fresh {
@@ -462,12 +468,49 @@ impl<S: Store> App<S> {
                 )
             })
         };
-        let (items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
+        let (mut items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
+        if !tags.is_empty() {
+            items = self.of_devices_holding(items, &tags).await?;
+        }
         let items = items
             .into_iter()
             .map(render::alert)
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
+    }
+
+    /// The alerts of `items` whose device holds every one of `tags` now (its latest declared
+    /// tags): one BatchGetItem of the page's devices. The page may come out short, or empty;
+    /// its cursor goes on after the alerts read, kept or not.
+    async fn of_devices_holding(
+        &self,
+        items: Vec<Item>,
+        tags: &[tidemark_schema::Tag],
+    ) -> Result<Vec<Item>, ApiError> {
+        let device_of = |i: &Item| match i.get(tidemark_schema::field::DEVICE_ID) {
+            Some(AttributeValue::S(s)) => DeviceId::new(s).ok(),
+            _ => None,
+        };
+        let mut ids: Vec<DeviceId> = items.iter().filter_map(device_of).collect();
+        ids.sort();
+        ids.dedup();
+        let keys = ids
+            .into_iter()
+            .map(|d| EntityKey::Device(d).key())
+            .collect();
+        let holding: std::collections::HashSet<DeviceId> = self
+            .store
+            .batch_get(keys)
+            .await?
+            .into_iter()
+            .filter_map(|i| tidemark_store::from_item::<DeviceItem>(i).ok())
+            .filter(|d| d.tags.has_all(tags))
+            .map(|d| d.device_id)
+            .collect();
+        Ok(items
+            .into_iter()
+            .filter(|i| device_of(i).is_some_and(|d| holding.contains(&d)))
+            .collect())
     }
 
     /// Quarantined records of a UTC day (default today), oldest first, merged over the

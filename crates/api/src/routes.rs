@@ -23,6 +23,7 @@ pub enum Route {
     Alerts,
     Aggregates,
     Series,
+    GroupSeries,
     Quarantine,
 }
 
@@ -112,7 +113,8 @@ impl Route {
             | Route::DeviceAlerts
             | Route::Alerts
             | Route::Aggregates
-            | Route::Series => Scope::Read,
+            | Route::Series
+            | Route::GroupSeries => Scope::Read,
         }
     }
 }
@@ -151,7 +153,12 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Route::LatestReading,
         &[],
     ),
-    (Method::GET, "/latest", Route::LatestOfDevices, &["ids"]),
+    (
+        Method::GET,
+        "/latest",
+        Route::LatestOfDevices,
+        &["ids", "tag", "limit", "cursor"],
+    ),
     (
         Method::GET,
         "/devices/{id}/alerts",
@@ -180,7 +187,7 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Method::GET,
         "/alerts",
         Route::Alerts,
-        &["severity", "state", "limit", "cursor"],
+        &["severity", "state", "tag", "limit", "cursor"],
     ),
     (
         Method::GET,
@@ -198,6 +205,24 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
             "resolution",
             "maxPoints",
             "metrics",
+            "aggregates",
+            "fill",
+            "format",
+            "limit",
+            "cursor",
+        ],
+    ),
+    (
+        Method::GET,
+        "/groups/series",
+        Route::GroupSeries,
+        &[
+            "tag",
+            "metric",
+            "from",
+            "to",
+            "resolution",
+            "maxPoints",
             "aggregates",
             "fill",
             "format",

@@ -261,8 +261,25 @@ impl<S: Store> App<S> {
     /// fresh as ingest): one BatchGetItem for their layout histories, then
     /// [`Self::newest_reading`] per device, [`LATEST_CONCURRENCY`] devices at a time.
     pub(super) async fn latest_of_devices(&self, p: &Params) -> Result<Reply, ApiError> {
+        if !p.all("tag").is_empty() {
+            if p.get("ids").is_some() {
+                return Err(ApiError::bad("ids", "give ids or tag, not both"));
+            }
+            return self.latest_of_tag(p).await;
+        }
+        for name in ["limit", "cursor"] {
+            if p.get(name).is_some() {
+                return Err(ApiError::bad(
+                    name,
+                    "only with tag: a list of ids is answered whole",
+                ));
+            }
+        }
         let raw = p.get("ids").ok_or_else(|| {
-            ApiError::bad("ids", "required: a comma-separated list of device IDs")
+            ApiError::bad(
+                "ids",
+                "required (or tag): a comma-separated list of device IDs",
+            )
         })?;
         let mut ids: Vec<DeviceId> = Vec::new();
         for part in raw.split(',') {
@@ -280,8 +297,7 @@ impl<S: Store> App<S> {
         // Their own layouts and the fleet's default, in one BatchGetItem (101 keys at most;
         // the store splits it into calls of 100).
         let (book, _) = LayoutBook::from_raw(self.store.batch_get(LayoutBook::keys(&ids)).await?);
-        let now = self.now();
-        let lo = self.config.retention_start(now);
+        let lo = self.config.retention_start(self.now());
         let queries: usize = ids
             .iter()
             .map(|id| {
@@ -303,6 +319,18 @@ impl<S: Store> App<S> {
                 ),
             ));
         }
+        Ok(list(self.newest_of(&ids, &book).await?, None))
+    }
+
+    /// The newest reading of each of `ids` (their layouts in `book`), in their order, devices
+    /// without one left out: [`Self::newest_reading`] per device, [`LATEST_CONCURRENCY`] at a
+    /// time, each rendered as `GET /devices/{id}/readings/latest` renders it.
+    pub(super) async fn newest_of(
+        &self,
+        ids: &[DeviceId],
+        book: &LayoutBook,
+    ) -> Result<Vec<serde_json::Value>, ApiError> {
+        let now = self.now();
         let reads: Vec<_> = ids
             .iter()
             .map(|id| self.newest_reading(id, book.of(id), now, false))
@@ -311,11 +339,10 @@ impl<S: Store> App<S> {
             .buffered(LATEST_CONCURRENCY)
             .try_collect()
             .await?;
-        let out = newest
+        newest
             .into_iter()
             .flatten()
             .map(render::reading)
-            .collect::<Result<_, _>>()?;
-        Ok(list(out, None))
+            .collect::<Result<_, _>>()
     }
 }

@@ -25,17 +25,20 @@ use crate::series::table::{self, Layout, Point};
 use crate::series::{self, Aggregate, Fill, Format, SeriesQuery};
 use crate::store::{QuerySpec, SkRange, Store};
 
-type Buckets = BTreeMap<Timestamp, BTreeMap<MetricName, Acc>>;
+/// Each metric's neighbouring reading before a page and after it (`locf`, `linear`).
+pub(super) type Edges = (BTreeMap<MetricName, Point>, BTreeMap<MetricName, Point>);
+
+pub(super) type Buckets = BTreeMap<Timestamp, BTreeMap<MetricName, Acc>>;
 
 /// Rollup items a query asks for at a time.
 const ROLLUP_PAGE: usize = 100;
 
 /// One page's walk: its buckets, the metrics in them, and where it ended.
-struct Walk {
-    buckets: Buckets,
-    seen: BTreeSet<MetricName>,
+pub(super) struct Walk {
+    pub(super) buckets: Buckets,
+    pub(super) seen: BTreeSet<MetricName>,
     /// Exclusive: the walk covered readings before it.
-    end: Timestamp,
+    pub(super) end: Timestamp,
 }
 
 impl Walk {
@@ -111,7 +114,7 @@ impl<S: Store> App<S> {
                 .collect(),
             None => carried.union(&walk.seen).cloned().collect(),
         };
-        let (before, after) = match q.fill {
+        let edges = match q.fill {
             Fill::Locf | Fill::Linear => {
                 let page_start = series_start(&q, start);
                 self.edges(&id, &history, &metrics, page_start, walk.end, q.fill)
@@ -119,26 +122,41 @@ impl<S: Store> App<S> {
             }
             Fill::None | Fill::Null => Default::default(),
         };
+        Ok(self.series_page(&scope, &q, start, &metrics, &walk, &edges))
+    }
+
+    /// A page's buckets laid out on its grid (every bucket from `start` to the walk's end
+    /// unless `fill=none`), rendered wide or as rows with the cursor to the next page: the
+    /// same for a device's series and a group's.
+    pub(super) fn series_page(
+        &self,
+        scope: &str,
+        q: &SeriesQuery,
+        start: Timestamp,
+        metrics: &[MetricName],
+        walk: &Walk,
+        (before, after): &Edges,
+    ) -> Reply {
         let grid: Vec<Timestamp> = if q.fill == Fill::None {
             walk.buckets.keys().copied().collect()
         } else {
-            grid(&q, start, walk.end)
+            grid(q, start, walk.end)
         };
         let layout = Layout {
             grid,
             buckets: &walk.buckets,
-            metrics: &metrics,
+            metrics,
             aggregates: &q.aggregates,
             fill: q.fill,
-            before: &before,
-            after: &after,
+            before,
+            after,
         };
         let rows = layout.rows();
         if q.format == Format::Wide {
-            return Ok((
+            return (
                 StatusCode::OK,
-                table::render_wide(&rows, &metrics, &q.aggregates),
-            ));
+                table::render_wide(&rows, metrics, &q.aggregates),
+            );
         }
         let cut = table::within(&rows, q.limit);
         let next = match rows.get(cut) {
@@ -155,12 +173,9 @@ impl<S: Store> App<S> {
                 },
                 ..CursorState::default()
             };
-            self.cursor_key().seal(&scope, &state)
+            self.cursor_key().seal(scope, &state)
         });
-        Ok(list(
-            table::render_rows(&rows[..cut], &q.aggregates),
-            cursor,
-        ))
+        list(table::render_rows(&rows[..cut], &q.aggregates), cursor)
     }
 
     /// Reads the page's readings from `start` into buckets: to the end of the range for a
@@ -476,7 +491,7 @@ fn metric_count(item: &tidemark_store::Item) -> usize {
 
 /// Where a page ends at most: the range's end, or for filled rows as many buckets as
 /// `limit` rows of the metrics known so far take (one at least).
-fn page_end(q: &SeriesQuery, start: Timestamp, known_metrics: usize) -> Timestamp {
+pub(super) fn page_end(q: &SeriesQuery, start: Timestamp, known_metrics: usize) -> Timestamp {
     let res = q.resolution;
     match (q.format, q.fill) {
         (Format::Rows, Fill::Null | Fill::Locf | Fill::Linear) => {

@@ -29,6 +29,10 @@ pub struct Acc {
     last: Option<(Timestamp, f64)>,
     values: Option<Vec<f64>>,
     sketch: Option<Sketch>,
+    /// A group's bucket: its members with a reading, where known.
+    devices: Option<u64>,
+    /// A group's bucket answered from what the pipeline stored so far, not yet recomputed.
+    open: bool,
 }
 
 impl Acc {
@@ -46,6 +50,8 @@ impl Acc {
             last: Some((at, v)),
             values: keep_values.then(|| vec![v]),
             sketch: None,
+            devices: None,
+            open: false,
         }
     }
 
@@ -63,7 +69,25 @@ impl Acc {
             last: s.last,
             values: None,
             sketch: s.sketch.clone(),
+            devices: None,
+            open: false,
         }
+    }
+
+    /// A group's bucket: how many members it has (where known), and whether it is still
+    /// open (answered from partials, not yet recomputed).
+    pub fn of_group(mut self, devices: Option<u64>, open: bool) -> Acc {
+        self.devices = devices;
+        self.open = open;
+        self
+    }
+
+    pub fn devices(&self) -> Option<u64> {
+        self.devices
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open
     }
 
     /// Adds a reading; readings come in time order, so the last one added is the latest.

@@ -33,6 +33,10 @@ pub struct Cell {
     /// In the order the aggregates were asked.
     pub values: Vec<Option<f64>>,
     pub filled: bool,
+    /// A group's bucket: its members with a reading, where known.
+    pub devices: Option<u64>,
+    /// A group's bucket not yet recomputed (answered from partials).
+    pub open: bool,
 }
 
 /// What a page of buckets is laid out from.
@@ -71,6 +75,8 @@ impl Layout<'_> {
                             metric: m.clone(),
                             values: self.aggregates.iter().map(|a| acc.value(*a)).collect(),
                             filled: false,
+                            devices: acc.devices(),
+                            open: acc.is_open(),
                         });
                         prev = acc.last();
                     }
@@ -93,6 +99,8 @@ impl Layout<'_> {
                                 })
                                 .collect(),
                             filled: true,
+                            devices: None,
+                            open: false,
                         });
                     }
                 }
@@ -162,6 +170,12 @@ pub fn render_rows(rows: &[BucketRow], aggregates: &[Aggregate]) -> Vec<Value> {
             for (a, v) in aggregates.iter().zip(&c.values) {
                 o.insert(a.name(), number(*a, *v));
             }
+            if let Some(n) = c.devices {
+                o.insert("devices".into(), json!(n));
+            }
+            if c.open {
+                o.insert("open".into(), json!(true));
+            }
             if c.filled {
                 o.insert("filled".into(), json!(true));
             }
@@ -173,8 +187,17 @@ pub fn render_rows(rows: &[BucketRow], aggregates: &[Aggregate]) -> Vec<Value> {
 
 /// One object per bucket: `{"time", "<metric>.<aggregate>"…}`, every metric's keys present
 /// (`null` where a metric has no cell), and `"filled": true` when no metric of the bucket
-/// had readings.
+/// had readings. A group's answer also has `"<metric>.devices"` (members with a reading,
+/// `null` where not known) and `"open": true` on a bucket not yet recomputed.
 pub fn render_wide(rows: &[BucketRow], metrics: &[MetricName], aggregates: &[Aggregate]) -> Value {
+    let counted: Vec<&MetricName> = metrics
+        .iter()
+        .filter(|m| {
+            rows.iter()
+                .flat_map(|r| &r.cells)
+                .any(|c| &c.metric == *m && c.devices.is_some())
+        })
+        .collect();
     let out: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -186,6 +209,13 @@ pub fn render_wide(rows: &[BucketRow], metrics: &[MetricName], aggregates: &[Agg
                     let v = cell.and_then(|c| c.values[i]);
                     o.insert(format!("{}.{}", m.as_str(), a.name()), number(*a, v));
                 }
+                if counted.contains(&m) {
+                    let n = cell.and_then(|c| c.devices);
+                    o.insert(format!("{}.devices", m.as_str()), json!(n));
+                }
+            }
+            if r.cells.iter().any(|c| c.open) {
+                o.insert("open".into(), json!(true));
             }
             if r.cells.iter().all(|c| c.filled) {
                 o.insert("filled".into(), json!(true));
