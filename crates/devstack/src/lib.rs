@@ -44,6 +44,8 @@ pub enum DevstackError {
     Config(String),
     #[error("sample events: {0}")]
     Events(String),
+    #[error("registering the simulated fleet: {0}")]
+    Register(String),
 }
 
 /// The local stack reads some of the functions' settings itself, with their reader.

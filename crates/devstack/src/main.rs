@@ -153,6 +153,20 @@ async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
 
     let mut sim_task = None;
     if let Some(sim_cfg) = sim {
+        let api = tidemark_api::App::new(
+            cfg.dynamodb().await,
+            tidemark_api::ApiConfig::new(cfg.table.clone()),
+        );
+        match simulator::register_fleet(&sim_cfg, &api).await {
+            Ok(0) => {}
+            Ok(n) => eprintln!(
+                "registered {n} simulated devices with tags site ({}) and line (1-{}); their \
+                 readings count in those groups from a few minutes on (GET /devices?tag=site:A)",
+                simulator::SITES.join(", "),
+                simulator::LINES_PER_SITE
+            ),
+            Err(e) => eprintln!("{e}; the devices register themselves without tags"),
+        }
         let ingest = pipeline.ingest.clone();
         let progress: simulator::Progress = Arc::new(move || {
             Some((
@@ -354,6 +368,7 @@ fn print_banner(
          \n  curl -X PUT {api}/devices/{device} -d '{{\"percentiles\":true}}'   # hours closing from now on keep quantile sketches\
          \n  curl '{api}/alerts?severity=critical&state=open'\
          \n  curl '{api}/devices?connectivity=offline'\
+         \n  curl '{api}/devices?tag=site:A&tag=line:1'   # the simulated fleet's sites A-C, lines 1-2\
          \n  curl '{api}/latest?ids={device},{device2}'\
          \n  curl {api}/quarantine\
          \n\nPublish your own readings with any AWS SDK or CLI (dummy credentials, us-east-1):\

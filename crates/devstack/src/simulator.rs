@@ -593,6 +593,65 @@ pub fn expected_readings(sent: &[Outgoing]) -> BTreeMap<(String, String), Value>
 /// Where progress lines get the pipeline's side from (records the ingest mapping has taken).
 pub type Progress = Arc<dyn Fn() -> Option<(u64, i64)> + Send + Sync>;
 
+/// The sites the fleet is spread over, so `make run` has groups to show (`GET /devices?tag=`,
+/// the fleet page's tag filter, `GET /groups/series?tag=site:A`).
+pub const SITES: &[&str] = &["A", "B", "C"];
+/// Production lines per site.
+pub const LINES_PER_SITE: usize = 2;
+
+/// The tags of the fleet's `i`-th device (0-based): sites by turns, then a line within its
+/// site, `site` and `line`.
+pub fn device_tags(i: usize) -> Value {
+    json!({
+        "site": SITES[i % SITES.len()],
+        "line": ((i / SITES.len()) % LINES_PER_SITE + 1).to_string(),
+    })
+}
+
+/// Registers the fleet's devices with their tags through the API (`PUT /devices/{id}`), each
+/// device that has no tags yet (one registered by an earlier run keeps what it has, and a
+/// user's edits). Tags take effect a few minutes on (the layout lead): readings from then on
+/// count in their groups. Returns how many were registered.
+pub async fn register_fleet<S: tidemark_api::Store>(
+    cfg: &SimConfig,
+    api: &tidemark_api::App<S>,
+) -> Result<usize, DevstackError> {
+    let call = |method: &str, uri: String, body: String| {
+        let body = if body.is_empty() {
+            lambda_http::Body::Empty
+        } else {
+            lambda_http::Body::Text(body)
+        };
+        http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(body)
+            .map_err(|e| DevstackError::Register(e.to_string()))
+    };
+    let mut registered = 0;
+    for i in 0..cfg.devices {
+        let id = format!("{}{:03}", cfg.device_prefix, i + 1);
+        let uri = format!("/devices/{id}");
+        let got = api.handle(call("GET", uri.clone(), String::new())?).await;
+        if got.status() == http::StatusCode::OK {
+            let body: Value = serde_json::from_slice(got.body().as_ref()).unwrap_or(Value::Null);
+            if body.get("tags").is_some() {
+                continue;
+            }
+        }
+        let body = json!({"name": format!("Simulated {id}"), "tags": device_tags(i)});
+        let put = api.handle(call("PUT", uri, body.to_string())?).await;
+        if !put.status().is_success() {
+            return Err(DevstackError::Register(format!(
+                "PUT /devices/{id} answered {}",
+                put.status()
+            )));
+        }
+        registered += 1;
+    }
+    Ok(registered)
+}
+
 /// The alerts part of a progress line (`make run` measures it from the event log).
 pub type AlertProgress = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
@@ -838,5 +897,35 @@ mod tests {
         assert!(aggregated > 0, "some records go as KPL aggregates");
         assert!(senml > 0, "some records go as SenML packs");
         assert!(iot > 0, "some records come as IoT Core rule outputs");
+    }
+
+    #[tokio::test]
+    async fn the_fleet_registers_with_site_and_line_tags_once() {
+        let api = tidemark_api::App::with_store(
+            tidemark_api::memory::MemoryStore::new(),
+            tidemark_api::ApiConfig::new("memory"),
+        );
+        let cfg = SimConfig {
+            devices: 7,
+            ..SimConfig::default()
+        };
+        assert_eq!(register_fleet(&cfg, &api).await.unwrap(), 7);
+        let tags_of = |id: &str| {
+            let req = http::Request::get(format!("/devices/{id}"))
+                .body(lambda_http::Body::Empty)
+                .unwrap();
+            let api = &api;
+            async move {
+                let resp = api.handle(req).await;
+                let v: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
+                v["tags"].clone()
+            }
+        };
+        assert_eq!(tags_of("sensor_001").await, json!({"site":"A","line":"1"}));
+        assert_eq!(tags_of("sensor_002").await, json!({"site":"B","line":"1"}));
+        assert_eq!(tags_of("sensor_004").await, json!({"site":"A","line":"2"}));
+        assert_eq!(tags_of("sensor_007").await, json!({"site":"A","line":"1"}));
+        // A second run leaves the registered devices as they are.
+        assert_eq!(register_fleet(&cfg, &api).await.unwrap(), 0);
     }
 }
