@@ -368,6 +368,10 @@ http GET "/devices/sensor_01/readings?from=$from" 200 \
 http GET "/devices/sensor_02/readings/latest" 200 'b["temperature"] == 31.2' "the newest reading of sensor_02"
 http GET "/devices/sensor_01/aggregates?period=hourly&from=$from" 200 \
   'sum(i["metrics"]["temperature"]["count"] for i in b["items"]) == 2' "hourly rollups counting each reading once"
+http GET "/groups/series?tag=site:A&metric=temperature&from=$from&to=$(date -u +%Y-%m-%dT%H:%M:%SZ)&resolution=1h" 200 \
+  'b["items"] == [] and b["cursor"] is None' "an empty group series (no device at site:A)"
+http GET "/groups/series?metric=temperature&from=$from&to=$from" 400 '"tag" in json.dumps(b)' \
+  "a group series without a tag, a 400 naming it"
 http GET "/quarantine" 200 'len(b["items"]) >= 7 and all(i["reason"] for i in b["items"])' \
   "today's bad records, each with a reason"
 http PUT "/devices/sensor_09" 201 'b["deviceId"] == "sensor_09"' "the device registered" \

@@ -108,6 +108,20 @@ pub fn sample_events(now: Timestamp) -> Result<Vec<(&'static str, Value)>, Devst
             ),
         ),
         (
+            "apigw-group-series.json",
+            http_event(
+                now,
+                "GET /groups/series",
+                "/groups/series",
+                &format!(
+                    "tag=site:A&metric=temperature&from={}&to={}&resolution=1h",
+                    rfc3339(at(now, 24 * 60)),
+                    rfc3339(now)
+                ),
+                None,
+            ),
+        ),
+        (
             "apigw-put-device.json",
             http_event(
                 now,
