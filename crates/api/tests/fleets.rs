@@ -1,4 +1,4 @@
-//! Fleet reads (docs/design.md §6 "Fleets"): a group's series from its stored buckets
+//! Fleet reads (docs/design.md §6 "Fleet reads"): a group's series from its stored buckets
 //! (`GET /groups/series`), every member's latest reading (`GET /latest?tag=`), and alerts of
 //! the devices holding tags (`GET /alerts?tag=`). Each behaviour runs over the in-memory
 //! engine and against DynamoDB Local, on items written as the export and the rollups role

@@ -1,4 +1,4 @@
-//! What fleet reads cost (docs/design.md §6 "Fleets"): a group series over 10,000 devices, 7
+//! What fleet reads cost (docs/design.md §6 "Fleet reads"): a group series over 10,000 devices, 7
 //! days at 1h (`GET /groups/series`), and fleet latest of 5,000 devices in one tag in 5 pages
 //! of 1,000 (`GET /latest?tag=`). Writes the "## Reads" section of `bench/FLEETS.md` (the
 //! group rollups' writes have their own section, kept as it is).

@@ -1,4 +1,4 @@
-//! A group's series (`GET /groups/series`, docs/design.md §6 "Fleets"): the buckets of one
+//! A group's series (`GET /groups/series`, docs/design.md §6 "Fleet reads"): the buckets of one
 //! metric over every device holding a tag, from the group's own stored buckets, never from
 //! its members (docs/decisions/0007-group-rollups.md).
 //!
