@@ -119,7 +119,8 @@ heat:
 ## readings against single items at four ingest windows into bench/PACKING.md, what reading
 ## rollups costs with open days into bench/ROLLUP_READS.md, what the series route costs
 ## against raw readings and what quantile sketches cost and save into bench/SERIES.md, what a
-## group series over 10,000 devices and fleet latest of 5,000 cost into bench/FLEETS.md, what the
+## group series over 10,000 devices and fleet latest of 5,000 cost, and what group rollups add
+## to the write bill and the busiest key's write rate, into bench/FLEETS.md, what the
 ## Parquet export reads per second and writes per reading into bench/EXPORT.md, what offline
 ## detection costs (the alerts role's deadline upkeep per reading, the watchdog's runs over
 ## 100,000 devices) into bench/OFFLINE.md, how soon a silent device's offline alert is
@@ -135,6 +136,7 @@ bench:
 	$(CARGO) run --release -p tidemark-bench --example rollup_reads
 	$(CARGO) run --release -p tidemark-bench --example series_reads
 	$(CARGO) run --release -p tidemark-bench --example fleet_reads
+	$(CARGO) run --release -p tidemark-bench --example group_writes
 	$(CARGO) run --release -p tidemark-bench --example export
 	$(CARGO) run --release -p tidemark-bench --example offline
 	$(CARGO) run --release -p tidemark-bench --example offline_latency
