@@ -570,3 +570,70 @@ async fn bad_fleet_requests_are_400s_naming_the_parameter() {
     let (status, _) = get(&app, &format!("/latest?tag=site:B&limit=1&cursor={c}")).await;
     assert_eq!(status, 400);
 }
+
+/// The export stopped 60 hours ago: the 12 hours before have items, the 60 since only
+/// partials, more than one request reads.
+fn export_stopped_items() -> Vec<Item> {
+    let tag = site_a();
+    let m = metric(TEMP);
+    let stopped = ts("2026-04-19T03:00:00Z");
+    let mut items = vec![
+        tidemark_store::to_item(&ExportCursorItem::new(
+            stopped.minus_millis(3_600_000).unwrap(),
+        ))
+        .unwrap(),
+    ];
+    for h in 0..72 {
+        let hour = ts("2026-04-18T15:00:00Z")
+            .plus_millis(h * 3_600_000)
+            .unwrap();
+        let points = [
+            (hour, 20.0 + h as f64),
+            (hour.plus_millis(60_000).unwrap(), 21.0),
+        ];
+        if hour < stopped {
+            let item = GroupBucketItem::new(
+                tag.clone(),
+                m.clone(),
+                Bucket::Hourly(hour),
+                fold(&points),
+                2,
+                hour,
+            );
+            items.push(tidemark_store::to_item(&item).unwrap());
+        } else {
+            items.push(partial(hour, "4960009", &points, &[]));
+        }
+    }
+    items
+}
+
+#[tokio::test]
+async fn one_request_reads_at_most_two_days_of_partials_and_rows_page_past_them() {
+    let app = App::with_store(
+        {
+            let store = MemoryStore::new();
+            for i in export_stopped_items() {
+                store.put(i).unwrap();
+            }
+            store
+        },
+        ApiConfig::new("memory").with_now(ts("2026-04-21T15:00:00Z")),
+    );
+    let range = format!(
+        "/groups/series?tag=site:A&metric={TEMP}&from=2026-04-18T15:00:00Z\
+         &to=2026-04-21T15:00:00Z&resolution=1h&aggregates=count,sum"
+    );
+    let (status, body) = get(&app, &format!("{range}&format=wide")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("invalid to"), "{body}");
+    assert!(body.to_string().contains("export"), "{body}");
+    let (rows, pages) = walk(&app, &format!("{range}&limit=1000")).await;
+    assert_eq!(pages, 2, "48 hours of partials a page");
+    assert_eq!(rows.len(), 72);
+    for (h, row) in rows.iter().enumerate() {
+        assert_eq!(row["count"], 2, "{row}");
+        assert_eq!(num(row, "sum"), 41.0 + h as f64, "{row}");
+        assert_eq!(row.get("open").is_some(), h >= 12, "{row}");
+    }
+}

@@ -33,11 +33,12 @@ use crate::series::{Fill, Format, Resolution, SeriesQuery};
 use crate::store::{QuerySpec, SkRange, Store};
 use crate::validate;
 
-/// Hours one request reads from their partials at most: every hour the partials can still
-/// cover (their [`GROUP_PARTIAL_TTL_DAYS`]) and a day of readings from the future. Normally
-/// only the last hour or two have no recomputed item; past the bound a page of rows ends
-/// (its cursor goes on from there) and a wide answer is a 400.
-pub const MAX_PARTIAL_HOURS: usize = 24 * (GROUP_PARTIAL_TTL_DAYS as usize + 1);
+/// Hours one request reads from their partials at most: two days. The export recomputes each
+/// closed hour within minutes, so normally only the last hour or two have no item; more means
+/// the export is stopped or behind (the partials still answer for their
+/// [`GROUP_PARTIAL_TTL_DAYS`]). Past the bound a page of rows ends (its cursor goes on from
+/// there) and a wide answer is a 400, so no request makes more than this many partial reads.
+pub const MAX_PARTIAL_HOURS: usize = 48;
 /// Partitions of partials read at once.
 const PARTIAL_CONCURRENCY: usize = 16;
 /// Group bucket items a query asks for at a time.
@@ -209,8 +210,8 @@ impl<S: Store> App<S> {
                     "to",
                     format!(
                         "more than {MAX_PARTIAL_HOURS} hours of the range are not recomputed \
-                         yet, which is more than one request reads from their partials; \
-                         narrow from/to or page with format=rows"
+                         by the export yet (is it stopped or behind?), more than one request \
+                         reads from their partials; narrow from/to or page with format=rows"
                     ),
                 ));
             }
