@@ -9,7 +9,10 @@
 //!   ahead in the stream write nothing. A day follows its hours once it has closed
 //!   ([`days`]). A bucket whose rollup outgrows 64 KB (a gateway with thousands of tags)
 //!   continues in overflow pages ([`pages`]), each with its own version, none near the 400 KB
-//!   limit.
+//!   limit. Once the batch has settled which records it reports for a retry, the role also
+//!   writes its group partials ([`groups`]): per (group, hour) the values the records before
+//!   the first of those stored and replaced, keyed by the batch's first record, under a
+//!   manifest, so a replayed, retried or bisected batch never counts twice.
 //! - **alerts** ([`alerting`], short window): each device's alert states follow its readings
 //!   in timestamp order (see that module), the device item's `lastSeenAt`/`latest`, written
 //!   only when a state changes or `lastSeenAt` is [`AggregatorConfig::device_refresh`]
