@@ -80,11 +80,18 @@ async fn export(
 ) -> Result<(), AdminError> {
     use tidemark_exporter::hour::{export_range, hours_of};
     use tidemark_exporter::s3::{S3Sink, client};
-    let shards = tidemark_store::settings::Env::new(|k| std::env::var(k).ok())
+    let env = tidemark_store::settings::Env::new(|k| std::env::var(k).ok());
+    let shards = env
         .status_shards()
         .map_err(|e| AdminError::Input(e.to_string()))?
         .unwrap_or(1);
-    let source = tidemark_exporter::source::DynamoSource::new(c.ddb, &c.table, shards);
+    // The deployed exporter's GROUP_TAGS: the backfill rewrites (and deletes) the same groups'
+    // closed buckets.
+    let group_tags = env
+        .group_tags()
+        .map_err(|e| AdminError::Input(e.to_string()))?;
+    let source = tidemark_exporter::source::DynamoSource::new(c.ddb, &c.table, shards)
+        .with_group_tags(group_tags);
     let s3 = client(&ClientSettings::from_env(), c.s3_endpoint.as_deref()).await;
     if c.s3_endpoint.is_some() {
         // A local S3 starts empty: the bucket is made on first use (AWS: the template's).
