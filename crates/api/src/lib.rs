@@ -12,6 +12,12 @@
 //! writes to an alert (acknowledge, snooze, unsnooze) each update only their own attributes
 //! under a condition ([`store::AlertWriter`]), so they never undo what the pipeline wrote.
 //! The dashboard's static files are served under `/ui/` ([`ui`]).
+//!
+//! Fleet reads (docs/design.md §6 "Fleet reads"): a group's series is read from the group's
+//! own stored buckets (its recomputed hours and days, the partials of hours not recomputed
+//! yet), never from its members, and laid out by the device series' code ([`series`]); fleet
+//! latest pages a tag's index and reads each member's newest reading; alerts by tag keep a
+//! page's alerts whose devices hold the tags.
 
 pub mod config;
 pub mod cursor;

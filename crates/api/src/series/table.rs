@@ -8,6 +8,10 @@
 //! (`locf`), or the value at the bucket's start on the straight line between that reading and
 //! the first one after the bucket (`linear`). Neighbours are readings, not buckets, and may
 //! lie outside the range asked, so the edges are right; without one the value is `null`.
+//!
+//! A group's buckets (`GET /groups/series`) also say how many members they count
+//! (`"devices"`, where known; `"<metric>.devices"` wide) and whether they are still open
+//! (`"open": true`: answered from partials, not yet recomputed).
 
 use std::collections::BTreeMap;
 
