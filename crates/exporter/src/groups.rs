@@ -2,10 +2,13 @@
 //! each reading it walks to the groups of its device's tags at the reading's own time (keys of
 //! `GROUP_TAGS`) and folds, per (group, metric), a sketched [`Stats`] and the members with a
 //! reading; one `GROUP#<tag>` / `HOUR#<metric>#<hour>` item per pair, recomputed whole at
-//! every (re-)export, so exact by construction. The pairs an export wrote are listed in the
+//! every (re-)export, so exact by construction. The pairs an export writes are listed in the
 //! hour's rollups manifest (`groups`), so the next export of the hour deletes the items of
 //! pairs left without readings (a correction or delete since) at the cost of one manifest
-//! read. A day's items are merged from its 24 hour items (one Query per pair), the pairs
+//! read: the manifest is put listing the pairs written now and those listed before, then the
+//! items are put and the stale ones deleted, then (only if some were) the manifest is put
+//! again listing the pairs written, so an export stopped anywhere leaves every item it may
+//! have written listed for the next. A day's items are merged from its 24 hour items (one Query per pair), the pairs
 //! listed by its hours' manifests; a day's members are its distinct members with a reading,
 //! from the hours' rollup rows (a device that moved inside an hour counts in the groups of
 //! both spans of that hour, the one approximation). The devices' tag histories, read once per

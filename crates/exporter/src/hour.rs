@@ -241,12 +241,12 @@ pub async fn export_hour<S: Source, K: Sink>(
     )
     .await?;
     export_devices(sink, prefix, bucket, &histories).await?;
-    let previous = exported_groups(sink, &paths::rollups_manifest(prefix, bucket)).await?;
-    let written = write_groups(source, bucket, &groups, &previous).await?;
+    let manifest = paths::rollups_manifest(prefix, bucket);
+    let previous = exported_groups(sink, &manifest).await?;
     let mut rollup_report = BucketExport {
         rows: rollups.len() as u64,
         files: Vec::new(),
-        groups: written,
+        groups: listed(&groups, &previous),
         ..report.clone()
     };
     write(
@@ -254,8 +254,18 @@ pub async fn export_hour<S: Source, K: Sink>(
         file::rollup_files(rollups)?,
         &mut rollup_report,
         |i| paths::rollups_key(prefix, bucket, i),
-        paths::rollups_manifest(prefix, bucket),
+        manifest.clone(),
         &paths::rollups_stem(prefix, bucket),
+    )
+    .await?;
+    write_groups(
+        source,
+        sink,
+        bucket,
+        &groups,
+        &previous,
+        &mut rollup_report,
+        &manifest,
     )
     .await?;
     Ok(report)
@@ -270,14 +280,27 @@ async fn exported_groups<K: Sink>(sink: &K, key: &str) -> Result<Vec<GroupPair>,
     Ok(manifest.groups)
 }
 
-/// Puts the bucket's group items and deletes those of `previous` pairs it no longer has;
-/// the pairs written.
-async fn write_groups<S: Source>(
+/// What a rollups manifest lists before the bucket's group items are written: the pairs
+/// written now and those an earlier export listed, so an export that stops before it deletes
+/// the stale ones leaves them listed for the next.
+fn listed(groups: &GroupFold, previous: &[GroupPair]) -> Vec<GroupPair> {
+    let mut all = groups.pairs();
+    all.extend(previous.iter().cloned());
+    all.into_iter().collect()
+}
+
+/// Puts the bucket's group items and deletes those of `previous` pairs it no longer has,
+/// after the rollups manifest (`report`, under `manifest`) listed both; then, if some were
+/// deleted, the manifest again, listing the pairs written only.
+async fn write_groups<S: Source, K: Sink>(
     source: &S,
+    sink: &K,
     bucket: Bucket,
     groups: &GroupFold,
     previous: &[GroupPair],
-) -> Result<Vec<GroupPair>, ExportError> {
+    report: &mut BucketExport,
+    manifest: &str,
+) -> Result<(), ExportError> {
     let items = groups.items(bucket, Timestamp::now());
     source.put_group_buckets(&items).await?;
     let now = groups.pairs();
@@ -293,8 +316,13 @@ async fn write_groups<S: Source>(
             .key()
         })
         .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
     source.delete_group_buckets(&stale).await?;
-    Ok(now.into_iter().collect())
+    report.groups = now.into_iter().collect();
+    let body = serde_json::to_vec_pretty(report).map_err(ExportError::Manifest)?;
+    sink.put(manifest, body, "application/json").await
 }
 
 /// Rewrites the devices table (every device's tag history, a row per epoch) whole, with its
@@ -443,8 +471,9 @@ pub async fn export_day<S: Source, K: Sink>(
             groups.member(&id, pair);
         }
     }
-    let previous = exported_groups(sink, &paths::rollups_manifest(prefix, bucket)).await?;
-    report.groups = write_groups(source, bucket, &groups, &previous).await?;
+    let manifest = paths::rollups_manifest(prefix, bucket);
+    let previous = exported_groups(sink, &manifest).await?;
+    report.groups = listed(&groups, &previous);
     let start_us = bucket.start().epoch_micros();
     let rollups: Vec<RollupRow> = days
         .into_iter()
@@ -461,8 +490,18 @@ pub async fn export_day<S: Source, K: Sink>(
         file::rollup_files(rollups)?,
         &mut report,
         |i| paths::rollups_key(prefix, bucket, i),
-        paths::rollups_manifest(prefix, bucket),
+        manifest.clone(),
         &paths::rollups_stem(prefix, bucket),
+    )
+    .await?;
+    write_groups(
+        source,
+        sink,
+        bucket,
+        &groups,
+        &previous,
+        &mut report,
+        &manifest,
     )
     .await?;
     Ok(report)

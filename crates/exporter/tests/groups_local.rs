@@ -253,6 +253,16 @@ async fn group_rollups_are_recomputed_from_the_members_readings_at_every_export(
         .unwrap();
     // THEN the hour is the recomputation again, and site B's `x` item is gone
     assert_groups_equal(&t, &table, Period::Hourly, "re-export").await;
+    // AND the hour's rollups manifest no longer lists it
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &sink
+            .get("lake/rollups/period=hourly/dt=2026-04-20/_manifest-11.json")
+            .unwrap(),
+    )
+    .unwrap();
+    let listed = manifest["groups"].as_array().unwrap();
+    assert!(!listed.is_empty());
+    assert!(listed.iter().all(|p| p["metric"] != "x"), "{listed:?}");
     // WHEN the day is exported
     export_day(&source, &sink, "lake", ts("2026-04-20T23:00:00Z"))
         .await
