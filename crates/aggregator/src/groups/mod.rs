@@ -24,6 +24,12 @@
 //! same key) unless [`tidemark_store::StoreError::is_permanent`]; then the set-aside rules
 //! apply ([`crate::setaside`]): counted against the first record, set aside at the third
 //! failure, and the hours it touched are made exact by the export's recompute.
+//!
+//! Limit: a manifest holds about 4,000 partial keys (DynamoDB's 400 KB item). A batch touching
+//! more (group, hour)s (a store-and-forward upload of days of readings across hundreds of
+//! groups) cannot write it, fails for good and is set aside at the third try: its hours lack
+//! the batch's partials until the export recomputes them (closed hours are marked for it by
+//! this role, open ones are recomputed once they close).
 
 pub mod fold;
 mod stores;
