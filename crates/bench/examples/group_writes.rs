@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
 use tidemark_aggregator::DynamoStore;
+use tidemark_aggregator::groups::GroupStore;
 use tidemark_aggregator::groups::{self, fold};
 use tidemark_aggregator::records::classify;
 use tidemark_bench::artifacts::{machine, workspace_root};
@@ -225,52 +226,7 @@ async fn main() {
     let times: Vec<i64> = arrivals.iter().map(|a| a.0 + 1_000).collect();
     let batches = windows::batches(&times, WINDOW_MS, BATCH_SIZE);
 
-    // Partials, batch by batch, through the group step on the metered client.
-    let store = DynamoStore::new(client.clone(), table);
-    let _ = meter.take().await;
-    let mut writes_at: HashMap<String, Vec<i64>> = HashMap::new();
-    let (mut partials, mut manifests) = (0usize, 0usize);
-    let mut largest_partial = 0usize;
-    let ttl = base.epoch_seconds() + 7 * 86_400;
-    for b in &batches {
-        let mut event = Event::default();
-        event.records = records[b.records.clone()].to_vec();
-        let changes: Vec<_> = event
-            .records
-            .iter()
-            .enumerate()
-            .flat_map(|(n, r)| classify(n, r).unwrap_or_default())
-            .collect();
-        let shares = fold::shares(&changes, |d, t| fold::groups_at(&histories, &keys, d, t));
-        let batch = groups::batch_name(&event).expect("a batch name");
-        let items: Vec<_> = shares
-            .into_iter()
-            .flat_map(|((tag, hour), share)| fold::pieces(&tag, hour, share, &batch, ttl))
-            .collect();
-        for p in &items {
-            writes_at.entry(p.pk.clone()).or_default().push(b.closed_ms);
-            let size =
-                tidemark_store::limits::item_size(&tidemark_store::to_item(p).expect("an item"));
-            largest_partial = largest_partial.max(size);
-        }
-        let w = groups::write_batch(&store, &batch, &items, ttl)
-            .await
-            .expect("group partials written");
-        partials += w.partials;
-        manifests += w.manifests;
-        writes_at
-            .entry(format!("GROUPBATCH#{batch}"))
-            .or_default()
-            .extend(std::iter::repeat_n(b.closed_ms, w.manifests));
-    }
-    let partial_wcu = meter.take().await.writes().0.total;
-    let readings = records.len();
-    eprintln!(
-        "group_writes: {} batches, {partials} partials, {manifests} manifests, {partial_wcu:.1} WCU for {readings} readings",
-        batches.len()
-    );
-
-    // Summaries: the readings stored, each closed hour exported through the metered client.
+    // The devices and their tag histories, as the API stores them.
     for i in 0..DEVICES {
         let d = device(i);
         let mut item = DeviceItem::new(d.clone(), DeviceStatus::Active, base);
@@ -295,6 +251,72 @@ async fn main() {
                 .expect("put");
         }
     }
+    // Partials, batch by batch, through the group step on the metered client.
+    let store = DynamoStore::new(client.clone(), table);
+    let _ = meter.take().await;
+    let mut writes_at: HashMap<String, Vec<i64>> = HashMap::new();
+    let (mut partials, mut manifests) = (0usize, 0usize);
+    let mut largest_partial = 0usize;
+    let mut partial_wcu = 0.0f64;
+    let mut history_rru = 0.0f64;
+    let mut manifest_rru = 0.0f64;
+    let ttl = base.epoch_seconds() + 7 * 86_400;
+    for b in &batches {
+        let mut event = Event::default();
+        event.records = records[b.records.clone()].to_vec();
+        let changes: Vec<_> = event
+            .records
+            .iter()
+            .enumerate()
+            .flat_map(|(n, r)| classify(n, r).unwrap_or_default())
+            .collect();
+        // The batch's devices' tag histories, as the role reads them: a container's cache
+        // (30 s) is older than the 300 s window, so every batch reads them again.
+        let devices: Vec<DeviceId> = changes
+            .iter()
+            .map(|c| c.change.image().device.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let read = DynamoStore::new(client.clone(), table)
+            .tag_histories(&devices)
+            .await
+            .expect("tag histories read");
+        assert_eq!(read.len(), devices.len());
+        history_rru += meter.take().await.reads().0.total;
+        let shares = fold::shares(&changes, |d, t| fold::groups_at(&histories, &keys, d, t));
+        let batch = groups::batch_name(&event).expect("a batch name");
+        let items: Vec<_> = shares
+            .into_iter()
+            .flat_map(|((tag, hour), share)| fold::pieces(&tag, hour, share, &batch, ttl))
+            .collect();
+        for p in &items {
+            writes_at.entry(p.pk.clone()).or_default().push(b.closed_ms);
+            let size =
+                tidemark_store::limits::item_size(&tidemark_store::to_item(p).expect("an item"));
+            largest_partial = largest_partial.max(size);
+        }
+        let w = groups::write_batch(&store, &batch, &items, ttl)
+            .await
+            .expect("group partials written");
+        let spent = meter.take().await;
+        partial_wcu += spent.writes().0.total;
+        manifest_rru += spent.reads().0.total;
+        partials += w.partials;
+        manifests += w.manifests;
+        writes_at
+            .entry(format!("GROUPBATCH#{batch}"))
+            .or_default()
+            .extend(std::iter::repeat_n(b.closed_ms, w.manifests));
+    }
+    partial_wcu += meter.take().await.writes().0.total;
+    let readings = records.len();
+    eprintln!(
+        "group_writes: {} batches, {partials} partials, {manifests} manifests, {partial_wcu:.1} WCU for {readings} readings",
+        batches.len()
+    );
+
+    // Summaries: the readings stored, each closed hour exported through the metered client.
     let writer = tidemark_store::batch::BatchWriter::new(
         direct.clone(),
         table,
@@ -361,6 +383,7 @@ async fn main() {
     let partial_per_reading = partial_wcu / readings as f64;
     let summary_per_reading = summary_wcu / exported_readings.max(1) as f64;
     let total = partial_per_reading + summary_per_reading + day_per_reading;
+    let history_per_reading = history_rru / readings as f64;
     eprintln!(
         "group_writes: partials {partial_per_reading:.5}, summaries {summary_per_reading:.5}, days {day_per_reading:.5} WCU/reading"
     );
@@ -403,6 +426,11 @@ async fn main() {
          | hour summaries (export of {hours} closed hour(s), {exported_readings} readings) | {pairs} items an hour | {summary_wcu:.1} | {summary_per_reading:.5} |\n\
          | day summaries (one item per group and metric a day, {item_bytes} B at most) | {pairs} items a day | {day_wcu:.1} a day | {day_per_reading:.5} |\n\
          | **all in** | | | **{total:.5}** (target ≤ 0.01) |\n\n\
+         Reads: the rollups role reads each batch's devices' tag histories (its cache, 30 s, \
+         is shorter than the 300 s window): {history_rru:.1} RRU over the run, \
+         {history_per_reading:.4} RRU a reading (eventually consistent, 0.5 a device a batch); \
+         the export reads every device's once per hour exported (consistent). The manifests \
+         read before each batch's writes (consistent): {manifest_rru:.1} RRU over the run.\n\n\
          The largest partial was {largest_partial} B (4 metrics, sketched). A partial is one write \
          per (group, hour) per batch, shared by every reading of the batch; a batch that \
          straddles a top of the hour writes two per group (two hours). Cost per reading grows \
