@@ -68,6 +68,10 @@ pub struct AggregatorConfig {
     pub page_bytes: usize,
     /// `GROUP_TAGS` (the rollups role): the tag keys whose groups keep rollups.
     pub group_tags: Vec<tidemark_schema::TagKey>,
+    /// `SHARD_CACHE_SECONDS` and `MAX_FUTURE_SECONDS` (the rollups role): how far ahead the
+    /// API announces a tag change, so how long a read tag history serves
+    /// ([`tidemark_store::tags::TagBook`]).
+    pub tag_lead: tidemark_schema::LayoutLead,
     /// Where "now" comes from (the system clock; tests fix it).
     pub clock: tidemark_schema::Clock,
 }
@@ -93,6 +97,7 @@ impl AggregatorConfig {
             scan: crate::alerting::derive::ScanLimits::default(),
             page_bytes: crate::pages::PAGE_BYTES,
             group_tags: settings::default_group_tags(),
+            tag_lead: tidemark_schema::LayoutLead::default(),
             clock: tidemark_schema::Clock::system(),
         }
     }
@@ -132,6 +137,14 @@ impl AggregatorConfig {
             c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
         } else {
             c.group_tags = env.group_tags()?;
+            let lead = "whole seconds, 0..=86400 (the same value as the API's)";
+            let in_a_day = |n: &u64| *n <= 86_400;
+            c.tag_lead.shard_cache = env
+                .seconds(&settings::SHARD_CACHE_SECONDS, lead, in_a_day)?
+                .unwrap_or(c.tag_lead.shard_cache);
+            c.tag_lead.max_future = env
+                .seconds(&settings::MAX_FUTURE_SECONDS, lead, in_a_day)?
+                .unwrap_or(c.tag_lead.max_future);
         }
         c.default_thresholds = env
             .try_parse(&settings::DEFAULT_THRESHOLDS, thresholds)?

@@ -77,10 +77,19 @@ impl DynamoStore {
             client,
             table,
             tag_book: std::sync::Arc::new(std::sync::Mutex::new(
-                tidemark_store::tags::TagBook::new(std::time::Duration::from_secs(
-                    tidemark_schema::history::DEFAULT_SHARD_CACHE_SECONDS,
-                )),
+                tidemark_store::tags::TagBook::for_lead(tidemark_schema::LayoutLead::default()),
             )),
+        }
+    }
+
+    /// The store of a deployment whose tag changes are announced `lead` ahead (its
+    /// `SHARD_CACHE_SECONDS` and `MAX_FUTURE_SECONDS`): how long its tag cache serves.
+    pub fn with_tag_lead(self, lead: tidemark_schema::LayoutLead) -> Self {
+        DynamoStore {
+            tag_book: std::sync::Arc::new(std::sync::Mutex::new(
+                tidemark_store::tags::TagBook::for_lead(lead),
+            )),
+            ..self
         }
     }
 

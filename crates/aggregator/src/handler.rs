@@ -143,7 +143,8 @@ pub struct Aggregator<S = DynamoStore> {
 
 impl Aggregator<DynamoStore> {
     pub fn new(client: aws_sdk_dynamodb::Client, config: AggregatorConfig) -> Self {
-        let store = DynamoStore::new(client, config.table_name.clone());
+        let store =
+            DynamoStore::new(client, config.table_name.clone()).with_tag_lead(config.tag_lead);
         Aggregator {
             store,
             config,

@@ -182,8 +182,8 @@ pub const RETENTION_DAYS: Setting = s(
 pub const MAX_FUTURE_SECONDS: Setting = s(
     "MAX_FUTURE_SECONDS",
     "300",
-    "how far ahead of the clock a reading may be; part of the layout lead time",
-    &[Ingest, Api],
+    "how far ahead of the clock a reading may be; part of the layout and tag lead time",
+    &[Ingest, Aggregator, Api],
 );
 
 /// How long an ingest container trusts the layout histories it read. Ingest and the API must
@@ -191,8 +191,8 @@ pub const MAX_FUTURE_SECONDS: Setting = s(
 pub const SHARD_CACHE_SECONDS: Setting = s(
     "SHARD_CACHE_SECONDS",
     "30",
-    "the oldest layout histories an ingest container writes with; part of the layout lead time",
-    &[Ingest, Api],
+    "the oldest layout histories an ingest container writes with; part of the layout and tag lead time",
+    &[Ingest, Aggregator, Api],
 );
 
 pub const UNKNOWN_DEVICES: Setting = s(

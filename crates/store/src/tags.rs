@@ -98,44 +98,52 @@ pub async fn read_histories(
     Ok(histories_from_items(items))
 }
 
-/// A container's tag histories, each trusted for `ttl` after it was read (the shard cache's
-/// time, `SHARD_CACHE_SECONDS`: a tag change takes effect at least that long after it is
-/// made, [`tidemark_schema::LayoutLead::earliest_change`], so a history read at most `ttl`
-/// ago already holds every change in force at the readings a function attributes now).
+/// A container's tag histories, each trusted for the readings dated before its read time plus
+/// `valid_for`: the lead a tag change is announced by, less the clocks' skew
+/// (`SHARD_CACHE_SECONDS` + `MAX_FUTURE_SECONDS`; [`tidemark_schema::LayoutLead`]). A change
+/// made after a history was read takes effect later than that
+/// ([`tidemark_schema::LayoutLead::earliest_change`] adds the skew the two hosts' clocks may
+/// disagree by), so the history already holds every change in force at those readings,
+/// however late the records carrying them are processed. A batch of readings of the past
+/// minutes therefore reads no history it has read before.
 #[derive(Debug, Clone, Default)]
 pub struct TagBook {
-    ttl: Duration,
+    valid_for: Duration,
     cached: HashMap<DeviceId, (TagHistory, Timestamp)>,
 }
 
 impl TagBook {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(valid_for: Duration) -> Self {
         TagBook {
-            ttl,
+            valid_for,
             cached: HashMap::new(),
         }
     }
 
-    pub fn ttl(&self) -> Duration {
-        self.ttl
+    /// The book of a deployment whose tag changes are announced `lead` ahead.
+    pub fn for_lead(lead: tidemark_schema::LayoutLead) -> Self {
+        TagBook::new(lead.shard_cache + lead.max_future)
     }
 
-    /// The devices of `devices` (each once) whose history is not cached or was read `ttl`
-    /// or longer before `now`: those to read.
+    pub fn valid_for(&self) -> Duration {
+        self.valid_for
+    }
+
+    /// Those of `devices` (each with the latest reading time to attribute, each once) whose
+    /// history is not cached, or was read too long before that reading: those to read.
     pub fn stale<'a>(
         &self,
-        devices: impl IntoIterator<Item = &'a DeviceId>,
-        now: Timestamp,
+        devices: impl IntoIterator<Item = (&'a DeviceId, Timestamp)>,
     ) -> Vec<DeviceId> {
-        let ttl = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
+        let valid_for = i64::try_from(self.valid_for.as_millis()).unwrap_or(i64::MAX);
         let mut out: Vec<DeviceId> = devices
             .into_iter()
-            .filter(|d| {
+            .filter(|(d, latest)| {
                 self.cached.get(*d).is_none_or(|(_, loaded)| {
-                    now.epoch_millis().saturating_sub(loaded.epoch_millis()) >= ttl
+                    latest.epoch_millis() >= loaded.epoch_millis().saturating_add(valid_for)
                 })
             })
-            .cloned()
+            .map(|(d, _)| d.clone())
             .collect();
         out.sort();
         out.dedup();
@@ -165,16 +173,16 @@ impl TagBook {
         unreadable
     }
 
-    /// Reads the histories of those of `devices` that are stale at `now` (one
-    /// `BatchGetItem`); returns how many items were unreadable.
+    /// Reads the histories of those of `devices` that are stale for their readings (one
+    /// `BatchGetItem`, at `now`); returns how many items were unreadable.
     pub async fn refresh(
         &mut self,
         client: &Client,
         table: &str,
-        devices: &[DeviceId],
+        devices: &[(DeviceId, Timestamp)],
         now: Timestamp,
     ) -> Result<u64, StoreError> {
-        let stale = self.stale(devices, now);
+        let stale = self.stale(devices.iter().map(|(d, t)| (d, *t)));
         if stale.is_empty() {
             return Ok(0);
         }
@@ -338,11 +346,14 @@ mod tests {
     }
 
     #[test]
-    fn the_book_reads_a_history_again_once_its_ttl_has_passed() {
-        let mut book = TagBook::new(Duration::from_secs(30));
+    fn a_history_serves_the_readings_dated_before_its_read_time_plus_the_lead() {
+        let mut book = TagBook::new(Duration::from_secs(330));
         let (a, b) = (dev(1), dev(2));
         let t0 = t("2026-04-20T10:00:00Z");
-        assert_eq!(book.stale([&a, &b, &a], t0), vec![a.clone(), b.clone()]);
+        assert_eq!(
+            book.stale([(&a, t0), (&b, t0), (&a, t0)]),
+            vec![a.clone(), b.clone()]
+        );
         let mut h = TagHistory::default();
         h.change(t0, tags(&[("site", "A")]), t0).unwrap();
         let item = crate::to_item(&TagHistoryItem {
@@ -356,10 +367,14 @@ mod tests {
         assert!(book.at(&a, t0).has(&Tag::parse("site:A").unwrap()));
         assert!(book.at(&b, t0).is_empty(), "no item: no tags");
         assert!(book.history(&b).is_some());
-        let later = t("2026-04-20T10:00:29.999Z");
-        assert!(book.stale([&a, &b], later).is_empty());
-        let expired = t("2026-04-20T10:00:30Z");
-        assert_eq!(book.stale([&a, &b], expired).len(), 2);
+        // However long after the read a batch is processed, readings dated before the read
+        // plus the lead need no new read: no change made since can be in force at them.
+        let old = t("2026-04-20T09:00:00Z");
+        assert!(book.stale([(&a, old), (&b, old)]).is_empty());
+        let last = t("2026-04-20T10:05:29.999Z");
+        assert!(book.stale([(&a, last), (&b, last)]).is_empty());
+        let beyond = t("2026-04-20T10:05:30Z");
+        assert_eq!(book.stale([(&a, beyond), (&b, old)]), vec![a.clone()]);
     }
 
     #[tokio::test]

@@ -108,16 +108,17 @@ async fn many_histories_are_read_at_once_and_a_book_reads_only_what_it_lacks() {
     assert_eq!(found[&dev(3)].1, 1);
 
     let mut book = TagBook::new(Duration::from_secs(30));
+    let at = |when: Timestamp| -> Vec<(DeviceId, Timestamp)> {
+        devices.iter().map(|d| (d.clone(), when)).collect()
+    };
     assert_eq!(
-        book.refresh(&t.client, &t.name, &devices, t0)
-            .await
-            .unwrap(),
+        book.refresh(&t.client, &t.name, &at(t0), t0).await.unwrap(),
         0
     );
     assert!(book.at(&dev(5), t0).has(&Tag::parse("site:B").unwrap()));
     assert!(book.at(&dev(4), t0).is_empty(), "untagged");
-    assert!(book.stale(&devices, t0).is_empty());
-    // A change made now is seen once the TTL has passed.
+    assert!(book.stale(devices.iter().map(|d| (d, t0))).is_empty());
+    // A change made now is seen by the first batch with a reading past the book's lead.
     let (mut h, v) = read_history(&t.client, &t.name, &dev(4), true)
         .await
         .unwrap();
@@ -128,7 +129,7 @@ async fn many_histories_are_read_at_once_and_a_book_reads_only_what_it_lacks() {
             .unwrap()
     );
     let later = ts("2026-04-20T10:00:30Z");
-    book.refresh(&t.client, &t.name, &devices, later)
+    book.refresh(&t.client, &t.name, &at(later), later)
         .await
         .unwrap();
     assert!(book.at(&dev(4), t0).has(&Tag::parse("site:C").unwrap()));

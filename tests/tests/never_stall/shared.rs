@@ -181,10 +181,11 @@ impl SetAsideStore for Shared<'_> {
 impl tidemark_aggregator::store::GroupStore for Shared<'_> {
     fn tag_histories(
         &self,
-        devices: &[DeviceId],
+        devices: &[(DeviceId, tidemark_schema::Timestamp)],
+        now: tidemark_schema::Timestamp,
     ) -> impl Future<Output = Result<HashMap<DeviceId, tidemark_schema::TagHistory>, StoreError>> + Send
     {
-        self.0.tag_histories(devices)
+        self.0.tag_histories(devices, now)
     }
     fn group_manifest(
         &self,

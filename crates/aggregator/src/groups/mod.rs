@@ -34,11 +34,12 @@
 pub mod fold;
 mod stores;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tidemark_schema::keys::Key;
 use tidemark_schema::{
     Bucket, DeviceId, GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupPartialItem, Period, TagHistory,
+    Timestamp,
 };
 use tidemark_store::StoreError;
 
@@ -50,11 +51,13 @@ use crate::store::Store;
 
 /// The table operations of group partials; implemented for DynamoDB and the in-memory fake.
 pub trait GroupStore {
-    /// The tag histories of `devices` (a device without one is absent), as cached by the
-    /// container for at most `SHARD_CACHE_SECONDS`.
+    /// The tag histories of `devices`, each given with the latest reading time to attribute
+    /// (a device without one is absent), as cached by the container while the cache still
+    /// holds every change in force at that reading ([`tidemark_store::tags::TagBook`]).
     fn tag_histories(
         &self,
-        devices: &[DeviceId],
+        devices: &[(DeviceId, Timestamp)],
+        now: Timestamp,
     ) -> impl Future<Output = Result<HashMap<DeviceId, TagHistory>, StoreError>> + Send;
     /// The batch's manifest, read consistent.
     fn group_manifest(
@@ -167,16 +170,19 @@ impl<S: Store> Aggregator<S> {
         let Some(batch) = batch_name(event) else {
             return Ok(GroupWrite::default());
         };
-        let devices: Vec<DeviceId> = done
-            .iter()
-            .map(|c| c.change.image().device.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let mut latest: BTreeMap<DeviceId, Timestamp> = BTreeMap::new();
+        for c in done {
+            let img = c.change.image();
+            let t = latest.entry(img.device.clone()).or_insert(img.at);
+            *t = (*t).max(img.at);
+        }
+        let devices: Vec<(DeviceId, Timestamp)> = latest.into_iter().collect();
         let histories = if keys.is_empty() || devices.is_empty() {
             HashMap::new()
         } else {
-            self.store.tag_histories(&devices).await?
+            self.store
+                .tag_histories(&devices, self.config.clock.now())
+                .await?
         };
         let shares = fold::shares(done.iter().copied(), |d, t| {
             fold::groups_at(&histories, keys, d, t)

@@ -32,12 +32,12 @@ fn units(c: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>) -> f64 {
 impl GroupStore for DynamoStore {
     async fn tag_histories(
         &self,
-        devices: &[DeviceId],
+        devices: &[(DeviceId, tidemark_schema::Timestamp)],
+        now: tidemark_schema::Timestamp,
     ) -> Result<HashMap<DeviceId, TagHistory>, StoreError> {
-        let now = tidemark_schema::Timestamp::now();
         let stale = match self.tag_book.lock() {
-            Ok(book) => book.stale(devices, now),
-            Err(_) => devices.to_vec(),
+            Ok(book) => book.stale(devices.iter().map(|(d, t)| (d, *t))),
+            Err(_) => devices.iter().map(|(d, _)| d.clone()).collect(),
         };
         if !stale.is_empty() {
             let keys: Vec<Key> = stale
@@ -56,7 +56,7 @@ impl GroupStore for DynamoStore {
         })?;
         Ok(devices
             .iter()
-            .filter_map(|d| Some((d.clone(), book.history(d)?.clone())))
+            .filter_map(|(d, _)| Some((d.clone(), book.history(d)?.clone())))
             .collect())
     }
 
@@ -183,11 +183,12 @@ mod fake {
     impl GroupStore for FakeStore {
         async fn tag_histories(
             &self,
-            devices: &[DeviceId],
+            devices: &[(DeviceId, tidemark_schema::Timestamp)],
+            _now: tidemark_schema::Timestamp,
         ) -> Result<HashMap<DeviceId, TagHistory>, StoreError> {
             Ok(devices
                 .iter()
-                .filter_map(|d| {
+                .filter_map(|(d, _)| {
                     let item = self.table.get(&TagHistoryItem::key(d))?;
                     let h: TagHistoryItem = from_stored(item).ok()?;
                     Some((d.clone(), h.epochs))
