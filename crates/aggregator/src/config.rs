@@ -137,14 +137,7 @@ impl AggregatorConfig {
             c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
         } else {
             c.group_tags = env.group_tags()?;
-            let lead = "whole seconds, 0..=86400 (the same value as the API's)";
-            let in_a_day = |n: &u64| *n <= 86_400;
-            c.tag_lead.shard_cache = env
-                .seconds(&settings::SHARD_CACHE_SECONDS, lead, in_a_day)?
-                .unwrap_or(c.tag_lead.shard_cache);
-            c.tag_lead.max_future = env
-                .seconds(&settings::MAX_FUTURE_SECONDS, lead, in_a_day)?
-                .unwrap_or(c.tag_lead.max_future);
+            c.tag_lead = env.layout_lead(c.tag_lead)?;
         }
         c.default_thresholds = env
             .try_parse(&settings::DEFAULT_THRESHOLDS, thresholds)?

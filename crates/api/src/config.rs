@@ -187,14 +187,7 @@ impl ApiConfig {
         c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
         c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
         c.group_tags = env.group_tags()?;
-        let lead = "whole seconds, 0..=86400 (the same value as ingest's)";
-        let in_a_day = |n: &u64| *n <= 86_400;
-        c.shard_lead.shard_cache = env
-            .seconds(&settings::SHARD_CACHE_SECONDS, lead, in_a_day)?
-            .unwrap_or(c.shard_lead.shard_cache);
-        c.shard_lead.max_future = env
-            .seconds(&settings::MAX_FUTURE_SECONDS, lead, in_a_day)?
-            .unwrap_or(c.shard_lead.max_future);
+        c.shard_lead = env.layout_lead(c.shard_lead)?;
         Ok(c)
     }
 

@@ -35,7 +35,7 @@ pub enum IdError {
     },
 }
 
-fn check(
+pub(crate) fn check(
     kind: &'static str,
     value: &str,
     max: usize,

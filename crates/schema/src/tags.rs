@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
-use crate::ids::IdError;
+use crate::ids::{IdError, check};
 use crate::time::Timestamp;
 
 /// A tag key: a lowercase letter, then up to 31 of `[a-z0-9_.-]`.
@@ -23,37 +23,6 @@ pub struct TagKey(String);
 /// A tag value: 1–64 of `[A-Za-z0-9_.:/-]`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TagValue(String);
-
-fn check(
-    kind: &'static str,
-    s: &str,
-    max: usize,
-    allowed: &'static str,
-    ok: impl Fn(usize, char) -> bool,
-) -> Result<(), IdError> {
-    if s.is_empty() {
-        return Err(IdError::Empty { kind });
-    }
-    let len = s.chars().count();
-    if len > max {
-        return Err(IdError::TooLong {
-            kind,
-            value: s.to_owned(),
-            len,
-            max,
-        });
-    }
-    if let Some((position, found)) = s.chars().enumerate().find(|&(i, c)| !ok(i, c)) {
-        return Err(IdError::BadChar {
-            kind,
-            value: s.to_owned(),
-            found,
-            position,
-            allowed,
-        });
-    }
-    Ok(())
-}
 
 impl TagKey {
     pub const MAX_LEN: usize = 32;

@@ -690,6 +690,25 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         )
     }
 
+    /// [`SHARD_CACHE_SECONDS`] and [`MAX_FUTURE_SECONDS`], the lead layout and tag changes are
+    /// announced by, read alike by every function that must agree on it (ingest, the API, the
+    /// rollups role): each whole seconds up to a day, `default`'s where unset.
+    pub fn layout_lead(
+        &self,
+        default: tidemark_schema::LayoutLead,
+    ) -> Result<tidemark_schema::LayoutLead, ConfigError> {
+        let what = "whole seconds, 0..=86400 (the same value in every function)";
+        let in_a_day = |n: &u64| *n <= 86_400;
+        Ok(tidemark_schema::LayoutLead {
+            shard_cache: self
+                .seconds(&SHARD_CACHE_SECONDS, what, in_a_day)?
+                .unwrap_or(default.shard_cache),
+            max_future: self
+                .seconds(&MAX_FUTURE_SECONDS, what, in_a_day)?
+                .unwrap_or(default.max_future),
+        })
+    }
+
     /// [`GROUP_TAGS`], read alike by the aggregator's rollups role, the exporter and the API:
     /// the default (`site`) when unset; each key must be a tag key, none twice.
     pub fn group_tags(&self) -> Result<Vec<tidemark_schema::TagKey>, ConfigError> {

@@ -477,23 +477,7 @@ impl<S: Store> App<S> {
         let scope = format!("latest|{}|{limit}", names.join(","));
         let from = match self.open(&scope, p)? {
             None => None,
-            Some(state) => {
-                let [(label, after)] = &state.parts[..] else {
-                    return Err(bad_cursor());
-                };
-                let pos = IndexPosition {
-                    partition: label.parse().map_err(|_| bad_cursor())?,
-                    after: match after.as_deref() {
-                        None => None,
-                        Some([sk]) => Some(sk.clone()),
-                        Some(_) => return Err(bad_cursor()),
-                    },
-                };
-                if !pos.is_valid() {
-                    return Err(bad_cursor());
-                }
-                Some(pos)
-            }
+            Some(state) => Some(super::tagging::index_position(&state)?),
         };
         let (first, rest) = tags.split_first().ok_or_else(|| {
             ApiError::bad(

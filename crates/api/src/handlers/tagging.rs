@@ -285,7 +285,7 @@ pub(super) fn shows_tags(device: &serde_json::Value, tags: &[Tag]) -> bool {
         .all(|t| device["tags"][t.key.as_str()].as_str() == Some(t.value.as_str()))
 }
 
-fn index_position(state: &CursorState) -> Result<IndexPosition, ApiError> {
+pub(super) fn index_position(state: &CursorState) -> Result<IndexPosition, ApiError> {
     let [(label, after)] = state.parts.as_slice() else {
         return Err(bad_cursor());
     };
