@@ -21,7 +21,8 @@ if [[ -n "$stopped" ]]; then
 fi
 scripts/services.sh start
 
-# The dashboard tests drive a real headless Chromium (crates/devstack/tests/dashboard.rs).
+# The dashboard tests drive a real headless Chromium (crates/devstack/tests/dashboard.rs and
+# dashboard_pages.rs).
 step "headless browser (chromium, chromedriver)"
 scripts/browser.sh
 
