@@ -188,13 +188,25 @@ function groupPanel({ tags, group, metric, metrics, rangeKey, from, to, series, 
   const hi = Math.max(...series.max);
   const box = el('div', { class: 'plot' });
   const unit = series.resolution === '1d' ? 'daily' : 'hourly';
+  const [shownFrom, shownTo] = covered(series, from, to);
   const node = el('section', { class: 'group', id: 'group-chart' },
     title, pick,
-    el('div', { class: 'chart', dataset: { tag: group, metric, points: series.xs.length, min: lo, max: hi, resolution: series.resolution } },
+    el('div', { class: 'chart', dataset: { tag: group, metric, points: series.xs.length, min: lo, max: hi, resolution: series.resolution, from: shownFrom, to: shownTo } },
       el('h3', {}, `${unit} average, min–max band and p95 of every member's readings`,
         el('small', {}, `${series.xs.length} ${unit} buckets · ${series.count} readings · min ${num(lo)} · max ${num(hi)}`)),
       box));
-  return { node, draw: () => metricChart(box, 0, { ...series, range: [from, to] }) };
+  return { node, draw: () => metricChart(box, 0, { ...series, range: [shownFrom, shownTo] }) };
+}
+
+/**
+ * The part of [from, to] a group's buckets cover, from its first bucket to the end of its last,
+ * so a group with two hours of data fills the chart instead of its right edge (as a device
+ * page starts on the range its data covers).
+ */
+export function covered({ xs, resolution }, from, to) {
+  if (!xs.length) return [from, to];
+  const bucket = resolution === '1d' ? 24 * HOUR : HOUR;
+  return [Math.max(from, xs[0]), Math.min(to, xs[xs.length - 1] + bucket)];
 }
 
 /**

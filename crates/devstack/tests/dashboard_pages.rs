@@ -333,6 +333,19 @@ fn the_fleet_page_filters_by_tags_kept_in_the_url_and_charts_the_first_tags_grou
                "max": 19.5, "resolution": "1h", "canvas": true}),
         "the group chart"
     );
+    // AND, with two hours of data in a day's range, it starts on the hours the data covers
+    // rather than crowding them at the right edge
+    let shown = b.eval(
+        "const c = document.querySelector('#group-chart .chart'); \
+         return [+c.dataset.from, +c.dataset.to];",
+        vec![],
+    );
+    let (from, to) = (shown[0].as_f64().unwrap(), shown[1].as_f64().unwrap());
+    assert!(
+        to - from <= 3.0 * 3_600_000.0,
+        "a group chart of {} h for two hours of data",
+        (to - from) / 3_600_000.0
+    );
     shot(&b, "fleet-tag-filter");
     // AND its range is the page's too: a week of the same hours, then back to the day
     for (range, hash) in [
