@@ -20,7 +20,7 @@ use tidemark_schema::{
 };
 use tidemark_store::Item;
 use tidemark_store::layouts::LayoutBook;
-use tidemark_store::tags::{IndexPosition, index_page};
+use tidemark_store::tags::index_page;
 
 use super::series::{Buckets, Edges, Walk, page_end};
 use super::{Reply, bad_cursor, expired, list};
