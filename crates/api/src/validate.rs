@@ -63,6 +63,17 @@ pub fn order(p: &Params, default_forward: bool) -> Result<bool, ApiError> {
     }
 }
 
+/// A time given in a JSON body (`effectiveFrom`, `tagsEffectiveFrom`): RFC 3339 text or epoch
+/// milliseconds, read as the query parameters are.
+pub(crate) fn body_time(name: &str, v: &serde_json::Value) -> Result<Timestamp, ApiError> {
+    let raw = match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    Timestamp::parse_flexible(&raw)
+        .map_err(|e| ApiError::bad(name, format!("{e} (or give epoch milliseconds)")))
+}
+
 pub fn time(p: &Params, name: &str) -> Result<Option<Timestamp>, ApiError> {
     p.get(name)
         .map(|s| {

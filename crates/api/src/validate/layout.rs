@@ -112,13 +112,7 @@ pub fn layout_change(body: &[u8]) -> Result<LayoutChange, ApiError> {
 }
 
 fn effective_from(v: Value) -> Result<Timestamp, ApiError> {
-    let raw = match &v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        other => other.to_string(),
-    };
-    Timestamp::parse_flexible(&raw)
-        .map_err(|e| ApiError::bad("effectiveFrom", format!("{e} (or give epoch milliseconds)")))
+    super::body_time("effectiveFrom", &v)
 }
 
 #[cfg(test)]

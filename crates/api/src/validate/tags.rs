@@ -128,16 +128,7 @@ fn parse_tags(v: Value) -> Result<Tags, ApiError> {
 }
 
 fn parse_time(v: Value) -> Result<Timestamp, ApiError> {
-    let raw = match &v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    Timestamp::parse_flexible(&raw).map_err(|e| {
-        ApiError::bad(
-            "tagsEffectiveFrom",
-            format!("{e} (or give epoch milliseconds)"),
-        )
-    })
+    super::body_time("tagsEffectiveFrom", &v)
 }
 
 /// The `tag` filters of a listing: each `key:value`, at most [`MAX_TAG_FILTERS`], each once
