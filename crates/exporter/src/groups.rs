@@ -130,9 +130,7 @@ impl GroupFold {
 
 /// The groups `history` puts its device in at `t`.
 pub fn groups_at(history: Option<&TagHistory>, keys: &[TagKey], t: Timestamp) -> Vec<Tag> {
-    history
-        .map(|h| h.at(t).groups(keys).collect())
-        .unwrap_or_default()
+    history.map(|h| h.groups_at(t, keys)).unwrap_or_default()
 }
 
 /// The groups `history` puts its device in at any time of `hour`.

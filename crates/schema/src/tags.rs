@@ -309,6 +309,12 @@ impl TagHistory {
         out
     }
 
+    /// The groups (tags of `keys`, the keys that keep group rollups) a reading at `t` counts
+    /// in: the one rule the rollups role and the export attribute readings by.
+    pub fn groups_at(&self, t: Timestamp, keys: &[TagKey]) -> Vec<Tag> {
+        self.at(t).groups(keys).collect()
+    }
+
     /// Whether the tags change inside `[from, to)` (a group rollup of that range must then
     /// attribute each reading by its own time).
     pub fn changes_within(&self, from: Timestamp, to: Timestamp) -> bool {

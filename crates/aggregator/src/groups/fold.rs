@@ -46,7 +46,7 @@ pub fn groups_at(
 ) -> Vec<Tag> {
     histories
         .get(device)
-        .map(|h| h.at(at).groups(keys).collect())
+        .map(|h| h.groups_at(at, keys))
         .unwrap_or_default()
 }
 
