@@ -19,7 +19,8 @@
 //! 4. delete the old partials this attempt no longer writes;
 //! 5. put the manifest listing the new ones only (skipped when nothing was stale).
 //!
-//! A batch with nothing to write and no manifest makes no request at all. A failure is
+//! A batch with nothing to write and no manifest writes nothing (its one request is the
+//! manifest's read, which a retry of a batch that did write partials needs). A failure is
 //! transient (the whole batch is reported from its first record, so the retry rewrites the
 //! same key) unless [`tidemark_store::StoreError::is_permanent`]; then the set-aside rules
 //! apply ([`crate::setaside`]): counted against the first record, set aside at the third
