@@ -568,3 +568,36 @@ async fn an_exact_resend_stamps_its_arrival_on_the_smallest_part_holding_it_and_
         assert_eq!(arrivals().await, after);
     }
 }
+
+#[tokio::test]
+async fn a_write_of_records_that_arrived_earlier_never_lowers_a_parts_arrival() {
+    let t = TestTable::new("slots-arrival-order").await;
+    let at = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+    let writer = |arrived: &str| {
+        SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
+            .arrived(Some(at(arrived)))
+    };
+    // GIVEN a part stamped with the arrival of the latest records it holds
+    writer("2026-04-20T14:09:00Z")
+        .write(&key(), &readings(0..2, "a", 1.0), 0, deadline())
+        .await
+        .unwrap();
+    // WHEN a batch of records that arrived earlier (another stream shard, or another slot
+    // length starting at the same instant in the same batch) adds a new reading to it
+    let w = writer("2026-04-20T14:05:00Z")
+        .write(&key(), &readings(5..6, "b", 2.0), 0, deadline())
+        .await
+        .unwrap();
+    // THEN the reading is stored and the part keeps the later arrival, so the first batch
+    // replayed is still a replay that writes nothing
+    assert!(w.written);
+    let items = t.scan().await;
+    assert_eq!(items.len(), 1);
+    let later = at("2026-04-20T14:09:00Z").epoch_millis().to_string();
+    assert_eq!(items[0][field::ARRIVED_AT], AttributeValue::N(later));
+    let again = writer("2026-04-20T14:09:00Z")
+        .write(&key(), &readings(0..2, "a", 1.0), 0, deadline())
+        .await
+        .unwrap();
+    assert!(!again.written);
+}

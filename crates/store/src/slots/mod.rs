@@ -152,7 +152,8 @@ pub struct SlotWriter<C = Client> {
     /// [`MAX_PART_ITEM_BYTES`] except in tests of the cap.
     pub item_bytes: usize,
     /// When the records this write carries arrived: stamped on every part it writes
-    /// ([`tidemark_schema::field::ARRIVED_AT`]), what a device's silence is judged on.
+    /// ([`tidemark_schema::field::ARRIVED_AT`]), what a device's silence is judged on,
+    /// unless the part holds a later one already (a stamp never goes back).
     pub arrived: Option<Timestamp>,
 }
 
@@ -301,6 +302,11 @@ struct Put {
     expected: Option<u64>,
     sealed: bool,
     full: bool,
+    /// The arrival the part has now (`None` for a new part): a put never lowers it, or a
+    /// write of records that arrived earlier (another stream shard, a slot of another
+    /// length starting at the same instant) would make a replay of the later ones write
+    /// again and a device's last arrival go back.
+    arrived: Option<Timestamp>,
 }
 
 /// What one write brings to one stored part: corrections of the values it holds, and
@@ -472,6 +478,7 @@ impl<C: PartTable> SlotWriter<C> {
                     expected: Some(part.version),
                     sealed: part.sealed,
                     full: part.full,
+                    arrived: part.arrived,
                 });
             }
         }
@@ -520,6 +527,7 @@ impl<C: PartTable> SlotWriter<C> {
             expected: Some(p.version),
             sealed: p.sealed,
             full: p.full,
+            arrived: p.arrived,
         }))
     }
 
@@ -632,6 +640,7 @@ impl<C: PartTable> SlotWriter<C> {
                     expected: Some(part.version),
                     sealed: part.sealed,
                     full,
+                    arrived: part.arrived,
                 });
             }
         }
@@ -661,6 +670,7 @@ impl<C: PartTable> SlotWriter<C> {
                         expected: Some(part.version),
                         sealed: false,
                         full: false,
+                        arrived: part.arrived,
                     });
                 }
                 return Ok(puts);
@@ -675,6 +685,7 @@ impl<C: PartTable> SlotWriter<C> {
                 expected: Some(part.version),
                 sealed: true,
                 full,
+                arrived: part.arrived,
             });
         }
         if fresh.is_empty() {
@@ -696,6 +707,7 @@ impl<C: PartTable> SlotWriter<C> {
                 expected: None,
                 sealed: i < last,
                 full: false,
+                arrived: None,
             });
             number = n.checked_add(1);
         }
@@ -730,7 +742,7 @@ impl<C: PartTable> SlotWriter<C> {
             sealed: put.sealed,
             full: put.full,
             metadata: metadata_bitmaps(&c.readings, &c.metadata),
-            arrived_at: self.arrived,
+            arrived_at: self.arrived.max(put.arrived),
         })
     }
 
