@@ -106,7 +106,9 @@ fn batch(first_seq: u64, groups: &[Vec<(Timestamp, i64)>]) -> KinesisEvent {
             })
         })
         .collect();
-    serde_json::from_value(json!({ "Records": records })).unwrap()
+    serde_json::from_value::<tidemark_ingest::KinesisBatch>(json!({ "Records": records }))
+        .unwrap()
+        .0
 }
 
 async fn deliver(c: &Container, now: Timestamp, event: &KinesisEvent) {

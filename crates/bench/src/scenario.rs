@@ -298,7 +298,8 @@ pub fn kinesis_records(
             })
         })
         .collect();
-    serde_json::from_value(json!({ "Records": records }))
+    serde_json::from_value::<tidemark_ingest::KinesisBatch>(json!({ "Records": records }))
+        .map(|b| b.0)
 }
 
 #[cfg(test)]

@@ -465,7 +465,6 @@ pub fn record_data(record: &Value) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use aws_lambda_events::event::dynamodb::Event as StreamEvent;
-    use aws_lambda_events::event::kinesis::KinesisEvent;
 
     fn now() -> Timestamp {
         Timestamp::now()
@@ -502,7 +501,7 @@ mod tests {
     fn every_sample_parses_as_the_event_its_function_takes() {
         for (name, e) in sample_events(now()).unwrap() {
             if name.starts_with("kinesis-") {
-                serde_json::from_value::<KinesisEvent>(e).expect(name);
+                serde_json::from_value::<tidemark_ingest::KinesisBatch>(e).expect(name);
             } else if name.starts_with("ddb-") {
                 let parsed = serde_json::from_value::<StreamEvent>(e).expect(name);
                 assert!(!parsed.records.is_empty(), "{name}");

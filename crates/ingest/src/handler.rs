@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use futures::FutureExt;
 use thiserror::Error;
@@ -24,6 +24,7 @@ use tidemark_store::{Item, StoreError};
 
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, reading_item};
+use crate::event::arrival_time;
 use crate::heartbeat;
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
 use crate::packing::{SlotBatch, SlotReport};
@@ -680,18 +681,6 @@ fn absorb(stats: &mut BatchStats, r: &WriteReport) {
     stats.unprocessed = r.unprocessed;
     stats.throttled = r.throttled;
     stats.failed_items = r.failed_tags.len() as u64;
-}
-
-/// The arrival time Kinesis stamped on the record: the same on every delivery, so a replayed
-/// batch rewrites the very same quarantine item.
-pub fn arrival_time(record: &KinesisEventRecord) -> Timestamp {
-    Timestamp::from_epoch_millis(
-        record
-            .kinesis
-            .approximate_arrival_timestamp
-            .timestamp_millis(),
-    )
-    .unwrap_or(Timestamp::MIN)
 }
 
 /// The items of a rejected record (or user record of an aggregate): its raw bytes, whole

@@ -23,12 +23,15 @@
 //!   SenML pack: [`senml`]).
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
+//! - [`event`]: the Kinesis event as Lambda delivers it ([`KinesisBatch`]), its arrivals read
+//!   to the millisecond.
 //! - The `tidemark-ingest` binary is a thin Lambda wrapper around [`Ingest::handle`].
 //!
 //! [`BatchWriteApi`]: tidemark_store::batch::BatchWriteApi
 
 pub mod config;
 pub mod decode;
+pub mod event;
 pub mod handler;
 pub mod heartbeat;
 pub mod kpl;
@@ -40,7 +43,6 @@ pub mod units;
 
 pub use config::{ConfigError, IngestConfig, UnknownDevices};
 pub use decode::{Rejection, decode_record, decode_record_at, reading_item};
-pub use handler::{
-    BatchStats, Ingest, IngestError, arrival_time, deadline_from_epoch_millis, quarantine_items,
-};
+pub use event::{KinesisBatch, arrival_time};
+pub use handler::{BatchStats, Ingest, IngestError, deadline_from_epoch_millis, quarantine_items};
 pub use lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};

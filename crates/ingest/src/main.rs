@@ -1,9 +1,8 @@
 //! The ingest Lambda: configuration and the DynamoDB client are built once per container,
 //! every invocation goes to [`Ingest::handle`] with the invocation's deadline.
 
-use aws_lambda_events::event::kinesis::KinesisEvent;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use tidemark_ingest::{Ingest, IngestConfig, deadline_from_epoch_millis};
+use tidemark_ingest::{Ingest, IngestConfig, KinesisBatch, deadline_from_epoch_millis};
 use tidemark_store::ClientSettings;
 
 #[tokio::main]
@@ -14,9 +13,9 @@ async fn main() -> Result<(), Error> {
     let ingest = Ingest::new(client, config);
     let ingest = &ingest;
     run(service_fn(
-        move |event: LambdaEvent<KinesisEvent>| async move {
+        move |event: LambdaEvent<KinesisBatch>| async move {
             let deadline = deadline_from_epoch_millis(event.context.deadline);
-            Ok::<_, Error>(ingest.handle(event.payload, deadline).await?)
+            Ok::<_, Error>(ingest.handle(event.payload.0, deadline).await?)
         },
     ))
     .await

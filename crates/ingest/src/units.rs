@@ -14,7 +14,7 @@ use tidemark_schema::{QuarantineSource, Reading, Timestamp};
 
 use crate::config::IngestConfig;
 use crate::decode::{Rejection, decode_record_at};
-use crate::handler::arrival_time;
+use crate::event::arrival_time;
 use crate::kpl::{self, Payload};
 
 /// One unit: where it came from and its bytes.

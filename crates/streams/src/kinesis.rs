@@ -1,8 +1,10 @@
 //! A Kinesis stream, read as a Kinesis event-source mapping reads it.
 
+use aws_lambda_events::encodings::SecondTimestamp;
 use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use base64::Engine;
+use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::{EventSource, LOCAL_ACCOUNT, LOCAL_REGION, Page, ShardInfo, Start, StreamError};
@@ -58,7 +60,7 @@ impl KinesisSource {
             .approximate_arrival_timestamp()
             .map(|t| t.as_secs_f64())
             .unwrap_or_default();
-        serde_json::from_value(json!({
+        let mut record: KinesisEventRecord = serde_json::from_value(json!({
             "kinesis": {
                 "kinesisSchemaVersion": "1.0",
                 "partitionKey": r.partition_key().unwrap_or_default(),
@@ -73,7 +75,18 @@ impl KinesisSource {
             "invokeIdentityArn": format!("arn:aws:iam::{LOCAL_ACCOUNT}:role/tidemark-local"),
             "awsRegion": LOCAL_REGION,
             "eventSourceARN": arn,
-        }))
+        }))?;
+        // The arrival as Kinesis stamped it, to the millisecond: `aws_lambda_events` reads
+        // the fraction of the seconds written above as a count of milliseconds (`.5` as
+        // 5 ms), as `tidemark_ingest::KinesisBatch` explains.
+        let millis = r.approximate_arrival_timestamp().map(|t| t.to_millis());
+        if let Some(at) = millis
+            .and_then(Result::ok)
+            .and_then(DateTime::<Utc>::from_timestamp_millis)
+        {
+            record.kinesis.approximate_arrival_timestamp = SecondTimestamp(at);
+        }
+        Ok(record)
     }
 }
 
@@ -175,5 +188,35 @@ impl EventSource for KinesisSource {
             .kinesis
             .approximate_arrival_timestamp
             .timestamp_millis()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::primitives::{Blob, DateTime};
+
+    use super::*;
+
+    #[test]
+    fn an_event_record_carries_its_arrival_to_the_millisecond() {
+        for millis in [
+            1_795_824_020_500,
+            1_795_824_020_310,
+            1_795_824_020_050,
+            1_795_824_020_007,
+        ] {
+            let r = aws_sdk_kinesis::types::Record::builder()
+                .sequence_number("49590338271490256608559692538361571095921575989136588898")
+                .partition_key("sensor_01")
+                .data(Blob::new("{}"))
+                .approximate_arrival_timestamp(DateTime::from_millis(millis))
+                .build()
+                .unwrap();
+            let rec = KinesisSource::event_record("arn", "shardId-000000000000", &r).unwrap();
+            assert_eq!(
+                rec.kinesis.approximate_arrival_timestamp.timestamp_millis(),
+                millis
+            );
+        }
     }
 }

@@ -539,7 +539,9 @@ impl<'a> World<'a> {
                 })
             })
             .collect();
-        serde_json::from_value(json!({ "Records": records })).expect("a Kinesis event")
+        serde_json::from_value::<tidemark_ingest::KinesisBatch>(json!({ "Records": records }))
+            .expect("a Kinesis event")
+            .0
     }
 
     /// Ingest takes `batch` records from its checkpoint (and `replay` before it again), as

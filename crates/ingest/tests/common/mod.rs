@@ -51,7 +51,8 @@ pub fn load_event(relative: &str) -> KinesisEvent {
     let candidates = [root().join("../..").join(relative), root().join(relative)];
     for p in candidates {
         if let Ok(bytes) = std::fs::read(&p) {
-            return serde_json::from_slice(&bytes)
+            return serde_json::from_slice::<tidemark_ingest::KinesisBatch>(&bytes)
+                .map(|b| b.0)
                 .unwrap_or_else(|e| panic!("{} is not a Kinesis event: {e}", p.display()));
         }
     }
