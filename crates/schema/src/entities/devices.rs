@@ -134,6 +134,116 @@ pub struct DeviceItem {
     pub gsi2pk: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gsi2sk: Option<String>,
+    /// The devices this one may send readings for when the deployment's `DEVICE_IDENTITY` is
+    /// `partition-key` (set by the API; absent: none but itself). Stored as `gatewayFor`
+    /// ([`super::field::GATEWAY_FOR`]).
+    #[serde(default, skip_serializing_if = "GatewayFor::is_empty")]
+    pub gateway_for: GatewayFor,
+}
+
+/// The most devices one gateway may speak for: the list lives on its device item (at most
+/// 1,000 ids of 128 bytes stay far below DynamoDB's 400 KB), which ingest caches.
+pub const MAX_GATEWAY_FOR: usize = 1000;
+
+/// The devices a gateway may send readings for ([`DeviceItem::gateway_for`]): distinct, at
+/// most [`MAX_GATEWAY_FOR`], stored as a list of device ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<DeviceId>", into = "Vec<DeviceId>")]
+pub struct GatewayFor(std::collections::BTreeSet<DeviceId>);
+
+/// Why a list cannot be a gateway's [`GatewayFor`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayForError {
+    #[error("{0} devices; a gateway speaks for at most {MAX_GATEWAY_FOR}")]
+    TooMany(usize),
+}
+
+impl GatewayFor {
+    /// The distinct devices of `ids`; more than [`MAX_GATEWAY_FOR`] is an error.
+    pub fn new(ids: impl IntoIterator<Item = DeviceId>) -> Result<Self, GatewayForError> {
+        let set: std::collections::BTreeSet<DeviceId> = ids.into_iter().collect();
+        if set.len() > MAX_GATEWAY_FOR {
+            return Err(GatewayForError::TooMany(set.len()));
+        }
+        Ok(GatewayFor(set))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn contains(&self, id: &DeviceId) -> bool {
+        self.0.contains(id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &DeviceId> {
+        self.0.iter()
+    }
+}
+
+impl TryFrom<Vec<DeviceId>> for GatewayFor {
+    type Error = GatewayForError;
+
+    fn try_from(ids: Vec<DeviceId>) -> Result<Self, GatewayForError> {
+        GatewayFor::new(ids)
+    }
+}
+
+impl From<GatewayFor> for Vec<DeviceId> {
+    fn from(g: GatewayFor) -> Self {
+        g.0.into_iter().collect()
+    }
+}
+
+/// Who a reading may name as its device: the deployment's `DEVICE_IDENTITY` (template
+/// parameter `DeviceIdentity`), enforced by ingest (docs/design.md §3, "Device identity").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DeviceIdentity {
+    /// Whatever the payload says: any producer that can put records may write any device.
+    Payload,
+    /// A reading's device is the record's partition key (a KPL user record's own), or a
+    /// device the partition key's device lists in its [`DeviceItem::gateway_for`].
+    #[default]
+    PartitionKey,
+    /// The IoT topic rule adds the publishing thing's name (from the topic) to the message
+    /// ([`DeviceIdentity::THING_FIELD`]); every reading must name that device, and one
+    /// naming none takes it.
+    IotThing,
+}
+
+impl DeviceIdentity {
+    pub const ALL: [DeviceIdentity; 3] = [
+        DeviceIdentity::Payload,
+        DeviceIdentity::PartitionKey,
+        DeviceIdentity::IotThing,
+    ];
+
+    /// The field the IoT rule puts the thing name in (`topic(2) AS tidemarkThing`).
+    pub const THING_FIELD: &'static str = "tidemarkThing";
+
+    /// The mode named `s` (case and surrounding blanks ignored).
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceIdentity::Payload => "payload",
+            DeviceIdentity::PartitionKey => "partition-key",
+            DeviceIdentity::IotThing => "iot-thing",
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The shortest offline window: the watchdog runs once a minute.
@@ -241,6 +351,7 @@ impl DeviceItem {
             offline: None,
             gsi2pk: None,
             gsi2sk: None,
+            gateway_for: GatewayFor::default(),
         }
     }
 

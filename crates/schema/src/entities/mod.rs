@@ -26,8 +26,9 @@ pub use aggregates::{
 };
 pub use alerts::{AlertItem, AlertState};
 pub use devices::{
-    Connectivity, DeviceItem, DeviceType, LatestReading, MAX_OFFLINE_WINDOW, MIN_OFFLINE_WINDOW,
-    OfflineState, RulePhase, RuleState, Threshold, fleet_offline_window,
+    Connectivity, DeviceIdentity, DeviceItem, DeviceType, GatewayFor, GatewayForError,
+    LatestReading, MAX_GATEWAY_FOR, MAX_OFFLINE_WINDOW, MIN_OFFLINE_WINDOW, OfflineState,
+    RulePhase, RuleState, Threshold, fleet_offline_window,
 };
 pub use export::{ExportCursorItem, ExportDirtyItem};
 pub use groups::{
@@ -105,6 +106,8 @@ pub mod field {
     pub const OFFLINE_SEVERITY: &str = "offlineSeverity";
     /// Whether the device's rollups keep quantile sketches ([`super::DeviceItem::percentiles`]).
     pub const PERCENTILES: &str = "percentiles";
+    /// The devices a gateway may send readings for ([`super::DeviceItem::gateway_for`]).
+    pub const GATEWAY_FOR: &str = "gatewayFor";
     /// The device's newest known arrival (see [`super::DeviceItem::last_arrival_at`]).
     pub const LAST_ARRIVAL_AT: &str = "lastArrivalAt";
     /// The device's open offline alert ([`super::OfflineState`]).

@@ -39,6 +39,11 @@ pub enum QuarantineReason {
     /// (docs/design.md §4, "What is retried, what is set aside"). `tidemark-admin redrive
     /// --set-aside` replays it after a fix.
     Unprocessable,
+    /// A reading naming a device its record may not speak for under the deployment's
+    /// `DEVICE_IDENTITY` ([`crate::DeviceIdentity`]): not the record's partition key nor a
+    /// device its gateway lists (`partition-key`), or not the IoT thing that published it
+    /// (`iot-thing`). The record's bytes are kept here; its other readings are stored.
+    IdentityMismatch,
 }
 
 impl QuarantineReason {
@@ -58,6 +63,7 @@ impl QuarantineReason {
         QuarantineReason::ReadingTooLarge,
         QuarantineReason::CorruptAggregate,
         QuarantineReason::Unprocessable,
+        QuarantineReason::IdentityMismatch,
     ];
 
     /// The reason named `s` ([`QuarantineReason::as_str`]).
@@ -82,6 +88,7 @@ impl QuarantineReason {
             QuarantineReason::ReadingTooLarge => "reading_too_large",
             QuarantineReason::CorruptAggregate => "corrupt_aggregate",
             QuarantineReason::Unprocessable => "unprocessable",
+            QuarantineReason::IdentityMismatch => "identity_mismatch",
         }
     }
 }

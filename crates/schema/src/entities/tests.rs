@@ -44,6 +44,7 @@ fn field_constants_are_the_serialised_names() {
         MetricName::new("temperature").unwrap(),
         Threshold::new(None, Some(30.0), Severity::Critical),
     );
+    d.gateway_for = GatewayFor::new([DeviceId::new("leaf_1").unwrap()]).unwrap();
     let v = serde_json::to_value(&d).unwrap();
     for f in [
         field::DEVICE_ID,
@@ -54,6 +55,7 @@ fn field_constants_are_the_serialised_names() {
         field::LATEST,
         field::THRESHOLDS,
         field::RULE_STATES,
+        field::GATEWAY_FOR,
     ] {
         assert!(v.get(f).is_some(), "device item has no {f}: {v}");
     }
@@ -153,4 +155,40 @@ fn every_gsi1_projected_attribute_is_a_device_or_alert_field() {
                 .contains(&f)
         );
     }
+}
+
+#[test]
+fn a_gateway_speaks_for_at_most_a_thousand_distinct_devices_stored_as_a_list() {
+    let ids = |n: usize| (0..n).map(|i| DeviceId::new(&format!("leaf_{i}")).unwrap());
+    let g = GatewayFor::new(ids(MAX_GATEWAY_FOR).chain(ids(3))).unwrap();
+    assert_eq!(g.len(), MAX_GATEWAY_FOR);
+    assert_eq!(
+        GatewayFor::new(ids(MAX_GATEWAY_FOR + 1)),
+        Err(GatewayForError::TooMany(MAX_GATEWAY_FOR + 1))
+    );
+    let v = serde_json::to_value(GatewayFor::new(ids(2)).unwrap()).unwrap();
+    assert_eq!(v, serde_json::json!(["leaf_0", "leaf_1"]));
+    let too_many: Vec<String> = ids(MAX_GATEWAY_FOR + 1).map(|d| d.to_string()).collect();
+    assert!(serde_json::from_value::<GatewayFor>(serde_json::json!(too_many)).is_err());
+    let d = DeviceItem::new(
+        DeviceId::new("plain").unwrap(),
+        DeviceStatus::Active,
+        Timestamp::parse_rfc3339("2026-04-20T00:00:00Z").unwrap(),
+    );
+    let v = serde_json::to_value(&d).unwrap();
+    assert!(v.get(field::GATEWAY_FOR).is_none(), "no list, no attribute");
+}
+
+#[test]
+fn device_identity_reads_its_setting_and_defaults_to_the_partition_key() {
+    assert_eq!(DeviceIdentity::default(), DeviceIdentity::PartitionKey);
+    for m in DeviceIdentity::ALL {
+        assert_eq!(DeviceIdentity::parse(m.as_str()), Some(m));
+    }
+    assert_eq!(
+        DeviceIdentity::parse(" IoT-Thing "),
+        Some(DeviceIdentity::IotThing)
+    );
+    assert_eq!(DeviceIdentity::parse("partition_key"), None);
+    assert_eq!(DeviceIdentity::parse(""), None);
 }
