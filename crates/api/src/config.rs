@@ -10,6 +10,9 @@ pub use tidemark_store::settings::ConfigError;
 
 pub const MIN_SECRET_LEN: usize = 32;
 
+/// The claim naming a caller's sites when the deployment does not choose one.
+pub const DEFAULT_SCOPE_CLAIM: &str = "tidemark:sites";
+
 /// Used only when the process says it is local ([`settings::TIDEMARK_LOCAL`]), where cursors
 /// protect nothing worth a secret. Never used on Lambda: there a missing secret stops the
 /// function from starting (see [`ApiConfig::from_env`]), because a known key would let anyone
@@ -42,6 +45,9 @@ pub struct ApiConfig {
     /// What the JWT scopes are called; the function holds each route to its scope, as API
     /// Gateway does.
     pub scopes: ScopeNames,
+    /// `SCOPE_CLAIM`: the JWT claim listing the `site` tag values a caller may see
+    /// ([`crate::access::Scope`]).
+    pub scope_claim: String,
     /// Readings one `series` request summarizes at most ([`crate::series::MAX_READINGS`];
     /// smaller only in tests of the bound).
     pub series_max_readings: usize,
@@ -89,6 +95,7 @@ impl fmt::Debug for ApiConfig {
             .field("clock", &self.clock)
             .field("ui_auth", &self.ui_auth)
             .field("scopes", &self.scopes)
+            .field("scope_claim", &self.scope_claim)
             .field("group_tags", &self.group_tags)
             .finish()
     }
@@ -113,6 +120,7 @@ impl ApiConfig {
             clock: Clock::system(),
             ui_auth: UiAuth::None,
             scopes: ScopeNames::default(),
+            scope_claim: DEFAULT_SCOPE_CLAIM.to_owned(),
             series_max_readings: crate::series::MAX_READINGS,
             group_tags: settings::default_group_tags(),
         }
@@ -169,6 +177,9 @@ impl ApiConfig {
             if let Some(v) = env.parse_with(s, "one scope name, no spaces", one_scope)? {
                 *slot = v;
             }
+        }
+        if let Some(v) = env.parse_with(&settings::SCOPE_CLAIM, "one claim name, no spaces", one_scope)? {
+            c.scope_claim = v;
         }
         // The explicit local flag wins: `sam local` resolves the template's secret reference
         // to a name no local process can read.
@@ -371,6 +382,12 @@ mod tests {
                 "the table's default scope names"
             );
         }
+        assert_eq!(c.scope_claim, DEFAULT_SCOPE_CLAIM);
+        assert_eq!(
+            settings::SCOPE_CLAIM.default,
+            format!("`{DEFAULT_SCOPE_CLAIM}`"),
+            "the table's default scope claim"
+        );
         // A token origin with a path, or a scope with a space, is refused, not widened.
         for (k, v) in [
             (

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tidemark_schema::{Layout, LayoutLead};
+use tidemark_schema::{DeviceIdentity, Layout, LayoutLead};
 use tidemark_store::batch::RetryPolicy;
 use tidemark_store::settings::{self, Env};
 
@@ -44,6 +44,9 @@ pub struct IngestConfig {
     pub max_future: Duration,
     /// `UNKNOWN_DEVICES` (`register` | `quarantine`).
     pub unknown_devices: UnknownDevices,
+    /// `DEVICE_IDENTITY` (`payload` | `partition-key` | `iot-thing`; default
+    /// `partition-key`): which devices a record's readings may name (docs/design.md §3).
+    pub device_identity: DeviceIdentity,
     /// `MAX_IN_FLIGHT` (4): concurrent `BatchWriteItem` calls.
     pub max_in_flight: usize,
     /// `MAX_METRICS` (32, docs/design.md §3).
@@ -82,6 +85,7 @@ impl IngestConfig {
             retention_days: const { settings::RETENTION_DAYS.default_u32() },
             max_future: LayoutLead::default().max_future,
             unknown_devices: UnknownDevices::Register,
+            device_identity: DeviceIdentity::default(),
             max_in_flight: const { settings::MAX_IN_FLIGHT.default_usize() },
             max_metrics: const { settings::MAX_METRICS.default_usize() },
             max_array_len: const { settings::MAX_ARRAY_LEN.default_usize() },
@@ -136,6 +140,13 @@ impl IngestConfig {
                 UnknownDevices::parse,
             )?
             .unwrap_or(c.unknown_devices);
+        c.device_identity = env
+            .parse_with(
+                &settings::DEVICE_IDENTITY,
+                "payload, partition-key or iot-thing",
+                DeviceIdentity::parse,
+            )?
+            .unwrap_or(c.device_identity);
         c.max_in_flight = env
             .num(&settings::MAX_IN_FLIGHT, POSITIVE, |n| *n >= 1)?
             .unwrap_or(c.max_in_flight);
@@ -193,6 +204,9 @@ mod tests {
         assert_eq!(c.max_metrics, 32);
         let table = settings::UNKNOWN_DEVICES.default.trim_matches('`');
         assert_eq!(UnknownDevices::parse(table), Some(c.unknown_devices));
+        assert_eq!(c.device_identity, DeviceIdentity::PartitionKey);
+        let table = settings::DEVICE_IDENTITY.default.trim_matches('`');
+        assert_eq!(DeviceIdentity::parse(table), Some(c.device_identity));
     }
 
     #[test]
@@ -203,8 +217,10 @@ mod tests {
             ("MAX_FUTURE_SECONDS", "60"),
             ("UNKNOWN_DEVICES", "Quarantine"),
             ("MAX_IN_FLIGHT", "8"),
+            ("DEVICE_IDENTITY", "iot-thing"),
         ])
         .unwrap();
+        assert_eq!(c.device_identity, DeviceIdentity::IotThing);
         assert_eq!(c.table_name, "t1");
         assert_eq!(c.retention_days, 7);
         assert_eq!(c.max_future, Duration::from_secs(60));
@@ -218,6 +234,7 @@ mod tests {
             ("RETENTION_DAYS", "0"),
             ("RETENTION_DAYS", "thirty"),
             ("UNKNOWN_DEVICES", "drop"),
+            ("DEVICE_IDENTITY", "thing"),
             ("MAX_IN_FLIGHT", "-1"),
         ] {
             let e = from(&[(k, v)]).unwrap_err();

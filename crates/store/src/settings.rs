@@ -202,6 +202,14 @@ pub const UNKNOWN_DEVICES: Setting = s(
     &[Ingest],
 );
 
+/// Who a reading may name as its device ([`tidemark_schema::DeviceIdentity`]).
+pub const DEVICE_IDENTITY: Setting = s(
+    "DEVICE_IDENTITY",
+    "`partition-key`",
+    "`payload`, `partition-key` or `iot-thing`: which device a record's readings may name (others are quarantined as `identity_mismatch`)",
+    &[Ingest],
+);
+
 pub const DEFAULT_LAYOUT: Setting = s(
     "DEFAULT_LAYOUT",
     "the stored one",
@@ -232,7 +240,7 @@ pub const MAX_METADATA_BYTES: Setting = s(
 pub const DEVICE_CACHE_SECONDS: Setting = s(
     "DEVICE_CACHE_SECONDS",
     "60",
-    "how long a device's existence is trusted with `UNKNOWN_DEVICES=quarantine`",
+    "how long a device's existence (`UNKNOWN_DEVICES=quarantine`) and a gateway's `gatewayFor` (`DEVICE_IDENTITY=partition-key`) are trusted",
     &[Ingest],
 );
 
@@ -486,6 +494,7 @@ pub const SETTINGS: &[Setting] = &[
     MAX_FUTURE_SECONDS,
     SHARD_CACHE_SECONDS,
     UNKNOWN_DEVICES,
+    DEVICE_IDENTITY,
     DEFAULT_LAYOUT,
     MAX_IN_FLIGHT,
     MAX_METRICS,
