@@ -178,7 +178,11 @@ impl ApiConfig {
                 *slot = v;
             }
         }
-        if let Some(v) = env.parse_with(&settings::SCOPE_CLAIM, "one claim name, no spaces", one_scope)? {
+        if let Some(v) = env.parse_with(
+            &settings::SCOPE_CLAIM,
+            "one claim name, no spaces",
+            one_scope,
+        )? {
             c.scope_claim = v;
         }
         // The explicit local flag wins: `sam local` resolves the template's secret reference
