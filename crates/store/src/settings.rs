@@ -486,6 +486,15 @@ pub const ADMIN_SCOPE: Setting = s(
     &[Api],
 );
 
+/// Names the JWT claim that limits a caller to the devices of some sites (docs/design.md §6
+/// "Scoped access"); a token without it sees the whole fleet.
+pub const SCOPE_CLAIM: Setting = s(
+    "SCOPE_CLAIM",
+    "`tidemark:sites`",
+    "the JWT claim listing the `site` tag values a caller may see (`*`: all)",
+    &[Api],
+);
+
 /// Every setting, in the order of the README's table.
 pub const SETTINGS: &[Setting] = &[
     TABLE_NAME,
@@ -533,6 +542,7 @@ pub const SETTINGS: &[Setting] = &[
     READ_SCOPE,
     WRITE_SCOPE,
     ADMIN_SCOPE,
+    SCOPE_CLAIM,
 ];
 
 /// The setting called `name`.
