@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod entities;
+pub mod grants;
 pub mod heartbeat;
 pub mod history;
 pub mod ids;
