@@ -10,8 +10,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, Key, LayoutHistory, MetricName,
-    Severity, TagHistory, TagIndexItem, Tags, Threshold, Timestamp, field, keys,
+    DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, GatewayFor, Key, LayoutHistory,
+    MetricName, Severity, TagHistory, TagIndexItem, Tags, Threshold, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::read::Queries;
@@ -62,6 +62,8 @@ pub struct DeviceRegistration {
     /// once the request's change is applied: the device item's `tags` and `tagsFrom`.
     pub tags: Tags,
     pub tags_from: Option<Timestamp>,
+    /// The devices it may send readings for (`DEVICE_IDENTITY=partition-key`).
+    pub gateway_for: GatewayFor,
 }
 
 /// A device as written, and whether the write created it.
@@ -326,6 +328,14 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
         },
     );
     put(field::TAGS_FROM, reg.tags_from.map(|t| s(t.to_string())));
+    put(
+        field::GATEWAY_FOR,
+        if reg.gateway_for.is_empty() {
+            None
+        } else {
+            Some(av(&reg.gateway_for)?)
+        },
+    );
     put(field::UPDATED_AT, Some(s(now.to_string())));
     Ok(u)
 }

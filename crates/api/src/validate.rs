@@ -3,7 +3,9 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tidemark_schema::{AlertId, DeviceId, DeviceStatus, DeviceType, Severity, Timestamp};
+use tidemark_schema::{
+    AlertId, DeviceId, DeviceStatus, DeviceType, GatewayFor, Severity, Timestamp,
+};
 
 use crate::error::ApiError;
 use crate::request::Params;
@@ -127,6 +129,35 @@ struct DeviceBody {
     percentiles: Option<Value>,
     tags: Option<Value>,
     tags_effective_from: Option<Value>,
+    gateway_for: Option<Value>,
+}
+
+/// `gatewayFor`: the device ids a gateway may send readings for (`DEVICE_IDENTITY=
+/// partition-key`), a list of at most [`tidemark_schema::MAX_GATEWAY_FOR`] distinct ids.
+fn gateway_for(v: Value) -> Result<GatewayFor, ApiError> {
+    let Value::Array(items) = v else {
+        return Err(ApiError::bad("gatewayFor", "must be a list of device IDs"));
+    };
+    if items.len() > tidemark_schema::MAX_GATEWAY_FOR {
+        return Err(ApiError::bad(
+            "gatewayFor",
+            format!(
+                "{} device IDs; a gateway speaks for at most {}",
+                items.len(),
+                tidemark_schema::MAX_GATEWAY_FOR
+            ),
+        ));
+    }
+    let mut ids = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let id = item
+            .as_str()
+            .ok_or_else(|| format!("is {item}, not a string"))
+            .and_then(|s| DeviceId::new(s).map_err(|e| e.to_string()))
+            .map_err(|e| ApiError::bad(format!("gatewayFor[{i}]"), e))?;
+        ids.push(id);
+    }
+    GatewayFor::new(ids).map_err(|e| ApiError::bad("gatewayFor", e.to_string()))
 }
 
 /// A device's offline window: 0 (never) or 60 s to 30 days
@@ -316,6 +347,11 @@ pub fn registration(
         tag_request,
         tags: tidemark_schema::Tags::empty(),
         tags_from: None,
+        gateway_for: b
+            .gateway_for
+            .map(gateway_for)
+            .transpose()?
+            .unwrap_or_default(),
     })
 }
 
