@@ -409,3 +409,184 @@ fn the_alert_function_is_the_aggregator_binary_built_once() {
         assert_eq!(a["Properties"][k], b["Properties"][k], "{k}");
     }
 }
+
+// --- Which partitions each function may write (tidemark_schema::grants) ---------------------
+
+/// The DynamoDB actions that write items. Each is authorised per item, so a
+/// `dynamodb:LeadingKeys` condition on them holds for every item of a batch too.
+const WRITE_ACTIONS: &[&str] = &[
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+];
+
+/// The template's function for each crate of `tidemark_schema::grants::WRITES`.
+fn function_of(krate: &str) -> &'static str {
+    match krate {
+        "ingest" => "IngestFunction",
+        "api" => "ApiFunction",
+        "exporter" => "ExporterFunction",
+        other => panic!("grants::WRITES names {other}, which has no function here"),
+    }
+}
+
+fn statements_of(t: &Value, function: &str) -> Vec<Value> {
+    t["Resources"][function]["Properties"]["Policies"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|p| p["Statement"].as_sequence().cloned().unwrap_or_default())
+        .collect()
+}
+
+fn actions_of(st: &Value) -> Vec<String> {
+    match &st["Action"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Sequence(v) => v
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+#[test]
+fn write_statements_name_exactly_the_partitions_each_function_writes() {
+    let t = template();
+    for (krate, partitions) in tidemark_schema::grants::WRITES {
+        let function = function_of(krate);
+        let expected: BTreeSet<String> = partitions.iter().map(|p| p.pattern()).collect();
+        let mut granted_writes = BTreeSet::new();
+        for st in statements_of(&t, function) {
+            let actions = actions_of(&st);
+            let writes: Vec<&String> = actions
+                .iter()
+                .filter(|a| WRITE_ACTIONS.contains(&a.as_str()))
+                .collect();
+            if writes.is_empty() {
+                continue;
+            }
+            let sid = st["Sid"].as_str().unwrap_or("?").to_owned();
+            assert_eq!(
+                writes.len(),
+                actions.len(),
+                "{function} {sid}: writes share no statement with reads, which stay unconditioned"
+            );
+            assert_eq!(
+                st["Resource"],
+                serde_yaml::from_str::<Value>("!GetAtt Table.Arn").unwrap(),
+                "{function} {sid}: writes go to the table itself"
+            );
+            let condition = st["Condition"]
+                .as_mapping()
+                .unwrap_or_else(|| panic!("{function} {sid}: a write without a condition"));
+            assert_eq!(
+                condition.len(),
+                1,
+                "{function} {sid}: one condition operator"
+            );
+            let keys = condition
+                .get("ForAllValues:StringLike")
+                .and_then(Value::as_mapping)
+                .unwrap_or_else(|| panic!("{function} {sid}: ForAllValues:StringLike"));
+            assert_eq!(keys.len(), 1, "{function} {sid}: only dynamodb:LeadingKeys");
+            let got: BTreeSet<String> = keys
+                .get("dynamodb:LeadingKeys")
+                .and_then(Value::as_sequence)
+                .unwrap_or_else(|| panic!("{function} {sid}: a list of dynamodb:LeadingKeys"))
+                .iter()
+                .map(|v| v.as_str().expect("a key pattern").to_owned())
+                .collect();
+            assert_eq!(
+                got, expected,
+                "{function} {sid}: the partitions tidemark_schema::grants says it writes"
+            );
+            granted_writes.extend(writes.into_iter().cloned());
+        }
+        // Every write its code makes is granted, and only under the condition.
+        let used: BTreeSet<String> = used_actions(&[root().join("crates").join(krate).join("src")])
+            .into_iter()
+            .filter(|a| WRITE_ACTIONS.contains(a))
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            !used.is_empty(),
+            "{function}: no write found; the scan is broken"
+        );
+        assert_eq!(
+            used, granted_writes,
+            "{function}: its writes and its conditioned grants"
+        );
+    }
+}
+
+/// The names through which code builds keys in each granted partition: the key constructors
+/// and constants of `tidemark_schema::keys`, and the item types that carry their own key.
+fn constructors_of(p: &tidemark_schema::grants::Partitions) -> &'static [&'static str] {
+    use tidemark_schema::grants::Partitions::{Exactly, StartingWith};
+    use tidemark_schema::keys;
+    match *p {
+        StartingWith(keys::DEVICE_PREFIX) => &[
+            "EntityKey::Device",
+            "EntityKey::Alert",
+            "EntityKey::Reading",
+            "EntityKey::Slot",
+            "device_pk",
+            "reading_pk",
+        ],
+        StartingWith(keys::QUARANTINE_PREFIX) => {
+            &["QuarantineItem", "EntityKey::Quarantine", "quarantine_pk"]
+        }
+        StartingWith(keys::TAG_INDEX_PREFIX) => {
+            &["TagIndexItem", "EntityKey::TagIndex", "tag_index_pk"]
+        }
+        StartingWith(keys::GROUP_PREFIX) => {
+            &["GroupBucketItem", "EntityKey::GroupBucket", "group_pk"]
+        }
+        Exactly(keys::CONFIG_PK) => &[
+            "EntityKey::ShardConfig",
+            "EntityKey::DefaultLayout",
+            "EntityKey::TagHistory",
+            "CONFIG_PK",
+        ],
+        Exactly(keys::PIPELINE_PK) => &[
+            "EntityKey::Heartbeat",
+            "EntityKey::Failures",
+            "HeartbeatItem",
+            "PIPELINE_PK",
+        ],
+        Exactly(keys::EXPORT_PK) => &[
+            "EntityKey::ExportCursor",
+            "EntityKey::ExportDirty",
+            "ExportCursorItem",
+            "EXPORT_PK",
+        ],
+        other => panic!("{other:?}: name its key constructors here"),
+    }
+}
+
+#[test]
+fn each_granted_partition_is_one_its_functions_code_builds_keys_in() {
+    // A static check, as far as one goes: a grant for a partition whose keys the function's
+    // code (and the store modules it calls) never builds is a grant no code uses.
+    for (krate, partitions) in tidemark_schema::grants::WRITES {
+        let code: String =
+            sources_with_store_without(&[root().join("crates").join(krate).join("src")], None)
+                .into_iter()
+                .map(|(_, c)| c)
+                .collect();
+        for p in *partitions {
+            let names = constructors_of(p);
+            assert!(
+                names.iter().any(|n| code.contains(n)),
+                "{krate} may write {}, but its code names none of {names:?}",
+                p.pattern()
+            );
+        }
+    }
+}

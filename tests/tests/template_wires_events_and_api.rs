@@ -477,6 +477,63 @@ fn alarms_reach_someone_through_a_topic_cloudwatch_can_use() {
     );
 }
 
+/// `!Sub …` or `!Ref …` as its text.
+fn intrinsic(v: &Value) -> Option<(String, String)> {
+    match v {
+        Value::Tagged(t) => Some((t.tag.to_string(), t.value.as_str()?.to_owned())),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_alarm_key_serves_the_services_only_for_this_accounts_alarms_and_rules() {
+    let t = template();
+    let statements = t["Resources"]["AlarmKey"]["Properties"]["KeyPolicy"]["Statement"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let account = Some(("!Ref".to_owned(), "AWS::AccountId".to_owned()));
+    let mut seen = Vec::new();
+    for s in &statements {
+        let services: Vec<&str> = s["Principal"]["Service"]
+            .as_sequence()
+            .map(|v| v.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if services.is_empty() {
+            continue; // the account's own administration
+        }
+        assert_eq!(services.len(), 1, "one service a statement: {s:?}");
+        let c = &s["Condition"];
+        let (account_op, arn_op, arn) = match services[0] {
+            "cloudwatch.amazonaws.com" => (
+                "StringEquals",
+                "ArnLike",
+                "arn:${AWS::Partition}:cloudwatch:${AWS::Region}:${AWS::AccountId}:alarm:*",
+            ),
+            // Checked where the request carries them (see the template's comment).
+            "events.amazonaws.com" => (
+                "StringEqualsIfExists",
+                "ArnLikeIfExists",
+                "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:rule/*",
+            ),
+            other => panic!("{other} may use the alarm key"),
+        };
+        assert_eq!(
+            intrinsic(&c[account_op]["aws:SourceAccount"]),
+            account,
+            "{s:?}"
+        );
+        assert_eq!(
+            intrinsic(&c[arn_op]["aws:SourceArn"]),
+            Some(("!Sub".to_owned(), arn.to_owned())),
+            "{s:?}"
+        );
+        seen.push(services[0]);
+    }
+    seen.sort();
+    assert_eq!(seen, ["cloudwatch.amazonaws.com", "events.amazonaws.com"]);
+}
+
 #[test]
 fn the_cursor_key_is_a_generated_secret_the_api_reads_not_an_environment_value() {
     let t = template();
