@@ -47,6 +47,8 @@ pub struct CursorState {
 pub struct CursorKey {
     signing: Vec<u8>,
     also: Vec<Vec<u8>>,
+    /// The caller's scope a cursor is bound to ([`CursorKey::bound_to`]).
+    binding: Option<String>,
 }
 
 impl CursorKey {
@@ -54,6 +56,7 @@ impl CursorKey {
         CursorKey {
             signing: secret.to_vec(),
             also: Vec::new(),
+            binding: None,
         }
     }
 
@@ -63,11 +66,25 @@ impl CursorKey {
         self
     }
 
-    fn mac(key: &[u8], scope: &str, state: &[u8]) -> HmacSha256 {
+    /// This key, its cursors bound to a caller's scope as well as to their query
+    /// ([`crate::access::Scope::binding`]): a cursor sealed with one binding (or none) does
+    /// not open with another. `None` leaves cursors as they are without a binding.
+    pub fn bound_to(mut self, binding: Option<String>) -> Self {
+        self.binding = binding;
+        self
+    }
+
+    fn mac(&self, key: &[u8], scope: &str, state: &[u8]) -> HmacSha256 {
         // HMAC takes keys of any length; this cannot fail.
         let mut m = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable!());
         m.update(&(scope.len() as u64).to_be_bytes());
         m.update(scope.as_bytes());
+        if let Some(b) = &self.binding {
+            // A state is JSON (it starts with `{`), so this marker keeps the two apart.
+            m.update(&[0xff]);
+            m.update(&(b.len() as u64).to_be_bytes());
+            m.update(b.as_bytes());
+        }
         m.update(state);
         m
     }
@@ -75,7 +92,8 @@ impl CursorKey {
     pub fn seal(&self, scope: &str, state: &CursorState) -> String {
         // Serialising plain strings and vectors cannot fail.
         let json = serde_json::to_vec(state).unwrap_or_default();
-        let tag = Self::mac(&self.signing, scope, &json)
+        let tag = self
+            .mac(&self.signing, scope, &json)
             .finalize()
             .into_bytes();
         format!(
@@ -104,7 +122,7 @@ impl CursorKey {
             return Err(bad());
         }
         let signed_by_ours = std::iter::once(&self.signing).chain(&self.also).any(|k| {
-            Self::mac(k, scope, &json)
+            self.mac(k, scope, &json)
                 .verify_truncated_left(&tag)
                 .is_ok()
         });
@@ -142,6 +160,18 @@ mod tests {
                 .open("readings|d|asc", &c)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_cursor_bound_to_one_callers_scope_opens_for_no_other() {
+        let k = CursorKey::new(b"key one");
+        let a = k.clone().bound_to(Some("sites:A".into()));
+        let b = k.clone().bound_to(Some("sites:B".into()));
+        let c = a.seal("devices|-", &state());
+        assert_eq!(a.open("devices|-", &c).unwrap(), state());
+        assert!(b.open("devices|-", &c).is_err());
+        assert!(k.open("devices|-", &c).is_err());
+        assert!(a.open("devices|-", &k.seal("devices|-", &state())).is_err());
     }
 
     #[test]

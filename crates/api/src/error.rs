@@ -26,6 +26,14 @@ pub enum ApiError {
     /// The caller's token lacks the scope the route needs.
     #[error("this route needs the {0} scope")]
     Forbidden(String),
+    /// A request without the verified token claims the deployment's auth gives every
+    /// request (it did not come through the JWT authorizer).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// What a caller limited to some sites may not do ([`crate::access::Scope`]): put a
+    /// device in a site outside them, or use a fleet-wide route.
+    #[error("{0}")]
+    OutsideScope(String),
     #[error("request body is {size} bytes; the limit is {limit}")]
     PayloadTooLarge { size: usize, limit: usize },
     /// DynamoDB throttled us past the SDK's retries: the caller may retry.
@@ -52,7 +60,8 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::OutsideScope(_) => StatusCode::FORBIDDEN,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) | ApiError::Corrupt(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -66,6 +75,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::OutsideScope(_) => "outside_scope",
+            ApiError::Unauthorized(_) => "unauthorized",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::Busy(_) => "busy",
             ApiError::Internal(_) | ApiError::Corrupt(_) => "internal",

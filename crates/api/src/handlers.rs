@@ -15,6 +15,7 @@ use tidemark_store::Item;
 use tidemark_store::read::{Source, merged_page};
 
 use crate::App;
+use crate::access::{self, Rule, Scope};
 use crate::cursor::CursorState;
 use crate::error::ApiError;
 use crate::render;
@@ -105,12 +106,39 @@ fn device_not_found(id: &DeviceId) -> ApiError {
 impl<S: Store> App<S> {
     pub(crate) async fn dispatch(&self, req: &Request) -> Result<Reply, ApiError> {
         let segments = path_segments(req)?;
+        // Who is asking, before anything is said about routes (401 without a token's claims
+        // where the deployment takes tokens).
+        let caller = Scope::of_request(req, &self.config)?;
         let m = resolve(req.method(), &segments)?;
         require_scope(req, self.config.scopes.name(m.route.scope()))?;
+        caller.clone().serve(self.route(req, &m, &caller)).await
+    }
+
+    /// Answers a matched route for `caller`: a route naming a device first checks the device
+    /// is the caller's ([`Rule::DeviceScoped`]); lists and groups keep to it as they read.
+    async fn route(
+        &self,
+        req: &Request,
+        m: &crate::routes::Matched,
+        caller: &Scope,
+    ) -> Result<Reply, ApiError> {
         let pairs = query_pairs(req)?;
         let id = || validate::device_id(&m.params[0]);
         let p = Params::new(pairs, m.query)?;
         let p = &p;
+        if *caller != Scope::All {
+            match access::rule(req.method(), m.template) {
+                Rule::DeviceScoped => self.callers_device(&id()?, caller).await?,
+                Rule::FleetWideAdminOnly => {
+                    return Err(ApiError::OutsideScope(
+                        "this route reads the whole fleet; a caller limited to sites may not \
+                         use it"
+                            .into(),
+                    ));
+                }
+                Rule::FilteredList | Rule::SiteGroup | Rule::Public => {}
+            }
+        }
         match m.route {
             Route::GetDevice => self.get_device(id()?).await,
             Route::PutDevice => self.put_device(id()?, req.body().as_ref()).await,
@@ -201,6 +229,16 @@ impl<S: Store> App<S> {
             .await?)
     }
 
+    /// A device outside a scoped caller's sites is, to that caller, not registered: the same
+    /// 404 a missing device answers (one strongly consistent GetItem, so access follows a
+    /// site change at once). A missing device is left to the route (`PUT` may create it).
+    async fn callers_device(&self, id: &DeviceId, caller: &Scope) -> Result<(), ApiError> {
+        match self.device_item(id, true).await? {
+            Some(item) if !caller.sees(&tagging::stored_tags(&item)) => Err(device_not_found(id)),
+            _ => Ok(()),
+        }
+    }
+
     async fn device_exists(&self, id: &DeviceId) -> Result<bool, ApiError> {
         Ok(self.device_item(id, false).await?.is_some())
     }
@@ -237,6 +275,7 @@ impl<S: Store> App<S> {
     async fn put_device(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
         let body = self.within_body_limit(body)?;
         let mut reg = validate::registration(id, body, self.config.status_shards)?;
+        self.stays_in_scope(&reg).await?;
         let now = self.now();
         let put = self.put_tagged(&mut reg, now).await?;
         let status = if put.created {
@@ -250,6 +289,33 @@ impl<S: Store> App<S> {
         ))
     }
 
+    /// A scoped caller may register a device, or change its tags, only into one of its
+    /// sites: the tags the request leaves the device with must hold one of them.
+    async fn stays_in_scope(&self, reg: &crate::store::DeviceRegistration) -> Result<(), ApiError> {
+        let caller = Scope::caller();
+        if caller == Scope::All {
+            return Ok(());
+        }
+        let current = self
+            .device_item(&reg.device_id, true)
+            .await?
+            .map(|i| tagging::stored_tags(&i))
+            .unwrap_or_default();
+        let after = if reg.tag_request.changes() {
+            reg.tag_request.applied_to(&current)?
+        } else {
+            current
+        };
+        if caller.sees(&after) {
+            return Ok(());
+        }
+        Err(ApiError::OutsideScope(format!(
+            "device {} would be left outside the sites this caller may see: give it the tag \
+             site with one of them",
+            reg.device_id
+        )))
+    }
+
     async fn list_devices(&self, p: &Params) -> Result<Reply, ApiError> {
         let limit = validate::limit(p)?;
         let tags = validate::tag_filters(p)?;
@@ -261,7 +327,8 @@ impl<S: Store> App<S> {
             .get("status")
             .map(|s| DeviceStatus::parse(s).map_err(|e| ApiError::bad("status", e.to_string())))
             .transpose()?;
-        if !tags.is_empty() {
+        // A scoped caller's devices are listed from its sites' tag indexes.
+        if !tags.is_empty() || Scope::caller() != Scope::All {
             return self.tagged_devices(p, tags, status, limit).await;
         }
         let scope = format!("devices|{}", status.map_or("-", |s| s.as_str()));
@@ -358,6 +425,7 @@ impl<S: Store> App<S> {
             })
             .collect();
         let window = self.config.offline_after_default;
+        let caller = Scope::caller();
         // An item back online since the index was read is left out (the index lags).
         let items = wanted
             .into_iter()
@@ -365,7 +433,9 @@ impl<S: Store> App<S> {
             .map(|i| render::device_item(i, window))
             .filter(|d| {
                 d.as_ref().map_or(true, |v| {
-                    v["connectivity"] == "offline" && tagging::shows_tags(v, tags)
+                    v["connectivity"] == "offline"
+                        && tagging::shows_tags(v, tags)
+                        && tagging::shows_scope(v, &caller)
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -469,7 +539,7 @@ impl<S: Store> App<S> {
             })
         };
         let (mut items, cursor) = self.page(&scope, start, spec_for, limit, |_| true).await?;
-        if !tags.is_empty() {
+        if !tags.is_empty() || Scope::caller() != Scope::All {
             items = self.of_devices_holding(items, &tags).await?;
         }
         let items = items
@@ -480,7 +550,7 @@ impl<S: Store> App<S> {
     }
 
     /// The alerts of `items` whose device holds every one of `tags` now (its latest declared
-    /// tags): one BatchGetItem of the page's devices. The page may come out short, or empty;
+    /// tags) and is the caller's: one BatchGetItem of the page's devices. The page may come out short, or empty;
     /// its cursor goes on after the alerts read, kept or not.
     async fn of_devices_holding(
         &self,
@@ -498,13 +568,14 @@ impl<S: Store> App<S> {
             .into_iter()
             .map(|d| EntityKey::Device(d).key())
             .collect();
+        let caller = Scope::caller();
         let holding: std::collections::HashSet<DeviceId> = self
             .store
             .batch_get(keys)
             .await?
             .into_iter()
             .filter_map(|i| tidemark_store::from_item::<DeviceItem>(i).ok())
-            .filter(|d| d.tags.has_all(tags))
+            .filter(|d| d.tags.has_all(tags) && caller.sees(&d.tags))
             .map(|d| d.device_id)
             .collect();
         Ok(items
@@ -596,6 +667,7 @@ impl<S: Store> App<S> {
                 .page(&scope, start()?.0, spec_for, fitting, keep)
                 .await?;
         }
+        let items = self.callers_records(items).await?;
         let mut out = Vec::with_capacity(items.len());
         for item in items {
             let parts = render::quarantine_part_keys(&item)?;
@@ -607,6 +679,33 @@ impl<S: Store> App<S> {
             out.push(render::quarantined(item, parts)?);
         }
         Ok(list(out, cursor))
+    }
+
+    /// The quarantined records a scoped caller sees: those whose partition key names one of
+    /// its devices (with `DEVICE_IDENTITY=partition-key` the key is the device the record
+    /// spoke for); a record whose key names no device of its sites is left out, so a page
+    /// may come out short. One BatchGetItem of the page's devices.
+    async fn callers_records(&self, items: Vec<Item>) -> Result<Vec<Item>, ApiError> {
+        let caller = Scope::caller();
+        if caller == Scope::All {
+            return Ok(items);
+        }
+        let device_of = |i: &Item| match i.get("partitionKey") {
+            Some(AttributeValue::S(s)) => DeviceId::new(s).ok(),
+            _ => None,
+        };
+        let mut ids: Vec<DeviceId> = items.iter().filter_map(device_of).collect();
+        ids.sort();
+        ids.dedup();
+        let devices = self.device_items(&ids).await?;
+        Ok(items
+            .into_iter()
+            .filter(|i| {
+                device_of(i)
+                    .and_then(|d| devices.get(&d))
+                    .is_some_and(|d| caller.sees(&tagging::stored_tags(d)))
+            })
+            .collect())
     }
 }
 

@@ -19,6 +19,7 @@
 //! latest pages a tag's index and reads each member's newest reading; alerts by tag keep a
 //! page's alerts whose devices hold the tags.
 
+pub mod access;
 pub mod config;
 pub mod cursor;
 pub mod error;
@@ -76,11 +77,15 @@ impl<S: Store> App<S> {
         *self.cursor.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(key);
     }
 
-    fn cursor_key(&self) -> std::sync::Arc<CursorKey> {
-        self.cursor
+    /// The cursor key, bound to the scope of the caller being answered
+    /// ([`access::Scope::caller`]).
+    fn cursor_key(&self) -> CursorKey {
+        let key = self
+            .cursor
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .clone();
+        CursorKey::clone(&key).bound_to(access::Scope::caller().binding())
     }
 
     pub fn config(&self) -> &ApiConfig {

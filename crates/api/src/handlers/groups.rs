@@ -122,6 +122,11 @@ impl Exported {
 impl<S: Store> App<S> {
     pub(super) async fn group_series(&self, p: &Params) -> Result<Reply, ApiError> {
         let tag = group_tag(p, &self.config.group_tags)?;
+        if !crate::access::Scope::caller().sees_group(&tag) {
+            return Err(crate::error::ApiError::NotFound(format!(
+                "no group {tag} among the groups this caller may read (its sites' groups)"
+            )));
+        }
         let (q, metric) = group_query(p)?;
         let scope = format!("group-series|{tag}|{}", q.scope());
         let start = match self.open(&scope, p)? {
@@ -485,19 +490,29 @@ impl<S: Store> App<S> {
                 "required: key:value (tag=site:A), repeated to match all",
             )
         })?;
+        let caller = crate::access::Scope::caller();
         let page = index_page(
             &self.store,
             first,
             from,
             limit,
             LATEST_MAX_EVALUATED.max(limit),
-            |entry| entry.tags.has_all(rest),
+            |entry| entry.tags.has_all(rest) && caller.sees(&entry.tags),
         )
         .await?;
         if page.unreadable > 0 {
             tracing::warn!(tag = %first, skipped = page.unreadable, "unreadable tag index entries left out of /latest");
         }
-        let ids: Vec<DeviceId> = page.items.into_iter().map(|e| e.device_id).collect();
+        let mut ids: Vec<DeviceId> = page.items.into_iter().map(|e| e.device_id).collect();
+        if caller != crate::access::Scope::All {
+            // The index lags a request that failed half-way: the device item decides.
+            let devices = self.device_items(&ids).await?;
+            ids.retain(|id| {
+                devices
+                    .get(id)
+                    .is_some_and(|d| caller.sees(&super::tagging::stored_tags(d)))
+            });
+        }
         let (book, _) = LayoutBook::from_raw(self.store.batch_get(LayoutBook::keys(&ids)).await?);
         let items = self.newest_of(&ids, &book).await?;
         let cursor = page.next.map(|pos| {

@@ -294,6 +294,17 @@ impl<S: Store> App<S> {
                 format!("{} IDs; at most {} at once", ids.len(), validate::MAX_IDS),
             ));
         }
+        // A scoped caller's ids keep to its devices; the others are left out as devices
+        // without a reading are (one BatchGetItem of the device items).
+        let caller = crate::access::Scope::caller();
+        if caller != crate::access::Scope::All {
+            let devices = self.device_items(&ids).await?;
+            ids.retain(|id| {
+                devices
+                    .get(id)
+                    .is_some_and(|d| caller.sees(&super::tagging::stored_tags(d)))
+            });
+        }
         // Their own layouts and the fleet's default, in one BatchGetItem (101 keys at most;
         // the store splits it into calls of 100).
         let (book, _) = LayoutBook::from_raw(self.store.batch_get(LayoutBook::keys(&ids)).await?);

@@ -12,13 +12,15 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, DeviceStatus, EntityKey, Tag, TagIndexItem, Tags, Timestamp, field, keys,
+    DeviceId, DeviceStatus, EntityKey, Tag, TagIndexItem, TagKey, TagValue, Tags, Timestamp, field,
+    keys,
 };
 use tidemark_store::Item;
 use tidemark_store::tags::{IndexPosition, history_from_item, history_key, index_page};
 
 use super::{Reply, bad_cursor, list};
 use crate::App;
+use crate::access::Scope;
 use crate::cursor::CursorState;
 use crate::error::ApiError;
 use crate::render;
@@ -44,7 +46,7 @@ struct Declared {
     version: u64,
 }
 
-fn stored_tags(item: &Item) -> Tags {
+pub(super) fn stored_tags(item: &Item) -> Tags {
     item.get(field::TAGS)
         .and_then(|v| serde_dynamo::from_attribute_value(v.clone()).ok())
         .unwrap_or_default()
@@ -195,7 +197,9 @@ impl<S: Store> App<S> {
     /// `GET /devices?tag=…(&status=…)`: the members of the first tag (in sorted order) from
     /// its index, partition after partition, keeping the entries that hold every tag and
     /// the status; each shown from its device item (a summary, as the status listing's, with
-    /// `tags` and `tagsFrom`).
+    /// `tags` and `tagsFrom`). A caller limited to sites walks its sites' indexes instead
+    /// (`TAG#site:<v>`), one site after another (only the site `tag` asks for, if any), with
+    /// or without `tag`: a single-site caller reads exactly its devices.
     pub(super) async fn tagged_devices(
         &self,
         p: &Params,
@@ -203,28 +207,79 @@ impl<S: Store> App<S> {
         status: Option<DeviceStatus>,
         limit: usize,
     ) -> Result<Reply, ApiError> {
+        let caller = Scope::caller();
         let scope = tag_scope("tags", &tags, status);
-        let from = match self.open(&scope, p)? {
-            None => None,
-            Some(state) => Some(index_position(&state)?),
-        };
         let mut sorted = tags.clone();
         sorted.sort();
-        let Some(first) = sorted.first() else {
-            return Err(ApiError::bad("tag", "at least one tag is required"));
+        let walk: Vec<Tag> = match caller.site_tags() {
+            None => {
+                let Some(first) = sorted.first() else {
+                    return Err(ApiError::bad("tag", "at least one tag is required"));
+                };
+                vec![first.clone()]
+            }
+            Some(sites) => match tags.iter().find(|t| t.key.as_str() == TagKey::SITE) {
+                Some(asked) => sites.into_iter().filter(|s| s == asked).collect(),
+                None => sites,
+            },
         };
-        let keep = |e: &TagIndexItem| e.tags.has_all(&tags) && status.is_none_or(|s| e.status == s);
-        let page = index_page(&self.store, first, from, limit, MAX_EVALUATED, keep).await?;
-        let cursor = page.next.map(|pos| {
+        // Where the walk stands: which of `walk` (scoped callers' cursors say, in `at`), and
+        // where in its index.
+        let (mut at, mut from) = match self.open(&scope, p)? {
+            None => (0, None),
+            Some(state) => {
+                let at = match state.at.as_deref() {
+                    None => 0,
+                    Some(a) => a.parse::<usize>().map_err(|_| bad_cursor())?,
+                };
+                let from = if state.parts.is_empty() {
+                    None
+                } else {
+                    Some(index_position(&state)?)
+                };
+                (at, from)
+            }
+        };
+        let keep = |e: &TagIndexItem| {
+            e.tags.has_all(&tags) && status.is_none_or(|s| e.status == s) && caller.sees(&e.tags)
+        };
+        let mut entries = Vec::new();
+        let mut next: Option<(usize, Option<IndexPosition>)> = None;
+        while at < walk.len() {
+            if entries.len() >= limit {
+                next = Some((at, None));
+                break;
+            }
+            let page = index_page(
+                &self.store,
+                &walk[at],
+                from.take(),
+                limit - entries.len(),
+                MAX_EVALUATED,
+                keep,
+            )
+            .await?;
+            entries.extend(page.items);
+            if let Some(pos) = page.next {
+                next = Some((at, Some(pos)));
+                break;
+            }
+            at += 1;
+        }
+        let scoped = caller != Scope::All;
+        let cursor = next.map(|(at, pos)| {
             self.cursor_key().seal(
                 &scope,
                 &CursorState {
-                    parts: vec![(pos.partition.to_string(), pos.after.map(|a| vec![a]))],
+                    at: scoped.then(|| at.to_string()),
+                    parts: pos
+                        .map(|pos| vec![(pos.partition.to_string(), pos.after.map(|a| vec![a]))])
+                        .unwrap_or_default(),
                     ..CursorState::default()
                 },
             )
         });
-        let ids: Vec<DeviceId> = page.items.into_iter().map(|e| e.device_id).collect();
+        let ids: Vec<DeviceId> = entries.into_iter().map(|e| e.device_id).collect();
         let mut by_id = self.device_items(&ids).await?;
         let mut items = Vec::with_capacity(ids.len());
         for id in ids {
@@ -232,7 +287,9 @@ impl<S: Store> App<S> {
                 continue;
             };
             // The index lags a request that failed half-way: the device item decides.
-            if !stored_tags(&item).has_all(&tags)
+            let held = stored_tags(&item);
+            if !held.has_all(&tags)
+                || !caller.sees(&held)
                 || status.is_some_and(|s| stored_status(&item) != Some(s))
             {
                 continue;
@@ -243,7 +300,10 @@ impl<S: Store> App<S> {
     }
 
     /// The device items of `ids` that exist, by ID (one BatchGetItem per 100).
-    async fn device_items(&self, ids: &[DeviceId]) -> Result<HashMap<DeviceId, Item>, ApiError> {
+    pub(super) async fn device_items(
+        &self,
+        ids: &[DeviceId],
+    ) -> Result<HashMap<DeviceId, Item>, ApiError> {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
@@ -277,6 +337,14 @@ pub(super) fn offline_scope(tags: &[Tag]) -> String {
     } else {
         tag_scope("offline", tags, None)
     }
+}
+
+/// Whether a rendered device is one of the caller's (its `site` tag).
+pub(super) fn shows_scope(device: &serde_json::Value, caller: &Scope) -> bool {
+    let site = device["tags"][TagKey::SITE]
+        .as_str()
+        .and_then(|s| TagValue::new(s).ok());
+    caller.sees_site(site.as_ref())
 }
 
 /// Whether a rendered device holds every tag of `tags`.
