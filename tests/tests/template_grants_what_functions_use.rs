@@ -183,6 +183,18 @@ fn used_actions_without(dirs: &[PathBuf], skip: Option<&Path>) -> BTreeSet<&'sta
             }
         }
     }
+    // The batch writer sends PartiQL INSERTs only for merges (`PendingWrite::merge`, its
+    // `WriteMode::Merge`); a function whose own code never asks for one never sends them,
+    // though the writer's module, which it uses for puts, holds the insert path.
+    let own: String = dirs
+        .iter()
+        .flat_map(|d| rust_sources(d))
+        .filter(|(p, _)| skip.is_none_or(|s| !p.starts_with(s)))
+        .map(|(_, c)| c)
+        .collect();
+    if !own.contains("PendingWrite::merge(") && !own.contains("insert_batch(") {
+        out.remove("dynamodb:PartiQLInsert");
+    }
     out
 }
 
@@ -362,6 +374,23 @@ fn the_scan_follows_calls_into_the_store_crate() {
     ] {
         assert!(used.contains(action), "{action} not found: {used:?}");
     }
+}
+
+#[test]
+fn only_a_function_that_merges_readings_sends_partiql_inserts() {
+    // Ingest merges readings (inserts first, 25 a call); the aggregator's roles only put
+    // through the same writer, so their policies need no PartiQL at all.
+    let r = root();
+    assert!(used_actions(&[r.join("crates/ingest/src")]).contains("dynamodb:PartiQLInsert"));
+    let aggregator = used_actions(&[r.join("crates/aggregator/src")]);
+    assert!(
+        aggregator.contains("dynamodb:BatchWriteItem"),
+        "{aggregator:?}"
+    );
+    assert!(
+        !aggregator.contains("dynamodb:PartiQLInsert"),
+        "{aggregator:?}"
+    );
 }
 
 #[test]
