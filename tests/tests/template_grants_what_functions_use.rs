@@ -394,6 +394,32 @@ fn only_a_function_that_merges_readings_sends_partiql_inserts() {
 }
 
 #[test]
+fn no_role_holds_a_key_grant_the_aws_managed_stream_key_does_not_need() {
+    // The readings stream is encrypted with the AWS managed key, whose use by producers and
+    // consumers needs no IAM permission of their own (the Kinesis Data Streams guide,
+    // "Permissions to use user-generated KMS keys"): the watchdog's PutRecords and the IoT
+    // rule's PutRecord work without one, so none is granted.
+    let t = template();
+    assert_eq!(
+        t["Resources"]["ReadingsStream"]["Properties"]["StreamEncryption"]["KeyId"].as_str(),
+        Some("alias/aws/kinesis")
+    );
+    let resources = t["Resources"].as_mapping().unwrap();
+    let mut checked = 0;
+    for (name, r) in resources {
+        let policies = match r["Type"].as_str() {
+            Some("AWS::Serverless::Function") => &r["Properties"]["Policies"],
+            Some("AWS::IAM::Role") => &r["Properties"]["Policies"],
+            _ => continue,
+        };
+        checked += 1;
+        let text = serde_yaml::to_string(policies).unwrap();
+        assert!(!text.contains("kms:"), "{name:?} holds a KMS grant");
+    }
+    assert!(checked >= 7, "functions and roles checked: {checked}");
+}
+
+#[test]
 fn every_function_is_arm64_rust_on_al2023_built_by_cargo_lambda() {
     let t = template();
     assert_eq!(
