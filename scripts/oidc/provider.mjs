@@ -14,6 +14,9 @@
 //   OIDC_ACCESS_TTL     access token lifetime, seconds                     default 300
 //   OIDC_MACHINE_SECRET enables confidential clients `machine` (tokens for any resource
 //                       named `urn:...`) and `machine-short` (1 s tokens), for authorizer tests
+//   OIDC_MACHINES       more such confidential clients, comma-separated (names starting `machine`)
+//   OIDC_CLAIMS         JSON {login or client id: {claim: value}}: extra claims in the access
+//                       tokens issued to that user or client (a caller's sites, say)
 //
 // Prints one JSON line `{"issuer": …}` when it listens, then one line per issued grant
 // (`{"event": "grant", "grantType": …}`), so a test can see refreshes happen.
@@ -30,6 +33,8 @@ const users = JSON.parse(env('OIDC_USERS', JSON.stringify({
 })));
 const accessTtl = Number(env('OIDC_ACCESS_TTL', '300'));
 const machineSecret = process.env.OIDC_MACHINE_SECRET;
+const extraClaims = JSON.parse(env('OIDC_CLAIMS', '{}'));
+const machines = ['machine', 'machine-short', ...env('OIDC_MACHINES', '').split(',').filter(Boolean)];
 
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: randomUUID(), use: 'sig', alg: 'RS256' };
@@ -47,7 +52,7 @@ const clients = [{
   redirect_uris: env('OIDC_REDIRECT_URIS', 'http://127.0.0.1:3000/ui/').split(','),
 }];
 if (machineSecret) {
-  for (const id of ['machine', 'machine-short']) {
+  for (const id of machines) {
     clients.push({
       client_id: id, client_secret: machineSecret, grant_types: ['client_credentials'],
       response_types: [], redirect_uris: [],
@@ -65,6 +70,7 @@ const provider = new Provider(issuer, {
   interactions: { policy },
   pkce: { required: () => true },
   scopes: ['openid', 'offline_access'],
+  extraTokenClaims: async (_ctx, token) => extraClaims[token.accountId ?? token.clientId],
   findAccount: (_ctx, sub) => (users[sub] ? { accountId: sub, claims: () => ({ sub }) } : undefined),
   // The grant a sign-in gets: openid, and the API scopes this user holds.
   loadExistingGrant: async (ctx) => {

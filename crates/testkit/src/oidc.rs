@@ -31,6 +31,11 @@ pub struct IssuerOptions {
     pub users: Vec<(String, String)>,
     /// Access token lifetime.
     pub access_ttl_seconds: u32,
+    /// More client-credentials clients besides `machine` and `machine-short` (names
+    /// starting `machine`), for callers that differ by their claims.
+    pub machines: Vec<String>,
+    /// (login or client ID, claims): extra claims in the access tokens issued to them.
+    pub claims: Vec<(String, Value)>,
 }
 
 impl IssuerOptions {
@@ -46,6 +51,8 @@ impl IssuerOptions {
                 ("viewer".into(), "tidemark/read".into()),
             ],
             access_ttl_seconds: 300,
+            machines: Vec::new(),
+            claims: Vec::new(),
         }
     }
 }
@@ -79,6 +86,7 @@ impl LocalIssuer {
             .iter()
             .map(|(u, s)| (u.clone(), Value::String(s.clone())))
             .collect();
+        let claims: serde_json::Map<String, Value> = opts.claims.iter().cloned().collect();
         let mut child = Command::new("node")
             .arg(&script)
             .env("OIDC_PORT", "0")
@@ -88,6 +96,8 @@ impl LocalIssuer {
             .env("OIDC_USERS", Value::Object(users).to_string())
             .env("OIDC_ACCESS_TTL", opts.access_ttl_seconds.to_string())
             .env("OIDC_MACHINE_SECRET", MACHINE_SECRET)
+            .env("OIDC_MACHINES", opts.machines.join(","))
+            .env("OIDC_CLAIMS", Value::Object(claims).to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -127,8 +137,9 @@ impl LocalIssuer {
             .count()
     }
 
-    /// An access token by client credentials: `client` is `machine` or `machine-short`
-    /// (1-second tokens); `resource` another audience than the API's, if given.
+    /// An access token by client credentials: `client` is `machine`, `machine-short`
+    /// (1-second tokens) or one of [`IssuerOptions::machines`]; `resource` another audience
+    /// than the API's, if given.
     pub fn machine_token(&self, client: &str, scope: &str, resource: Option<&str>) -> String {
         let mut form = format!(
             "grant_type=client_credentials&scope={}",
