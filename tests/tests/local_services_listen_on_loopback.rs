@@ -58,6 +58,20 @@ fn dynamodb_local_and_moto_listen_on_loopback_only() {
 }
 
 #[test]
+fn the_benchmarks_own_dynamodb_local_listens_on_loopback_too() {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/bench/src/local_ddb.rs");
+    let code = std::fs::read_to_string(p).expect("read local_ddb.rs");
+    assert!(
+        code.contains("\"DynamoDBLocalOn\",\n                \"127.0.0.1\","),
+        "{code}"
+    );
+    assert!(
+        !code.contains("\"-jar\""),
+        "DynamoDB Local's own main listens everywhere"
+    );
+}
+
+#[test]
 fn only_sam_local_listens_wider_on_the_bridge_while_it_runs_and_says_so() {
     let sam = script("sam-local.sh");
     assert!(

@@ -1,7 +1,8 @@
 //! A DynamoDB Local of the benchmark's own: the shared one on :8000 serves every test of the
 //! workspace at once, and its queue would be measured instead of Tidemark. Same jar as
-//! `scripts/services.sh` installs (under `.local/`), in memory, on a free loopback port,
-//! stopped when dropped.
+//! `scripts/services.sh` installs (under `.local/`), in memory, on a free loopback port and
+//! listening on loopback only (through the same launcher as the shared one), stopped when
+//! dropped.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Stdio;
@@ -19,25 +20,34 @@ impl LocalDynamo {
     /// Starts DynamoDB Local from `.local/dynamodb-local` (run `scripts/services.sh start`
     /// once to install it) and waits until it accepts connections.
     pub async fn start() -> Result<LocalDynamo, BenchError> {
-        let dir = std::env::var_os("TIDEMARK_LOCAL_DIR")
+        let local = std::env::var_os("TIDEMARK_LOCAL_DIR")
             .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| workspace_root().join(".local"))
-            .join("dynamodb-local");
-        if !dir.join("DynamoDBLocal.jar").exists() {
+            .unwrap_or_else(|| workspace_root().join(".local"));
+        let dir = local.join("dynamodb-local");
+        // scripts/DynamoDBLocalOn.java, compiled by `scripts/services.sh install`.
+        let launcher = local.join("dynamodb-local-on");
+        if !dir.join("DynamoDBLocal.jar").exists()
+            || !launcher.join("DynamoDBLocalOn.class").exists()
+        {
             return Err(BenchError::Setup(format!(
-                "{} has no DynamoDBLocal.jar: run `scripts/services.sh start` first",
-                dir.display()
+                "{} has no DynamoDBLocal.jar or {} no launcher: run `scripts/services.sh start` first",
+                dir.display(),
+                launcher.display()
             )));
         }
+        let class_path = format!("DynamoDBLocal.jar:{}", launcher.display());
         let port = TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port();
         let child = tokio::process::Command::new("java")
             .current_dir(&dir)
             .args([
                 "-Xmx1g",
                 "-Djava.library.path=DynamoDBLocal_lib",
-                "-jar",
-                "DynamoDBLocal.jar",
+                "-cp",
+                &class_path,
+                "DynamoDBLocalOn",
+                "127.0.0.1",
                 "-inMemory",
+                "-disableTelemetry",
                 "-port",
                 &port.to_string(),
             ])
