@@ -627,7 +627,8 @@ fn the_iot_core_rule_keeps_each_devices_order_and_every_failed_message() {
     let sql = sql.value.as_str().unwrap();
     assert_eq!(
         sql,
-        "SELECT *, topic(2) AS deviceId, timestamp() AS receivedAt FROM '${IotTopicFilter}'"
+        "SELECT encode(*, 'base64') AS tidemarkPayload, topic(2) AS tidemarkThing, \
+         timestamp() AS receivedAt FROM '${IotTopicFilter}'"
     );
     let about = fixture["about"].as_str().unwrap();
     assert!(
@@ -638,7 +639,7 @@ fn the_iot_core_rule_keeps_each_devices_order_and_every_failed_message() {
         let topic = m["topic"].as_str().unwrap();
         assert_eq!(m["partitionKey"].as_str(), topic.split('/').nth(1));
         assert_eq!(
-            m["ruleOutput"]["deviceId"].as_str(),
+            m["ruleOutput"]["tidemarkThing"].as_str(),
             topic.split('/').nth(1)
         );
     }

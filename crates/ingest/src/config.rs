@@ -44,8 +44,11 @@ pub struct IngestConfig {
     pub max_future: Duration,
     /// `UNKNOWN_DEVICES` (`register` | `quarantine`).
     pub unknown_devices: UnknownDevices,
-    /// `DEVICE_IDENTITY` (`payload` | `partition-key` | `iot-thing`; default
-    /// `partition-key`): which devices a record's readings may name (docs/design.md §3).
+    /// `DEVICE_IDENTITY` (`payload` | `partition-key` | `iot-thing`): which devices a
+    /// record's readings may name ([`crate::identity`]). A deployment that leaves it unset
+    /// gets `partition-key` ([`IngestConfig::from_lookup`]); [`IngestConfig::new`] starts
+    /// from `payload`, so code that embeds the handler (tests, benches, the local stack)
+    /// chooses its mode rather than inheriting one its records were not made for.
     pub device_identity: DeviceIdentity,
     /// `MAX_IN_FLIGHT` (4): concurrent `BatchWriteItem` calls.
     pub max_in_flight: usize,
@@ -78,14 +81,15 @@ pub struct IngestConfig {
 }
 
 impl IngestConfig {
-    /// The defaults of docs/design.md §3/§4 for `table_name` (what tests start from).
+    /// The defaults of docs/design.md §3/§4 for `table_name` (what tests start from), with
+    /// `device_identity` `payload` (see [`IngestConfig::device_identity`]).
     pub fn new(table_name: impl Into<String>) -> Self {
         IngestConfig {
             table_name: table_name.into(),
             retention_days: const { settings::RETENTION_DAYS.default_u32() },
             max_future: LayoutLead::default().max_future,
             unknown_devices: UnknownDevices::Register,
-            device_identity: DeviceIdentity::default(),
+            device_identity: DeviceIdentity::Payload,
             max_in_flight: const { settings::MAX_IN_FLIGHT.default_usize() },
             max_metrics: const { settings::MAX_METRICS.default_usize() },
             max_array_len: const { settings::MAX_ARRAY_LEN.default_usize() },
@@ -146,7 +150,7 @@ impl IngestConfig {
                 "payload, partition-key or iot-thing",
                 DeviceIdentity::parse,
             )?
-            .unwrap_or(c.device_identity);
+            .unwrap_or_default();
         c.max_in_flight = env
             .num(&settings::MAX_IN_FLIGHT, POSITIVE, |n| *n >= 1)?
             .unwrap_or(c.max_in_flight);
@@ -197,7 +201,13 @@ mod tests {
     #[test]
     fn defaults_follow_the_design() {
         let c = from(&[]).unwrap();
-        assert_eq!(c, IngestConfig::new("tidemark"));
+        assert_eq!(
+            c,
+            IngestConfig {
+                device_identity: DeviceIdentity::PartitionKey,
+                ..IngestConfig::new("tidemark")
+            }
+        );
         assert_eq!(c.retention_days, 30);
         assert_eq!(c.max_future, Duration::from_secs(300));
         assert_eq!(c.unknown_devices, UnknownDevices::Register);

@@ -75,6 +75,46 @@ pub fn decode_record_at(
     arrival: Timestamp,
     config: &IngestConfig,
 ) -> Result<Vec<Reading>, Rejection> {
+    decode_message(bytes, now, arrival, config).map(|m| m.readings)
+}
+
+/// The field the template's IoT rule puts the publishing thing's name in (`topic(2) AS
+/// tidemarkThing`, [`tidemark_schema::DeviceIdentity::THING_FIELD`]).
+pub const THING_FIELD: &str = tidemark_schema::DeviceIdentity::THING_FIELD;
+
+/// The field the template's IoT rule puts the message in, base64 (`encode(*, 'base64') AS
+/// tidemarkPayload`), which it can do whatever the message is: an object, an array or a
+/// SenML pack.
+pub const IOT_PAYLOAD: &str = "tidemarkPayload";
+
+/// A record's readings, and the IoT thing that published it when the IoT rule put it on the
+/// stream ([`crate::identity`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub readings: Vec<Reading>,
+    /// The record's [`THING_FIELD`]: the thing name the IoT rule took from the topic.
+    pub thing: Option<DeviceId>,
+}
+
+/// What the IoT rule adds to the readings of one message.
+#[derive(Debug, Default)]
+struct Origin {
+    thing: Option<DeviceId>,
+    /// The rule's `receivedAt` (epoch ms), when it wrapped the message.
+    received_at: Option<Value>,
+}
+
+/// [`decode_record_at`], keeping the thing that published the record. A record the IoT rule
+/// wrapped (`{"tidemarkPayload": <the message, base64>, "tidemarkThing", "receivedAt"}`) is
+/// its message's readings, each without a `deviceId` taking the thing's and each without a
+/// time `receivedAt`; an object carrying [`THING_FIELD`] beside its own fields (a rule
+/// `SELECT *, topic(2) AS tidemarkThing`) is read the same way.
+pub fn decode_message(
+    bytes: &[u8],
+    now: Timestamp,
+    arrival: Timestamp,
+    config: &IngestConfig,
+) -> Result<Message, Rejection> {
     if bytes.len() > config.max_payload_bytes {
         return Err(Rejection::new(
             QuarantineReason::PayloadTooLarge,
@@ -87,9 +127,96 @@ pub fn decode_record_at(
     }
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| Rejection::new(QuarantineReason::NotJson, format!("not JSON: {e}")))?;
+    let (value, origin) = match value {
+        Value::Object(mut obj) if obj.contains_key(THING_FIELD) => {
+            let thing = match obj.remove(THING_FIELD) {
+                Some(Value::String(s)) => DeviceId::new(&s).map_err(|e| {
+                    Rejection::new(
+                        QuarantineReason::InvalidDeviceId,
+                        clip(&format!("{THING_FIELD}: {e}")),
+                    )
+                })?,
+                v => {
+                    return Err(Rejection::new(
+                        QuarantineReason::InvalidDeviceId,
+                        format!(
+                            "{THING_FIELD} is {}, not a string",
+                            v.as_ref().map_or("missing", kind)
+                        ),
+                    ));
+                }
+            };
+            match obj.remove(IOT_PAYLOAD) {
+                None => (
+                    Value::Object(obj),
+                    Origin {
+                        thing: Some(thing),
+                        received_at: None,
+                    },
+                ),
+                Some(wrapped) => {
+                    let message = unwrap_message(&wrapped)?;
+                    let value: Value = serde_json::from_slice(&message).map_err(|e| {
+                        Rejection::new(
+                            QuarantineReason::NotJson,
+                            format!("the message {thing} published is not JSON: {e}"),
+                        )
+                    })?;
+                    let origin = Origin {
+                        thing: Some(thing),
+                        received_at: obj.remove(RECEIVED_AT),
+                    };
+                    (value, origin)
+                }
+            }
+        }
+        v => (v, Origin::default()),
+    };
+    // SenML's relative times count from when IoT Core received the message, when known.
+    let anchor = match &origin.received_at {
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .and_then(|ms| Timestamp::from_epoch_millis(ms).ok())
+            .unwrap_or(arrival),
+        _ => arrival,
+    };
+    let readings = decode_value(value, now, anchor, config, &origin)?;
+    Ok(Message {
+        readings,
+        thing: origin.thing,
+    })
+}
+
+fn unwrap_message(v: &Value) -> Result<Vec<u8>, Rejection> {
+    use base64::Engine as _;
+    let Value::String(text) = v else {
+        return Err(Rejection::new(
+            QuarantineReason::NotObjectOrArray,
+            format!("{IOT_PAYLOAD} is {}, not base64 text", kind(v)),
+        ));
+    };
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| {
+            Rejection::new(
+                QuarantineReason::NotObjectOrArray,
+                format!("{IOT_PAYLOAD} is not base64: {e}"),
+            )
+        })
+}
+
+/// A record's JSON as readings.
+fn decode_value(
+    value: Value,
+    now: Timestamp,
+    arrival: Timestamp,
+    config: &IngestConfig,
+    origin: &Origin,
+) -> Result<Vec<Reading>, Rejection> {
     let bounds = Bounds::new(now, config);
     match value {
-        Value::Object(obj) => Ok(vec![reading(obj, &bounds, config)?]),
+        Value::Object(obj) => Ok(vec![reading(obj, &bounds, config, origin)?]),
+
         Value::Array(items) if crate::senml::is_pack(&items) => {
             if items.len() > config.max_array_len {
                 return Err(Rejection::new(
@@ -101,9 +228,10 @@ pub fn decode_record_at(
                     ),
                 ));
             }
-            crate::senml::readings(items, arrival)?
+            let thing = origin.thing.as_ref().map(DeviceId::as_str);
+            crate::senml::readings_of(items, arrival, thing)?
                 .into_iter()
-                .map(|obj| reading(obj, &bounds, config))
+                .map(|obj| reading(obj, &bounds, config, origin))
                 .collect()
         }
         Value::Array(items) => {
@@ -126,9 +254,11 @@ pub fn decode_record_at(
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.into_iter().enumerate() {
                 match item {
-                    Value::Object(obj) => out.push(reading(obj, &bounds, config).map_err(|r| {
-                        Rejection::new(r.reason, format!("reading {i}: {}", r.message))
-                    })?),
+                    Value::Object(obj) => {
+                        out.push(reading(obj, &bounds, config, origin).map_err(|r| {
+                            Rejection::new(r.reason, format!("reading {i}: {}", r.message))
+                        })?)
+                    }
                     other => {
                         return Err(Rejection::new(
                             QuarantineReason::NotObjectOrArray,
@@ -191,7 +321,14 @@ fn reading(
     mut obj: Map<String, Value>,
     bounds: &Bounds,
     config: &IngestConfig,
+    origin: &Origin,
 ) -> Result<Reading, Rejection> {
+    // A reading the IoT rule forwarded names its thing when it names no device.
+    if let Some(thing) = &origin.thing
+        && !obj.contains_key("deviceId")
+    {
+        obj.insert("deviceId".into(), Value::String(thing.to_string()));
+    }
     let device_id = match obj.get("deviceId") {
         Some(Value::String(s)) => DeviceId::new(s).map_err(|e| {
             Rejection::new(
@@ -214,7 +351,9 @@ fn reading(
     };
     // `receivedAt` is when AWS IoT Core received the message (its topic rule adds it as
     // `timestamp()`, epoch ms): the reading's time when the device sent none, else ignored.
-    let received_at = obj.remove(RECEIVED_AT);
+    let received_at = obj
+        .remove(RECEIVED_AT)
+        .or_else(|| origin.received_at.clone());
     let timestamp = match obj.get("timestamp").or(received_at.as_ref()) {
         Some(Value::String(s)) => Timestamp::parse_flexible(s).map_err(|e| {
             Rejection::new(QuarantineReason::InvalidTimestamp, clip(&e.to_string()))
@@ -482,6 +621,85 @@ mod tests {
         // Neither: still a clear rejection.
         let e = decode(r#"{"t":1,"deviceId":"a"}"#).unwrap_err();
         assert_eq!(e.reason, QuarantineReason::InvalidTimestamp);
+    }
+
+    fn wrapped(message: &str, thing: &str) -> String {
+        use base64::Engine as _;
+        serde_json::json!({
+            IOT_PAYLOAD: base64::engine::general_purpose::STANDARD.encode(message),
+            THING_FIELD: thing,
+            RECEIVED_AT: 1776693630123_i64,
+        })
+        .to_string()
+    }
+
+    fn message(s: &str) -> Result<Message, Rejection> {
+        decode_message(s.as_bytes(), now(), now(), &cfg())
+    }
+
+    #[test]
+    fn a_message_the_iot_rule_wrapped_is_its_things_readings_at_received_at() {
+        // An object naming no device and no time: the thing's, when IoT Core received it.
+        let m = message(&wrapped(r#"{"t":1}"#, "sensor_07")).unwrap();
+        assert_eq!(m.thing.as_ref().map(DeviceId::as_str), Some("sensor_07"));
+        assert_eq!(m.readings[0].device_id.as_str(), "sensor_07");
+        assert_eq!(
+            m.readings[0].timestamp.to_string(),
+            "2026-04-20T14:00:30.123000Z"
+        );
+        assert_eq!(m.readings[0].metrics.len(), 1, "neither field is a metric");
+        // An array: each reading naming no device is the thing's; one naming another keeps
+        // its name (the identity check decides about it).
+        let m = message(&wrapped(
+            r#"[{"t":1,"timestamp":"2026-04-20T14:00:00Z"},{"deviceId":"other","t":2}]"#,
+            "gw",
+        ))
+        .unwrap();
+        let ids: Vec<&str> = m.readings.iter().map(|r| r.device_id.as_str()).collect();
+        assert_eq!(ids, ["gw", "other"]);
+        // A SenML pack: a name with no device part is a metric of the thing.
+        let m = message(&wrapped(
+            r#"[{"bt":1776693600,"n":"temperature","v":21.5},{"n":"dev_b:t","v":1}]"#,
+            "meter",
+        ))
+        .unwrap();
+        let ids: Vec<&str> = m.readings.iter().map(|r| r.device_id.as_str()).collect();
+        assert_eq!(ids, ["dev_b", "meter"]);
+        // The same object with the thing beside its fields (`SELECT *, topic(2) AS ...`).
+        let m =
+            message(r#"{"t":1,"tidemarkThing":"sensor_07","receivedAt":1776693630123}"#).unwrap();
+        assert_eq!(m.readings[0].device_id.as_str(), "sensor_07");
+        assert_eq!(m.readings[0].metrics.len(), 1);
+        // A record from a direct producer has no thing.
+        assert_eq!(
+            message(r#"{"deviceId":"a","t":1,"timestamp":1776693600000}"#)
+                .unwrap()
+                .thing,
+            None
+        );
+    }
+
+    #[test]
+    fn a_malformed_wrapper_is_rejected_with_its_reason() {
+        use QuarantineReason::*;
+        for (input, want) in [
+            (
+                r#"{"tidemarkThing":"a#b","t":1}"#.to_owned(),
+                InvalidDeviceId,
+            ),
+            (r#"{"tidemarkThing":7,"t":1}"#.to_owned(), InvalidDeviceId),
+            (
+                r#"{"tidemarkThing":"a","tidemarkPayload":"%%%"}"#.to_owned(),
+                NotObjectOrArray,
+            ),
+            (
+                r#"{"tidemarkThing":"a","tidemarkPayload":5}"#.to_owned(),
+                NotObjectOrArray,
+            ),
+            (wrapped("not json", "a"), NotJson),
+        ] {
+            assert_eq!(message(&input).map_err(|r| r.reason), Err(want), "{input}");
+        }
     }
 
     #[test]

@@ -13,7 +13,8 @@ use thiserror::Error;
 use tidemark_schema::field;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    Clock, DeviceId, QuarantineItem, QuarantineReason, QuarantineSource, Reading, Timestamp,
+    Clock, DeviceId, DeviceIdentity, GatewayFor, QuarantineItem, QuarantineReason,
+    QuarantineSource, Reading, Timestamp,
 };
 use tidemark_store::batch::{
     BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
@@ -175,6 +176,9 @@ impl BatchStats {
     }
 }
 
+/// A device's `gatewayFor`, `None` when it lists none (or is not registered).
+type Gateway = Option<Arc<GatewayFor>>;
+
 struct ShardSnapshot {
     /// By the injected clock, so tests can age it.
     loaded: Timestamp,
@@ -198,6 +202,8 @@ pub struct Ingest<W = aws_sdk_dynamodb::Client, S = DynamoLookups, D = DynamoLoo
     clock: Clock,
     shard_cache: Mutex<Option<ShardSnapshot>>,
     device_cache: Mutex<HashMap<DeviceId, (bool, Instant)>>,
+    /// Gateways' `gatewayFor` (`None`: none), trusted for [`IngestConfig::device_cache_ttl`].
+    gateway_cache: Mutex<HashMap<DeviceId, (Gateway, Instant)>>,
 }
 
 impl Ingest {
@@ -234,6 +240,7 @@ where
             clock,
             shard_cache: Mutex::new(None),
             device_cache: Mutex::new(HashMap::new()),
+            gateway_cache: Mutex::new(HashMap::new()),
         }
     }
 
@@ -243,6 +250,11 @@ where
 
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// The device directory it asks (tests count its reads).
+    pub fn devices(&self) -> &D {
+        &self.devices
     }
 
     /// Handles one batch, logging its counts and printing them as an EMF line. Must return by
@@ -335,6 +347,7 @@ where
         };
         let (units, mut decoded) = crate::units::units(records, now, &self.config);
         stats.user_records = units.iter().filter(|u| u.sub_record.is_some()).count() as u64;
+        let mismatched = self.check_identity(&units, &mut decoded).await?;
         if self.config.unknown_devices == UnknownDevices::Quarantine {
             self.quarantine_unknown_devices(&mut decoded).await?;
         }
@@ -369,6 +382,20 @@ where
                             reading_item(&r, shard, self.config.retention_days, unit.received)
                                 .map_err(IngestError::Item)?;
                         puts.push(PendingWrite::merge(i, item, field::METRICS));
+                    }
+                    // Its readings that name a device it may not speak for: the record's
+                    // bytes are kept with them, its other readings stored above.
+                    if let Some(rejection) = &mismatched[i] {
+                        stats.quarantined += 1;
+                        *stats
+                            .quarantined_by_reason
+                            .entry(rejection.reason)
+                            .or_default() += 1;
+                        for item in quarantine_items(unit.source(), &unit.data, rejection, None)
+                            .map_err(IngestError::Item)?
+                        {
+                            puts.push(PendingWrite::put(i, item));
+                        }
                     }
                 }
                 Err(rejection) => {
@@ -595,6 +622,99 @@ where
             .or_default() += behind.len() as u64;
         let r = self.writer.write_all(puts, write_by).await;
         Ok((r.failed_tags, r.written, r.permanent))
+    }
+
+    /// Enforces `DEVICE_IDENTITY` ([`crate::identity`]): takes out of each unit the readings
+    /// naming a device it may not speak for, and returns, per unit, the `identity_mismatch`
+    /// rejection naming them (a unit left with no reading becomes that rejection). The
+    /// gateway lists it needs are read once per container and
+    /// [`IngestConfig::device_cache_ttl`], only for partition keys whose records name other
+    /// devices, so a fleet whose devices send their own readings costs no read.
+    async fn check_identity(
+        &self,
+        units: &[Unit<'_>],
+        decoded: &mut [Result<Vec<Reading>, Rejection>],
+    ) -> Result<Vec<Option<Rejection>>, IngestError> {
+        let mode = self.config.device_identity;
+        let mut out = vec![None; decoded.len()];
+        if mode == DeviceIdentity::Payload {
+            return Ok(out);
+        }
+        let mut wanted: BTreeSet<DeviceId> = BTreeSet::new();
+        for (u, d) in units.iter().zip(decoded.iter()) {
+            if let Ok(readings) = d
+                && let Some(key) = crate::identity::gateway_needed(
+                    mode,
+                    &u.partition_key,
+                    u.thing.as_ref(),
+                    readings,
+                )
+            {
+                wanted.insert(key);
+            }
+        }
+        let gateways = self.gateway_lists(wanted).await?;
+        for ((u, d), mismatch) in units.iter().zip(decoded.iter_mut()).zip(out.iter_mut()) {
+            let Ok(readings) = d else { continue };
+            let gateway = DeviceId::new(&u.partition_key)
+                .ok()
+                .and_then(|k| gateways.get(&k).cloned().flatten());
+            let (kept, rejected) = crate::identity::check(
+                mode,
+                &u.partition_key,
+                u.thing.as_ref(),
+                gateway.as_deref(),
+                std::mem::take(readings),
+            );
+            match rejected {
+                Some(r) if kept.is_empty() => *d = Err(r),
+                r => {
+                    *readings = kept;
+                    *mismatch = r;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The `gatewayFor` of each of `ids`, from the cache or one batch read of the rest.
+    async fn gateway_lists(
+        &self,
+        ids: BTreeSet<DeviceId>,
+    ) -> Result<HashMap<DeviceId, Gateway>, IngestError> {
+        let ttl = self.config.device_cache_ttl;
+        let mut known = HashMap::with_capacity(ids.len());
+        let mut ask = Vec::new();
+        {
+            let cache = self.gateway_cache.lock().unwrap_or_else(|p| p.into_inner());
+            for id in ids {
+                match cache.get(&id) {
+                    Some((list, at)) if at.elapsed() < ttl => {
+                        known.insert(id, list.clone());
+                    }
+                    _ => ask.push(id),
+                }
+            }
+        }
+        if ask.is_empty() {
+            return Ok(known);
+        }
+        let mut found = self
+            .devices
+            .gateway_lists(&ask)
+            .await
+            .map_err(IngestError::DeviceLookup)?;
+        let now = Instant::now();
+        let mut cache = self.gateway_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() + ask.len() > DEVICE_CACHE_MAX {
+            cache.clear();
+        }
+        for id in ask {
+            let list = found.remove(&id).filter(|g| !g.is_empty()).map(Arc::new);
+            cache.insert(id.clone(), (list.clone(), now));
+            known.insert(id, list);
+        }
+        Ok(known)
     }
 
     /// Replaces every record naming an unregistered device with an `unknown_device` rejection.

@@ -34,6 +34,7 @@ pub mod decode;
 pub mod event;
 pub mod handler;
 pub mod heartbeat;
+pub mod identity;
 pub mod kpl;
 pub mod lookups;
 pub mod packing;
@@ -42,7 +43,9 @@ pub mod set_aside;
 pub mod units;
 
 pub use config::{ConfigError, IngestConfig, UnknownDevices};
-pub use decode::{Rejection, decode_record, decode_record_at, reading_item};
+pub use decode::{
+    Message, Rejection, decode_message, decode_record, decode_record_at, reading_item,
+};
 pub use event::{KinesisBatch, arrival_time};
 pub use handler::{BatchStats, Ingest, IngestError, deadline_from_epoch_millis, quarantine_items};
 pub use lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};

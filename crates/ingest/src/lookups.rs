@@ -1,13 +1,13 @@
 //! The reads ingest needs, one small trait each, with their DynamoDB implementations. Writes go through [`tidemark_store::batch::BatchWriteApi`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys::CONFIG_PK;
 use tidemark_schema::table::attr;
-use tidemark_schema::{DeviceId, EntityKey, LayoutHistory, ShardConfigItem};
+use tidemark_schema::{DeviceId, EntityKey, GatewayFor, LayoutHistory, ShardConfigItem, field};
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_stored};
 
@@ -30,12 +30,40 @@ pub trait ShardConfigSource: Send + Sync {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
-/// Which devices are registered (only asked with `UNKNOWN_DEVICES=quarantine`).
+/// Which devices are registered (only asked with `UNKNOWN_DEVICES=quarantine`), and which
+/// devices a gateway speaks for (only asked with `DEVICE_IDENTITY=partition-key`, for a
+/// record naming a device other than its partition key).
 pub trait DeviceDirectory: Send + Sync {
     fn existing_devices(
         &self,
         ids: &[DeviceId],
     ) -> impl Future<Output = Result<HashSet<DeviceId>, StoreError>> + Send;
+
+    /// The `gatewayFor` of each of `ids` that is registered with one (absent: none). The
+    /// default knows of no gateway.
+    fn gateway_lists(
+        &self,
+        ids: &[DeviceId],
+    ) -> impl Future<Output = Result<HashMap<DeviceId, GatewayFor>, StoreError>> + Send {
+        let _ = ids;
+        async { Ok(HashMap::new()) }
+    }
+}
+
+/// A device item's `gatewayFor`, read leniently: ids that do not parse are skipped, and a
+/// list past [`tidemark_schema::MAX_GATEWAY_FOR`] (written by another tool) counts as none.
+pub fn gateway_list(item: &Item) -> GatewayFor {
+    let Some(AttributeValue::L(ids)) = item.get(field::GATEWAY_FOR) else {
+        return GatewayFor::default();
+    };
+    let ids = ids
+        .iter()
+        .filter_map(|v| v.as_s().ok())
+        .filter_map(|s| DeviceId::new(s).ok());
+    GatewayFor::new(ids).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "a device's gatewayFor is unreadable; it speaks for no other");
+        GatewayFor::default()
+    })
 }
 
 /// Both reads against the table.
@@ -114,6 +142,31 @@ impl DeviceDirectory for DynamoLookups {
                 Ok(EntityKey::Device(id)) => Some(id),
                 _ => None,
             })
+            .collect())
+    }
+    async fn gateway_lists(
+        &self,
+        ids: &[DeviceId],
+    ) -> Result<HashMap<DeviceId, GatewayFor>, StoreError> {
+        let keys: Vec<_> = ids
+            .iter()
+            .map(|id| EntityKey::Device(id.clone()).key())
+            .collect();
+        let options = GetOptions {
+            consistent: false,
+            keys_only: false,
+        };
+        let items = batch_get(&self.client, &self.table, &keys, options).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| {
+                let k = key_of(item)?;
+                match EntityKey::parse(&k.pk, &k.sk) {
+                    Ok(EntityKey::Device(id)) => Some((id, gateway_list(item))),
+                    _ => None,
+                }
+            })
+            .filter(|(_, g)| !g.is_empty())
             .collect())
     }
 }

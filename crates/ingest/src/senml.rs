@@ -115,6 +115,16 @@ pub fn readings(
     items: Vec<Value>,
     arrival: Timestamp,
 ) -> Result<Vec<Map<String, Value>>, Rejection> {
+    readings_of(items, arrival, None)
+}
+
+/// [`readings`] of a pack an IoT thing published ([`crate::identity`]): a name with no `:`
+/// or `/` is a metric of `thing` rather than a rejection.
+pub fn readings_of(
+    items: Vec<Value>,
+    arrival: Timestamp,
+    thing: Option<&str>,
+) -> Result<Vec<Map<String, Value>>, Rejection> {
     let (mut bn, mut bt, mut bu, mut bv, mut bs) = (String::new(), 0.0, None::<String>, 0.0, 0.0);
     let mut resolved = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
@@ -172,14 +182,17 @@ pub fn readings(
             continue; // a base-only record
         }
         let name = format!("{bn}{}", text(&o, "n", i)?.unwrap_or_default());
-        let Some(cut) = name.rfind([':', '/']) else {
-            return Err(bad(
-                QuarantineReason::InvalidDeviceId,
-                i,
-                format!("name {name:?} has no ':' or '/' to split into device and metric"),
-            ));
+        let (device, metric) = match (name.rfind([':', '/']), thing) {
+            (Some(cut), _) => (&name[..cut], &name[cut + 1..]),
+            (None, Some(thing)) => (thing, name.as_str()),
+            (None, None) => {
+                return Err(bad(
+                    QuarantineReason::InvalidDeviceId,
+                    i,
+                    format!("name {name:?} has no ':' or '/' to split into device and metric"),
+                ));
+            }
         };
-        let (device, metric) = (&name[..cut], &name[cut + 1..]);
         if device.is_empty() || metric.is_empty() {
             return Err(bad(
                 QuarantineReason::InvalidDeviceId,

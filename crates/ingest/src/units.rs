@@ -10,10 +10,10 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use aws_lambda_events::event::kinesis::KinesisEventRecord;
-use tidemark_schema::{QuarantineSource, Reading, Timestamp};
+use tidemark_schema::{DeviceId, QuarantineSource, Reading, Timestamp};
 
 use crate::config::IngestConfig;
-use crate::decode::{Rejection, decode_record_at};
+use crate::decode::{Message, Rejection, decode_message};
 use crate::event::arrival_time;
 use crate::kpl::{self, Payload};
 
@@ -28,6 +28,9 @@ pub struct Unit<'a> {
     pub partition_key: Key<'a>,
     pub explicit_hash_key: Option<Arc<str>>,
     pub data: Cow<'a, [u8]>,
+    /// The IoT thing that published it, when the IoT rule forwarded it
+    /// ([`crate::decode::THING_FIELD`]).
+    pub thing: Option<DeviceId>,
 }
 
 /// A unit's partition key: its Kinesis record's, or a user record's, shared with the other
@@ -80,11 +83,13 @@ pub fn units<'a>(
             partition_key: Key::Record(k.partition_key.as_str()),
             explicit_hash_key: None,
             data: Cow::Borrowed(&k.data),
+            thing: None,
         };
         match kpl::open(&k.data) {
             Payload::Plain => {
-                decoded.push(decode_record_at(&k.data, now, whole.received, config));
-                units.push(whole);
+                let (d, thing) = split(decode_message(&k.data, now, whole.received, config));
+                decoded.push(d);
+                units.push(Unit { thing, ..whole });
             }
             Payload::Corrupt(rejection) => {
                 decoded.push(Err(rejection));
@@ -92,10 +97,10 @@ pub fn units<'a>(
             }
             Payload::Aggregate(users) => {
                 for u in users {
-                    let (partition_key, readings) = match u.partition_key {
+                    let (partition_key, (readings, thing)) = match u.partition_key {
                         Ok(pk) => {
-                            let d = decode_record_at(&u.data, now, whole.received, config).map_err(
-                                |r| {
+                            let d =
+                                decode_message(&u.data, now, whole.received, config).map_err(|r| {
                                     Rejection::new(
                                         r.reason,
                                         format!(
@@ -103,11 +108,10 @@ pub fn units<'a>(
                                             u.index, r.message
                                         ),
                                     )
-                                },
-                            );
-                            (Key::Shared(pk), d)
+                                });
+                            (Key::Shared(pk), split(d))
                         }
-                        Err(rejection) => (whole.partition_key.clone(), Err(rejection)),
+                        Err(rejection) => (whole.partition_key.clone(), (Err(rejection), None)),
                     };
                     decoded.push(readings);
                     units.push(Unit {
@@ -115,6 +119,7 @@ pub fn units<'a>(
                         partition_key,
                         explicit_hash_key: u.explicit_hash_key,
                         data: Cow::Owned(u.data),
+                        thing,
                         ..whole.clone()
                     });
                 }
@@ -122,4 +127,12 @@ pub fn units<'a>(
         }
     }
     (units, decoded)
+}
+
+/// A decoded message as the readings (or rejection) and the thing.
+fn split(m: Result<Message, Rejection>) -> (Result<Vec<Reading>, Rejection>, Option<DeviceId>) {
+    match m {
+        Ok(m) => (Ok(m.readings), m.thing),
+        Err(r) => (Err(r), None),
+    }
 }

@@ -66,15 +66,25 @@ pub fn seq(i: usize) -> String {
 
 /// A Kinesis event of raw payloads, arriving one millisecond apart from 14:04:00.
 pub fn event_of<B: AsRef<[u8]>>(payloads: &[B]) -> KinesisEvent {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let records: Vec<_> = payloads
+    let keyed: Vec<(String, &[u8])> = payloads
         .iter()
         .enumerate()
-        .map(|(i, p)| {
+        .map(|(i, p)| (format!("pk-{}", i % 7), p.as_ref()))
+        .collect();
+    keyed_event_of(&keyed)
+}
+
+/// [`event_of`] with each record's partition key.
+pub fn keyed_event_of<K: AsRef<str>, B: AsRef<[u8]>>(records: &[(K, B)]) -> KinesisEvent {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let records: Vec<_> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, p))| {
             json!({
                 "kinesis": {
                     "kinesisSchemaVersion": "1.0",
-                    "partitionKey": format!("pk-{}", i % 7),
+                    "partitionKey": key.as_ref(),
                     "sequenceNumber": seq(i),
                     "data": b64.encode(p.as_ref()),
                     "approximateArrivalTimestamp":
