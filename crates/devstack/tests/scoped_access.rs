@@ -15,7 +15,8 @@ use tidemark_api::{ApiConfig, App, JwtSignIn, UiAuth};
 use tidemark_devstack::authorizer::{Authorized, JwtAuthorizer};
 use tidemark_devstack::http_api::{bind, serve};
 use tidemark_testkit::TestTable;
-use tidemark_testkit::oidc::{AUDIENCE, IssuerOptions, LocalIssuer};
+use tidemark_testkit::browser::{Browser, screenshot_dir};
+use tidemark_testkit::oidc::{AUDIENCE, CLIENT_ID, IssuerOptions, LocalIssuer};
 use tokio::sync::watch;
 
 const OPERATOR_A: &str = "machine-operator-a";
@@ -23,6 +24,8 @@ const VIEWER_B: &str = "machine-viewer-b";
 const SITES_AB: &str = "machine-sites-ab";
 const ADMIN: &str = "machine-admin";
 const ALL: &str = "tidemark/read tidemark/write tidemark/admin";
+/// A person who signs in at the provider's login page: a viewer of site B.
+const VIEWER_B_LOGIN: &str = "viewer-b";
 
 /// The API behind the authorizer, the provider it trusts, and a fleet: `a1`, `a2` at site A,
 /// `b1` at site B, `x1` without a site; an open alert on `a1` and one on `b1`.
@@ -53,12 +56,16 @@ async fn stack(label: &str) -> Stack {
         (VIEWER_B.into(), json!({"tidemark:sites": "B"})),
         (SITES_AB.into(), json!({"tidemark:sites": "[A B]"})),
         (ADMIN.into(), json!({"tidemark:sites": "*"})),
+        (VIEWER_B_LOGIN.into(), json!({"tidemark:sites": ["B"]})),
     ];
+    o.users
+        .push((VIEWER_B_LOGIN.into(), "tidemark/read".into()));
     let issuer = LocalIssuer::start(&o);
     let mut config = ApiConfig::new(table.name.clone());
     config.ui_auth = UiAuth::Jwt(JwtSignIn {
         issuer: Some(issuer.issuer.clone()),
         audience: Some(AUDIENCE.into()),
+        client_id: Some(CLIENT_ID.into()),
         ..JwtSignIn::default()
     });
     let scopes = config.scopes.clone();
@@ -477,5 +484,67 @@ async fn under_the_jwt_authorizer_a_request_without_claims_is_refused_and_iam_mo
         resp.status(),
         200,
         "IAM auth has no claims and sees the fleet"
+    );
+}
+
+const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_b_viewer_signed_in_at_the_issuer_sees_only_site_b_in_the_dashboard() {
+    let s = stack("scoped-dashboard").await;
+    let addr = s.addr;
+    let (rows, alerts, other, missing) = tokio::task::spawn_blocking(move || {
+        let b = Browser::start(1280, 900);
+        b.goto(&format!("http://{addr}/ui/#/fleet"));
+        b.wait_for("document.querySelector('#oidc')", WAIT);
+        b.click("#oidc");
+        b.wait_for("document.querySelector('input[name=login]')", WAIT);
+        b.type_into("input[name=login]", VIEWER_B_LOGIN);
+        b.type_into("input[name=password]", "any password");
+        b.click("button[type=submit]");
+        b.wait_for(
+            "document.querySelector('#fleet tbody tr[data-device=b1]')",
+            WAIT,
+        );
+        b.screenshot(&screenshot_dir().join("scoped-viewer-fleet.png"));
+        let rows = b.eval(
+            "return [...document.querySelectorAll('#fleet tbody tr')].map(r => r.dataset.device);",
+            vec![],
+        );
+        b.goto(&format!("http://{addr}/ui/#/alerts"));
+        b.wait_for(
+            "window.tidemark && window.tidemark.view === 'alerts' && \
+             document.body.dataset.state === 'ready' && document.querySelector('li[data-alert]')",
+            WAIT,
+        );
+        let alerts = b.eval(
+            "return document.querySelector('main').innerText;",
+            vec![],
+        );
+        // Another site's device page reads as a device that does not exist.
+        let error_of = |device: &str| {
+            b.goto(&format!("http://{addr}/ui/#/device/{device}"));
+            b.wait_for(
+                &format!(
+                    "window.tidemark && window.tidemark.view === 'device' && \
+                     document.body.dataset.state === 'ready' && location.hash.endsWith('/{device}') && \
+                     window.tidemark.error"
+                ),
+                WAIT,
+            )
+        };
+        let other = error_of("a1");
+        let missing = error_of("zz");
+        (rows, alerts, other, missing)
+    })
+    .await
+    .unwrap();
+    assert_eq!(rows, json!(["b1"]));
+    let alerts = alerts.as_str().unwrap();
+    assert!(alerts.contains("b1") && !alerts.contains("a1"), "{alerts}");
+    assert_eq!(
+        other.as_str().unwrap().replace("a1", "zz"),
+        missing.as_str().unwrap(),
+        "an out-of-scope device reads as a missing one"
     );
 }
