@@ -485,6 +485,7 @@ fn function_of(krate: &str) -> &'static str {
         "ingest" => "IngestFunction",
         "api" => "ApiFunction",
         "exporter" => "ExporterFunction",
+        "watchdog" => "WatchdogFunction",
         other => panic!("grants::WRITES names {other}, which has no function here"),
     }
 }

@@ -71,11 +71,17 @@ pub const EXPORTER_WRITES: &[Partitions] = &[
     Partitions::StartingWith(GROUP_PREFIX),
 ];
 
-/// Each conditioned function (its crate's name) and the partitions it writes.
+/// The watchdog: offline alerts and the device items that point at them (`DEVICE#<id>`).
+/// It reads the pipeline's heartbeats but never writes them (ingest does).
+pub const WATCHDOG_WRITES: &[Partitions] = &[Partitions::StartingWith(DEVICE_PREFIX)];
+
+/// Each conditioned function (its crate's name) and the partitions it writes. The
+/// aggregator's two roles are not conditioned (docs/design.md §7 says why).
 pub const WRITES: &[(&str, &[Partitions])] = &[
     ("ingest", INGEST_WRITES),
     ("api", API_WRITES),
     ("exporter", EXPORTER_WRITES),
+    ("watchdog", WATCHDOG_WRITES),
 ];
 
 #[cfg(test)]
@@ -159,6 +165,13 @@ mod tests {
                     tag: tag(),
                     metric: MetricName::new("temp").unwrap(),
                     bucket: Period::Hourly.bucket(at),
+                },
+            ],
+            "watchdog" => vec![
+                EntityKey::Device(device()),
+                EntityKey::Alert {
+                    device: device(),
+                    alert: AlertId::for_offline(hour()),
                 },
             ],
             other => panic!("no examples for {other}"),
