@@ -13,6 +13,11 @@
 //! under a condition ([`store::AlertWriter`]), so they never undo what the pipeline wrote.
 //! The dashboard's static files are served under `/ui/` ([`ui`]).
 //!
+//! Scoped access ([`access`], docs/design.md §6 "Scoped access"): a caller whose token lists
+//! sites (`SCOPE_CLAIM`) sees and changes only the devices whose current `site` tag is one of
+//! them, on every route by its rule in [`access::RULES`]; others answer 404 as missing
+//! devices, and cursors are bound to the caller's scope.
+//!
 //! Fleet reads (docs/design.md §6 "Fleet reads"): a group's series is read from the group's
 //! own stored buckets (its recomputed hours and days, the partials of hours not recomputed
 //! yet), never from its members, and laid out by the device series' code ([`series`]); fleet
