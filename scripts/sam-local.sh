@@ -210,8 +210,9 @@ if ! docker info -f '{{.OperatingSystem}}' 2>/dev/null | grep -q "Docker Desktop
   ADD_HOST=(--add-host "host.docker.internal:$gw")
   # DynamoDB Local and moto's S3 listen on 127.0.0.1 only (scripts/services.sh), which the
   # containers cannot reach: forward the gateway's ports to them while this script runs. The
-  # local stack's one listener beyond loopback, on the bridge only this host and its
-  # containers reach. (Docker Desktop's host.docker.internal reaches the host's loopback.)
+  # local stack's one listener beyond loopback, on the bridge's address (meant for the
+  # containers; a neighbour routing to it would reach it too). Docker Desktop's
+  # host.docker.internal reaches the host's loopback without it.
   say "forwarding $gw:$DDB_PORT and $gw:${TIDEMARK_S3_PORT:-4569} to 127.0.0.1 for the containers, until the end of this run"
   setsid python3 scripts/forward.py "$gw" "$DDB_PORT" "${TIDEMARK_S3_PORT:-4569}" \
     </dev/null >"$WORK/forward.log" 2>&1 &
