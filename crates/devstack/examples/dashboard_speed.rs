@@ -129,6 +129,7 @@ async fn main() {
         ingest: mapping("ingest"),
         aggregator: mapping("aggregator"),
         default_layout: None,
+        device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),
         alerts: Some(AlertsConfig::ephemeral(mapping("alerts"))),
     })

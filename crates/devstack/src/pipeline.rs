@@ -84,6 +84,9 @@ pub struct PipelineConfig {
     /// `DEFAULT_LAYOUT` (`single` | `packed:<seconds>`) for the in-process ingest: how
     /// devices without a layout of their own store readings (`None`: leave the stored one).
     pub default_layout: Option<tidemark_schema::Layout>,
+    /// `DEVICE_IDENTITY` for the in-process ingest (default `partition-key`, as deployed):
+    /// which devices a record may speak for. The simulator keys each record by its device.
+    pub device_identity: tidemark_schema::DeviceIdentity,
     /// The second mapping on the table stream, `tidemark-alerts` (the aggregator in the
     /// alerts role, publishing to the local event bus); `None` runs without it.
     pub alerts: Option<AlertsConfig>,
@@ -301,6 +304,13 @@ impl PipelineConfig {
             default_layout: env.try_parse(&settings::DEFAULT_LAYOUT, |v| {
                 v.parse::<tidemark_schema::Layout>()
             })?,
+            device_identity: env
+                .parse_with(
+                    &settings::DEVICE_IDENTITY,
+                    "payload, partition-key or iot-thing",
+                    tidemark_schema::DeviceIdentity::parse,
+                )?
+                .unwrap_or_default(),
             default_thresholds: env.text(&settings::DEFAULT_THRESHOLDS).unwrap_or_else(|| {
                 r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#.into()
             }),
@@ -363,6 +373,7 @@ impl Pipeline {
                     ddb.clone(),
                     tidemark_ingest::IngestConfig {
                         default_layout: cfg.default_layout,
+                        device_identity: cfg.device_identity,
                         ..tidemark_ingest::IngestConfig::new(table.clone())
                     },
                 ));

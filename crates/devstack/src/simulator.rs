@@ -49,8 +49,9 @@ pub struct SimConfig {
     /// an LwM2M device or gateway sends it (0: never).
     pub senml_every: u64,
     /// Every n-th single-reading record of a device (offset from the others) is sent as the
-    /// template's AWS IoT Core rule forwards a message: no `timestamp`, the time of arrival
-    /// at IoT Core in `receivedAt` (0: never).
+    /// template's AWS IoT Core rule forwards a message: the message (no `deviceId`, no
+    /// `timestamp`) base64 in `tidemarkPayload`, the device in `tidemarkThing`, the time of
+    /// arrival at IoT Core in `receivedAt` (0: never).
     pub iot_every: u64,
     /// A device that falls silent for a while, now and then (what an offline alert is for).
     pub silence: Option<Silence>,
@@ -356,13 +357,23 @@ impl Fleet {
         let iot = self.cfg.iot_every;
         let as_iot = iot > 0 && n % iot == iot * 3 / 10 && readings.len() == 1;
         let data = if as_iot {
-            // The rule output: the device sent no time; IoT Core's receipt time is the reading's.
-            let mut out = readings[0].clone();
-            if let Some(o) = out.as_object_mut() {
+            // The rule output: the device sent neither its name (the topic has it) nor a
+            // time; the rule sends the message base64 beside the thing, and IoT Core's
+            // receipt time is the reading's.
+            use base64::Engine as _;
+            let mut message = readings[0].clone();
+            if let Some(o) = message.as_object_mut() {
                 o.remove("timestamp");
-                o.insert("receivedAt".into(), json!(due_ms));
+                o.remove("deviceId");
             }
-            out.to_string().into_bytes()
+            json!({
+                "tidemarkPayload": base64::engine::general_purpose::STANDARD
+                    .encode(message.to_string()),
+                "tidemarkThing": key,
+                "receivedAt": due_ms,
+            })
+            .to_string()
+            .into_bytes()
         } else if as_senml {
             let pack = senml_pack(&key, &readings);
             // What ingest stores for it: SenML's string values are metadata.values.
@@ -867,10 +878,14 @@ mod tests {
                 if String::from_utf8_lossy(&o.data).contains("receivedAt") {
                     iot += 1;
                     let v: Value = serde_json::from_slice(&o.data).unwrap();
-                    assert!(v.get("timestamp").is_none());
+                    assert_eq!(v["tidemarkThing"].as_str(), Some(o.partition_key.as_str()));
                     let at =
                         Timestamp::parse_rfc3339(rs[0]["timestamp"].as_str().unwrap()).unwrap();
                     assert_eq!(v["receivedAt"].as_i64(), Some(at.epoch_millis()));
+                    let c = tidemark_ingest::IngestConfig::new("t");
+                    let got = tidemark_ingest::decode_message(&o.data, at, at, &c).unwrap();
+                    assert_eq!(got.readings[0].device_id.as_str(), rs[0]["deviceId"]);
+                    assert_eq!(got.readings[0].timestamp, at);
                     continue;
                 }
                 let parsed = match tidemark_ingest::kpl::open(&o.data) {

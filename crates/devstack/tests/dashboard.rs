@@ -144,6 +144,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_layout: None,
+        device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: THRESHOLDS.into(),
         alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
     })

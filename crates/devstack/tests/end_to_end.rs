@@ -112,6 +112,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
         ingest: fast("ingest", 100, 300),
         aggregator: fast("aggregator", 1000, 500),
         default_layout: None,
+        device_identity: tidemark_schema::DeviceIdentity::PartitionKey,
         default_thresholds: THRESHOLDS.into(),
         alerts: Some(AlertsConfig::ephemeral(fast("alerts", 1000, 200))),
     })

@@ -42,6 +42,7 @@ async fn start(label: &str) -> Running {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_layout: None,
+        device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: "{}".into(),
         alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
     })

@@ -59,6 +59,7 @@ async fn start(label: &str) -> Running {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_layout: None,
+        device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: THRESHOLDS.into(),
         alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
         sign_in: None,

@@ -44,6 +44,7 @@ async fn pipeline(local: LocalConfig, window: u32) -> Pipeline {
         ingest: fast("ingest"),
         aggregator: fast("aggregator"),
         default_layout: None,
+        device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: "{}".into(),
         alerts: Some(AlertsConfig::ephemeral(fast("alerts"))),
         sign_in: None,

@@ -111,6 +111,28 @@ async fn stack(label: &str) -> Stack {
             .unwrap();
         s.alerts.push((device.into(), alert.alert_id.to_string()));
     }
+    // A reading each for a1 and b1, a minute ago.
+    let now = tidemark_schema::Clock::system().now();
+    for device in ["a1", "b1"] {
+        let r = tidemark_schema::Reading {
+            device_id: tidemark_schema::DeviceId::new(device).unwrap(),
+            timestamp: now.minus_millis(60_000).unwrap(),
+            metrics: [(tidemark_schema::MetricName::new("t").unwrap(), 1.0)]
+                .into_iter()
+                .collect(),
+            metadata: None,
+        };
+        s.table
+            .client
+            .put_item()
+            .table_name(&s.table.name)
+            .set_item(Some(
+                tidemark_store::to_item(&tidemark_schema::ReadingItem::new(&r, None, 30)).unwrap(),
+            ))
+            .send()
+            .await
+            .unwrap();
+    }
     // Records set aside today, one for a1's partition key, one for b1's, one for no device.
     let now = tidemark_schema::Clock::system().now();
     for (i, key) in ["a1", "b1", "not a device"].into_iter().enumerate() {
@@ -149,6 +171,18 @@ async fn quarantined(s: &Stack, token: &str) -> Vec<String> {
         .collect();
     keys.sort();
     keys
+}
+
+/// The devices whose latest reading `path` (a `/latest` query) answers with.
+async fn latest_of(s: &Stack, path: &str, token: &str) -> Vec<String> {
+    let (status, body) = s.get(path, token).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["deviceId"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 impl Stack {
@@ -280,8 +314,12 @@ async fn an_operator_of_site_a_sees_and_changes_only_site_a() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = s.get(&group_series("B"), &op).await;
     assert_eq!(status, 404, "{body}");
-    let (status, body) = s.get("/latest?ids=a1,b1", &op).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(latest_of(&s, "/latest?ids=a1,b1", &op).await, ["a1"]);
+    assert_eq!(
+        latest_of(&s, "/latest?tag=site:B", &op).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(latest_of(&s, "/latest?tag=site:A", &op).await, ["a1"]);
     assert_eq!(quarantined(&s, &op).await, ["a1"]);
 
     // Writes: another site's alerts and devices are missing; a device cannot leave the scope.
@@ -385,6 +423,10 @@ async fn fleet_wide_admins_see_every_device_and_cursors_keep_to_their_caller() {
     assert_eq!(s.device_ids("/devices", 10, &no_claim).await, every);
     assert_eq!(s.walk("/alerts", 10, &admin).await.len(), 2);
     assert_eq!(quarantined(&s, &admin).await, ["a1", "b1", "not a device"]);
+    assert_eq!(
+        latest_of(&s, "/latest?ids=a1,b1", &admin).await,
+        ["a1", "b1"]
+    );
     let (status, body) = s.get(&group_series("B"), &admin).await;
     assert_eq!(status, 200, "{body}");
 

@@ -67,6 +67,7 @@ impl Stack {
             ingest: quick("ingest", 200),
             aggregator: quick("aggregator", 500),
             default_layout: None,
+            device_identity: tidemark_schema::DeviceIdentity::Payload,
             default_thresholds: "{}".into(),
             alerts: Some(AlertsConfig::ephemeral(quick("alerts", 500))),
         })

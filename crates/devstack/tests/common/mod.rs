@@ -156,6 +156,7 @@ pub fn in_process(
         ingest: fast("ingest", batch),
         aggregator: fast("aggregator", batch),
         default_layout: None,
+        device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: "{}".into(),
         alerts: None,
     }
