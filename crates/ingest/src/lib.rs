@@ -20,7 +20,11 @@
 //! - [`kpl`]: records aggregated by the Kinesis Producer Library, opened into their user
 //!   records; [`units`]: a batch as units of decoding (a plain record, or one user record).
 //! - [`decode_record`]: pure decoding and validation of one record (JSON readings, or a
-//!   SenML pack: [`senml`]).
+//!   SenML pack: [`senml`]); [`decode_message`] also unwraps what the IoT rule forwards and
+//!   names the thing that published it.
+//! - [`identity`]: which devices a record may speak for (`DEVICE_IDENTITY`: its partition key
+//!   and the devices a gateway lists, or its IoT thing); readings of others are quarantined as
+//!   `identity_mismatch` while the rest of the record is stored.
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
 //! - [`event`]: the Kinesis event as Lambda delivers it ([`KinesisBatch`]), its arrivals read
