@@ -46,6 +46,7 @@ impl Partitions {
 }
 
 /// Ingest: readings and packed slots in their device's partitions (`DEVICE#<id>[#S<n>]`),
+/// the metric names each device was admitted with per day (`DEVICE#<id>` / `METRICS#<day>`),
 /// quarantined records (`QUARANTINE#<day>#<n>`), heartbeats and failure counts (`PIPELINE`),
 /// and layout histories (`CONFIG`, when a packed device's layout gets its first epoch).
 pub const INGEST_WRITES: &[Partitions] = &[
@@ -137,6 +138,10 @@ mod tests {
                     received: at,
                     sequence: "4960".into(),
                     part: 1,
+                },
+                EntityKey::MetricNames {
+                    device: device(),
+                    day: at.day(),
                 },
                 EntityKey::Heartbeat(ShardName::new("shardId-000000000000").unwrap()),
                 EntityKey::Failures(FailedRecord::new("ingest", "4960").unwrap()),

@@ -18,6 +18,10 @@ pub const READING_PREFIX: &str = "READING#";
 /// readings. A slot that would outgrow its item continues in part 1, 2, …
 pub const SLOT_PREFIX: &str = "SLOT#";
 pub const ALERT_PREFIX: &str = "ALERT#";
+/// `DEVICE#<id>` / `METRICS#<day>`: the distinct metric names a device's readings of one UTC
+/// day were admitted with, under its cap (docs/design.md §4, "Metric names per day"); written
+/// by ingest only when a name is new to it, expiring a few days after the day.
+pub const METRIC_NAMES_PREFIX: &str = "METRICS#";
 pub const AGG_PREFIX: &str = "AGG#";
 /// Overflow pages of a large bucket's rollup: `AGGPAGE#<period>#<bucket>#<n>` (n = 1, 2, …),
 /// page 0 being the aggregate item itself. Outside `AGG#`, so range queries over a device's
@@ -145,6 +149,12 @@ pub enum EntityKey {
     Aggregate {
         device: DeviceId,
         bucket: Bucket,
+    },
+    /// The metric names a device was admitted with on one UTC day (see
+    /// [`METRIC_NAMES_PREFIX`]).
+    MetricNames {
+        device: DeviceId,
+        day: Day,
     },
     /// Overflow page `page` (1-based; page 0 is [`EntityKey::Aggregate`]) of a bucket's
     /// rollup that outgrew one item.
@@ -290,6 +300,9 @@ impl EntityKey {
                 bucket,
                 page,
             } => Key::new(device_pk(device), aggregate_page_sk(*bucket, *page)),
+            EntityKey::MetricNames { device, day } => {
+                Key::new(device_pk(device), format!("{METRIC_NAMES_PREFIX}{day}"))
+            }
             EntityKey::Quarantine {
                 day,
                 partition,
@@ -564,6 +577,13 @@ impl EntityKey {
         if let Some(a) = sk.strip_prefix(ALERT_PREFIX) {
             let alert = AlertId::new(a).map_err(|e| err(&e.to_string()))?;
             return Ok(EntityKey::Alert { device, alert });
+        }
+        if let Some(d) = sk.strip_prefix(METRIC_NAMES_PREFIX) {
+            let day = Day::parse(d)
+                .ok()
+                .filter(|day| day.to_string() == d)
+                .ok_or_else(|| err("metric names sk is METRICS#<YYYY-MM-DD>"))?;
+            return Ok(EntityKey::MetricNames { device, day });
         }
         if let Some(rest) = sk.strip_prefix(AGG_PAGE_PREFIX) {
             let (period, rest) = rest
@@ -960,6 +980,26 @@ mod tests {
         ] {
             assert!(EntityKey::parse("DEVICE#sensor_01", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_devices_metric_names_of_a_day_live_in_its_partition_and_parse_back() {
+        let day = Day::parse("2026-04-20").unwrap();
+        let k = round_trip(EntityKey::MetricNames { device: dev(), day });
+        assert_eq!(
+            (k.pk.as_str(), k.sk.as_str()),
+            ("DEVICE#sensor_01", "METRICS#2026-04-20")
+        );
+        for bad in [
+            "METRICS#",
+            "METRICS#2026-4-20",
+            "METRICS#2026-04-31",
+            "METRICS#x",
+        ] {
+            assert!(EntityKey::parse("DEVICE#sensor_01", bad).is_err(), "{bad}");
+        }
+        // Only in the device's own partition, never a reading shard's.
+        assert!(EntityKey::parse("DEVICE#sensor_01#S1", "METRICS#2026-04-20").is_err());
     }
 
     #[test]

@@ -139,6 +139,59 @@ pub struct DeviceItem {
     /// ([`super::field::GATEWAY_FOR`]).
     #[serde(default, skip_serializing_if = "GatewayFor::is_empty")]
     pub gateway_for: GatewayFor,
+    /// Its cap on distinct metric names per UTC day (set by the API, for gateways and other
+    /// devices that carry many; absent: [`DEFAULT_MAX_METRICS_PER_DAY`]). Stored as
+    /// `maxMetricsPerDay` ([`super::field::MAX_METRICS_PER_DAY`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_metrics_per_day: Option<u32>,
+}
+
+/// A device's distinct metric names per UTC day, unless its item sets its own
+/// ([`DeviceItem::max_metrics_per_day`]). New names past the cap are quarantined as
+/// `too_many_metrics` (docs/design.md §4, "Metric names per day").
+pub const DEFAULT_MAX_METRICS_PER_DAY: u32 = 1000;
+
+/// The largest cap a device may be given: the day's names live in one item
+/// ([`MetricNamesItem`]), and 5,000 names of at most 64 bytes are 320 KB, under DynamoDB's
+/// 400 KB.
+pub const MAX_METRICS_PER_DAY: u32 = 5000;
+
+/// Days a [`MetricNamesItem`] is kept after its day ends (its TTL): past any replay of the
+/// day's records that Kinesis' default retention allows, and short enough to cost nothing.
+pub const METRIC_NAMES_KEEP_DAYS: i64 = 3;
+
+/// `DEVICE#<id>` / `METRICS#<day>`: the distinct metric names a device's readings of one UTC
+/// day were admitted with (a string set, `names`), at most its cap; written only by ingest,
+/// only when a batch brings a name its container has not seen admitted that day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricNamesItem {
+    pub pk: String,
+    pub sk: String,
+    #[serde(default)]
+    pub names: std::collections::BTreeSet<MetricName>,
+    /// Epoch seconds: [`METRIC_NAMES_KEEP_DAYS`] after the day ends.
+    pub ttl: i64,
+}
+
+impl MetricNamesItem {
+    pub fn new(device: &DeviceId, day: crate::time::Day) -> Self {
+        let key = keys::EntityKey::MetricNames {
+            device: device.clone(),
+            day,
+        }
+        .key();
+        MetricNamesItem {
+            pk: key.pk,
+            sk: key.sk,
+            names: std::collections::BTreeSet::new(),
+            ttl: Self::expires(day),
+        }
+    }
+
+    /// The TTL (epoch seconds) of a day's item.
+    pub fn expires(day: crate::time::Day) -> i64 {
+        i64::from(day.days_since_epoch() + 1) * 86_400 + METRIC_NAMES_KEEP_DAYS * 86_400
+    }
 }
 
 /// The most devices one gateway may speak for: the list lives on its device item (at most
@@ -352,6 +405,7 @@ impl DeviceItem {
             gsi2pk: None,
             gsi2sk: None,
             gateway_for: GatewayFor::default(),
+            max_metrics_per_day: None,
         }
     }
 

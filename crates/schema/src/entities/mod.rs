@@ -26,9 +26,10 @@ pub use aggregates::{
 };
 pub use alerts::{AlertItem, AlertState};
 pub use devices::{
-    Connectivity, DeviceIdentity, DeviceItem, DeviceType, GatewayFor, GatewayForError,
-    LatestReading, MAX_GATEWAY_FOR, MAX_OFFLINE_WINDOW, MIN_OFFLINE_WINDOW, OfflineState,
-    RulePhase, RuleState, Threshold, fleet_offline_window,
+    Connectivity, DEFAULT_MAX_METRICS_PER_DAY, DeviceIdentity, DeviceItem, DeviceType, GatewayFor,
+    GatewayForError, LatestReading, MAX_GATEWAY_FOR, MAX_METRICS_PER_DAY, MAX_OFFLINE_WINDOW,
+    METRIC_NAMES_KEEP_DAYS, MIN_OFFLINE_WINDOW, MetricNamesItem, OfflineState, RulePhase,
+    RuleState, Threshold, fleet_offline_window,
 };
 pub use export::{ExportCursorItem, ExportDirtyItem};
 pub use groups::{
@@ -108,6 +109,10 @@ pub mod field {
     pub const PERCENTILES: &str = "percentiles";
     /// The devices a gateway may send readings for ([`super::DeviceItem::gateway_for`]).
     pub const GATEWAY_FOR: &str = "gatewayFor";
+    /// A device's own cap on metric names per day ([`super::DeviceItem::max_metrics_per_day`]).
+    pub const MAX_METRICS_PER_DAY: &str = "maxMetricsPerDay";
+    /// The string set of a [`super::MetricNamesItem`].
+    pub const NAMES: &str = "names";
     /// The device's newest known arrival (see [`super::DeviceItem::last_arrival_at`]).
     pub const LAST_ARRIVAL_AT: &str = "lastArrivalAt";
     /// The device's open offline alert ([`super::OfflineState`]).

@@ -45,6 +45,7 @@ fn field_constants_are_the_serialised_names() {
         Threshold::new(None, Some(30.0), Severity::Critical),
     );
     d.gateway_for = GatewayFor::new([DeviceId::new("leaf_1").unwrap()]).unwrap();
+    d.max_metrics_per_day = Some(5000);
     let v = serde_json::to_value(&d).unwrap();
     for f in [
         field::DEVICE_ID,
@@ -56,9 +57,16 @@ fn field_constants_are_the_serialised_names() {
         field::THRESHOLDS,
         field::RULE_STATES,
         field::GATEWAY_FOR,
+        field::MAX_METRICS_PER_DAY,
     ] {
         assert!(v.get(f).is_some(), "device item has no {f}: {v}");
     }
+    let names = serde_json::to_value(MetricNamesItem::new(
+        &DeviceId::new("sensor_01").unwrap(),
+        d.created_at.day(),
+    ))
+    .unwrap();
+    assert!(names.get(field::NAMES).is_some(), "{names}");
     let a = AggregateItem {
         pk: String::new(),
         sk: String::new(),
@@ -191,4 +199,19 @@ fn device_identity_reads_its_setting_and_defaults_to_the_partition_key() {
     );
     assert_eq!(DeviceIdentity::parse("partition_key"), None);
     assert_eq!(DeviceIdentity::parse(""), None);
+}
+
+#[test]
+fn a_days_metric_names_expire_days_after_the_day_and_fit_one_item_at_the_largest_cap() {
+    let day = crate::time::Day::parse("2026-04-20").unwrap();
+    let item = MetricNamesItem::new(&DeviceId::new("gw_1").unwrap(), day);
+    assert_eq!(
+        (item.pk.as_str(), item.sk.as_str()),
+        ("DEVICE#gw_1", "METRICS#2026-04-20")
+    );
+    let end = ts("2026-04-21T00:00:00Z").epoch_millis() / 1000;
+    assert_eq!(item.ttl, end + METRIC_NAMES_KEEP_DAYS * 86_400);
+    let largest = MAX_METRICS_PER_DAY as usize * MetricName::MAX_LEN;
+    assert!(largest + 1024 < 400 * 1024, "{largest} bytes");
+    const { assert!(DEFAULT_MAX_METRICS_PER_DAY <= MAX_METRICS_PER_DAY) };
 }
