@@ -51,6 +51,9 @@ pub struct ApiConfig {
     /// Readings one `series` request summarizes at most ([`crate::series::MAX_READINGS`];
     /// smaller only in tests of the bound).
     pub series_max_readings: usize,
+    /// What one request may read and answer ([`crate::budget`]; smaller only in tests of
+    /// the bounds).
+    pub budget: crate::budget::Limits,
     /// `GROUP_TAGS`: the tag keys whose groups keep rollups (`GET /groups/series`).
     pub group_tags: Vec<tidemark_schema::TagKey>,
 }
@@ -122,6 +125,7 @@ impl ApiConfig {
             scopes: ScopeNames::default(),
             scope_claim: DEFAULT_SCOPE_CLAIM.to_owned(),
             series_max_readings: crate::series::MAX_READINGS,
+            budget: crate::budget::Limits::default(),
             group_tags: settings::default_group_tags(),
         }
     }

@@ -1,4 +1,5 @@
-//! Every failure the API can answer with, and its JSON body `{"error":{"code","message"}}`.
+//! Every failure the API can answer with, and its JSON body `{"error":{"code","message"}}`
+//! (`too_much` adds `limit`, the budget limit the answer would pass).
 //!
 //! Messages name the offending parameter and the rule so a caller can fix the request without
 //! reading our code; anything internal (SDK errors, table names) goes to the log only.
@@ -34,6 +35,13 @@ pub enum ApiError {
     /// device in a site outside them, or use a fleet-wide route.
     #[error("{0}")]
     OutsideScope(String),
+    /// An answer that would pass a limit of the request's budget ([`crate::budget`]): names
+    /// the limit and how to narrow the query.
+    #[error("{message}")]
+    TooMuch {
+        limit: crate::budget::Limit,
+        message: String,
+    },
     #[error("request body is {size} bytes; the limit is {limit}")]
     PayloadTooLarge { size: usize, limit: usize },
     /// DynamoDB throttled us past the SDK's retries: the caller may retry.
@@ -56,7 +64,7 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest { .. } | ApiError::TooMuch { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -71,6 +79,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::BadRequest { .. } => "bad_request",
+            ApiError::TooMuch { .. } => "too_much",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -85,6 +94,13 @@ impl ApiError {
 
     /// The public body; `Display` of internal variants never includes their source.
     pub fn body(&self) -> serde_json::Value {
+        if let ApiError::TooMuch { limit, .. } = self {
+            return json!({"error": {
+                "code": self.code(),
+                "limit": limit.as_str(),
+                "message": self.to_string(),
+            }});
+        }
         json!({"error": {"code": self.code(), "message": self.to_string()}})
     }
 }

@@ -21,6 +21,8 @@ use crate::error::ApiError;
 use crate::render;
 use crate::request::{Params, path_segments, query_pairs};
 use crate::routes::{Route, resolve};
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::store::{QuerySpec, SkRange, Store};
 use crate::validate;
 

@@ -18,6 +18,12 @@
 //! them, on every route by its rule in [`access::RULES`]; others answer 404 as missing
 //! devices, and cursors are bound to the caller's scope.
 //!
+//! A budget per request ([`budget`], docs/design.md §6 "A budget per request"): every read
+//! goes through [`budget::Metered`], which charges its items and bytes to the request; a
+//! series charges its cells before it is laid out; and every body is measured before it
+//! leaves. An answer that would pass a limit is a 400 `too_much` naming it, and no response
+//! passes Lambda's and API Gateway's 6 MB.
+//!
 //! Fleet reads (docs/design.md §6 "Fleet reads"): a group's series is read from the group's
 //! own stored buckets (its recomputed hours and days, the partials of hours not recomputed
 //! yet), never from its members, and laid out by the device series' code ([`series`]); fleet
@@ -25,6 +31,7 @@
 //! page's alerts whose devices hold the tags.
 
 pub mod access;
+pub mod budget;
 pub mod config;
 pub mod cursor;
 pub mod error;
@@ -52,9 +59,10 @@ pub use store::{DynamoStore, Store};
 
 use crate::cursor::CursorKey;
 
-/// The API: a store, the configuration and the cursor key.
+/// The API: a store (read through the request's budget), the configuration and the cursor
+/// key.
 pub struct App<S = DynamoStore> {
-    store: S,
+    store: budget::Metered<S>,
     config: ApiConfig,
     /// Replaced when the Lambda re-reads the secret ([`App::set_cursor_key`]).
     cursor: std::sync::RwLock<std::sync::Arc<CursorKey>>,
@@ -71,7 +79,7 @@ impl<S: Store> App<S> {
     pub fn with_store(store: S, config: ApiConfig) -> Self {
         let cursor = CursorKey::new(config.cursor_secret());
         App {
-            store,
+            store: budget::Metered(store),
             config,
             cursor: std::sync::RwLock::new(std::sync::Arc::new(cursor)),
         }
@@ -98,11 +106,23 @@ impl<S: Store> App<S> {
     }
 
     pub fn store(&self) -> &S {
-        &self.store
+        &self.store.0
     }
 
     /// Answers one request. Never errors: every failure is a JSON error response.
     pub async fn handle(&self, req: Request) -> Response<Body> {
+        self.handle_metered(req).await.0
+    }
+
+    /// Answers one request as [`Self::handle`] does, and says what it used of its budget.
+    pub async fn handle_metered(&self, req: Request) -> (Response<Body>, budget::Usage) {
+        let budget = budget::Budget::new(self.config.budget);
+        // On the heap: the routes' futures are large, and a caller's stack need not be.
+        let resp = budget.serve(Box::pin(self.answer(req, &budget))).await;
+        (resp, budget.usage())
+    }
+
+    async fn answer(&self, req: Request, budget: &budget::Budget) -> Response<Body> {
         let started = Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
@@ -126,7 +146,14 @@ impl<S: Store> App<S> {
             .ok()
             .and_then(|s| routes::resolve(&method, &s).ok())
             .and_then(|m| m.route.successor());
-        let result = self.dispatch(&req).await;
+        let mut result = self.dispatch(&req).await;
+        // A read the budget refused ends the request as an error of its own: the answer is
+        // the limit it passed, whatever the handler made of the refusal.
+        if let Some(limit) = budget.passed()
+            && !matches!(result, Err(ApiError::TooMuch { .. }))
+        {
+            result = Err(too_much_read(limit, &path));
+        }
         let (status, body, allow) = match result {
             Ok((status, body)) => (status, body, None),
             Err(e) => {
@@ -145,11 +172,53 @@ impl<S: Store> App<S> {
         };
         tracing::debug!(%method, %path, status = status.as_u16(), micros = started.elapsed().as_micros() as u64, "handled");
         let mut resp = json_response(status, &body, allow);
+        if let Some(too_big) = oversized(&resp, budget.limits().response_bytes) {
+            tracing::info!(%method, %path, error = %too_big, "request rejected");
+            resp = error_response(&too_big);
+        }
         if let Some(next) = successor {
             deprecated(&mut resp, &path, next);
         }
         resp
     }
+}
+
+/// The `too_much` error of a request whose reads passed `limit`.
+fn too_much_read(limit: budget::Limit, path: &str) -> ApiError {
+    let limits = budget::Budget::current_limits();
+    let (what, max) = match limit {
+        budget::Limit::ReadBytes => ("bytes of items", limits.read_bytes),
+        _ => ("items", limits.items),
+    };
+    let narrow = if path.ends_with("/series") || path.ends_with("/aggregates") {
+        "narrow with metrics=, a shorter from/to, or a coarser resolution"
+    } else if path.ends_with("/readings") {
+        "narrow with a shorter from/to or a smaller limit"
+    } else if path.ends_with("/latest") {
+        "ask for fewer ids"
+    } else {
+        "ask for a smaller limit or narrow the filters"
+    };
+    ApiError::TooMuch {
+        limit,
+        message: format!("answering this request would read more than {max} {what}; {narrow}"),
+    }
+}
+
+/// The `too_much` error of a response whose body, as Lambda returns it (a JSON string),
+/// would be over `max` bytes ([`budget::MAX_RESPONSE_BYTES`]).
+fn oversized(resp: &Response<Body>, max: u64) -> Option<ApiError> {
+    let Body::Text(text) = resp.body() else {
+        return None;
+    };
+    let n = budget::escaped_len(text);
+    (n > max).then(|| ApiError::TooMuch {
+        limit: budget::Limit::ResponseBytes,
+        message: format!(
+            "this answer would be {n} bytes; at most {max} fit in one response: ask for a \
+             smaller limit, fewer metrics=, a shorter from/to, or a coarser resolution"
+        ),
+    })
 }
 
 /// Marks the answer of a deprecated route (RFC 9745) and links the route that replaces it

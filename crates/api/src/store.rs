@@ -24,6 +24,15 @@ pub use alerts::{
 
 pub use tidemark_store::read::{Page, Place, QuerySpec, QueryStore, SkRange};
 
+/// Every store trait's methods, for code holding a concrete store such as the metered one
+/// handlers read through ([`crate::budget::Metered`]).
+pub mod traits {
+    pub use super::{
+        AlertWriter as _, DeviceWriter as _, GetStore as _, QueryStore as _, ShardWriter as _,
+        TagWriter as _,
+    };
+}
+
 pub trait GetStore {
     fn get(
         &self,

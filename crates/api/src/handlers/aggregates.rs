@@ -12,6 +12,8 @@ use crate::App;
 use crate::error::ApiError;
 use crate::render;
 use crate::request::Params;
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::store::{QuerySpec, SkRange, Store};
 use crate::validate;
 

@@ -9,6 +9,8 @@ use super::Reply;
 use crate::App;
 use crate::error::ApiError;
 use crate::render;
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::store::{AlertOutcome, Store};
 use crate::validate;
 

@@ -30,6 +30,8 @@ use crate::error::ApiError;
 use crate::request::Params;
 use crate::series::stats::Acc;
 use crate::series::{Fill, Format, Resolution, SeriesQuery};
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::store::{QuerySpec, SkRange, Store};
 use crate::validate;
 
@@ -149,7 +151,7 @@ impl<S: Store> App<S> {
             }
             Fill::None | Fill::Null => Default::default(),
         };
-        Ok(self.series_page(&scope, &q, start, &metrics, &walk, &edges))
+        self.series_page(&scope, &q, start, &metrics, &walk, &edges)
     }
 
     /// The page's buckets from `start`: stored hours or days, the rest from their hours and

@@ -16,6 +16,8 @@ use crate::App;
 use crate::error::ApiError;
 use crate::render;
 use crate::store::Store;
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::validate;
 
 /// A device's stored layout history, and the fleet's default it is laid over.

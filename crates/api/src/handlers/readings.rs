@@ -33,6 +33,8 @@ use crate::error::ApiError;
 use crate::render;
 use crate::request::Params;
 use crate::store::Store;
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::validate;
 
 /// A partition label and the position it resumes after.
@@ -319,16 +321,16 @@ impl<S: Store> App<S> {
                     .sum::<usize>()
             })
             .sum();
-        if queries > validate::MAX_LATEST_QUERIES {
-            return Err(ApiError::bad(
-                "ids",
-                format!(
-                    "these {} devices span {queries} partitions (their shards and layouts); at most {} \
-                     can be read in one request: ask for fewer devices",
+        let most = self.config.budget.latest_partitions;
+        if queries as u64 > most {
+            return Err(ApiError::TooMuch {
+                limit: crate::budget::Limit::Partitions,
+                message: format!(
+                    "these {} devices span {queries} partitions (their shards and layouts); at \
+                     most {most} can be read in one request: ask for fewer ids",
                     ids.len(),
-                    validate::MAX_LATEST_QUERIES
                 ),
-            ));
+            });
         }
         Ok(list(self.newest_of(&ids, &book).await?, None))
     }

@@ -23,6 +23,8 @@ use crate::request::Params;
 use crate::series::stats::Acc;
 use crate::series::table::{self, Layout, Point};
 use crate::series::{self, Aggregate, Fill, Format, SeriesQuery};
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::store::{QuerySpec, SkRange, Store};
 
 /// Each metric's neighbouring reading before a page and after it (`locf`, `linear`).
@@ -122,12 +124,13 @@ impl<S: Store> App<S> {
             }
             Fill::None | Fill::Null => Default::default(),
         };
-        Ok(self.series_page(&scope, &q, start, &metrics, &walk, &edges))
+        self.series_page(&scope, &q, start, &metrics, &walk, &edges)
     }
 
     /// A page's buckets laid out on its grid (every bucket from `start` to the walk's end
     /// unless `fill=none`), rendered wide or as rows with the cursor to the next page: the
-    /// same for a device's series and a group's.
+    /// same for a device's series and a group's. Its values are charged to the request's
+    /// budget before anything is laid out ([`crate::budget::MAX_CELLS`]).
     pub(super) fn series_page(
         &self,
         scope: &str,
@@ -136,12 +139,16 @@ impl<S: Store> App<S> {
         metrics: &[MetricName],
         walk: &Walk,
         (before, after): &Edges,
-    ) -> Reply {
+    ) -> Result<Reply, ApiError> {
         let grid: Vec<Timestamp> = if q.fill == Fill::None {
             walk.buckets.keys().copied().collect()
         } else {
             grid(q, start, walk.end)
         };
+        crate::budget::charge_cells(
+            answer_cells(q, &grid, walk, metrics),
+            "narrow with metrics=, a shorter from/to, a coarser resolution or fewer aggregates=",
+        )?;
         let layout = Layout {
             grid,
             buckets: &walk.buckets,
@@ -153,10 +160,10 @@ impl<S: Store> App<S> {
         };
         let rows = layout.rows();
         if q.format == Format::Wide {
-            return (
+            return Ok((
                 StatusCode::OK,
                 table::render_wide(&rows, metrics, &q.aggregates),
-            );
+            ));
         }
         let cut = table::within(&rows, q.limit);
         let next = match rows.get(cut) {
@@ -175,7 +182,10 @@ impl<S: Store> App<S> {
             };
             self.cursor_key().seal(scope, &state)
         });
-        list(table::render_rows(&rows[..cut], &q.aggregates), cursor)
+        Ok(list(
+            table::render_rows(&rows[..cut], &q.aggregates),
+            cursor,
+        ))
     }
 
     /// Reads the page's readings from `start` into buckets: to the end of the range for a
@@ -502,6 +512,32 @@ pub(super) fn page_end(q: &SeriesQuery, start: Timestamp, known_metrics: usize) 
         }
         _ => q.to,
     }
+}
+
+/// Values a page's answer holds, counted before it is laid out: a wide answer writes every
+/// metric's aggregates for every bucket of `grid`; rows hold one cell per metric of a bucket
+/// (every metric when filled), for the buckets a page keeps ([`table::within`]: whole
+/// buckets up to `limit` rows, one at least), each of as many values as aggregates.
+fn answer_cells(q: &SeriesQuery, grid: &[Timestamp], walk: &Walk, metrics: &[MetricName]) -> u64 {
+    let aggregates = q.aggregates.len() as u64;
+    if q.format == Format::Wide {
+        return (grid.len() as u64)
+            .saturating_mul(metrics.len() as u64)
+            .saturating_mul(aggregates);
+    }
+    let mut rows = 0usize;
+    for (i, b) in grid.iter().enumerate() {
+        let n = if q.fill == Fill::None {
+            walk.buckets.get(b).map_or(0, BTreeMap::len)
+        } else {
+            metrics.len()
+        };
+        if rows + n > q.limit && i > 0 && rows > 0 {
+            break;
+        }
+        rows += n;
+    }
+    (rows as u64).saturating_mul(aggregates)
 }
 
 /// Where a page's readings start: the range's `from` on the first page (which may lie inside

@@ -25,6 +25,8 @@ use crate::cursor::CursorState;
 use crate::error::ApiError;
 use crate::render;
 use crate::request::Params;
+#[allow(unused_imports)]
+use crate::store::traits::*;
 use crate::store::{DeviceRegistration, PutDevice, Store};
 
 /// Tries of a tag change that loses the optimistic lock to another one, each after a

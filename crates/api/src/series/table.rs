@@ -194,26 +194,27 @@ pub fn render_rows(rows: &[BucketRow], aggregates: &[Aggregate]) -> Vec<Value> {
 /// had readings. A group's answer also has `"<metric>.devices"` (members with a reading,
 /// `null` where not known) and `"open": true` on a bucket not yet recomputed.
 pub fn render_wide(rows: &[BucketRow], metrics: &[MetricName], aggregates: &[Aggregate]) -> Value {
-    let counted: Vec<&MetricName> = metrics
+    // Lookups by name, not scans: a bucket may hold tens of thousands of metrics.
+    let counted: std::collections::BTreeSet<&MetricName> = rows
         .iter()
-        .filter(|m| {
-            rows.iter()
-                .flat_map(|r| &r.cells)
-                .any(|c| &c.metric == *m && c.devices.is_some())
-        })
+        .flat_map(|r| &r.cells)
+        .filter(|c| c.devices.is_some())
+        .map(|c| &c.metric)
         .collect();
     let out: Vec<Value> = rows
         .iter()
         .map(|r| {
             let mut o = Map::new();
             o.insert("time".into(), json!(r.start.to_string()));
+            let cells: BTreeMap<&MetricName, &Cell> =
+                r.cells.iter().map(|c| (&c.metric, c)).collect();
             for m in metrics {
-                let cell = r.cells.iter().find(|c| &c.metric == m);
+                let cell = cells.get(m);
                 for (i, a) in aggregates.iter().enumerate() {
                     let v = cell.and_then(|c| c.values[i]);
                     o.insert(format!("{}.{}", m.as_str(), a.name()), number(*a, v));
                 }
-                if counted.contains(&m) {
+                if counted.contains(m) {
                     let n = cell.and_then(|c| c.devices);
                     o.insert(format!("{}.devices", m.as_str()), json!(n));
                 }
