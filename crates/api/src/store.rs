@@ -73,6 +73,8 @@ pub struct DeviceRegistration {
     pub tags_from: Option<Timestamp>,
     /// The devices it may send readings for (`DEVICE_IDENTITY=partition-key`).
     pub gateway_for: GatewayFor,
+    /// Its cap on distinct metric names per UTC day (absent: the default).
+    pub max_metrics_per_day: Option<u32>,
 }
 
 /// A device as written, and whether the write created it.
@@ -344,6 +346,11 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
         } else {
             Some(av(&reg.gateway_for)?)
         },
+    );
+    put(
+        field::MAX_METRICS_PER_DAY,
+        reg.max_metrics_per_day
+            .map(|n| AttributeValue::N(n.to_string())),
     );
     put(field::UPDATED_AT, Some(s(now.to_string())));
     Ok(u)

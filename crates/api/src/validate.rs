@@ -130,6 +130,25 @@ struct DeviceBody {
     tags: Option<Value>,
     tags_effective_from: Option<Value>,
     gateway_for: Option<Value>,
+    max_metrics_per_day: Option<Value>,
+}
+
+/// `maxMetricsPerDay`: the device's cap on distinct metric names per UTC day, 1 to
+/// [`tidemark_schema::MAX_METRICS_PER_DAY`] (absent: the default,
+/// [`tidemark_schema::DEFAULT_MAX_METRICS_PER_DAY`]).
+fn max_metrics_per_day(v: Value) -> Result<u32, ApiError> {
+    v.as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| (1..=tidemark_schema::MAX_METRICS_PER_DAY).contains(n))
+        .ok_or_else(|| {
+            ApiError::bad(
+                "maxMetricsPerDay",
+                format!(
+                    "{v} is not a whole number of metric names from 1 to {}",
+                    tidemark_schema::MAX_METRICS_PER_DAY
+                ),
+            )
+        })
 }
 
 /// `gatewayFor`: the device ids a gateway may send readings for (`DEVICE_IDENTITY=
@@ -352,6 +371,7 @@ pub fn registration(
             .map(gateway_for)
             .transpose()?
             .unwrap_or_default(),
+        max_metrics_per_day: b.max_metrics_per_day.map(max_metrics_per_day).transpose()?,
     })
 }
 
@@ -432,6 +452,23 @@ mod tests {
         assert_eq!(r.status, DeviceStatus::Maintenance);
         assert_eq!(r.device_type, Some(DeviceType::Sensor));
         assert_eq!(r.thresholds.len(), 1);
+    }
+
+    #[test]
+    fn a_devices_metric_name_cap_is_1_to_5000_and_a_bad_one_is_named() {
+        assert_eq!(reg("{}").unwrap().max_metrics_per_day, None);
+        let gw = reg(r#"{"type":"gateway","maxMetricsPerDay":5000}"#).unwrap();
+        assert_eq!(gw.max_metrics_per_day, Some(5000));
+        assert_eq!(
+            reg(r#"{"maxMetricsPerDay":1}"#)
+                .unwrap()
+                .max_metrics_per_day,
+            Some(1)
+        );
+        for bad in ["0", "5001", "-1", "2.5", "\"many\"", "4294967296"] {
+            let body = format!(r#"{{"maxMetricsPerDay":{bad}}}"#);
+            assert_eq!(param_of(reg(&body)), "maxMetricsPerDay", "{bad}");
+        }
     }
 
     #[test]
