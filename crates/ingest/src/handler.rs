@@ -8,13 +8,13 @@ use std::time::Instant;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use thiserror::Error;
 use tidemark_schema::field;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    Clock, DeviceId, DeviceIdentity, GatewayFor, QuarantineItem, QuarantineReason,
-    QuarantineSource, Reading, Timestamp,
+    Clock, DEFAULT_MAX_METRICS_PER_DAY, Day, DeviceId, DeviceIdentity, GatewayFor, MetricName,
+    QuarantineItem, QuarantineReason, QuarantineSource, Reading, Timestamp,
 };
 use tidemark_store::batch::{
     BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
@@ -28,6 +28,7 @@ use crate::decode::{Rejection, reading_item};
 use crate::event::arrival_time;
 use crate::heartbeat;
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
+use crate::metric_cap::{CapError, Names};
 use crate::packing::{SlotBatch, SlotReport};
 use crate::set_aside::{self, Failed};
 use crate::units::Unit;
@@ -41,6 +42,10 @@ pub enum IngestError {
     ShardConfig(#[source] StoreError),
     #[error("could not check which devices are registered: {0}")]
     DeviceLookup(#[source] StoreError),
+    /// A device's metric names of a day could not be read or written (docs/design.md §4,
+    /// "Metric names per day"): retried with the batch.
+    #[error("{0}")]
+    MetricNames(#[source] CapError),
     /// An item could not be converted (a bug, never input: input is validated first).
     #[error("could not build an item: {0}")]
     Item(#[source] StoreError),
@@ -188,6 +193,10 @@ struct ShardSnapshot {
 /// Above this many cached existence answers the cache starts over (a bound on memory for a
 /// container that sees an unbounded fleet).
 const DEVICE_CACHE_MAX: usize = 200_000;
+/// Above this many cached (device, day) name sets the cache starts over.
+const NAMES_CACHE_MAX: usize = 100_000;
+/// At most this many refused metric names are named in a rejection's message.
+const NAMED_METRICS: usize = 5;
 /// A message longer than this is cut: messages name values, and values can be huge.
 const MAX_MESSAGE_CHARS: usize = 1000;
 
@@ -204,6 +213,12 @@ pub struct Ingest<W = aws_sdk_dynamodb::Client, S = DynamoLookups, D = DynamoLoo
     device_cache: Mutex<HashMap<DeviceId, (bool, Instant)>>,
     /// Gateways' `gatewayFor` (`None`: none), trusted for [`IngestConfig::device_cache_ttl`].
     gateway_cache: Mutex<HashMap<DeviceId, (Gateway, Instant)>>,
+    /// Each device's cap on metric names per day, trusted for
+    /// [`IngestConfig::device_cache_ttl`].
+    cap_cache: Mutex<HashMap<DeviceId, (u32, Instant)>>,
+    /// The names known to be in each (device, day)'s set ([`crate::metric_cap`]): only a
+    /// name outside it costs a write.
+    names_cache: Mutex<HashMap<(DeviceId, Day), Arc<Names>>>,
 }
 
 impl Ingest {
@@ -241,6 +256,8 @@ where
             shard_cache: Mutex::new(None),
             device_cache: Mutex::new(HashMap::new()),
             gateway_cache: Mutex::new(HashMap::new()),
+            cap_cache: Mutex::new(HashMap::new()),
+            names_cache: Mutex::new(HashMap::new()),
         }
     }
 
@@ -347,10 +364,13 @@ where
         };
         let (units, mut decoded) = crate::units::units(records, now, &self.config);
         stats.user_records = units.iter().filter(|u| u.sub_record.is_some()).count() as u64;
-        let mismatched = self.check_identity(&units, &mut decoded).await?;
+        let mut mismatched = self.check_identity(&units, &mut decoded).await?;
         if self.config.unknown_devices == UnknownDevices::Quarantine {
             self.quarantine_unknown_devices(&mut decoded).await?;
         }
+        // Before readings are routed to single items or slots, so both are capped alike.
+        self.cap_metric_names(&units, &mut decoded, &mut mismatched)
+            .await?;
         let (layouts, unreadable) = self.layouts().await?;
         stats.unreadable_items = unreadable;
 
@@ -383,8 +403,9 @@ where
                                 .map_err(IngestError::Item)?;
                         puts.push(PendingWrite::merge(i, item, field::METRICS));
                     }
-                    // Its readings that name a device it may not speak for: the record's
-                    // bytes are kept with them, its other readings stored above.
+                    // Its readings that name a device it may not speak for, or metric names
+                    // past their device's daily cap: the record's bytes are kept with them,
+                    // its other readings (and metrics) stored above.
                     if let Some(rejection) = &mismatched[i] {
                         stats.quarantined += 1;
                         *stats
@@ -677,6 +698,173 @@ where
         Ok(out)
     }
 
+    /// Enforces each device's cap on distinct metric names per UTC day
+    /// ([`crate::metric_cap`]): takes the names past it out of their readings (a reading left
+    /// with no metric is not stored) and adds, per unit, a `too_many_metrics` rejection naming
+    /// them to `partial` (after the unit's `identity_mismatch` one, if any: one quarantine
+    /// item per record, with the first reason); a unit left with no reading becomes that
+    /// rejection. Heartbeat records are not readings and are left alone.
+    async fn cap_metric_names(
+        &self,
+        units: &[Unit<'_>],
+        decoded: &mut [Result<Vec<Reading>, Rejection>],
+        partial: &mut [Option<Rejection>],
+    ) -> Result<(), IngestError> {
+        let mut wanted: BTreeMap<(DeviceId, Day), Names> = BTreeMap::new();
+        for (u, d) in units.iter().zip(decoded.iter()) {
+            let Ok(readings) = d else { continue };
+            if u.sub_record.is_none()
+                && heartbeat::accepted(&u.data, &u.partition_key, u.received).is_some()
+            {
+                continue;
+            }
+            for r in readings {
+                wanted
+                    .entry((r.device_id.clone(), r.timestamp.day()))
+                    .or_default()
+                    .extend(r.metrics.keys().cloned());
+            }
+        }
+        let empty = Arc::new(Names::new());
+        let need: Vec<((DeviceId, Day), Arc<Names>)> = {
+            let cache = self.names_cache.lock().unwrap_or_else(|p| p.into_inner());
+            wanted
+                .iter()
+                .filter_map(|(k, w)| {
+                    let known = cache.get(k).unwrap_or(&empty);
+                    (!w.is_subset(known)).then(|| (k.clone(), known.clone()))
+                })
+                .collect()
+        };
+        if need.is_empty() {
+            return Ok(());
+        }
+        let caps = self
+            .metric_caps(need.iter().map(|((d, _), _)| d.clone()).collect())
+            .await?;
+        let devices = &self.devices;
+        let outcomes: Vec<_> = futures::stream::iter(need)
+            .map(|(key, known)| {
+                let cap = caps
+                    .get(&key.0)
+                    .copied()
+                    .unwrap_or(DEFAULT_MAX_METRICS_PER_DAY);
+                let names = &wanted[&key];
+                async move {
+                    let after =
+                        crate::metric_cap::admit(devices, &key.0, key.1, names, &known, cap).await;
+                    (key, cap, after)
+                }
+            })
+            .buffer_unordered(self.config.max_in_flight.max(1))
+            .collect()
+            .await;
+        let mut held: HashMap<(DeviceId, Day), (Arc<Names>, u32)> = HashMap::new();
+        {
+            let mut cache = self.names_cache.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.len() + outcomes.len() > NAMES_CACHE_MAX {
+                cache.clear();
+            }
+            for (key, cap, after) in outcomes {
+                let after = Arc::new(after.map_err(IngestError::MetricNames)?);
+                cache.insert(key.clone(), after.clone());
+                held.insert(key, (after, cap));
+            }
+        }
+        for ((d, p), u) in decoded.iter_mut().zip(partial.iter_mut()).zip(units) {
+            let Ok(readings) = d else { continue };
+            if u.sub_record.is_none()
+                && heartbeat::accepted(&u.data, &u.partition_key, u.received).is_some()
+            {
+                continue;
+            }
+            let mut refused: BTreeMap<(DeviceId, Day), (BTreeSet<MetricName>, u32)> =
+                BTreeMap::new();
+            readings.retain_mut(|r| {
+                let key = (r.device_id.clone(), r.timestamp.day());
+                let Some((set, cap)) = held.get(&key) else {
+                    return true;
+                };
+                let had = r.metrics.len();
+                r.metrics.retain(|m, _| {
+                    let ok = set.contains(m);
+                    if !ok {
+                        let e = refused
+                            .entry(key.clone())
+                            .or_insert((BTreeSet::new(), *cap));
+                        e.0.insert(m.clone());
+                    }
+                    ok
+                });
+                had == 0 || !r.metrics.is_empty()
+            });
+            if refused.is_empty() {
+                continue;
+            }
+            let rejection = Rejection::new(
+                QuarantineReason::TooManyMetrics,
+                too_many_message(&refused, readings.is_empty()),
+            );
+            let rejection = match p.take() {
+                Some(first) => Rejection::new(
+                    first.reason,
+                    format!("{}; and {}", first.message, rejection.message),
+                ),
+                None => rejection,
+            };
+            if readings.is_empty() {
+                *d = Err(rejection);
+            } else {
+                *p = Some(rejection);
+            }
+        }
+        Ok(())
+    }
+
+    /// Each of `ids`' cap on metric names per day, from the cache or one batch read of the
+    /// rest (only asked when a batch brings a name its container has not seen admitted).
+    async fn metric_caps(
+        &self,
+        ids: BTreeSet<DeviceId>,
+    ) -> Result<HashMap<DeviceId, u32>, IngestError> {
+        let ttl = self.config.device_cache_ttl;
+        let mut known = HashMap::with_capacity(ids.len());
+        let mut ask = Vec::new();
+        {
+            let cache = self.cap_cache.lock().unwrap_or_else(|p| p.into_inner());
+            for id in ids {
+                match cache.get(&id) {
+                    Some((cap, at)) if at.elapsed() < ttl => {
+                        known.insert(id, *cap);
+                    }
+                    _ => ask.push(id),
+                }
+            }
+        }
+        if ask.is_empty() {
+            return Ok(known);
+        }
+        let found = self
+            .devices
+            .metric_caps(&ask)
+            .await
+            .map_err(IngestError::DeviceLookup)?;
+        let now = Instant::now();
+        let mut cache = self.cap_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() + ask.len() > DEVICE_CACHE_MAX {
+            cache.clear();
+        }
+        for id in ask {
+            let cap = found
+                .get(&id)
+                .copied()
+                .unwrap_or(DEFAULT_MAX_METRICS_PER_DAY);
+            cache.insert(id.clone(), (cap, now));
+            known.insert(id, cap);
+        }
+        Ok(known)
+    }
+
     /// The `gatewayFor` of each of `ids`, from the cache or one batch read of the rest.
     async fn gateway_lists(
         &self,
@@ -790,6 +978,45 @@ fn reading_sources(puts: &[PendingWrite]) -> HashMap<(String, String), BTreeSet<
         }
     }
     out
+}
+
+/// The message of a `too_many_metrics` rejection: which names of which device and day were
+/// past its cap, a few of them by name.
+fn too_many_message(
+    refused: &BTreeMap<(DeviceId, Day), (BTreeSet<MetricName>, u32)>,
+    nothing_left: bool,
+) -> String {
+    let parts: Vec<String> = refused
+        .iter()
+        .map(|((device, day), (names, cap))| {
+            let shown: Vec<String> = names
+                .iter()
+                .take(NAMED_METRICS)
+                .map(|m| format!("{:?}", m.as_str()))
+                .collect();
+            let more = if names.len() > NAMED_METRICS {
+                format!(" … ({} names)", names.len())
+            } else {
+                String::new()
+            };
+            format!(
+                "device {:?} already has its cap of {cap} distinct metric names on {day} \
+                 (UTC); new names {}{more} were not stored",
+                device.as_str(),
+                shown.join(", ")
+            )
+        })
+        .collect();
+    let rest = if nothing_left {
+        "nothing else of the record was left to store"
+    } else {
+        "the record's other metrics are stored"
+    };
+    format!(
+        "{}; {rest} (a device's cap is maxMetricsPerDay on PUT /devices/{{id}}, default \
+         {DEFAULT_MAX_METRICS_PER_DAY})",
+        parts.join("; ")
+    )
 }
 
 fn absorb(stats: &mut BatchStats, r: &WriteReport) {

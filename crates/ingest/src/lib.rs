@@ -25,6 +25,9 @@
 //! - [`identity`]: which devices a record may speak for (`DEVICE_IDENTITY`: its partition key
 //!   and the devices a gateway lists, or its IoT thing); readings of others are quarantined as
 //!   `identity_mismatch` while the rest of the record is stored.
+//! - [`metric_cap`]: a device's cap on distinct metric names per UTC day (default 1,000,
+//!   `maxMetricsPerDay` on its item); names past it are taken out of their readings and
+//!   quarantined as `too_many_metrics` while the rest is stored.
 //! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
 //! - [`event`]: the Kinesis event as Lambda delivers it ([`KinesisBatch`]), its arrivals read
@@ -41,6 +44,7 @@ pub mod heartbeat;
 pub mod identity;
 pub mod kpl;
 pub mod lookups;
+pub mod metric_cap;
 pub mod packing;
 pub mod senml;
 pub mod set_aside;

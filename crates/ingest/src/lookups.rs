@@ -4,12 +4,17 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use tidemark_schema::keys::CONFIG_PK;
 use tidemark_schema::table::attr;
-use tidemark_schema::{DeviceId, EntityKey, GatewayFor, LayoutHistory, ShardConfigItem, field};
+use tidemark_schema::{
+    Day, DeviceId, EntityKey, GatewayFor, LayoutHistory, MAX_METRICS_PER_DAY, MetricName,
+    MetricNamesItem, ShardConfigItem, field,
+};
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_stored};
+
+use crate::metric_cap::{Names, Room};
 
 /// Layout histories: the whole `CONFIG` partition, the fleet's default layout and the
 /// devices with a shard count or layout of their own. Only those devices have an item there,
@@ -48,6 +53,50 @@ pub trait DeviceDirectory: Send + Sync {
         let _ = ids;
         async { Ok(HashMap::new()) }
     }
+
+    /// The `maxMetricsPerDay` of each of `ids` that sets one (absent: the default cap). The
+    /// default sets none.
+    fn metric_caps(
+        &self,
+        ids: &[DeviceId],
+    ) -> impl Future<Output = Result<HashMap<DeviceId, u32>, StoreError>> + Send {
+        let _ = ids;
+        async { Ok(HashMap::new()) }
+    }
+
+    /// Adds `new` to the device's metric names of `day` if the set meets `room`
+    /// ([`crate::metric_cap`]); the whole set afterwards, or `None` when the condition failed.
+    /// The default keeps no set: every write succeeds, holding what it adds.
+    fn add_metric_names(
+        &self,
+        device: &DeviceId,
+        day: Day,
+        new: &Names,
+        room: Room,
+    ) -> impl Future<Output = Result<Option<Names>, StoreError>> + Send {
+        let _ = (device, day, room);
+        let all = new.clone();
+        async { Ok(Some(all)) }
+    }
+
+    /// The device's metric names of `day`, read strongly consistent (empty: none).
+    fn read_metric_names(
+        &self,
+        device: &DeviceId,
+        day: Day,
+    ) -> impl Future<Output = Result<Names, StoreError>> + Send {
+        let _ = (device, day);
+        async { Ok(Names::new()) }
+    }
+}
+
+/// A device item's `maxMetricsPerDay`, when it is a number in 1..=[`MAX_METRICS_PER_DAY`]
+/// (another value, written by another tool, counts as none).
+pub fn metric_cap(item: &Item) -> Option<u32> {
+    let n = item.get(field::MAX_METRICS_PER_DAY)?.as_n().ok()?;
+    n.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_METRICS_PER_DAY).contains(n))
 }
 
 /// A device item's `gatewayFor`, read leniently: ids that do not parse are skipped, and a
@@ -168,5 +217,99 @@ impl DeviceDirectory for DynamoLookups {
             })
             .filter(|(_, g)| !g.is_empty())
             .collect())
+    }
+
+    async fn metric_caps(&self, ids: &[DeviceId]) -> Result<HashMap<DeviceId, u32>, StoreError> {
+        let keys: Vec<_> = ids
+            .iter()
+            .map(|id| EntityKey::Device(id.clone()).key())
+            .collect();
+        let options = GetOptions {
+            consistent: false,
+            keys_only: false,
+        };
+        let items = batch_get(&self.client, &self.table, &keys, options).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| {
+                let k = key_of(item)?;
+                match EntityKey::parse(&k.pk, &k.sk) {
+                    Ok(EntityKey::Device(id)) => Some((id, metric_cap(item)?)),
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+
+    async fn add_metric_names(
+        &self,
+        device: &DeviceId,
+        day: Day,
+        new: &Names,
+        room: Room,
+    ) -> Result<Option<Names>, StoreError> {
+        if new.is_empty() {
+            return self.read_metric_names(device, day).await.map(Some);
+        }
+        let item = MetricNamesItem::new(device, day);
+        let (condition, n) = match room {
+            Room::AtMost(n) => ("attribute_not_exists(#names) OR size(#names) <= :n", n),
+            Room::Exactly(n) => ("attribute_not_exists(#names) OR size(#names) = :n", n),
+        };
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::PK, AttributeValue::S(item.pk))
+            .key(attr::SK, AttributeValue::S(item.sk))
+            .update_expression("ADD #names :new SET #ttl = :ttl")
+            .condition_expression(condition)
+            .expression_attribute_names("#names", field::NAMES)
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_values(
+                ":new",
+                AttributeValue::Ss(new.iter().map(|m| m.as_str().to_owned()).collect()),
+            )
+            .expression_attribute_values(":n", AttributeValue::N(n.to_string()))
+            .expression_attribute_values(":ttl", AttributeValue::N(item.ttl.to_string()))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(StoreError::sdk("UpdateItem"));
+        match out {
+            Ok(out) => Ok(Some(names_of(out.attributes.as_ref()))),
+            Err(e) if e.is_conditional_check_failed() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn read_metric_names(&self, device: &DeviceId, day: Day) -> Result<Names, StoreError> {
+        let key = EntityKey::MetricNames {
+            device: device.clone(),
+            day,
+        }
+        .key();
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, AttributeValue::S(key.pk))
+            .key(attr::SK, AttributeValue::S(key.sk))
+            .consistent_read(true)
+            .projection_expression("#names")
+            .expression_attribute_names("#names", field::NAMES)
+            .send()
+            .await
+            .map_err(StoreError::sdk("GetItem"))?;
+        Ok(names_of(out.item.as_ref()))
+    }
+}
+
+/// The `names` string set of an item (names that do not parse are left out: they were
+/// written by another tool, and no reading can carry them).
+fn names_of(item: Option<&Item>) -> Names {
+    match item.and_then(|i| i.get(field::NAMES)) {
+        Some(AttributeValue::Ss(ns)) => ns.iter().filter_map(|n| MetricName::new(n).ok()).collect(),
+        _ => Names::new(),
     }
 }

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use common::*;
-use tidemark_ingest::UnknownDevices;
+use tidemark_ingest::{DeviceDirectory, DynamoLookups, Ingest, UnknownDevices};
 use tidemark_schema::keys::{reading_pk, reading_sk};
 use tidemark_schema::{
-    DeviceItem, DeviceStatus, EntityKey, LayoutHistory, QuarantineItem, QuarantinePartItem,
-    QuarantineReason, ReadingItem, ShardConfigItem,
+    Clock, DeviceId, DeviceItem, DeviceStatus, EntityKey, LayoutHistory, QuarantineItem,
+    QuarantinePartItem, QuarantineReason, ReadingItem, ShardConfigItem,
 };
 use tidemark_store::{from_item, to_item};
 use tidemark_testkit::TestTable;
@@ -115,9 +115,11 @@ async fn readings_of_several_devices_and_arrays_are_stored_normalised_with_ttl()
         .collect();
     assert_eq!(
         items.len(),
-        7,
-        "only readings: no device item, no side writes"
+        7 + 4,
+        "readings and each device's metric names of the day (docs/design.md §4), no device \
+         item, no other side writes"
     );
+    assert_eq!(metric_name_sets(&items), 4);
     let keys: Vec<_> = stored.keys().cloned().collect();
     let want: Vec<(String, String)> = [
         ("DEVICE#gateway_07", "READING#2026-04-20T14:00:30.500000Z"),
@@ -277,7 +279,7 @@ async fn a_replayed_batch_leaves_the_table_byte_for_byte_identical() {
     ingest.process(&good, soon()).await.unwrap();
     ingest.process(&bad, soon()).await.unwrap();
     let before = scan(&t.client, &t.name).await;
-    assert_eq!(before.len(), 7 + 10 + 1);
+    assert_eq!(before.len(), 7 + 10 + 1 + metric_name_sets(&before));
 
     // WHEN the batches are delivered again, whole and bisected, in another container
     let other = local_ingest(&t.client, config(&t.name), t.client.clone());
@@ -350,7 +352,8 @@ async fn hot_device_readings_go_to_the_shard_of_their_time() {
         .await
         .is_some()
     );
-    assert_eq!(scan(&t.client, &t.name).await.len(), 1 + times.len() + 1);
+    let items = scan(&t.client, &t.name).await;
+    assert_eq!(items.len(), 1 + times.len() + 1 + metric_name_sets(&items));
 }
 
 fn many_records(n: usize, devices: usize) -> Vec<String> {
@@ -563,6 +566,51 @@ async fn an_unreadable_config_item_is_skipped_and_counted_and_ingest_goes_on() {
     );
 }
 
+/// How many items are a device's metric names of a day (`DEVICE#<id>` / `METRICS#<day>`).
+fn metric_name_sets(items: &[tidemark_store::Item]) -> usize {
+    items
+        .iter()
+        .filter(|i| {
+            matches!(
+                EntityKey::parse(&s(i, "pk"), &s(i, "sk")),
+                Ok(EntityKey::MetricNames { .. })
+            )
+        })
+        .count()
+}
+
+/// The table's device directory without the daily cap on metric names (it keeps no name
+/// sets and gives every device an unbounded cap): for readings larger than any capped device can send.
+struct Uncapped(DynamoLookups);
+
+impl DeviceDirectory for Uncapped {
+    async fn existing_devices(
+        &self,
+        ids: &[DeviceId],
+    ) -> Result<std::collections::HashSet<DeviceId>, tidemark_store::StoreError> {
+        self.0.existing_devices(ids).await
+    }
+
+    async fn metric_caps(
+        &self,
+        ids: &[DeviceId],
+    ) -> Result<std::collections::HashMap<DeviceId, u32>, tidemark_store::StoreError> {
+        Ok(ids.iter().map(|id| (id.clone(), u32::MAX)).collect())
+    }
+}
+
+/// [`local_ingest`] with the cap on metric names out of play ([`Uncapped`]).
+fn uncapped_ingest(t: &TestTable) -> Ingest<aws_sdk_dynamodb::Client, DynamoLookups, Uncapped> {
+    let lookups = DynamoLookups::new(t.client.clone(), t.name.clone());
+    Ingest::from_parts(
+        config(&t.name),
+        t.client.clone(),
+        lookups.clone(),
+        Uncapped(lookups),
+        Clock::fixed(now()),
+    )
+}
+
 /// A gateway's record: `tags` metrics with long names, numbered from `first`, at `at`.
 fn gateway_record(device: &str, at: &str, first: usize, tags: usize) -> String {
     let mut o = serde_json::Map::new();
@@ -577,9 +625,10 @@ fn gateway_record(device: &str, at: &str, first: usize, tags: usize) -> String {
 #[tokio::test]
 async fn a_reading_too_large_for_one_item_is_quarantined_whole_and_the_shard_moves_on() {
     // GIVEN a gateway that sends 8,000 tags with one timestamp, 32 a record (long tag names:
-    // one item would hold about 600 KB, past DynamoDB's 400 KB), then another device's reading
+    // one item would hold about 600 KB, past DynamoDB's 400 KB; past any device's cap on
+    // names per day too, which is out of play here), then another device's reading
     let t = TestTable::new("ingest-too-large").await;
-    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    let ingest = uncapped_ingest(&t);
     let at = now().to_string();
     let mut payloads: Vec<String> = (0..250)
         .map(|r| gateway_record("gw", &at, r * 32, 32))
@@ -612,7 +661,8 @@ async fn a_reading_too_large_for_one_item_is_quarantined_whole_and_the_shard_mov
 #[tokio::test]
 async fn a_reading_grown_past_one_item_by_later_batches_quarantines_only_what_does_not_fit() {
     let t = TestTable::new("ingest-grown").await;
-    let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
+    // (8,000 names: past any device's cap on names per day, out of play here)
+    let ingest = uncapped_ingest(&t);
     let at = now().to_string();
     // GIVEN a reading of 3,200 tags stored (about 240 KB)
     let first: Vec<String> = (0..100)
