@@ -103,14 +103,18 @@ async fn an_ingest_batch_given_up_on_is_re_read_from_kinesis_and_stored_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_aggregator_batch_given_up_on_becomes_a_rebuild_and_every_rollup_is_exact() {
-    // GIVEN a pipeline whose aggregator mapping gives up after one retry
+    // GIVEN a pipeline whose aggregator mapping gives up after one retry, and first invokes
+    // the aggregator 5 s after the first stream record (20 readings make far fewer records
+    // than a batch holds), so the throttling below starts before it has rolled any up: with
+    // a 1 s window a slow machine let it roll them all up first, give up only on a later
+    // batch of its own rollup writes, and leave nothing to rebuild
     let stack = Stack::new("redrive-agg").await;
     let proxy = FaultProxy::start(services().dynamodb_addr()).await.unwrap();
     let pipeline = stack
         .pipeline(proxy.endpoint(), |name, m| match name {
             "aggregator" => MappingConfig {
                 max_retries: Some(1),
-                batching_window: Duration::from_secs(1),
+                batching_window: Duration::from_secs(5),
                 ..m
             },
             _ => m,
