@@ -66,6 +66,8 @@ pub async fn template_pipeline(
         default_layout: None,
         default_thresholds: setup.default_thresholds,
         alerts: Some(AlertsConfig::ephemeral(mapping("alerts", 1))),
+        // As deployed: every record is keyed by its device.
+        device_identity: tidemark_schema::DeviceIdentity::PartitionKey,
     })
     .await
     .expect("pipeline starts")
