@@ -15,7 +15,8 @@ use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, LayoutHistory, MetricName, ShardConfigItem, SlotLen, Timestamp, field, keys,
+    DeviceId, DeviceItem, DeviceStatus, LayoutHistory, MetricName, ShardConfigItem, SlotLen,
+    Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
@@ -315,8 +316,16 @@ async fn rebuild_of_a_device_with_a_packed_epoch_reads_its_slots_and_stays_exact
 async fn rebuild_of_a_paged_bucket_gives_the_rollups_the_aggregator_gave() {
     // GIVEN a gateway whose 1,280 tags (32 a record) make its rollups outgrow one page,
     // rolled up by the running pipeline (in an hour already closed: an open hour is a
-    // placeholder, written whole when it closes)
+    // placeholder, written whole when it closes); registered with a cap on metric names per
+    // day above its 1,280 (the default, 1,000, would quarantine the last 280)
     let stack = Stack::new("rebuild-paged").await;
+    let mut gateway = DeviceItem::new(
+        DeviceId::new("gw-1").unwrap(),
+        DeviceStatus::Active,
+        ago(24 * 60),
+    );
+    gateway.max_metrics_per_day = Some(2_000);
+    stack.table.put(&gateway).await;
     let pipeline = stack
         .pipeline(services().dynamodb_endpoint.clone(), |_, m| m)
         .await;
