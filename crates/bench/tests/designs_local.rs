@@ -104,8 +104,10 @@ async fn tidemark_meters_one_unit_per_reading_at_ingest_and_aggregates_each_once
     let (r, _table, _, _) = run_on_fresh_table(&sc, Design::Tidemark, "bench-tidemark").await;
     assert_eq!(r.failed_batches, 0);
     assert_eq!(r.readings_aggregated, r.readings_stored);
-    // Readings are under 1 KB and outside the GSI: exactly one unit each, all on the table.
-    assert_eq!(r.ingest.units.wru_total, 12.0);
+    // Readings are under 1 KB and outside the GSI: exactly one unit each, all on the table;
+    // and each device's first batch of the day adds its metric names to the day's set
+    // (docs/design.md §4 "Metric names per day"): one unit per device.
+    assert_eq!(r.ingest.units.wru_total, 12.0 + 2.0);
     assert_eq!(r.ingest.units.wru_gsi, 0.0);
     // The aggregator writes per device and window, not per reading: 2 devices × 2 windows ×
     // (hourly, daily, device) at most, plus the GSI copy of each new device item.
@@ -134,9 +136,10 @@ async fn the_first_window_is_a_warm_up_measured_apart() {
     sc.warmup_window = true;
     let (r, _table, _, _) = run_on_fresh_table(&sc, Design::Tidemark, "bench-warmup").await;
     // THEN the first 5 minutes (10 readings) are the warm-up, with the devices' registration
+    // and their metric names of the day (one unit a device)
     let w = r.warmup.as_ref().unwrap();
     assert_eq!((w.readings_stored, r.readings_stored), (10, 2));
-    assert_eq!(w.ingest.wru_total, 10.0);
+    assert_eq!(w.ingest.wru_total, 10.0 + 2.0);
     assert_eq!(w.aggregator.wru_gsi, 2.0);
     // AND the steady state pays one unit per reading at ingest and no GSI at all
     assert_eq!(r.ingest.units.wru_total, 2.0);
