@@ -94,13 +94,16 @@ pub async fn admit<D: DeviceDirectory>(
     if new.is_empty() || known.len() >= cap as usize {
         return Ok(known.clone());
     }
+    // The set only grows, so what was known before a write is still in it, whatever the
+    // write's answer holds (a directory that keeps no set answers only what it added).
+    let with_known = |after: Names| -> Names { known.union(&after).cloned().collect() };
     if let Some(room) = (cap as usize).checked_sub(new.len())
         && let Some(after) = store
             .add_metric_names(device, day, &new, Room::AtMost(room))
             .await
             .map_err(CapError::Store)?
     {
-        return Ok(after);
+        return Ok(with_known(after));
     }
     for _ in 0..ATTEMPTS {
         let held = store
@@ -116,7 +119,7 @@ pub async fn admit<D: DeviceDirectory>(
             .await
             .map_err(CapError::Store)?
         {
-            return Ok(after);
+            return Ok(with_known(after));
         }
     }
     Err(CapError::Contended {
@@ -203,6 +206,36 @@ mod tests {
     async fn admitted(t: &Table, wanted: &Names, known: &Names, cap: u32) -> Names {
         let after = admit(t, &dev(), day(), wanted, known, cap).await.unwrap();
         wanted.intersection(&after).cloned().collect()
+    }
+
+    /// A directory that keeps no set (the trait's defaults): the answer to a write is only
+    /// what it added.
+    struct NoSet;
+
+    impl DeviceDirectory for NoSet {
+        async fn existing_devices(
+            &self,
+            ids: &[DeviceId],
+        ) -> Result<HashSet<DeviceId>, tidemark_store::StoreError> {
+            Ok(ids.iter().cloned().collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn names_known_before_a_write_still_pass_whatever_the_write_answers() {
+        // GIVEN a container that knows "h" is admitted, and a batch bringing "h" and "t"
+        let after = admit(
+            &NoSet,
+            &dev(),
+            day(),
+            &names(&["h", "t"]),
+            &names(&["h"]),
+            1000,
+        )
+        .await
+        .unwrap();
+        // THEN both pass: the set only grows, so what was known stays known
+        assert_eq!(after, names(&["h", "t"]));
     }
 
     #[test]
