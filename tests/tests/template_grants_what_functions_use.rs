@@ -604,6 +604,7 @@ fn constructors_of(p: &tidemark_schema::grants::Partitions) -> &'static [&'stati
         StartingWith(keys::GROUP_PREFIX) => {
             &["GroupBucketItem", "EntityKey::GroupBucket", "group_pk"]
         }
+        StartingWith(keys::CALLER_PREFIX) => &["CallerRateItem", "EntityKey::CallerRate"],
         Exactly(keys::CONFIG_PK) => &[
             "EntityKey::ShardConfig",
             "EntityKey::DefaultLayout",

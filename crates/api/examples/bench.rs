@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
-    AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, DynamoStore, GetStore, Page,
-    PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter,
+    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, DynamoStore,
+    GetStore, Page, PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter,
 };
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
@@ -114,6 +114,16 @@ impl<S: AlertWriter + Sync> AlertWriter for Timed<S> {
     }
     async fn unsnooze(&self, d: &DeviceId, a: &AlertId) -> Result<AlertOutcome, StoreError> {
         self.timed(self.inner.unsnooze(d, a)).await
+    }
+}
+
+impl<S: CallCounter + Sync> CallCounter for Timed<S> {
+    async fn count_call(
+        &self,
+        count: &tidemark_schema::CallerRateItem,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
+        self.timed(self.inner.count_call(count, limit)).await
     }
 }
 

@@ -24,8 +24,8 @@ use tidemark_schema::{AlertId, DeviceId, Key, LayoutHistory, TagHistory, TagInde
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice,
-    QuerySpec, QueryStore, ShardWriter, TagWriter,
+    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore, Page,
+    PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter,
 };
 
 /// Items one request reads at most: a page of series rows walks at most
@@ -354,6 +354,17 @@ impl<S: AlertWriter + Sync> AlertWriter for Metered<S> {
         alert: &AlertId,
     ) -> Result<AlertOutcome, StoreError> {
         self.0.unsnooze(device, alert).await
+    }
+}
+
+/// A caller's count is a write, not charged to the request's reads.
+impl<S: CallCounter + Sync> CallCounter for Metered<S> {
+    async fn count_call(
+        &self,
+        count: &tidemark_schema::CallerRateItem,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
+        self.0.count_call(count, limit).await
     }
 }
 

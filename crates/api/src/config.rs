@@ -56,6 +56,9 @@ pub struct ApiConfig {
     pub budget: crate::budget::Limits,
     /// `GROUP_TAGS`: the tag keys whose groups keep rollups (`GET /groups/series`).
     pub group_tags: Vec<tidemark_schema::TagKey>,
+    /// `CALLER_RATE_LIMIT`: requests per minute per caller, 429 past it (0: off;
+    /// [`crate::rate`]).
+    pub caller_rate_limit: u32,
 }
 
 /// The auth the dashboard's data calls need, as the deployment configured it.
@@ -100,6 +103,7 @@ impl fmt::Debug for ApiConfig {
             .field("scopes", &self.scopes)
             .field("scope_claim", &self.scope_claim)
             .field("group_tags", &self.group_tags)
+            .field("caller_rate_limit", &self.caller_rate_limit)
             .finish()
     }
 }
@@ -127,6 +131,7 @@ impl ApiConfig {
             series_max_readings: crate::series::MAX_READINGS,
             budget: crate::budget::Limits::default(),
             group_tags: settings::default_group_tags(),
+            caller_rate_limit: const { settings::CALLER_RATE_LIMIT.default_u32() },
         }
     }
 
@@ -207,6 +212,17 @@ impl ApiConfig {
         c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
         c.group_tags = env.group_tags()?;
         c.shard_lead = env.layout_lead(c.shard_lead)?;
+        let max = tidemark_schema::MAX_CALLER_RATE_LIMIT;
+        c.caller_rate_limit = env
+            .num(
+                &settings::CALLER_RATE_LIMIT,
+                format!(
+                    "requests per minute per caller, 0..={max} (0: off; more would pass one \
+                     partition's 1,000 writes a second)"
+                ),
+                |n| *n <= max,
+            )?
+            .unwrap_or(c.caller_rate_limit);
         Ok(c)
     }
 
@@ -332,6 +348,27 @@ mod tests {
             ]))
             .is_err()
         );
+    }
+
+    #[test]
+    fn the_caller_rate_limit_is_off_by_default_and_at_most_one_partitions_writes() {
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:cursor-AbCdEf";
+        let limit = |v: &str| {
+            ApiConfig::from_lookup(lookup(&[
+                ("CURSOR_SECRET_ARN", arn),
+                ("CALLER_RATE_LIMIT", v),
+            ]))
+            .map(|c| c.caller_rate_limit)
+        };
+        assert_eq!(limit(""), Ok(0), "unset: off");
+        assert_eq!(ApiConfig::new("t").caller_rate_limit, 0);
+        assert_eq!(limit("600"), Ok(600));
+        assert_eq!(limit("60000"), Ok(60_000));
+        for bad in ["60001", "-1", "ten"] {
+            let e = limit(bad).unwrap_err();
+            assert_eq!(e.name, "CALLER_RATE_LIMIT", "{bad}");
+            assert!(e.to_string().contains("60000"), "{e}");
+        }
     }
 
     #[test]

@@ -42,6 +42,13 @@ pub enum ApiError {
         limit: crate::budget::Limit,
         message: String,
     },
+    /// The caller has made its `CALLER_RATE_LIMIT` requests of this minute
+    /// ([`crate::rate`]); answered 429 with `Retry-After: retry_after`.
+    #[error(
+        "this caller has made its {limit} requests of this minute (CALLER_RATE_LIMIT); retry in \
+         {retry_after} s"
+    )]
+    RateLimited { limit: u32, retry_after: u64 },
     #[error("request body is {size} bytes; the limit is {limit}")]
     PayloadTooLarge { size: usize, limit: usize },
     /// DynamoDB throttled us past the SDK's retries: the caller may retry.
@@ -71,6 +78,7 @@ impl ApiError {
             ApiError::Forbidden(_) | ApiError::OutsideScope(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) | ApiError::Corrupt(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -87,6 +95,7 @@ impl ApiError {
             ApiError::OutsideScope(_) => "outside_scope",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Busy(_) => "busy",
             ApiError::Internal(_) | ApiError::Corrupt(_) => "internal",
         }

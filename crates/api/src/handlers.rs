@@ -113,7 +113,35 @@ impl<S: Store> App<S> {
         let caller = Scope::of_request(req, &self.config)?;
         let m = resolve(req.method(), &segments)?;
         require_scope(req, self.config.scopes.name(m.route.scope()))?;
+        // Before anything is read: a caller past its limit costs this one write.
+        self.count_caller(req).await?;
         caller.clone().serve(self.route(req, &m, &caller)).await
+    }
+
+    /// Counts the request against its caller's limit per minute (`CALLER_RATE_LIMIT`,
+    /// [`crate::rate`]): a 429 past it. Off (0), or for a request naming no caller, nothing is
+    /// written. A count that fails lets the request through (the limit fails open).
+    async fn count_caller(&self, req: &Request) -> Result<(), ApiError> {
+        let limit = self.config.caller_rate_limit;
+        if limit == 0 {
+            return Ok(());
+        }
+        let Some(caller) = crate::rate::caller_of(req) else {
+            return Ok(());
+        };
+        let now = self.config.clock.now();
+        let count = tidemark_schema::CallerRateItem::new(&caller, now);
+        match self.store.count_call(&count, limit).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ApiError::RateLimited {
+                limit,
+                retry_after: tidemark_schema::seconds_left_in_minute(now),
+            }),
+            Err(e) => {
+                tracing::warn!(error = ?e, "counting the caller's request failed; served uncounted");
+                Ok(())
+            }
+        }
     }
 
     /// Answers a matched route for `caller`: a route naming a device first checks the device

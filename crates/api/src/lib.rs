@@ -24,6 +24,10 @@
 //! leaves. An answer that would pass a limit is a 400 `too_much` naming it, and no response
 //! passes Lambda's and API Gateway's 6 MB.
 //!
+//! Rate limits per caller ([`rate`], docs/design.md §6 "Rate limits per caller"): with
+//! `CALLER_RATE_LIMIT` set, each caller's requests are counted per UTC minute before anything
+//! is read, and a request past the limit is a 429 `rate_limited` with `Retry-After`.
+//!
 //! Fleet reads (docs/design.md §6 "Fleet reads"): a group's series is read from the group's
 //! own stored buckets (its recomputed hours and days, the partials of hours not recomputed
 //! yet), never from its members, and laid out by the device series' code ([`series`]); fleet
@@ -37,6 +41,7 @@ pub mod cursor;
 pub mod error;
 mod handlers;
 pub mod memory;
+pub mod rate;
 pub mod render;
 pub mod request;
 pub mod routes;
@@ -154,6 +159,7 @@ impl<S: Store> App<S> {
         {
             result = Err(too_much_read(limit, &path));
         }
+        let mut retry_after = None;
         let (status, body, allow) = match result {
             Ok((status, body)) => (status, body, None),
             Err(e) => {
@@ -167,11 +173,18 @@ impl<S: Store> App<S> {
                     ApiError::MethodNotAllowed { allowed, .. } => Some(allowed.clone()),
                     _ => None,
                 };
+                if let ApiError::RateLimited { retry_after: s, .. } = &e {
+                    retry_after = Some(*s);
+                }
                 (status, e.body(), allow)
             }
         };
         tracing::debug!(%method, %path, status = status.as_u16(), micros = started.elapsed().as_micros() as u64, "handled");
         let mut resp = json_response(status, &body, allow);
+        if let Some(s) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
         if let Some(too_big) = oversized(&resp, budget.limits().response_bytes) {
             tracing::info!(%method, %path, error = %too_big, "request rejected");
             resp = error_response(&too_big);

@@ -12,9 +12,9 @@ use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AlertOutcome, AlertWriter, DeviceRegistration, DeviceWriter, GetStore, Page, PutDevice,
-    QuerySpec, QueryStore, ShardWriter, TagWriter, Update, ack_update, alert_state, device_update,
-    snooze_update, unsnooze_update,
+    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore, Page,
+    PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter, Update, ack_update, alert_state,
+    device_update, snooze_update, unsnooze_update,
 };
 
 #[derive(Debug, Default)]
@@ -220,6 +220,31 @@ impl ShardWriter for MemoryStore {
             ..ShardConfigItem::new(device, history.clone())
         })?;
         items.insert((k.pk, k.sk), item);
+        Ok(true)
+    }
+}
+
+impl CallCounter for MemoryStore {
+    async fn count_call(
+        &self,
+        count: &tidemark_schema::CallerRateItem,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
+        let mut items = self.lock();
+        let k = (count.pk.clone(), count.sk.clone());
+        let counted = items
+            .get(&k)
+            .and_then(|it| it.get(field::REQUESTS))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u32>().ok());
+        if counted.is_some_and(|n| n >= limit) {
+            return Ok(false);
+        }
+        let item = tidemark_store::to_item(&tidemark_schema::CallerRateItem {
+            requests: counted.unwrap_or(0) + 1,
+            ..count.clone()
+        })?;
+        items.insert(k, item);
         Ok(true)
     }
 }

@@ -10,8 +10,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, GatewayFor, Key, LayoutHistory,
-    MetricName, Severity, TagHistory, TagIndexItem, Tags, Threshold, Timestamp, field, keys,
+    CallerRateItem, DeviceId, DeviceItem, DeviceStatus, DeviceType, EntityKey, GatewayFor, Key,
+    LayoutHistory, MetricName, Severity, TagHistory, TagIndexItem, Tags, Threshold, Timestamp,
+    field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::read::Queries;
@@ -28,8 +29,8 @@ pub use tidemark_store::read::{Page, Place, QuerySpec, QueryStore, SkRange};
 /// handlers read through ([`crate::budget::Metered`]).
 pub mod traits {
     pub use super::{
-        AlertWriter as _, DeviceWriter as _, GetStore as _, QueryStore as _, ShardWriter as _,
-        TagWriter as _,
+        AlertWriter as _, CallCounter as _, DeviceWriter as _, GetStore as _, QueryStore as _,
+        ShardWriter as _, TagWriter as _,
     };
 }
 
@@ -125,13 +126,42 @@ pub trait TagWriter {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// Per-caller rate limits ([`crate::rate`]).
+pub trait CallCounter {
+    /// Counts one request in the caller's minute `count` (its key and TTL; `requests` is
+    /// ignored) unless `limit` requests are counted there already: `false`, and nothing
+    /// written, when they are. One conditional write, whatever the answer.
+    fn count_call(
+        &self,
+        count: &CallerRateItem,
+        limit: u32,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
 /// Everything the handlers use.
 pub trait Store:
-    QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + TagWriter + Send + Sync
+    QueryStore
+    + GetStore
+    + DeviceWriter
+    + AlertWriter
+    + ShardWriter
+    + TagWriter
+    + CallCounter
+    + Send
+    + Sync
 {
 }
-impl<T: QueryStore + GetStore + DeviceWriter + AlertWriter + ShardWriter + TagWriter + Send + Sync>
-    Store for T
+impl<
+    T: QueryStore
+        + GetStore
+        + DeviceWriter
+        + AlertWriter
+        + ShardWriter
+        + TagWriter
+        + CallCounter
+        + Send
+        + Sync,
+> Store for T
 {
 }
 
@@ -403,5 +433,35 @@ impl TagWriter for DynamoStore {
         deletes: &[Key],
     ) -> Result<(), StoreError> {
         tidemark_store::tag_change::write_index(&self.client, &self.table, puts, deletes).await
+    }
+}
+
+impl CallCounter for DynamoStore {
+    async fn count_call(&self, count: &CallerRateItem, limit: u32) -> Result<bool, StoreError> {
+        let key = Key {
+            pk: count.pk.clone(),
+            sk: count.sk.clone(),
+        };
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&key)))
+            .update_expression("ADD #n :one SET #ttl = :ttl")
+            .condition_expression("attribute_not_exists(#n) OR #n < :limit")
+            .expression_attribute_names("#n", field::REQUESTS)
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":ttl", n(count.ttl))
+            .expression_attribute_values(":limit", n(i64::from(limit)))
+            .send()
+            .await
+            .map_err(StoreError::sdk("UpdateItem"));
+        match out {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conditional_check_failed() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }

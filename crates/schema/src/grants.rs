@@ -12,8 +12,8 @@
 //! a partition the schema builds.
 
 use crate::keys::{
-    CONFIG_PK, DEVICE_PREFIX, EXPORT_PK, GROUP_PREFIX, PIPELINE_PK, QUARANTINE_PREFIX,
-    TAG_INDEX_PREFIX,
+    CALLER_PREFIX, CONFIG_PK, DEVICE_PREFIX, EXPORT_PK, GROUP_PREFIX, PIPELINE_PK,
+    QUARANTINE_PREFIX, TAG_INDEX_PREFIX,
 };
 
 /// Partition keys a function may write: one partition, or every partition starting with a
@@ -58,11 +58,13 @@ pub const INGEST_WRITES: &[Partitions] = &[
 
 /// The API: device items and their alerts (`DEVICE#<id>`: registration, thresholds,
 /// acknowledgements, snoozes), layout and tag histories (`CONFIG`), and the tag index
-/// (`TAG#<key>:<value>#<n>`) that `PUT /devices/{id}` keeps.
+/// (`TAG#<key>:<value>#<n>`) that `PUT /devices/{id}` keeps, and each caller's requests per
+/// minute (`CALLER#<hash>`) when `CALLER_RATE_LIMIT` is on.
 pub const API_WRITES: &[Partitions] = &[
     Partitions::StartingWith(DEVICE_PREFIX),
     Partitions::Exactly(CONFIG_PK),
     Partitions::StartingWith(TAG_INDEX_PREFIX),
+    Partitions::StartingWith(CALLER_PREFIX),
 ];
 
 /// The exporter: its cursor and the hours to export again (`EXPORT`), and the group
@@ -161,6 +163,10 @@ mod tests {
                     tag: tag(),
                     partition: 15,
                     device: device(),
+                },
+                EntityKey::CallerRate {
+                    caller: crate::keys::CallerHash::of("user-1"),
+                    minute: hour(),
                 },
             ],
             "exporter" => vec![
@@ -266,6 +272,14 @@ mod tests {
         }
         for k in [quarantined, heartbeat, EntityKey::ExportCursor] {
             assert!(!contains(API_WRITES, k.clone()), "api: {k:?}");
+        }
+        // Only the API counts callers.
+        let caller = EntityKey::CallerRate {
+            caller: crate::keys::CallerHash::of("user-1"),
+            minute: hour(),
+        };
+        for ps in [INGEST_WRITES, EXPORTER_WRITES, WATCHDOG_WRITES] {
+            assert!(!contains(ps, caller.clone()), "{ps:?}");
         }
         for k in written("exporter").into_iter().chain([tag_index]) {
             assert!(!contains(INGEST_WRITES, k.clone()), "ingest: {k:?}");

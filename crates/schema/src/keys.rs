@@ -100,6 +100,13 @@ pub const GROUP_PARTIAL_PREFIX: &str = "GROUPPART#";
 /// so a retry of the batch replaces every one of them.
 pub const GROUP_BATCH_PREFIX: &str = "GROUPBATCH#";
 pub const GROUP_BATCH_SK: &str = "#MANIFEST";
+/// `CALLER#<caller hash>` / `RATE#<minute start>`: how many requests one API caller made in
+/// one UTC minute, counted only when `CALLER_RATE_LIMIT` is on (docs/design.md §6 "Rate
+/// limits per caller"). A caller's own partition, so callers never share a hot key; the
+/// caller's identity is stored only as a hash ([`CallerHash`]). Expires minutes after the
+/// minute ends.
+pub const CALLER_PREFIX: &str = "CALLER#";
+pub const CALLER_RATE_PREFIX: &str = "RATE#";
 
 /// A primary key.
 #[derive(
@@ -218,6 +225,44 @@ pub enum EntityKey {
     },
     /// The partials one batch wrote (see [`GROUP_BATCH_PREFIX`]).
     GroupBatch(String),
+    /// One API caller's requests in one UTC minute (see [`CALLER_PREFIX`]); `minute` is the
+    /// minute's start.
+    CallerRate {
+        caller: CallerHash,
+        minute: Timestamp,
+    },
+}
+
+/// An API caller's identity (a token's subject, an IAM ARN) as a key part: the first 128
+/// bits of its SHA-256, 32 lowercase hex digits. Subjects are not stored as they are, and
+/// the key's length is bounded whatever the identity's.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallerHash(String);
+
+impl CallerHash {
+    pub const LEN: usize = 32;
+
+    /// The hash of a caller identity.
+    pub fn of(caller: &str) -> Self {
+        use sha2::Digest;
+        use std::fmt::Write;
+        let digest = sha2::Sha256::digest(caller.as_bytes());
+        let mut hex = String::with_capacity(Self::LEN);
+        for b in &digest[..Self::LEN / 2] {
+            let _ = write!(hex, "{b:02x}");
+        }
+        CallerHash(hex)
+    }
+
+    /// A stored hash: exactly [`Self::LEN`] lowercase hex digits.
+    pub fn parse(s: &str) -> Option<Self> {
+        let ok = s.len() == Self::LEN && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+        ok.then(|| CallerHash(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// A Kinesis shard ID as a key part (`shardId-000000000000`): letters, digits, `-` and `_`,
@@ -353,6 +398,10 @@ impl EntityKey {
                 Key::new(group_partial_pk(tag, *hour), batch.clone())
             }
             EntityKey::GroupBatch(batch) => Key::new(group_batch_pk(batch), GROUP_BATCH_SK),
+            EntityKey::CallerRate { caller, minute } => Key::new(
+                format!("{CALLER_PREFIX}{}", caller.0),
+                format!("{CALLER_RATE_PREFIX}{}", minute.minute_start()),
+            ),
         }
     }
 
@@ -473,6 +522,16 @@ impl EntityKey {
                 return Err(err("group batch key is GROUPBATCH#<sequence> / #MANIFEST"));
             }
             return Ok(EntityKey::GroupBatch(batch.to_owned()));
+        }
+        if let Some(hash) = pk.strip_prefix(CALLER_PREFIX) {
+            let caller = CallerHash::parse(hash)
+                .ok_or_else(|| err("caller pk is CALLER#<32 lowercase hex digits>"))?;
+            return sk
+                .strip_prefix(CALLER_RATE_PREFIX)
+                .and_then(|t| Timestamp::parse_canonical(t).ok())
+                .filter(|t| t.minute_start() == *t)
+                .map(|minute| EntityKey::CallerRate { caller, minute })
+                .ok_or_else(|| err("caller sort key must be RATE#<minute start>"));
         }
         if let Some(function) = pk.strip_prefix(REPAIR_PREFIX) {
             return sk
@@ -979,6 +1038,42 @@ mod tests {
             "SLOT#2026-04-20T14:01:00.000000Z#x",
         ] {
             assert!(EntityKey::parse("DEVICE#sensor_01", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_callers_minute_lives_in_its_own_partition_under_a_hash_and_parses_back() {
+        let minute = Timestamp::parse_rfc3339("2026-04-20T11:59:00Z").unwrap();
+        let caller = CallerHash::of("auth0|user-1");
+        let k = round_trip(EntityKey::CallerRate {
+            caller: caller.clone(),
+            minute,
+        });
+        assert_eq!(k.pk, format!("CALLER#{}", caller.as_str()));
+        assert_eq!(k.sk, "RATE#2026-04-20T11:59:00.000000Z");
+        // The identity is not in the key, and its length does not make the key longer.
+        assert!(!k.pk.contains("user-1"));
+        assert_eq!(CallerHash::of(&"x".repeat(10_000)).as_str().len(), 32);
+        assert_ne!(CallerHash::of("a"), CallerHash::of("b"));
+        assert_eq!(CallerHash::of("a"), CallerHash::of("a"));
+        // Any instant of the minute names the minute.
+        let late = minute.plus_millis(59_999).unwrap();
+        assert_eq!(
+            EntityKey::CallerRate {
+                caller: caller.clone(),
+                minute: late
+            }
+            .key(),
+            k
+        );
+        for (pk, sk) in [
+            (k.pk.as_str(), "RATE#2026-04-20T11:59:30.000000Z"),
+            (k.pk.as_str(), "RATE#x"),
+            (k.pk.as_str(), "#METADATA"),
+            ("CALLER#ABCDEF", k.sk.as_str()),
+            ("CALLER#", k.sk.as_str()),
+        ] {
+            assert!(EntityKey::parse(pk, sk).is_err(), "{pk} / {sk}");
         }
     }
 

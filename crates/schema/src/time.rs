@@ -258,6 +258,11 @@ impl Timestamp {
         self.minus_micros(1)
     }
 
+    /// Start of the UTC minute holding this instant.
+    pub fn minute_start(self) -> Timestamp {
+        Timestamp(self.0 - self.0.rem_euclid(US_PER_MINUTE))
+    }
+
     /// Start of the UTC hour holding this instant.
     pub fn hour_start(self) -> Timestamp {
         Timestamp(self.0 - self.0.rem_euclid(US_PER_HOUR))

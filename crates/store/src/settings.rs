@@ -495,6 +495,16 @@ pub const SCOPE_CLAIM: Setting = s(
     &[Api],
 );
 
+/// Per-caller rate limits (docs/design.md §6 "Rate limits per caller"): the API counts each
+/// caller's requests per minute in the table and answers 429 past the limit; at most
+/// [`tidemark_schema::MAX_CALLER_RATE_LIMIT`], one partition's write rate.
+pub const CALLER_RATE_LIMIT: Setting = s(
+    "CALLER_RATE_LIMIT",
+    "0",
+    "requests per minute per caller (a token's `sub`, an IAM identity), 429 past it; at most 60000 (0: off)",
+    &[Api],
+);
+
 /// Every setting, in the order of the README's table.
 pub const SETTINGS: &[Setting] = &[
     TABLE_NAME,
@@ -543,6 +553,7 @@ pub const SETTINGS: &[Setting] = &[
     WRITE_SCOPE,
     ADMIN_SCOPE,
     SCOPE_CLAIM,
+    CALLER_RATE_LIMIT,
 ];
 
 /// The setting called `name`.

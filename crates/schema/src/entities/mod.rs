@@ -11,6 +11,7 @@ use crate::time::Timestamp;
 
 mod aggregates;
 mod alerts;
+mod callers;
 mod devices;
 mod export;
 mod groups;
@@ -25,6 +26,9 @@ pub use aggregates::{
     AggregateItem, CLOSE_GRACE_SECONDS, Stats, bucket_is_open, closes_at, day_is_open,
 };
 pub use alerts::{AlertItem, AlertState};
+pub use callers::{
+    CALLER_RATE_KEEP_SECONDS, CallerRateItem, MAX_CALLER_RATE_LIMIT, seconds_left_in_minute,
+};
 pub use devices::{
     Connectivity, DEFAULT_MAX_METRICS_PER_DAY, DeviceIdentity, DeviceItem, DeviceType, GatewayFor,
     GatewayForError, LatestReading, MAX_GATEWAY_FOR, MAX_METRICS_PER_DAY, MAX_OFFLINE_WINDOW,
@@ -113,6 +117,8 @@ pub mod field {
     pub const MAX_METRICS_PER_DAY: &str = "maxMetricsPerDay";
     /// The string set of a [`super::MetricNamesItem`].
     pub const NAMES: &str = "names";
+    /// A caller's requests in one minute ([`super::CallerRateItem`]).
+    pub const REQUESTS: &str = "requests";
     /// The device's newest known arrival (see [`super::DeviceItem::last_arrival_at`]).
     pub const LAST_ARRIVAL_AT: &str = "lastArrivalAt";
     /// The device's open offline alert ([`super::OfflineState`]).

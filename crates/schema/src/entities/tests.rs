@@ -67,6 +67,8 @@ fn field_constants_are_the_serialised_names() {
     ))
     .unwrap();
     assert!(names.get(field::NAMES).is_some(), "{names}");
+    let calls = serde_json::to_value(CallerRateItem::new("user-1", d.created_at)).unwrap();
+    assert!(calls.get(field::REQUESTS).is_some(), "{calls}");
     let a = AggregateItem {
         pk: String::new(),
         sk: String::new(),
