@@ -173,6 +173,32 @@ impl ShardConfigSource for DynamoLookups {
     }
 }
 
+impl DynamoLookups {
+    /// The registered devices' items among `ids` (eventually consistent: gateway lists and
+    /// caps are trusted for the device cache's lifetime anyway).
+    async fn device_items(&self, ids: &[DeviceId]) -> Result<Vec<(DeviceId, Item)>, StoreError> {
+        let keys: Vec<_> = ids
+            .iter()
+            .map(|id| EntityKey::Device(id.clone()).key())
+            .collect();
+        let options = GetOptions {
+            consistent: false,
+            keys_only: false,
+        };
+        let items = batch_get(&self.client, &self.table, &keys, options).await?;
+        Ok(items
+            .into_iter()
+            .filter_map(|item| {
+                let k = key_of(&item)?;
+                match EntityKey::parse(&k.pk, &k.sk) {
+                    Ok(EntityKey::Device(id)) => Some((id, item)),
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+}
+
 impl DeviceDirectory for DynamoLookups {
     async fn existing_devices(&self, ids: &[DeviceId]) -> Result<HashSet<DeviceId>, StoreError> {
         let keys: Vec<_> = ids
@@ -197,47 +223,21 @@ impl DeviceDirectory for DynamoLookups {
         &self,
         ids: &[DeviceId],
     ) -> Result<HashMap<DeviceId, GatewayFor>, StoreError> {
-        let keys: Vec<_> = ids
+        Ok(self
+            .device_items(ids)
+            .await?
             .iter()
-            .map(|id| EntityKey::Device(id.clone()).key())
-            .collect();
-        let options = GetOptions {
-            consistent: false,
-            keys_only: false,
-        };
-        let items = batch_get(&self.client, &self.table, &keys, options).await?;
-        Ok(items
-            .iter()
-            .filter_map(|item| {
-                let k = key_of(item)?;
-                match EntityKey::parse(&k.pk, &k.sk) {
-                    Ok(EntityKey::Device(id)) => Some((id, gateway_list(item))),
-                    _ => None,
-                }
-            })
+            .map(|(id, item)| (id.clone(), gateway_list(item)))
             .filter(|(_, g)| !g.is_empty())
             .collect())
     }
 
     async fn metric_caps(&self, ids: &[DeviceId]) -> Result<HashMap<DeviceId, u32>, StoreError> {
-        let keys: Vec<_> = ids
+        Ok(self
+            .device_items(ids)
+            .await?
             .iter()
-            .map(|id| EntityKey::Device(id.clone()).key())
-            .collect();
-        let options = GetOptions {
-            consistent: false,
-            keys_only: false,
-        };
-        let items = batch_get(&self.client, &self.table, &keys, options).await?;
-        Ok(items
-            .iter()
-            .filter_map(|item| {
-                let k = key_of(item)?;
-                match EntityKey::parse(&k.pk, &k.sk) {
-                    Ok(EntityKey::Device(id)) => Some((id, metric_cap(item)?)),
-                    _ => None,
-                }
-            })
+            .filter_map(|(id, item)| Some((id.clone(), metric_cap(item)?)))
             .collect())
     }
 
