@@ -110,7 +110,11 @@ impl fmt::Debug for ApiConfig {
 
 impl ApiConfig {
     pub const DEFAULT_RETENTION_DAYS: u32 = settings::RETENTION_DAYS.default_u32();
-    pub const DEFAULT_MAX_BODY: usize = 16 * 1024;
+    /// 16 KiB for any request, and room beside it for the largest list a gateway may hold
+    /// (1,000 distinct ids of the longest length, quoted and comma-separated), so a valid
+    /// `gatewayFor` is never refused for its size: about 144 KiB.
+    pub const DEFAULT_MAX_BODY: usize =
+        16 * 1024 + tidemark_schema::MAX_GATEWAY_FOR * (tidemark_schema::DeviceId::MAX_LEN + 3);
 
     /// A configuration for `table` with the local development key and system clock (tests,
     /// benchmarks, the local server).

@@ -65,3 +65,27 @@ async fn a_malformed_gateway_list_is_refused_naming_gateway_for() {
     let (status, _) = get(&app, "/devices/gw_2").await;
     assert_eq!(status, 404, "nothing was written");
 }
+
+#[tokio::test]
+async fn a_gateway_may_list_a_thousand_devices_of_the_longest_ids_in_one_put() {
+    let t = TestTable::new("api-gateway-for-longest").await;
+    let app = app(&t);
+    // GIVEN the largest list a gateway may hold: 1,000 distinct ids of the longest length
+    let longest: Vec<String> = (0..MAX_GATEWAY_FOR)
+        .map(|i| {
+            format!(
+                "{i:04}{}",
+                "x".repeat(tidemark_schema::DeviceId::MAX_LEN - 4)
+            )
+        })
+        .collect();
+    let body = json!({"type": "gateway", "tags": {"site": "A"}, "gatewayFor": longest});
+    // WHEN it is registered with them
+    let (status, put) = call(&app, "PUT", "/devices/gw_3", &body.to_string()).await;
+    // THEN it is stored whole
+    assert_eq!(status, 201, "{put}");
+    assert_eq!(
+        put["gatewayFor"].as_array().map(Vec::len),
+        Some(MAX_GATEWAY_FOR)
+    );
+}
