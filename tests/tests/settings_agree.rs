@@ -1,6 +1,7 @@
 //! One table of settings (`tidemark_store::settings`): each deployed function reads exactly
-//! its rows, `template.yaml` declares each of them for it, and the README's settings table
-//! shows the same rows. A variable added in one place and not the others fails here.
+//! its rows, `template.yaml` declares each of them for it, and the settings table of
+//! `docs/operations.md` shows the same rows. A variable added in one place and not the others
+//! fails here.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -108,8 +109,8 @@ fn the_template_declares_each_functions_settings_and_no_other() {
     );
 }
 
-/// The README's settings table, as it should read.
-fn readme_rows() -> Vec<String> {
+/// The settings table of `docs/operations.md`, as it should read.
+fn table_rows() -> Vec<String> {
     SETTINGS
         .iter()
         .map(|s| {
@@ -126,23 +127,23 @@ fn readme_rows() -> Vec<String> {
 }
 
 #[test]
-fn the_readme_shows_the_settings_table() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let section = readme
+fn the_operations_guide_shows_the_settings_table() {
+    let doc = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let section = doc
         .split("\n## Settings\n")
         .nth(1)
-        .expect("README has a '## Settings' section");
+        .expect("docs/operations.md has a '## Settings' section");
     let section = section.split("\n## ").next().unwrap_or(section);
     let rows: Vec<String> = section
         .lines()
         .filter(|l| l.starts_with("| `"))
         .map(str::to_owned)
         .collect();
-    let want = readme_rows();
+    let want = table_rows();
     assert_eq!(
         rows,
         want,
-        "README's settings table differs from tidemark_store::settings; it should read:\n{}",
+        "docs/operations.md's settings table differs from tidemark_store::settings; it should read:\n{}",
         want.join("\n")
     );
 }
