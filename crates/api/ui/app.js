@@ -122,7 +122,7 @@ function iamOnly() {
     el('p', {}, 'A browser cannot sign requests with AWS SigV4, so the dashboard cannot read this stack\'s API. '
       + 'Deploy with the JwtIssuer and JwtAudience parameters (a JWT authorizer; the page then asks for a token), '
       + 'or run the stack locally with ', el('code', {}, 'make run'), ' and open ', el('code', {}, 'http://127.0.0.1:3000/'), '.'),
-    el('p', { class: 'muted' }, 'The API itself is unchanged: sign calls with SigV4 as the README shows.')));
+    el('p', { class: 'muted' }, 'The API itself is unchanged: sign calls with SigV4 as the repository\'s docs/deploy.md shows.')));
   document.body.dataset.state = 'ready';
 }
 

@@ -1,7 +1,8 @@
 //! Every environment variable a deployed function reads, in one table: its name, default,
 //! meaning and which functions read it. Each function's `from_lookup` reads its settings, and
 //! a workspace test holds the table against what each one reads, what `template.yaml`
-//! declares for it, and the README's settings table, so the four cannot drift apart.
+//! declares for it, and the settings table of `docs/operations.md`, so the four cannot drift
+//! apart.
 //!
 //! Each row is a constant named as its variable (`settings::RETENTION_DAYS`); code names a
 //! variable only through it, so a name is spelled once.
@@ -50,7 +51,7 @@ impl Function {
         }
     }
 
-    /// Its name in the README's settings table.
+    /// Its name in the settings table of `docs/operations.md`.
     pub fn label(self) -> &'static str {
         match self {
             Function::Ingest => "ingest",
@@ -505,7 +506,7 @@ pub const CALLER_RATE_LIMIT: Setting = s(
     &[Api],
 );
 
-/// Every setting, in the order of the README's table.
+/// Every setting, in the order of the table in `docs/operations.md`.
 pub const SETTINGS: &[Setting] = &[
     TABLE_NAME,
     TIDEMARK_DYNAMODB_ENDPOINT,

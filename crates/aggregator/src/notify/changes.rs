@@ -58,7 +58,7 @@ impl AlertChange {
     }
 }
 
-/// The `detail` of an `Alert State Change` event (README, "Alert events"). Field names and
+/// The `detail` of an `Alert State Change` event (docs/guide.md, "Alert events"). Field names and
 /// meanings are a published contract: add fields, never rename or drop one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
