@@ -7,10 +7,12 @@
 
 pub mod browser;
 pub mod duckdb;
+pub mod eventually;
 pub mod fault_proxy;
 pub mod oidc;
 pub mod rollups;
 
+pub use eventually::{eventually, eventually_blocking};
 pub use fault_proxy::{Fault, FaultProxy};
 
 use std::net::{SocketAddr, TcpStream};
