@@ -7,7 +7,7 @@ TOOLS = $(shell scripts/sam-tools.sh)
 export SAM_CLI_TELEMETRY = 0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA = 1
 
-.PHONY: run run-signin bootstrap test soak services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api invoke-watchdog invoke-exporter events sam-local heat bench
+.PHONY: run run-signin bootstrap test soak services stop status clean-local validate build deploy watch invoke-ingest invoke-aggregator invoke-api invoke-watchdog invoke-exporter events sam-local heat bench bench-quick
 
 ## run: the whole pipeline locally: emulators, table and stream, ingest and aggregator behind
 ## emulated event-source mappings, the API on 127.0.0.1:3000, a simulated fleet (TIDEMARK_SIM=0
@@ -111,8 +111,15 @@ sam-local: build
 heat:
 	$(CARGO) run --quiet -p tidemark-schema --example partition_heat -- $(HEAT_ARGS)
 
-## bench: cost and speed on the local stack, side by side with the textbook design; writes
-## bench/REPORT.md and bench/report.json (BENCH_ARGS=--quick for small fleets, see --help),
+## bench-quick: the main comparison (write units per reading, readings/s, API latency) on small
+## fleets, in the debug build `make test` shares; a few minutes from a clean clone, build
+## included; its report goes to target/bench-quick/REPORT.md, never over the committed one
+bench-quick:
+	scripts/services.sh start
+	$(CARGO) run -p tidemark-bench -- --quick
+
+## bench: cost and speed on the local stack, side by side with the textbook design, in release
+## builds (well over an hour on two cores); writes bench/REPORT.md and bench/report.json,
 ## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, one
 ## aggregator invocation on the worst cases of bounded work into bench/WORST_CASE.md, what
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed

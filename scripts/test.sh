@@ -58,11 +58,21 @@ make --no-print-directory validate
 if [[ "${TIDEMARK_SKIP_SAM_BUILD:-0}" == "1" ]]; then
   step "sam build and sam local skipped (TIDEMARK_SKIP_SAM_BUILD=1)"
 else
-  step "sam build (arm64, release)"
+  step "sam build (arm64, release command, optimizer turned down)"
   # Installed once up front: sam builds the functions in parallel, and three concurrent
   # `rustup target add` calls race each other.
   rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
-  make --no-print-directory build
+  # The same command a deploy runs (`sam build`: cargo-lambda, --release, arm64), with the
+  # optimizer turned down through Cargo's own profile overrides: fat LTO and one codegen unit
+  # made this step 30 of CI's 78 minutes, and they change no behaviour the checks below look at
+  # (docs/decisions/0011-test-build-optimizer.md). `make build` and `make deploy` keep them;
+  # TIDEMARK_SAM_RELEASE_PROFILE=1 checks the deployed profile itself.
+  if [[ "${TIDEMARK_SAM_RELEASE_PROFILE:-0}" == "1" ]]; then
+    make --no-print-directory build
+  else
+    CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+      make --no-print-directory build
+  fi
   # Each function's artifact directory comes from the built template: with SAM's build
   # performance feature (`--beta-features`) the aggregator's two functions share one build,
   # under `AggregatorFunction-Shared`, instead of a copy per function.

@@ -20,7 +20,8 @@ const USAGE: &str = "tidemark-bench [--quick] [--skip-build] [--skip-criterion] 
 
 Runs the scenarios through Tidemark and the textbook baseline on a DynamoDB Local of its own
 (started from .local/, in memory; --shared-dynamodb uses TIDEMARK_DYNAMODB_ENDPOINT or
-127.0.0.1:8000 instead) and writes DIR/REPORT.md and DIR/report.json (DIR: bench/).
+127.0.0.1:8000 instead) and writes DIR/REPORT.md and DIR/report.json (DIR: bench/, or target/bench-quick/ with --quick,
+so a quick run never overwrites the committed report).
 Defaults follow docs/design.md §8: 1,000 devices for 60 simulated minutes, 50 devices at 1 Hz for 10,
 one device at 2,000 readings/s for 5 s. Unless skipped it first runs `cargo build --release`
 of the three functions and the ingest criterion bench. --quick: small fleets, no builds, no
@@ -56,7 +57,13 @@ fn parse_args() -> Result<Args, String> {
         startup: true,
         baseline_max: Some(if quick { 100 } else { 15_000 }),
         api_requests: if quick { 30 } else { 300 },
-        out: workspace_root().join("bench"),
+        // A quick run's small fleets say little about cost at scale: its report stays out of
+        // the committed bench/ folder.
+        out: if quick {
+            artifacts::target_dir().join("bench-quick")
+        } else {
+            workspace_root().join("bench")
+        },
         keep_tables: false,
         only: None,
         baseline: true,
