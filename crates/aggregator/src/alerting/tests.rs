@@ -1,6 +1,6 @@
 //! The alerts role over the in-memory store: the situations the issue names, and the
 //! property that order, replays and batching never change the outcome. The same situations
-//! run against DynamoDB Local in `tests/alerts_local.rs`.
+//! run against DynamoDB Local in `tests/it/local/alerts_local.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
