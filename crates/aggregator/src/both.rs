@@ -6,7 +6,7 @@ use aws_lambda_events::event::streams::DynamoDbEventResponse;
 
 use crate::AggregatorConfig;
 use crate::config::Role;
-use crate::handler::Aggregator;
+use crate::function::Aggregator;
 use crate::report::Report;
 use crate::store::{DynamoStore, Store};
 

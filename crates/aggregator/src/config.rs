@@ -64,7 +64,7 @@ pub struct AggregatorConfig {
     /// How far an alert derivation reads (the documented bounds).
     pub scan: crate::alerting::derive::ScanLimits,
     /// The size past which a bucket's open rollup page takes no new metrics
-    /// ([`crate::pages::PAGE_BYTES`]; smaller only in tests of paging).
+    /// ([`crate::rollups::pages::PAGE_BYTES`]; smaller only in tests of paging).
     pub page_bytes: usize,
     /// `GROUP_TAGS` (the rollups role): the tag keys whose groups keep rollups.
     pub group_tags: Vec<tidemark_schema::TagKey>,
@@ -95,7 +95,7 @@ impl AggregatorConfig {
             eventbridge_endpoint: None,
             deadline_margin: std::time::Duration::from_secs(3),
             scan: crate::alerting::derive::ScanLimits::default(),
-            page_bytes: crate::pages::PAGE_BYTES,
+            page_bytes: crate::rollups::pages::PAGE_BYTES,
             group_tags: settings::default_group_tags(),
             tag_lead: tidemark_schema::LayoutLead::default(),
             clock: tidemark_schema::Clock::system(),

@@ -17,9 +17,9 @@ use tidemark_store::limits::{MAX_TRANSACT_ACTIONS, too_many_actions};
 use tidemark_store::read::{Queries, Walked};
 use tidemark_store::{Item, StoreError, from_stored, to_item};
 
-use crate::alerting::plan::AlertWrite;
-use crate::combine::{BucketReadings, BucketSummary};
+use crate::alerting::write::AlertWrite;
 use crate::offline::upkeep::WatchKeys;
+use crate::rollups::combine::{BucketReadings, BucketSummary};
 use crate::store::{
     AggregateStore, AlertStore, DeviceStore, DeviceUpdate, HeartbeatStore, ReadingStore,
     SetAsideStore, Written,

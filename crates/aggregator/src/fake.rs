@@ -22,9 +22,9 @@ use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::read::walk_readings;
 use tidemark_store::{StoreError, from_item, to_item};
 
-use crate::alerting::plan::AlertWrite;
-use crate::combine::{BucketReadings, BucketSummary};
+use crate::alerting::write::AlertWrite;
 use crate::offline::upkeep::WatchKeys;
+use crate::rollups::combine::{BucketReadings, BucketSummary};
 use crate::store::{AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written};
 
 /// A reading as the fake stores it.

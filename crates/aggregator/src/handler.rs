@@ -1,60 +1,28 @@
-//! One invocation: classify the records, then do this function's role with them (rollups
-//! or alerts), and report the first record behind anything left undone as the batch item
+//! One invocation: decode the records once ([`crate::records::decode`]), then do this
+//! function's role with them (rollups or alerts), and report the first record behind anything left undone as the batch item
 //! failure (Lambda restarts the shard there; everything after it is harmless to see again).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use futures::{FutureExt, StreamExt};
 use tidemark_schema::{DeviceId, DeviceItem};
-use tidemark_store::StoreError;
 
+use crate::AggregatorError;
 use crate::alerting::device::DeviceBatch;
 use crate::config::Role;
-use crate::records::{
-    Change, Ignored, StreamChange, classify, offline_settings_changed, thresholds_changed,
-};
+use crate::failed::{Failed, guarded};
+use crate::function::Aggregator;
+use crate::records::{Change, Decoded, Ignored, StreamChange, decode_all};
 use crate::report::{Counters, Report};
-use crate::setaside::{Failed, guarded};
-use crate::store::{DynamoStore, Store};
-use crate::{AggregatorConfig, AggregatorError};
-
-/// Reads `keys` with `get`; when an item among them does not parse, reads them one by one so
-/// that only the unreadable ones are left out (and returned apart, to be skipped and counted).
-pub(crate) async fn read_skipping_unreadable<K, T, F, Fut>(
-    keys: &[K],
-    get: F,
-) -> (Result<HashMap<K, T>, StoreError>, HashSet<K>)
-where
-    K: Clone + Eq + std::hash::Hash + std::fmt::Debug,
-    F: Fn(Vec<K>) -> Fut,
-    Fut: std::future::Future<Output = Result<HashMap<K, T>, StoreError>>,
-{
-    if keys.is_empty() {
-        return (Ok(HashMap::new()), HashSet::new());
-    }
-    match get(keys.to_vec()).await {
-        Err(e) if e.is_unreadable() => {}
-        other => return (other, HashSet::new()),
-    }
-    let mut found = HashMap::new();
-    let mut unreadable = HashSet::new();
-    for k in keys {
-        match get(vec![k.clone()]).await {
-            Ok(m) => found.extend(m),
-            Err(e) if e.is_unreadable() => {
-                tracing::warn!(key = ?k, error = %e, "unreadable item: this batch leaves it as it is");
-                unreadable.insert(k.clone());
-            }
-            Err(e) => return (Err(e), unreadable),
-        }
-    }
-    (Ok(found), unreadable)
-}
+use crate::store::{Store, read_skipping_unreadable};
 
 /// Per device, what the batch brings for its alerts.
-fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId, DeviceBatch> {
+fn device_batches(
+    changes: &[StreamChange],
+    records: &[Decoded],
+) -> BTreeMap<DeviceId, DeviceBatch> {
     let mut out: BTreeMap<DeviceId, DeviceBatch> = BTreeMap::new();
     for sc in changes {
         let img = sc.change.image();
@@ -94,19 +62,20 @@ fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId,
             }
         }
     }
-    for (i, rec) in event.records.iter().enumerate() {
-        if let Some(d) = thresholds_changed(rec) {
-            let b = out.entry(d).or_default();
+    for (i, rec) in records.iter().enumerate() {
+        let Decoded::Device(d) = rec else { continue };
+        if d.thresholds {
+            let b = out.entry(d.device.clone()).or_default();
             b.index(i);
             b.thresholds_changed = true;
         }
-        if let Some(d) = offline_settings_changed(rec) {
-            let b = out.entry(d).or_default();
+        if d.offline_settings {
+            let b = out.entry(d.device.clone()).or_default();
             b.index(i);
             b.offline_settings_changed = true;
         }
     }
-    for (d, (first, a)) in crate::offline::arrivals::arrivals(event) {
+    for (d, (first, a)) in crate::offline::arrivals::arrivals(records) {
         match out.get_mut(&d) {
             Some(b) => {
                 b.first_index = b.first_index.min(first);
@@ -127,61 +96,7 @@ fn device_batches(changes: &[StreamChange], event: &Event) -> BTreeMap<DeviceId,
     out
 }
 
-/// The aggregator over a store (DynamoDB in production, fakes in unit tests).
-pub struct Aggregator<S = DynamoStore> {
-    pub(crate) store: S,
-    pub(crate) config: AggregatorConfig,
-    /// Publishes alert state changes (the alerts role only).
-    pub(crate) notifier: Option<crate::Notifier>,
-    /// Days this container knows are closed for good (the rollups role).
-    pub(crate) settled_days: crate::rollups::SettledDays,
-    /// Per device, the hour before which this container left no placeholder to close.
-    pub(crate) settled_hours: crate::hours::SettledHours,
-    /// When this container last read its role's open repairs ([`crate::setaside`]).
-    pub(crate) repairs_checked: std::sync::Mutex<Option<tidemark_schema::Timestamp>>,
-}
-
-impl Aggregator<DynamoStore> {
-    pub fn new(client: aws_sdk_dynamodb::Client, config: AggregatorConfig) -> Self {
-        let store =
-            DynamoStore::new(client, config.table_name.clone()).with_tag_lead(config.tag_lead);
-        Aggregator {
-            store,
-            config,
-            notifier: None,
-            settled_days: Default::default(),
-            settled_hours: Default::default(),
-            repairs_checked: Default::default(),
-        }
-    }
-}
-
 impl<S: Store> Aggregator<S> {
-    pub fn with_store(store: S, config: AggregatorConfig) -> Self {
-        Aggregator {
-            store,
-            config,
-            notifier: None,
-            settled_days: Default::default(),
-            settled_hours: Default::default(),
-            repairs_checked: Default::default(),
-        }
-    }
-
-    /// Publishes the alert state changes of each batch (used when the role is `alerts`).
-    pub fn with_notifier(mut self, notifier: crate::Notifier) -> Self {
-        self.notifier = Some(notifier);
-        self
-    }
-
-    pub fn store(&self) -> &S {
-        &self.store
-    }
-
-    pub fn config(&self) -> &AggregatorConfig {
-        &self.config
-    }
-
     /// The Lambda handler: never fails on input; a store failure, or work the `deadline`
     /// (the invocation's, less [`AggregatorConfig::deadline_margin`]) left unfinished, becomes
     /// a partial batch failure from the first record of the items it left unwritten.
@@ -240,10 +155,11 @@ impl<S: Store> Aggregator<S> {
             ..Default::default()
         };
         let counters = Counters::default();
+        let decoded = decode_all(event);
         let mut changes = Vec::new();
-        for (i, rec) in event.records.iter().enumerate() {
-            match classify(i, rec) {
-                Ok(c) => changes.extend(c),
+        for (rec, d) in event.records.iter().zip(&decoded) {
+            match d.reading_changes() {
+                Ok(c) => changes.extend_from_slice(c),
                 Err(why) => {
                     report.records_ignored += 1;
                     match &why {
@@ -269,7 +185,7 @@ impl<S: Store> Aggregator<S> {
             match self.config.role {
                 Role::Rollups => self.rollups(&changes, &counters, stop, &mut failed).await,
                 Role::Alerts => {
-                    let batches = device_batches(&changes, event);
+                    let batches = device_batches(&changes, &decoded);
                     self.alerts(&batches, &counters, stop, &mut failed).await;
                 }
             }
@@ -280,7 +196,7 @@ impl<S: Store> Aggregator<S> {
             .catch_unwind()
             .await
         {
-            let e = AggregatorError::Panicked(crate::setaside::panic_message(panic.as_ref()));
+            let e = AggregatorError::Panicked(crate::failed::panic_message(panic.as_ref()));
             let first = changes.iter().map(|c| c.index).min().unwrap_or(0);
             let of_first: Vec<&StreamChange> =
                 changes.iter().filter(|c| c.index == first).collect();
@@ -298,12 +214,13 @@ impl<S: Store> Aggregator<S> {
                 .await;
         }
         if self.config.role == Role::Alerts {
-            self.pass_heartbeats(event, &counters, &mut failed.retry)
+            self.pass_heartbeats(&decoded, &counters, &mut failed.retry)
                 .await;
         }
 
         if let (Role::Alerts, Some(n)) = (self.config.role, &self.notifier) {
-            match tokio::time::timeout_at(stop, n.process(event)).await {
+            let changes = crate::notify::changes_of(&decoded);
+            match tokio::time::timeout_at(stop, n.publish_changes(changes)).await {
                 Ok((not_done, notified)) => {
                     report.notify = notified;
                     failed.extend(not_done);
@@ -384,6 +301,7 @@ impl<S: Store> Aggregator<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::AggregatorConfig;
     use crate::fake::FakeStore;
     use crate::report::Report;
     use aws_lambda_events::event::dynamodb::EventRecord;
@@ -455,7 +373,7 @@ mod tests {
                 change: Change::Insert(image(&[("h", 40.0)])),
             },
         ];
-        let batches = device_batches(&changes, &event(Vec::new()));
+        let batches = device_batches(&changes, &[]);
         let b = &batches[&DeviceId::new("d1").unwrap()];
         assert_eq!(
             b.readings[&ts("2026-04-20T14:00:00Z")],

@@ -18,13 +18,18 @@
 //!   only when a state changes or `lastSeenAt` is [`AggregatorConfig::device_refresh`]
 //!   (15 min) behind the newest reading.
 //!
-//! Both roles take reading changes from [`records`]: a single reading item's INSERT, MODIFY
+//! Each stream record is decoded once ([`records::decode`]): reading changes, a device's
+//! changed settings, an alert's images, a heartbeat, a TTL expiry, or nothing of ours. Both
+//! roles take reading changes from there: a single reading item's INSERT, MODIFY
 //! or user REMOVE is one; a packed slot part's record (docs/design.md §5) is one per reading its old
 //! and new images differ in, applied exactly as that reading's own record would be (a part
 //! only being sealed changes nothing; a TTL expiry, of a part as of a reading, never changes
 //! a rollup). A part whose image does not decode is skipped, logged with its key and counted
 //! (`UnreadableItems`); the rest of the batch goes on. Reads of stored readings (hours to
 //! recompute, alert derivations) walk each layout epoch's single items or slot parts.
+//!
+//! The rollups role's files are under [`rollups`], the alerts role's under [`alerting`]; the
+//! function itself is [`Aggregator`] ([`function`]), one invocation [`handler`].
 //!
 //! The logic is pure ([`combine`], [`days`], [`alerting::rules`], [`records`]) and talks to the table
 //! through the small traits of [`store`], implemented for DynamoDB by [`store::DynamoStore`].
@@ -40,25 +45,23 @@
 
 pub mod alerting;
 mod both;
-pub mod combine;
 pub mod config;
-pub mod days;
 pub mod dynamo;
 pub mod error;
+pub(crate) mod failed;
 /// The store over the in-memory test engine (unit tests; other crates' tests with the
 /// `testing` feature).
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod function;
 /// Group partials: the rollups role's share of a group's hour until the export recomputes it.
 pub mod groups;
 pub mod handler;
-pub mod hours;
 pub mod notify;
 pub mod offline;
-pub mod pages;
 pub mod records;
 pub mod report;
-mod rollups;
+pub mod rollups;
 pub mod setaside;
 pub mod store;
 /// Stream records as DynamoDB Streams delivers them (unit tests; the `testing` feature).
@@ -68,8 +71,9 @@ pub mod testing;
 pub use both::BothRoles;
 pub use config::{AggregatorConfig, Role};
 pub use error::AggregatorError;
-pub use handler::Aggregator;
+pub use function::Aggregator;
 pub use notify::{Notifier, NotifyReport};
 pub use report::Report;
+pub use rollups::{combine, days, hours, pages};
 pub use store::DynamoStore;
 pub use tidemark_store::read::Walked;

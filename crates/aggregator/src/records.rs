@@ -1,19 +1,40 @@
-//! Stream records → what changed about which reading. A reading item's INSERT, MODIFY or
-//! user REMOVE is one change; a packed slot part's record (docs/design.md §5) is one change per reading
-//! its old and new images differ in ([`packed::diff`]), each the INSERT, correction or delete
-//! that reading would have been as a single item. Everything else is ignored here, with the
-//! reason.
+//! Stream records, decoded once ([`decode`]) into what each is ([`Decoded`]): reading
+//! changes, a device's changed settings, an alert's images, a heartbeat to pass, a TTL expiry,
+//! or nothing of ours (with the reason). Every consumer reads the decoded record: the rollups
+//! role, the alerts role (its devices' batches, arrivals, heartbeats, notifications) and the
+//! admin's rebuild. One place here says what a TTL expiry is ([`is_ttl_expiry`]).
+//!
+//! A reading item's INSERT, MODIFY or user REMOVE is one change; a packed slot part's record
+//! (docs/design.md §5) is one change per reading its old and new images differ in
+//! ([`packed::diff`]), each the INSERT, correction or delete that reading would have been as a
+//! single item.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::Deserialize;
+use tidemark_schema::entities::epoch_millis;
+use tidemark_schema::keys::ShardName;
 use tidemark_schema::packed::{self, SlotReadings};
-use tidemark_schema::{DeviceId, EntityKey, MetricName, ReadingItem, SlotItem, Timestamp, keys};
+use tidemark_schema::{
+    AlertItem, DeviceId, EntityKey, HeartbeatItem, MetricName, ReadingItem, SlotItem, Timestamp,
+    keys,
+};
 
 /// TTL deletions are made by this principal (with identity type `Service`).
 pub const TTL_PRINCIPAL: &str = "dynamodb.amazonaws.com";
+
+/// Whether `rec` is a TTL expiry: a REMOVE made by DynamoDB itself (the service principal
+/// [`TTL_PRINCIPAL`], identity type `Service`), not by a user. The one definition: every
+/// consumer asks [`decode`].
+pub fn is_ttl_expiry(rec: &EventRecord) -> bool {
+    rec.event_name == "REMOVE"
+        && rec
+            .user_identity
+            .as_ref()
+            .is_some_and(|u| u.principal_id == TTL_PRINCIPAL && u.type_ == "Service")
+}
 
 /// Compares two stream sequence numbers as the integers they are. Their length varies on AWS
 /// (DynamoDB Local pads to 21 digits), so string order would be wrong; comparing digit
@@ -69,7 +90,9 @@ pub struct StreamChange {
 pub enum Ignored {
     /// Not an item of our schema (another table, a foreign key shape).
     NotOurs,
-    /// Our item but not a reading (device, alert, aggregate, quarantine, config).
+    /// Our item but nothing the aggregator acts on here: not a reading (an aggregate, a
+    /// quarantine, a config item, a device item's other writes, an alert's REMOVE, a
+    /// heartbeat already passed).
     NotReading,
     /// Deleted by TTL: expiry never changes aggregates.
     TtlExpiry,
@@ -103,12 +126,6 @@ fn image(item: &serde_dynamo::Item) -> Result<Image, Ignored> {
     }
 }
 
-fn is_ttl(rec: &EventRecord) -> bool {
-    rec.user_identity
-        .as_ref()
-        .is_some_and(|u| u.principal_id == TTL_PRINCIPAL && u.type_ == "Service")
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ThresholdAttrs {
@@ -122,33 +139,24 @@ struct ThresholdAttrs {
     offline_severity: Option<serde_json::Value>,
 }
 
-/// The device whose item this MODIFY gave other offline settings (`offlineAfterSeconds`,
-/// `offlineSeverity`): its watch is set up again at once, and an offline alert of a device
-/// no longer watched resolves.
-pub fn offline_settings_changed(rec: &EventRecord) -> Option<DeviceId> {
-    if rec.event_name != "MODIFY" {
-        return None;
-    }
-    let old: ThresholdAttrs = serde_dynamo::from_item(rec.change.old_image.clone()).ok()?;
-    let new: ThresholdAttrs = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
-    let changed = old.offline_after_seconds != new.offline_after_seconds
-        || old.offline_severity != new.offline_severity;
-    match EntityKey::parse(&new.pk, &new.sk) {
-        Ok(EntityKey::Device(id)) if changed => Some(id),
-        _ => None,
-    }
-}
-
-/// The device whose item this MODIFY gave other thresholds (the API's `PUT /devices/{id}`):
-/// its alert states are checked against the new ones at once, not at its next reading.
-pub fn thresholds_changed(rec: &EventRecord) -> Option<DeviceId> {
+/// What a device item's MODIFY changed of what the alerts role follows: other thresholds
+/// (the API's `PUT /devices/{id}`: its alert states are checked against the new ones at once,
+/// not at its next reading) or other offline settings (`offlineAfterSeconds`,
+/// `offlineSeverity`: its watch is set up again at once, and an offline alert of a device no
+/// longer watched resolves). `None` for any other record or images that do not decode.
+fn device_change(rec: &EventRecord) -> Option<DeviceChange> {
     if rec.event_name != "MODIFY" {
         return None;
     }
     let old: ThresholdAttrs = serde_dynamo::from_item(rec.change.old_image.clone()).ok()?;
     let new: ThresholdAttrs = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
     match EntityKey::parse(&new.pk, &new.sk) {
-        Ok(EntityKey::Device(id)) if old.thresholds != new.thresholds => Some(id),
+        Ok(EntityKey::Device(device)) => Some(DeviceChange {
+            device,
+            thresholds: old.thresholds != new.thresholds,
+            offline_settings: old.offline_after_seconds != new.offline_after_seconds
+                || old.offline_severity != new.offline_severity,
+        }),
         _ => None,
     }
 }
@@ -213,7 +221,7 @@ fn slot_image(k: &KeyAttrs, item: &serde_dynamo::Item) -> Result<SlotReadings, I
 /// event needs the images it changes between (an INSERT its new one, a REMOVE its old one, a
 /// MODIFY both), which the table's `NEW_AND_OLD_IMAGES` stream view gives: a record without
 /// them is unreadable, never an empty slot.
-pub fn slot_changes(rec: &EventRecord) -> Option<Result<SlotChanges, Ignored>> {
+fn slot_changes(rec: &EventRecord) -> Option<Result<SlotChanges, Ignored>> {
     let (k, EntityKey::Slot { device, .. }) = record_key(rec)? else {
         return None;
     };
@@ -262,11 +270,8 @@ fn valid_seq(rec: &EventRecord) -> Result<String, Ignored> {
 }
 
 /// A slot part's record as the reading changes it makes, each as the same change of a single
-/// reading item would be (a TTL expiry of the part, like a reading's, changes nothing).
+/// reading item would be (a REMOVE as the deletes of its readings).
 fn classify_slot(index: usize, rec: &EventRecord) -> Result<Vec<StreamChange>, Ignored> {
-    if rec.event_name == "REMOVE" && is_ttl(rec) {
-        return Err(Ignored::TtlExpiry);
-    }
     if !matches!(rec.event_name.as_str(), "INSERT" | "MODIFY" | "REMOVE") {
         return Err(Ignored::Malformed(format!(
             "unknown eventName {:?}",
@@ -307,14 +312,18 @@ fn classify_slot(index: usize, rec: &EventRecord) -> Result<Vec<StreamChange>, I
         .collect())
 }
 
-/// What one stream record means for the aggregator: the reading changes it makes, in time
-/// order (one for a reading item, one per changed reading for a slot part).
-pub fn classify(index: usize, rec: &EventRecord) -> Result<Vec<StreamChange>, Ignored> {
-    match record_key(rec) {
-        Some((_, EntityKey::Reading { .. })) => classify_reading(index, rec).map(|c| vec![c]),
-        Some((_, EntityKey::Slot { .. })) => classify_slot(index, rec),
-        Some(_) => Err(Ignored::NotReading),
-        None => Err(Ignored::NotOurs),
+/// The reading changes of a reading item's or slot part's record, in time order (one for a
+/// reading item, one per changed reading for a slot part); a REMOVE's are deletes (whoever
+/// made it: [`decode`] has told a TTL expiry apart before).
+fn reading_changes(
+    index: usize,
+    rec: &EventRecord,
+    key: &EntityKey,
+) -> Result<Vec<StreamChange>, Ignored> {
+    match key {
+        EntityKey::Reading { .. } => classify_reading(index, rec).map(|c| vec![c]),
+        EntityKey::Slot { .. } => classify_slot(index, rec),
+        _ => Err(Ignored::NotReading),
     }
 }
 
@@ -336,7 +345,6 @@ fn classify_reading(index: usize, rec: &EventRecord) -> Result<StreamChange, Ign
             }
             Change::Correct { old, new }
         }
-        "REMOVE" if is_ttl(rec) => return Err(Ignored::TtlExpiry),
         "REMOVE" => {
             if c.old_image.is_empty() {
                 return Err(Ignored::Malformed("REMOVE without OldImage".into()));
@@ -348,10 +356,300 @@ fn classify_reading(index: usize, rec: &EventRecord) -> Result<StreamChange, Ign
     Ok(StreamChange { index, seq, change })
 }
 
+/// One stream record, decoded once: what it is to the aggregator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// A reading item's or slot part's write or user delete.
+    Readings(Readings),
+    /// A device item's MODIFY (its thresholds or offline settings may have changed).
+    Device(DeviceChange),
+    /// An alert item's INSERT or MODIFY (its state changes are what [`crate::notify`]
+    /// publishes).
+    Alert(AlertRecord),
+    /// A heartbeat ingest stored that the alerts role has not marked passed yet.
+    Heartbeat(Heartbeat),
+    /// An item deleted by TTL ([`is_ttl_expiry`]): expiry never changes a rollup or an alert.
+    TtlExpiry(Expiry),
+    /// Nothing the aggregator acts on, and why.
+    Ignored(Ignored),
+}
+
+impl Decoded {
+    /// The reading changes the record makes, or why it makes none (what the rollups role and
+    /// the alerts role's readings take).
+    pub fn reading_changes(&self) -> Result<&[StreamChange], Ignored> {
+        match self {
+            Decoded::Readings(r) => r.changes.as_deref().map_err(Clone::clone),
+            Decoded::Device(_) | Decoded::Alert(_) | Decoded::Heartbeat(_) => {
+                Err(Ignored::NotReading)
+            }
+            Decoded::TtlExpiry(_) => Err(Ignored::TtlExpiry),
+            Decoded::Ignored(why) => Err(why.clone()),
+        }
+    }
+}
+
+/// A reading item's or slot part's record, other than a TTL expiry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readings {
+    /// The item's key: [`EntityKey::Reading`] or [`EntityKey::Slot`].
+    pub key: EntityKey,
+    /// The reading changes (in time order), or why the record makes none: it changes no
+    /// value ([`Ignored::Unchanged`]), it cannot be read ([`Ignored::Malformed`], logged), a
+    /// slot part's image does not decode ([`Ignored::Unreadable`], skipped and counted).
+    pub changes: Result<Vec<StreamChange>, Ignored>,
+    /// When the write arrived, for a write (not a delete): the item's `arrivedAt`, or the
+    /// record's creation for items written before arrivals were kept. A write that changed
+    /// nothing but its arrival (an exact resend, whose part is put back with it) is one too.
+    pub arrival: Option<Timestamp>,
+}
+
+impl Readings {
+    /// The device whose readings these are.
+    pub fn device(&self) -> Option<&DeviceId> {
+        match &self.key {
+            EntityKey::Reading { device, .. } | EntityKey::Slot { device, .. } => Some(device),
+            _ => None,
+        }
+    }
+}
+
+/// What a device item's MODIFY changed of what the alerts role follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceChange {
+    pub device: DeviceId,
+    /// Other thresholds: every rule state is checked against them at once.
+    pub thresholds: bool,
+    /// Other `offlineAfterSeconds` or `offlineSeverity`: the watch is set up again at once.
+    pub offline_settings: bool,
+}
+
+/// An alert item's INSERT or MODIFY, its images decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRecord {
+    /// Position of its record in the event.
+    pub index: usize,
+    /// An INSERT (else a MODIFY).
+    pub inserted: bool,
+    /// The record's sequence number (valid decimal).
+    pub seq: String,
+    /// The old image (a MODIFY's, when it decodes).
+    pub old: Option<AlertItem>,
+    pub new: AlertItem,
+    /// When the record was made (`None` when the record does not say).
+    pub recorded_at: Option<Timestamp>,
+}
+
+/// A heartbeat the alerts role is to mark as passed ([`HeartbeatItem`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Position of its record in the event.
+    pub index: usize,
+    pub shard: ShardName,
+    pub sent_at: Timestamp,
+}
+
+/// An item deleted by TTL. Its image is not decoded (the roles never need it):
+/// [`Expiry::readings`] reads the readings it took from the table, for the admin's rebuild.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expiry {
+    /// Position of its record in the event.
+    pub index: usize,
+    /// The expired item's key.
+    pub key: EntityKey,
+}
+
+impl Expiry {
+    /// The readings the expiry removed from the table, as deletes (none when the item held
+    /// no readings); `rec` is the record this was decoded from.
+    pub fn readings(&self, rec: &EventRecord) -> Result<Vec<StreamChange>, Ignored> {
+        reading_changes(self.index, rec, &self.key)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Written {
+    #[serde(default, with = "epoch_millis")]
+    arrived_at: Option<Timestamp>,
+}
+
+/// The arrival a reading item's or slot part's write shows (deletes show none).
+fn arrival(rec: &EventRecord) -> Option<Timestamp> {
+    if rec.event_name == "REMOVE" || rec.change.new_image.is_empty() {
+        return None;
+    }
+    let w: Written = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
+    match w.arrived_at {
+        Some(at) => Some(at),
+        None => Timestamp::from_epoch_millis(
+            rec.change.approximate_creation_date_time.timestamp_millis(),
+        )
+        .ok(),
+    }
+}
+
+fn record_time(rec: &EventRecord) -> Option<Timestamp> {
+    let t = rec.change.approximate_creation_date_time;
+    // Absent in the record: the field defaults to the epoch, which is no time at all.
+    (t.timestamp() > 0)
+        .then(|| Timestamp::from_epoch_micros(t.timestamp_micros()).ok())
+        .flatten()
+}
+
+fn alert_record(index: usize, rec: &EventRecord) -> Result<AlertRecord, Ignored> {
+    let inserted = match rec.event_name.as_str() {
+        "INSERT" => true,
+        "MODIFY" => false,
+        _ => return Err(Ignored::NotReading),
+    };
+    let seq = rec
+        .change
+        .sequence_number
+        .clone()
+        .filter(|s| keys::valid_sequence(s))
+        .ok_or_else(|| Ignored::Malformed("alert record without a SequenceNumber".into()))?;
+    let new: AlertItem = serde_dynamo::from_item(rec.change.new_image.clone())
+        .map_err(|_| Ignored::Malformed("alert record with an unreadable NewImage".into()))?;
+    let old = serde_dynamo::from_item(rec.change.old_image.clone()).ok();
+    Ok(AlertRecord {
+        index,
+        inserted,
+        seq,
+        old,
+        new,
+        recorded_at: record_time(rec),
+    })
+}
+
+/// The heartbeat a heartbeat item's write shows, unless the alerts role has marked it passed
+/// already (its own mark is a write too, and is not one).
+fn heartbeat(index: usize, rec: &EventRecord) -> Option<Heartbeat> {
+    if rec.change.new_image.is_empty() {
+        return None;
+    }
+    let h: HeartbeatItem = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
+    let Ok(EntityKey::Heartbeat(shard)) = EntityKey::parse(&h.pk, &h.sk) else {
+        return None;
+    };
+    (h.stored_at.is_some() && h.passed_at != Some(h.sent_at)).then_some(Heartbeat {
+        index,
+        shard,
+        sent_at: h.sent_at,
+    })
+}
+
+/// What the record at `index` of an event is: the one decoding of a stream record.
+pub fn decode(index: usize, rec: &EventRecord) -> Decoded {
+    let Some((_, key)) = record_key(rec) else {
+        return Decoded::Ignored(Ignored::NotOurs);
+    };
+    if is_ttl_expiry(rec) {
+        return Decoded::TtlExpiry(Expiry { index, key });
+    }
+    match key {
+        EntityKey::Reading { .. } | EntityKey::Slot { .. } => Decoded::Readings(Readings {
+            changes: reading_changes(index, rec, &key),
+            arrival: arrival(rec),
+            key,
+        }),
+        EntityKey::Device(_) => device_change(rec)
+            .map(Decoded::Device)
+            .unwrap_or(Decoded::Ignored(Ignored::NotReading)),
+        EntityKey::Alert { .. } => match alert_record(index, rec) {
+            Ok(a) => Decoded::Alert(a),
+            Err(why) => Decoded::Ignored(why),
+        },
+        EntityKey::Heartbeat(_) => heartbeat(index, rec)
+            .map(Decoded::Heartbeat)
+            .unwrap_or(Decoded::Ignored(Ignored::NotReading)),
+        _ => Decoded::Ignored(Ignored::NotReading),
+    }
+}
+
+/// Every record of `event`, decoded.
+pub fn decode_all(event: &aws_lambda_events::event::dynamodb::Event) -> Vec<Decoded> {
+    event
+        .records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| decode(i, r))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{metric, slot_item, slot_record};
+    use crate::testing::{device_modify, insert, metric, slot_item, slot_record};
+
+    /// The reading changes of one record, as both roles take them.
+    fn classify(index: usize, rec: &EventRecord) -> Result<Vec<StreamChange>, Ignored> {
+        decode(index, rec).reading_changes().map(<[_]>::to_vec)
+    }
+
+    fn removed_by(mut rec: EventRecord, principal: &str, type_: &str) -> EventRecord {
+        rec.event_name = "REMOVE".into();
+        rec.change.old_image = std::mem::take(&mut rec.change.new_image);
+        let mut u = aws_lambda_events::event::dynamodb::UserIdentity::default();
+        u.type_ = type_.into();
+        u.principal_id = principal.into();
+        rec.user_identity = Some(u);
+        rec
+    }
+
+    #[test]
+    fn each_kind_of_record_decodes_to_its_variant_and_only_dynamodbs_own_removes_are_ttl_expiries()
+    {
+        let reading = insert(1, "d", start(), "t", 1.0);
+        assert!(matches!(decode(0, &reading), Decoded::Readings(r) if r.changes.is_ok()));
+        // a TTL expiry: a REMOVE by the DynamoDB service principal, of type Service
+        let ttl = removed_by(reading.clone(), TTL_PRINCIPAL, "Service");
+        assert!(matches!(decode(3, &ttl), Decoded::TtlExpiry(e) if e.index == 3));
+        // a user's delete (or a user who names the principal without being the service) is
+        // a reading's delete, never an expiry
+        for user in [
+            removed_by(reading.clone(), "AIDAEXAMPLE", "IAMUser"),
+            removed_by(reading.clone(), TTL_PRINCIPAL, "IAMUser"),
+        ] {
+            match decode(0, &user) {
+                Decoded::Readings(r) => {
+                    assert!(
+                        matches!(r.changes.as_deref(), Ok([c]) if matches!(c.change, Change::Delete(_)))
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // a device's MODIFY
+        let old = tidemark_schema::DeviceItem::new(
+            DeviceId::new("d").unwrap(),
+            tidemark_schema::DeviceStatus::Active,
+            start(),
+        );
+        let mut new = old.clone();
+        new.offline_after_seconds = Some(600);
+        assert_eq!(
+            decode(0, &device_modify(2, &old, &new)),
+            Decoded::Device(DeviceChange {
+                device: DeviceId::new("d").unwrap(),
+                thresholds: false,
+                offline_settings: true,
+            })
+        );
+        // an alert's INSERT
+        let alert = crate::testing::alert_record(4, "d", start());
+        assert!(matches!(decode(0, &alert), Decoded::Alert(a) if a.inserted && a.old.is_none()));
+        // a heartbeat stored and not yet passed
+        let beat = crate::testing::heartbeat_record(5, "shardId-000000000000", start());
+        assert!(
+            matches!(decode(1, &beat), Decoded::Heartbeat(h) if h.index == 1 && h.sent_at == start())
+        );
+        // anything else, with the reason
+        let mut foreign = reading.clone();
+        foreign.change.keys = serde_dynamo::to_item(serde_json::json!({"id": "x"})).unwrap();
+        foreign.change.new_image = foreign.change.keys.clone();
+        assert_eq!(decode(0, &foreign), Decoded::Ignored(Ignored::NotOurs));
+    }
 
     #[test]
     fn notification_markers_are_not_readings() {

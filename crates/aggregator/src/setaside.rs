@@ -17,11 +17,9 @@
 //! hours (alerts), as it does for a closed hour or late data, then deletes the repair item. A
 //! repair that fails stays, and is tried again a minute later.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::panic::AssertUnwindSafe;
+use std::collections::{BTreeSet, HashMap};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use futures::FutureExt;
 use sha2::Digest;
 use tidemark_schema::keys::FailedRecord;
 use tidemark_schema::{
@@ -31,11 +29,12 @@ pub use tidemark_store::failures::SET_ASIDE_AFTER;
 
 use crate::AggregatorError;
 use crate::alerting::device::{DeviceBatch, effective_thresholds};
-use crate::combine::AggregatePlan;
 use crate::config::Role;
-use crate::days::HourChange;
-use crate::handler::Aggregator;
+use crate::failed::{Failed, Permanent, guarded};
+use crate::function::Aggregator;
 use crate::report::Counters;
+use crate::rollups::combine::AggregatePlan;
+use crate::rollups::days::HourChange;
 use crate::store::Store;
 
 /// How often a container reads its role's open repairs (a query of one partition).
@@ -55,91 +54,6 @@ pub fn role_name(role: Role) -> &'static str {
         Role::Rollups => "rollups",
         Role::Alerts => "alerts",
     }
-}
-
-/// One piece of work that failed for good.
-#[derive(Debug, Clone)]
-pub(crate) struct Permanent {
-    /// The first record of the batch behind it.
-    pub index: usize,
-    pub device: Option<DeviceId>,
-    /// Starts of the hours and days it touched.
-    pub hours: BTreeSet<Timestamp>,
-    pub days: BTreeSet<Timestamp>,
-    pub kind: &'static str,
-    pub error: String,
-}
-
-/// What a batch left undone: records to retry from, and work that failed for good.
-#[derive(Debug, Default)]
-pub(crate) struct Failed {
-    /// First records behind work left undone for a transient cause (retried as ever).
-    pub retry: Vec<usize>,
-    /// Work that failed for good, by its first record and device.
-    pub permanent: BTreeMap<(usize, Option<DeviceId>), Permanent>,
-}
-
-impl Failed {
-    /// The work behind record `index` on `device`'s `buckets` failed with `e`: retried when
-    /// transient, counted towards setting it aside when permanent.
-    pub fn fail(
-        &mut self,
-        index: usize,
-        e: &AggregatorError,
-        device: Option<&DeviceId>,
-        buckets: impl IntoIterator<Item = Bucket>,
-    ) {
-        if !e.is_permanent() {
-            self.retry.push(index);
-            return;
-        }
-        let p = self
-            .permanent
-            .entry((index, device.cloned()))
-            .or_insert_with(|| Permanent {
-                index,
-                device: device.cloned(),
-                hours: BTreeSet::new(),
-                days: BTreeSet::new(),
-                kind: e.kind(),
-                error: e.to_string(),
-            });
-        for b in buckets {
-            match b.period() {
-                Period::Hourly => {
-                    p.hours.insert(b.start());
-                    p.days.insert(Period::Daily.bucket(b.start()).start());
-                }
-                Period::Daily => {
-                    p.days.insert(b.start());
-                }
-            }
-        }
-    }
-}
-
-impl Extend<usize> for Failed {
-    fn extend<T: IntoIterator<Item = usize>>(&mut self, iter: T) {
-        self.retry.extend(iter);
-    }
-}
-
-/// `work`, a panic in it caught and returned as [`AggregatorError::Panicked`]: one device's
-/// or item's bug fails that work, not the invocation.
-pub(crate) async fn guarded<T>(
-    work: impl Future<Output = Result<T, AggregatorError>>,
-) -> Result<T, AggregatorError> {
-    match AssertUnwindSafe(work).catch_unwind().await {
-        Ok(r) => r,
-        Err(panic) => Err(AggregatorError::Panicked(panic_message(panic.as_ref()))),
-    }
-}
-
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// The count's name for a record failing a given way on a device: `<sequence>.<kind>` and,
@@ -362,7 +276,7 @@ impl<S: Store> Aggregator<S> {
             let hour = Period::Hourly.bucket(*h);
             let plan = AggregatePlan::bare(device, hour);
             let current = self.read_page0(&plan.key).await?;
-            let open = !crate::rollups::closed(hour, now);
+            let open = !crate::rollups::settled::closed(hour, now);
             let change = Box::pin(self.write_hour(&plan, current, open, counters)).await?;
             let day = Period::Daily.bucket(hour.start());
             days.insert(day);
@@ -373,7 +287,7 @@ impl<S: Store> Aggregator<S> {
             .hours
             .iter()
             .copied()
-            .filter(|h| crate::rollups::closed(Period::Hourly.bucket(*h), now))
+            .filter(|h| crate::rollups::settled::closed(Period::Hourly.bucket(*h), now))
             .collect();
         if !late.is_empty() {
             self.store.mark_export_dirty(&late, now).await?;
@@ -381,7 +295,7 @@ impl<S: Store> Aggregator<S> {
         for day in days {
             let plan = AggregatePlan::bare(device, day);
             let current = self.read_page0(&plan.key).await?;
-            if crate::rollups::closed(day, now) {
+            if crate::rollups::settled::closed(day, now) {
                 // The day's own write may be what failed: fold it from its hours, whatever
                 // it holds.
                 Box::pin(self.refold_closed_day(&plan, current, counters)).await?;

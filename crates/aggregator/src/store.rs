@@ -1,7 +1,7 @@
 //! The table operations the aggregator needs, one small trait each; implemented for DynamoDB
 //! in [`crate::dynamo`] and in memory for unit tests.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use tidemark_schema::keys::FailedRecord;
 use tidemark_schema::{
@@ -10,8 +10,8 @@ use tidemark_schema::{
 };
 use tidemark_store::StoreError;
 
-use crate::alerting::plan::AlertWrite;
-use crate::combine::{BucketReadings, BucketSummary};
+use crate::alerting::write::AlertWrite;
+use crate::rollups::combine::{BucketReadings, BucketSummary};
 
 /// How a conditional write ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,7 +47,7 @@ pub trait AggregateStore {
         &self,
         keys: &[Key],
     ) -> impl Future<Output = Result<HashMap<Key, AggregateItem>, StoreError>> + Send;
-    /// The overflow pages of the bucket's rollup ([`crate::pages`]; page 0 is the item
+    /// The overflow pages of the bucket's rollup ([`crate::rollups::pages`]; page 0 is the item
     /// [`AggregateStore::get_aggregates`] reads), consistent, in any order.
     fn aggregate_pages(
         &self,
@@ -221,6 +221,39 @@ impl<
         + Sync,
 > Store for T
 {
+}
+
+/// Reads `keys` with `get`; when an item among them does not parse, reads them one by one so
+/// that only the unreadable ones are left out (and returned apart, to be skipped and counted).
+pub(crate) async fn read_skipping_unreadable<K, T, F, Fut>(
+    keys: &[K],
+    get: F,
+) -> (Result<HashMap<K, T>, StoreError>, HashSet<K>)
+where
+    K: Clone + Eq + std::hash::Hash + std::fmt::Debug,
+    F: Fn(Vec<K>) -> Fut,
+    Fut: std::future::Future<Output = Result<HashMap<K, T>, StoreError>>,
+{
+    if keys.is_empty() {
+        return (Ok(HashMap::new()), HashSet::new());
+    }
+    match get(keys.to_vec()).await {
+        Err(e) if e.is_unreadable() => {}
+        other => return (other, HashSet::new()),
+    }
+    let mut found = HashMap::new();
+    let mut unreadable = HashSet::new();
+    for k in keys {
+        match get(vec![k.clone()]).await {
+            Ok(m) => found.extend(m),
+            Err(e) if e.is_unreadable() => {
+                tracing::warn!(key = ?k, error = %e, "unreadable item: this batch leaves it as it is");
+                unreadable.insert(k.clone());
+            }
+            Err(e) => return (Err(e), unreadable),
+        }
+    }
+    (Ok(found), unreadable)
 }
 
 pub use crate::groups::GroupStore;

@@ -125,6 +125,72 @@ pub fn slot_record(seq: u64, old: Option<&SlotItem>, new: Option<&SlotItem>) -> 
     r
 }
 
+/// An INSERT of an open alert of `device` (a `temperature` maximum breached at `opened`).
+pub fn alert_record(seq: u64, device: &str, opened: Timestamp) -> EventRecord {
+    use tidemark_schema::{AlertId, AlertItem, AlertRule, AlertState, Severity};
+    let device_id = DeviceId::new(device).unwrap();
+    let metric = metric("temperature");
+    let alert_id = AlertId::for_breach(opened, &metric, AlertRule::Max);
+    let k = EntityKey::Alert {
+        device: device_id.clone(),
+        alert: alert_id.clone(),
+    }
+    .key();
+    let item = AlertItem {
+        pk: k.pk,
+        sk: k.sk,
+        gsi1pk: None,
+        gsi1sk: None,
+        device_id,
+        alert_id,
+        metric: Some(metric),
+        rule: AlertRule::Max,
+        severity: Severity::Critical,
+        state: AlertState::Open,
+        message: "temperature 41.5 above 35".into(),
+        value: 41.5,
+        threshold: 35.0,
+        breach_count: 1,
+        opened_at: opened,
+        last_breach_at: opened,
+        acknowledged_at: None,
+        resolved_at: None,
+        snoozed_until: None,
+        tags: Default::default(),
+    };
+    written("INSERT", seq, serde_dynamo::to_item(&item).unwrap())
+}
+
+/// A heartbeat ingest stored for `shard` (sent at `sent`), not yet passed.
+pub fn heartbeat_record(seq: u64, shard: &str, sent: Timestamp) -> EventRecord {
+    let shard = tidemark_schema::keys::ShardName::new(shard).unwrap();
+    let k = EntityKey::Heartbeat(shard).key();
+    let item = tidemark_schema::HeartbeatItem {
+        pk: k.pk,
+        sk: k.sk,
+        sent_at: sent,
+        stored_at: Some(sent),
+        passed_at: None,
+    };
+    written("MODIFY", seq, serde_dynamo::to_item(&item).unwrap())
+}
+
+/// A record of `event_name` whose new image is `image` (keys taken from it).
+fn written(event_name: &str, seq: u64, image: serde_dynamo::Item) -> EventRecord {
+    let mut c = StreamRecord::default();
+    c.keys = ["pk", "sk"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_owned(), image.get(k)?.clone())))
+        .collect::<std::collections::HashMap<_, _>>()
+        .into();
+    c.new_image = image;
+    c.sequence_number = Some(format!("{seq:021}"));
+    let mut r = EventRecord::default();
+    r.event_name = event_name.into();
+    r.change = c;
+    r
+}
+
 /// A DynamoDB service error with `code`, as the SDK returns it (`ValidationException`:
 /// permanent; `InternalServerError`: transient).
 pub fn dynamo_error(code: &str, message: &str) -> tidemark_store::StoreError {

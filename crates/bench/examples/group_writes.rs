@@ -31,7 +31,7 @@ use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
 use tidemark_aggregator::DynamoStore;
 use tidemark_aggregator::groups::GroupStore;
 use tidemark_aggregator::groups::{self, fold};
-use tidemark_aggregator::records::classify;
+use tidemark_aggregator::records::decode;
 use tidemark_bench::artifacts::{machine, workspace_root};
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::meter::Meter;
@@ -271,7 +271,12 @@ async fn main() {
             .records
             .iter()
             .enumerate()
-            .flat_map(|(n, r)| classify(n, r).unwrap_or_default())
+            .flat_map(|(n, r)| {
+                decode(n, r)
+                    .reading_changes()
+                    .map(<[_]>::to_vec)
+                    .unwrap_or_default()
+            })
             .collect();
         // The batch's devices' tag histories, as the role reads them: through the container's
         // book, which reads a device again only for a reading dated past its read plus the

@@ -15,7 +15,7 @@
 use tidemark_schema::AlertState;
 use tidemark_store::limits::MAX_TRANSACT_ACTIONS;
 
-use super::plan::AlertWrite;
+use super::write::AlertWrite;
 
 /// `writes` as transactions: those written ahead (each at most [`MAX_TRANSACT_ACTIONS`]),
 /// then those that go with the device update (at most one less, the update being an action).

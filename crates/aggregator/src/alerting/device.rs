@@ -14,7 +14,7 @@ use super::plan::{
 };
 use super::rules::{Rule, could_change};
 use crate::AggregatorError;
-use crate::handler::Aggregator;
+use crate::function::Aggregator;
 use crate::offline::arrivals::Arrivals;
 use crate::offline::upkeep::{Seen, upkeep};
 use crate::report::Counters;

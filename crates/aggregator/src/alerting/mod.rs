@@ -3,7 +3,8 @@
 //!
 //! - [`rules`]: one (metric, rule) as a state machine (breach, deadband hold, `forSeconds`).
 //! - [`derive`](mod@derive): a rule's state derived again from the stored readings, in bounded memory.
-//! - [`plan`]: alert items and the device's rule states to write.
+//! - [`plan`]: alert items and the device's rule states to write ([`write`]: one alert's
+//!   write, as the store takes it).
 //! - [`device`]: one device's batch: decide whether anything may change, derive, write.
 //!
 //! The device item's `alertSlots` hold each rule's state as of its last change. A batch
@@ -17,7 +18,7 @@
 //! A changed threshold only re-judges the newest reading from the stored state (it applies
 //! from now on; history is never replayed as events), and an episode keeps the alert it
 //! already has when late readings move its start earlier ([`plan::episode_id`]); one the
-//! readings show never ended reopens its resolved alert ([`plan::AlertWrite::Reopen`]). Alert
+//! readings show never ended reopens its resolved alert ([`write::AlertWrite::Reopen`]). Alert
 //! writes go in transactions DynamoDB accepts ([`commit`]).
 
 pub mod commit;
@@ -27,3 +28,4 @@ pub mod plan;
 pub mod rules;
 #[cfg(test)]
 mod tests;
+pub mod write;

@@ -45,7 +45,7 @@ use tidemark_schema::{
 use tidemark_store::StoreError;
 
 use crate::AggregatorError;
-use crate::handler::Aggregator;
+use crate::function::Aggregator;
 use crate::records::StreamChange;
 use crate::report::Counters;
 use crate::store::Store;
@@ -216,7 +216,7 @@ impl<S: Store> Aggregator<S> {
         changes: &[StreamChange],
         counters: &Counters,
         stop: tokio::time::Instant,
-        failed: &mut crate::setaside::Failed,
+        failed: &mut crate::failed::Failed,
     ) {
         let first_undone = failed
             .retry
@@ -225,10 +225,10 @@ impl<S: Store> Aggregator<S> {
             .min()
             .unwrap_or(event.records.len());
         let done: Vec<&StreamChange> = changes.iter().filter(|c| c.index < first_undone).collect();
-        let work = crate::setaside::guarded(self.group_partials(event, &done, counters));
+        let work = crate::failed::guarded(self.group_partials(event, &done, counters));
         if let Err(e) = counters.until(stop, work).await {
             tracing::error!(error = %e, "group partials not written");
-            let mut g = crate::setaside::Failed::default();
+            let mut g = crate::failed::Failed::default();
             g.fail(0, &e, None, hours_of(&done));
             self.settle(event, &mut g, counters).await;
             failed.retry.extend(g.retry);

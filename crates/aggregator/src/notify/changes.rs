@@ -1,5 +1,6 @@
-//! Stream records of alert items → the state changes to publish. Pure: no clock, no I/O; the
-//! same records always give the same changes with the same IDs.
+//! Stream records of alert items (decoded, [`crate::records::AlertRecord`]) → the state
+//! changes to publish. Pure: no clock, no I/O; the same records always give the same changes
+//! with the same IDs.
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::Serialize;
@@ -8,6 +9,8 @@ use tidemark_schema::{
     AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, Severity,
     Tags, Timestamp, keys,
 };
+
+use crate::records::{AlertRecord, Decoded, decode};
 
 /// What happened to an alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -120,42 +123,11 @@ pub fn event_id(alert_key: &keys::Key, sequence: &str, kind: ChangeKind) -> Even
     EventId::new(&hex).unwrap_or_else(|_| unreachable!("hex digest is a valid event ID"))
 }
 
-fn is_alert(rec: &EventRecord) -> bool {
-    let c = &rec.change;
-    let Some(src) = [&c.keys, &c.new_image, &c.old_image]
-        .into_iter()
-        .find(|i| !i.is_empty())
-    else {
-        return false;
-    };
-    let s = |name: &str| match src.get(name) {
-        Some(serde_dynamo::AttributeValue::S(s)) => Some(s.as_str()),
-        _ => None,
-    };
-    let attr = tidemark_schema::table::attr::PK;
-    matches!(
-        (s(attr), s(tidemark_schema::table::attr::SK)),
-        (Some(pk), Some(sk)) if matches!(EntityKey::parse(pk, sk), Ok(EntityKey::Alert { .. }))
-    )
-}
-
-fn alert_image(item: &serde_dynamo::Item) -> Option<AlertItem> {
-    serde_dynamo::from_item(item.clone()).ok()
-}
-
-fn record_time(rec: &EventRecord) -> Option<Timestamp> {
-    let t = rec.change.approximate_creation_date_time;
-    // Absent in the record: the field defaults to the epoch, which is no time at all.
-    (t.timestamp() > 0)
-        .then(|| Timestamp::from_epoch_micros(t.timestamp_micros()).ok())
-        .flatten()
-}
-
 /// The kinds of change one record shows, in the order they happened.
-fn transitions(event_name: &str, old: Option<&AlertItem>, new: &AlertItem) -> Vec<ChangeKind> {
+fn transitions(inserted: bool, old: Option<&AlertItem>, new: &AlertItem) -> Vec<ChangeKind> {
     let mut out = Vec::new();
-    match (event_name, old) {
-        ("INSERT", _) => {
+    match (inserted, old) {
+        (true, _) => {
             out.push(ChangeKind::Opened);
             if new.state == AlertState::Acknowledged || new.acknowledged_at.is_some() {
                 out.push(ChangeKind::Acknowledged);
@@ -164,7 +136,7 @@ fn transitions(event_name: &str, old: Option<&AlertItem>, new: &AlertItem) -> Ve
                 out.push(ChangeKind::Resolved);
             }
         }
-        ("MODIFY", Some(old)) => {
+        (false, Some(old)) => {
             // A resolved alert whose episode a correction or late reading showed never ended
             // (this record's sequence number gives it an ID of its own).
             if old.state == AlertState::Resolved && new.state != AlertState::Resolved {
@@ -189,71 +161,75 @@ fn transitions(event_name: &str, old: Option<&AlertItem>, new: &AlertItem) -> Ve
 
 /// Every alert state change in `records`: INSERT → `opened` (and `acknowledged`/`resolved`
 /// when the item is born so, e.g. a one-reading spike); MODIFY → one change per transition
-/// between the old and new image (resolved → open or acknowledged, a reopening: `opened`). REMOVEs, other items and unreadable alert images (logged)
-/// give nothing.
+/// between the old and new image (resolved → open or acknowledged, a reopening: `opened`).
+/// REMOVEs, other items and unreadable alert images (logged) give nothing.
 pub fn alert_changes(records: &[EventRecord]) -> Vec<AlertChange> {
+    let decoded: Vec<Decoded> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| decode(i, r))
+        .collect();
+    changes_of(&decoded)
+}
+
+/// [`alert_changes`] of records decoded already.
+pub fn changes_of(records: &[Decoded]) -> Vec<AlertChange> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Decoded::Alert(a) => Some(a),
+            _ => None,
+        })
+        .flat_map(record_changes)
+        .collect()
+}
+
+/// The state changes one alert record shows.
+fn record_changes(rec: &AlertRecord) -> Vec<AlertChange> {
+    let new = &rec.new;
+    let key = EntityKey::Alert {
+        device: new.device_id.clone(),
+        alert: new.alert_id.clone(),
+    }
+    .key();
     let mut out = Vec::new();
-    for (index, rec) in records.iter().enumerate() {
-        if !is_alert(rec) || !matches!(rec.event_name.as_str(), "INSERT" | "MODIFY") {
-            continue;
+    for kind in transitions(rec.inserted, rec.old.as_ref(), new) {
+        let at_record = rec.recorded_at;
+        let changed_at = match kind {
+            ChangeKind::Opened => Some(new.opened_at),
+            ChangeKind::Acknowledged => new.acknowledged_at.or(at_record),
+            ChangeKind::Resolved => new.resolved_at.or(at_record),
+            ChangeKind::Snoozed | ChangeKind::Unsnoozed => at_record,
         }
-        let Some(seq) = rec
-            .change
-            .sequence_number
-            .as_deref()
-            .filter(|s| keys::valid_sequence(s))
-        else {
-            tracing::warn!(event_id = %rec.event_id, "alert record without a SequenceNumber");
-            continue;
-        };
-        let Some(new) = alert_image(&rec.change.new_image) else {
-            tracing::warn!(event_id = %rec.event_id, "alert record with an unreadable NewImage");
-            continue;
-        };
-        let old = alert_image(&rec.change.old_image);
-        let key = EntityKey::Alert {
-            device: new.device_id.clone(),
-            alert: new.alert_id.clone(),
-        }
-        .key();
-        for kind in transitions(&rec.event_name, old.as_ref(), &new) {
-            let at_record = record_time(rec);
-            let changed_at = match kind {
-                ChangeKind::Opened => Some(new.opened_at),
-                ChangeKind::Acknowledged => new.acknowledged_at.or(at_record),
-                ChangeKind::Resolved => new.resolved_at.or(at_record),
-                ChangeKind::Snoozed | ChangeKind::Unsnoozed => at_record,
-            }
-            .unwrap_or(new.last_breach_at);
-            let suppressed =
-                kind.silenced_by_snooze() && new.snoozed_until.is_some_and(|u| u > changed_at);
-            out.push(AlertChange {
-                index,
-                kind,
-                suppressed,
-                detail: Detail {
-                    event_id: event_id(&key, seq, kind),
-                    change: kind,
-                    path: format!("/devices/{}/alerts/{}", new.device_id, new.alert_id),
-                    device_id: new.device_id.clone(),
-                    alert_id: new.alert_id.clone(),
-                    kind: new.rule.kind(),
-                    metric: new.metric.clone(),
-                    rule: new.rule,
-                    severity: new.severity,
-                    state: new.state,
-                    value: new.value,
-                    threshold: new.threshold,
-                    message: new.message.clone(),
-                    opened_at: new.opened_at,
-                    acknowledged_at: new.acknowledged_at,
-                    resolved_at: new.resolved_at,
-                    snoozed_until: new.snoozed_until,
-                    changed_at,
-                    tags: new.tags.clone(),
-                },
-            });
-        }
+        .unwrap_or(new.last_breach_at);
+        let suppressed =
+            kind.silenced_by_snooze() && new.snoozed_until.is_some_and(|u| u > changed_at);
+        out.push(AlertChange {
+            index: rec.index,
+            kind,
+            suppressed,
+            detail: Detail {
+                event_id: event_id(&key, &rec.seq, kind),
+                change: kind,
+                path: format!("/devices/{}/alerts/{}", new.device_id, new.alert_id),
+                device_id: new.device_id.clone(),
+                alert_id: new.alert_id.clone(),
+                kind: new.rule.kind(),
+                metric: new.metric.clone(),
+                rule: new.rule,
+                severity: new.severity,
+                state: new.state,
+                value: new.value,
+                threshold: new.threshold,
+                message: new.message.clone(),
+                opened_at: new.opened_at,
+                acknowledged_at: new.acknowledged_at,
+                resolved_at: new.resolved_at,
+                snoozed_until: new.snoozed_until,
+                changed_at,
+                tags: new.tags.clone(),
+            },
+        });
     }
     out
 }

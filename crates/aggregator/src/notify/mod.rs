@@ -51,7 +51,7 @@ use tidemark_store::ClientSettings;
 use tidemark_store::emf::Metrics;
 use tidemark_store::retry::RetryPolicy;
 
-pub use changes::{AlertChange, ChangeKind, Detail, alert_changes, event_id};
+pub use changes::{AlertChange, ChangeKind, Detail, alert_changes, changes_of, event_id};
 pub use markers::{DynamoMarkers, Markers};
 pub use publish::{
     DETAIL_TYPE, EntryOutcomes, EventEntry, MAX_ATTEMPTS, MAX_ENTRIES, PublishOutcome, Publisher,
@@ -174,7 +174,14 @@ impl<P: Publisher, M: Markers> Notifier<P, M> {
     /// Publishes the batch's alert changes not published before. Returns the index of the
     /// first record with a change still unpublished (Lambda must retry from it), if any.
     pub async fn process(&self, event: &Event) -> (Option<usize>, NotifyReport) {
-        let changes = alert_changes(&event.records);
+        self.publish_changes(alert_changes(&event.records)).await
+    }
+
+    /// [`Notifier::process`] of the changes a batch's decoded records show ([`changes_of`]).
+    pub async fn publish_changes(
+        &self,
+        changes: Vec<AlertChange>,
+    ) -> (Option<usize>, NotifyReport) {
         let mut report = NotifyReport {
             changes: changes.len() as u64,
             ..Default::default()

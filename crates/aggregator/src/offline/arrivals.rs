@@ -1,13 +1,12 @@
-//! Arrivals and heartbeats in a batch of the table's stream. Pure: no clock, no I/O.
+//! Arrivals and heartbeats in a batch of the table's stream, from its decoded records
+//! ([`crate::records::decode`]). Pure: no clock, no I/O.
 
 use std::collections::BTreeMap;
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use serde::Deserialize;
-use tidemark_schema::keys::ShardName;
-use tidemark_schema::{DeviceId, EntityKey, HeartbeatItem, Timestamp, entities::epoch_millis};
+use tidemark_schema::{DeviceId, Timestamp};
 
-use crate::records::TTL_PRINCIPAL;
+use crate::records::Decoded;
+pub use crate::records::Heartbeat;
 
 /// The first and last arrival of one device's records in a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,33 +30,16 @@ impl Arrivals {
     }
 }
 
-/// A heartbeat the alerts role is to mark as passed ([`HeartbeatItem`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Heartbeat {
-    /// Position of its record in the event.
-    pub index: usize,
-    pub shard: ShardName,
-    pub sent_at: Timestamp,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Written {
-    pk: String,
-    sk: String,
-    #[serde(default, with = "epoch_millis")]
-    arrived_at: Option<Timestamp>,
-}
-
 /// Per device, the position of its first record in `event` and the arrivals its readings' and
 /// slot parts' writes show. A write that changed nothing but its arrival (an exact resend, of
 /// a single reading or of packed ones, whose part is put back with it) is an arrival too; deletes are not. Items written before arrivals were
 /// kept count at the record's creation.
-pub fn arrivals(event: &Event) -> BTreeMap<DeviceId, (usize, Arrivals)> {
+pub fn arrivals(records: &[Decoded]) -> BTreeMap<DeviceId, (usize, Arrivals)> {
     let mut out: BTreeMap<DeviceId, (usize, Option<Arrivals>)> = BTreeMap::new();
-    for (i, rec) in event.records.iter().enumerate() {
-        if let Some((device, at)) = arrival(rec) {
-            let e = out.entry(device).or_insert((i, None));
+    for (i, rec) in records.iter().enumerate() {
+        let Decoded::Readings(r) = rec else { continue };
+        if let (Some(device), Some(at)) = (r.device(), r.arrival) {
+            let e = out.entry(device.clone()).or_insert((i, None));
             Arrivals::add(&mut e.1, at);
         }
     }
@@ -66,62 +48,23 @@ pub fn arrivals(event: &Event) -> BTreeMap<DeviceId, (usize, Arrivals)> {
         .collect()
 }
 
-fn arrival(rec: &EventRecord) -> Option<(DeviceId, Timestamp)> {
-    if rec.event_name == "REMOVE" || is_ttl(rec) || rec.change.new_image.is_empty() {
-        return None;
-    }
-    let w: Written = serde_dynamo::from_item(rec.change.new_image.clone()).ok()?;
-    let device = match EntityKey::parse(&w.pk, &w.sk).ok()? {
-        EntityKey::Reading { device, .. } | EntityKey::Slot { device, .. } => device,
-        _ => return None,
-    };
-    let at = match w.arrived_at {
-        Some(at) => at,
-        None => Timestamp::from_epoch_millis(
-            rec.change.approximate_creation_date_time.timestamp_millis(),
-        )
-        .ok()?,
-    };
-    Some((device, at))
-}
-
-fn is_ttl(rec: &EventRecord) -> bool {
-    rec.user_identity
-        .as_ref()
-        .is_some_and(|u| u.principal_id == TTL_PRINCIPAL)
-}
-
-/// The heartbeats ingest wrote in `event` that the alerts role has not marked yet (its own
+/// The heartbeats ingest wrote in the batch that the alerts role has not marked yet (its own
 /// mark is a write too, and is not one).
-pub fn heartbeats(event: &Event) -> Vec<Heartbeat> {
-    let mut out = Vec::new();
-    for (index, rec) in event.records.iter().enumerate() {
-        if rec.change.new_image.is_empty() {
-            continue;
-        }
-        let Ok(h) = serde_dynamo::from_item::<_, HeartbeatItem>(rec.change.new_image.clone())
-        else {
-            continue;
-        };
-        let Ok(EntityKey::Heartbeat(shard)) = EntityKey::parse(&h.pk, &h.sk) else {
-            continue;
-        };
-        if h.stored_at.is_some() && h.passed_at != Some(h.sent_at) {
-            out.push(Heartbeat {
-                index,
-                shard,
-                sent_at: h.sent_at,
-            });
-        }
-    }
-    out
+pub fn heartbeats(records: &[Decoded]) -> impl Iterator<Item = &Heartbeat> {
+    records.iter().filter_map(|r| match r {
+        Decoded::Heartbeat(h) => Some(h),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::decode_all;
     use crate::testing::{event, insert};
-    use aws_lambda_events::event::dynamodb::StreamRecord;
+    use aws_lambda_events::event::dynamodb::{EventRecord, StreamRecord};
+    use tidemark_schema::keys::ShardName;
+    use tidemark_schema::{EntityKey, HeartbeatItem};
 
     fn ts(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
@@ -143,7 +86,7 @@ mod tests {
             stamped(2, "d1", "2026-04-20T13:00:00Z", "2026-04-20T14:00:01Z"),
             stamped(3, "d2", "2026-04-20T13:00:00Z", "2026-04-20T14:00:09Z"),
         ]);
-        let a = arrivals(&e);
+        let a = arrivals(&decode_all(&e));
         let (first, d1) = a[&DeviceId::new("d1").unwrap()];
         assert_eq!(first, 0);
         assert_eq!(d1.first, ts("2026-04-20T14:00:01Z"));
@@ -162,7 +105,11 @@ mod tests {
         let mut new = old.clone();
         new.version += 1;
         new.arrived_at = Some(ts("2026-04-20T14:08:00Z"));
-        let a = arrivals(&event(vec![slot_record(1, Some(&old), Some(&new))]));
+        let a = arrivals(&decode_all(&event(vec![slot_record(
+            1,
+            Some(&old),
+            Some(&new),
+        )])));
         assert_eq!(
             a[&DeviceId::new("p1").unwrap()].1.last,
             ts("2026-04-20T14:08:00Z")
@@ -180,7 +127,7 @@ mod tests {
         ))
         .unwrap();
         old.change.approximate_creation_date_time = timed.approximate_creation_date_time;
-        let a = arrivals(&event(vec![del, old]));
+        let a = arrivals(&decode_all(&event(vec![del, old])));
         assert_eq!(a.len(), 1);
         assert_eq!(
             a[&DeviceId::new("d2").unwrap()].1.last,
@@ -210,7 +157,8 @@ mod tests {
         let first = rec(&h);
         h.passed_at = Some(h.sent_at);
         let marked = rec(&h);
-        let found = heartbeats(&event(vec![first, marked]));
+        let decoded = decode_all(&event(vec![first, marked]));
+        let found: Vec<Heartbeat> = heartbeats(&decoded).cloned().collect();
         assert_eq!(
             found,
             vec![Heartbeat {

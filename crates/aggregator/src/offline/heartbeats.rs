@@ -1,9 +1,8 @@
 //! The alerts role's part of the pipeline's heartbeats: a heartbeat ingest stored is marked
 //! passed once the batch it came in has been dealt with up to it.
 
-use aws_lambda_events::event::dynamodb::Event;
-
-use crate::handler::Aggregator;
+use crate::function::Aggregator;
+use crate::records::Decoded;
 use crate::report::Counters;
 use crate::store::Store;
 
@@ -13,11 +12,11 @@ impl<S: Store> Aggregator<S> {
     /// ([`tidemark_schema::HeartbeatItem`]).
     pub(crate) async fn pass_heartbeats(
         &self,
-        event: &Event,
+        records: &[Decoded],
         counters: &Counters,
         failed: &mut Vec<usize>,
     ) {
-        for h in crate::offline::arrivals::heartbeats(event) {
+        for h in crate::offline::arrivals::heartbeats(records) {
             if failed.iter().any(|f| *f < h.index) {
                 return;
             }

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 
 use tidemark_schema::{AggregateItem, Bucket, Key, MetricName, Timestamp};
 
-use crate::pages::{self, Recomputed};
+use crate::rollups::pages::{self, Recomputed};
 
 /// What this batch did to one hour of a day: its content before and after (the same when the
 /// batch applied nothing there), and whether it is paged.

@@ -1,23 +1,23 @@
-//! The rollups role: every reading change lands in its hour ([`crate::hours`]: a placeholder
-//! while the hour is open, its rollup recomputed from the table once closed), each write on
-//! the item's version (re-read, backed off and retried on a lost race), and each touched day
-//! then follows its hours once it has closed, a placeholder written once before that
-//! ([`crate::days`]). A bucket whose rollup outgrows one item (thousands of metrics under one
-//! device ID) is split into pages ([`crate::pages`]).
+//! The rollups role over one batch: its reading changes planned per bucket
+//! ([`super::combine`]), each touched hour written ([`super::hours`]), then each touched day
+//! ([`super::days`]), the days before them closed once, and the late hours marked for the
+//! export.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
-use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp, bucket_is_open};
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp};
 
 use crate::AggregatorError;
-use crate::combine::{self, AggregatePlan};
-use crate::days::{self, DayStep, HourChange};
-use crate::handler::{Aggregator, read_skipping_unreadable};
-use crate::pages::{self, PagePut, Pages};
+use crate::failed::{Failed, guarded};
+use crate::function::Aggregator;
 use crate::records::StreamChange;
 use crate::report::Counters;
-use crate::setaside::{Failed, guarded};
+use crate::rollups::combine::{self, AggregatePlan};
+use crate::rollups::days::{self, DayStep, HourChange};
+use crate::rollups::pages::{self, PagePut, Pages};
+use crate::rollups::settled::closed;
+use crate::store::read_skipping_unreadable;
 use crate::store::{Store, Written};
 
 /// Why a day's hours were not all written: it waits (skipped with an unreadable hour, part
@@ -32,45 +32,6 @@ enum Behind {
 /// The daily bucket holding an hourly one.
 fn day_of(b: Bucket) -> Bucket {
     Period::Daily.bucket(b.start())
-}
-
-/// How much earlier than a bucket's close ([`tidemark_schema::closes_at`]) this role already
-/// treats it as closed, so that two invocations whose clocks differ by less than this never
-/// both leave it to the other.
-pub const CLOSE_MARGIN_MS: i64 = 60_000;
-
-/// Whether the rollups role treats `bucket` (an hour or a day) as closed at `now`: from
-/// [`CLOSE_MARGIN_MS`] before its close on. The role's one notion of "closed": an hour's
-/// write (placeholder or rollup from the table), a day's write, the placeholder hours a day's
-/// fold closes first, the pending hours and days a device's batch closes, and the late hours
-/// marked for the export all ask it, so a day is never written closed over an hour still
-/// taken as open (docs/design.md §5).
-pub(crate) fn closed(bucket: Bucket, now: Timestamp) -> bool {
-    !bucket_is_open(bucket, now.plus_millis(CLOSE_MARGIN_MS).unwrap_or(now))
-}
-
-/// The days before touched days that this container has seen closed (folded, or never a
-/// placeholder), so its later batches do not read them again: a device's day is looked at
-/// once per container, not once per batch. Forgotten whole past [`SETTLED_DAYS_MAX`]
-/// entries; forgetting only costs a read.
-#[derive(Debug, Default)]
-pub struct SettledDays(std::sync::Mutex<HashSet<(DeviceId, Bucket)>>);
-
-const SETTLED_DAYS_MAX: usize = 100_000;
-
-impl SettledDays {
-    fn contains(&self, day: &(DeviceId, Bucket)) -> bool {
-        self.0.lock().is_ok_and(|s| s.contains(day))
-    }
-
-    fn insert(&self, day: (DeviceId, Bucket)) {
-        if let Ok(mut s) = self.0.lock() {
-            if s.len() >= SETTLED_DAYS_MAX {
-                s.clear();
-            }
-            s.insert(day);
-        }
-    }
 }
 
 impl<S: Store> Aggregator<S> {
@@ -299,7 +260,7 @@ impl<S: Store> Aggregator<S> {
         }
     }
 
-    /// Brings the day `plan` names up to the hours this batch changed ([`crate::days`]): a
+    /// Brings the day `plan` names up to the hours this batch changed ([`crate::rollups::days`]): a
     /// merge of their differences, or a fold of its hourly items, written on the day's
     /// version as read; a lost race reads the day again and decides again.
     pub(crate) async fn write_day(

@@ -1,8 +1,8 @@
 //! Combining a batch: every reading change of the batch grouped by the aggregate items it
 //! touches (the hour and the day of each reading), so each item is written at most once per
 //! batch, never once per reading. What an item holds is not built from the records: a closed
-//! hour is recomputed from the table and a day follows its hours ([`crate::hours`],
-//! [`crate::days`]); the records say which items changed, and where a retry must start.
+//! hour is recomputed from the table and a day follows its hours ([`crate::rollups::hours`],
+//! [`crate::rollups::days`]); the records say which items changed, and where a retry must start.
 //!
 //! A MODIFY of a reading is either a record adding metrics to a reading with the same device
 //! and timestamp (ingest merges them into one item) or a correction of a metric's value (the

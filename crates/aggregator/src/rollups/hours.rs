@@ -1,6 +1,6 @@
 //! Hours of the rollups role: an hour is written twice in its life, a placeholder when its
 //! first readings come (readers take an open hour from its readings) and its rollup once it
-//! closes (`rollups::closed`), recomputed from the stored readings read
+//! closes ([`super::settled::closed`]), recomputed from the stored readings read
 //! strongly consistent. After that a record changing the hour (a late reading, a correction,
 //! a delete) recomputes it again, written only when the content differs: a recompute never
 //! adds, so replays, bisected batches and records still ahead in the stream change nothing
@@ -16,41 +16,16 @@ use futures::StreamExt;
 use tidemark_schema::{AggregateItem, Bucket, DeviceId, Key, Period, Timestamp};
 
 use crate::AggregatorError;
-use crate::combine::{self, AggregatePlan};
-use crate::days::{self, HourChange};
-use crate::handler::Aggregator;
-use crate::pages::{self, PagePut, Pages, Recomputed};
+use crate::function::Aggregator;
 use crate::report::Counters;
+use crate::rollups::combine::{self, AggregatePlan};
+use crate::rollups::days::{self, HourChange};
+use crate::rollups::pages::{self, PagePut, Pages, Recomputed};
 use crate::store::Store;
 
 /// How many of a device's newest hourly items before a batch's first hour the batch looks
 /// at for placeholders to close: the hour before, and two more in case a close failed.
 pub const PENDING_LOOKBACK: usize = 3;
-
-/// Per device, the hour before which this container found no placeholder left to close, so
-/// its later batches in that hour do not look again. Forgotten whole past
-/// [`SETTLED_HOURS_MAX`] devices; forgetting only costs a query.
-#[derive(Debug, Default)]
-pub struct SettledHours(std::sync::Mutex<HashMap<DeviceId, Bucket>>);
-
-pub const SETTLED_HOURS_MAX: usize = 100_000;
-
-impl SettledHours {
-    fn covers(&self, device: &DeviceId, hour: Bucket) -> bool {
-        self.0
-            .lock()
-            .is_ok_and(|s| s.get(device).is_some_and(|b| b.start() >= hour.start()))
-    }
-
-    fn insert(&self, device: DeviceId, hour: Bucket) {
-        if let Ok(mut s) = self.0.lock() {
-            if s.len() >= SETTLED_HOURS_MAX {
-                s.clear();
-            }
-            s.insert(device, hour);
-        }
-    }
-}
 
 /// The placeholder an open hour's item becomes: no content (readers take the hour from its
 /// readings), its pages kept linked so the close rebuilds them.
@@ -100,12 +75,12 @@ impl<S: Store> Aggregator<S> {
             .map(|i| {
                 let p = &plans[i];
                 let current = aggs.get(&p.key).cloned();
-                let open = !crate::rollups::closed(p.bucket, now);
+                let open = !crate::rollups::settled::closed(p.bucket, now);
                 async move {
                     let r = counters
                         .until(
                             stop,
-                            crate::setaside::guarded(self.write_hour(p, current, open, counters)),
+                            crate::failed::guarded(self.write_hour(p, current, open, counters)),
                         )
                         .await;
                     (i, r)
@@ -116,7 +91,7 @@ impl<S: Store> Aggregator<S> {
             .await
     }
 
-    /// Writes one hour ([`crate::pages`] when it is paged): its placeholder if `open`,
+    /// Writes one hour ([`crate::rollups::pages`] when it is paged): its placeholder if `open`,
     /// otherwise its rollup from the table. A lost race on any page: read the pages again
     /// and decide again.
     pub(crate) async fn write_hour(
@@ -189,7 +164,7 @@ impl<S: Store> Aggregator<S> {
                 let r = counters
                     .until(
                         stop,
-                        crate::setaside::guarded(
+                        crate::failed::guarded(
                             self.close_hours_before(&device, hour, now, counters),
                         ),
                     )
@@ -236,7 +211,7 @@ impl<S: Store> Aggregator<S> {
             let Some(b) = hourly_bucket(&item) else {
                 continue;
             };
-            if !crate::rollups::closed(b, now) {
+            if !crate::rollups::settled::closed(b, now) {
                 settled = false;
                 continue;
             }

@@ -35,7 +35,7 @@ use tidemark_schema::{AggregateItem, Bucket, DeviceId, EntityKey, Key, MetricNam
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};
 use tidemark_store::{StoreError, to_item};
 
-use crate::combine;
+use crate::rollups::combine;
 
 /// The encoded size past which a page takes no new metrics. A write is billed by the whole
 /// item, so this also bounds what one page write costs (64 WCU); about 800 metrics of a
@@ -261,7 +261,7 @@ pub struct Recomputed {
 }
 
 /// Each metric of a bucket's readings as a page holds it.
-pub fn recomputed(s: crate::combine::BucketSummary) -> BTreeMap<MetricName, Recomputed> {
+pub fn recomputed(s: crate::rollups::combine::BucketSummary) -> BTreeMap<MetricName, Recomputed> {
     s.stats
         .into_iter()
         .filter_map(|(m, stats)| {
