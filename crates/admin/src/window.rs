@@ -14,8 +14,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
-use tidemark_aggregator::records::{Ignored, TTL_PRINCIPAL, cmp_seq, slot_changes};
-use tidemark_schema::{DeviceId, EntityKey, MetricName, ReadingItem, Timestamp};
+use tidemark_aggregator::records::{Change, Decoded, Ignored, StreamChange, cmp_seq, decode};
+use tidemark_schema::{DeviceId, EntityKey, MetricName, Timestamp};
 
 /// A reading's metrics.
 pub type Metrics = BTreeMap<MetricName, f64>;
@@ -49,72 +49,57 @@ pub struct UnreadableSlot {
     pub reason: String,
 }
 
-fn metrics(img: &serde_dynamo::Item) -> Option<Metrics> {
-    if img.is_empty() {
-        return None;
-    }
-    serde_dynamo::from_item::<_, ReadingItem>(img.clone())
-        .ok()
-        .map(|r| r.metrics)
-}
-
-/// The record as changes of readings: one for a reading item, one per changed reading for a
-/// slot part (the aggregator's [`slot_changes`]), none for anything else.
+/// The record as changes of readings, as the aggregator decodes it
+/// ([`tidemark_aggregator::records::decode`]): one for a reading item, one per changed
+/// reading for a slot part, none for anything else (nor for a write that changes no value, or
+/// a record that cannot be read). A TTL expiry's are its readings' deletes, marked as such.
 pub fn reading_records(rec: &EventRecord) -> Result<Vec<ReadingRecord>, UnreadableSlot> {
-    let c = &rec.change;
-    let Some(keys) = [&c.keys, &c.new_image, &c.old_image]
-        .into_iter()
-        .find(|i| !i.is_empty())
-    else {
-        return Ok(Vec::new());
+    let (key, changes, ttl_expiry) = match decode(0, rec) {
+        Decoded::Readings(r) => (r.key, r.changes, false),
+        Decoded::TtlExpiry(e) => {
+            let changes = e.readings(rec);
+            (e.key, changes, true)
+        }
+        _ => return Ok(Vec::new()),
     };
-    let s = |k: &str| match keys.get(k) {
-        Some(serde_dynamo::AttributeValue::S(v)) => Some(v.clone()),
-        _ => None,
-    };
-    let (Some(pk), Some(sk), Some(seq)) = (s("pk"), s("sk"), c.sequence_number.clone()) else {
-        return Ok(Vec::new());
-    };
-    let ttl_expiry = rec
-        .user_identity
-        .as_ref()
-        .is_some_and(|u| u.principal_id == TTL_PRINCIPAL && u.type_ == "Service");
-    match EntityKey::parse(&pk, &sk) {
-        Ok(EntityKey::Reading { device, at, .. }) => Ok(vec![ReadingRecord {
-            pk,
-            device,
-            seq,
-            at,
-            old: metrics(&c.old_image),
-            new: metrics(&c.new_image),
-            ttl_expiry,
-        }]),
-        Ok(EntityKey::Slot { device, start, .. }) => match slot_changes(rec) {
-            Some(Ok(slot)) => Ok(slot
-                .changes
-                .into_iter()
-                .map(|ch| ReadingRecord {
-                    pk: pk.clone(),
-                    device: device.clone(),
-                    seq: seq.clone(),
-                    at: ch.at,
-                    old: ch.before,
-                    new: ch.after,
-                    ttl_expiry,
-                })
-                .collect()),
-            Some(Err(why)) => Err(UnreadableSlot {
-                key: format!("{pk}/{sk}"),
+    match changes {
+        Ok(changes) => Ok(changes
+            .into_iter()
+            .map(|c| reading_record(c, ttl_expiry))
+            .collect()),
+        Err(Ignored::Unreadable { key: k, reason }) => match key {
+            EntityKey::Slot { device, start, .. } => Err(UnreadableSlot {
+                key: k,
                 device,
                 start,
-                reason: match why {
-                    Ignored::Unreadable { reason, .. } => reason,
-                    other => format!("{other:?}"),
-                },
+                reason,
             }),
-            None => Ok(Vec::new()),
+            _ => Ok(Vec::new()),
         },
-        _ => Ok(Vec::new()),
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+fn reading_record(c: StreamChange, ttl_expiry: bool) -> ReadingRecord {
+    let (image, old, new) = match c.change {
+        Change::Insert(i) => {
+            let new = Some(i.metrics.clone());
+            (i, None, new)
+        }
+        Change::Correct { old, new } => (new.clone(), Some(old.metrics), Some(new.metrics)),
+        Change::Delete(i) => {
+            let old = Some(i.metrics.clone());
+            (i, old, None)
+        }
+    };
+    ReadingRecord {
+        pk: image.pk,
+        device: image.device,
+        seq: c.seq,
+        at: image.at,
+        old,
+        new,
+        ttl_expiry,
     }
 }
 
