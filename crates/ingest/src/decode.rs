@@ -12,7 +12,6 @@
 //! rather than losing the field silently; free-form data belongs under `metadata`.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Map, Value};
@@ -25,30 +24,7 @@ use tidemark_store::{Item, StoreError};
 
 use crate::config::IngestConfig;
 
-/// Why a record cannot be stored as readings: the quarantine reason and a message for the
-/// person reading the quarantine (it names the reading, the field and the rule).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    pub reason: QuarantineReason,
-    pub message: String,
-}
-
-impl Rejection {
-    pub fn new(reason: QuarantineReason, message: impl Into<String>) -> Self {
-        Rejection {
-            reason,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Rejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.reason.as_str(), self.message)
-    }
-}
-
-impl std::error::Error for Rejection {}
+pub use crate::rejection::Rejection;
 
 /// The field an AWS IoT Core topic rule adds (`timestamp() AS receivedAt`): not a metric.
 pub const RECEIVED_AT: &str = "receivedAt";

@@ -9,59 +9,30 @@ use std::time::Instant;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use futures::{FutureExt, StreamExt};
-use thiserror::Error;
 use tidemark_schema::field;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     Clock, DEFAULT_MAX_METRICS_PER_DAY, Day, DeviceId, DeviceIdentity, GatewayFor, MetricName,
-    QuarantineItem, QuarantineReason, QuarantineSource, Reading, Timestamp,
+    QuarantineReason, QuarantineSource, Reading, Timestamp,
 };
 use tidemark_store::batch::{
     BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
 };
 use tidemark_store::emf::Metrics;
 use tidemark_store::slots::SlotStore;
-use tidemark_store::{Item, StoreError};
 
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, reading_item};
+pub use crate::error::IngestError;
 use crate::event::arrival_time;
 use crate::heartbeat;
 use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
-use crate::metric_cap::{CapError, Names};
+use crate::metric_cap::Names;
 use crate::packing::{SlotBatch, SlotReport};
+use crate::rejection::quarantine_items;
 use crate::set_aside::{self, Failed};
 use crate::units::Unit;
 use tidemark_store::layouts::LayoutBook;
-
-#[derive(Debug, Error)]
-pub enum IngestError {
-    /// The hot-device shard counts could not be read and none are cached: writing now could
-    /// put a reading in the wrong partition, so the batch is retried instead.
-    #[error("could not read the shard configuration: {0}")]
-    ShardConfig(#[source] StoreError),
-    #[error("could not check which devices are registered: {0}")]
-    DeviceLookup(#[source] StoreError),
-    /// A device's metric names of a day could not be read or written (docs/design.md §4,
-    /// "Metric names per day"): retried with the batch.
-    #[error("{0}")]
-    MetricNames(#[source] CapError),
-    /// An item could not be converted (a bug, never input: input is validated first).
-    #[error("could not build an item: {0}")]
-    Item(#[source] StoreError),
-    /// Processing panicked (a bug of ours): Lambda bisects the batch down to the record.
-    #[error("processing panicked: {0}")]
-    Panicked(String),
-}
-
-impl IngestError {
-    /// Whether the same batch would fail the same way again (docs/design.md §4, "What is
-    /// retried, what is set aside"). Reading the layouts or the device registry fails with
-    /// the table, not with a record, so it is retried whatever DynamoDB said.
-    pub fn is_permanent(&self) -> bool {
-        matches!(self, IngestError::Item(_) | IngestError::Panicked(_))
-    }
-}
 
 /// Counts of one batch: logged as JSON and emitted as EMF.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -197,8 +168,6 @@ const DEVICE_CACHE_MAX: usize = 200_000;
 const NAMES_CACHE_MAX: usize = 100_000;
 /// At most this many refused metric names are named in a rejection's message.
 const NAMED_METRICS: usize = 5;
-/// A message longer than this is cut: messages name values, and values can be huge.
-const MAX_MESSAGE_CHARS: usize = 1000;
 
 /// The ingest function. Build once per container (it holds the caches), call
 /// [`Ingest::handle`] per batch. Type parameters are the store operations, so tests swap any
@@ -1028,32 +997,6 @@ fn absorb(stats: &mut BatchStats, r: &WriteReport) {
     stats.unprocessed = r.unprocessed;
     stats.throttled = r.throttled;
     stats.failed_items = r.failed_tags.len() as u64;
-}
-
-/// The items of a rejected record (or user record of an aggregate): its raw bytes, whole
-/// (split over several items when too large for one, [`QuarantineItem::split`]), reason,
-/// message, partition key, sequence number, arrival time, and a 14-day TTL from arrival.
-/// Every field comes from the record and the rejection, none from the clock, so replays
-/// rewrite the very same items. `function_version` names the code that set the record aside
-/// (`unprocessable` only).
-pub fn quarantine_items(
-    source: QuarantineSource<'_>,
-    data: &[u8],
-    rejection: &Rejection,
-    function_version: Option<&str>,
-) -> Result<Vec<Item>, StoreError> {
-    let mut message = rejection.message.clone();
-    if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
-        message.truncate(cut);
-        message.push('…');
-    }
-    let mut q = QuarantineItem::split(source, rejection.reason, message, data);
-    q.record.function_version = function_version.map(str::to_owned);
-    let mut items = vec![tidemark_store::to_item(&q.record)?];
-    for part in &q.parts {
-        items.push(tidemark_store::to_item(part)?);
-    }
-    Ok(items)
 }
 
 pub use tidemark_store::deadline::from_epoch_millis as deadline_from_epoch_millis;

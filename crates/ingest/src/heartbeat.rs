@@ -10,7 +10,7 @@ use tidemark_schema::{EntityKey, HeartbeatItem, Timestamp};
 use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite};
 use tidemark_store::{Item, StoreError};
 
-use crate::handler::IngestError;
+use crate::error::IngestError;
 
 pub use tidemark_schema::heartbeat::accepted;
 

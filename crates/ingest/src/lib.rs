@@ -21,7 +21,8 @@
 //!   records; [`units`]: a batch as units of decoding (a plain record, or one user record).
 //! - [`decode_record`]: pure decoding and validation of one record (JSON readings, or a
 //!   SenML pack: [`senml`]); [`decode_message`] also unwraps what the IoT rule forwards and
-//!   names the thing that published it.
+//!   names the thing that published it. A refused record is a [`Rejection`], kept whole in
+//!   the quarantine ([`rejection`]).
 //! - [`identity`]: which devices a record may speak for (`DEVICE_IDENTITY`: its partition key
 //!   and the devices a gateway lists, or its IoT thing); readings of others are quarantined as
 //!   `identity_mismatch` while the rest of the record is stored.
@@ -32,12 +33,14 @@
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
 //! - [`event`]: the Kinesis event as Lambda delivers it ([`KinesisBatch`]), its arrivals read
 //!   to the millisecond.
+//! - [`error`]: what fails a batch ([`IngestError`]), and whether a retry could cure it.
 //! - The `tidemark-ingest` binary is a thin Lambda wrapper around [`Ingest::handle`].
 //!
 //! [`BatchWriteApi`]: tidemark_store::batch::BatchWriteApi
 
 pub mod config;
 pub mod decode;
+pub mod error;
 pub mod event;
 pub mod handler;
 pub mod heartbeat;
@@ -46,6 +49,7 @@ pub mod kpl;
 pub mod lookups;
 pub mod metric_cap;
 pub mod packing;
+pub mod rejection;
 pub mod senml;
 pub mod set_aside;
 pub mod units;
@@ -54,6 +58,8 @@ pub use config::{ConfigError, IngestConfig, UnknownDevices};
 pub use decode::{
     Message, Rejection, decode_message, decode_record, decode_record_at, reading_item,
 };
+pub use error::IngestError;
 pub use event::{KinesisBatch, arrival_time};
-pub use handler::{BatchStats, Ingest, IngestError, deadline_from_epoch_millis, quarantine_items};
+pub use handler::{BatchStats, Ingest, deadline_from_epoch_millis};
 pub use lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
+pub use rejection::quarantine_items;

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value, json};
 use tidemark_schema::{QuarantineReason, Timestamp};
 
-use crate::decode::Rejection;
+use crate::rejection::Rejection;
 
 /// Relative times are below this (RFC 8428 §4.5.3).
 const RELATIVE_BELOW: f64 = 268_435_456.0;

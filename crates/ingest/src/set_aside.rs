@@ -17,8 +17,8 @@ use tidemark_schema::{QuarantineReason, QuarantineSource, Timestamp};
 use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite};
 use tidemark_store::failures::{COUNT_TTL_SECONDS, SET_ASIDE_AFTER, function_version};
 
-use crate::decode::Rejection;
-use crate::handler::{IngestError, quarantine_items};
+use crate::error::IngestError;
+use crate::rejection::{Rejection, quarantine_items};
 
 /// The function name failure counts are kept under.
 pub const FUNCTION: &str = "ingest";
