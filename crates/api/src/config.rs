@@ -253,9 +253,23 @@ fn jwt_sign_in(env: &Env<impl Fn(&str) -> Option<String>>) -> Result<JwtSignIn, 
         token_origin: env.parse_with(
             &settings::UI_OIDC_TOKEN_ORIGIN,
             "an origin: https://host[:port], no path",
-            |v| crate::ui::origin(v).filter(|o| o == v),
+            |v| origin(v).filter(|o| o == v),
         )?,
     })
+}
+
+/// `scheme://host[:port]` of an HTTP(S) URL, when it is made only of characters an origin
+/// may hold (so it cannot smuggle another directive into the policy).
+pub fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let host = rest.split('/').next()?;
+    let o = format!("{scheme}://{host}");
+    let ok = !host.is_empty()
+        && (scheme == "https" || scheme == "http")
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    ok.then_some(o)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+pub use crate::config::origin;
 use crate::config::{JwtSignIn, ScopeNames, UiAuth};
 use crate::error::ApiError;
 
@@ -114,20 +115,6 @@ fn csp(auth: &UiAuth) -> String {
          frame-ancestors 'none'",
         connect.join(" ")
     )
-}
-
-/// `scheme://host[:port]` of an HTTP(S) URL, when it is made only of characters an origin
-/// may hold (so it cannot smuggle another directive into the policy).
-pub fn origin(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let host = rest.split('/').next()?;
-    let o = format!("{scheme}://{host}");
-    let ok = !host.is_empty()
-        && (scheme == "https" || scheme == "http")
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
-    ok.then_some(o)
 }
 
 fn with_headers(mut resp: Response<Body>, content_type: &str, auth: &UiAuth) -> Response<Body> {
