@@ -1,7 +1,8 @@
 //! `make bench`: what Tidemark costs and how fast it is, measured on the local stack, side by
 //! side with the textbook design (docs/design.md §8). Benchmarks report; they never assert.
 //!
-//! - [`meter`]: a metering proxy that makes DynamoDB report the write units of every call;
+//! - [`meter`]: a metering proxy that makes DynamoDB report the write units of every call
+//!   ([`capacity`] reads them from a response);
 //! - [`scenario`]: deterministic fleets and the Kinesis events they produce;
 //! - [`run`]: one scenario through one design, handlers called in process;
 //! - [`baseline`]: the textbook design (per-record puts, per-reading rollup updates);
@@ -12,6 +13,7 @@
 pub mod api;
 pub mod artifacts;
 pub mod baseline;
+pub mod capacity;
 pub mod local_ddb;
 pub mod meter;
 pub mod report;

@@ -22,6 +22,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde_json::Value;
+
+pub use crate::capacity::{Capacity, consumed, consumed_by_index};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What an operation's capacity units are.
@@ -70,79 +72,6 @@ pub fn rewrite_request(body: &[u8]) -> Option<Vec<u8>> {
     v.as_object_mut()?
         .insert("ReturnConsumedCapacity".into(), Value::from("INDEXES"));
     serde_json::to_vec(&v).ok()
-}
-
-/// Capacity units of one response, split by where they were spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct Capacity {
-    pub total: f64,
-    pub table: f64,
-    pub gsi: f64,
-}
-
-impl Capacity {
-    fn add(&mut self, o: Capacity) {
-        self.total += o.total;
-        self.table += o.table;
-        self.gsi += o.gsi;
-    }
-}
-
-fn units(v: &Value) -> f64 {
-    ["CapacityUnits", "WriteCapacityUnits", "ReadCapacityUnits"]
-        .iter()
-        .find_map(|k| v.get(*k).and_then(Value::as_f64))
-        .unwrap_or(0.0)
-}
-
-/// Sums the `ConsumedCapacity` of a response body: an object (single-item operations,
-/// Query) or a list of them, one per table (batch and transaction operations).
-pub fn consumed(body: &[u8]) -> Capacity {
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return Capacity::default();
-    };
-    let entries: Vec<&Value> = match v.get("ConsumedCapacity") {
-        Some(Value::Array(a)) => a.iter().collect(),
-        Some(o @ Value::Object(_)) => vec![o],
-        _ => return Capacity::default(),
-    };
-    let mut sum = Capacity::default();
-    for e in entries {
-        let total = units(e);
-        let index_units = |k: &str| -> f64 {
-            e.get(k)
-                .and_then(Value::as_object)
-                .map(|m| m.values().map(units).sum())
-                .unwrap_or(0.0)
-        };
-        let gsi = index_units("GlobalSecondaryIndexes");
-        let lsi = index_units("LocalSecondaryIndexes");
-        let table = e.get("Table").map(units).unwrap_or(total - gsi - lsi);
-        sum.add(Capacity { total, table, gsi });
-    }
-    sum
-}
-
-/// The global secondary index units of a response, by index name (what [`consumed`] sums
-/// as `gsi`).
-pub fn consumed_by_index(body: &[u8]) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return out;
-    };
-    let entries: Vec<&Value> = match v.get("ConsumedCapacity") {
-        Some(Value::Array(a)) => a.iter().collect(),
-        Some(o @ Value::Object(_)) => vec![o],
-        _ => return out,
-    };
-    for e in entries {
-        if let Some(m) = e.get("GlobalSecondaryIndexes").and_then(Value::as_object) {
-            for (name, c) in m {
-                *out.entry(name.clone()).or_insert(0.0) += units(c);
-            }
-        }
-    }
-    out
 }
 
 /// Read units AWS bills for a read that DynamoDB Local reports no capacity for: a read that

@@ -21,7 +21,7 @@ use hyper::Request;
 use hyper::body::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::meter::{Capacity, consumed};
+use crate::capacity::{Capacity, consumed};
 
 /// What one `BatchExecuteStatement` exchange did.
 #[derive(Debug, Default, PartialEq)]
