@@ -4,11 +4,9 @@
 //! engine and against DynamoDB Local, on items written as the export and the rollups role
 //! write them.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App};

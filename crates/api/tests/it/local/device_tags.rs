@@ -3,11 +3,9 @@
 //! `GET /devices?tag=…` lists a tag's members from its index, with the other filters. Each
 //! behaviour runs over the in-memory store and against DynamoDB Local.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App, Store};

@@ -2,15 +2,13 @@
 //! and packed slots (of several lengths, over several shards, each slot split into parts
 //! that interleave in time), query pages cut short (the 1 MB cap) so that a slot's parts
 //! arrive over several pages, random ranges and page sizes, both ways. The same behaviours
-//! run against DynamoDB Local in `packed_layouts.rs`.
-
-mod common;
+//! run against DynamoDB Local in `local/packed_layouts.rs`.
 
 use std::collections::BTreeMap;
 
+use crate::common::*;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::packed::{self, SlotReadings};

@@ -2,9 +2,7 @@
 //! every answer that would pass a limit is a 400 `too_much` naming it, at the limit it is
 //! answered; open-hour readings count; no body passes the response bound.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use tidemark_api::budget::{Limits, Usage, escaped_len};
 use tidemark_api::{ApiConfig, App};

@@ -2,9 +2,7 @@
 //! readings for under `DEVICE_IDENTITY=partition-key`, set with `PUT /devices/{id}`, shown by
 //! `GET /devices/{id}`, refused naming the field when malformed. Against DynamoDB Local.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use tidemark_schema::{DeviceItem, EntityKey, MAX_GATEWAY_FOR};
 use tidemark_store::from_item;

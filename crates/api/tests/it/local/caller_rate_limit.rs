@@ -3,10 +3,8 @@
 //! a 429 naming the limit with `Retry-After`, before anything is read; other callers are not
 //! affected; the next minute starts afresh; off (0), nothing is counted.
 
-mod common;
-
+use crate::common::*;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use http::Response;
 use lambda_http::{Body, Request};
 use serde_json::{Value, json};

@@ -4,9 +4,7 @@
 //! and the shape its Infinity columns read, against DynamoDB Local. The tag variable (a
 //! group, `key:value`) feeds the group panel a `/groups/series?format=wide` of that group.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use tidemark_schema::{GroupBucketItem, Period, Stats, Tag};
 

@@ -1,10 +1,8 @@
 //! The handlers over the in-memory store: the merge of many partitions under short
 //! DynamoDB pages (the 1 MB cap), for many layout histories and page sizes, without a
-//! database. The same behaviours run against DynamoDB Local in `local_dynamodb.rs`.
+//! database. The same behaviours run against DynamoDB Local in `local/local_dynamodb.rs`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{LayoutHistory, ReadingItem, ShardConfigItem};

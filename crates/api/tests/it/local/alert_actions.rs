@@ -3,12 +3,10 @@
 //! Local only, what a conditional write guarantees when the pipeline resolves an alert
 //! while someone snoozes it.
 
-mod common;
-
 use std::collections::HashMap;
 
+use crate::common::*;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use common::*;
 use serde_json::{Value, json};
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App, Store};

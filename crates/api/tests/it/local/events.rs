@@ -3,9 +3,7 @@
 //! `cargo lambda invoke --data-file` and `sam local invoke -e`) and aws_lambda_events' own
 //! fixture.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn event(name: &str) -> lambda_http::Request {
@@ -25,7 +23,10 @@ async fn invoke(app: &tidemark_api::App, req: lambda_http::Request) -> (u16, Val
 #[tokio::test]
 async fn the_aws_lambda_events_fixture_is_answered_with_a_json_404() {
     // GIVEN aws_lambda_events' sample request (GET /, $default stage, no authorizer)
-    let text = include_str!("fixtures/example-apigw-v2-request-no-authorizer.json");
+    let text = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/example-apigw-v2-request-no-authorizer.json"
+    ));
     let req = lambda_http::request::from_str(text).unwrap();
     let t = sample_table("api-ev-fixture").await;
     // THEN it is routed to nothing, cleanly

@@ -4,12 +4,10 @@
 //! size give the same buckets as one wide answer; empty buckets are filled with nothing, the
 //! last reading, or the line between readings, including readings outside the range.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod fixture;
 mod sketches;
 
-use common::*;
+use crate::common::*;
 use fixture::*;
 use serde_json::Value;
 use tidemark_api::{ApiConfig, App};

@@ -1,10 +1,8 @@
 //! The API against DynamoDB Local: every access pattern of docs/design.md §9 with its exact JSON,
 //! pagination across pages and shards, and a table of bad inputs.
 
-mod common;
-
+use crate::common::*;
 use base64::Engine;
-use common::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use tidemark_api::{ApiConfig, App};

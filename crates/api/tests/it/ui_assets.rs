@@ -1,6 +1,6 @@
 //! The dashboard's static files as the API function serves them under `/ui/`, through HTTP
 //! API (payload v2) events as API Gateway sends them, stage prefix included. (The page
-//! itself is driven in a real browser by `crates/devstack/tests/dashboard.rs`.)
+//! itself is driven in a real browser by `crates/devstack/tests/it/local/dashboard.rs`.)
 
 use http::header;
 use serde_json::{Value, json};

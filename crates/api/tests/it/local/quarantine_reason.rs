@@ -1,9 +1,7 @@
 //! `GET /quarantine?reason=…`: what the pipeline set aside (`unprocessable`) is found among a
 //! day's bad records without reading them all by eye. Against DynamoDB Local.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tidemark_schema::{QuarantineItem, QuarantineReason, QuarantineSource};
 use tidemark_testkit::TestTable;
 
@@ -86,7 +84,7 @@ async fn the_quarantine_lists_one_reason_when_asked_and_names_the_code_that_set_
 
 #[test]
 fn the_openapi_reason_filter_names_every_quarantine_reason() {
-    let spec = include_str!("../openapi.yaml");
+    let spec = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml"));
     let at = spec
         .find("        - name: reason")
         .expect("the reason parameter");

@@ -6,8 +6,8 @@ use serde_json::Value;
 use tidemark_schema::sketch::RELATIVE_ACCURACY;
 use tidemark_schema::{AggregateItem, Period, Reading, Sketch};
 
+use super::fixture::*;
 use crate::common::*;
-use crate::fixture::*;
 
 /// `item` with each metric's sketch of `rs`, as the rollups role writes it for a device
 /// with `percentiles: true`.

@@ -3,23 +3,15 @@
 //! across the changes in pages of every size, both ways; `latest` and `/latest?ids=` whether
 //! the newest reading is packed or not; unreadable slot parts skipped, never a 500.
 
-mod common;
-
+use crate::common::*;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use serde_json::{Value, json};
-use tidemark_api::{ApiConfig, App};
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{DeviceId, Layout, LayoutHistory, Reading, SlotLen, Timestamp, keys};
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
-
-fn at_clock(t: &TestTable, now: &str) -> App {
-    init_logs();
-    App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(ts(now)))
-}
 
 fn len(s: i64) -> SlotLen {
     SlotLen::new(s).unwrap()

@@ -50,6 +50,12 @@ pub fn app(t: &TestTable) -> App {
     App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(now()))
 }
 
+/// [`app`] with the clock at `now` (RFC 3339).
+pub fn at_clock(t: &TestTable, now: &str) -> App {
+    init_logs();
+    App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(ts(now)))
+}
+
 pub async fn put<T: serde::Serialize>(t: &TestTable, v: &T) {
     t.client
         .put_item()

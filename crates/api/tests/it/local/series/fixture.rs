@@ -4,16 +4,11 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use tidemark_api::{ApiConfig, App};
+use tidemark_api::App;
 use tidemark_schema::{LayoutHistory, Reading, Timestamp};
 use tidemark_testkit::TestTable;
 
 use crate::common::*;
-
-pub fn at_clock(t: &TestTable, now: &str) -> App {
-    init_logs();
-    App::new(t.client.clone(), ApiConfig::new(&t.name).with_now(ts(now)))
-}
 
 /// Every 13 s from 13:50 to 15:00: `t` always, `h` on even readings, `w` only before 14:30,
 /// and none at all from 14:32 to 14:41 (a gap). Values wander and repeat, so extremes and
