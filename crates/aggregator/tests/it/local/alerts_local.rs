@@ -1,11 +1,10 @@
 //! The alerts role against DynamoDB Local: each rule and each situation in which alerts used
 //! to be wrong, with real conditional writes and transactions.
 
-mod common;
-
-use aws_lambda_events::event::dynamodb::{EventRecord, StreamRecord};
-use common::*;
+use crate::common::*;
+use aws_lambda_events::event::dynamodb::EventRecord;
 use tidemark_aggregator::config::{Role, parse_thresholds};
+use tidemark_aggregator::testing::device_modify;
 use tidemark_aggregator::{Aggregator, AggregatorConfig};
 use tidemark_schema::{
     AlertItem, AlertState, DeviceItem, DeviceStatus, LayoutHistory, ReadingItem, RulePhase,
@@ -127,18 +126,6 @@ async fn a_one_reading_spike_on_a_four_shard_device_is_never_missed() {
         assert_eq!((a.opened_at, a.value), (at(sec), 99.0));
         assert_eq!(a.resolved_at, Some(at(sec + 1)));
     }
-}
-
-fn device_modify(seq: u64, old: &DeviceItem, new: &DeviceItem) -> EventRecord {
-    let mut c = StreamRecord::default();
-    c.keys = serde_dynamo::to_item(serde_json::json!({"pk": new.pk, "sk": new.sk})).unwrap();
-    c.old_image = serde_dynamo::to_item(old).unwrap();
-    c.new_image = serde_dynamo::to_item(new).unwrap();
-    c.sequence_number = Some(format!("{seq:021}"));
-    let mut r = EventRecord::default();
-    r.event_name = "MODIFY".into();
-    r.change = c;
-    r
 }
 
 #[tokio::test]

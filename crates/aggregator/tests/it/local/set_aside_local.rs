@@ -3,11 +3,9 @@
 //! 400 KB) is retried, set aside at its third failure with a repair item, and the batch moves
 //! on; once the cause is gone the repair re-derives the device's alerts from the table.
 
-mod common;
-
+use crate::common::*;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use tidemark_aggregator::config::{Role, parse_thresholds};
 use tidemark_aggregator::setaside::REPAIR_EVERY_MS;
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Report};

@@ -1,12 +1,10 @@
 //! The aggregator against DynamoDB Local: real items, real conditional writes.
 
-mod common;
-
 use std::collections::BTreeMap;
 
+use crate::common::*;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::table::{GSI1, attr};
 use tidemark_schema::{

@@ -2,15 +2,12 @@
 //! the table's real stream and aggregated: the rollups are exactly those of the same
 //! readings stored one item per reading.
 
-mod common;
-
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use aws_lambda_events::event::dynamodb::EventRecord;
+use crate::common::*;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
@@ -20,38 +17,7 @@ use tidemark_schema::{
 };
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::slots::{SlotKey, SlotWriter};
-use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
-use tidemark_testkit::{TestTable, services};
-
-/// Every record of the table's stream so far, in stream order per shard.
-async fn stream_records(t: &TestTable, want: usize) -> Vec<EventRecord> {
-    let streams = tidemark_streams::local_streams::client(&services().dynamodb_endpoint).await;
-    let source = DynamoDbStreamSource::for_table(&t.client, streams, &t.name)
-        .await
-        .unwrap();
-    let started = Instant::now();
-    loop {
-        let mut out = Vec::new();
-        for shard in source.shards().await.unwrap() {
-            let mut it = source
-                .iterator(&shard.id, &Start::TrimHorizon)
-                .await
-                .unwrap();
-            while let Some(i) = it {
-                let page = source.read(&shard.id, &i, 1000).await.unwrap();
-                if page.records.is_empty() {
-                    break;
-                }
-                out.extend(page.records);
-                it = page.next;
-            }
-        }
-        if out.len() >= want || started.elapsed() > Duration::from_secs(20) {
-            return out;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use tidemark_testkit::TestTable;
 
 /// Readings with one or two metrics, at seconds after 14:00.
 fn rs(pairs: &[(i64, &[(&str, f64)])]) -> SlotReadings {
@@ -220,7 +186,7 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
 
     // WHEN the table's stream is delivered to the aggregator in small batches, each batch
     // after the first replaying the one before it, then all of it once more
-    let records = stream_records(&t, 20).await;
+    let records = stream_records(&t, "the writes' records on the stream", |r| r.len() >= 20).await;
     let agg = tidemark_aggregator::BothRoles::new(
         t.client.clone(),
         tidemark_aggregator::AggregatorConfig::new(&t.name).with_default_thresholds(
@@ -458,7 +424,10 @@ async fn metrics_added_in_a_later_part_roll_up_once_and_walks_merge_them_per_tim
     assert!(holding > 1, "the metrics of 4 s are in {holding} parts");
 
     // WHEN the stream is delivered in small overlapping batches, then all of it again
-    let records = stream_records(&t, parts.len()).await;
+    let records = stream_records(&t, "a record per part on the stream", |r| {
+        r.len() >= parts.len()
+    })
+    .await;
     let agg = tidemark_aggregator::BothRoles::new(
         t.client.clone(),
         tidemark_aggregator::AggregatorConfig::new(&t.name),

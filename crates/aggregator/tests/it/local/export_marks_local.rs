@@ -1,9 +1,7 @@
 //! The rollups role marks for the Parquet export the hours whose readings change after they
 //! closed, and only those (against DynamoDB Local).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{Clock, EntityKey, ExportDirtyItem};
 use tidemark_testkit::TestTable;

@@ -2,11 +2,9 @@
 //! and daily rollups are split into pages, every page under DynamoDB's 400 KB item limit,
 //! and the shard goes on.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 use tidemark_aggregator::{Aggregator, AggregatorConfig};
 use tidemark_schema::{DeviceId, EntityKey, MetricName, Period, Reading, ReadingItem};
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};

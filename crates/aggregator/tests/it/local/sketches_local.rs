@@ -3,9 +3,7 @@
 //! readings (merged from its hours), late readings land in both, and devices without the
 //! flag pay nothing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tidemark_aggregator::pages;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{

@@ -6,13 +6,11 @@
 //! moving between groups mid-hour, a member removed from a group), corrections and deletes
 //! included (docs/design.md §5 "Groups").
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::common::*;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Role};
 use tidemark_schema::{
     DeviceId, GroupPartialItem, MetricName, ReadingItem, Stats, Tag, TagEpoch, TagHistory,

@@ -8,13 +8,11 @@
 //! sequence numbers interleave across the two shards
 //! (docs/decisions/0002-exactly-once-rollups.md).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::common::slots::{SlotAt, SlotSim};
+use crate::common::*;
 use aws_lambda_events::event::dynamodb::EventRecord;
-use common::slots::{SlotAt, SlotSim};
-use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tidemark_schema::history::LayoutEpoch;

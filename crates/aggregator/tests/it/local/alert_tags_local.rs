@@ -3,13 +3,10 @@
 //! items, and the notifier, fed the table's real stream, publishes them as `detail.tags`, so
 //! an EventBridge rule can route one site's alerts to its own team.
 
-mod common;
-
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use aws_lambda_events::event::dynamodb::EventRecord;
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use tidemark_aggregator::config::{Role, parse_thresholds};
 use tidemark_aggregator::notify::{
@@ -21,8 +18,7 @@ use tidemark_schema::{
     Clock, DeviceId, DeviceItem, DeviceStatus, EntityKey, HeartbeatItem, TagKey, TagValue, Tags,
     Timestamp,
 };
-use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
-use tidemark_testkit::{TestTable, services};
+use tidemark_testkit::TestTable;
 use tidemark_watchdog::{DynamoWatch, Heartbeats, Watchdog, WatchdogConfig, WatchdogError};
 
 fn tags(pairs: &[(&str, &str)]) -> Tags {
@@ -65,37 +61,6 @@ fn published(n: &Notifier<Bus, DynamoMarkers>) -> Vec<Value> {
         .collect()
 }
 
-/// Every record of the table's stream so far, once it shows at least `changes` alert
-/// state changes.
-async fn stream_records(t: &TestTable, changes: usize) -> Vec<EventRecord> {
-    let streams = tidemark_streams::local_streams::client(&services().dynamodb_endpoint).await;
-    let source = DynamoDbStreamSource::for_table(&t.client, streams, &t.name)
-        .await
-        .unwrap();
-    let started = Instant::now();
-    loop {
-        let mut out = Vec::new();
-        for shard in source.shards().await.unwrap() {
-            let mut it = source
-                .iterator(&shard.id, &Start::TrimHorizon)
-                .await
-                .unwrap();
-            while let Some(i) = it {
-                let page = source.read(&shard.id, &i, 1000).await.unwrap();
-                if page.records.is_empty() {
-                    break;
-                }
-                out.extend(page.records);
-                it = page.next;
-            }
-        }
-        if alert_changes(&out).len() >= changes || started.elapsed() > Duration::from_secs(20) {
-            return out;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn threshold_alert_events_carry_the_tags_the_device_had_when_the_alert_was_written() {
     let t = TestTable::new("alert-tags").await;
@@ -120,7 +85,14 @@ async fn threshold_alert_events_carry_the_tags_the_device_had_when_the_alert_was
     put_readings(&t, std::slice::from_ref(&breach)).await;
     let (resp, _) = agg.process(&event(vec![s.insert(&breach)])).await;
     assert!(resp.batch_item_failures.is_empty());
-    let (first, _) = n.process(&event(stream_records(&t, 1).await)).await;
+    let (first, _) = n
+        .process(&event(
+            stream_records(&t, "the alert's opening on the stream", |r| {
+                !alert_changes(r).is_empty()
+            })
+            .await,
+        ))
+        .await;
     assert_eq!(first, None);
 
     // THEN the alert item and its opened event carry the device's tags
@@ -139,7 +111,13 @@ async fn threshold_alert_events_carry_the_tags_the_device_had_when_the_alert_was
     put_readings(&t, std::slice::from_ref(&normal)).await;
     let (resp, _) = agg.process(&event(vec![s.insert(&normal)])).await;
     assert!(resp.batch_item_failures.is_empty());
-    n.process(&event(stream_records(&t, 2).await)).await;
+    n.process(&event(
+        stream_records(&t, "the alert's two changes on the stream", |r| {
+            alert_changes(r).len() >= 2
+        })
+        .await,
+    ))
+    .await;
 
     // THEN the resolved event (the alert's update, DynamoDB's update expression) carries
     // the tags the alert was last written with, and the opened one is not sent again
@@ -216,7 +194,14 @@ async fn offline_alert_events_carry_the_device_tags() {
         .await
         .unwrap();
     assert_eq!(report.opened, 1, "{report:?}");
-    let (first, _) = n.process(&event(stream_records(&t, 1).await)).await;
+    let (first, _) = n
+        .process(&event(
+            stream_records(&t, "the alert's opening on the stream", |r| {
+                !alert_changes(r).is_empty()
+            })
+            .await,
+        ))
+        .await;
     assert_eq!(first, None);
 
     // THEN the offline alert's opened event carries the device's tags

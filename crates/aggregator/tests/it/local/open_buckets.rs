@@ -3,9 +3,7 @@
 //! from its readings and sum a day from its hours); the device's first batch after the close
 //! writes it; late readings after that correct it, once.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{AggregateItem, CLOSE_GRACE_SECONDS, Clock, MetricName, Period, Timestamp};
 use tidemark_testkit::TestTable;

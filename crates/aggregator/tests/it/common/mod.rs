@@ -14,7 +14,8 @@ use tidemark_schema::{
     AggregateItem, AlertItem, Bucket, DeviceId, DeviceItem, EntityKey, MetricName, Period, Reading,
     ReadingItem, SlotItem, Stats, Timestamp, keys,
 };
-use tidemark_testkit::TestTable;
+use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
+use tidemark_testkit::{TestTable, eventually, services};
 
 pub fn ts(s: &str) -> Timestamp {
     Timestamp::parse_rfc3339(s).unwrap()
@@ -481,4 +482,37 @@ pub async fn put_shard_history(
         .send()
         .await
         .unwrap();
+}
+
+/// Every record of the table's real stream (DynamoDB Local's), in stream order per shard,
+/// once `enough` says they are all there; panics naming `what` after 20 s.
+pub async fn stream_records(
+    t: &TestTable,
+    what: &str,
+    enough: impl Fn(&[EventRecord]) -> bool,
+) -> Vec<EventRecord> {
+    let streams = tidemark_streams::local_streams::client(&services().dynamodb_endpoint).await;
+    let source = DynamoDbStreamSource::for_table(&t.client, streams, &t.name)
+        .await
+        .unwrap();
+    let (source, enough) = (&source, &enough);
+    eventually(std::time::Duration::from_secs(20), what, || async move {
+        let mut out = Vec::new();
+        for shard in source.shards().await.unwrap() {
+            let mut it = source
+                .iterator(&shard.id, &Start::TrimHorizon)
+                .await
+                .unwrap();
+            while let Some(i) = it {
+                let page = source.read(&shard.id, &i, 1000).await.unwrap();
+                if page.records.is_empty() {
+                    break;
+                }
+                out.extend(page.records);
+                it = page.next;
+            }
+        }
+        enough(&out).then_some(out)
+    })
+    .await
 }
