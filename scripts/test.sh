@@ -65,7 +65,7 @@ else
   # The same command a deploy runs (`sam build`: cargo-lambda, --release, arm64), with the
   # optimizer turned down through Cargo's own profile overrides: fat LTO and one codegen unit
   # made this step 30 of CI's 78 minutes, and they change no behaviour the checks below look at
-  # (docs/decisions/0011-test-build-optimizer.md). `make build` and `make deploy` keep them;
+  # (docs/decisions/0012-test-build-optimizer.md). `make build` and `make deploy` keep them;
   # TIDEMARK_SAM_RELEASE_PROFILE=1 checks the deployed profile itself.
   if [[ "${TIDEMARK_SAM_RELEASE_PROFILE:-0}" == "1" ]]; then
     make --no-print-directory build
