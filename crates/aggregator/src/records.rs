@@ -365,7 +365,7 @@ pub enum Decoded {
     Device(DeviceChange),
     /// An alert item's INSERT or MODIFY (its state changes are what [`crate::notify`]
     /// publishes).
-    Alert(AlertRecord),
+    Alert(Box<AlertRecord>),
     /// A heartbeat ingest stored that the alerts role has not marked passed yet.
     Heartbeat(Heartbeat),
     /// An item deleted by TTL ([`is_ttl_expiry`]): expiry never changes a rollup or an alert.
@@ -557,7 +557,7 @@ pub fn decode(index: usize, rec: &EventRecord) -> Decoded {
             .map(Decoded::Device)
             .unwrap_or(Decoded::Ignored(Ignored::NotReading)),
         EntityKey::Alert { .. } => match alert_record(index, rec) {
-            Ok(a) => Decoded::Alert(a),
+            Ok(a) => Decoded::Alert(Box::new(a)),
             Err(why) => Decoded::Ignored(why),
         },
         EntityKey::Heartbeat(_) => heartbeat(index, rec)

@@ -177,7 +177,7 @@ pub fn changes_of(records: &[Decoded]) -> Vec<AlertChange> {
     records
         .iter()
         .filter_map(|r| match r {
-            Decoded::Alert(a) => Some(a),
+            Decoded::Alert(a) => Some(a.as_ref()),
             _ => None,
         })
         .flat_map(record_changes)
