@@ -43,11 +43,12 @@ bootstrap:
 test:
 	scripts/test.sh
 
-## soak: the never-stall property (tests/tests/never_stall) with SOAK_CASES cases a property
+## soak: the never-stall property (tests/tests/it/never_stall, the module `never_stall` of the
+## tests binary `it`) with SOAK_CASES cases a property
 ## (`make test` runs 1000); a failure prints its seed, TIDEMARK_SEED=<seed> replays it
 SOAK_CASES ?= 20000
 soak:
-	TIDEMARK_SOAK_CASES=$(SOAK_CASES) $(CARGO) test -p tidemark-tests --test never_stall
+	TIDEMARK_SOAK_CASES=$(SOAK_CASES) $(CARGO) test -p tidemark-tests --test it never_stall
 
 ## services: start (or reuse) the local emulators only
 services:

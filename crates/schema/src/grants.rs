@@ -4,7 +4,7 @@
 //! DeleteItem, BatchWriteItem, PartiQLInsert) only under a `dynamodb:LeadingKeys` condition
 //! (`ForAllValues:StringLike`) naming exactly these partitions, so a function that tries to
 //! write anywhere else gets AccessDenied. DynamoDB checks the condition per item, in a batch
-//! too. The test `tests/tests/template_grants_what_functions_use.rs` holds the template to
+//! too. The test `tests/tests/it/template_grants_what_functions_use.rs` holds the template to
 //! this table, and this table to the key constructors each function's code uses; reads stay
 //! unconditioned.
 //!

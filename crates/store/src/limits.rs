@@ -194,7 +194,7 @@ mod tests {
 
     /// Values at the validator's edges (±1e100, ±1e-100) are valid readings; their hour's
     /// spread (`m2`, ~1e200 or ~1e-200) is outside DynamoDB's numbers, and a rollup storing
-    /// it as one was refused for good (found by tests/tests/never_stall).
+    /// it as one was refused for good (found by tests/tests/it/never_stall).
     #[test]
     fn a_rollup_of_values_at_the_validators_edges_is_an_item_dynamodb_stores() {
         use tidemark_schema::{AggregateItem, DeviceId, Period, Stats, Timestamp};

@@ -13,8 +13,8 @@ use tidemark_schema::{
 };
 use tidemark_testkit::rollups::{Rollup, same_stats, stored};
 
-use crate::driver::World;
-use crate::generator::{self, DEVICES};
+use super::driver::World;
+use super::generator::{self, DEVICES};
 
 /// One valid reading as sent: device, time, metrics (none: a keep-alive).
 pub type SentReading = (usize, Timestamp, Vec<(String, f64)>);

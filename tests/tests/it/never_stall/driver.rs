@@ -21,11 +21,11 @@ use tidemark_schema::{
 use tidemark_store::memory::MemTable;
 use tidemark_store::{Item, StoreError};
 
-use crate::generator::{
+use super::generator::{
     self, Action, EVIL, Hostile, LayoutKind, PAST_EDGE_VALUES, Read, Rec, Tick, When,
 };
-use crate::oracle::{Expect, Oracle, Sent};
-use crate::shared::Shared;
+use super::oracle::{Expect, Oracle, Sent};
+use super::shared::Shared;
 
 /// Tries of one batch (from the same first record) before the shard counts as stalled:
 /// above the three permanent failures after which a record is set aside.

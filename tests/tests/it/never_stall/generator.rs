@@ -1,12 +1,12 @@
 //! What a case is: steps of a clock that crosses hour and midnight closes, each putting
 //! records into the readings stream, changing a device's layout, or letting ingest or one of
 //! the aggregator's roles take a batch. Records are described here, relative to the clock of
-//! the step that puts them; the driver turns them into bytes ([`crate::driver`]).
+//! the step that puts them; the driver turns them into bytes ([`super::driver`]).
 
 use proptest::prelude::*;
 use tidemark_schema::MetricName;
 
-use crate::Known;
+use super::Known;
 
 /// The devices whose readings are checked: the last has the longest ID the validator allows.
 pub const DEVICES: usize = 4;
@@ -35,7 +35,7 @@ pub const EDGE_VALUES: [f64; 6] = [1e100, -1e100, 1e-100, -1e-100, 0.0, -0.0];
 /// Values just past them: every one of them invalid.
 pub const PAST_EDGE_VALUES: [f64; 4] = [1.000_000_1e100, -1.000_000_1e100, 9.9e-101, 5e-324];
 
-/// One case: the clock starts at [`crate::driver::base`] and each step may move it on.
+/// One case: the clock starts at [`super::driver::base`] and each step may move it on.
 #[derive(Debug, Clone)]
 pub struct Case {
     pub steps: Vec<Step>,

@@ -119,7 +119,7 @@ fn property(name: &str, hostile: bool) {
     if let Err(e) = result {
         panic!(
             "{name} failed; replay it with\n  TIDEMARK_SEED={seed} TIDEMARK_SOAK_CASES={cases} \
-             cargo test -p tidemark-tests --test never_stall {name}\n{e}"
+             cargo test -p tidemark-tests --test it never_stall::{name}\n{e}"
         );
     }
 }
