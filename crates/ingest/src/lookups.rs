@@ -1,6 +1,6 @@
 //! The reads ingest needs, one small trait each, with their DynamoDB implementations. Writes go through [`tidemark_store::batch::BatchWriteApi`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 
 use aws_sdk_dynamodb::Client;
@@ -13,8 +13,6 @@ use tidemark_schema::{
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_stored};
-
-use crate::metric_cap::{Names, Room};
 
 /// Layout histories: the whole `CONFIG` partition, the fleet's default layout and the
 /// devices with a shard count or layout of their own. Only those devices have an item there,
@@ -33,6 +31,30 @@ pub trait ShardConfigSource: Send + Sync {
         history: &LayoutHistory,
         version: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// A day's metric names.
+pub type Names = BTreeSet<MetricName>;
+
+/// The condition a write of names is made under: the set is absent, or holds at most (or
+/// exactly) this many names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// `attribute_not_exists(names) OR size(names) <= n`: every name added still fits.
+    AtMost(usize),
+    /// `attribute_not_exists(names) OR size(names) = n`: the set is the one just read.
+    Exactly(usize),
+}
+
+impl Room {
+    /// Whether a set of `held` names meets the condition (`None`: no set).
+    pub fn holds(self, held: Option<usize>) -> bool {
+        match (self, held) {
+            (_, None) => true,
+            (Room::AtMost(n), Some(h)) => h <= n,
+            (Room::Exactly(n), Some(h)) => h == n,
+        }
+    }
 }
 
 /// Which devices are registered (only asked with `UNKNOWN_DEVICES=quarantine`), and which

@@ -17,41 +17,15 @@
 //! container added names), one strongly consistent `GetItem` reads the set and one more
 //! conditional write adds the names that fit, checking the set has not changed since.
 
-use std::collections::BTreeSet;
-
 use thiserror::Error;
-use tidemark_schema::{Day, DeviceId, MetricName};
+use tidemark_schema::{Day, DeviceId};
 use tidemark_store::StoreError;
 
-use crate::lookups::DeviceDirectory;
-
-/// A day's metric names.
-pub type Names = BTreeSet<MetricName>;
+pub use crate::lookups::{DeviceDirectory, Names, Room};
 
 /// How often [`admit`] reads the set again after another container changed it between its
 /// read and its write, before giving up (the batch is then retried).
 pub const ATTEMPTS: usize = 5;
-
-/// The condition a write of names is made under: the set is absent, or holds at most (or
-/// exactly) this many names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Room {
-    /// `attribute_not_exists(names) OR size(names) <= n`: every name added still fits.
-    AtMost(usize),
-    /// `attribute_not_exists(names) OR size(names) = n`: the set is the one just read.
-    Exactly(usize),
-}
-
-impl Room {
-    /// Whether a set of `held` names meets the condition (`None`: no set).
-    pub fn holds(self, held: Option<usize>) -> bool {
-        match (self, held) {
-            (_, None) => true,
-            (Room::AtMost(n), Some(h)) => h <= n,
-            (Room::Exactly(n), Some(h)) => h == n,
-        }
-    }
-}
 
 #[derive(Debug, Error)]
 pub enum CapError {
@@ -131,8 +105,9 @@ pub async fn admit<D: DeviceDirectory>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::{HashMap, HashSet};
+    use std::collections::{BTreeSet, HashMap, HashSet};
     use std::sync::Mutex;
+    use tidemark_schema::MetricName;
 
     fn names(ns: &[&str]) -> Names {
         ns.iter().map(|n| MetricName::new(n).unwrap()).collect()
