@@ -1,5 +1,5 @@
 //! The watchdog's decisions against DynamoDB Local, its heartbeats passed at once by a
-//! stand-in for the pipeline (the whole pipeline is in `crates/devstack/tests/offline.rs`).
+//! stand-in for the pipeline (the whole pipeline is in `crates/devstack/tests/it/local/offline.rs`).
 
 use std::time::Duration;
 
