@@ -5,7 +5,7 @@ de-aggregation is tested against what real producers send, not against our own e
     scripts/kpl-fixtures.sh            regenerate the file
     scripts/kpl-fixtures.sh --check    fail if the committed file is not what it generates
 
-Records (2026-04-20, the fixtures' day; crates/ingest/tests/kpl_local.rs reads them):
+Records (2026-04-20, the fixtures' day; crates/ingest/tests/it/local/kpl_local.rs reads them):
   0  an aggregate of five user records: kpl_a at 14:00:00 (temperature), kpl_b at 14:00:00
      with its own explicit hash key, a user record that is not JSON, an array of two kpl_a
      readings (14:00:10, 14:00:20), and kpl_a at 14:00:00 again with humidity (same

@@ -4,12 +4,10 @@
 //! of any other device is quarantined as `identity_mismatch` with its record's bytes, and the
 //! rest of its record is stored. Gateway lists are read once per cache period.
 
-mod common;
-
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use tidemark_ingest::{DeviceDirectory, DynamoLookups, Ingest};
 use tidemark_schema::{

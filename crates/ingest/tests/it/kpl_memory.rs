@@ -4,9 +4,9 @@
 //! 80,000 user records sharing a 500 KB key):
 //!
 //! ```sh
-//! cargo test -p tidemark-ingest --test kpl_memory --no-run
+//! cargo test -p tidemark-ingest --test it --no-run
 //! USER_RECORDS=80000 KEY_BYTES=512000 /usr/bin/time -v \
-//!   target/debug/deps/kpl_memory-<hash> --ignored --exact opening_an_aggregate_of_one_shared_key
+//!   target/debug/deps/it-<hash> --ignored --exact kpl_memory::opening_an_aggregate_of_one_shared_key
 //! ```
 //!
 //! Measured (debug build, 2026-11-27): before user records shared their keys, each copied
@@ -64,8 +64,6 @@ fn opening_an_aggregate_of_one_shared_key() {
     );
 }
 
-mod common;
-
 /// What ingest takes for the largest aggregate it opens whose user records are all bad: each
 /// becomes a quarantine item of its own (the fake store keeps them in memory too, so this is
 /// an upper bound). Measured (debug build, 2026-11-27): 65,536 bad user records (a record of
@@ -76,11 +74,11 @@ async fn ingesting_an_aggregate_of_the_most_bad_user_records() {
     let n = setting("USER_RECORDS", kpl::MAX_USER_RECORDS);
     let bad: &[u8] = b"x";
     let aggregate = kpl::aggregate(&vec![("kpl_a", None, bad); n]);
-    let event = common::event_of(&[aggregate]);
-    let store = common::MemoryStore::default();
-    let ingest = common::memory_ingest(&store, common::config("t"));
-    let (response, stats) = ingest.process(&event, common::soon()).await.unwrap();
-    assert!(common::failures(&response).is_empty());
+    let event = crate::common::event_of(&[aggregate]);
+    let store = crate::common::MemoryStore::default();
+    let ingest = crate::common::memory_ingest(&store, crate::common::config("t"));
+    let (response, stats) = ingest.process(&event, crate::common::soon()).await.unwrap();
+    assert!(crate::common::failures(&response).is_empty());
     eprintln!(
         "{n} bad user records: {} quarantined, {} items in the store",
         stats.quarantined,

@@ -9,8 +9,7 @@ use tidemark_exporter::source::DynamoSource;
 use tidemark_store::ClientSettings;
 use tidemark_testkit::{TestTable, services, unique_name};
 
-mod common;
-use common::*;
+use crate::common::*;
 
 async fn bucket() -> S3Sink {
     let client = client(&ClientSettings::default(), Some(&services().s3_endpoint)).await;

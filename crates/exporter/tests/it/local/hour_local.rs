@@ -13,8 +13,7 @@ use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::source::DynamoSource;
 use tidemark_testkit::TestTable;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// (device, time µs, metric).
 type RowKey = (String, i64, String);

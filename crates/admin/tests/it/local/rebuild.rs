@@ -1,15 +1,13 @@
 //! `tidemark-admin rebuild` against DynamoDB Local while devstack's pipeline keeps applying
 //! new, late and corrected readings of the same device.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use common::{Stack, ago, corrupt_rollups, reading, readings_in};
+use crate::common::{Stack, ago, corrupt_rollups, reading, readings_in};
 use tidemark_admin::{Rebuild, Rebuilder};
 use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;

@@ -6,12 +6,10 @@
 //! quarantined as `identity_mismatch` with its record's bytes while the rest is stored, both
 //! under `DEVICE_IDENTITY=partition-key` (the default) and `iot-thing`.
 
-mod common;
-
 use std::collections::BTreeMap;
 
+use crate::common::*;
 use base64::Engine as _;
-use common::*;
 use serde_json::Value;
 use tidemark_schema::{DeviceIdentity, EntityKey, QuarantineItem, QuarantineReason, ReadingItem};
 use tidemark_store::from_item;

@@ -1,13 +1,11 @@
 //! The handler over in-memory fakes: caching, deadlines and failure reporting, where
 //! counting store calls matters. The same behaviours run against DynamoDB Local in
-//! `local_dynamodb.rs`.
-
-mod common;
+//! `local/local_dynamodb.rs`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use tidemark_ingest::UnknownDevices;
 use tidemark_schema::{LayoutHistory, QuarantineReason, ShardConfigItem};
 

@@ -3,12 +3,10 @@
 //! without metrics kept, an exact resend an arrival and a replay writing nothing), and layouts
 //! that change with no migration, even inside a slot.
 
-mod common;
-
 use std::collections::BTreeMap;
 
+use crate::common::*;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::*;
 use serde_json::json;
 use tidemark_ingest::IngestConfig;
 use tidemark_schema::packed;

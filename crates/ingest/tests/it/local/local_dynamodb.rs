@@ -1,13 +1,11 @@
 //! The ingest handler against DynamoDB Local: what lands in the table, byte for byte.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
-use common::*;
 use tidemark_ingest::{DeviceDirectory, DynamoLookups, Ingest, UnknownDevices};
 use tidemark_schema::keys::{reading_pk, reading_sk};
 use tidemark_schema::{

@@ -5,9 +5,7 @@
 //! refuses items over 400 KB as DynamoDB does), and the batch moves on: the record after it
 //! is stored.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tidemark_ingest::kpl;
 use tidemark_schema::{QuarantineItem, QuarantinePartItem, QuarantineReason};
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};

@@ -2,11 +2,9 @@
 //! devstack's mappings wrote after giving up (a finite retry count, as a user may configure)
 //! are handled again and nothing is lost or counted twice.
 
-mod common;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use common::{Stack, ago, reading};
+use crate::common::{Stack, ago, reading};
 use tidemark_admin::files::{DONE_DIR, files, redrive_files};
 use tidemark_admin::{AdminError, OnFailure, Rebuilder, Redriver};
 use tidemark_devstack::esm::MappingConfig;
@@ -33,11 +31,10 @@ async fn redriver(stack: &Stack) -> Redriver {
 }
 
 async fn wait(what: &str, cond: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(90), "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tidemark_testkit::eventually(Duration::from_secs(90), what, || async {
+        cond().then_some(())
+    })
+    .await;
 }
 
 async fn redrive_dir(r: &Redriver, dir: &std::path::Path) -> (usize, usize) {

@@ -3,10 +3,8 @@
 //! [`SET_ASIDE_AFTER`] times, then set aside in the quarantine as `unprocessable` and the
 //! batch moves on; a transient failure is retried for as long as it lasts and never set aside.
 
-mod common;
-
+use crate::common::*;
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use common::*;
 use tidemark_schema::{QuarantineItem, QuarantineReason};
 use tidemark_store::failures::SET_ASIDE_AFTER;
 

@@ -11,8 +11,7 @@ use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::source::DynamoSource;
 use tidemark_testkit::{TestTable, unique_name};
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// (device, metric, UTC hour of the day).
 type Group = (String, String, i64);

@@ -4,12 +4,10 @@
 //! next day starts afresh; a device's `maxMetricsPerDay` raises its cap; a replay gets the
 //! same answer; and names a container already saw admitted cost no write.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Map, Value, json};
 use tidemark_ingest::metric_cap::{Names, Room};
 use tidemark_ingest::{DeviceDirectory, DynamoLookups, Ingest};

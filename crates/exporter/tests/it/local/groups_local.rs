@@ -20,8 +20,7 @@ use tidemark_schema::{
 };
 use tidemark_testkit::TestTable;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn tags(pairs: &[(&str, &str)]) -> Tags {
     Tags::new(

@@ -3,11 +3,9 @@
 //! record of its own, a bad one is quarantined alone, a corrupt aggregate whole, and the
 //! checkpoint stays on Kinesis records.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use tidemark_schema::{QuarantineItem, QuarantineReason};
 use tidemark_store::from_item;
 use tidemark_testkit::TestTable;

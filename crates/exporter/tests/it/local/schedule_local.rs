@@ -10,8 +10,7 @@ use tidemark_exporter::source::DynamoSource;
 use tidemark_schema::{EntityKey, ExportDirtyItem};
 use tidemark_testkit::TestTable;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn schedule() -> Schedule {
     Schedule {

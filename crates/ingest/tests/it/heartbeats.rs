@@ -2,9 +2,7 @@
 //! "Heartbeats"): a record shaped like one from any other producer, or dated ahead of its
 //! own arrival in Kinesis, is an ordinary bad record, quarantined, and proves nothing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tidemark_schema::heartbeat::{self, PARTITION_KEY};
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::{EntityKey, QuarantineReason};

@@ -1,0 +1,8 @@
+//! Tests against DynamoDB Local, moto's S3 and DuckDB (`scripts/services.sh start`). Each
+//! makes its own table and bucket (uniquely named), so they run concurrently.
+
+mod duckdb_reads;
+mod groups_local;
+mod hour_local;
+mod s3_local;
+mod schedule_local;
