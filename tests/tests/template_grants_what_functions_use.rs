@@ -606,7 +606,7 @@ fn constructors_of(p: &tidemark_schema::grants::Partitions) -> &'static [&'stati
         }
         StartingWith(keys::CALLER_PREFIX) => &["CallerRateItem", "EntityKey::CallerRate"],
         Exactly(keys::CONFIG_PK) => &[
-            "EntityKey::ShardConfig",
+            "EntityKey::DeviceLayout",
             "EntityKey::DefaultLayout",
             "EntityKey::TagHistory",
             "CONFIG_PK",

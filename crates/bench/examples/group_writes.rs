@@ -36,9 +36,9 @@ use tidemark_bench::artifacts::{machine, workspace_root};
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::meter::Meter;
 use tidemark_bench::windows;
+use tidemark_exporter::export_table::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::sink::MemorySink;
-use tidemark_exporter::source::DynamoSource;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, EntityKey, MetricName, Reading, ReadingItem, SlotItem,
@@ -348,7 +348,7 @@ async fn main() {
         )
         .await;
     assert!(report.failed_tags.is_empty(), "readings stored");
-    let source = DynamoSource::new(client.clone(), table, 1).with_group_tags(keys.clone());
+    let source = DynamoExportTable::new(client.clone(), table, 1).with_group_tags(keys.clone());
     let sink = MemorySink::default();
     let first_hour = Timestamp::parse_rfc3339("2026-04-20T11:00:00Z").expect("a time");
     let _ = meter.take().await;

@@ -213,7 +213,7 @@ impl PipelineConfig {
             Some(url) => Functions::Invoke {
                 url,
                 ingest: var("TIDEMARK_INGEST_FUNCTION").unwrap_or_else(|| "tidemark-ingest".into()),
-                aggregator: var("TIDEMARK_AGGREGATOR_FUNCTION")
+                aggregator: var("TIDEMARK_ROLLUPS_FUNCTION")
                     .unwrap_or_else(|| "tidemark-aggregator".into()),
             },
             None => Functions::InProcess,
@@ -244,9 +244,9 @@ impl PipelineConfig {
         };
         let aggregator = MappingConfig {
             batch_size: 1000,
-            batching_window: seconds("TIDEMARK_AGGREGATOR_WINDOW", 2.0)?,
+            batching_window: seconds("TIDEMARK_ROLLUPS_WINDOW", 2.0)?,
             max_retries,
-            on_failure_dir: Some(on_failure.join("aggregator")),
+            on_failure_dir: Some(on_failure.join("rollups")),
             ..MappingConfig::new("tidemark-aggregator")
         };
         let alerts = AlertsConfig {

@@ -27,7 +27,7 @@ use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, reading_item};
 use crate::event::arrival_time;
 use crate::heartbeat;
-use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
+use crate::lookups::{DeviceDirectory, DynamoLookups, LayoutHistorySource};
 use crate::metric_cap::{CapError, Names};
 use crate::packing::{SlotBatch, SlotReport};
 use crate::set_aside::{self, Failed};
@@ -206,10 +206,10 @@ const MAX_MESSAGE_CHARS: usize = 1000;
 pub struct Ingest<W = aws_sdk_dynamodb::Client, S = DynamoLookups, D = DynamoLookups> {
     config: IngestConfig,
     writer: BatchWriter<W>,
-    shard_source: S,
+    layout_source: S,
     devices: D,
     clock: Clock,
-    shard_cache: Mutex<Option<ShardSnapshot>>,
+    layout_cache: Mutex<Option<ShardSnapshot>>,
     device_cache: Mutex<HashMap<DeviceId, (bool, Instant)>>,
     /// Gateways' `gatewayFor` (`None`: none), trusted for [`IngestConfig::device_cache_ttl`].
     gateway_cache: Mutex<HashMap<DeviceId, (Gateway, Instant)>>,
@@ -231,13 +231,13 @@ impl Ingest {
 impl<W, S, D> Ingest<W, S, D>
 where
     W: BatchWriteApi + SlotStore,
-    S: ShardConfigSource,
+    S: LayoutHistorySource,
     D: DeviceDirectory,
 {
     pub fn from_parts(
         config: IngestConfig,
         writes: W,
-        shard_source: S,
+        layout_source: S,
         devices: D,
         clock: Clock,
     ) -> Self {
@@ -250,10 +250,10 @@ where
         Ingest {
             config,
             writer,
-            shard_source,
+            layout_source,
             devices,
             clock,
-            shard_cache: Mutex::new(None),
+            layout_cache: Mutex::new(None),
             device_cache: Mutex::new(HashMap::new()),
             gateway_cache: Mutex::new(HashMap::new()),
             cap_cache: Mutex::new(HashMap::new()),
@@ -391,7 +391,7 @@ where
                 Ok(readings) => {
                     for r in readings {
                         let layout = layouts.of(&r.device_id).layout_at(r.timestamp);
-                        let shard = layout.shard_of(r.timestamp);
+                        let shard = layout.partition_of(r.timestamp);
                         stats.readings += 1;
                         if let Some(len) = layout.slot {
                             let days = self.config.retention_days;
@@ -518,17 +518,17 @@ where
     }
 
     /// The layout histories (shard counts and packing) of the fleet. Refreshed once half of
-    /// [`IngestConfig::shard_cache_ttl`] has passed; a failed refresh keeps the previous
+    /// [`IngestConfig::layout_cache_ttl`] has passed; a failed refresh keeps the previous
     /// answer until the whole TTL has passed (that is the age the API's layout-change lead
     /// time allows for), and fails the batch after that, so Lambda retries it rather than
     /// writing with layouts that may be out of date.
     /// Also returns how many unreadable `CONFIG` items a fresh load skipped.
     async fn layouts(&self) -> Result<(Arc<LayoutBook>, u64), IngestError> {
         let now = self.clock.now();
-        let ttl_ms = i64::try_from(self.config.shard_cache_ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl_ms = i64::try_from(self.config.layout_cache_ttl.as_millis()).unwrap_or(i64::MAX);
         let age = |loaded: Timestamp| now.epoch_millis().saturating_sub(loaded.epoch_millis());
         let cached = {
-            let guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
+            let guard = self.layout_cache.lock().unwrap_or_else(|p| p.into_inner());
             guard.as_ref().map(|s| (s.loaded, s.layouts.clone()))
         };
         if let Some((loaded, h)) = &cached
@@ -538,11 +538,11 @@ where
         }
         // Taken before the read: the snapshot is at least as old as the request.
         let loading = now;
-        match self.shard_source.load_shard_configs().await {
+        match self.layout_source.load_layout_histories().await {
             Ok(items) => {
                 let (layouts, unreadable) = LayoutBook::from_items(items);
                 let layouts = Arc::new(self.apply_default_layout(layouts, now).await);
-                let mut guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
+                let mut guard = self.layout_cache.lock().unwrap_or_else(|p| p.into_inner());
                 *guard = Some(ShardSnapshot {
                     loaded: loading,
                     layouts: layouts.clone(),
@@ -571,12 +571,12 @@ where
         if current.layout_at(Timestamp::MAX) == wanted {
             return layouts;
         }
-        let lead = self.config.shard_lead();
+        let lead = self.config.layout_lead();
         let Ok(next) = current.planned_layout(lead.earliest_change(now), wanted, now, lead) else {
             return layouts;
         };
         match self
-            .shard_source
+            .layout_source
             .replace_default_layout(&next, version)
             .await
         {

@@ -28,7 +28,7 @@
 //! - [`metric_cap`]: a device's cap on distinct metric names per UTC day (default 1,000,
 //!   `maxMetricsPerDay` on its item); names past it are taken out of their readings and
 //!   quarantined as `too_many_metrics` while the rest is stored.
-//! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
+//! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`LayoutHistorySource`],
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
 //! - [`event`]: the Kinesis event as Lambda delivers it ([`KinesisBatch`]), its arrivals read
 //!   to the millisecond.
@@ -56,4 +56,4 @@ pub use decode::{
 };
 pub use event::{KinesisBatch, arrival_time};
 pub use handler::{BatchStats, Ingest, IngestError, deadline_from_epoch_millis, quarantine_items};
-pub use lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
+pub use lookups::{DeviceDirectory, DynamoLookups, LayoutHistorySource};

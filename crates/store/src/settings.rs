@@ -22,7 +22,7 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Function {
     Ingest,
-    Aggregator,
+    Rollups,
     Alerts,
     Api,
     Watchdog,
@@ -32,7 +32,7 @@ pub enum Function {
 impl Function {
     pub const ALL: [Function; 6] = [
         Function::Ingest,
-        Function::Aggregator,
+        Function::Rollups,
         Function::Alerts,
         Function::Api,
         Function::Watchdog,
@@ -43,7 +43,7 @@ impl Function {
     pub fn resource(self) -> &'static str {
         match self {
             Function::Ingest => "IngestFunction",
-            Function::Aggregator => "AggregatorFunction",
+            Function::Rollups => "AggregatorFunction",
             Function::Alerts => "AlertFunction",
             Function::Api => "ApiFunction",
             Function::Watchdog => "WatchdogFunction",
@@ -55,7 +55,7 @@ impl Function {
     pub fn label(self) -> &'static str {
         match self {
             Function::Ingest => "ingest",
-            Function::Aggregator => "aggregator",
+            Function::Rollups => "rollups",
             Function::Alerts => "alerts",
             Function::Api => "api",
             Function::Watchdog => "watchdog",
@@ -72,7 +72,7 @@ pub struct Setting {
     pub default: &'static str,
     pub meaning: &'static str,
     pub read_by: &'static [Function],
-    pub source: Source,
+    pub read_through: ReadThrough,
 }
 
 impl Setting {
@@ -123,7 +123,7 @@ impl Setting {
 
 /// Who reads a setting, and so who must declare it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub enum ReadThrough {
     /// The function's `from_lookup`; `template.yaml` declares it.
     Config,
     /// The SDK client set-up ([`crate::client`]), for local runs; the template declares it
@@ -134,7 +134,7 @@ pub enum Source {
     Sdk,
 }
 
-use Function::{Aggregator, Alerts, Api, Exporter, Ingest, Watchdog};
+use Function::{Alerts, Api, Exporter, Ingest, Rollups, Watchdog};
 
 const fn s(
     name: &'static str,
@@ -147,7 +147,7 @@ const fn s(
         default,
         meaning,
         read_by,
-        source: Source::Config,
+        read_through: ReadThrough::Config,
     }
 }
 
@@ -155,17 +155,17 @@ pub const TABLE_NAME: Setting = s(
     "TABLE_NAME",
     "`tidemark`",
     "the table",
-    &[Ingest, Aggregator, Alerts, Api, Watchdog, Exporter],
+    &[Ingest, Rollups, Alerts, Api, Watchdog, Exporter],
 );
 
 /// DynamoDB Local or another emulator, e.g. `http://127.0.0.1:8000`; [`crate::client`] reads it.
 pub const TIDEMARK_DYNAMODB_ENDPOINT: Setting = Setting {
-    source: Source::Client,
+    read_through: ReadThrough::Client,
     ..s(
         "TIDEMARK_DYNAMODB_ENDPOINT",
         "AWS",
         "a local DynamoDB endpoint (empty when deployed)",
-        &[Ingest, Aggregator, Alerts, Api, Watchdog, Exporter],
+        &[Ingest, Rollups, Alerts, Api, Watchdog, Exporter],
     )
 };
 
@@ -178,22 +178,22 @@ pub const RETENTION_DAYS: Setting = s(
     &[Ingest, Api],
 );
 
-/// With [`SHARD_CACHE_SECONDS`], how far ahead the API schedules a layout change
+/// With [`LAYOUT_CACHE_SECONDS`], how far ahead the API schedules a layout change
 /// ([`tidemark_schema::LayoutLead`]); ingest and the API must be given the same value.
 pub const MAX_FUTURE_SECONDS: Setting = s(
     "MAX_FUTURE_SECONDS",
     "300",
     "how far ahead of the clock a reading may be; part of the layout and tag lead time",
-    &[Ingest, Aggregator, Api],
+    &[Ingest, Rollups, Api],
 );
 
 /// How long an ingest container trusts the layout histories it read. Ingest and the API must
 /// be given the same value (see [`MAX_FUTURE_SECONDS`]).
-pub const SHARD_CACHE_SECONDS: Setting = s(
-    "SHARD_CACHE_SECONDS",
+pub const LAYOUT_CACHE_SECONDS: Setting = s(
+    "LAYOUT_CACHE_SECONDS",
     "30",
     "the oldest layout histories an ingest container writes with; part of the layout and tag lead time",
-    &[Ingest, Aggregator, Api],
+    &[Ingest, Rollups, Api],
 );
 
 pub const UNKNOWN_DEVICES: Setting = s(
@@ -272,7 +272,7 @@ pub const AGGREGATOR_ROLE: Setting = s(
     "AGGREGATOR_ROLE",
     "`rollups`",
     "`rollups` or `alerts`: what the aggregator binary does",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 /// JSON, e.g.
@@ -281,21 +281,21 @@ pub const DEFAULT_THRESHOLDS: Setting = s(
     "DEFAULT_THRESHOLDS",
     "none",
     "JSON thresholds per metric for devices without their own",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 pub const WRITE_CONCURRENCY: Setting = s(
     "WRITE_CONCURRENCY",
     "16",
     "concurrent aggregate and device writes",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 pub const DEVICE_REFRESH_SECONDS: Setting = s(
     "DEVICE_REFRESH_SECONDS",
     "86400",
     "how far the device item's `lastSeenAt` may lag before it is rewritten for it alone (`GET /devices/{id}` reads the newest reading)",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 pub const OFFLINE_AFTER_SECONDS: Setting = s(
@@ -321,11 +321,11 @@ pub const TIDEMARK_KINESIS_ENDPOINT: Setting = s(
 
 /// The aggregator and the API must be given the same value: a device the aggregator
 /// registers must land where the API lists it.
-pub const STATUS_SHARDS: Setting = s(
-    "STATUS_SHARDS",
+pub const STATUS_PARTITIONS: Setting = s(
+    "STATUS_PARTITIONS",
     "1",
     "GSI1 partitions of the fleet-wide status listings",
-    &[Aggregator, Alerts, Api, Exporter],
+    &[Rollups, Alerts, Api, Exporter],
 );
 
 /// Group rollups cost writes per distinct group a batch touches, so a key unique per device
@@ -335,7 +335,7 @@ pub const GROUP_TAGS: Setting = s(
     "GROUP_TAGS",
     "`site`",
     "the tag keys whose groups keep rollups (`GET /groups/series`), comma-separated",
-    &[Aggregator, Api, Exporter],
+    &[Rollups, Api, Exporter],
 );
 
 pub const EXPORT_BUCKET: Setting = s(
@@ -390,7 +390,7 @@ pub const TIDEMARK_EVENTBRIDGE_ENDPOINT: Setting = s(
 );
 
 pub const AWS_ENDPOINT_URL_EVENTBRIDGE: Setting = Setting {
-    source: Source::Sdk,
+    read_through: ReadThrough::Sdk,
     ..s(
         "AWS_ENDPOINT_URL_EVENTBRIDGE",
         "AWS",
@@ -512,7 +512,7 @@ pub const SETTINGS: &[Setting] = &[
     TIDEMARK_DYNAMODB_ENDPOINT,
     RETENTION_DAYS,
     MAX_FUTURE_SECONDS,
-    SHARD_CACHE_SECONDS,
+    LAYOUT_CACHE_SECONDS,
     UNKNOWN_DEVICES,
     DEVICE_IDENTITY,
     DEFAULT_LAYOUT,
@@ -532,7 +532,7 @@ pub const SETTINGS: &[Setting] = &[
     OFFLINE_AFTER_SECONDS,
     STREAM_NAME,
     TIDEMARK_KINESIS_ENDPOINT,
-    STATUS_SHARDS,
+    STATUS_PARTITIONS,
     GROUP_TAGS,
     EXPORT_BUCKET,
     EXPORT_PREFIX,
@@ -574,7 +574,8 @@ const _: () = {
         MAX_FUTURE_SECONDS.default_u64() == tidemark_schema::history::DEFAULT_MAX_FUTURE_SECONDS
     );
     assert!(
-        SHARD_CACHE_SECONDS.default_u64() == tidemark_schema::history::DEFAULT_SHARD_CACHE_SECONDS
+        LAYOUT_CACHE_SECONDS.default_u64()
+            == tidemark_schema::history::DEFAULT_LAYOUT_CACHE_SECONDS
     );
 };
 
@@ -721,7 +722,7 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         )
     }
 
-    /// [`SHARD_CACHE_SECONDS`] and [`MAX_FUTURE_SECONDS`], the lead layout and tag changes are
+    /// [`LAYOUT_CACHE_SECONDS`] and [`MAX_FUTURE_SECONDS`], the lead layout and tag changes are
     /// announced by, read alike by every function that must agree on it (ingest, the API, the
     /// rollups role): each whole seconds up to a day, `default`'s where unset.
     pub fn layout_lead(
@@ -731,9 +732,9 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         let what = "whole seconds, 0..=86400 (the same value in every function)";
         let in_a_day = |n: &u64| *n <= 86_400;
         Ok(tidemark_schema::LayoutLead {
-            shard_cache: self
-                .seconds(&SHARD_CACHE_SECONDS, what, in_a_day)?
-                .unwrap_or(default.shard_cache),
+            layout_cache: self
+                .seconds(&LAYOUT_CACHE_SECONDS, what, in_a_day)?
+                .unwrap_or(default.layout_cache),
             max_future: self
                 .seconds(&MAX_FUTURE_SECONDS, what, in_a_day)?
                 .unwrap_or(default.max_future),
@@ -748,12 +749,12 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
             .unwrap_or_else(default_group_tags))
     }
 
-    /// [`STATUS_SHARDS`], read alike by the aggregator and the API.
-    pub fn status_shards(&self) -> Result<Option<u16>, ConfigError> {
-        let max = tidemark_schema::keys::MAX_STATUS_SHARDS;
+    /// [`STATUS_PARTITIONS`], read alike by the aggregator and the API.
+    pub fn status_partitions(&self) -> Result<Option<u16>, ConfigError> {
+        let max = tidemark_schema::keys::MAX_STATUS_PARTITIONS;
         self.num(
-            &STATUS_SHARDS,
-            format!("a whole number from 1 to {max} (MAX_STATUS_SHARDS)"),
+            &STATUS_PARTITIONS,
+            format!("a whole number from 1 to {max} (MAX_STATUS_PARTITIONS)"),
             |n| (1..=max).contains(n),
         )
     }
@@ -890,18 +891,18 @@ mod tests {
 
     #[test]
     fn shared_settings_are_bounded() {
-        let e = env(&[("STATUS_SHARDS", "65"), ("OFFLINE_AFTER_SECONDS", "30")]);
-        assert_eq!(e.status_shards().unwrap_err().name, "STATUS_SHARDS");
+        let e = env(&[("STATUS_PARTITIONS", "65"), ("OFFLINE_AFTER_SECONDS", "30")]);
+        assert_eq!(e.status_partitions().unwrap_err().name, "STATUS_PARTITIONS");
         assert_eq!(
             e.offline_after(),
             Ok(Some(60)),
             "under a minute counts as one"
         );
         let e = env(&[
-            ("STATUS_SHARDS", "64"),
+            ("STATUS_PARTITIONS", "64"),
             ("OFFLINE_AFTER_SECONDS", "2592001"),
         ]);
-        assert_eq!(e.status_shards(), Ok(Some(64)));
+        assert_eq!(e.status_partitions(), Ok(Some(64)));
         let e = e.offline_after().unwrap_err();
         assert!(e.to_string().contains("2592000"), "{e}");
     }

@@ -100,7 +100,7 @@ pub async fn read_histories(
 
 /// A container's tag histories, each trusted for the readings dated before its read time plus
 /// `valid_for`: the lead a tag change is announced by, less the clocks' skew
-/// (`SHARD_CACHE_SECONDS` + `MAX_FUTURE_SECONDS`; [`tidemark_schema::LayoutLead`]). A change
+/// (`LAYOUT_CACHE_SECONDS` + `MAX_FUTURE_SECONDS`; [`tidemark_schema::LayoutLead`]). A change
 /// made after a history was read takes effect later than that
 /// ([`tidemark_schema::LayoutLead::earliest_change`] adds the skew the two hosts' clocks may
 /// disagree by), so the history already holds every change in force at those readings,
@@ -122,7 +122,7 @@ impl TagBook {
 
     /// The book of a deployment whose tag changes are announced `lead` ahead.
     pub fn for_lead(lead: tidemark_schema::LayoutLead) -> Self {
-        TagBook::new(lead.shard_cache + lead.max_future)
+        TagBook::new(lead.layout_cache + lead.max_future)
     }
 
     pub fn valid_for(&self) -> Duration {

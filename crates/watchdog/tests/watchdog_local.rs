@@ -190,7 +190,7 @@ async fn a_due_device_without_a_window_any_more_leaves_the_watch() {
 
 #[tokio::test]
 async fn a_keep_alive_or_an_exact_resend_keeps_a_device_online_whatever_its_layout() {
-    use tidemark_schema::{Layout, LayoutHistory, MetricName, ShardConfigItem, SlotLen, field};
+    use tidemark_schema::{Layout, LayoutHistory, LayoutHistoryItem, MetricName, SlotLen, field};
     use tidemark_store::slots::{SlotKey, SlotWriter};
     let now = ts("2026-04-20T14:10:00Z");
     let (w, t) = watchdog(now).await;
@@ -254,7 +254,7 @@ async fn a_keep_alive_or_an_exact_resend_keeps_a_device_online_whatever_its_layo
             put(
                 &t.client,
                 &t.name,
-                &ShardConfigItem::new(&d, packed.clone()),
+                &LayoutHistoryItem::new(&d, packed.clone()),
             )
             .await;
         }
