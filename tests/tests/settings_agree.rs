@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde_yaml::Value;
-use tidemark_store::settings::{Function, ReadThrough, SETTINGS, read_by};
+use tidemark_store::settings::{Function, ReadThrough, SETTINGS, read_by, setting};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -24,7 +24,10 @@ fn template() -> Value {
 fn reads(f: Function) -> BTreeSet<String> {
     let seen = RefCell::new(BTreeSet::new());
     let lookup = |k: &str| {
-        seen.borrow_mut().insert(k.to_owned());
+        // A renamed setting is read under its old name too (with a warning when set): that
+        // read is the setting's.
+        let name = setting(k).map_or(k, |s| s.name);
+        seen.borrow_mut().insert(name.to_owned());
         match (f, k) {
             (_, "CURSOR_SECRET_ARN") => Some("arn:aws:secretsmanager:r:1:secret:x".to_owned()),
             (Function::Alerts, "AGGREGATOR_ROLE") => Some("alerts".to_owned()),
@@ -119,8 +122,12 @@ fn table_rows() -> Vec<String> {
         .iter()
         .map(|s| {
             let by: Vec<_> = s.read_by.iter().map(|f| f.label()).collect();
+            let formerly = s
+                .old_name
+                .map(|old| format!(" (formerly `{old}`, still read with a deprecation warning)"))
+                .unwrap_or_default();
             format!(
-                "| `{}` | {} | {} | {} |",
+                "| `{}` | {} | {} | {}{formerly} |",
                 s.name,
                 s.default,
                 by.join(", "),

@@ -73,6 +73,9 @@ pub struct Setting {
     pub meaning: &'static str,
     pub read_by: &'static [Function],
     pub read_through: ReadThrough,
+    /// The name the variable had before a rename: still read, with a deprecation warning,
+    /// when the variable is not set under its name ([`renamed`]).
+    pub old_name: Option<&'static str>,
 }
 
 impl Setting {
@@ -148,6 +151,7 @@ const fn s(
         meaning,
         read_by,
         read_through: ReadThrough::Config,
+        old_name: None,
     }
 }
 
@@ -189,12 +193,15 @@ pub const MAX_FUTURE_SECONDS: Setting = s(
 
 /// How long an ingest container trusts the layout histories it read. Ingest and the API must
 /// be given the same value (see [`MAX_FUTURE_SECONDS`]).
-pub const LAYOUT_CACHE_SECONDS: Setting = s(
-    "LAYOUT_CACHE_SECONDS",
-    "30",
-    "the oldest layout histories an ingest container writes with; part of the layout and tag lead time",
-    &[Ingest, Rollups, Api],
-);
+pub const LAYOUT_CACHE_SECONDS: Setting = Setting {
+    old_name: Some("SHARD_CACHE_SECONDS"),
+    ..s(
+        "LAYOUT_CACHE_SECONDS",
+        "30",
+        "the oldest layout histories an ingest container writes with; part of the layout and tag lead time",
+        &[Ingest, Rollups, Api],
+    )
+};
 
 pub const UNKNOWN_DEVICES: Setting = s(
     "UNKNOWN_DEVICES",
@@ -321,12 +328,15 @@ pub const TIDEMARK_KINESIS_ENDPOINT: Setting = s(
 
 /// The aggregator and the API must be given the same value: a device the aggregator
 /// registers must land where the API lists it.
-pub const STATUS_PARTITIONS: Setting = s(
-    "STATUS_PARTITIONS",
-    "1",
-    "GSI1 partitions of the fleet-wide status listings",
-    &[Rollups, Alerts, Api, Exporter],
-);
+pub const STATUS_PARTITIONS: Setting = Setting {
+    old_name: Some("STATUS_SHARDS"),
+    ..s(
+        "STATUS_PARTITIONS",
+        "1",
+        "GSI1 partitions of the fleet-wide status listings",
+        &[Rollups, Alerts, Api, Exporter],
+    )
+};
 
 /// Group rollups cost writes per distinct group a batch touches, so a key unique per device
 /// (a serial number) must not be one. The aggregator (rollups role), the exporter and the API
@@ -557,9 +567,47 @@ pub const SETTINGS: &[Setting] = &[
     CALLER_RATE_LIMIT,
 ];
 
-/// The setting called `name`.
+/// The setting called `name`, or once called `name` ([`Setting::old_name`]).
 pub fn setting(name: &str) -> Option<&'static Setting> {
-    SETTINGS.iter().find(|s| s.name == name)
+    SETTINGS
+        .iter()
+        .find(|s| s.name == name || s.old_name == Some(name))
+}
+
+/// A renamed variable's value (blank is unset): under its `name`, or else under its deprecated
+/// `old` name, with a warning in the log naming both. When both are set, `name` wins (and the
+/// warning says `old` is ignored). The one reader of renamed variables: [`Env`] reads the
+/// functions' settings through it ([`Setting::old_name`]), devstack its own variables.
+pub fn renamed(
+    get: impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    old: Option<&'static str>,
+) -> Option<(&'static str, String)> {
+    let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let new = set(name);
+    let Some(old) = old else {
+        return new.map(|v| (name, v));
+    };
+    match (new, set(old)) {
+        (Some(v), Some(_)) => {
+            tracing::warn!(
+                deprecated = old,
+                name,
+                "{old} is deprecated and ignored: {name} is set (unset {old})"
+            );
+            Some((name, v))
+        }
+        (Some(v), None) => Some((name, v)),
+        (None, Some(v)) => {
+            tracing::warn!(
+                deprecated = old,
+                name,
+                "{old} is deprecated: read as {name}; set {name} instead"
+            );
+            Some((old, v))
+        }
+        (None, None) => None,
+    }
 }
 
 /// The settings `f` reads.
@@ -611,7 +659,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
 
     /// The value as set; `None` when unset or blank.
     pub fn text(&self, s: &Setting) -> Option<String> {
-        (self.get)(s.name).filter(|v| !v.trim().is_empty())
+        self.named(s).map(|(_, v)| v)
+    }
+
+    /// The value as set, and the name it is set under: the setting's, or its deprecated
+    /// old name ([`renamed`]).
+    fn named(&self, s: &Setting) -> Option<(&'static str, String)> {
+        renamed(&self.get, s.name, s.old_name)
     }
 
     /// The value, which must be set; `why` says when and why it is needed.
@@ -634,13 +688,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         expected: impl Into<Cow<'static, str>>,
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<Option<T>, ConfigError> {
-        let Some(v) = self.text(s) else {
+        let Some((name, v)) = self.named(s) else {
             return Ok(None);
         };
         match parse(&v) {
             Some(t) => Ok(Some(t)),
             None => Err(ConfigError {
-                name: s.name,
+                name,
                 value: Some(v),
                 expected: expected.into(),
             }),
@@ -654,13 +708,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         s: &Setting,
         parse: impl FnOnce(&str) -> Result<T, E>,
     ) -> Result<Option<T>, ConfigError> {
-        let Some(v) = self.text(s) else {
+        let Some((name, v)) = self.named(s) else {
             return Ok(None);
         };
         match parse(&v) {
             Ok(t) => Ok(Some(t)),
             Err(e) => Err(ConfigError {
-                name: s.name,
+                name,
                 value: Some(v),
                 expected: e.to_string().into(),
             }),
@@ -931,5 +985,111 @@ mod tests {
                 ("GROUP_TAGS", Some(pairs[0].1))
             );
         }
+    }
+
+    // The names the two settings had before they were renamed
+    // (docs/decisions/0011-one-word-one-meaning.md).
+    const OLD_CACHE: &str = "SHARD_CACHE_SECONDS";
+    const OLD_STATUS: &str = "STATUS_SHARDS";
+
+    /// Runs `f` with a subscriber that keeps what is logged, and returns that text.
+    fn logged(f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn renamed_settings_know_their_old_names() {
+        assert_eq!(LAYOUT_CACHE_SECONDS.old_name, Some(OLD_CACHE));
+        assert_eq!(STATUS_PARTITIONS.old_name, Some(OLD_STATUS));
+        assert_eq!(setting(OLD_CACHE), Some(&LAYOUT_CACHE_SECONDS));
+        assert_eq!(setting(OLD_STATUS), Some(&STATUS_PARTITIONS));
+        // An old name is never a current one.
+        for s in SETTINGS {
+            if let Some(old) = s.old_name {
+                assert!(SETTINGS.iter().all(|t| t.name != old), "{old}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_setting_set_under_its_old_name_is_read_with_a_deprecation_warning() {
+        let e = env(&[(OLD_CACHE, "45"), (OLD_STATUS, "8")]);
+        let mut read = (None, None);
+        let log = logged(|| {
+            read = (
+                e.seconds(&LAYOUT_CACHE_SECONDS, "seconds", |_| true)
+                    .unwrap(),
+                e.status_partitions().unwrap(),
+            );
+        });
+        assert_eq!(read, (Some(Duration::from_secs(45)), Some(8)));
+        assert!(log.contains("WARN"), "{log}");
+        for (old, new) in [
+            (OLD_CACHE, "LAYOUT_CACHE_SECONDS"),
+            (OLD_STATUS, "STATUS_PARTITIONS"),
+        ] {
+            assert!(
+                log.lines()
+                    .any(|l| l.contains(&format!("{old} is deprecated")) && l.contains(new)),
+                "no warning naming {old} and {new}: {log}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_new_name_wins_when_both_names_are_set_and_the_old_one_is_said_to_be_ignored() {
+        let e = env(&[(OLD_STATUS, "8"), ("STATUS_PARTITIONS", "4")]);
+        let mut read = None;
+        let log = logged(|| read = Some(e.status_partitions()));
+        assert_eq!(read, Some(Ok(Some(4))));
+        assert!(
+            log.contains(&format!("{OLD_STATUS} is deprecated and ignored"))
+                && log.contains("STATUS_PARTITIONS"),
+            "{log}"
+        );
+    }
+
+    #[test]
+    fn a_setting_set_under_its_new_name_alone_warns_nothing() {
+        let e = env(&[("STATUS_PARTITIONS", "4")]);
+        let mut read = None;
+        let log = logged(|| read = Some(e.status_partitions()));
+        assert_eq!(read, Some(Ok(Some(4))));
+        assert_eq!(log, "");
+    }
+
+    #[test]
+    fn a_malformed_value_under_the_old_name_is_reported_under_the_old_name() {
+        let e = env(&[(OLD_STATUS, "65")]);
+        let err = e.status_partitions().unwrap_err();
+        assert_eq!((err.name, err.value.as_deref()), (OLD_STATUS, Some("65")));
+    }
+
+    #[test]
+    fn a_variable_without_an_old_name_is_read_under_its_name_alone() {
+        let get = |k: &str| (k == "X").then(|| "1".to_owned());
+        assert_eq!(renamed(get, "X", None), Some(("X", "1".to_owned())));
+        assert_eq!(renamed(get, "Y", None), None);
+        let blank = |_: &str| Some("  ".to_owned());
+        assert_eq!(renamed(blank, "X", Some("OLD_X")), None);
     }
 }
