@@ -19,7 +19,7 @@ use tidemark_schema::{
     Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::services;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -19,7 +19,7 @@ use tidemark_schema::{
     Threshold, Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
 use tidemark_testkit::{TestTable, services};
 
@@ -448,7 +448,7 @@ async fn metrics_added_in_a_later_part_roll_up_once_and_walks_merge_them_per_tim
         .scan()
         .await
         .iter()
-        .filter_map(|i| tidemark_store::slots::read_part(i).ok())
+        .filter_map(|i| tidemark_store::write::slots::read_part(i).ok())
         .collect();
     let at4 = ts("2026-04-20T14:00:04Z");
     let holding = parts

@@ -399,7 +399,7 @@ impl LayoutWriter for DynamoStore {
         version: u64,
     ) -> Result<bool, StoreError> {
         let key = EntityKey::DeviceLayout(device.clone()).key();
-        tidemark_store::layout_change::replace_history(
+        tidemark_store::write::layout_change::replace_history(
             &self.client,
             &self.table,
             &key,
@@ -417,7 +417,7 @@ impl TagWriter for DynamoStore {
         history: &TagHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        tidemark_store::tag_change::replace_history(
+        tidemark_store::write::tag_change::replace_history(
             &self.client,
             &self.table,
             device,
@@ -432,7 +432,8 @@ impl TagWriter for DynamoStore {
         puts: &[TagIndexItem],
         deletes: &[Key],
     ) -> Result<(), StoreError> {
-        tidemark_store::tag_change::write_index(&self.client, &self.table, puts, deletes).await
+        tidemark_store::write::tag_change::write_index(&self.client, &self.table, puts, deletes)
+            .await
     }
 }
 

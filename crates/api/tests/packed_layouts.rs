@@ -13,7 +13,7 @@ use tidemark_api::{ApiConfig, App};
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{DeviceId, Layout, LayoutHistory, Reading, SlotLen, Timestamp, keys};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 fn at_clock(t: &TestTable, now: &str) -> App {

@@ -325,7 +325,7 @@ async fn main() {
     );
 
     // Summaries: the readings stored, each closed hour exported through the metered client.
-    let writer = tidemark_store::batch::BatchWriter::new(
+    let writer = tidemark_store::write::batch::BatchWriter::new(
         direct.clone(),
         table,
         8,
@@ -335,7 +335,7 @@ async fn main() {
         .iter()
         .enumerate()
         .map(|(n, r)| {
-            tidemark_store::batch::PendingWrite::put(
+            tidemark_store::write::batch::PendingWrite::put(
                 n,
                 tidemark_store::to_item(r).expect("an item"),
             )

@@ -36,8 +36,8 @@ use tidemark_schema::{
     SlotItem, Timestamp,
 };
 use tidemark_store::ClientSettings;
-use tidemark_store::batch::{BatchWriter, PendingWrite};
 use tidemark_store::retry::RetryPolicy;
+use tidemark_store::write::batch::{BatchWriter, PendingWrite};
 use tidemark_testkit::workspace_root;
 
 /// The aggregator's `Timeout` in template.yaml.

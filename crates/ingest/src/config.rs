@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use tidemark_schema::{DeviceIdentity, Layout, LayoutLead};
-use tidemark_store::batch::RetryPolicy;
 use tidemark_store::settings::{self, Env};
+use tidemark_store::write::batch::RetryPolicy;
 
 pub use tidemark_store::settings::ConfigError;
 

@@ -16,11 +16,11 @@ use tidemark_schema::{
     Clock, DEFAULT_MAX_METRICS_PER_DAY, Day, DeviceId, DeviceIdentity, GatewayFor, MetricName,
     QuarantineItem, QuarantineReason, QuarantineSource, Reading, Timestamp,
 };
-use tidemark_store::batch::{
+use tidemark_store::emf::Metrics;
+use tidemark_store::write::batch::{
     BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
 };
-use tidemark_store::emf::Metrics;
-use tidemark_store::slots::SlotStore;
+use tidemark_store::write::slots::SlotStore;
 use tidemark_store::{Item, StoreError};
 
 use crate::config::{IngestConfig, UnknownDevices};

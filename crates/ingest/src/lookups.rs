@@ -1,4 +1,4 @@
-//! The reads ingest needs, one small trait each, with their DynamoDB implementations. Writes go through [`tidemark_store::batch::BatchWriteApi`].
+//! The reads ingest needs, one small trait each, with their DynamoDB implementations. Writes go through [`tidemark_store::write::batch::BatchWriteApi`].
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -162,7 +162,7 @@ impl LayoutHistorySource for DynamoLookups {
         history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        tidemark_store::layout_change::replace_history(
+        tidemark_store::write::layout_change::replace_history(
             &self.client,
             &self.table,
             &EntityKey::DefaultLayout.key(),

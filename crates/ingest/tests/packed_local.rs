@@ -356,7 +356,7 @@ async fn a_packed_reading_keeps_its_metadata() {
         .iter()
         .find(|i| s(i, "sk").starts_with("SLOT#"))
         .unwrap();
-    let c = tidemark_store::slots::read_part(slot).unwrap();
+    let c = tidemark_store::write::slots::read_part(slot).unwrap();
     let meta: serde_json::Value =
         serde_json::from_str(&c.metadata[&ts("2026-04-20T14:00:05Z")]).unwrap();
     assert_eq!(meta, json!({"fw": "2.1.0"}));

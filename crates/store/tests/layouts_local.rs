@@ -2,8 +2,8 @@
 //! device sees them (its own epochs over the fleet's default).
 
 use tidemark_schema::{DeviceId, EntityKey, Layout, LayoutHistory, SlotLen, Timestamp};
-use tidemark_store::layout_change::replace_history;
 use tidemark_store::layouts::device_history;
+use tidemark_store::write::layout_change::replace_history;
 use tidemark_testkit::TestTable;
 
 fn ts(s: &str) -> Timestamp {

@@ -17,7 +17,7 @@ use tidemark_store::read::{
     Queries, QuerySpec, SkRange, interleaved_page, readings, walk_readings,
 };
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 type Reading = (Timestamp, BTreeMap<MetricName, f64>);
@@ -142,7 +142,7 @@ async fn store(t: &TestTable, history: &LayoutHistory, all: &[Reading]) {
 async fn carried(t: &TestTable, history: &LayoutHistory) -> usize {
     let mut n = 0;
     for item in t.scan().await {
-        let Ok(part) = tidemark_store::slots::read_part(&item) else {
+        let Ok(part) = tidemark_store::write::slots::read_part(&item) else {
             continue;
         };
         let len = history.layout_at(part.start).slot.expect("a packed slot");

@@ -16,7 +16,7 @@ use tidemark_schema::{
 };
 use tidemark_schema::{LayoutHistory, keys};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotWriter};
+use tidemark_store::write::slots::{Content, SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 pub fn ts(s: &str) -> Timestamp {

@@ -15,12 +15,12 @@ use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
 use tidemark_schema::LayoutHistory;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{Clock, DeviceId, LayoutHistoryItem, Timestamp};
-use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size, item_too_large};
 use tidemark_store::memory::MemTable;
-use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite, Stamp};
+use tidemark_store::write::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
+use tidemark_store::write::map_merge::{merge_is_noop, merge_items};
+use tidemark_store::write::slots::{Content, SlotKey, SlotStore, SlotWrite, Stamp};
 use tidemark_store::{Item, StoreError};
 
 /// The clock of every test: five minutes after the sample readings of docs/design.md §9.
