@@ -319,7 +319,7 @@ fn markdown(rep: &Report) -> String {
     }
     if let Some(r) = find("hot", "packed:1", 1.0) {
         md.push_str(&format!(
-            "| 2 kHz device stored whole, packed, no write sharding | all readings, 1 key | – | {} of {} stored in {} slot items on one key | – | {} |\n",
+            "| 2 kHz device stored whole, packed, no write partitioning | all readings, 1 key | – | {} of {} stored in {} slot items on one key | – | {} |\n",
             r.readings_stored,
             r.readings_sent,
             r.storage.items,

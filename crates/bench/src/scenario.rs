@@ -17,7 +17,7 @@ pub struct Scenario {
     pub interval_us: i64,
     /// Simulated time the fleet sends for, in milliseconds.
     pub span_ms: i64,
-    /// Shard count of the (single) hot device, written to `CONFIG` before the run.
+    /// Partition count of the (single) hot device, written to `CONFIG` before the run.
     pub hot_partitions: Option<u16>,
     /// The aggregator mapping's batching window, milliseconds of simulated time.
     pub window_ms: i64,
@@ -105,12 +105,12 @@ impl Scenario {
         }
     }
 
-    /// One device at 2,000 readings/s for `millis` of simulated time, with 4 write shards.
+    /// One device at 2,000 readings/s for `millis` of simulated time, with 4 write partitions.
     pub fn hot(millis: i64, aggregator_batch_size: usize) -> Scenario {
         Scenario {
             name: "hot",
             description: format!(
-                "1 device at 2,000 readings/s for {} simulated s, 4 write shards",
+                "1 device at 2,000 readings/s for {} simulated s, 4 write partitions",
                 millis as f64 / 1000.0
             ),
             devices: 1,
@@ -160,7 +160,7 @@ impl Scenario {
             layout: Some(layout),
             ingest_window_ms: Some(ingest_window_s * 1000),
             ingest_batch_size: batch,
-            // A packed device needs no write shards (that is the point).
+            // A packed device needs no write partitions (that is the point).
             hot_partitions: self.hot_partitions.filter(|_| layout.slot.is_none()),
             ..self.clone()
         }

@@ -20,7 +20,7 @@ const GROUP_WRITES_IN_FLIGHT: usize = 16;
 const DEVICE_PAGE: i32 = 1000;
 
 pub trait ExportTable {
-    /// Every registered device (each status, each status shard).
+    /// Every registered device (each status, each status partition).
     fn devices(&self) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
     /// Hands `visit` the device's readings in `[from, to)`, whole (metadata included), in
     /// time order, one at a time (a day of a 2 kHz device is never held at once); answers how

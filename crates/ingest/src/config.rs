@@ -61,7 +61,7 @@ pub struct IngestConfig {
     /// `MAX_METADATA_BYTES` (1024): keeps a reading item near the 1 KB of one write unit and
     /// far from DynamoDB's 400 KB item limit.
     pub max_metadata_bytes: usize,
-    /// `LAYOUT_CACHE_SECONDS` (30): the oldest shard counts a container writes with. It
+    /// `LAYOUT_CACHE_SECONDS` (30): the oldest partition counts a container writes with. It
     /// refreshes them after half of this, and keeps the old answer through a failed refresh
     /// only until this. The API schedules a shard change later than now + this +
     /// `MAX_FUTURE_SECONDS` ([`tidemark_schema::LayoutLead`]), so no container still holding

@@ -36,7 +36,7 @@ use tidemark_store::layouts::LayoutBook;
 
 #[derive(Debug, Error)]
 pub enum IngestError {
-    /// The hot-device shard counts could not be read and none are cached: writing now could
+    /// The hot-device partition counts could not be read and none are cached: writing now could
     /// put a reading in the wrong partition, so the batch is retried instead.
     #[error("could not read the shard configuration: {0}")]
     ShardConfig(#[source] StoreError),
@@ -279,7 +279,7 @@ where
     ///
     /// `Ok` with `batchItemFailures` naming the earliest record not fully written when writes
     /// fail past their retries (records before it are durable, so the event source mapping
-    /// resumes there and skips nothing); `Err` when nothing could be attempted (shard counts
+    /// resumes there and skips nothing); `Err` when nothing could be attempted (partition counts
     /// or device registry unreadable), which makes Lambda retry the batch.
     ///
     /// A failure of the whole invocation that no retry cures (a panic, an item we cannot
@@ -517,7 +517,7 @@ where
         Ok((response, stats))
     }
 
-    /// The layout histories (shard counts and packing) of the fleet. Refreshed once half of
+    /// The layout histories (partition counts and packing) of the fleet. Refreshed once half of
     /// [`IngestConfig::layout_cache_ttl`] has passed; a failed refresh keeps the previous
     /// answer until the whole TTL has passed (that is the age the API's layout-change lead
     /// time allows for), and fails the batch after that, so Lambda retries it rather than

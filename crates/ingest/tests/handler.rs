@@ -37,7 +37,7 @@ async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
 
 #[tokio::test]
 async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trusted() {
-    // GIVEN a hot device and a container trusting shard counts for 60 s
+    // GIVEN a hot device and a container trusting partition counts for 60 s
     let store = MemoryStore::default();
     store
         .layout_histories

@@ -1,5 +1,5 @@
 //! Partition-heat simulator: for a fleet and a burst profile, the highest writes per second
-//! any partition key receives, with and without write sharding of hot devices.
+//! any partition key receives, with and without write partitioning of hot devices.
 //!
 //! A DynamoDB partition takes at most 1,000 write units per second; a key above that is
 //! throttled however much capacity the table has. Readings go to `DEVICE#<id>` (or, sharded,

@@ -34,7 +34,7 @@ pub const SHARDS_PREFIX: &str = "SHARDS#";
 pub const DEFAULT_LAYOUT_SK: &str = "#DEFAULT_LAYOUT";
 pub const DEVICE_STATUS_PREFIX: &str = "DEVICE_STATUS#";
 pub const ALERT_SEVERITY_PREFIX: &str = "ALERT_SEVERITY#";
-/// Marks a hot device's reading shard in its partition key: `DEVICE#<id>#S<n>`.
+/// Marks a hot device's reading partition in its partition key: `DEVICE#<id>#S<n>`.
 pub const SHARD_MARK: &str = "#S";
 /// Sort key of `tidemark-admin rebuild`'s fence item, written under a reading partition
 /// (`DEVICE#<id>[#S<n>]`) so its stream record marks a position in that partition's stream
@@ -872,7 +872,7 @@ pub fn status_gsi1pk(status: DeviceStatus, shard: Option<u16>) -> String {
 /// them, check the same bound).
 pub const MAX_STATUS_PARTITIONS: u16 = 64;
 
-/// The status-key shard of a device when a fleet spreads each status over `shards` GSI1
+/// The status-key partition of a device when a fleet spreads each status over `shards` GSI1
 /// partitions (`DEVICE_STATUS#<status>#<n>`); `None` (the plain key) below two. Stable for a
 /// device, so a status change moves it between partitions of the same `n`.
 pub fn status_partition_for(d: &DeviceId, shards: u16) -> Option<u16> {
@@ -885,7 +885,7 @@ pub fn status_partition_for(d: &DeviceId, shards: u16) -> Option<u16> {
     })
 }
 
-/// GSI1 partition key of a device with `status` in a fleet of `shards` status shards.
+/// GSI1 partition key of a device with `status` in a fleet of `shards` status partitions.
 pub fn device_status_gsi1pk(d: &DeviceId, status: DeviceStatus, shards: u16) -> String {
     status_gsi1pk(status, status_partition_for(d, shards))
 }
@@ -1093,7 +1093,7 @@ mod tests {
         ] {
             assert!(EntityKey::parse("DEVICE#sensor_01", bad).is_err(), "{bad}");
         }
-        // Only in the device's own partition, never a reading shard's.
+        // Only in the device's own partition, never a reading partition's.
         assert!(EntityKey::parse("DEVICE#sensor_01#S1", "METRICS#2026-04-20").is_err());
     }
 

@@ -27,7 +27,7 @@ use crate::generator::{
 use crate::oracle::{Expect, Oracle, Sent};
 use crate::shared::Shared;
 
-/// Tries of one batch (from the same first record) before the shard counts as stalled:
+/// Tries of one batch (from the same first record) before the partition counts as stalled:
 /// above the three permanent failures after which a record is set aside.
 pub const MAX_TRIES: usize = 8;
 

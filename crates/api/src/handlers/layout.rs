@@ -1,4 +1,4 @@
-//! A device's reading layout over time: its write shards (`/devices/{id}/shards`) and whether
+//! A device's reading layout over time: its write partitions (`/devices/{id}/shards`) and whether
 //! its readings are single items or packed into slots (`/devices/{id}/layout`). Both routes
 //! edit the one history ([`LayoutHistory`]): a change takes effect no earlier than ingest
 //! containers can have learnt of it ([`tidemark_schema::LayoutLead`]), so every reading, in
@@ -38,7 +38,7 @@ impl StoredLayouts {
     }
 }
 
-/// A planning error as the answer to a request whose shard count is the field `count_field`.
+/// A planning error as the answer to a request whose partition count is the field `count_field`.
 fn plan_error(e: LayoutHistoryError, count_field: &str) -> ApiError {
     match e {
         LayoutHistoryError::Count(_) => ApiError::bad(count_field, e.to_string()),
@@ -147,7 +147,7 @@ impl<S: Store> App<S> {
     /// Plans "`layout` from `from` on" into the device's own epochs (which override the
     /// fleet's default from the first of them on), stores them unless unchanged, and returns
     /// the history the device then follows; a 409 if another change landed since `current`
-    /// was read. `count_field` names the shard count in the request, for a 400.
+    /// was read. `count_field` names the partition count in the request, for a 400.
     async fn plan(
         &self,
         id: &DeviceId,

@@ -1,5 +1,5 @@
 //! A device's layout over time (docs/design.md §2): epochs, each with an effective-from
-//! time, a shard count and a slot length (none: single items). The layout of a reading is a
+//! time, a partition count and a slot length (none: single items). The layout of a reading is a
 //! pure function of (history, reading time), so a re-sent reading goes to the same item, and
 //! a read of any range knows which partitions and which kind of key to ask, epoch by epoch
 //! ([`LayoutHistory::segments`]). Changes only append, announced ahead of use
@@ -15,7 +15,7 @@ use crate::layout::{Layout, SlotLen};
 use crate::partition::MAX_PARTITIONS;
 use crate::time::Timestamp;
 
-/// How long an ingest container trusts the shard counts it read, unless `LAYOUT_CACHE_SECONDS`
+/// How long an ingest container trusts the partition counts it read, unless `LAYOUT_CACHE_SECONDS`
 /// says otherwise (ingest and the API must be given the same value).
 pub const DEFAULT_LAYOUT_CACHE_SECONDS: u64 = 30;
 /// How far ahead of the clock ingest accepts a reading, unless `MAX_FUTURE_SECONDS` says
@@ -65,7 +65,7 @@ impl LayoutLead {
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum LayoutHistoryError {
-    #[error("shard count {0} is outside 1..={MAX_PARTITIONS}")]
+    #[error("partition count {0} is outside 1..={MAX_PARTITIONS}")]
     Count(u16),
     #[error("a shard change must take effect after the last one ({last}); got {from}")]
     NotAfterLast { last: Timestamp, from: Timestamp },
@@ -79,7 +79,7 @@ pub enum LayoutHistoryError {
     },
 }
 
-/// One period of a constant shard count, from `from` until the next epoch.
+/// One period of a constant partition count, from `from` until the next epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LayoutEpoch {
@@ -95,7 +95,7 @@ pub struct LayoutEpoch {
     pub slot: Option<SlotLen>,
 }
 
-/// A device's shard counts over time. Before the first epoch the count is 1.
+/// A device's partition counts over time. Before the first epoch the count is 1.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct LayoutHistory(Vec<LayoutEpoch>);
@@ -271,7 +271,7 @@ impl LayoutHistory {
 
     /// The history a device follows: its own from its first epoch on, and before that the
     /// fleet's `default`. (An empty own history follows the default throughout; a device given
-    /// a layout or shard count of its own keeps it through later changes of the default.)
+    /// a layout or partition count of its own keeps it through later changes of the default.)
     pub fn under(&self, default: &LayoutHistory) -> LayoutHistory {
         let first = self.epochs().first().map_or(Timestamp::MAX, |e| e.from);
         let mut out = LayoutHistory::default();

@@ -1,6 +1,6 @@
 //! Paging over several partitions at once, in one global sort-key order.
 //!
-//! Used wherever one logical list lives in several partitions: a hot device's reading shards,
+//! Used wherever one logical list lives in several partitions: a hot device's reading partitions,
 //! the day's quarantine partitions, alerts over every severity, devices over every status key.
 //! It is a lazy k-way merge: each partition is queried (in parallel) only when its buffer runs
 //! dry, and an item is emitted only when every partition that may still hold something has a
