@@ -2,7 +2,7 @@
 //! (`CONFIG` / `TAGS#<id>`), many devices' at once, a per-container [`TagBook`] that keeps
 //! them for the shard cache's time, and one tag's index (`TAG#<key>:<value>#<n>`) listed
 //! partition after partition from a resumable [`IndexPosition`]. Writing them is
-//! [`crate::write::tag_change`]'s, apart so that a function that only reads tags is not granted the
+//! `write::tag_change`'s, apart so that a function that only reads tags is not granted the
 //! writes (the policy test follows module paths).
 
 use std::collections::HashMap;
@@ -35,7 +35,7 @@ pub fn history_from_item(item: Option<Item>) -> Result<(TagHistory, u64), StoreE
 }
 
 /// `device`'s tag history and its version (0: none stored), for reading or for replacing it
-/// ([`crate::write::tag_change::replace_history`]; read it `consistent` then).
+/// (`write::tag_change::replace_history`; read it `consistent` then).
 pub async fn read_history(
     client: &Client,
     table: &str,
