@@ -82,7 +82,7 @@ async fn export(
     use tidemark_exporter::s3::{S3Sink, client};
     let env = tidemark_store::settings::Env::new(|k| std::env::var(k).ok());
     let shards = env
-        .status_shards()
+        .status_partitions()
         .map_err(|e| AdminError::Input(e.to_string()))?
         .unwrap_or(1);
     // The deployed exporter's GROUP_TAGS: the backfill rewrites (and deletes) the same groups'
@@ -90,7 +90,7 @@ async fn export(
     let group_tags = env
         .group_tags()
         .map_err(|e| AdminError::Input(e.to_string()))?;
-    let source = tidemark_exporter::source::DynamoSource::new(c.ddb, &c.table, shards)
+    let source = tidemark_exporter::export_table::DynamoExportTable::new(c.ddb, &c.table, shards)
         .with_group_tags(group_tags);
     let s3 = client(&ClientSettings::from_env(), c.s3_endpoint.as_deref()).await;
     if c.s3_endpoint.is_some() {

@@ -151,9 +151,9 @@ impl Rebuilder {
         let sketched = self.store.keeps_sketches(d).await?;
         let partitions: BTreeSet<String> = self
             .store
-            .shard_history(d)
+            .layout_history(d)
             .await?
-            .shards_over(start, end)
+            .partitions_over(start, end)
             .into_iter()
             .map(|s| keys::reading_pk(d, s))
             .collect();

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tidemark_aggregator::records::cmp_seq;
 use tidemark_ingest::Ingest;
 use tidemark_schema::{DeviceId, Timestamp};
-use tidemark_store::batch::RetryPolicy;
+use tidemark_store::write::batch::RetryPolicy;
 use tidemark_streams::{DynamoDbStreamSource, EventSource, KinesisSource, Start};
 
 use crate::window::reading_records;

@@ -43,8 +43,8 @@ pub struct AggregatorConfig {
     /// The wait before each of those attempts (jittered exponential).
     pub retry: tidemark_store::retry::RetryPolicy,
     pub write_concurrency: usize,
-    /// GSI1 status shards of the fleet (1: `DEVICE_STATUS#<status>` unsharded).
-    pub status_shards: u16,
+    /// GSI1 status partitions of the fleet (1: `DEVICE_STATUS#<status>` unsharded).
+    pub status_partitions: u16,
     /// The device item would be a third item written per device and batch (after the hourly
     /// and daily rollups); the alerts role rewrites it only when its `lastSeenAt` is this far
     /// behind the newest reading (or when it is new, or an alert state changes), which keeps
@@ -68,7 +68,7 @@ pub struct AggregatorConfig {
     pub page_bytes: usize,
     /// `GROUP_TAGS` (the rollups role): the tag keys whose groups keep rollups.
     pub group_tags: Vec<tidemark_schema::TagKey>,
-    /// `SHARD_CACHE_SECONDS` and `MAX_FUTURE_SECONDS` (the rollups role): how far ahead the
+    /// `LAYOUT_CACHE_SECONDS` and `MAX_FUTURE_SECONDS` (the rollups role): how far ahead the
     /// API announces a tag change, so how long a read tag history serves
     /// ([`tidemark_store::tags::TagBook`]).
     pub tag_lead: tidemark_schema::LayoutLead,
@@ -86,7 +86,7 @@ impl AggregatorConfig {
             max_attempts: 10,
             retry: tidemark_store::retry::RetryPolicy::default(),
             write_concurrency: const { settings::WRITE_CONCURRENCY.default_usize() },
-            status_shards: const { settings::STATUS_SHARDS.default_u16() },
+            status_partitions: const { settings::STATUS_PARTITIONS.default_u16() },
             device_refresh: std::time::Duration::from_secs(
                 const { settings::DEVICE_REFRESH_SECONDS.default_u64() },
             ),
@@ -152,7 +152,7 @@ impl AggregatorConfig {
         c.device_refresh = env
             .seconds(&settings::DEVICE_REFRESH_SECONDS, "whole seconds", |_| true)?
             .unwrap_or(c.device_refresh);
-        c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
+        c.status_partitions = env.status_partitions()?.unwrap_or(c.status_partitions);
         Ok(c)
     }
 }

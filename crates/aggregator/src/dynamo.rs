@@ -83,7 +83,7 @@ impl DynamoStore {
     }
 
     /// The store of a deployment whose tag changes are announced `lead` ahead (its
-    /// `SHARD_CACHE_SECONDS` and `MAX_FUTURE_SECONDS`): how long its tag cache serves.
+    /// `LAYOUT_CACHE_SECONDS` and `MAX_FUTURE_SECONDS`): how long its tag cache serves.
     pub fn with_tag_lead(self, lead: tidemark_schema::LayoutLead) -> Self {
         DynamoStore {
             tag_book: std::sync::Arc::new(std::sync::Mutex::new(
@@ -116,7 +116,7 @@ impl DynamoStore {
 
     /// The device's layout over time: its own shard and layout epochs over the fleet's
     /// default (consistent read; none stored: single items in one partition).
-    pub async fn shard_history(&self, device: &DeviceId) -> Result<LayoutHistory, StoreError> {
+    pub async fn layout_history(&self, device: &DeviceId) -> Result<LayoutHistory, StoreError> {
         let (h, _) =
             tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
                 .await?;
@@ -135,7 +135,7 @@ impl DynamoStore {
         limit: Option<usize>,
         visit: impl FnMut(Timestamp, std::collections::BTreeMap<tidemark_schema::MetricName, f64>),
     ) -> Result<Walked, StoreError> {
-        let history = self.shard_history(device).await?;
+        let history = self.layout_history(device).await?;
         tidemark_store::read::walk_readings(
             &self.queries,
             device,

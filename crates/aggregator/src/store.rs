@@ -34,7 +34,7 @@ pub struct DeviceUpdate {
     pub rule_states: BTreeMap<String, RuleState>,
     /// `createdAt` of a device this write registers.
     pub now: Timestamp,
-    /// GSI1 status key of a device this write registers (active, in its status shard).
+    /// GSI1 status key of a device this write registers (active, in its status partition).
     pub status_gsi1pk: String,
     /// Its newest arrival, GSI2 watch key and offline state
     /// ([`crate::offline::upkeep`]).

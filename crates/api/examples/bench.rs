@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
     AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, DynamoStore,
-    GetStore, Page, PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter,
+    GetStore, LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter,
 };
 use tidemark_api::{ApiConfig, App};
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus,
-    DeviceType, Key, LatestReading, LayoutHistory, MetricName, Period, Reading, ReadingItem,
-    Severity, ShardConfigItem, Stats, Timestamp, keys,
+    DeviceType, Key, LatestReading, LayoutHistory, LayoutHistoryItem, MetricName, Period, Reading,
+    ReadingItem, Severity, Stats, Timestamp, keys,
 };
 use tidemark_store::{Item, StoreError};
 use tidemark_testkit::TestTable;
@@ -127,14 +127,14 @@ impl<S: CallCounter + Sync> CallCounter for Timed<S> {
     }
 }
 
-impl<S: ShardWriter + Sync> ShardWriter for Timed<S> {
-    async fn replace_shards(
+impl<S: LayoutWriter + Sync> LayoutWriter for Timed<S> {
+    async fn replace_layouts(
         &self,
         d: &DeviceId,
         h: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        self.timed(self.inner.replace_shards(d, h, version)).await
+        self.timed(self.inner.replace_layouts(d, h, version)).await
     }
 }
 
@@ -251,7 +251,7 @@ fn fleet() -> Vec<Item> {
         .unwrap();
     items(
         &mut out,
-        &[ShardConfigItem::new(
+        &[LayoutHistoryItem::new(
             &DeviceId::new("hot_01").unwrap(),
             history.clone(),
         )],
@@ -259,7 +259,7 @@ fn fleet() -> Vec<Item> {
     let hot: Vec<ReadingItem> = (0..3600)
         .map(|i| {
             let at = base.plus_millis(i as i64 * 1000).unwrap();
-            ReadingItem::new(&reading("hot_01", at, i), history.shard_at(at), 30)
+            ReadingItem::new(&reading("hot_01", at, i), history.partition_at(at), 30)
         })
         .collect();
     items(&mut out, &hot);

@@ -24,8 +24,8 @@ use tidemark_schema::{AlertId, DeviceId, Key, LayoutHistory, TagHistory, TagInde
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore, Page,
-    PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter,
+    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
+    LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter,
 };
 
 /// Items one request reads at most: a page of series rows walks at most
@@ -368,14 +368,14 @@ impl<S: CallCounter + Sync> CallCounter for Metered<S> {
     }
 }
 
-impl<S: ShardWriter + Sync> ShardWriter for Metered<S> {
-    async fn replace_shards(
+impl<S: LayoutWriter + Sync> LayoutWriter for Metered<S> {
+    async fn replace_layouts(
         &self,
         device: &DeviceId,
         history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        self.0.replace_shards(device, history, version).await
+        self.0.replace_layouts(device, history, version).await
     }
 }
 

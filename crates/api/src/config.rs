@@ -26,7 +26,7 @@ pub struct ApiConfig {
     /// Deployed: where the real cursor key is; the Lambda reads it before serving.
     pub cursor_secret_arn: Option<String>,
     pub retention_days: u32,
-    pub status_shards: u16,
+    pub status_partitions: u16,
     /// The fleet's offline window for devices without `offlineAfterSeconds` (0: off): what
     /// `connectivity` is judged with (the alerts role and the watchdog read the same
     /// variable).
@@ -36,7 +36,7 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Ingest's shard-count cache and future-reading allowance (the same variables as
     /// ingest's): how far ahead a shard change must be scheduled.
-    pub shard_lead: LayoutLead,
+    pub layout_lead: LayoutLead,
     /// Where "now" comes from: fixed in tests and fixtures (the docs/design.md §9 sample data
     /// is from April 2026 and would otherwise be expired).
     pub clock: Clock,
@@ -94,10 +94,10 @@ impl fmt::Debug for ApiConfig {
             .field("table_name", &self.table_name)
             .field("cursor_secret", &"<redacted>")
             .field("retention_days", &self.retention_days)
-            .field("status_shards", &self.status_shards)
+            .field("status_partitions", &self.status_partitions)
             .field("offline_after_default", &self.offline_after_default)
             .field("max_body_bytes", &self.max_body_bytes)
-            .field("shard_lead", &self.shard_lead)
+            .field("layout_lead", &self.layout_lead)
             .field("clock", &self.clock)
             .field("ui_auth", &self.ui_auth)
             .field("scopes", &self.scopes)
@@ -124,10 +124,10 @@ impl ApiConfig {
             cursor_secret: DEV_CURSOR_SECRET.to_vec(),
             cursor_secret_arn: None,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
-            status_shards: const { settings::STATUS_SHARDS.default_u16() },
+            status_partitions: const { settings::STATUS_PARTITIONS.default_u16() },
             offline_after_default: const { settings::OFFLINE_AFTER_SECONDS.default_u32() },
             max_body_bytes: Self::DEFAULT_MAX_BODY,
-            shard_lead: LayoutLead::default(),
+            layout_lead: LayoutLead::default(),
             clock: Clock::system(),
             ui_auth: UiAuth::None,
             scopes: ScopeNames::default(),
@@ -212,10 +212,10 @@ impl ApiConfig {
                 (1..=36_500).contains(d)
             })?
             .unwrap_or(c.retention_days);
-        c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
+        c.status_partitions = env.status_partitions()?.unwrap_or(c.status_partitions);
         c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
         c.group_tags = env.group_tags()?;
-        c.shard_lead = env.layout_lead(c.shard_lead)?;
+        c.layout_lead = env.layout_lead(c.layout_lead)?;
         let max = tidemark_schema::MAX_CALLER_RATE_LIMIT;
         c.caller_rate_limit = env
             .num(
@@ -342,27 +342,27 @@ mod tests {
         );
         let c = ApiConfig::from_lookup(lookup(&[
             ("CURSOR_SECRET_ARN", arn),
-            ("STATUS_SHARDS", "4"),
+            ("STATUS_PARTITIONS", "4"),
         ]))
         .unwrap();
-        assert_eq!(c.status_shards, 4);
+        assert_eq!(c.status_partitions, 4);
         let c = ApiConfig::from_lookup(lookup(&[
             ("CURSOR_SECRET_ARN", arn),
-            ("SHARD_CACHE_SECONDS", "10"),
+            ("LAYOUT_CACHE_SECONDS", "10"),
             ("MAX_FUTURE_SECONDS", "60"),
         ]))
         .unwrap();
         assert_eq!(
-            c.shard_lead,
+            c.layout_lead,
             LayoutLead {
-                shard_cache: Duration::from_secs(10),
+                layout_cache: Duration::from_secs(10),
                 max_future: Duration::from_secs(60)
             }
         );
         assert!(
             ApiConfig::from_lookup(lookup(&[
                 ("CURSOR_SECRET_ARN", arn),
-                ("SHARD_CACHE_SECONDS", "-1")
+                ("LAYOUT_CACHE_SECONDS", "-1")
             ]))
             .is_err()
         );

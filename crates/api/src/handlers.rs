@@ -12,7 +12,7 @@ use tidemark_schema::{
     Timestamp, keys,
 };
 use tidemark_store::Item;
-use tidemark_store::read::{Source, merged_page};
+use tidemark_store::read::{PagedPartition, interleaved_page};
 
 use crate::App;
 use crate::access::{self, Rule, Scope};
@@ -52,18 +52,18 @@ fn expired(item: &Item, now: Timestamp) -> bool {
         .is_some_and(|ttl| ttl < now.epoch_seconds())
 }
 
-fn shard_label(shard: Option<u16>) -> String {
+fn partition_label(shard: Option<u16>) -> String {
     shard.map_or_else(|| WHOLE.to_owned(), |n| n.to_string())
 }
 
-fn parse_shard_label(label: &str) -> Option<Option<u16>> {
+fn parse_partition_label(label: &str) -> Option<Option<u16>> {
     if label == WHOLE {
         return Some(None);
     }
     label
         .parse::<u16>()
         .ok()
-        .filter(|n| *n < tidemark_schema::shard::MAX_SHARDS)
+        .filter(|n| *n < tidemark_schema::partition::MAX_PARTITIONS)
         .map(Some)
 }
 
@@ -223,10 +223,10 @@ impl<S: Store> App<S> {
         for (label, after) in parts {
             let spec = spec_for(&label).ok_or_else(bad_cursor)?;
             if let Some(after) = resume_at(&spec, after)? {
-                sources.push(Source::new(label, spec, after));
+                sources.push(PagedPartition::new(label, spec, after));
             }
         }
-        let page = merged_page(&self.store, sources, limit, keep).await?;
+        let page = interleaved_page(&self.store, sources, limit, keep).await?;
         let cursor = (!page.rest.is_empty()).then(|| {
             self.cursor_key().seal(
                 scope,
@@ -304,7 +304,7 @@ impl<S: Store> App<S> {
 
     async fn put_device(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
         let body = self.within_body_limit(body)?;
-        let mut reg = validate::registration(id, body, self.config.status_shards)?;
+        let mut reg = validate::registration(id, body, self.config.status_partitions)?;
         self.stays_in_scope(&reg).await?;
         let now = self.now();
         let put = self.put_tagged(&mut reg, now).await?;
@@ -364,8 +364,8 @@ impl<S: Store> App<S> {
         let scope = format!("devices|{}", status.map_or("-", |s| s.as_str()));
         // Devices may sit under the plain status key (registered before status sharding, or
         // by the pipeline) or under one of its shards: list them all, merged by device ID.
-        let shards = self.config.status_shards;
-        let shard_labels = |st: DeviceStatus| {
+        let shards = self.config.status_partitions;
+        let partition_labels = |st: DeviceStatus| {
             let mut v = vec![st.as_str().to_owned()];
             if shards > 1 {
                 v.extend((0..shards).map(|n| format!("{st}#{n}")));
@@ -379,7 +379,7 @@ impl<S: Store> App<S> {
                 labels: status
                     .map_or(DeviceStatus::ALL.to_vec(), |s| vec![s])
                     .into_iter()
-                    .flat_map(shard_labels)
+                    .flat_map(partition_labels)
                     .collect(),
             },
         };

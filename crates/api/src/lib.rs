@@ -6,7 +6,7 @@
 //! BatchGetItem or Query per partition; lists page with signed cursors ([`cursor`]) and read
 //! several partitions in one global order when a list spans them
 //! ([`tidemark_store::read::merge`]). Readings are
-//! read layout segment by segment over a device's history of shard counts and packing
+//! read layout segment by segment over a device's history of partition counts and packing
 //! (`PUT /devices/{id}/layout`): single reading items and packed slots
 //! ([`tidemark_store::read::readings`]) come out as the same reading JSON, so a layout change is invisible to clients. An operator's
 //! writes to an alert (acknowledge, snooze, unsnooze) each update only their own attributes

@@ -5,16 +5,16 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertId, DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem, TagHistory, TagHistoryItem,
-    TagIndexItem, Timestamp, field,
+    AlertId, DeviceId, EntityKey, Key, LayoutHistory, LayoutHistoryItem, TagHistory,
+    TagHistoryItem, TagIndexItem, Timestamp, field,
 };
 use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore, Page,
-    PutDevice, QuerySpec, QueryStore, ShardWriter, TagWriter, Update, ack_update, alert_state,
-    device_update, snooze_update, unsnooze_update,
+    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
+    LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter, Update, ack_update,
+    alert_state, device_update, snooze_update, unsnooze_update,
 };
 
 #[derive(Debug, Default)]
@@ -197,14 +197,14 @@ impl TagWriter for MemoryStore {
     }
 }
 
-impl ShardWriter for MemoryStore {
-    async fn replace_shards(
+impl LayoutWriter for MemoryStore {
+    async fn replace_layouts(
         &self,
         device: &DeviceId,
         history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        let k = EntityKey::ShardConfig(device.clone()).key();
+        let k = EntityKey::DeviceLayout(device.clone()).key();
         let mut items = self.lock();
         let stored = items
             .get(&(k.pk.clone(), k.sk.clone()))
@@ -215,9 +215,9 @@ impl ShardWriter for MemoryStore {
         if stored != version {
             return Ok(false);
         }
-        let item = tidemark_store::to_item(&ShardConfigItem {
+        let item = tidemark_store::to_item(&LayoutHistoryItem {
             version: version + 1,
-            ..ShardConfigItem::new(device, history.clone())
+            ..LayoutHistoryItem::new(device, history.clone())
         })?;
         items.insert((k.pk, k.sk), item);
         Ok(true)

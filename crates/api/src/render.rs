@@ -118,7 +118,7 @@ pub fn layout(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {
     let l = history.layout_at(now);
     json!({
         "deviceId": id.as_str(),
-        "shards": l.shards,
+        "shards": l.partitions,
         "slotSeconds": l.slot.map(|s| s.seconds()),
         "epochs": history.epochs(),
     })

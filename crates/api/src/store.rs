@@ -29,8 +29,8 @@ pub use tidemark_store::read::{Page, Place, QuerySpec, QueryStore, SkRange};
 /// handlers read through ([`crate::budget::Metered`]).
 pub mod traits {
     pub use super::{
-        AlertWriter as _, CallCounter as _, DeviceWriter as _, GetStore as _, QueryStore as _,
-        ShardWriter as _, TagWriter as _,
+        AlertWriter as _, CallCounter as _, DeviceWriter as _, GetStore as _, LayoutWriter as _,
+        QueryStore as _, TagWriter as _,
     };
 }
 
@@ -95,11 +95,11 @@ pub trait DeviceWriter {
     ) -> impl Future<Output = Result<PutDevice, StoreError>> + Send;
 }
 
-pub trait ShardWriter {
+pub trait LayoutWriter {
     /// Stores `history` as the layout (shard and packing) history of `device` if the stored
     /// one is still at `version` (0: never written), bumping the version; `false` when
     /// another change landed first.
-    fn replace_shards(
+    fn replace_layouts(
         &self,
         device: &DeviceId,
         history: &LayoutHistory,
@@ -144,7 +144,7 @@ pub trait Store:
     + GetStore
     + DeviceWriter
     + AlertWriter
-    + ShardWriter
+    + LayoutWriter
     + TagWriter
     + CallCounter
     + Send
@@ -156,7 +156,7 @@ impl<
         + GetStore
         + DeviceWriter
         + AlertWriter
-        + ShardWriter
+        + LayoutWriter
         + TagWriter
         + CallCounter
         + Send
@@ -391,15 +391,15 @@ fn av<T: serde::Serialize + ?Sized>(v: &T) -> Result<AttributeValue, StoreError>
     Ok(serde_dynamo::to_attribute_value(v)?)
 }
 
-impl ShardWriter for DynamoStore {
-    async fn replace_shards(
+impl LayoutWriter for DynamoStore {
+    async fn replace_layouts(
         &self,
         device: &DeviceId,
         history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        let key = EntityKey::ShardConfig(device.clone()).key();
-        tidemark_store::layout_change::replace_history(
+        let key = EntityKey::DeviceLayout(device.clone()).key();
+        tidemark_store::write::layout_change::replace_history(
             &self.client,
             &self.table,
             &key,
@@ -417,7 +417,7 @@ impl TagWriter for DynamoStore {
         history: &TagHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        tidemark_store::tag_change::replace_history(
+        tidemark_store::write::tag_change::replace_history(
             &self.client,
             &self.table,
             device,
@@ -432,7 +432,8 @@ impl TagWriter for DynamoStore {
         puts: &[TagIndexItem],
         deletes: &[Key],
     ) -> Result<(), StoreError> {
-        tidemark_store::tag_change::write_index(&self.client, &self.table, puts, deletes).await
+        tidemark_store::write::tag_change::write_index(&self.client, &self.table, puts, deletes)
+            .await
     }
 }
 

@@ -24,7 +24,7 @@ pub use thresholds::{MAX_FOR_SECONDS, MAX_THRESHOLDS};
 mod layout;
 mod tags;
 mod thresholds;
-pub use layout::{LayoutChange, ShardChange, layout_change, shard_change};
+pub use layout::{LayoutChange, PartitionCountChange, layout_change, partition_count_change};
 pub use tags::{MAX_TAG_FILTERS, TagRequest, tag_filters};
 use thresholds::thresholds;
 
@@ -303,7 +303,7 @@ fn firmware(v: &str) -> Result<String, ApiError> {
 pub fn registration(
     id: DeviceId,
     body: &[u8],
-    status_shards: u16,
+    status_partitions: u16,
 ) -> Result<DeviceRegistration, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad("body", "a JSON object is required"));
@@ -327,7 +327,7 @@ pub fn registration(
         .as_deref()
         .map(|t| keyword::<DeviceType>("type", t, "sensor, gateway, actuator"))
         .transpose()?;
-    let status_shard = tidemark_schema::keys::status_shard_for(&id, status_shards);
+    let status_shard = tidemark_schema::keys::status_partition_for(&id, status_partitions);
     let location = b.location.map(location).transpose()?;
     let site = location
         .as_ref()

@@ -19,10 +19,10 @@ use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::run::{self, Design, Target, simulated_start};
 use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH};
 use tidemark_bench::storage::item_size;
+use tidemark_exporter::export_table::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::s3::S3Sink;
 use tidemark_exporter::sink::{MemorySink, Sink};
-use tidemark_exporter::source::DynamoSource;
 use tidemark_schema::{EntityKey, Layout, Period, SlotLen, Timestamp};
 
 struct Row {
@@ -52,7 +52,7 @@ async fn measure(sc: Scenario, first: Timestamp) -> Result<Row, BenchError> {
         let hour = Period::Hourly
             .bucket(first.plus_millis(3_600_000).unwrap_or(first))
             .start();
-        let source = DynamoSource::new(client.clone(), table, 1);
+        let source = DynamoExportTable::new(client.clone(), table, 1);
         let memory = MemorySink::default();
         let moto = moto_sink().await?;
         // One export first, not timed: DynamoDB Local's first reads of the hour are slower.
@@ -97,7 +97,7 @@ async fn measure(sc: Scenario, first: Timestamp) -> Result<Row, BenchError> {
 
 /// The hour exported three times into `sink`: the last report and the median time (s).
 async fn median_of_three<K: Sink>(
-    source: &DynamoSource,
+    source: &DynamoExportTable,
     sink: &K,
     hour: Timestamp,
 ) -> Result<(tidemark_exporter::hour::BucketExport, f64), BenchError> {

@@ -36,9 +36,9 @@ use tidemark_bench::artifacts::{machine, workspace_root};
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::meter::Meter;
 use tidemark_bench::windows;
+use tidemark_exporter::export_table::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::sink::MemorySink;
-use tidemark_exporter::source::DynamoSource;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, EntityKey, MetricName, Reading, ReadingItem, SlotItem,
@@ -330,7 +330,7 @@ async fn main() {
     );
 
     // Summaries: the readings stored, each closed hour exported through the metered client.
-    let writer = tidemark_store::batch::BatchWriter::new(
+    let writer = tidemark_store::write::batch::BatchWriter::new(
         direct.clone(),
         table,
         8,
@@ -340,7 +340,7 @@ async fn main() {
         .iter()
         .enumerate()
         .map(|(n, r)| {
-            tidemark_store::batch::PendingWrite::put(
+            tidemark_store::write::batch::PendingWrite::put(
                 n,
                 tidemark_store::to_item(r).expect("an item"),
             )
@@ -353,7 +353,7 @@ async fn main() {
         )
         .await;
     assert!(report.failed_tags.is_empty(), "readings stored");
-    let source = DynamoSource::new(client.clone(), table, 1).with_group_tags(keys.clone());
+    let source = DynamoExportTable::new(client.clone(), table, 1).with_group_tags(keys.clone());
     let sink = MemorySink::default();
     let first_hour = Timestamp::parse_rfc3339("2026-04-20T11:00:00Z").expect("a time");
     let _ = meter.take().await;

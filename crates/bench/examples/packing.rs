@@ -26,7 +26,7 @@ use tidemark_bench::meter::Meter;
 use tidemark_bench::run::{self, Design, DesignRun, Target, simulated_start};
 use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH, kinesis_event};
 use tidemark_ingest::{Ingest, IngestConfig};
-use tidemark_schema::{Layout, LayoutHistory, ShardConfigItem, SlotLen, Timestamp};
+use tidemark_schema::{Layout, LayoutHistory, LayoutHistoryItem, SlotLen, Timestamp};
 use tidemark_store::ClientSettings;
 
 const WINDOWS_S: [i64; 4] = [1, 10, 60, 300];
@@ -163,7 +163,7 @@ async fn read_cost(
     let history = LayoutHistory::default()
         .with_layout(start.minus_millis(HOUR_MS).unwrap_or(start), layout)
         .map_err(|e| BenchError::Setup(e.to_string()))?;
-    run::put_config(&direct, table, &ShardConfigItem::default_layout(history)).await?;
+    run::put_config(&direct, table, &LayoutHistoryItem::default_layout(history)).await?;
     let one = Scenario {
         devices: 1,
         span_ms,
@@ -319,7 +319,7 @@ fn markdown(rep: &Report) -> String {
     }
     if let Some(r) = find("hot", "packed:1", 1.0) {
         md.push_str(&format!(
-            "| 2 kHz device stored whole, packed, no write sharding | all readings, 1 key | – | {} of {} stored in {} slot items on one key | – | {} |\n",
+            "| 2 kHz device stored whole, packed, no write partitioning | all readings, 1 key | – | {} of {} stored in {} slot items on one key | – | {} |\n",
             r.readings_stored,
             r.readings_sent,
             r.storage.items,
@@ -525,7 +525,7 @@ async fn main() -> Result<(), BenchError> {
         {
             let single = sc.packed(Layout::SINGLE, w, PACKED_BATCH);
             let single = Scenario {
-                hot_shards: sc.hot_shards,
+                hot_partitions: sc.hot_partitions,
                 ..single
             };
             rep.runs

@@ -33,7 +33,7 @@ use tidemark_bench::meter::Meter;
 use tidemark_bench::run::{self, Design, DesignRun, Target, simulated_start};
 use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH};
 use tidemark_schema::{
-    AggregateItem, EntityKey, Layout, LayoutHistory, Period, ShardConfigItem, SlotLen, Timestamp,
+    AggregateItem, EntityKey, Layout, LayoutHistory, LayoutHistoryItem, Period, SlotLen, Timestamp,
     keys,
 };
 use tidemark_store::{ClientSettings, Item};
@@ -105,9 +105,9 @@ async fn fill(
     let history = LayoutHistory::default()
         .with_layout(begin.minus_millis(HOUR_MS).unwrap_or(begin), slot)
         .map_err(|e| BenchError::Other(e.to_string()))?;
-    let mut out: Vec<Item> = vec![tidemark_store::to_item(&ShardConfigItem::default_layout(
-        history,
-    ))?];
+    let mut out: Vec<Item> = vec![tidemark_store::to_item(
+        &LayoutHistoryItem::default_layout(history),
+    )?];
     let far = Timestamp::now().ttl_after_days(3650);
     let mut day_hours = Vec::new();
     let mut day_bytes = 0;

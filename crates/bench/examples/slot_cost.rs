@@ -1,7 +1,7 @@
 //! What packed slots cost at ingest for every pairing of ingest window and slot length (issue
 //! 16; `bench/PACKING.md` has the whole pipeline at the chosen pairings): write units, read
 //! units and stored bytes per reading when a device's readings are merged into slot items
-//! ([`tidemark_store::slots::SlotWriter`]) once per ingest batch, against DynamoDB Local
+//! ([`tidemark_store::write::slots::SlotWriter`]) once per ingest batch, against DynamoDB Local
 //! through the metering proxy.
 //!
 //! ```sh
@@ -24,7 +24,7 @@ use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{MetricName, SlotLen, TABLE, Timestamp};
 use tidemark_store::ClientSettings;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 
 struct Device {
     name: &'static str,
@@ -198,7 +198,7 @@ async fn main() {
          edited by hand. Checkout {}{}; DynamoDB Local ({}), units from its `ConsumedCapacity` \
          through the metering proxy.\n\n\
          Each device's readings (4 metrics) are merged into slot items by \
-         `tidemark_store::slots::write_slot`: per ingest batch (one per window), each slot it \
+         `tidemark_store::write::slots::write_slot`: per ingest batch (one per window), each slot it \
          touches is read (eventually consistent) and written back whole under an optimistic \
          lock. A write is billed by the item's size, so a slot rewritten often while it grows \
          costs more than its readings' bytes. Ingest only: the aggregator and API sides come \

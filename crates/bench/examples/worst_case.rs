@@ -32,12 +32,12 @@ use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_schema::layout::{Layout, SlotLen};
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, EntityKey, LayoutHistory, MetricName, ShardConfigItem,
+    DeviceId, DeviceItem, DeviceStatus, EntityKey, LayoutHistory, LayoutHistoryItem, MetricName,
     SlotItem, Timestamp,
 };
 use tidemark_store::ClientSettings;
-use tidemark_store::batch::{BatchWriter, PendingWrite};
 use tidemark_store::retry::RetryPolicy;
+use tidemark_store::write::batch::{BatchWriter, PendingWrite};
 use tidemark_testkit::workspace_root;
 
 /// The aggregator's `Timeout` in template.yaml.
@@ -167,7 +167,7 @@ async fn main() {
         .expect("a layout");
     put_all(
         &client,
-        vec![tidemark_store::to_item(&ShardConfigItem::new(&d, history)).unwrap()],
+        vec![tidemark_store::to_item(&LayoutHistoryItem::new(&d, history)).unwrap()],
     )
     .await;
     let value = |s: i64| 20.0 + (s % 7) as f64 * 0.5; // 20..23, always under 30
@@ -327,7 +327,7 @@ async fn main() {
     put_all(
         &client,
         vec![
-            tidemark_store::to_item(&ShardConfigItem::new(
+            tidemark_store::to_item(&LayoutHistoryItem::new(
                 &hot,
                 LayoutHistory::default()
                     .with_layout(Timestamp::MIN, Layout::packed(one_s))

@@ -137,13 +137,13 @@ async fn write(c: &Client, table: &str, way: Way, items: Vec<Item>) {
             let chunks: Vec<Vec<Item>> = items.chunks(25).map(<[Item]>::to_vec).collect();
             futures::stream::iter(chunks)
                 .map(|chunk| async move {
-                    let answers = tidemark_store::insert::insert_batch(c, table, chunk)
+                    let answers = tidemark_store::write::insert::insert_batch(c, table, chunk)
                         .await
                         .expect("BatchExecuteStatement");
                     assert!(
                         answers
                             .iter()
-                            .all(|a| *a == tidemark_store::insert::Inserted::Yes),
+                            .all(|a| *a == tidemark_store::write::insert::Inserted::Yes),
                         "{answers:?}"
                     );
                 })

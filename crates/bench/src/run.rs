@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_ingest::{Ingest, IngestConfig};
-use tidemark_schema::{DeviceId, EntityKey, LayoutHistory, ShardConfigItem, Timestamp};
+use tidemark_schema::{DeviceId, EntityKey, LayoutHistory, LayoutHistoryItem, Timestamp};
 use tidemark_store::ClientSettings;
 
 use crate::BenchError;
@@ -222,13 +222,13 @@ pub async fn run(
         let history = LayoutHistory::default()
             .with_layout(from, layout)
             .map_err(setup)?;
-        put_config(&direct, table, &ShardConfigItem::default_layout(history)).await?;
+        put_config(&direct, table, &LayoutHistoryItem::default_layout(history)).await?;
     }
-    if let (Some(n), Design::Tidemark) = (scenario.hot_shards, design) {
+    if let (Some(n), Design::Tidemark) = (scenario.hot_partitions, design) {
         let history = LayoutHistory::default()
             .with_change(from, n)
             .map_err(setup)?;
-        let item = ShardConfigItem::new(&scenario.device_id(0), history);
+        let item = LayoutHistoryItem::new(&scenario.device_id(0), history);
         put_config(&direct, table, &item).await?;
     }
     if let (true, Design::Tidemark) = (scenario.percentiles, design) {
@@ -475,7 +475,7 @@ fn count(rs: &[SimReading]) -> u64 {
 pub async fn put_config(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-    item: &ShardConfigItem,
+    item: &LayoutHistoryItem,
 ) -> Result<(), BenchError> {
     client
         .put_item()

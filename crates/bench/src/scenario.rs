@@ -17,8 +17,8 @@ pub struct Scenario {
     pub interval_us: i64,
     /// Simulated time the fleet sends for, in milliseconds.
     pub span_ms: i64,
-    /// Shard count of the (single) hot device, written to `CONFIG` before the run.
-    pub hot_shards: Option<u16>,
+    /// Partition count of the (single) hot device, written to `CONFIG` before the run.
+    pub hot_partitions: Option<u16>,
     /// The aggregator mapping's batching window, milliseconds of simulated time.
     pub window_ms: i64,
     /// The aggregator mapping's `BatchSize`.
@@ -71,7 +71,7 @@ impl Scenario {
             devices,
             interval_us: 60_000_000,
             span_ms: minutes * 60_000,
-            hot_shards: None,
+            hot_partitions: None,
             window_ms: WINDOW_MS,
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
@@ -93,7 +93,7 @@ impl Scenario {
             devices,
             interval_us: 1_000_000,
             span_ms: minutes * 60_000,
-            hot_shards: None,
+            hot_partitions: None,
             window_ms: WINDOW_MS,
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
@@ -105,18 +105,18 @@ impl Scenario {
         }
     }
 
-    /// One device at 2,000 readings/s for `millis` of simulated time, with 4 write shards.
+    /// One device at 2,000 readings/s for `millis` of simulated time, with 4 write partitions.
     pub fn hot(millis: i64, aggregator_batch_size: usize) -> Scenario {
         Scenario {
             name: "hot",
             description: format!(
-                "1 device at 2,000 readings/s for {} simulated s, 4 write shards",
+                "1 device at 2,000 readings/s for {} simulated s, 4 write partitions",
                 millis as f64 / 1000.0
             ),
             devices: 1,
             interval_us: 500,
             span_ms: millis,
-            hot_shards: Some(4),
+            hot_partitions: Some(4),
             window_ms: WINDOW_MS,
             aggregator_batch_size,
             ingest_batch_size: TEMPLATE_INGEST_BATCH,
@@ -160,8 +160,8 @@ impl Scenario {
             layout: Some(layout),
             ingest_window_ms: Some(ingest_window_s * 1000),
             ingest_batch_size: batch,
-            // A packed device needs no write shards (that is the point).
-            hot_shards: self.hot_shards.filter(|_| layout.slot.is_none()),
+            // A packed device needs no write partitions (that is the point).
+            hot_partitions: self.hot_partitions.filter(|_| layout.slot.is_none()),
             ..self.clone()
         }
     }

@@ -75,7 +75,7 @@ async fn a_failed_condition_reaches_the_caller_and_is_counted() {
 
 #[tokio::test]
 async fn partiql_inserts_are_metered_as_the_puts_they_stand_for() {
-    use tidemark_store::batch::Inserted;
+    use tidemark_store::write::batch::Inserted;
     // GIVEN a table behind the proxy, and what PutItem of the same items costs
     let table = TestTable::new("bench-meter-pq").await;
     let (meter, client) = metered(&table).await;
@@ -101,7 +101,7 @@ async fn partiql_inserts_are_metered_as_the_puts_they_stand_for() {
     let puts = meter.take().await.writes().0.total;
     assert_eq!(puts, 3.0, "1 unit for the small item, 2 for the 1.5 KB one");
     // WHEN the same shapes are inserted by PartiQL, and one key is taken
-    let answers = tidemark_store::insert::insert_batch(
+    let answers = tidemark_store::write::insert::insert_batch(
         &client,
         &table.name,
         vec![item("q1", false), item("q2", true), item("p1", false)],

@@ -198,11 +198,25 @@ impl AlertsConfig {
     }
 }
 
+/// devstack's own variables that were renamed, with the name each had before: still read,
+/// with a deprecation warning ([`settings::renamed`]), when the new one is unset.
+const OLD_NAMES: &[(&str, &str)] = &[
+    ("TIDEMARK_ROLLUPS_WINDOW", "TIDEMARK_AGGREGATOR_WINDOW"), // deprecated
+    ("TIDEMARK_ROLLUPS_FUNCTION", "TIDEMARK_AGGREGATOR_FUNCTION"), // deprecated
+];
+
 impl PipelineConfig {
     /// `make run`'s settings: the template's mappings with short batching windows, so what
     /// the simulator sends shows up in the API within seconds.
     pub fn from_env(local: LocalConfig) -> Result<Self, DevstackError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let named = |k: &'static str| {
+            let old = OLD_NAMES
+                .iter()
+                .find(|(new, _)| *new == k)
+                .map(|(_, old)| *old);
+            settings::renamed(|n| std::env::var(n).ok(), k, old)
+        };
+        let var = |k: &'static str| named(k).map(|(_, v)| v);
         let api_port: u16 = match var("TIDEMARK_API_PORT") {
             Some(p) => p.parse().map_err(|_| {
                 DevstackError::Config(format!("TIDEMARK_API_PORT={p:?} is not a port"))
@@ -213,15 +227,15 @@ impl PipelineConfig {
             Some(url) => Functions::Invoke {
                 url,
                 ingest: var("TIDEMARK_INGEST_FUNCTION").unwrap_or_else(|| "tidemark-ingest".into()),
-                aggregator: var("TIDEMARK_AGGREGATOR_FUNCTION")
+                aggregator: var("TIDEMARK_ROLLUPS_FUNCTION")
                     .unwrap_or_else(|| "tidemark-aggregator".into()),
             },
             None => Functions::InProcess,
         };
-        let seconds = |k: &str, d: f64| -> Result<Duration, DevstackError> {
-            match var(k) {
+        let seconds = |k: &'static str, d: f64| -> Result<Duration, DevstackError> {
+            match named(k) {
                 None => Ok(Duration::from_secs_f64(d)),
-                Some(v) => v
+                Some((k, v)) => v
                     .parse::<f64>()
                     .ok()
                     .filter(|s| (0.0..=300.0).contains(s))
@@ -244,9 +258,9 @@ impl PipelineConfig {
         };
         let aggregator = MappingConfig {
             batch_size: 1000,
-            batching_window: seconds("TIDEMARK_AGGREGATOR_WINDOW", 2.0)?,
+            batching_window: seconds("TIDEMARK_ROLLUPS_WINDOW", 2.0)?,
             max_retries,
-            on_failure_dir: Some(on_failure.join("aggregator")),
+            on_failure_dir: Some(on_failure.join("rollups")),
             ..MappingConfig::new("tidemark-aggregator")
         };
         let alerts = AlertsConfig {

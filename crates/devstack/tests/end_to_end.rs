@@ -519,7 +519,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     );
     // AND nothing was given up on
     assert!(read_on_failure_records(&on_failure.join("ingest")).is_empty());
-    assert!(read_on_failure_records(&on_failure.join("aggregator")).is_empty());
+    assert!(read_on_failure_records(&on_failure.join("rollups")).is_empty());
     assert!(read_on_failure_records(&on_failure.join("alerts")).is_empty());
     assert_eq!(
         pipeline.ingest.discarded() + pipeline.aggregator.discarded(),

@@ -18,7 +18,7 @@ use tidemark_exporter::config::ExporterConfig;
 use tidemark_exporter::function::Exporter;
 use tidemark_exporter::schedule::State;
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, Period, ShardConfigItem, SlotLen,
+    DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, LayoutHistoryItem, Period, SlotLen,
     Timestamp,
 };
 use tidemark_testkit::{TestStream, TestTable, services, unique_name};
@@ -307,7 +307,7 @@ async fn an_exported_day_is_the_apis_day_and_a_late_reading_is_exported_once() {
         )
         .unwrap();
     let packed = DeviceId::new("pack_01").unwrap();
-    table.put(&ShardConfigItem::new(&packed, history)).await;
+    table.put(&LayoutHistoryItem::new(&packed, history)).await;
     for d in DEVICES {
         let id = DeviceId::new(d).unwrap();
         table

@@ -10,7 +10,8 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use serde_json::{Value, json};
 use tidemark_devstack::pipeline::Pipeline;
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, ShardConfigItem, SlotLen, Timestamp,
+    DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, LayoutHistoryItem, SlotLen,
+    Timestamp,
 };
 use tidemark_testkit::{TestStream, TestTable};
 
@@ -64,7 +65,7 @@ async fn fleet(table: &TestTable, since: Timestamp, devices: &[&str]) {
         )
         .unwrap();
     let mut items =
-        vec![tidemark_store::to_item(&ShardConfigItem::default_layout(default)).unwrap()];
+        vec![tidemark_store::to_item(&LayoutHistoryItem::default_layout(default)).unwrap()];
     for d in devices {
         let device = DeviceItem::new(DeviceId::new(d).unwrap(), DeviceStatus::Active, since);
         items.push(tidemark_store::to_item(&device).unwrap());
@@ -118,7 +119,7 @@ async fn a_change_to_longer_slots_inside_a_slot_stores_both_sides_and_the_shard_
     let device = DeviceId::new("grower_01").unwrap();
     put_items(
         &table,
-        vec![tidemark_store::to_item(&ShardConfigItem::new(&device, history)).unwrap()],
+        vec![tidemark_store::to_item(&LayoutHistoryItem::new(&device, history)).unwrap()],
     )
     .await;
     let pipeline = Pipeline::start(common::in_process(&table, &stream, 25))

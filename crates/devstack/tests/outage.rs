@@ -210,5 +210,5 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
     );
     assert_eq!((ingest_discarded, aggregator_discarded), (0, 0));
     assert!(read_on_failure_records(&on_failure.join("ingest")).is_empty());
-    assert!(read_on_failure_records(&on_failure.join("aggregator")).is_empty());
+    assert!(read_on_failure_records(&on_failure.join("rollups")).is_empty());
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tidemark_devstack::pipeline::Pipeline;
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, ShardConfigItem, SlotLen, Timestamp,
+    DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, LayoutHistoryItem, SlotLen,
+    Timestamp,
 };
 use tidemark_testkit::{TestStream, TestTable};
 
@@ -57,7 +58,7 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
     // reading; the API answers 404 for an unregistered device).
     let registered = DeviceItem::new(device.clone(), DeviceStatus::Active, t0);
     for item in [
-        tidemark_store::to_item(&ShardConfigItem::new(&device, history)).unwrap(),
+        tidemark_store::to_item(&LayoutHistoryItem::new(&device, history)).unwrap(),
         tidemark_store::to_item(&registered).unwrap(),
     ] {
         table

@@ -15,8 +15,8 @@ pub struct ExporterConfig {
     pub bucket: String,
     /// A local S3 (`TIDEMARK_S3_ENDPOINT`); `None`: AWS.
     pub s3_endpoint: Option<String>,
-    /// `STATUS_SHARDS`: where the device listing is spread, as the aggregator writes it.
-    pub status_shards: u16,
+    /// `STATUS_PARTITIONS`: where the device listing is spread, as the aggregator writes it.
+    pub status_partitions: u16,
     /// `GROUP_TAGS`: the tag keys whose groups keep rollups.
     pub group_tags: Vec<tidemark_schema::TagKey>,
     pub schedule: Schedule,
@@ -28,7 +28,7 @@ impl ExporterConfig {
             table_name: table.into(),
             bucket: bucket.into(),
             s3_endpoint: None,
-            status_shards: const { settings::STATUS_SHARDS.default_u16() },
+            status_partitions: const { settings::STATUS_PARTITIONS.default_u16() },
             group_tags: settings::default_group_tags(),
             schedule: Schedule {
                 prefix: settings::EXPORT_PREFIX.default.trim_matches('`').to_owned(),
@@ -51,7 +51,7 @@ impl ExporterConfig {
         )?;
         let mut c = ExporterConfig::new(table, bucket);
         c.s3_endpoint = env.text(&settings::TIDEMARK_S3_ENDPOINT);
-        c.status_shards = env.status_shards()?.unwrap_or(c.status_shards);
+        c.status_partitions = env.status_partitions()?.unwrap_or(c.status_partitions);
         c.group_tags = env.group_tags()?;
         if let Some(p) = env.parse_with(
             &settings::EXPORT_PREFIX,
@@ -110,7 +110,7 @@ mod tests {
             ),
             ("tidemark", Duration::from_secs(300), 24)
         );
-        assert_eq!((c.status_shards, c.s3_endpoint), (1, None));
+        assert_eq!((c.status_partitions, c.s3_endpoint), (1, None));
     }
 
     #[test]
@@ -119,7 +119,7 @@ mod tests {
             ("EXPORT_PREFIX", "a b"),
             ("EXPORT_GRACE_SECONDS", "-1"),
             ("EXPORT_MAX_HOURS", "0"),
-            ("STATUS_SHARDS", "0"),
+            ("STATUS_PARTITIONS", "0"),
         ] {
             let get = move |k: &str| match k {
                 "EXPORT_BUCKET" => Some("b".to_owned()),
@@ -132,11 +132,11 @@ mod tests {
         let c = ExporterConfig::from_lookup(lookup(&[
             ("EXPORT_BUCKET", "b"),
             ("EXPORT_PREFIX", "/lake/tidemark/"),
-            ("STATUS_SHARDS", "4"),
+            ("STATUS_PARTITIONS", "4"),
         ]))
         .unwrap();
         assert_eq!(
-            (c.schedule.prefix.as_str(), c.status_shards),
+            (c.schedule.prefix.as_str(), c.status_partitions),
             ("lake/tidemark", 4)
         );
     }

@@ -6,14 +6,14 @@ use tidemark_store::emf::Metrics;
 
 use crate::ExportError;
 use crate::config::ExporterConfig;
+use crate::export_table::DynamoExportTable;
 use crate::paths;
 use crate::s3::S3Sink;
 use crate::schedule::{self, DynamoState, RunReport};
-use crate::source::DynamoSource;
 
 pub struct Exporter {
     pub state: DynamoState,
-    pub source: DynamoSource,
+    pub source: DynamoExportTable,
     pub sink: S3Sink,
     pub config: ExporterConfig,
 }
@@ -26,7 +26,7 @@ impl Exporter {
     ) -> Self {
         Exporter {
             state: DynamoState::new(ddb.clone(), &config.table_name),
-            source: DynamoSource::new(ddb, &config.table_name, config.status_shards)
+            source: DynamoExportTable::new(ddb, &config.table_name, config.status_partitions)
                 .with_group_tags(config.group_tags.clone()),
             sink: S3Sink {
                 client: s3,

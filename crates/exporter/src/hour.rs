@@ -13,11 +13,11 @@ use tidemark_schema::{
 };
 
 use crate::ExportError;
+use crate::export_table::ExportTable;
 use crate::file::{self, ReadingRow, ReadingsWriter, RollupRow};
 use crate::groups::{GroupFold, GroupPair};
 use crate::paths;
 use crate::sink::Sink;
-use crate::source::Source;
 
 pub const MANIFEST: &str = "_manifest.json";
 const PARQUET: &str = "application/vnd.apache.parquet";
@@ -73,7 +73,7 @@ impl BucketExport {
     }
 
     /// Hands `visit` the device's readings of `bucket`, counting them in; whether there was one.
-    async fn read<S: Source>(
+    async fn read<S: ExportTable>(
         &mut self,
         source: &S,
         device: &DeviceId,
@@ -173,7 +173,7 @@ fn rollup_rows(device: &DeviceId, bucket: Bucket, item: AggregateItem) -> Vec<Ro
 /// readings partition and manifest, and its hourly rollups and theirs. Readings stream into
 /// the files ([`ReadingsWriter`]) and each finished file is put after its device's walk, so
 /// an hour is never held whole.
-pub async fn export_hour<S: Source, K: Sink>(
+pub async fn export_hour<S: ExportTable, K: Sink>(
     source: &S,
     sink: &K,
     prefix: &str,
@@ -292,7 +292,7 @@ fn listed(groups: &GroupFold, previous: &[GroupPair]) -> Vec<GroupPair> {
 /// Puts the bucket's group items and deletes those of `previous` pairs it no longer has,
 /// after the rollups manifest (`report`, under `manifest`) listed both; then, if some were
 /// deleted, the manifest again, listing the pairs written only.
-async fn write_groups<S: Source, K: Sink>(
+async fn write_groups<S: ExportTable, K: Sink>(
     source: &S,
     sink: &K,
     bucket: Bucket,
@@ -379,7 +379,7 @@ async fn exported_hour<K: Sink>(
 /// day from its hours, and an hour never exported (before the schedule's first) is folded
 /// from its readings. So a day costs 24 small reads, not a walk of its readings, which for a
 /// large fleet would not fit in one invocation and would be retried forever.
-pub async fn export_day<S: Source, K: Sink>(
+pub async fn export_day<S: ExportTable, K: Sink>(
     source: &S,
     sink: &K,
     prefix: &str,
@@ -548,7 +548,7 @@ pub fn hours_of(from: Timestamp, to: Timestamp) -> Vec<Timestamp> {
 /// Exports every closed hour (at `now`) whose start lies in `[from, to)`, oldest first, and
 /// the daily rollups of each day whose last hour is one of them, telling `progress` after
 /// each hour: the backfill `tidemark-admin export` runs.
-pub async fn export_range<S: Source, K: Sink>(
+pub async fn export_range<S: ExportTable, K: Sink>(
     source: &S,
     sink: &K,
     prefix: &str,

@@ -13,6 +13,7 @@
 
 pub mod columns;
 pub mod config;
+pub mod export_table;
 pub mod file;
 pub mod function;
 pub mod groups;
@@ -21,7 +22,6 @@ pub mod paths;
 pub mod s3;
 pub mod schedule;
 pub mod sink;
-pub mod source;
 
 use thiserror::Error;
 

@@ -14,9 +14,9 @@ use tidemark_schema::{
 use tidemark_store::read::{Queries, QuerySpec, SkRange, query_all};
 
 use crate::ExportError;
+use crate::export_table::ExportTable;
 use crate::hour::{ends_day, export_day, export_hour};
 use crate::sink::Sink;
-use crate::source::Source;
 
 const HOUR_MS: i64 = 3_600_000;
 
@@ -59,7 +59,7 @@ pub fn due_hour(now: Timestamp, grace: Duration) -> Option<Timestamp> {
 }
 
 /// One scheduled run at `now`, ending its work by `deadline`.
-pub async fn run<T: State, S: Source, K: Sink>(
+pub async fn run<T: State, S: ExportTable, K: Sink>(
     state: &T,
     source: &S,
     sink: &K,

@@ -9,7 +9,7 @@ use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tidemark_ingest::{IngestConfig, decode_record, reading_item};
 use tidemark_schema::{SlotLen, Timestamp};
-use tidemark_store::slots::Content;
+use tidemark_store::write::slots::Content;
 
 fn reading(i: usize) -> String {
     format!(

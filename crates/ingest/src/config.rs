@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use tidemark_schema::{DeviceIdentity, Layout, LayoutLead};
-use tidemark_store::batch::RetryPolicy;
 use tidemark_store::settings::{self, Env};
+use tidemark_store::write::batch::RetryPolicy;
 
 pub use tidemark_store::settings::ConfigError;
 
@@ -61,12 +61,12 @@ pub struct IngestConfig {
     /// `MAX_METADATA_BYTES` (1024): keeps a reading item near the 1 KB of one write unit and
     /// far from DynamoDB's 400 KB item limit.
     pub max_metadata_bytes: usize,
-    /// `SHARD_CACHE_SECONDS` (30): the oldest shard counts a container writes with. It
+    /// `LAYOUT_CACHE_SECONDS` (30): the oldest partition counts a container writes with. It
     /// refreshes them after half of this, and keeps the old answer through a failed refresh
     /// only until this. The API schedules a shard change later than now + this +
     /// `MAX_FUTURE_SECONDS` ([`tidemark_schema::LayoutLead`]), so no container still holding
     /// the old count writes a reading of the new epoch. Both must match the API's.
-    pub shard_cache_ttl: Duration,
+    pub layout_cache_ttl: Duration,
     /// `DEVICE_CACHE_SECONDS` (60): how long an existence answer is trusted in quarantine mode.
     pub device_cache_ttl: Duration,
     /// `DEADLINE_MARGIN_MS` (500): time kept back before the invocation deadline to report.
@@ -95,7 +95,7 @@ impl IngestConfig {
             max_array_len: const { settings::MAX_ARRAY_LEN.default_usize() },
             max_payload_bytes: const { settings::MAX_PAYLOAD_BYTES.default_usize() },
             max_metadata_bytes: const { settings::MAX_METADATA_BYTES.default_usize() },
-            shard_cache_ttl: LayoutLead::default().shard_cache,
+            layout_cache_ttl: LayoutLead::default().layout_cache,
             device_cache_ttl: Duration::from_secs(
                 const { settings::DEVICE_CACHE_SECONDS.default_u64() },
             ),
@@ -108,9 +108,9 @@ impl IngestConfig {
     }
 
     /// What the API must know of this configuration to schedule shard changes safely.
-    pub fn shard_lead(&self) -> LayoutLead {
+    pub fn layout_lead(&self) -> LayoutLead {
         LayoutLead {
-            shard_cache: self.shard_cache_ttl,
+            layout_cache: self.layout_cache_ttl,
             max_future: self.max_future,
         }
     }
@@ -166,9 +166,9 @@ impl IngestConfig {
         c.max_metadata_bytes = env
             .num(&settings::MAX_METADATA_BYTES, WHOLE, |_| true)?
             .unwrap_or(c.max_metadata_bytes);
-        c.shard_cache_ttl = env
-            .seconds(&settings::SHARD_CACHE_SECONDS, WHOLE, |_| true)?
-            .unwrap_or(c.shard_cache_ttl);
+        c.layout_cache_ttl = env
+            .seconds(&settings::LAYOUT_CACHE_SECONDS, WHOLE, |_| true)?
+            .unwrap_or(c.layout_cache_ttl);
         c.device_cache_ttl = env
             .seconds(&settings::DEVICE_CACHE_SECONDS, WHOLE, |_| true)?
             .unwrap_or(c.device_cache_ttl);

@@ -15,7 +15,8 @@ use tidemark_schema::{
     Clock, DEFAULT_MAX_METRICS_PER_DAY, Day, DeviceId, DeviceIdentity, GatewayFor, MetricName,
     QuarantineReason, QuarantineSource, Reading, Timestamp,
 };
-use tidemark_store::batch::{
+use tidemark_store::emf::Metrics;
+use tidemark_store::write::batch::{
     BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
 };
 use tidemark_store::emf::Metrics;
@@ -175,10 +176,10 @@ const NAMED_METRICS: usize = 5;
 pub struct Ingest<W = aws_sdk_dynamodb::Client, S = DynamoLookups, D = DynamoLookups> {
     config: IngestConfig,
     writer: BatchWriter<W>,
-    shard_source: S,
+    layout_source: S,
     devices: D,
     clock: Clock,
-    shard_cache: Mutex<Option<ShardSnapshot>>,
+    layout_cache: Mutex<Option<ShardSnapshot>>,
     device_cache: Mutex<HashMap<DeviceId, (bool, Instant)>>,
     /// Gateways' `gatewayFor` (`None`: none), trusted for [`IngestConfig::device_cache_ttl`].
     gateway_cache: Mutex<HashMap<DeviceId, (Gateway, Instant)>>,
@@ -200,13 +201,13 @@ impl Ingest {
 impl<W, S, D> Ingest<W, S, D>
 where
     W: BatchWriteApi + SlotStore,
-    S: ShardConfigSource,
+    S: LayoutHistorySource,
     D: DeviceDirectory,
 {
     pub fn from_parts(
         config: IngestConfig,
         writes: W,
-        shard_source: S,
+        layout_source: S,
         devices: D,
         clock: Clock,
     ) -> Self {
@@ -219,10 +220,10 @@ where
         Ingest {
             config,
             writer,
-            shard_source,
+            layout_source,
             devices,
             clock,
-            shard_cache: Mutex::new(None),
+            layout_cache: Mutex::new(None),
             device_cache: Mutex::new(HashMap::new()),
             gateway_cache: Mutex::new(HashMap::new()),
             cap_cache: Mutex::new(HashMap::new()),
@@ -248,7 +249,7 @@ where
     ///
     /// `Ok` with `batchItemFailures` naming the earliest record not fully written when writes
     /// fail past their retries (records before it are durable, so the event source mapping
-    /// resumes there and skips nothing); `Err` when nothing could be attempted (shard counts
+    /// resumes there and skips nothing); `Err` when nothing could be attempted (partition counts
     /// or device registry unreadable), which makes Lambda retry the batch.
     ///
     /// A failure of the whole invocation that no retry cures (a panic, an item we cannot
@@ -360,7 +361,7 @@ where
                 Ok(readings) => {
                     for r in readings {
                         let layout = layouts.of(&r.device_id).layout_at(r.timestamp);
-                        let shard = layout.shard_of(r.timestamp);
+                        let shard = layout.partition_of(r.timestamp);
                         stats.readings += 1;
                         if let Some(len) = layout.slot {
                             let days = self.config.retention_days;
@@ -486,18 +487,18 @@ where
         Ok((response, stats))
     }
 
-    /// The layout histories (shard counts and packing) of the fleet. Refreshed once half of
-    /// [`IngestConfig::shard_cache_ttl`] has passed; a failed refresh keeps the previous
+    /// The layout histories (partition counts and packing) of the fleet. Refreshed once half of
+    /// [`IngestConfig::layout_cache_ttl`] has passed; a failed refresh keeps the previous
     /// answer until the whole TTL has passed (that is the age the API's layout-change lead
     /// time allows for), and fails the batch after that, so Lambda retries it rather than
     /// writing with layouts that may be out of date.
     /// Also returns how many unreadable `CONFIG` items a fresh load skipped.
     async fn layouts(&self) -> Result<(Arc<LayoutBook>, u64), IngestError> {
         let now = self.clock.now();
-        let ttl_ms = i64::try_from(self.config.shard_cache_ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl_ms = i64::try_from(self.config.layout_cache_ttl.as_millis()).unwrap_or(i64::MAX);
         let age = |loaded: Timestamp| now.epoch_millis().saturating_sub(loaded.epoch_millis());
         let cached = {
-            let guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
+            let guard = self.layout_cache.lock().unwrap_or_else(|p| p.into_inner());
             guard.as_ref().map(|s| (s.loaded, s.layouts.clone()))
         };
         if let Some((loaded, h)) = &cached
@@ -507,11 +508,11 @@ where
         }
         // Taken before the read: the snapshot is at least as old as the request.
         let loading = now;
-        match self.shard_source.load_shard_configs().await {
+        match self.layout_source.load_layout_histories().await {
             Ok(items) => {
                 let (layouts, unreadable) = LayoutBook::from_items(items);
                 let layouts = Arc::new(self.apply_default_layout(layouts, now).await);
-                let mut guard = self.shard_cache.lock().unwrap_or_else(|p| p.into_inner());
+                let mut guard = self.layout_cache.lock().unwrap_or_else(|p| p.into_inner());
                 *guard = Some(ShardSnapshot {
                     loaded: loading,
                     layouts: layouts.clone(),
@@ -540,12 +541,12 @@ where
         if current.layout_at(Timestamp::MAX) == wanted {
             return layouts;
         }
-        let lead = self.config.shard_lead();
+        let lead = self.config.layout_lead();
         let Ok(next) = current.planned_layout(lead.earliest_change(now), wanted, now, lead) else {
             return layouts;
         };
         match self
-            .shard_source
+            .layout_source
             .replace_default_layout(&next, version)
             .await
         {

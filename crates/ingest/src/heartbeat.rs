@@ -7,7 +7,7 @@ use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::{EntityKey, HeartbeatItem, Timestamp};
-use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite};
+use tidemark_store::write::batch::{BatchWriteApi, BatchWriter, PendingWrite};
 use tidemark_store::{Item, StoreError};
 
 use crate::error::IngestError;

@@ -7,12 +7,12 @@
 //! same metric sent again with another value is a correction and the later record (Kinesis
 //! order) wins; an exact resend changes nothing. Inside a batch the writer merges such records
 //! before writing; across batches each reading is written as a merge into what the table holds:
-//! new ones as conditional inserts, 25 a call ([`tidemark_store::insert`]), the rest one by one
-//! ([`tidemark_store::merge`]), so nothing sent is ever erased by a later record.
+//! new ones as conditional inserts, 25 a call ([`tidemark_store::write::insert`]), the rest one by one
+//! ([`tidemark_store::write::map_merge`]), so nothing sent is ever erased by a later record.
 //!
 //! A device whose layout packs readings (docs/design.md §4, [`tidemark_schema::layout`]) has each
 //! batch's readings merged into its slot items instead, one read-merge-write per slot under a
-//! version check ([`tidemark_store::slots`], [`packing`]), with the same rules. Layouts come
+//! version check ([`tidemark_store::write::slots`], [`packing`]), with the same rules. Layouts come
 //! from one cached query of the `CONFIG` partition, read into the layout book every function
 //! uses ([`tidemark_store::layouts::LayoutBook`]); a configured `DEFAULT_LAYOUT` is recorded
 //! there for the future, never for readings already written.
@@ -29,14 +29,14 @@
 //! - [`metric_cap`]: a device's cap on distinct metric names per UTC day (default 1,000,
 //!   `maxMetricsPerDay` on its item); names past it are taken out of their readings and
 //!   quarantined as `too_many_metrics` while the rest is stored.
-//! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`ShardConfigSource`],
+//! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`LayoutHistorySource`],
 //!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
 //! - [`event`]: the Kinesis event as Lambda delivers it ([`KinesisBatch`]), its arrivals read
 //!   to the millisecond.
 //! - [`error`]: what fails a batch ([`IngestError`]), and whether a retry could cure it.
 //! - The `tidemark-ingest` binary is a thin Lambda wrapper around [`Ingest::handle`].
 //!
-//! [`BatchWriteApi`]: tidemark_store::batch::BatchWriteApi
+//! [`BatchWriteApi`]: tidemark_store::write::batch::BatchWriteApi
 
 pub mod config;
 pub mod decode;

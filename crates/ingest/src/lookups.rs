@@ -1,4 +1,4 @@
-//! The reads ingest needs, one small trait each, with their DynamoDB implementations. Writes go through [`tidemark_store::batch::BatchWriteApi`].
+//! The reads ingest needs, one small trait each, with their DynamoDB implementations. Writes go through [`tidemark_store::write::batch::BatchWriteApi`].
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use tidemark_schema::keys::CONFIG_PK;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    Day, DeviceId, EntityKey, GatewayFor, LayoutHistory, MAX_METRICS_PER_DAY, MetricName,
-    MetricNamesItem, ShardConfigItem, field,
+    Day, DeviceId, EntityKey, GatewayFor, LayoutHistory, LayoutHistoryItem, MAX_METRICS_PER_DAY,
+    MetricName, MetricNamesItem, field,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_of};
 use tidemark_store::{Item, StoreError, from_stored};
@@ -19,10 +19,10 @@ use tidemark_store::{Item, StoreError, from_stored};
 /// so one cached query answers for the whole fleet and an ordinary device costs no read at
 /// all. Each item comes back parsed or as [`StoreError::Unreadable`]: one bad item must not
 /// stop ingest.
-pub trait ShardConfigSource: Send + Sync {
-    fn load_shard_configs(
+pub trait LayoutHistorySource: Send + Sync {
+    fn load_layout_histories(
         &self,
-    ) -> impl Future<Output = Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Result<LayoutHistoryItem, StoreError>>, StoreError>> + Send;
 
     /// Replaces the fleet's default layout history if its version is still `version` (0: none
     /// stored); `Ok(false)` when another container changed it first.
@@ -153,10 +153,10 @@ impl DynamoLookups {
     }
 }
 
-impl ShardConfigSource for DynamoLookups {
-    async fn load_shard_configs(
+impl LayoutHistorySource for DynamoLookups {
+    async fn load_layout_histories(
         &self,
-    ) -> Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<LayoutHistoryItem, StoreError>>, StoreError> {
         let mut out = Vec::new();
         let mut start: Option<Item> = None;
         loop {
@@ -184,7 +184,7 @@ impl ShardConfigSource for DynamoLookups {
         history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        tidemark_store::layout_change::replace_history(
+        tidemark_store::write::layout_change::replace_history(
             &self.client,
             &self.table,
             &EntityKey::DefaultLayout.key(),

@@ -1,5 +1,5 @@
 //! Readings of devices whose layout packs them (docs/design.md §4): grouped by slot item, then merged
-//! into it by [`tidemark_store::slots`] (read, merge, write under a version check).
+//! into it by [`tidemark_store::write::slots`] (read, merge, write under a version check).
 //!
 //! A device's readings of a batch are written as runs of at most two slots: a run starts at
 //! the slot of its first reading and takes the next slot's readings too, which the first
@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures::StreamExt;
 use tidemark_schema::{Reading, SlotLen, Timestamp, keys};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotStore, Stamp};
+use tidemark_store::write::slots::{Content, SlotKey, SlotStore, Stamp};
 use tokio::time::Instant;
 
 /// The readings of one batch bound for packed slots.

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tidemark_schema::keys::FailedRecord;
 use tidemark_schema::{QuarantineReason, QuarantineSource, Timestamp};
-use tidemark_store::batch::{BatchWriteApi, BatchWriter, PendingWrite};
 use tidemark_store::failures::{COUNT_TTL_SECONDS, SET_ASIDE_AFTER, function_version};
+use tidemark_store::write::batch::{BatchWriteApi, BatchWriter, PendingWrite};
 
 use crate::error::IngestError;
 use crate::rejection::{Rejection, quarantine_items};

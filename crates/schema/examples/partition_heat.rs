@@ -1,5 +1,5 @@
 //! Partition-heat simulator: for a fleet and a burst profile, the highest writes per second
-//! any partition key receives, with and without write sharding of hot devices.
+//! any partition key receives, with and without write partitioning of hot devices.
 //!
 //! A DynamoDB partition takes at most 1,000 write units per second; a key above that is
 //! throttled however much capacity the table has. Readings go to `DEVICE#<id>` (or, sharded,
@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use tidemark_schema::keys::reading_pk;
 use tidemark_schema::packed::{self, SlotReadings};
-use tidemark_schema::{DeviceId, MetricName, SlotLen, Timestamp, shard_for};
+use tidemark_schema::{DeviceId, MetricName, SlotLen, Timestamp, partition_for};
 
 const PARTITION_LIMIT: u64 = 1_000;
 
@@ -79,7 +79,7 @@ fn arg(args: &[String], name: &str, default: u32) -> u32 {
 }
 
 /// Writes per (second, partition key) over the run; returns the hottest key and its rate.
-fn hottest(p: &Profile, hot_shards: u16) -> (String, u64) {
+fn hottest(p: &Profile, hot_partitions: u16) -> (String, u64) {
     let start = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").expect("valid start");
     let mut per_key_second: HashMap<(i64, String), u64> = HashMap::new();
     let seconds = i64::from(p.hot_seconds.max(60));
@@ -102,7 +102,7 @@ fn hottest(p: &Profile, hot_shards: u16) -> (String, u64) {
         for i in 0..i64::from(p.hot_rate) {
             let ms = s * 1000 + i * 1000 / i64::from(p.hot_rate.max(1));
             let at = start.plus_millis(ms).expect("in range");
-            let pk = reading_pk(&hot, shard_for(at, hot_shards));
+            let pk = reading_pk(&hot, partition_for(at, hot_partitions));
             *per_key_second.entry((s, pk)).or_default() += 1;
         }
     }
@@ -126,7 +126,7 @@ fn main() {
     let mut shards = arg(&args, "--shards", 0) as u16;
     if shards == 0 {
         shards = 2;
-        while shards < tidemark_schema::shard::MAX_SHARDS
+        while shards < tidemark_schema::partition::MAX_PARTITIONS
             && hottest(&p, shards).1 * 10 > PARTITION_LIMIT * 7
         {
             shards += 1;

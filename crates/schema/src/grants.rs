@@ -147,7 +147,7 @@ mod tests {
                 },
                 EntityKey::Heartbeat(ShardName::new("shardId-000000000000").unwrap()),
                 EntityKey::Failures(FailedRecord::new("ingest", "4960").unwrap()),
-                EntityKey::ShardConfig(device()),
+                EntityKey::DeviceLayout(device()),
                 EntityKey::DefaultLayout,
             ],
             "api" => vec![
@@ -156,7 +156,7 @@ mod tests {
                     device: device(),
                     alert: AlertId::for_offline(hour()),
                 },
-                EntityKey::ShardConfig(device()),
+                EntityKey::DeviceLayout(device()),
                 EntityKey::DefaultLayout,
                 EntityKey::TagHistory(device()),
                 EntityKey::TagIndex {

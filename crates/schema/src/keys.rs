@@ -34,7 +34,7 @@ pub const SHARDS_PREFIX: &str = "SHARDS#";
 pub const DEFAULT_LAYOUT_SK: &str = "#DEFAULT_LAYOUT";
 pub const DEVICE_STATUS_PREFIX: &str = "DEVICE_STATUS#";
 pub const ALERT_SEVERITY_PREFIX: &str = "ALERT_SEVERITY#";
-/// Marks a hot device's reading shard in its partition key: `DEVICE#<id>#S<n>`.
+/// Marks a hot device's reading partition in its partition key: `DEVICE#<id>#S<n>`.
 pub const SHARD_MARK: &str = "#S";
 /// Sort key of `tidemark-admin rebuild`'s fence item, written under a reading partition
 /// (`DEVICE#<id>[#S<n>]`) so its stream record marks a position in that partition's stream
@@ -185,7 +185,7 @@ pub enum EntityKey {
         sequence: String,
         part: u16,
     },
-    ShardConfig(DeviceId),
+    DeviceLayout(DeviceId),
     /// The fleet's default layout history ([`crate::layout`]).
     DefaultLayout,
     /// An alert notification already published (see [`NOTIFIED_PREFIX`]).
@@ -367,7 +367,7 @@ impl EntityKey {
                 quarantine_pk(*day, *partition),
                 quarantine_part_sk(*received, sequence, *part),
             ),
-            EntityKey::ShardConfig(d) => Key::new(CONFIG_PK.to_owned(), shard_config_sk(d)),
+            EntityKey::DeviceLayout(d) => Key::new(CONFIG_PK.to_owned(), device_layout_sk(d)),
             EntityKey::DefaultLayout => Key::new(CONFIG_PK.to_owned(), DEFAULT_LAYOUT_SK),
             EntityKey::NotifyMarker(e) => Key::new(notify_marker_pk(e), NOTIFY_MARKER_SK),
             EntityKey::Heartbeat(s) => Key::new(PIPELINE_PK.to_owned(), heartbeat_sk(s)),
@@ -424,7 +424,7 @@ impl EntityKey {
                 .strip_prefix(SHARDS_PREFIX)
                 .ok_or_else(|| err("config sort key must be SHARDS#<id> or #DEFAULT_LAYOUT"))?;
             return DeviceId::new(id)
-                .map(EntityKey::ShardConfig)
+                .map(EntityKey::DeviceLayout)
                 .map_err(|e| err(&e.to_string()));
         }
         if pk == EXPORT_PK {
@@ -821,7 +821,7 @@ pub fn tag_index_pks(tag: &Tag) -> Vec<String> {
 
 /// The index partition a device's entry of any tag lives in.
 pub fn tag_index_partition(d: &DeviceId) -> u16 {
-    status_shard_for(d, TAG_INDEX_PARTITIONS).unwrap_or(0)
+    status_partition_for(d, TAG_INDEX_PARTITIONS).unwrap_or(0)
 }
 
 pub fn group_pk(tag: &Tag) -> String {
@@ -855,7 +855,7 @@ pub fn group_batch_pk(batch: &str) -> String {
     format!("{GROUP_BATCH_PREFIX}{batch}")
 }
 
-pub fn shard_config_sk(d: &DeviceId) -> String {
+pub fn device_layout_sk(d: &DeviceId) -> String {
     format!("{SHARDS_PREFIX}{d}")
 }
 
@@ -867,15 +867,15 @@ pub fn status_gsi1pk(status: DeviceStatus, shard: Option<u16>) -> String {
     }
 }
 
-/// The most GSI1 partitions one device status may be spread over (`STATUS_SHARDS`; the API,
+/// The most GSI1 partitions one device status may be spread over (`STATUS_PARTITIONS`; the API,
 /// which lists all of them in parallel, and the aggregator, which registers devices into
 /// them, check the same bound).
-pub const MAX_STATUS_SHARDS: u16 = 64;
+pub const MAX_STATUS_PARTITIONS: u16 = 64;
 
-/// The status-key shard of a device when a fleet spreads each status over `shards` GSI1
+/// The status-key partition of a device when a fleet spreads each status over `shards` GSI1
 /// partitions (`DEVICE_STATUS#<status>#<n>`); `None` (the plain key) below two. Stable for a
 /// device, so a status change moves it between partitions of the same `n`.
-pub fn status_shard_for(d: &DeviceId, shards: u16) -> Option<u16> {
+pub fn status_partition_for(d: &DeviceId, shards: u16) -> Option<u16> {
     (shards > 1).then(|| {
         // FNV-1a: stable across platforms and releases, unlike `DefaultHasher`.
         let h = d.as_str().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -885,9 +885,9 @@ pub fn status_shard_for(d: &DeviceId, shards: u16) -> Option<u16> {
     })
 }
 
-/// GSI1 partition key of a device with `status` in a fleet of `shards` status shards.
+/// GSI1 partition key of a device with `status` in a fleet of `shards` status partitions.
 pub fn device_status_gsi1pk(d: &DeviceId, status: DeviceStatus, shards: u16) -> String {
-    status_gsi1pk(status, status_shard_for(d, shards))
+    status_gsi1pk(status, status_partition_for(d, shards))
 }
 
 /// Every GSI1 partition holding devices of `status` (what a listing must query).
@@ -920,7 +920,7 @@ pub fn heartbeat_sk(s: &ShardName) -> String {
 
 /// GSI2 partition key of a device watched for silence: its watch partition.
 pub fn watch_gsi2pk(d: &DeviceId) -> String {
-    let n = status_shard_for(d, OFFLINE_WATCH_PARTITIONS).unwrap_or(0);
+    let n = status_partition_for(d, OFFLINE_WATCH_PARTITIONS).unwrap_or(0);
     format!("{OFFLINE_WATCH_PREFIX}{n}")
 }
 
@@ -1093,7 +1093,7 @@ mod tests {
         ] {
             assert!(EntityKey::parse("DEVICE#sensor_01", bad).is_err(), "{bad}");
         }
-        // Only in the device's own partition, never a reading shard's.
+        // Only in the device's own partition, never a reading partition's.
         assert!(EntityKey::parse("DEVICE#sensor_01#S1", "METRICS#2026-04-20").is_err());
     }
 
@@ -1121,7 +1121,7 @@ mod tests {
 
     #[test]
     fn status_shards_spread_devices_and_listing_covers_them() {
-        assert_eq!(status_shard_for(&dev(), 1), None);
+        assert_eq!(status_partition_for(&dev(), 1), None);
         let pks = status_gsi1pks(DeviceStatus::Active, 4);
         assert_eq!(pks.len(), 4);
         let mut seen = std::collections::BTreeSet::new();
@@ -1248,7 +1248,7 @@ mod tests {
             k.sk,
             "2026-04-20T14:00:00.123000Z#49590338271490256608559692538361571095921575989136588898"
         );
-        let k = round_trip(EntityKey::ShardConfig(dev()));
+        let k = round_trip(EntityKey::DeviceLayout(dev()));
         assert_eq!(
             (k.pk.as_str(), k.sk.as_str()),
             ("CONFIG", "SHARDS#sensor_01")

@@ -92,7 +92,8 @@ impl<'de> Deserialize<'de> for SlotLen {
 #[serde(rename_all = "camelCase")]
 pub struct Layout {
     /// Partitions the readings are spread over (1: the device's own).
-    pub shards: u16,
+    #[serde(rename = "shards")]
+    pub partitions: u16,
     /// `None`: one item per reading; `Some(len)`: packed into slots of `len`.
     pub slot: Option<SlotLen>,
 }
@@ -101,20 +102,20 @@ impl Layout {
     /// Single items in the device's own partition: every device's layout before its first
     /// epoch, and all there was before packed layouts.
     pub const SINGLE: Layout = Layout {
-        shards: 1,
+        partitions: 1,
         slot: None,
     };
 
     pub fn packed(slot: SlotLen) -> Layout {
         Layout {
-            shards: 1,
+            partitions: 1,
             slot: Some(slot),
         }
     }
 
     /// The partition (shard) a reading at `at` goes to under this layout.
-    pub fn shard_of(&self, at: Timestamp) -> Option<u16> {
-        crate::shard::shard_for(at, self.shards)
+    pub fn partition_of(&self, at: Timestamp) -> Option<u16> {
+        crate::partition::partition_for(at, self.partitions)
     }
 }
 
@@ -130,8 +131,8 @@ impl fmt::Display for Layout {
             None => write!(f, "single items")?,
             Some(len) => write!(f, "packed in {len} slots")?,
         }
-        if self.shards > 1 {
-            write!(f, " over {} shards", self.shards)?;
+        if self.partitions > 1 {
+            write!(f, " over {} partitions", self.partitions)?;
         }
         Ok(())
     }

@@ -14,7 +14,7 @@ pub mod keys;
 pub mod layout;
 pub mod marks;
 pub mod packed;
-pub mod shard;
+pub mod partition;
 pub mod sketch;
 pub mod slot_item;
 pub mod table;
@@ -27,7 +27,7 @@ pub use history::{LayoutEpoch, LayoutHistory, LayoutHistoryError, LayoutLead, Se
 pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, MetricName, Severity};
 pub use keys::{EntityKey, Key, KeyError};
 pub use layout::{Layout, SlotLen};
-pub use shard::shard_for;
+pub use partition::partition_for;
 pub use sketch::Sketch;
 pub use slot_item::{
     Bitmap, ITEM_OVERHEAD_BYTES, MAX_PART_ITEM_BYTES, SlotItem, SlotItemError, SlotMetadata,

@@ -1,6 +1,6 @@
 //! The encoding of packed readings (slot items, docs/decisions/0001-packed-readings.md): many readings of one device in
 //! one attribute, exact and small: the codec and the merge rules every slot writer and reader
-//! uses ([`crate::slot_item`], `tidemark_store::slots`), with their guarantees tested here.
+//! uses ([`crate::slot_item`], `tidemark_store::write::slots`), with their guarantees tested here.
 //!
 //! Layout (version 2), all integers LEB128 varints:
 //! - `2` (version), `n` (readings), then the timestamps as microseconds after the slot's

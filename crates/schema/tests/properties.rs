@@ -90,7 +90,7 @@ fn any_entity_key() -> impl Strategy<Value = EntityKey> {
                     part,
                 }
             ),
-        any_device_id().prop_map(EntityKey::ShardConfig),
+        any_device_id().prop_map(EntityKey::DeviceLayout),
         "[0-9a-f]{32}"
             .prop_map(|s| EntityKey::NotifyMarker(tidemark_schema::EventId::new(&s).unwrap())),
     ]
@@ -144,7 +144,7 @@ proptest! {
             EntityKey::Device(id.clone()),
             EntityKey::Reading { device: id.clone(), shard: None, at: t },
             EntityKey::Aggregate { device: id.clone(), bucket: Period::Daily.bucket(t) },
-            EntityKey::ShardConfig(id.clone()),
+            EntityKey::DeviceLayout(id.clone()),
         ];
         for k in own {
             let key = k.key();
@@ -173,9 +173,9 @@ proptest! {
         let h1 = LayoutHistory::default().with_change(Timestamp::MIN, n1).unwrap();
         let Some(later) = t.plus_millis(gap) else { return Ok(()); };
         let h2 = h1.with_change(later, n2).unwrap();
-        prop_assert_eq!(h1.shard_at(t), h2.shard_at(t));
-        prop_assert!(h2.shards_over(t, later).contains(&h2.shard_at(later)));
-        prop_assert!(h2.shards_over(t, later).contains(&h2.shard_at(t)));
+        prop_assert_eq!(h1.partition_at(t), h2.partition_at(t));
+        prop_assert!(h2.partitions_over(t, later).contains(&h2.partition_at(later)));
+        prop_assert!(h2.partitions_over(t, later).contains(&h2.partition_at(t)));
     }
 }
 

@@ -108,6 +108,29 @@ impl StoreError {
     }
 }
 
+/// A failed write call, and whether re-sending it may succeed.
+#[derive(Debug)]
+pub struct BatchCallError {
+    /// Throttling, a 5xx, a timeout, a dropped connection or a contended key: worth another
+    /// try.
+    pub retryable: bool,
+    pub error: StoreError,
+}
+
+impl BatchCallError {
+    /// A request that went wrong before or outside DynamoDB's own errors (one the SDK refused
+    /// to build, an answer that does not add up, a key still contended).
+    pub fn request(retryable: bool, operation: &'static str, message: impl Into<String>) -> Self {
+        BatchCallError {
+            retryable,
+            error: StoreError::Request {
+                operation,
+                message: message.into(),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
-use tidemark_schema::{DeviceId, EntityKey, Key, LayoutHistory, ShardConfigItem};
+use tidemark_schema::{DeviceId, EntityKey, Key, LayoutHistory, LayoutHistoryItem};
 
 use crate::batch_get::{GetOptions, batch_get};
 use crate::{Item, StoreError, from_item};
@@ -33,7 +33,7 @@ impl LayoutBook {
     pub fn keys(devices: &[DeviceId]) -> Vec<Key> {
         devices
             .iter()
-            .map(|d| EntityKey::ShardConfig(d.clone()).key())
+            .map(|d| EntityKey::DeviceLayout(d.clone()).key())
             .chain([EntityKey::DefaultLayout.key()])
             .collect()
     }
@@ -41,7 +41,7 @@ impl LayoutBook {
     /// The histories in `items` (`CONFIG` items as read), and how many were unreadable
     /// (skipped and logged: one bad item must not stop a function).
     pub fn from_items(
-        items: impl IntoIterator<Item = Result<ShardConfigItem, StoreError>>,
+        items: impl IntoIterator<Item = Result<LayoutHistoryItem, StoreError>>,
     ) -> (Self, u64) {
         let mut unreadable = 0;
         let mut own = HashMap::new();
@@ -56,7 +56,7 @@ impl LayoutBook {
                 }
             };
             match EntityKey::parse(&item.pk, &item.sk) {
-                Ok(EntityKey::ShardConfig(id)) => {
+                Ok(EntityKey::DeviceLayout(id)) => {
                     own.insert(id, (item.epochs, item.version));
                 }
                 Ok(EntityKey::DefaultLayout) => (default, version) = (item.epochs, item.version),
@@ -75,7 +75,7 @@ impl LayoutBook {
 
     /// [`LayoutBook::from_items`] of raw items.
     pub fn from_raw(items: impl IntoIterator<Item = Item>) -> (Self, u64) {
-        LayoutBook::from_items(items.into_iter().map(from_item::<ShardConfigItem>))
+        LayoutBook::from_items(items.into_iter().map(from_item::<LayoutHistoryItem>))
     }
 
     /// One `BatchGetItem` of `devices`' histories and the default.

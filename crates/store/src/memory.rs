@@ -1,7 +1,7 @@
 //! The one in-memory test engine: a table with DynamoDB's semantics for what Tidemark asks
 //! of it (items by `pk`/`sk`, Query with a key condition, order, `Limit`,
 //! `ExclusiveStartKey`, a filter applied after the limit, the sparse GSIs; Get and
-//! BatchGet; and, in `memory_writes.rs`, ingest's batched puts, conditional inserts and
+//! BatchGet; and, in `write/memory.rs`, ingest's batched puts, conditional inserts and
 //! packed slot writes through the real slot writer). It refuses what DynamoDB refuses
 //! ([`crate::limits`]): an item over 400 KB or holding a number outside DynamoDB's range,
 //! more than 25 requests in one `BatchWriteItem` or `BatchExecuteStatement`, one key twice in

@@ -22,7 +22,7 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Function {
     Ingest,
-    Aggregator,
+    Rollups,
     Alerts,
     Api,
     Watchdog,
@@ -32,7 +32,7 @@ pub enum Function {
 impl Function {
     pub const ALL: [Function; 6] = [
         Function::Ingest,
-        Function::Aggregator,
+        Function::Rollups,
         Function::Alerts,
         Function::Api,
         Function::Watchdog,
@@ -43,7 +43,7 @@ impl Function {
     pub fn resource(self) -> &'static str {
         match self {
             Function::Ingest => "IngestFunction",
-            Function::Aggregator => "AggregatorFunction",
+            Function::Rollups => "AggregatorFunction",
             Function::Alerts => "AlertFunction",
             Function::Api => "ApiFunction",
             Function::Watchdog => "WatchdogFunction",
@@ -55,7 +55,7 @@ impl Function {
     pub fn label(self) -> &'static str {
         match self {
             Function::Ingest => "ingest",
-            Function::Aggregator => "aggregator",
+            Function::Rollups => "rollups",
             Function::Alerts => "alerts",
             Function::Api => "api",
             Function::Watchdog => "watchdog",
@@ -72,7 +72,10 @@ pub struct Setting {
     pub default: &'static str,
     pub meaning: &'static str,
     pub read_by: &'static [Function],
-    pub source: Source,
+    pub read_through: ReadThrough,
+    /// The name the variable had before a rename: still read, with a deprecation warning,
+    /// when the variable is not set under its name ([`renamed`]).
+    pub old_name: Option<&'static str>,
 }
 
 impl Setting {
@@ -123,7 +126,7 @@ impl Setting {
 
 /// Who reads a setting, and so who must declare it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub enum ReadThrough {
     /// The function's `from_lookup`; `template.yaml` declares it.
     Config,
     /// The SDK client set-up ([`crate::client`]), for local runs; the template declares it
@@ -134,7 +137,7 @@ pub enum Source {
     Sdk,
 }
 
-use Function::{Aggregator, Alerts, Api, Exporter, Ingest, Watchdog};
+use Function::{Alerts, Api, Exporter, Ingest, Rollups, Watchdog};
 
 const fn s(
     name: &'static str,
@@ -147,7 +150,8 @@ const fn s(
         default,
         meaning,
         read_by,
-        source: Source::Config,
+        read_through: ReadThrough::Config,
+        old_name: None,
     }
 }
 
@@ -155,17 +159,17 @@ pub const TABLE_NAME: Setting = s(
     "TABLE_NAME",
     "`tidemark`",
     "the table",
-    &[Ingest, Aggregator, Alerts, Api, Watchdog, Exporter],
+    &[Ingest, Rollups, Alerts, Api, Watchdog, Exporter],
 );
 
 /// DynamoDB Local or another emulator, e.g. `http://127.0.0.1:8000`; [`crate::client`] reads it.
 pub const TIDEMARK_DYNAMODB_ENDPOINT: Setting = Setting {
-    source: Source::Client,
+    read_through: ReadThrough::Client,
     ..s(
         "TIDEMARK_DYNAMODB_ENDPOINT",
         "AWS",
         "a local DynamoDB endpoint (empty when deployed)",
-        &[Ingest, Aggregator, Alerts, Api, Watchdog, Exporter],
+        &[Ingest, Rollups, Alerts, Api, Watchdog, Exporter],
     )
 };
 
@@ -178,23 +182,26 @@ pub const RETENTION_DAYS: Setting = s(
     &[Ingest, Api],
 );
 
-/// With [`SHARD_CACHE_SECONDS`], how far ahead the API schedules a layout change
+/// With [`LAYOUT_CACHE_SECONDS`], how far ahead the API schedules a layout change
 /// ([`tidemark_schema::LayoutLead`]); ingest and the API must be given the same value.
 pub const MAX_FUTURE_SECONDS: Setting = s(
     "MAX_FUTURE_SECONDS",
     "300",
     "how far ahead of the clock a reading may be; part of the layout and tag lead time",
-    &[Ingest, Aggregator, Api],
+    &[Ingest, Rollups, Api],
 );
 
 /// How long an ingest container trusts the layout histories it read. Ingest and the API must
 /// be given the same value (see [`MAX_FUTURE_SECONDS`]).
-pub const SHARD_CACHE_SECONDS: Setting = s(
-    "SHARD_CACHE_SECONDS",
-    "30",
-    "the oldest layout histories an ingest container writes with; part of the layout and tag lead time",
-    &[Ingest, Aggregator, Api],
-);
+pub const LAYOUT_CACHE_SECONDS: Setting = Setting {
+    old_name: Some("SHARD_CACHE_SECONDS"),
+    ..s(
+        "LAYOUT_CACHE_SECONDS",
+        "30",
+        "the oldest layout histories an ingest container writes with; part of the layout and tag lead time",
+        &[Ingest, Rollups, Api],
+    )
+};
 
 pub const UNKNOWN_DEVICES: Setting = s(
     "UNKNOWN_DEVICES",
@@ -272,7 +279,7 @@ pub const AGGREGATOR_ROLE: Setting = s(
     "AGGREGATOR_ROLE",
     "`rollups`",
     "`rollups` or `alerts`: what the aggregator binary does",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 /// JSON, e.g.
@@ -281,21 +288,21 @@ pub const DEFAULT_THRESHOLDS: Setting = s(
     "DEFAULT_THRESHOLDS",
     "none",
     "JSON thresholds per metric for devices without their own",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 pub const WRITE_CONCURRENCY: Setting = s(
     "WRITE_CONCURRENCY",
     "16",
     "concurrent aggregate and device writes",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 pub const DEVICE_REFRESH_SECONDS: Setting = s(
     "DEVICE_REFRESH_SECONDS",
     "86400",
     "how far the device item's `lastSeenAt` may lag before it is rewritten for it alone (`GET /devices/{id}` reads the newest reading)",
-    &[Aggregator, Alerts],
+    &[Rollups, Alerts],
 );
 
 pub const OFFLINE_AFTER_SECONDS: Setting = s(
@@ -321,12 +328,15 @@ pub const TIDEMARK_KINESIS_ENDPOINT: Setting = s(
 
 /// The aggregator and the API must be given the same value: a device the aggregator
 /// registers must land where the API lists it.
-pub const STATUS_SHARDS: Setting = s(
-    "STATUS_SHARDS",
-    "1",
-    "GSI1 partitions of the fleet-wide status listings",
-    &[Aggregator, Alerts, Api, Exporter],
-);
+pub const STATUS_PARTITIONS: Setting = Setting {
+    old_name: Some("STATUS_SHARDS"),
+    ..s(
+        "STATUS_PARTITIONS",
+        "1",
+        "GSI1 partitions of the fleet-wide status listings",
+        &[Rollups, Alerts, Api, Exporter],
+    )
+};
 
 /// Group rollups cost writes per distinct group a batch touches, so a key unique per device
 /// (a serial number) must not be one. The aggregator (rollups role), the exporter and the API
@@ -335,7 +345,7 @@ pub const GROUP_TAGS: Setting = s(
     "GROUP_TAGS",
     "`site`",
     "the tag keys whose groups keep rollups (`GET /groups/series`), comma-separated",
-    &[Aggregator, Api, Exporter],
+    &[Rollups, Api, Exporter],
 );
 
 pub const EXPORT_BUCKET: Setting = s(
@@ -390,7 +400,7 @@ pub const TIDEMARK_EVENTBRIDGE_ENDPOINT: Setting = s(
 );
 
 pub const AWS_ENDPOINT_URL_EVENTBRIDGE: Setting = Setting {
-    source: Source::Sdk,
+    read_through: ReadThrough::Sdk,
     ..s(
         "AWS_ENDPOINT_URL_EVENTBRIDGE",
         "AWS",
@@ -512,7 +522,7 @@ pub const SETTINGS: &[Setting] = &[
     TIDEMARK_DYNAMODB_ENDPOINT,
     RETENTION_DAYS,
     MAX_FUTURE_SECONDS,
-    SHARD_CACHE_SECONDS,
+    LAYOUT_CACHE_SECONDS,
     UNKNOWN_DEVICES,
     DEVICE_IDENTITY,
     DEFAULT_LAYOUT,
@@ -532,7 +542,7 @@ pub const SETTINGS: &[Setting] = &[
     OFFLINE_AFTER_SECONDS,
     STREAM_NAME,
     TIDEMARK_KINESIS_ENDPOINT,
-    STATUS_SHARDS,
+    STATUS_PARTITIONS,
     GROUP_TAGS,
     EXPORT_BUCKET,
     EXPORT_PREFIX,
@@ -557,9 +567,47 @@ pub const SETTINGS: &[Setting] = &[
     CALLER_RATE_LIMIT,
 ];
 
-/// The setting called `name`.
+/// The setting called `name`, or once called `name` ([`Setting::old_name`]).
 pub fn setting(name: &str) -> Option<&'static Setting> {
-    SETTINGS.iter().find(|s| s.name == name)
+    SETTINGS
+        .iter()
+        .find(|s| s.name == name || s.old_name == Some(name))
+}
+
+/// A renamed variable's value (blank is unset): under its `name`, or else under its deprecated
+/// `old` name, with a warning in the log naming both. When both are set, `name` wins (and the
+/// warning says `old` is ignored). The one reader of renamed variables: [`Env`] reads the
+/// functions' settings through it ([`Setting::old_name`]), devstack its own variables.
+pub fn renamed(
+    get: impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    old: Option<&'static str>,
+) -> Option<(&'static str, String)> {
+    let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let new = set(name);
+    let Some(old) = old else {
+        return new.map(|v| (name, v));
+    };
+    match (new, set(old)) {
+        (Some(v), Some(_)) => {
+            tracing::warn!(
+                deprecated = old,
+                name,
+                "{old} is deprecated and ignored: {name} is set (unset {old})"
+            );
+            Some((name, v))
+        }
+        (Some(v), None) => Some((name, v)),
+        (None, Some(v)) => {
+            tracing::warn!(
+                deprecated = old,
+                name,
+                "{old} is deprecated: read as {name}; set {name} instead"
+            );
+            Some((old, v))
+        }
+        (None, None) => None,
+    }
 }
 
 /// The settings `f` reads.
@@ -574,7 +622,8 @@ const _: () = {
         MAX_FUTURE_SECONDS.default_u64() == tidemark_schema::history::DEFAULT_MAX_FUTURE_SECONDS
     );
     assert!(
-        SHARD_CACHE_SECONDS.default_u64() == tidemark_schema::history::DEFAULT_SHARD_CACHE_SECONDS
+        LAYOUT_CACHE_SECONDS.default_u64()
+            == tidemark_schema::history::DEFAULT_LAYOUT_CACHE_SECONDS
     );
 };
 
@@ -610,7 +659,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
 
     /// The value as set; `None` when unset or blank.
     pub fn text(&self, s: &Setting) -> Option<String> {
-        (self.get)(s.name).filter(|v| !v.trim().is_empty())
+        self.named(s).map(|(_, v)| v)
+    }
+
+    /// The value as set, and the name it is set under: the setting's, or its deprecated
+    /// old name ([`renamed`]).
+    fn named(&self, s: &Setting) -> Option<(&'static str, String)> {
+        renamed(&self.get, s.name, s.old_name)
     }
 
     /// The value, which must be set; `why` says when and why it is needed.
@@ -633,13 +688,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         expected: impl Into<Cow<'static, str>>,
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<Option<T>, ConfigError> {
-        let Some(v) = self.text(s) else {
+        let Some((name, v)) = self.named(s) else {
             return Ok(None);
         };
         match parse(&v) {
             Some(t) => Ok(Some(t)),
             None => Err(ConfigError {
-                name: s.name,
+                name,
                 value: Some(v),
                 expected: expected.into(),
             }),
@@ -653,13 +708,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         s: &Setting,
         parse: impl FnOnce(&str) -> Result<T, E>,
     ) -> Result<Option<T>, ConfigError> {
-        let Some(v) = self.text(s) else {
+        let Some((name, v)) = self.named(s) else {
             return Ok(None);
         };
         match parse(&v) {
             Ok(t) => Ok(Some(t)),
             Err(e) => Err(ConfigError {
-                name: s.name,
+                name,
                 value: Some(v),
                 expected: e.to_string().into(),
             }),
@@ -721,7 +776,7 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         )
     }
 
-    /// [`SHARD_CACHE_SECONDS`] and [`MAX_FUTURE_SECONDS`], the lead layout and tag changes are
+    /// [`LAYOUT_CACHE_SECONDS`] and [`MAX_FUTURE_SECONDS`], the lead layout and tag changes are
     /// announced by, read alike by every function that must agree on it (ingest, the API, the
     /// rollups role): each whole seconds up to a day, `default`'s where unset.
     pub fn layout_lead(
@@ -731,9 +786,9 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         let what = "whole seconds, 0..=86400 (the same value in every function)";
         let in_a_day = |n: &u64| *n <= 86_400;
         Ok(tidemark_schema::LayoutLead {
-            shard_cache: self
-                .seconds(&SHARD_CACHE_SECONDS, what, in_a_day)?
-                .unwrap_or(default.shard_cache),
+            layout_cache: self
+                .seconds(&LAYOUT_CACHE_SECONDS, what, in_a_day)?
+                .unwrap_or(default.layout_cache),
             max_future: self
                 .seconds(&MAX_FUTURE_SECONDS, what, in_a_day)?
                 .unwrap_or(default.max_future),
@@ -748,12 +803,12 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
             .unwrap_or_else(default_group_tags))
     }
 
-    /// [`STATUS_SHARDS`], read alike by the aggregator and the API.
-    pub fn status_shards(&self) -> Result<Option<u16>, ConfigError> {
-        let max = tidemark_schema::keys::MAX_STATUS_SHARDS;
+    /// [`STATUS_PARTITIONS`], read alike by the aggregator and the API.
+    pub fn status_partitions(&self) -> Result<Option<u16>, ConfigError> {
+        let max = tidemark_schema::keys::MAX_STATUS_PARTITIONS;
         self.num(
-            &STATUS_SHARDS,
-            format!("a whole number from 1 to {max} (MAX_STATUS_SHARDS)"),
+            &STATUS_PARTITIONS,
+            format!("a whole number from 1 to {max} (MAX_STATUS_PARTITIONS)"),
             |n| (1..=max).contains(n),
         )
     }
@@ -890,18 +945,18 @@ mod tests {
 
     #[test]
     fn shared_settings_are_bounded() {
-        let e = env(&[("STATUS_SHARDS", "65"), ("OFFLINE_AFTER_SECONDS", "30")]);
-        assert_eq!(e.status_shards().unwrap_err().name, "STATUS_SHARDS");
+        let e = env(&[("STATUS_PARTITIONS", "65"), ("OFFLINE_AFTER_SECONDS", "30")]);
+        assert_eq!(e.status_partitions().unwrap_err().name, "STATUS_PARTITIONS");
         assert_eq!(
             e.offline_after(),
             Ok(Some(60)),
             "under a minute counts as one"
         );
         let e = env(&[
-            ("STATUS_SHARDS", "64"),
+            ("STATUS_PARTITIONS", "64"),
             ("OFFLINE_AFTER_SECONDS", "2592001"),
         ]);
-        assert_eq!(e.status_shards(), Ok(Some(64)));
+        assert_eq!(e.status_partitions(), Ok(Some(64)));
         let e = e.offline_after().unwrap_err();
         assert!(e.to_string().contains("2592000"), "{e}");
     }
@@ -930,5 +985,111 @@ mod tests {
                 ("GROUP_TAGS", Some(pairs[0].1))
             );
         }
+    }
+
+    // The names the two settings had before they were renamed
+    // (docs/decisions/0011-one-word-one-meaning.md).
+    const OLD_CACHE: &str = "SHARD_CACHE_SECONDS";
+    const OLD_STATUS: &str = "STATUS_SHARDS";
+
+    /// Runs `f` with a subscriber that keeps what is logged, and returns that text.
+    fn logged(f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn renamed_settings_know_their_old_names() {
+        assert_eq!(LAYOUT_CACHE_SECONDS.old_name, Some(OLD_CACHE));
+        assert_eq!(STATUS_PARTITIONS.old_name, Some(OLD_STATUS));
+        assert_eq!(setting(OLD_CACHE), Some(&LAYOUT_CACHE_SECONDS));
+        assert_eq!(setting(OLD_STATUS), Some(&STATUS_PARTITIONS));
+        // An old name is never a current one.
+        for s in SETTINGS {
+            if let Some(old) = s.old_name {
+                assert!(SETTINGS.iter().all(|t| t.name != old), "{old}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_setting_set_under_its_old_name_is_read_with_a_deprecation_warning() {
+        let e = env(&[(OLD_CACHE, "45"), (OLD_STATUS, "8")]);
+        let mut read = (None, None);
+        let log = logged(|| {
+            read = (
+                e.seconds(&LAYOUT_CACHE_SECONDS, "seconds", |_| true)
+                    .unwrap(),
+                e.status_partitions().unwrap(),
+            );
+        });
+        assert_eq!(read, (Some(Duration::from_secs(45)), Some(8)));
+        assert!(log.contains("WARN"), "{log}");
+        for (old, new) in [
+            (OLD_CACHE, "LAYOUT_CACHE_SECONDS"),
+            (OLD_STATUS, "STATUS_PARTITIONS"),
+        ] {
+            assert!(
+                log.lines()
+                    .any(|l| l.contains(&format!("{old} is deprecated")) && l.contains(new)),
+                "no warning naming {old} and {new}: {log}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_new_name_wins_when_both_names_are_set_and_the_old_one_is_said_to_be_ignored() {
+        let e = env(&[(OLD_STATUS, "8"), ("STATUS_PARTITIONS", "4")]);
+        let mut read = None;
+        let log = logged(|| read = Some(e.status_partitions()));
+        assert_eq!(read, Some(Ok(Some(4))));
+        assert!(
+            log.contains(&format!("{OLD_STATUS} is deprecated and ignored"))
+                && log.contains("STATUS_PARTITIONS"),
+            "{log}"
+        );
+    }
+
+    #[test]
+    fn a_setting_set_under_its_new_name_alone_warns_nothing() {
+        let e = env(&[("STATUS_PARTITIONS", "4")]);
+        let mut read = None;
+        let log = logged(|| read = Some(e.status_partitions()));
+        assert_eq!(read, Some(Ok(Some(4))));
+        assert_eq!(log, "");
+    }
+
+    #[test]
+    fn a_malformed_value_under_the_old_name_is_reported_under_the_old_name() {
+        let e = env(&[(OLD_STATUS, "65")]);
+        let err = e.status_partitions().unwrap_err();
+        assert_eq!((err.name, err.value.as_deref()), (OLD_STATUS, Some("65")));
+    }
+
+    #[test]
+    fn a_variable_without_an_old_name_is_read_under_its_name_alone() {
+        let get = |k: &str| (k == "X").then(|| "1".to_owned());
+        assert_eq!(renamed(get, "X", None), Some(("X", "1".to_owned())));
+        assert_eq!(renamed(get, "Y", None), None);
+        let blank = |_: &str| Some("  ".to_owned());
+        assert_eq!(renamed(blank, "X", Some("OLD_X")), None);
     }
 }

@@ -2,7 +2,7 @@
 //! (`CONFIG` / `TAGS#<id>`), many devices' at once, a per-container [`TagBook`] that keeps
 //! them for the shard cache's time, and one tag's index (`TAG#<key>:<value>#<n>`) listed
 //! partition after partition from a resumable [`IndexPosition`]. Writing them is
-//! [`super::tag_change`]'s, apart so that a function that only reads tags is not granted the
+//! `write::tag_change`'s, apart so that a function that only reads tags is not granted the
 //! writes (the policy test follows module paths).
 
 use std::collections::HashMap;
@@ -35,7 +35,7 @@ pub fn history_from_item(item: Option<Item>) -> Result<(TagHistory, u64), StoreE
 }
 
 /// `device`'s tag history and its version (0: none stored), for reading or for replacing it
-/// ([`super::tag_change::replace_history`]; read it `consistent` then).
+/// (`write::tag_change::replace_history`; read it `consistent` then).
 pub async fn read_history(
     client: &Client,
     table: &str,
@@ -100,7 +100,7 @@ pub async fn read_histories(
 
 /// A container's tag histories, each trusted for the readings dated before its read time plus
 /// `valid_for`: the lead a tag change is announced by, less the clocks' skew
-/// (`SHARD_CACHE_SECONDS` + `MAX_FUTURE_SECONDS`; [`tidemark_schema::LayoutLead`]). A change
+/// (`LAYOUT_CACHE_SECONDS` + `MAX_FUTURE_SECONDS`; [`tidemark_schema::LayoutLead`]). A change
 /// made after a history was read takes effect later than that
 /// ([`tidemark_schema::LayoutLead::earliest_change`] adds the skew the two hosts' clocks may
 /// disagree by), so the history already holds every change in force at those readings,
@@ -122,7 +122,7 @@ impl TagBook {
 
     /// The book of a deployment whose tag changes are announced `lead` ahead.
     pub fn for_lead(lead: tidemark_schema::LayoutLead) -> Self {
-        TagBook::new(lead.shard_cache + lead.max_future)
+        TagBook::new(lead.layout_cache + lead.max_future)
     }
 
     pub fn valid_for(&self) -> Duration {

@@ -13,7 +13,7 @@ use tidemark_schema::{
 };
 use tidemark_store::read::{Queries, walk_readings};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWrite, SlotWriter, read_part};
+use tidemark_store::write::slots::{SlotKey, SlotWrite, SlotWriter, read_part};
 use tidemark_testkit::TestTable;
 
 fn ts(s: &str) -> Timestamp {

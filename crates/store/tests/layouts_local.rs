@@ -2,8 +2,8 @@
 //! device sees them (its own epochs over the fleet's default).
 
 use tidemark_schema::{DeviceId, EntityKey, Layout, LayoutHistory, SlotLen, Timestamp};
-use tidemark_store::layout_change::replace_history;
 use tidemark_store::layouts::device_history;
+use tidemark_store::write::layout_change::replace_history;
 use tidemark_testkit::TestTable;
 
 fn ts(s: &str) -> Timestamp {
@@ -41,7 +41,7 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
     let own = LayoutHistory::default()
         .with_change(ts("2026-04-20T13:00:00Z"), 4)
         .unwrap();
-    let own_key = EntityKey::ShardConfig(dev.clone()).key();
+    let own_key = EntityKey::DeviceLayout(dev.clone()).key();
     assert!(
         replace_history(&t.client, &t.name, &own_key, &own, 0)
             .await
@@ -56,7 +56,7 @@ async fn a_device_reads_its_own_layout_over_the_fleet_default() {
         h.layout_at(ts("2026-04-20T12:30:00Z")),
         Layout::packed(SlotLen::new(60).unwrap())
     );
-    assert_eq!(h.layout_at(ts("2026-04-20T13:30:00Z")).shards, 4);
+    assert_eq!(h.layout_at(ts("2026-04-20T13:30:00Z")).partitions, 4);
     let (h, v) = device_history(&t.client, &t.name, &other, true)
         .await
         .unwrap();

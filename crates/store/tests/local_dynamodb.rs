@@ -252,7 +252,7 @@ async fn stored_metrics(t: &TestTable) -> Vec<(String, f64)> {
 
 #[tokio::test]
 async fn merging_records_of_one_timestamp_keeps_every_metric_and_the_later_value_wins() {
-    use tidemark_store::merge::{Merged, merge_item};
+    use tidemark_store::write::map_merge::{Merged, merge_item};
     let t = TestTable::new("store-merge").await;
     let m = field::METRICS;
     // GIVEN a gateway's records for one device and timestamp, one sensor each
@@ -288,7 +288,7 @@ async fn merging_records_of_one_timestamp_keeps_every_metric_and_the_later_value
 
 #[tokio::test]
 async fn concurrent_merges_into_one_key_lose_no_metric() {
-    use tidemark_store::merge::merge_item;
+    use tidemark_store::write::map_merge::merge_item;
     let t = TestTable::new("store-merge-race").await;
     let names: Vec<String> = (0..24).map(|i| format!("m{i}")).collect();
     let writes = names.iter().enumerate().map(|(i, n)| {
@@ -304,7 +304,7 @@ async fn concurrent_merges_into_one_key_lose_no_metric() {
 
 #[tokio::test]
 async fn an_item_without_a_metrics_map_under_a_reading_key_is_replaced_not_a_failure() {
-    use tidemark_store::merge::{Merged, merge_item};
+    use tidemark_store::write::map_merge::{Merged, merge_item};
     let t = TestTable::new("store-merge-foreign").await;
     let mut foreign = reading_item(&[("temperature", 1.0)], None);
     foreign.insert(field::METRICS.into(), AttributeValue::S("garbage".into()));
@@ -334,12 +334,12 @@ fn reading_at(device: &str, second: u32, metrics: &[(&str, f64)]) -> tidemark_st
 
 #[tokio::test]
 async fn batched_inserts_write_new_readings_25_a_call_and_merge_into_taken_keys() {
-    use tidemark_store::batch::{BatchWriter, Inserted, MAX_BATCH_WRITE, PendingWrite};
     use tidemark_store::retry::RetryPolicy;
+    use tidemark_store::write::batch::{BatchWriter, Inserted, MAX_BATCH_WRITE, PendingWrite};
     let t = TestTable::new("store-insert").await;
     let m = field::METRICS;
     // GIVEN one reading already stored, and one call's worth of inserts for a fresh device
-    let answers = tidemark_store::insert::insert_batch(
+    let answers = tidemark_store::write::insert::insert_batch(
         &t.client,
         &t.name,
         vec![
@@ -351,7 +351,7 @@ async fn batched_inserts_write_new_readings_25_a_call_and_merge_into_taken_keys(
     .unwrap();
     assert_eq!(answers, [Inserted::Yes, Inserted::Yes]);
     // WHEN the same key is inserted again THEN it is reported taken and left as it was
-    let again = tidemark_store::insert::insert_batch(
+    let again = tidemark_store::write::insert::insert_batch(
         &t.client,
         &t.name,
         vec![reading_at("a", 0, &[("humidity", 40.0)])],

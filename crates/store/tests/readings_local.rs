@@ -13,9 +13,11 @@ use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{
     DeviceId, Layout, LayoutHistory, MetricName, ReadingItem, SlotLen, Timestamp, field, keys,
 };
-use tidemark_store::read::{Queries, QuerySpec, SkRange, merged_page, readings, walk_readings};
+use tidemark_store::read::{
+    Queries, QuerySpec, SkRange, interleaved_page, readings, walk_readings,
+};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 type Reading = (Timestamp, BTreeMap<MetricName, f64>);
@@ -36,11 +38,11 @@ fn m(k: &str) -> MetricName {
 /// over 3 shards from then on.
 fn history() -> LayoutHistory {
     let sharded = Layout {
-        shards: 4,
+        partitions: 4,
         slot: None,
     };
-    let packed_sharded = Layout {
-        shards: 3,
+    let packed_partitioned = Layout {
+        partitions: 3,
         slot: Some(SlotLen::new(300).unwrap()),
     };
     LayoutHistory::EMPTY
@@ -51,7 +53,7 @@ fn history() -> LayoutHistory {
             Layout::packed(SlotLen::new(60).unwrap()),
         )
         .unwrap()
-        .with_layout(ts("2026-04-20T10:30:00Z"), packed_sharded)
+        .with_layout(ts("2026-04-20T10:30:00Z"), packed_partitioned)
         .unwrap()
 }
 
@@ -82,7 +84,7 @@ async fn store(t: &TestTable, history: &LayoutHistory, all: &[Reading]) {
     let mut slots: BTreeMap<(String, Timestamp), (SlotReadings, SlotReadings)> = BTreeMap::new();
     for (at, metrics) in all {
         let layout = history.layout_at(*at);
-        let pk = keys::reading_pk(&device(), layout.shard_of(*at));
+        let pk = keys::reading_pk(&device(), layout.partition_of(*at));
         match layout.slot {
             None => {
                 let item = ReadingItem {
@@ -140,7 +142,7 @@ async fn store(t: &TestTable, history: &LayoutHistory, all: &[Reading]) {
 async fn carried(t: &TestTable, history: &LayoutHistory) -> usize {
     let mut n = 0;
     for item in t.scan().await {
-        let Ok(part) = tidemark_store::slots::read_part(&item) else {
+        let Ok(part) = tidemark_store::write::slots::read_part(&item) else {
             continue;
         };
         let len = history.layout_at(part.start).slot.expect("a packed slot");
@@ -336,7 +338,7 @@ async fn a_page_of_the_merged_sources_ends_inside_a_slot_and_the_next_resumes_th
     let seg = history.segments(ts("2026-04-20T10:30:00Z"), ts("2026-04-20T11:00:00Z"))[0];
     for (limit, forward) in [(11, true), (11, false), (1, true), (1, false)] {
         let mut parts: Vec<(String, Option<Vec<String>>)> = seg
-            .shards()
+            .partitions()
             .into_iter()
             .map(|s| (format!("{s:?}"), None))
             .collect();
@@ -346,7 +348,7 @@ async fn a_page_of_the_merged_sources_ends_inside_a_slot_and_the_next_resumes_th
                 .into_iter()
                 .filter_map(|(label, after)| {
                     let shard = seg
-                        .shards()
+                        .partitions()
                         .into_iter()
                         .find(|s| format!("{s:?}") == label)?;
                     let spec: QuerySpec =
@@ -356,7 +358,7 @@ async fn a_page_of_the_merged_sources_ends_inside_a_slot_and_the_next_resumes_th
                     Some(readings::source(&seg, label, spec, after).unwrap())
                 })
                 .collect();
-            let page = merged_page(&queries, sources, limit, |_| true)
+            let page = interleaved_page(&queries, sources, limit, |_| true)
                 .await
                 .unwrap();
             assert!(page.items.len() <= limit);

@@ -10,7 +10,7 @@ use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{MetricName, SlotLen, Timestamp, field};
 use tidemark_store::StoreError;
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotWrite, SlotWriter, read_part};
+use tidemark_store::write::slots::{Content, SlotKey, SlotWrite, SlotWriter, read_part};
 use tidemark_testkit::TestTable;
 
 fn start() -> Timestamp {

@@ -10,8 +10,8 @@ use tidemark_schema::{
     DeviceId, DeviceStatus, Tag, TagHistory, TagIndexItem, TagKey, TagValue, Tags, Timestamp, keys,
 };
 use tidemark_store::read::Queries;
-use tidemark_store::tag_change::{replace_history, write_index};
 use tidemark_store::tags::{TagBook, index_page, read_histories, read_history};
+use tidemark_store::write::tag_change::{replace_history, write_index};
 use tidemark_testkit::TestTable;
 
 fn ts(s: &str) -> Timestamp {

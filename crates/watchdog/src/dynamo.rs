@@ -222,7 +222,7 @@ impl WatchStore for DynamoWatch {
                 }
                 None => (keys::reading_sk(seg.from), keys::reading_sk(seg.to)),
             };
-            for shard in seg.shards() {
+            for shard in seg.partitions() {
                 let req = self
                     .client
                     .query()

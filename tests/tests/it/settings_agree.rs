@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde_yaml::Value;
-use tidemark_store::settings::{Function, SETTINGS, Source, read_by};
+use tidemark_store::settings::{Function, ReadThrough, SETTINGS, read_by, setting};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -24,7 +24,10 @@ fn template() -> Value {
 fn reads(f: Function) -> BTreeSet<String> {
     let seen = RefCell::new(BTreeSet::new());
     let lookup = |k: &str| {
-        seen.borrow_mut().insert(k.to_owned());
+        // A renamed setting is read under its old name too (with a warning when set): that
+        // read is the setting's.
+        let name = setting(k).map_or(k, |s| s.name);
+        seen.borrow_mut().insert(name.to_owned());
         match (f, k) {
             (_, "CURSOR_SECRET_ARN") => Some("arn:aws:secretsmanager:r:1:secret:x".to_owned()),
             (Function::Alerts, "AGGREGATOR_ROLE") => Some("alerts".to_owned()),
@@ -37,7 +40,7 @@ fn reads(f: Function) -> BTreeSet<String> {
     };
     let ok = match f {
         Function::Ingest => tidemark_ingest::IngestConfig::from_lookup(lookup).is_ok(),
-        Function::Aggregator | Function::Alerts => {
+        Function::Rollups | Function::Alerts => {
             tidemark_aggregator::AggregatorConfig::from_lookup(lookup).is_ok()
         }
         Function::Api => tidemark_api::ApiConfig::from_lookup(lookup).is_ok(),
@@ -54,9 +57,9 @@ fn reads(f: Function) -> BTreeSet<String> {
 }
 
 /// The names of `f`'s settings from `sources`.
-fn names(f: Function, sources: &[Source]) -> BTreeSet<String> {
+fn names(f: Function, sources: &[ReadThrough]) -> BTreeSet<String> {
     read_by(f)
-        .filter(|s| sources.contains(&s.source))
+        .filter(|s| sources.contains(&s.read_through))
         .map(|s| s.name.to_owned())
         .collect()
 }
@@ -74,7 +77,11 @@ fn variables(v: &Value) -> BTreeSet<String> {
 #[test]
 fn each_function_reads_exactly_its_settings() {
     for f in Function::ALL {
-        assert_eq!(reads(f), names(f, &[Source::Config, Source::Sdk]), "{f:?}");
+        assert_eq!(
+            reads(f),
+            names(f, &[ReadThrough::Config, ReadThrough::Sdk]),
+            "{f:?}"
+        );
     }
 }
 
@@ -86,7 +93,7 @@ fn the_template_declares_each_functions_settings_and_no_other() {
     for f in Function::ALL {
         let own =
             variables(&t["Resources"][f.resource()]["Properties"]["Environment"]["Variables"]);
-        let wanted = names(f, &[Source::Config, Source::Client]);
+        let wanted = names(f, &[ReadThrough::Config, ReadThrough::Client]);
         let declared: BTreeSet<_> = globals.union(&own).cloned().collect();
         let missing: Vec<_> = wanted.difference(&declared).collect();
         assert!(
@@ -115,8 +122,12 @@ fn table_rows() -> Vec<String> {
         .iter()
         .map(|s| {
             let by: Vec<_> = s.read_by.iter().map(|f| f.label()).collect();
+            let formerly = s
+                .old_name
+                .map(|old| format!(" (formerly `{old}`, still read with a deprecation warning)"))
+                .unwrap_or_default();
             format!(
-                "| `{}` | {} | {} | {} |",
+                "| `{}` | {} | {} | {}{formerly} |",
                 s.name,
                 s.default,
                 by.join(", "),

@@ -138,10 +138,10 @@ fn table_is_protected_and_encrypted() {
 #[test]
 fn shard_count_bounds_match_the_schema() {
     let t = template();
-    let p = &t["Parameters"]["StatusShards"];
+    let p = &t["Parameters"]["StatusPartitions"];
     assert_eq!(p["MinValue"].as_u64(), Some(1));
     assert_eq!(
         p["MaxValue"].as_u64(),
-        Some(u64::from(tidemark_schema::keys::MAX_STATUS_SHARDS))
+        Some(u64::from(tidemark_schema::keys::MAX_STATUS_PARTITIONS))
     );
 }

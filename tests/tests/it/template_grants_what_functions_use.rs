@@ -99,31 +99,63 @@ const OPERATIONS: &[(&str, &str)] = &[
     (".batch_execute_statement()", "dynamodb:PartiQLInsert"),
 ];
 
-/// The `tidemark_store` modules `code` names (`tidemark_store::merge::…`, `crate::retry`
-/// inside the store crate), as files of the store crate: `<name>.rs`, or every file of a
-/// module directory (`read/`, `slots/`), whose files call each other through `super::`.
+/// The `tidemark_store` modules `code` names (`tidemark_store::write::map_merge::…`,
+/// `crate::retry` inside the store crate), as files of the store crate: `<name>.rs`, followed
+/// down module directories as far as the path names them (`write::batch` is
+/// `write/batch.rs`), or every file of a module directory the path stops at (`read::…` names
+/// `read/`, whose files call each other through `super::`).
 fn store_modules(code: &str, prefix: &str) -> BTreeSet<PathBuf> {
-    let src = root().join("crates/store/src");
+    modules_under(&root().join("crates/store/src"), code, prefix)
+}
+
+/// The modules `code` names by `prefix` (`crate::`, `super::`), resolved from `dir`.
+fn modules_under(dir: &Path, code: &str, prefix: &str) -> BTreeSet<PathBuf> {
     code.match_indices(prefix)
-        .flat_map(|(i, _)| {
-            let rest = &code[i + prefix.len()..];
-            let name: String = rest
+        // `crate::` inside `tidemark_store::crate`-like words is not a path start.
+        .filter(|(i, _)| {
+            !code[..*i]
                 .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let file = src.join(format!("{name}.rs"));
-            let dir = src.join(&name);
-            if name.is_empty() {
-                Vec::new()
-            } else if file.is_file() {
-                vec![file]
-            } else if dir.is_dir() {
-                rust_sources(&dir).into_iter().map(|(p, _)| p).collect()
-            } else {
-                Vec::new()
-            }
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
         })
+        .flat_map(|(i, _)| resolve(dir, &code[i + prefix.len()..]))
         .collect()
+}
+
+/// The files a module path (`write::batch::BatchWriter`) names, from `dir`.
+fn resolve(dir: &Path, path: &str) -> Vec<PathBuf> {
+    let segment = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut dir = dir.to_path_buf();
+    let mut rest = path;
+    loop {
+        let name = segment(rest);
+        if name.is_empty() {
+            return Vec::new();
+        }
+        let file = dir.join(format!("{name}.rs"));
+        let sub = dir.join(&name);
+        if file.is_file() {
+            return vec![file];
+        }
+        if !sub.is_dir() {
+            return Vec::new();
+        }
+        // Go down when the path names a module of the directory, else take all of it.
+        let after = &rest[name.len()..];
+        let next = after.strip_prefix("::").map(segment).unwrap_or_default();
+        if !next.is_empty()
+            && (sub.join(format!("{next}.rs")).is_file() || sub.join(&next).is_dir())
+        {
+            dir = sub;
+            rest = &after[2..];
+            continue;
+        }
+        return rust_sources(&sub).into_iter().map(|(p, _)| p).collect();
+    }
 }
 
 /// The function's own sources, and every store module they reach (transitively): the calls
@@ -148,6 +180,16 @@ fn sources_with_store_without(dirs: &[PathBuf], skip: Option<&Path>) -> Vec<(Pat
         }
         let code = rust_sources_of_file(&f);
         todo.extend(store_modules(&code, "crate::"));
+        // `super::` is the file's parent module: its directory's parent for a `mod.rs`.
+        let parent = f.parent().expect("a file is in a directory");
+        let parent = if f.ends_with("mod.rs") {
+            parent
+                .parent()
+                .expect("a module directory is in a directory")
+        } else {
+            parent
+        };
+        todo.extend(modules_under(parent, &code, "super::"));
         files.push((f, code));
     }
     files
@@ -361,8 +403,8 @@ fn api_policy_allows_exactly_what_it_calls() {
 
 #[test]
 fn the_scan_follows_calls_into_the_store_crate() {
-    // Ingest writes readings through tidemark_store::batch, which inserts them through
-    // crate::insert (PartiQL) and merges them through crate::merge with PutItem and
+    // Ingest writes readings through tidemark_store::write::batch, which inserts them through
+    // crate::write::insert (PartiQL) and merges them through crate::write::map_merge with PutItem and
     // UpdateItem: all must be seen as ingest's calls.
     let used = used_actions(&[root().join("crates/ingest/src")]);
     for action in [
@@ -606,7 +648,7 @@ fn constructors_of(p: &tidemark_schema::grants::Partitions) -> &'static [&'stati
         }
         StartingWith(keys::CALLER_PREFIX) => &["CallerRateItem", "EntityKey::CallerRate"],
         Exactly(keys::CONFIG_PK) => &[
-            "EntityKey::ShardConfig",
+            "EntityKey::DeviceLayout",
             "EntityKey::DefaultLayout",
             "EntityKey::TagHistory",
             "CONFIG_PK",

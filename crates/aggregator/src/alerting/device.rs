@@ -281,7 +281,7 @@ impl<S: Store> Aggregator<S> {
                 status_gsi1pk: keys::device_status_gsi1pk(
                     id,
                     DeviceStatus::Active,
-                    self.config.status_shards,
+                    self.config.status_partitions,
                 ),
                 offline: offline.clone(),
             };

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use tidemark_schema::keys::Key;
 use tidemark_schema::{DeviceId, EntityKey, GroupBatchItem, GroupPartialItem, TagHistory};
-use tidemark_store::batch::{BatchWriter, PendingWrite, RetryPolicy};
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::limits::item_size;
+use tidemark_store::write::batch::{BatchWriter, PendingWrite, RetryPolicy};
 use tidemark_store::{StoreError, from_stored, to_item};
 
 use super::GroupStore;

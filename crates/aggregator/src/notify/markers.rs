@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::future::Future;
 
 use tidemark_schema::{EntityKey, EventId, NotifyMarkerItem, Timestamp};
-use tidemark_store::batch::{BatchWriter, PendingWrite, RetryPolicy};
 use tidemark_store::batch_get::{GetOptions, batch_get};
+use tidemark_store::write::batch::{BatchWriter, PendingWrite, RetryPolicy};
 use tidemark_store::{StoreError, from_stored, to_item};
 
 /// How long writing the markers of one batch may take (then the unwritten ones are reported).

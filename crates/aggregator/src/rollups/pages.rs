@@ -9,7 +9,7 @@
 //!
 //! A bucket is written whole from a recomputation (an hour from its readings, a day from its
 //! hours), [`rebuild`] turning the recomputed metrics into page puts with the packed slots'
-//! protocol ([`tidemark_store::slots`]):
+//! protocol ([`tidemark_store::write::slots`]):
 //! - a metric lives in exactly one page and never moves (a metric no reading has any more
 //!   stays in its page with count 0, which readers leave out);
 //! - new metrics go only to the open page (the last, unsealed one) while it stays under the

@@ -317,7 +317,7 @@ impl<S: Store> App<S> {
             .unwrap_or(Timestamp::MIN)
             .max(self.config.retention_start(now))
             .hour_start();
-        let newest = self.config.shard_lead.settled_until(now);
+        let newest = self.config.layout_lead.settled_until(now);
         let hours: Vec<Timestamp> = hours
             .iter()
             .copied()

@@ -1,4 +1,4 @@
-//! A device's reading layout over time: its write shards (`/devices/{id}/shards`) and whether
+//! A device's reading layout over time: its write partitions (`/devices/{id}/shards`) and whether
 //! its readings are single items or packed into slots (`/devices/{id}/layout`). Both routes
 //! edit the one history ([`LayoutHistory`]): a change takes effect no earlier than ingest
 //! containers can have learnt of it ([`tidemark_schema::LayoutLead`]), so every reading, in
@@ -22,7 +22,7 @@ use crate::validate;
 
 /// A device's stored layout history, and the fleet's default it is laid over.
 #[derive(Debug, Default)]
-pub(super) struct Shards {
+pub(super) struct StoredLayouts {
     /// The device's own epochs, as stored.
     pub own: LayoutHistory,
     pub version: u64,
@@ -30,7 +30,7 @@ pub(super) struct Shards {
     pub exists: bool,
 }
 
-impl Shards {
+impl StoredLayouts {
     /// What the device's readings follow: the default until its own first epoch, then its
     /// own ([`LayoutHistory::under`]).
     pub fn history(&self) -> LayoutHistory {
@@ -38,7 +38,7 @@ impl Shards {
     }
 }
 
-/// A planning error as the answer to a request whose shard count is the field `count_field`.
+/// A planning error as the answer to a request whose partition count is the field `count_field`.
 fn plan_error(e: LayoutHistoryError, count_field: &str) -> ApiError {
     match e {
         LayoutHistoryError::Count(_) => ApiError::bad(count_field, e.to_string()),
@@ -50,7 +50,7 @@ fn plan_error(e: LayoutHistoryError, count_field: &str) -> ApiError {
 impl<S: Store> App<S> {
     /// The layout histories (the device's own and the fleet's default) and, if `device`,
     /// whether the device is registered, in one BatchGetItem.
-    async fn read_layouts(&self, id: &DeviceId, device: bool) -> Result<Shards, ApiError> {
+    async fn read_layouts(&self, id: &DeviceId, device: bool) -> Result<StoredLayouts, ApiError> {
         let dev_key = EntityKey::Device(id.clone()).key();
         let mut keys = LayoutBook::keys(std::slice::from_ref(id));
         if device {
@@ -67,7 +67,7 @@ impl<S: Store> App<S> {
         }
         let (book, _) = LayoutBook::from_raw(config);
         let (own, version) = book.own(id);
-        Ok(Shards {
+        Ok(StoredLayouts {
             own: own.clone(),
             version,
             default: book.default_history().0.clone(),
@@ -76,7 +76,7 @@ impl<S: Store> App<S> {
     }
 
     /// The layout histories of a registered device (a 404 otherwise).
-    pub(super) async fn shards_of(&self, id: &DeviceId) -> Result<Shards, ApiError> {
+    pub(super) async fn stored_layouts(&self, id: &DeviceId) -> Result<StoredLayouts, ApiError> {
         let out = self.read_layouts(id, true).await?;
         if !out.exists {
             return Err(device_not_found(id));
@@ -91,7 +91,7 @@ impl<S: Store> App<S> {
     }
 
     pub(super) async fn get_shards(&self, id: DeviceId) -> Result<Reply, ApiError> {
-        let s = self.shards_of(&id).await?;
+        let s = self.stored_layouts(&id).await?;
         Ok((
             StatusCode::OK,
             render::shards(&id, &s.history(), self.now()),
@@ -99,7 +99,7 @@ impl<S: Store> App<S> {
     }
 
     pub(super) async fn get_layout(&self, id: DeviceId) -> Result<Reply, ApiError> {
-        let s = self.shards_of(&id).await?;
+        let s = self.stored_layouts(&id).await?;
         Ok((
             StatusCode::OK,
             render::layout(&id, &s.history(), self.now()),
@@ -109,15 +109,15 @@ impl<S: Store> App<S> {
     /// Schedules a shard-count change of a hot device, keeping its packing (see the module
     /// docs for when it takes effect).
     pub(super) async fn put_shards(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
-        let change = validate::shard_change(self.within_body_limit(body)?)?;
+        let change = validate::partition_count_change(self.within_body_limit(body)?)?;
         let now = self.now();
-        let lead = self.config.shard_lead;
+        let lead = self.config.layout_lead;
         let from = change
             .effective_from
             .unwrap_or_else(|| lead.earliest_change(now));
-        let current = self.shards_of(&id).await?;
+        let current = self.stored_layouts(&id).await?;
         let layout = Layout {
-            shards: change.count,
+            partitions: change.count,
             ..current.history().layout_at(from)
         };
         let next = self.plan(&id, &current, from, layout, "count").await?;
@@ -129,13 +129,13 @@ impl<S: Store> App<S> {
     pub(super) async fn put_layout(&self, id: DeviceId, body: &[u8]) -> Result<Reply, ApiError> {
         let change = validate::layout_change(self.within_body_limit(body)?)?;
         let now = self.now();
-        let lead = self.config.shard_lead;
+        let lead = self.config.layout_lead;
         let from: Timestamp = change
             .effective_from
             .unwrap_or_else(|| lead.earliest_change(now));
-        let current = self.shards_of(&id).await?;
+        let current = self.stored_layouts(&id).await?;
         let layout = Layout {
-            shards: change
+            partitions: change
                 .shards
                 .unwrap_or_else(|| current.history().count_at(from)),
             slot: change.slot,
@@ -147,23 +147,23 @@ impl<S: Store> App<S> {
     /// Plans "`layout` from `from` on" into the device's own epochs (which override the
     /// fleet's default from the first of them on), stores them unless unchanged, and returns
     /// the history the device then follows; a 409 if another change landed since `current`
-    /// was read. `count_field` names the shard count in the request, for a 400.
+    /// was read. `count_field` names the partition count in the request, for a 400.
     async fn plan(
         &self,
         id: &DeviceId,
-        current: &Shards,
+        current: &StoredLayouts,
         from: Timestamp,
         layout: Layout,
         count_field: &str,
     ) -> Result<LayoutHistory, ApiError> {
         let next = current
             .own
-            .planned_layout(from, layout, self.now(), self.config.shard_lead)
+            .planned_layout(from, layout, self.now(), self.config.layout_lead)
             .map_err(|e| plan_error(e, count_field))?;
         if next != current.own
             && !self
                 .store
-                .replace_shards(id, &next, current.version)
+                .replace_layouts(id, &next, current.version)
                 .await?
         {
             return Err(ApiError::Conflict(format!(

@@ -2,7 +2,7 @@
 //!
 //! A range is cut into segments where the layout changes ([`LayoutHistory::segments`]) and
 //! walked one segment after another, in the order asked: each segment's partitions (its
-//! shards) are merged by [`merged_page`], whether they hold single reading items or packed
+//! shards) are merged by [`interleaved_page`], whether they hold single reading items or packed
 //! slots ([`tidemark_store::read::readings`]); both come out as reading items, so clients see one list. A page
 //! may end inside a segment (its cursor names an instant of the segment and every
 //! partition's position) or at a segment's end (the next page starts the next segment).
@@ -21,11 +21,11 @@ use tidemark_schema::{DeviceId, LayoutHistory, Segment, Timestamp, keys};
 use tidemark_store::Item;
 use tidemark_store::emf::Metrics;
 use tidemark_store::layouts::LayoutBook;
-use tidemark_store::read::{Source, merged_page, readings};
+use tidemark_store::read::{PagedPartition, interleaved_page, readings};
 
 use super::{
-    HOUR_MS, LATEST_CONCURRENCY, Reply, bad_cursor, expired, list, parse_shard_label, resume_at,
-    resume_range, shard_label,
+    HOUR_MS, LATEST_CONCURRENCY, Reply, bad_cursor, expired, list, parse_partition_label,
+    partition_label, resume_at, resume_range,
 };
 use crate::App;
 use crate::cursor::CursorState;
@@ -42,9 +42,9 @@ type Part = (String, Option<Vec<String>>);
 
 /// Every partition of `seg`, from its start.
 fn fresh(seg: &Segment) -> Vec<Part> {
-    seg.shards()
+    seg.partitions()
         .into_iter()
-        .map(|s| (shard_label(s), None))
+        .map(|s| (partition_label(s), None))
         .collect()
 }
 
@@ -59,9 +59,9 @@ fn entering(seg: &Segment, forward: bool) -> Vec<Part> {
     } else {
         seg.to.succ().unwrap_or(Timestamp::MAX)
     };
-    seg.shards()
+    seg.partitions()
         .into_iter()
-        .map(|s| (shard_label(s), Some(vec![keys::reading_sk(edge)])))
+        .map(|s| (partition_label(s), Some(vec![keys::reading_sk(edge)])))
         .collect()
 }
 
@@ -108,10 +108,10 @@ impl<S: Store> App<S> {
         parts: Vec<Part>,
         forward: bool,
         consistent: bool,
-    ) -> Result<Vec<Source>, ApiError> {
+    ) -> Result<Vec<PagedPartition>, ApiError> {
         let mut out = Vec::with_capacity(parts.len());
         for (label, after) in parts {
-            let shard = parse_shard_label(&label).ok_or_else(bad_cursor)?;
+            let shard = parse_partition_label(&label).ok_or_else(bad_cursor)?;
             let spec = readings::partition_query(id, seg, shard, forward, consistent);
             let Some(after) = resume_at(&spec, after)? else {
                 continue;
@@ -139,7 +139,7 @@ impl<S: Store> App<S> {
             }
             None => {
                 let (from, to) = validate::range(p, now, HOUR_MS)?;
-                (from, to, self.shards_of(&id).await?.history())
+                (from, to, self.stored_layouts(&id).await?.history())
             }
         };
         let lo = from.max(self.config.retention_start(now));
@@ -177,7 +177,7 @@ impl<S: Store> App<S> {
             };
             if live.from <= live.to {
                 let sources = self.reading_sources(&id, &live, parts, forward, false)?;
-                let page = merged_page(&self.store, sources, limit - items.len(), |it| {
+                let page = interleaved_page(&self.store, sources, limit - items.len(), |it| {
                     !expired(it, now)
                 })
                 .await?;
@@ -224,7 +224,7 @@ impl<S: Store> App<S> {
     /// The newest unexpired reading (AP4).
     pub(super) async fn latest_reading(&self, id: DeviceId) -> Result<Reply, ApiError> {
         let now = self.now();
-        let history = self.shards_of(&id).await?.history();
+        let history = self.stored_layouts(&id).await?.history();
         let newest = self
             .newest_reading(&id, &history, now, true)
             .await?
@@ -250,7 +250,7 @@ impl<S: Store> App<S> {
         let lo = self.config.retention_start(now);
         for seg in history.segments(lo, Timestamp::MAX).iter().rev() {
             let sources = self.reading_sources(id, seg, fresh(seg), false, consistent)?;
-            let page = merged_page(&self.store, sources, 1, |it| !expired(it, now)).await?;
+            let page = interleaved_page(&self.store, sources, 1, |it| !expired(it, now)).await?;
             skipped(id, page.skipped);
             if let Some(item) = page.items.into_iter().next() {
                 return Ok(Some(item));
@@ -317,7 +317,7 @@ impl<S: Store> App<S> {
                 book.of(id)
                     .segments(lo, Timestamp::MAX)
                     .iter()
-                    .map(|s| s.shards().len())
+                    .map(|s| s.partitions().len())
                     .sum::<usize>()
             })
             .sum();

@@ -117,7 +117,7 @@ impl<S: Store> App<S> {
             None => Before::default(),
         };
         let request = reg.tag_request.clone();
-        let earliest = self.config.shard_lead.earliest_change(now);
+        let earliest = self.config.layout_lead.earliest_change(now);
         let from = request.effective_from.unwrap_or(earliest);
         if request.changes() && from < earliest {
             return Err(ApiError::bad(

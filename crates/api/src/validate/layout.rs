@@ -9,7 +9,7 @@ use crate::error::ApiError;
 /// The body of `PUT /devices/{id}/shards`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ShardsBody {
+struct PartitionCountBody {
     count: Value,
     effective_from: Option<Value>,
 }
@@ -17,34 +17,37 @@ struct ShardsBody {
 /// A requested shard change: `count` shards from `effective_from` (default: as soon as
 /// safely possible).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardChange {
+pub struct PartitionCountChange {
     pub count: u16,
     pub effective_from: Option<Timestamp>,
 }
 
-pub fn shard_change(body: &[u8]) -> Result<ShardChange, ApiError> {
-    use tidemark_schema::shard::MAX_SHARDS;
+pub fn partition_count_change(body: &[u8]) -> Result<PartitionCountChange, ApiError> {
+    use tidemark_schema::partition::MAX_PARTITIONS;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad(
             "body",
             "a JSON object is required: {\"count\": n, \"effectiveFrom\"?: time}",
         ));
     }
-    let b: ShardsBody = serde_json::from_slice(body)
+    let b: PartitionCountBody = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad("body", format!("not a valid shard change: {e}")))?;
     let count = b
         .count
         .as_u64()
         .and_then(|n| u16::try_from(n).ok())
-        .filter(|n| (1..=MAX_SHARDS).contains(n))
+        .filter(|n| (1..=MAX_PARTITIONS).contains(n))
         .ok_or_else(|| {
             ApiError::bad(
                 "count",
-                format!("{} is not a whole number from 1 to {MAX_SHARDS}", b.count),
+                format!(
+                    "{} is not a whole number from 1 to {MAX_PARTITIONS}",
+                    b.count
+                ),
             )
         })?;
     let effective_from = b.effective_from.map(effective_from).transpose()?;
-    Ok(ShardChange {
+    Ok(PartitionCountChange {
         count,
         effective_from,
     })
@@ -72,7 +75,7 @@ pub struct LayoutChange {
 }
 
 pub fn layout_change(body: &[u8]) -> Result<LayoutChange, ApiError> {
-    use tidemark_schema::shard::MAX_SHARDS;
+    use tidemark_schema::partition::MAX_PARTITIONS;
     const SHAPE: &str = "a JSON object is required: {\"slotSeconds\": n | null, \"shards\"?: n, \
                          \"effectiveFrom\"?: time}";
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -95,11 +98,11 @@ pub fn layout_change(body: &[u8]) -> Result<LayoutChange, ApiError> {
         v => Some(
             v.as_u64()
                 .and_then(|n| u16::try_from(n).ok())
-                .filter(|n| (1..=MAX_SHARDS).contains(n))
+                .filter(|n| (1..=MAX_PARTITIONS).contains(n))
                 .ok_or_else(|| {
                     ApiError::bad(
                         "shards",
-                        format!("{v} is not a whole number from 1 to {MAX_SHARDS}"),
+                        format!("{v} is not a whole number from 1 to {MAX_PARTITIONS}"),
                     )
                 })?,
         ),
@@ -121,14 +124,17 @@ mod tests {
 
     #[test]
     fn shard_changes_name_the_bad_field() {
-        let ok = shard_change(br#"{"count":4,"effectiveFrom":"2026-04-20T15:00:00Z"}"#).unwrap();
+        let ok = partition_count_change(br#"{"count":4,"effectiveFrom":"2026-04-20T15:00:00Z"}"#)
+            .unwrap();
         assert_eq!(ok.count, 4);
         assert_eq!(
             ok.effective_from,
             Some(Timestamp::parse_rfc3339("2026-04-20T15:00:00Z").unwrap())
         );
         assert_eq!(
-            shard_change(br#"{"count":1}"#).unwrap().effective_from,
+            partition_count_change(br#"{"count":1}"#)
+                .unwrap()
+                .effective_from,
             None
         );
         for (body, param) in [
@@ -142,7 +148,7 @@ mod tests {
             (r#"{}"#, "body"),
             ("", "body"),
         ] {
-            match shard_change(body.as_bytes()) {
+            match partition_count_change(body.as_bytes()) {
                 Err(ApiError::BadRequest { param: p, .. }) => assert_eq!(p, param, "{body}"),
                 other => panic!("{body}: expected a 400, got {other:?}"),
             }

@@ -16,7 +16,7 @@ use tidemark_schema::{
 };
 use tidemark_schema::{LayoutHistory, keys};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotWriter};
+use tidemark_store::write::slots::{Content, SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 pub fn ts(s: &str) -> Timestamp {
@@ -268,8 +268,8 @@ pub async fn walk<S: tidemark_api::Store>(app: &App<S>, uri: &str) -> (Vec<Value
 }
 
 /// The stored version of a device's shard and layout history (`None`: no item).
-pub async fn shard_config_version(t: &TestTable, device: &str) -> Option<String> {
-    let key = tidemark_schema::EntityKey::ShardConfig(dev(device)).key();
+pub async fn layout_history_version(t: &TestTable, device: &str) -> Option<String> {
+    let key = tidemark_schema::EntityKey::DeviceLayout(dev(device)).key();
     let item = t
         .client
         .get_item()
@@ -295,7 +295,7 @@ pub async fn store(t: &TestTable, device: &str, history: &LayoutHistory, reading
     let mut singles = Vec::new();
     let mut slots: BTreeMap<(String, Timestamp), Content> = BTreeMap::new();
     for r in readings {
-        let shard = history.shard_at(r.timestamp);
+        let shard = history.partition_at(r.timestamp);
         match history.layout_at(r.timestamp).slot {
             None => singles.push(ReadingItem::new(r, shard, 30)),
             Some(l) => {

@@ -5,7 +5,7 @@
 use crate::common::*;
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::{ApiConfig, App};
-use tidemark_schema::{LayoutHistory, ReadingItem, ShardConfigItem};
+use tidemark_schema::{LayoutHistory, LayoutHistoryItem, ReadingItem};
 
 /// A small deterministic generator (no test depends on luck).
 struct Lcg(u64);
@@ -37,7 +37,7 @@ async fn sharded_walks_return_every_reading_once_in_order_under_short_pages() {
         let store = MemoryStore::new().with_page_cap(1 + rng.next(5) as usize);
         store.put_entity(&sample_device()).unwrap();
         store
-            .put_entity(&ShardConfigItem::new(&dev("sensor_01"), history.clone()))
+            .put_entity(&LayoutHistoryItem::new(&dev("sensor_01"), history.clone()))
             .unwrap();
         let mut times: Vec<i64> = (0..(20 + rng.next(150)))
             .map(|_| rng.next(3_600_000) as i64)
@@ -48,7 +48,7 @@ async fn sharded_walks_return_every_reading_once_in_order_under_short_pages() {
             let t = base.plus_millis(*ms).unwrap();
             let r = reading("sensor_01", t, &[("n", i as f64)]);
             store
-                .put_entity(&ReadingItem::new(&r, history.shard_at(t), 30))
+                .put_entity(&ReadingItem::new(&r, history.partition_at(t), 30))
                 .unwrap();
         }
         let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
@@ -97,26 +97,26 @@ async fn put_device_keeps_created_at_and_replaces_the_registration() {
 
 #[tokio::test]
 async fn the_memory_store_refuses_a_shard_change_from_a_stale_version_like_dynamodb() {
-    use tidemark_api::store::ShardWriter;
+    use tidemark_api::store::LayoutWriter;
     let store = MemoryStore::new();
     let id = dev("hot");
     let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T16:00:00Z"), 4)
         .unwrap();
-    assert!(store.replace_shards(&id, &h, 0).await.unwrap());
+    assert!(store.replace_layouts(&id, &h, 0).await.unwrap());
     assert!(
         !store
-            .replace_shards(&id, &LayoutHistory::default(), 0)
+            .replace_layouts(&id, &LayoutHistory::default(), 0)
             .await
             .unwrap()
     );
     assert!(
         store
-            .replace_shards(&id, &LayoutHistory::default(), 1)
+            .replace_layouts(&id, &LayoutHistory::default(), 1)
             .await
             .unwrap()
     );
-    assert!(!store.replace_shards(&id, &h, 1).await.unwrap());
+    assert!(!store.replace_layouts(&id, &h, 1).await.unwrap());
 }
 
 #[tokio::test]
@@ -129,7 +129,7 @@ async fn latest_of_many_sharded_devices_is_refused_above_the_query_bound() {
     let ids: Vec<String> = (0..10).map(|i| format!("hot_{i}")).collect();
     for id in &ids {
         store
-            .put_entity(&ShardConfigItem::new(&dev(id), history.clone()))
+            .put_entity(&LayoutHistoryItem::new(&dev(id), history.clone()))
             .unwrap();
     }
     let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));

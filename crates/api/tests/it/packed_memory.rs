@@ -14,7 +14,7 @@ use tidemark_api::{ApiConfig, App};
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    Layout, LayoutHistory, ReadingItem, ShardConfigItem, SlotLen, Timestamp, field, keys,
+    Layout, LayoutHistory, LayoutHistoryItem, ReadingItem, SlotLen, Timestamp, field, keys,
 };
 use tidemark_store::Item;
 
@@ -34,7 +34,7 @@ fn random_layout(rng: &mut Lcg) -> Layout {
     let slot = [None, Some(1), Some(10), Some(60), Some(600)][rng.next(5) as usize]
         .map(|s| SlotLen::new(s).unwrap());
     Layout {
-        shards: 1 + rng.next(3) as u16,
+        partitions: 1 + rng.next(3) as u16,
         slot,
     }
 }
@@ -98,7 +98,7 @@ async fn walks_across_random_layouts_return_every_reading_once_in_order_under_sh
         let store = MemoryStore::new().with_page_cap(1 + rng.next(4) as usize);
         store.put_entity(&sample_device()).unwrap();
         store
-            .put_entity(&ShardConfigItem::new(&dev("sensor_01"), history.clone()))
+            .put_entity(&LayoutHistoryItem::new(&dev("sensor_01"), history.clone()))
             .unwrap();
         let mut times: Vec<Timestamp> = (0..(rng.next(250)))
             .map(|_| {
@@ -115,7 +115,7 @@ async fn walks_across_random_layouts_return_every_reading_once_in_order_under_sh
                 *t,
                 &[("n", i as f64), ("x", ((i + 1) as f64).ln())],
             );
-            let shard = history.shard_at(*t);
+            let shard = history.partition_at(*t);
             match history.layout_at(*t).slot {
                 None => store.put_entity(&ReadingItem::new(&r, shard, 30)).unwrap(),
                 Some(len) => {
@@ -187,7 +187,7 @@ async fn a_slot_of_more_parts_than_a_page_has_query_rounds_is_still_read_whole()
         )
         .unwrap();
     store
-        .put_entity(&ShardConfigItem::new(&dev("sensor_01"), h))
+        .put_entity(&LayoutHistoryItem::new(&dev("sensor_01"), h))
         .unwrap();
     let start = ts("2026-04-20T14:00:00Z");
     for i in 0..70u16 {
@@ -223,7 +223,7 @@ async fn a_slot_of_more_parts_than_a_page_has_query_rounds_is_still_read_whole()
 
 #[tokio::test]
 async fn a_layout_announced_between_pages_neither_skips_nor_repeats_a_reading() {
-    use tidemark_api::store::ShardWriter;
+    use tidemark_api::store::LayoutWriter;
     for order in ["asc", "desc"] {
         // GIVEN a device packed from 14:30 with readings every 20 s until 15:04 (now is 15:00)
         let store = MemoryStore::new();
@@ -235,7 +235,7 @@ async fn a_layout_announced_between_pages_neither_skips_nor_repeats_a_reading() 
             )
             .unwrap();
         let id = dev("sensor_01");
-        assert!(store.replace_shards(&id, &packed, 0).await.unwrap());
+        assert!(store.replace_layouts(&id, &packed, 0).await.unwrap());
         let times: Vec<Timestamp> = (0..193)
             .map(|i| ts("2026-04-20T14:00:00Z").plus_millis(i * 20_000).unwrap())
             .collect();
@@ -272,12 +272,12 @@ async fn a_layout_announced_between_pages_neither_skips_nor_repeats_a_reading() 
                     .with_layout(
                         ts("2026-04-20T15:30:00Z"),
                         Layout {
-                            shards: 4,
+                            partitions: 4,
                             slot: None,
                         },
                     )
                     .unwrap();
-                assert!(app.store().replace_shards(&id, &next, 1).await.unwrap());
+                assert!(app.store().replace_layouts(&id, &next, 1).await.unwrap());
             }
             let u = match &cursor {
                 None => uri.clone(),
@@ -313,7 +313,7 @@ fn cursor_state(c: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn an_announced_layout_replaced_while_a_walk_stands_at_its_start_repeats_nothing() {
-    use tidemark_api::store::ShardWriter;
+    use tidemark_api::store::LayoutWriter;
     let mut hits = 0;
     for limit in 1..=16 {
         // GIVEN single items until 14:30, packed from 14:30, and single items again announced
@@ -330,7 +330,7 @@ async fn an_announced_layout_replaced_while_a_walk_stands_at_its_start_repeats_n
             .with_layout(ts("2026-04-20T15:30:00Z"), Layout::SINGLE)
             .unwrap();
         let id = dev("sensor_01");
-        assert!(store.replace_shards(&id, &announced, 0).await.unwrap());
+        assert!(store.replace_layouts(&id, &announced, 0).await.unwrap());
         let mut slots: BTreeMap<Timestamp, SlotReadings> = BTreeMap::new();
         for i in 0..193 {
             let t = ts("2026-04-20T14:00:00Z").plus_millis(i * 20_000).unwrap();
@@ -374,7 +374,12 @@ async fn an_announced_layout_replaced_while_a_walk_stands_at_its_start_repeats_n
                 let replaced = packed
                     .with_layout(ts("2026-04-20T15:45:00Z"), Layout::SINGLE)
                     .unwrap();
-                assert!(app.store().replace_shards(&id, &replaced, 1).await.unwrap());
+                assert!(
+                    app.store()
+                        .replace_layouts(&id, &replaced, 1)
+                        .await
+                        .unwrap()
+                );
             }
             cursor = Some(c.to_owned());
         }

@@ -14,13 +14,13 @@ use serde_json::json;
 use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
 use tidemark_schema::LayoutHistory;
 use tidemark_schema::packed::{self, SlotReadings};
-use tidemark_schema::{Clock, DeviceId, ShardConfigItem, Timestamp};
-use tidemark_store::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
+use tidemark_schema::{Clock, DeviceId, LayoutHistoryItem, Timestamp};
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size, item_too_large};
 use tidemark_store::memory::MemTable;
-use tidemark_store::merge::{merge_is_noop, merge_items};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{Content, SlotKey, SlotStore, SlotWrite, Stamp};
+use tidemark_store::write::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
+use tidemark_store::write::map_merge::{merge_is_noop, merge_items};
+use tidemark_store::write::slots::{Content, SlotKey, SlotStore, SlotWrite, Stamp};
 use tidemark_store::{Item, StoreError};
 
 /// The clock of every test: five minutes after the sample readings of docs/design.md §9.
@@ -318,14 +318,14 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
 #[derive(Default)]
 pub struct MemoryStore {
     pub items: MemTable,
-    pub shard_configs: Mutex<Vec<ShardConfigItem>>,
+    pub layout_histories: Mutex<Vec<LayoutHistoryItem>>,
     /// Packed slots by (partition, slot start): the placement and merge rules of the real
     /// slot writer, one part a slot.
     pub slots: Mutex<HashMap<(String, Timestamp), SlotReadings>>,
     pub slot_writes: AtomicUsize,
     pub devices: Mutex<HashSet<DeviceId>>,
-    pub fail_shard_loads: std::sync::atomic::AtomicBool,
-    pub shard_loads: AtomicUsize,
+    pub fail_layout_loads: std::sync::atomic::AtomicBool,
+    pub layout_loads: AtomicUsize,
     pub device_lookups: AtomicUsize,
     pub devices_asked: AtomicUsize,
     pub write_calls: AtomicUsize,
@@ -453,19 +453,19 @@ impl BatchWriteApi for &MemoryStore {
     }
 }
 
-impl tidemark_ingest::ShardConfigSource for &MemoryStore {
-    async fn load_shard_configs(
+impl tidemark_ingest::LayoutHistorySource for &MemoryStore {
+    async fn load_layout_histories(
         &self,
-    ) -> Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError> {
-        self.shard_loads.fetch_add(1, Ordering::SeqCst);
-        if self.fail_shard_loads.load(Ordering::SeqCst) {
+    ) -> Result<Vec<Result<LayoutHistoryItem, StoreError>>, StoreError> {
+        self.layout_loads.fetch_add(1, Ordering::SeqCst);
+        if self.fail_layout_loads.load(Ordering::SeqCst) {
             return Err(StoreError::Request {
                 operation: "Query",
                 message: "injected outage".into(),
             });
         }
         Ok(self
-            .shard_configs
+            .layout_histories
             .lock()
             .unwrap()
             .iter()
@@ -479,13 +479,13 @@ impl tidemark_ingest::ShardConfigSource for &MemoryStore {
         history: &LayoutHistory,
         version: u64,
     ) -> Result<bool, StoreError> {
-        let mut configs = self.shard_configs.lock().unwrap();
+        let mut configs = self.layout_histories.lock().unwrap();
         let key = tidemark_schema::EntityKey::DefaultLayout.key();
         let stored = configs.iter().position(|c| c.sk == key.sk);
         if stored.map_or(0, |i| configs[i].version) != version {
             return Ok(false);
         }
-        let mut item = ShardConfigItem::default_layout(history.clone());
+        let mut item = LayoutHistoryItem::default_layout(history.clone());
         item.version = version + 1;
         match stored {
             Some(i) => configs[i] = item,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use tidemark_ingest::UnknownDevices;
-use tidemark_schema::{LayoutHistory, QuarantineReason, ShardConfigItem};
+use tidemark_schema::{LayoutHistory, LayoutHistoryItem, QuarantineReason};
 
 #[tokio::test]
 async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
@@ -20,51 +20,51 @@ async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
         ingest.process(&e, soon()).await.unwrap();
     }
     // THEN the CONFIG partition was read once
-    assert_eq!(store.shard_loads.load(Ordering::SeqCst), 1);
+    assert_eq!(store.layout_loads.load(Ordering::SeqCst), 1);
 
     // GIVEN a cache that expires at once THEN every batch reads it
     let mut c = config("t");
-    c.shard_cache_ttl = Duration::ZERO;
+    c.layout_cache_ttl = Duration::ZERO;
     let ingest = memory_ingest(&store, c);
     for _ in 0..2 {
         let e = event_of(&[reading_json("a", "2026-04-20T14:00:00Z", 1.0)]);
         ingest.process(&e, soon()).await.unwrap();
     }
-    assert_eq!(store.shard_loads.load(Ordering::SeqCst), 3);
+    assert_eq!(store.layout_loads.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test]
 async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trusted() {
-    // GIVEN a hot device and a container trusting shard counts for 60 s
+    // GIVEN a hot device and a container trusting partition counts for 60 s
     let store = MemoryStore::default();
     store
-        .shard_configs
+        .layout_histories
         .lock()
         .unwrap()
-        .push(ShardConfigItem::new(
+        .push(LayoutHistoryItem::new(
             &dev("hot"),
             LayoutHistory::default()
                 .with_change(ts("2026-04-20T00:00:00Z"), 4)
                 .unwrap(),
         ));
     let mut c = config("t");
-    c.shard_cache_ttl = Duration::from_secs(60);
+    c.layout_cache_ttl = Duration::from_secs(60);
     let ingest = memory_ingest(&store, c.clone());
     let e = event_of(&[reading_json("hot", "2026-04-20T14:00:00Z", 1.0)]);
     ingest.process(&e, soon()).await.unwrap();
     let first = store.items.lock().clone();
     assert!(first.keys().all(|(pk, _)| pk.starts_with("DEVICE#hot#S")));
-    assert_eq!(store.shard_loads.load(Ordering::SeqCst), 1);
+    assert_eq!(store.layout_loads.load(Ordering::SeqCst), 1);
 
     // WHEN a refresh is due (half the TTL) but fails THEN the cached counts are still
     // used, same partition
-    store.fail_shard_loads.store(true, Ordering::SeqCst);
+    store.fail_layout_loads.store(true, Ordering::SeqCst);
     store.items.lock().clear();
     ingest.clock().set(now().plus_millis(40_000).unwrap());
     let (resp, _) = ingest.process(&e, soon()).await.unwrap();
     assert!(resp.batch_item_failures.is_empty());
     assert_eq!(*store.items.lock(), first);
-    assert_eq!(store.shard_loads.load(Ordering::SeqCst), 2);
+    assert_eq!(store.layout_loads.load(Ordering::SeqCst), 2);
 
     // WHEN the cached counts are older than the TTL THEN the batch fails as a whole (a
     // shard change announced since may already be in force), and nothing is written

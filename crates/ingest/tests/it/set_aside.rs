@@ -144,18 +144,16 @@ async fn a_packed_slot_refused_for_good_sets_aside_every_record_with_a_reading_i
     let store = MemoryStore::default();
     *store.refuse_pk.lock().unwrap() = Some("DEVICE#bad".into());
     // The fleet packs in 60 s slots, recorded long before these readings.
-    store
-        .shard_configs
-        .lock()
-        .unwrap()
-        .push(tidemark_schema::ShardConfigItem::default_layout(
+    store.layout_histories.lock().unwrap().push(
+        tidemark_schema::LayoutHistoryItem::default_layout(
             tidemark_schema::LayoutHistory::default()
                 .with_layout(
                     ts("2026-04-20T00:00:00Z"),
                     tidemark_schema::Layout::packed(tidemark_schema::SlotLen::new(60).unwrap()),
                 )
                 .unwrap(),
-        ));
+        ),
+    );
     let ingest = memory_ingest(&store, config("t"));
     // Two records of the refused device in one slot, then one of a healthy device.
     let ev = event_of(&[

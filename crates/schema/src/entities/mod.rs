@@ -40,7 +40,7 @@ pub use groups::{
     GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupBucketItem, GroupPartialItem, PartialStats,
     fold_partials, group_period,
 };
-pub use pipeline::{HeartbeatItem, NotifyMarkerItem, RepairItem, ShardConfigItem};
+pub use pipeline::{HeartbeatItem, LayoutHistoryItem, NotifyMarkerItem, RepairItem};
 pub use quarantine::{
     QuarantineItem, QuarantinePartItem, QuarantineReason, QuarantineSource, QuarantinedRecord,
 };

@@ -28,7 +28,7 @@ pub struct HeartbeatItem {
 /// `CONFIG` / `SHARDS#<id>`: a device's shard-count history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ShardConfigItem {
+pub struct LayoutHistoryItem {
     pub pk: String,
     pub sk: String,
     pub epochs: LayoutHistory,
@@ -37,9 +37,9 @@ pub struct ShardConfigItem {
     pub version: u64,
 }
 
-impl ShardConfigItem {
+impl LayoutHistoryItem {
     pub fn new(device: &DeviceId, epochs: LayoutHistory) -> Self {
-        Self::at(EntityKey::ShardConfig(device.clone()), epochs)
+        Self::at(EntityKey::DeviceLayout(device.clone()), epochs)
     }
 
     /// The fleet's default layout history (same shape as a device's).
@@ -49,7 +49,7 @@ impl ShardConfigItem {
 
     fn at(key: EntityKey, epochs: LayoutHistory) -> Self {
         let k = key.key();
-        ShardConfigItem {
+        LayoutHistoryItem {
             pk: k.pk,
             sk: k.sk,
             epochs,

@@ -105,7 +105,7 @@ fn field_constants_are_the_serialised_names() {
     ] {
         assert!(v.get(f).is_some(), "aggregate item has no {f}: {v}");
     }
-    let s = serde_json::to_value(ShardConfigItem::new(
+    let s = serde_json::to_value(LayoutHistoryItem::new(
         &DeviceId::new("x").unwrap(),
         LayoutHistory::default(),
     ))

@@ -1,5 +1,5 @@
 //! A device's layout over time (docs/design.md §2): epochs, each with an effective-from
-//! time, a shard count and a slot length (none: single items). The layout of a reading is a
+//! time, a partition count and a slot length (none: single items). The layout of a reading is a
 //! pure function of (history, reading time), so a re-sent reading goes to the same item, and
 //! a read of any range knows which partitions and which kind of key to ask, epoch by epoch
 //! ([`LayoutHistory::segments`]). Changes only append, announced ahead of use
@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::layout::{Layout, SlotLen};
-use crate::shard::MAX_SHARDS;
+use crate::partition::MAX_PARTITIONS;
 use crate::time::Timestamp;
 
-/// How long an ingest container trusts the shard counts it read, unless `SHARD_CACHE_SECONDS`
+/// How long an ingest container trusts the partition counts it read, unless `LAYOUT_CACHE_SECONDS`
 /// says otherwise (ingest and the API must be given the same value).
-pub const DEFAULT_SHARD_CACHE_SECONDS: u64 = 30;
+pub const DEFAULT_LAYOUT_CACHE_SECONDS: u64 = 30;
 /// How far ahead of the clock ingest accepts a reading, unless `MAX_FUTURE_SECONDS` says
 /// otherwise (ingest and the API must be given the same value).
 pub const DEFAULT_MAX_FUTURE_SECONDS: u64 = 300;
@@ -26,21 +26,21 @@ pub const CLOCK_SKEW: Duration = Duration::from_secs(5);
 
 /// Which shard changes are already in use, given how ingest reads the counts.
 ///
-/// An ingest container writes with a snapshot of the histories at most `shard_cache` old,
+/// An ingest container writes with a snapshot of the histories at most `layout_cache` old,
 /// and accepts readings up to `max_future` ahead of its clock. So a snapshot taken at `now`
-/// may be used for readings up to `now + shard_cache + max_future` (plus clock skew): every
+/// may be used for readings up to `now + layout_cache + max_future` (plus clock skew): every
 /// epoch starting at or before that instant may already have readings written under it and
 /// must never change; every later one is only announced, and may still be replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LayoutLead {
-    pub shard_cache: Duration,
+    pub layout_cache: Duration,
     pub max_future: Duration,
 }
 
 impl Default for LayoutLead {
     fn default() -> Self {
         LayoutLead {
-            shard_cache: Duration::from_secs(DEFAULT_SHARD_CACHE_SECONDS),
+            layout_cache: Duration::from_secs(DEFAULT_LAYOUT_CACHE_SECONDS),
             max_future: Duration::from_secs(DEFAULT_MAX_FUTURE_SECONDS),
         }
     }
@@ -49,7 +49,7 @@ impl Default for LayoutLead {
 impl LayoutLead {
     /// The last reading time any container may have written with a history read at `now`.
     pub fn settled_until(&self, now: Timestamp) -> Timestamp {
-        let lead = self.shard_cache + self.max_future + CLOCK_SKEW;
+        let lead = self.layout_cache + self.max_future + CLOCK_SKEW;
         now.plus_millis(i64::try_from(lead.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(Timestamp::MAX)
     }
@@ -65,7 +65,7 @@ impl LayoutLead {
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum LayoutHistoryError {
-    #[error("shard count {0} is outside 1..={MAX_SHARDS}")]
+    #[error("partition count {0} is outside 1..={MAX_PARTITIONS}")]
     Count(u16),
     #[error("a shard change must take effect after the last one ({last}); got {from}")]
     NotAfterLast { last: Timestamp, from: Timestamp },
@@ -79,7 +79,7 @@ pub enum LayoutHistoryError {
     },
 }
 
-/// One period of a constant shard count, from `from` until the next epoch.
+/// One period of a constant partition count, from `from` until the next epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LayoutEpoch {
@@ -95,7 +95,7 @@ pub struct LayoutEpoch {
     pub slot: Option<SlotLen>,
 }
 
-/// A device's shard counts over time. Before the first epoch the count is 1.
+/// A device's partition counts over time. Before the first epoch the count is 1.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct LayoutHistory(Vec<LayoutEpoch>);
@@ -121,7 +121,7 @@ impl LayoutHistory {
     /// shard of an already-written reading never changes.
     pub fn with_change(&self, from: Timestamp, count: u16) -> Result<Self, LayoutHistoryError> {
         let layout = Layout {
-            shards: count,
+            partitions: count,
             ..self.layout_at(from)
         };
         self.with_layout(from, layout)
@@ -130,8 +130,8 @@ impl LayoutHistory {
     /// The history with readings stored as `layout` from `from` on (appends, as
     /// [`LayoutHistory::with_change`]).
     pub fn with_layout(&self, from: Timestamp, layout: Layout) -> Result<Self, LayoutHistoryError> {
-        let count = layout.shards;
-        if !(1..=MAX_SHARDS).contains(&count) {
+        let count = layout.partitions;
+        if !(1..=MAX_PARTITIONS).contains(&count) {
             return Err(LayoutHistoryError::Count(count));
         }
         if let Some(last) = self.0.last()
@@ -164,7 +164,7 @@ impl LayoutHistory {
         lead: LayoutLead,
     ) -> Result<Self, LayoutHistoryError> {
         let layout = Layout {
-            shards: count,
+            partitions: count,
             ..self.layout_at(from)
         };
         self.planned_layout(from, layout, now, lead)
@@ -180,8 +180,8 @@ impl LayoutHistory {
         now: Timestamp,
         lead: LayoutLead,
     ) -> Result<Self, LayoutHistoryError> {
-        if !(1..=MAX_SHARDS).contains(&layout.shards) {
-            return Err(LayoutHistoryError::Count(layout.shards));
+        if !(1..=MAX_PARTITIONS).contains(&layout.partitions) {
+            return Err(LayoutHistoryError::Count(layout.partitions));
         }
         let earliest = lead.earliest_change(now);
         if from < earliest {
@@ -203,16 +203,16 @@ impl LayoutHistory {
     }
 
     pub fn count_at(&self, at: Timestamp) -> u16 {
-        self.layout_at(at).shards
+        self.layout_at(at).partitions
     }
 
     /// The partition (shard) a reading at `at` is written to.
-    pub fn shard_at(&self, at: Timestamp) -> Option<u16> {
-        self.layout_at(at).shard_of(at)
+    pub fn partition_at(&self, at: Timestamp) -> Option<u16> {
+        self.layout_at(at).partition_of(at)
     }
 
     /// Every shard a reading in `[from, to]` may be in, in a stable order.
-    pub fn shards_over(&self, from: Timestamp, to: Timestamp) -> BTreeSet<Option<u16>> {
+    pub fn partitions_over(&self, from: Timestamp, to: Timestamp) -> BTreeSet<Option<u16>> {
         let mut counts = BTreeSet::from([self.count_at(from)]);
         counts.extend(
             self.0
@@ -242,11 +242,11 @@ pub struct Segment {
 
 impl Segment {
     /// The partitions (shards) this segment's readings are in.
-    pub fn shards(&self) -> Vec<Option<u16>> {
-        if self.layout.shards <= 1 {
+    pub fn partitions(&self) -> Vec<Option<u16>> {
+        if self.layout.partitions <= 1 {
             vec![None]
         } else {
-            (0..self.layout.shards).map(Some).collect()
+            (0..self.layout.partitions).map(Some).collect()
         }
     }
 }
@@ -254,7 +254,7 @@ impl Segment {
 impl LayoutEpoch {
     pub fn layout(&self) -> Layout {
         Layout {
-            shards: self.count,
+            partitions: self.count,
             slot: self.slot,
         }
     }
@@ -271,7 +271,7 @@ impl LayoutHistory {
 
     /// The history a device follows: its own from its first epoch on, and before that the
     /// fleet's `default`. (An empty own history follows the default throughout; a device given
-    /// a layout or shard count of its own keeps it through later changes of the default.)
+    /// a layout or partition count of its own keeps it through later changes of the default.)
     pub fn under(&self, default: &LayoutHistory) -> LayoutHistory {
         let first = self.epochs().first().map_or(Timestamp::MAX, |e| e.from);
         let mut out = LayoutHistory::default();

@@ -18,12 +18,12 @@ fn history_answers_count_and_shards_over_a_range() {
     assert_eq!(h.count_at(ts("2026-04-20T11:59:59Z")), 1);
     assert_eq!(h.count_at(ts("2026-04-20T12:30:00Z")), 4);
     assert_eq!(h.count_at(ts("2026-04-20T14:00:00Z")), 2);
-    let all = h.shards_over(ts("2026-04-20T11:00:00Z"), ts("2026-04-20T14:00:00Z"));
+    let all = h.partitions_over(ts("2026-04-20T11:00:00Z"), ts("2026-04-20T14:00:00Z"));
     assert_eq!(
         all.into_iter().collect::<Vec<_>>(),
         vec![None, Some(0), Some(1), Some(2), Some(3)]
     );
-    let late = h.shards_over(ts("2026-04-20T13:30:00Z"), ts("2026-04-20T14:00:00Z"));
+    let late = h.partitions_over(ts("2026-04-20T13:30:00Z"), ts("2026-04-20T14:00:00Z"));
     assert_eq!(late.into_iter().collect::<Vec<_>>(), vec![Some(0), Some(1)]);
 }
 
@@ -124,7 +124,7 @@ fn history_only_appends() {
     assert!(h.with_change(ts("2026-04-20T11:00:00Z"), 2).is_err());
     assert!(h.with_change(ts("2026-04-20T13:00:00Z"), 0).is_err());
     assert!(
-        h.with_change(ts("2026-04-20T13:00:00Z"), MAX_SHARDS + 1)
+        h.with_change(ts("2026-04-20T13:00:00Z"), MAX_PARTITIONS + 1)
             .is_err()
     );
 }
@@ -138,7 +138,7 @@ fn segments_cut_a_range_where_the_layout_changes() {
     assert_eq!(
         h.layout_at(ts("2026-04-20T13:30:00Z")),
         Layout {
-            shards: 4,
+            partitions: 4,
             slot: Some(len(60))
         }
     );
@@ -150,7 +150,7 @@ fn segments_cut_a_range_where_the_layout_changes() {
     assert_eq!(s[1].layout, Layout::packed(len(60)));
     assert_eq!(s[2].from, ts("2026-04-20T13:00:00Z"));
     assert_eq!(s[2].to, ts("2026-04-20T14:00:00Z"));
-    assert_eq!(s[2].shards().len(), 4);
+    assert_eq!(s[2].partitions().len(), 4);
     let inside = h.segments(ts("2026-04-20T12:10:00Z"), ts("2026-04-20T12:20:00Z"));
     assert_eq!(inside.len(), 1);
     assert_eq!(inside[0].layout, Layout::packed(len(60)));
@@ -184,7 +184,7 @@ fn a_shard_change_keeps_the_packing_and_a_layout_change_keeps_nothing_else() {
     assert_eq!(
         sharded.layout_at(ts("2026-04-20T12:30:00Z")),
         Layout {
-            shards: 2,
+            partitions: 2,
             slot: Some(len(10))
         }
     );
@@ -225,7 +225,7 @@ fn epochs_without_a_slot_read_as_before() {
     assert_eq!(
         old.layout_at(ts("2026-04-20T12:00:00Z")),
         Layout {
-            shards: 4,
+            partitions: 4,
             slot: None
         }
     );

@@ -4,12 +4,12 @@
 //! ([`readings`]): the one reader of stored readings, whether the API pages them for a
 //! client or the aggregator and `tidemark-admin` walk them.
 
-pub mod merge;
+pub mod interleave;
 pub mod packed;
 pub mod readings;
 pub mod spec;
 
-pub use merge::{Merge, MergedPage, Source, merged_page};
+pub use interleave::{Interleave, InterleavedPage, PagedPartition, interleaved_page};
 pub use packed::Packed;
 pub use readings::{Walked, walk_readings, walk_readings_while, walk_whole_readings_while};
 pub use spec::{BadPosition, Page, Place, Queries, QuerySpec, QueryStore, SkRange, query_all};

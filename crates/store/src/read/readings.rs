@@ -1,6 +1,6 @@
 //! A device's stored readings, across its layout history (docs/design.md §2): a range is cut
 //! where the layout changes ([`LayoutHistory::segments`]), and each segment's partitions (its
-//! shards) are merged in time order ([`super::merge`]), whether they hold single reading
+//! shards) are merged in time order ([`super::interleave`]), whether they hold single reading
 //! items (`READING#<ts>`) or packed slot parts (`SLOT#<start>#<part>`, read back as the
 //! reading items they stand for by [`super::packed`], whose parts are joined by the one rule
 //! every reader uses, [`tidemark_schema::join_parts`]).
@@ -17,7 +17,7 @@ use tidemark_schema::{
     DeviceId, LayoutHistory, MetricName, Reading, ReadingItem, Segment, Timestamp, keys,
 };
 
-use super::merge::{Merge, Source};
+use super::interleave::{Interleave, PagedPartition};
 use super::packed::Packed;
 use super::spec::{BadPosition, QuerySpec, QueryStore, SkRange};
 use crate::{StoreError, from_stored};
@@ -62,7 +62,7 @@ pub fn source(
     label: String,
     spec: QuerySpec,
     after: Option<Vec<String>>,
-) -> Result<Source, BadPosition> {
+) -> Result<PagedPartition, BadPosition> {
     let at = match (seg.layout.slot, &after) {
         (Some(_), Some(a)) => Some(position_time(a)?),
         _ => None,
@@ -77,9 +77,9 @@ fn placed(
     spec: QuerySpec,
     after: Option<Vec<String>>,
     at: Option<Timestamp>,
-) -> Source {
+) -> PagedPartition {
     let Some(len) = seg.layout.slot else {
-        return Source::new(label, spec, after);
+        return PagedPartition::new(label, spec, after);
     };
     let packed = Packed {
         len,
@@ -87,7 +87,7 @@ fn placed(
         to: seg.to,
         after: at,
     };
-    Source {
+    PagedPartition {
         label,
         spec: QuerySpec {
             consistent: spec.consistent,
@@ -195,14 +195,14 @@ pub async fn walk_whole_readings_while<S: QueryStore + Sync>(
             break;
         }
         let sources = seg
-            .shards()
+            .partitions()
             .into_iter()
             .map(|shard| {
                 let spec = partition_query(device, &seg, shard, forward, consistent);
                 placed(&seg, String::new(), spec, None, None)
             })
             .collect();
-        let mut merge = Merge::new(sources, left.min(WALK_PAGE));
+        let mut merge = Interleave::new(sources, left.min(WALK_PAGE));
         while left > 0 {
             let Some(item) = merge
                 .next(store, left.min(WALK_PAGE), None, &|_| true)

@@ -249,7 +249,7 @@ async fn shard_count_changed_while_readings_flow_loses_nothing_and_moves_nothing
     let hot = DeviceId::new("hot").unwrap();
     let mut per_partition: BTreeMap<&str, usize> = BTreeMap::new();
     for (t, (pk, _)) in &stored {
-        assert_eq!(*pk, keys::reading_pk(&hot, history.shard_at(*t)), "{t}");
+        assert_eq!(*pk, keys::reading_pk(&hot, history.partition_at(*t)), "{t}");
         *per_partition.entry(pk.as_str()).or_default() += 1;
     }
     assert_eq!(per_partition.len(), 5, "{per_partition:?}");

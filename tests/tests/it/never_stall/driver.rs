@@ -15,7 +15,7 @@ use tidemark_aggregator::fake::FakeStore;
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Role};
 use tidemark_ingest::{Ingest, IngestConfig};
 use tidemark_schema::{
-    Clock, DeviceId, EntityKey, Layout, LayoutHistory, MetricName, Severity, ShardConfigItem,
+    Clock, DeviceId, EntityKey, Layout, LayoutHistory, LayoutHistoryItem, MetricName, Severity,
     SlotLen, Threshold, Timestamp,
 };
 use tidemark_store::memory::MemTable;
@@ -27,7 +27,7 @@ use super::generator::{
 use super::oracle::{Expect, Oracle, Sent};
 use super::shared::Shared;
 
-/// Tries of one batch (from the same first record) before the shard counts as stalled:
+/// Tries of one batch (from the same first record) before the partition counts as stalled:
 /// above the three permanent failures after which a record is set aside.
 pub const MAX_TRIES: usize = 8;
 
@@ -41,17 +41,17 @@ const SHARD: &str = "shardId-000000000000";
 /// Ingest's layout source and device directory: the `CONFIG` items of the table.
 struct Lookups<'a>(&'a MemTable);
 
-impl tidemark_ingest::ShardConfigSource for Lookups<'_> {
-    async fn load_shard_configs(
+impl tidemark_ingest::LayoutHistorySource for Lookups<'_> {
+    async fn load_layout_histories(
         &self,
-    ) -> Result<Vec<Result<ShardConfigItem, StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<LayoutHistoryItem, StoreError>>, StoreError> {
         let items = self.0.lock();
         Ok(items
             .iter()
             .filter(|((pk, sk), _)| {
                 matches!(
                     EntityKey::parse(pk, sk),
-                    Ok(EntityKey::ShardConfig(_) | EntityKey::DefaultLayout)
+                    Ok(EntityKey::DeviceLayout(_) | EntityKey::DefaultLayout)
                 )
             })
             .map(|(_, i)| tidemark_store::from_item(i.clone()))
@@ -225,7 +225,7 @@ impl<'a> World<'a> {
         self.fake
             .table
             .get(key)
-            .and_then(|i| tidemark_store::from_item::<ShardConfigItem>(i).ok())
+            .and_then(|i| tidemark_store::from_item::<LayoutHistoryItem>(i).ok())
             .map_or((LayoutHistory::default(), 0), |c| (c.epochs, c.version))
     }
 
@@ -239,18 +239,21 @@ impl<'a> World<'a> {
         let key = if fleet {
             EntityKey::DefaultLayout.key()
         } else {
-            EntityKey::ShardConfig(id.clone()).key()
+            EntityKey::DeviceLayout(id.clone()).key()
         };
         let (own, version) = self.stored(&key);
         let layout = match kind {
-            LayoutKind::Single { shards } => Layout { shards, slot: None },
+            LayoutKind::Single { shards } => Layout {
+                partitions: shards,
+                slot: None,
+            },
             LayoutKind::Packed { slot, shards } => Layout {
-                shards,
+                partitions: shards,
                 slot: SlotLen::new(slot).ok(),
             },
         };
         let now = self.now();
-        let lead = self.ingest_config.shard_lead();
+        let lead = self.ingest_config.layout_lead();
         let from = lead
             .earliest_change(now)
             .plus_millis(delay * 1000)
@@ -262,9 +265,9 @@ impl<'a> World<'a> {
             return;
         }
         let mut item = if fleet {
-            ShardConfigItem::default_layout(next)
+            LayoutHistoryItem::default_layout(next)
         } else {
-            ShardConfigItem::new(&id, next)
+            LayoutHistoryItem::new(&id, next)
         };
         item.version = version + 1;
         self.fake
@@ -279,7 +282,7 @@ impl<'a> World<'a> {
             .unwrap_or_else(|e| e.into_inner());
         for d in 0..generator::DEVICES {
             let id = DeviceId::new(&generator::device_id(d)).expect("a device ID");
-            let (own, _) = self.stored(&EntityKey::ShardConfig(id.clone()).key());
+            let (own, _) = self.stored(&EntityKey::DeviceLayout(id.clone()).key());
             histories.insert(id, own.under(&default));
             if fleet || d == device {
                 self.edges.insert(d, from);

@@ -13,18 +13,18 @@ use tidemark_schema::history::LayoutEpoch;
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, LayoutHistory, MetricName, ShardConfigItem, SlotLen,
+    DeviceId, DeviceItem, DeviceStatus, LayoutHistory, LayoutHistoryItem, MetricName, SlotLen,
     Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::services;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     // GIVEN a hot device, rb-1, whose readings are spread over three partitions
     let stack = Stack::new("rebuild").await;
-    let hot = tidemark_schema::ShardConfigItem::new(
+    let hot = tidemark_schema::LayoutHistoryItem::new(
         &DeviceId::new("rb-1").unwrap(),
         tidemark_schema::LayoutHistory::from_epochs(vec![tidemark_schema::history::LayoutEpoch {
             // Before the whole days the rebuild covers (the day 150 minutes ago may be
@@ -199,7 +199,7 @@ async fn rebuild_of_a_device_with_a_packed_epoch_reads_its_slots_and_stays_exact
     let d = DeviceId::new("rp-1").unwrap();
     let len = SlotLen::new(60).unwrap();
     let switch = len.start_of(ago(60));
-    let history = ShardConfigItem::new(
+    let history = LayoutHistoryItem::new(
         &d,
         LayoutHistory::from_epochs(vec![LayoutEpoch {
             from: switch,

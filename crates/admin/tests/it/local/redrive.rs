@@ -130,7 +130,7 @@ async fn an_aggregator_batch_given_up_on_becomes_a_rebuild_and_every_rollup_is_e
     })
     .await;
     proxy.recover();
-    let records = read_on_failure_records(&stack.on_failure.join("aggregator"));
+    let records = read_on_failure_records(&stack.on_failure.join("rollups"));
     assert!(
         records
             .iter()
@@ -141,7 +141,7 @@ async fn an_aggregator_batch_given_up_on_becomes_a_rebuild_and_every_rollup_is_e
 
     // WHEN its on-failure records are re-driven
     let r = redriver(&stack).await;
-    let (_, rebuilt) = redrive_dir(&r, &stack.on_failure.join("aggregator")).await;
+    let (_, rebuilt) = redrive_dir(&r, &stack.on_failure.join("rollups")).await;
 
     // THEN the devices they touched were rebuilt and every rollup is exact
     assert!(rebuilt > 0);

@@ -467,7 +467,7 @@ pub async fn alerts_of(t: &TestTable, id: &str) -> Vec<AlertItem> {
 }
 
 /// Stores `device`'s layout history, as `PUT /devices/{id}/shards` would (a hot device).
-pub async fn put_shard_history(
+pub async fn put_layout_history(
     t: &TestTable,
     device: &DeviceId,
     h: &tidemark_schema::LayoutHistory,
@@ -476,7 +476,7 @@ pub async fn put_shard_history(
         .put_item()
         .table_name(&t.name)
         .set_item(Some(
-            tidemark_store::to_item(&tidemark_schema::ShardConfigItem::new(device, h.clone()))
+            tidemark_store::to_item(&tidemark_schema::LayoutHistoryItem::new(device, h.clone()))
                 .unwrap(),
         ))
         .send()

@@ -89,7 +89,7 @@ async fn a_one_reading_spike_on_a_four_shard_device_is_never_missed() {
     let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 4)
         .unwrap();
-    put_shard_history(&t, &d, &h).await;
+    put_layout_history(&t, &d, &h).await;
     let mut s = StreamSim::new(1);
     // GIVEN 4 rounds of 40 readings over the 4 shards, one spike per round at a different
     // position, each shard's records in its own invocation, all four at once
@@ -102,7 +102,7 @@ async fn a_one_reading_spike_on_a_four_shard_device_is_never_missed() {
                     &d,
                     at(sec),
                     metrics(&[("temperature", v)]),
-                    h.shard_at(at(sec)),
+                    h.partition_at(at(sec)),
                 )
             })
             .collect();

@@ -149,7 +149,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     let hot = LayoutHistory::default()
         .with_change(ts("2026-01-01T00:00:00Z"), 2)
         .unwrap();
-    put_shard_history(t, &devices[0], &hot).await;
+    put_layout_history(t, &devices[0], &hot).await;
     let packed_history = |count: u16, seconds: i64| {
         LayoutHistory::from_epochs(vec![LayoutEpoch {
             from: ts("2026-01-01T00:00:00Z"),
@@ -159,8 +159,8 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
         .unwrap()
     };
     let histories = [hot.clone(), packed_history(1, 60), packed_history(2, 120)];
-    put_shard_history(t, &devices[3], &histories[1]).await;
-    put_shard_history(t, &devices[4], &histories[2]).await;
+    put_layout_history(t, &devices[3], &histories[1]).await;
+    put_layout_history(t, &devices[4], &histories[2]).await;
     let at_of = |g: &Gen| {
         let s = if g.device >= PACKED {
             5300 + g.second / 54
@@ -172,7 +172,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     let item = |g: &Gen, q: i32| {
         let at = at_of(g);
         let shard = if g.device == 0 {
-            hot.shard_at(at)
+            hot.partition_at(at)
         } else {
             None
         };
@@ -187,7 +187,11 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
         let h = &histories[g.device - PACKED + 1];
         let at = at_of(g);
         let len = h.layout_at(at).slot.unwrap();
-        (devices[g.device].clone(), h.shard_at(at), len.start_of(at))
+        (
+            devices[g.device].clone(),
+            h.partition_at(at),
+            len.start_of(at),
+        )
     };
     let one = |g: &Gen, m: &str, q: i32| -> SlotReadings {
         BTreeMap::from([(

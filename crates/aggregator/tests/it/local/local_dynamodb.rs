@@ -318,11 +318,11 @@ async fn a_hot_device_correction_reads_its_shard_partitions() {
     let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 4)
         .unwrap();
-    put_shard_history(&t, &d, &h).await;
+    put_layout_history(&t, &d, &h).await;
     let mut rs: Vec<_> = (0..12)
         .map(|i| {
             let at = ts("2026-04-20T14:00:00Z").plus_millis(i * 1000).unwrap();
-            reading_at(&d, at, metrics(&[("t", i as f64)]), h.shard_at(at))
+            reading_at(&d, at, metrics(&[("t", i as f64)]), h.partition_at(at))
         })
         .collect();
     put_readings(&t, &rs).await;
@@ -336,7 +336,7 @@ async fn a_hot_device_correction_reads_its_shard_partitions() {
         &d,
         old.to_reading().unwrap().0.timestamp,
         metrics(&[("t", 0.5)]),
-        h.shard_at(old.to_reading().unwrap().0.timestamp),
+        h.partition_at(old.to_reading().unwrap().0.timestamp),
     );
     put_readings(&t, &rs[11..]).await;
     agg.process(&event(vec![s.modify(&old, &rs[11])])).await;
@@ -512,7 +512,7 @@ async fn two_concurrent_invocations_for_one_device_stay_exact() {
     let h = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 2)
         .unwrap();
-    put_shard_history(&t, &d, &h).await;
+    put_layout_history(&t, &d, &h).await;
     let mut s = StreamSim::new(2);
     let mut all = Vec::new();
     for round in 0..4i64 {
@@ -526,7 +526,7 @@ async fn two_concurrent_invocations_for_one_device_stay_exact() {
                 } else {
                     20.0 + i as f64 / 4.0
                 };
-                reading_at(&d, at, metrics(&[("temperature", v)]), h.shard_at(at))
+                reading_at(&d, at, metrics(&[("temperature", v)]), h.partition_at(at))
             })
             .collect();
         put_readings(&t, &rs).await;

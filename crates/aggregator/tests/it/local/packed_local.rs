@@ -103,7 +103,7 @@ async fn packed_slots_roll_up_exactly_as_the_same_readings_stored_singly() {
         slot: Some(SlotLen::new(60).unwrap()),
     }])
     .unwrap();
-    put_shard_history(&t, &packed, &history).await;
+    put_layout_history(&t, &packed, &history).await;
     let writer = SlotWriter {
         part_bytes: 120,
         ..SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default())
@@ -275,7 +275,7 @@ async fn reading_walks_stitch_single_and_packed_epochs_and_keep_time_order_acros
         slot: Some(SlotLen::new(60).unwrap()),
     }])
     .unwrap();
-    put_shard_history(&t, &d, &history).await;
+    put_layout_history(&t, &d, &history).await;
     let singles: Vec<ReadingItem> = [5, 10, 20]
         .iter()
         .map(|s| reading_at(&d, at(*s), metrics(&[("t", *s as f64)]), None))
@@ -370,7 +370,7 @@ async fn metrics_added_in_a_later_part_roll_up_once_and_walks_merge_them_per_tim
         slot: Some(SlotLen::new(60).unwrap()),
     }])
     .unwrap();
-    put_shard_history(&t, &packed, &history).await;
+    put_layout_history(&t, &packed, &history).await;
     let writer = SlotWriter {
         part_bytes: 400,
         item_bytes: tidemark_schema::ITEM_OVERHEAD_BYTES + 600,
@@ -414,7 +414,7 @@ async fn metrics_added_in_a_later_part_roll_up_once_and_walks_merge_them_per_tim
         .scan()
         .await
         .iter()
-        .filter_map(|i| tidemark_store::slots::read_part(i).ok())
+        .filter_map(|i| tidemark_store::write::slots::read_part(i).ok())
         .collect();
     let at4 = ts("2026-04-20T14:00:04Z");
     let holding = parts

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use tidemark_api::{ApiConfig, App};
 
 use tidemark_schema::{
-    AlertState, DeviceStatus, LayoutHistory, Period, QuarantineItem, QuarantineReason, ReadingItem,
-    Severity, ShardConfigItem, Stats, Timestamp,
+    AlertState, DeviceStatus, LayoutHistory, LayoutHistoryItem, Period, QuarantineItem,
+    QuarantineReason, ReadingItem, Severity, Stats, Timestamp,
 };
 use tidemark_testkit::TestTable;
 
@@ -488,7 +488,7 @@ async fn a_sharded_device_merges_its_shards_across_pages_both_ways() {
         .unwrap();
     put(
         &t,
-        &ShardConfigItem::new(&dev("sensor_01"), history.clone()),
+        &LayoutHistoryItem::new(&dev("sensor_01"), history.clone()),
     )
     .await;
     // 600 readings 997 ms apart (so consecutive readings land on varied shards).
@@ -496,7 +496,7 @@ async fn a_sharded_device_merges_its_shards_across_pages_both_ways() {
         .map(|i| {
             let at = base.plus_millis(i * 997).unwrap();
             let r = reading("sensor_01", at, &[("n", i as f64)]);
-            ReadingItem::new(&r, history.shard_at(at), 30)
+            ReadingItem::new(&r, history.partition_at(at), 30)
         })
         .collect();
     let partitions: std::collections::BTreeSet<&str> =
@@ -569,7 +569,7 @@ async fn latest_of_many_devices_in_request_order() {
     let hot = LayoutHistory::default()
         .with_change(ts("2026-04-20T14:00:00Z"), 4)
         .unwrap();
-    put(&t, &ShardConfigItem::new(&dev("b"), hot.clone())).await;
+    put(&t, &LayoutHistoryItem::new(&dev("b"), hot.clone())).await;
     let mut items = Vec::new();
     for i in 0..10 {
         let at = ts("2026-04-20T14:10:00Z").plus_millis(i * 1000).unwrap();
@@ -581,7 +581,7 @@ async fn latest_of_many_devices_in_request_order() {
         let at = ts("2026-04-20T14:20:00Z").plus_millis(i * 1001).unwrap();
         items.push(ReadingItem::new(
             &reading("b", at, &[("t", 100.0 + i as f64)]),
-            hot.shard_at(at),
+            hot.partition_at(at),
             30,
         ));
     }
@@ -1007,7 +1007,7 @@ async fn device_alerts_page_newest_first() {
     assert_eq!(ids, want.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
-/// GIVEN a fleet registered with `STATUS_SHARDS=4`, and one device from before status
+/// GIVEN a fleet registered with `STATUS_PARTITIONS=4`, and one device from before status
 /// sharding under the plain status key
 /// WHEN listing by status, or every status
 /// THEN every device comes once, in device-ID order, across pages, from every partition.
@@ -1015,7 +1015,7 @@ async fn device_alerts_page_newest_first() {
 async fn status_listing_merges_every_status_shard_across_pages() {
     let t = TestTable::new("api-status-shards").await;
     let mut config = ApiConfig::new(&t.name).with_now(now());
-    config.status_shards = 4;
+    config.status_partitions = 4;
     let app = App::new(t.client.clone(), config);
     let mut active = vec!["sensor_01".to_owned()];
     for i in 0..30 {
@@ -1089,7 +1089,7 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
         message.contains("effectiveFrom") && message.contains("2026-04-20T15:05:36.000000Z"),
         "{message}"
     );
-    assert_eq!(shard_config_version(&t, "sensor_01").await, None);
+    assert_eq!(layout_history_version(&t, "sensor_01").await, None);
 
     // A change at 16:00 is announced; the count now is still 1.
     let four_at_16 = json!({"deviceId":"sensor_01","count":1,
@@ -1104,7 +1104,7 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
         (200, four_at_16.clone())
     );
     assert_eq!(
-        shard_config_version(&t, "sensor_01").await.as_deref(),
+        layout_history_version(&t, "sensor_01").await.as_deref(),
         Some("1")
     );
     // Repeating it writes nothing.
@@ -1113,7 +1113,7 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
         (200, four_at_16)
     );
     assert_eq!(
-        shard_config_version(&t, "sensor_01").await.as_deref(),
+        layout_history_version(&t, "sensor_01").await.as_deref(),
         Some("1")
     );
 
@@ -1156,7 +1156,7 @@ async fn shard_changes_are_scheduled_ahead_replaced_before_use_and_never_lost_to
     );
     assert!(!won.is_empty());
     assert_eq!(
-        shard_config_version(&t, "sensor_01").await,
+        layout_history_version(&t, "sensor_01").await,
         Some((2 + won.len()).to_string())
     );
     let stored = get(&later, "/devices/sensor_01/shards").await.1;

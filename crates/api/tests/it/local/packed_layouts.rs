@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tidemark_schema::packed::SlotReadings;
 use tidemark_schema::{DeviceId, Layout, LayoutHistory, Reading, SlotLen, Timestamp, keys};
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 fn len(s: i64) -> SlotLen {
@@ -28,7 +28,7 @@ fn history() -> LayoutHistory {
         .with_layout(
             ts("2026-04-20T14:50:00Z"),
             Layout {
-                shards: 2,
+                partitions: 2,
                 slot: Some(len(10)),
             },
         )
@@ -244,7 +244,7 @@ async fn latest_finds_the_newest_reading_whether_single_or_packed() {
     for (id, h) in [("a", &packed_a), ("b", &packed_b)] {
         put(
             &t,
-            &tidemark_schema::ShardConfigItem::new(&dev(id), h.clone()),
+            &tidemark_schema::LayoutHistoryItem::new(&dev(id), h.clone()),
         )
         .await;
     }
@@ -297,7 +297,7 @@ async fn unreadable_slot_parts_are_skipped_and_the_rest_is_read() {
         .unwrap();
     put(
         &t,
-        &tidemark_schema::ShardConfigItem::new(&dev("sensor_01"), h.clone()),
+        &tidemark_schema::LayoutHistoryItem::new(&dev("sensor_01"), h.clone()),
     )
     .await;
     let rs: Vec<Reading> = (0..30)
@@ -359,7 +359,7 @@ async fn expired_packed_readings_are_never_returned() {
         .unwrap();
     put(
         &t,
-        &tidemark_schema::ShardConfigItem::new(&dev("sensor_01"), h),
+        &tidemark_schema::LayoutHistoryItem::new(&dev("sensor_01"), h),
     )
     .await;
     let writer = SlotWriter::new(t.client.clone(), &t.name, RetryPolicy::default());
@@ -430,7 +430,7 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
             "{body}: {message}"
         );
     }
-    assert_eq!(shard_config_version(&t, "sensor_01").await, None);
+    assert_eq!(layout_history_version(&t, "sensor_01").await, None);
     assert_eq!(
         get(&app, "/devices/sensor_01/layout").await,
         (
@@ -449,7 +449,7 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
             (200, packed_at_16.clone())
         );
         assert_eq!(
-            shard_config_version(&t, "sensor_01").await.as_deref(),
+            layout_history_version(&t, "sensor_01").await.as_deref(),
             Some("1")
         );
     }
@@ -496,7 +496,7 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
     assert_eq!(status, 400, "before the lead time");
 
     // Racing changes: each answer a 200 or a 409, each 200 one stored version.
-    let v0: usize = shard_config_version(&t, "sensor_01")
+    let v0: usize = layout_history_version(&t, "sensor_01")
         .await
         .unwrap()
         .parse()
@@ -523,7 +523,7 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
         .collect();
     assert!(!won.is_empty());
     assert_eq!(
-        shard_config_version(&t, "sensor_01").await,
+        layout_history_version(&t, "sensor_01").await,
         Some((v0 + won.len()).to_string())
     );
     let stored = get(&racer, "/devices/sensor_01/layout").await.1;
@@ -541,7 +541,7 @@ async fn a_device_following_the_fleet_default_layout_reads_whole_and_keeps_it_th
         .unwrap();
     put(
         &t,
-        &tidemark_schema::ShardConfigItem::default_layout(default.clone()),
+        &tidemark_schema::LayoutHistoryItem::default_layout(default.clone()),
     )
     .await;
     let readings: Vec<Reading> = (0..277)

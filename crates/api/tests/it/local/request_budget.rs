@@ -199,7 +199,7 @@ async fn latest_of_many_ids_is_answered_up_to_the_partition_limit() {
         .unwrap();
     put(
         &t,
-        &tidemark_schema::ShardConfigItem::new(&dev("sharded"), history),
+        &tidemark_schema::LayoutHistoryItem::new(&dev("sharded"), history),
     )
     .await;
     let limits = Limits {

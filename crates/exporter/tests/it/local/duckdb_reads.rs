@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use tidemark_exporter::export_table::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::sink::MemorySink;
-use tidemark_exporter::source::DynamoSource;
 use tidemark_testkit::{TestTable, unique_name};
 
 use crate::common::*;
@@ -57,7 +57,7 @@ async fn duckdb_reads_the_export_with_hive_partitions_and_the_counts_agree() {
             t.put(&reading(d, at, &metrics, meta)).await;
         }
     }
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
     for h in ["2026-04-20T10:00:00Z", "2026-04-20T11:00:00Z"] {
         export_hour(&source, &sink, "p", ts(h)).await.unwrap();

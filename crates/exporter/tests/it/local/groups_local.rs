@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
+use tidemark_exporter::export_table::DynamoExportTable;
 use tidemark_exporter::hour::{export_day, export_hour};
 use tidemark_exporter::sink::MemorySink;
-use tidemark_exporter::source::DynamoSource;
 use tidemark_schema::{
     DeviceId, GroupBucketItem, MetricName, Period, ReadingItem, Stats, Tag, TagEpoch, TagHistory,
     TagHistoryItem, TagKey, TagValue, Tags, Timestamp, keys,
@@ -222,7 +222,7 @@ async fn group_rollups_are_recomputed_from_the_members_readings_at_every_export(
         &[("x", 1.5)],
     )
     .await;
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1).with_group_tags(group_keys());
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1).with_group_tags(group_keys());
     let sink = MemorySink::default();
     // WHEN both hours are exported
     for h in ["2026-04-20T10:00:00Z", "2026-04-20T11:00:00Z"] {

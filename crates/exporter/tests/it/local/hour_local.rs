@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
+use tidemark_exporter::export_table::DynamoExportTable;
 use tidemark_exporter::hour::{MANIFEST, export_hour};
 use tidemark_exporter::sink::MemorySink;
-use tidemark_exporter::source::DynamoSource;
 use tidemark_testkit::TestTable;
 
 use crate::common::*;
@@ -79,7 +79,7 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
     for r in &stored {
         t.put(r).await;
     }
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
     // WHEN the hour is exported
     let rep = export_hour(&source, &sink, "lake/tidemark", ts("2026-04-20T10:00:00Z"))
@@ -196,7 +196,7 @@ async fn a_smaller_export_removes_the_parts_an_earlier_one_left() {
     .await
     .unwrap();
     // WHEN it is exported
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     export_hour(&source, &sink, "p", ts("2026-04-20T10:00:00Z"))
         .await
         .unwrap();
@@ -225,7 +225,7 @@ async fn a_range_exports_its_closed_hours_and_leaves_the_open_one() {
     ] {
         t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
     // WHEN 08:30 to 11:00 is exported at 11:05 (10:00 closes at 11:15)
     let mut seen = Vec::new();
@@ -290,7 +290,7 @@ async fn a_day_exports_each_devices_daily_rollups_folded_from_its_readings() {
         None,
     ))
     .await;
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
     // WHEN the day is exported
     let rep = export_day(&source, &sink, "p", ts("2026-04-20T17:00:00Z"))
@@ -353,7 +353,7 @@ async fn a_day_merges_its_exported_hours_and_folds_from_readings_only_the_hours_
             values.push(v);
         }
     }
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
     for h in 0..23 {
         let hour = ts(&format!("2026-04-20T{h:02}:00:00Z"));

@@ -2,10 +2,10 @@
 //! byte, as the in-memory sink holds for the same hour, and a later, smaller export of the
 //! hour leaves nothing of the earlier one behind.
 
+use tidemark_exporter::export_table::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::s3::{S3Sink, client};
 use tidemark_exporter::sink::{MemorySink, Sink};
-use tidemark_exporter::source::DynamoSource;
 use tidemark_store::ClientSettings;
 use tidemark_testkit::{TestTable, services, unique_name};
 
@@ -33,7 +33,7 @@ async fn s3_holds_what_the_export_writes_and_nothing_an_earlier_export_left() {
         ))
         .await;
     }
-    let source = DynamoSource::new(t.client.clone(), &t.name, 1);
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let s3 = bucket().await;
     let memory = MemorySink::default();
     export_hour(&source, &s3, "tidemark", hour).await.unwrap();

@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use tidemark_ingest::{DeviceDirectory, DynamoLookups, Ingest, UnknownDevices};
 use tidemark_schema::keys::{reading_pk, reading_sk};
 use tidemark_schema::{
-    Clock, DeviceId, DeviceItem, DeviceStatus, EntityKey, LayoutHistory, QuarantineItem,
-    QuarantinePartItem, QuarantineReason, ReadingItem, ShardConfigItem,
+    Clock, DeviceId, DeviceItem, DeviceStatus, EntityKey, LayoutHistory, LayoutHistoryItem,
+    QuarantineItem, QuarantinePartItem, QuarantineReason, ReadingItem,
 };
 use tidemark_store::{from_item, to_item};
 use tidemark_testkit::TestTable;
@@ -297,7 +297,7 @@ async fn hot_device_readings_go_to_the_shard_of_their_time() {
     let history = LayoutHistory::default()
         .with_change(ts("2026-04-20T14:00:00Z"), 4)
         .unwrap();
-    let config_item = ShardConfigItem::new(&dev("hot_01"), history.clone());
+    let config_item = LayoutHistoryItem::new(&dev("hot_01"), history.clone());
     t.client
         .put_item()
         .table_name(&t.name)
@@ -325,7 +325,7 @@ async fn hot_device_readings_go_to_the_shard_of_their_time() {
     let mut used = std::collections::BTreeSet::new();
     for at in times {
         let at = ts(at);
-        let shard = history.shard_at(at);
+        let shard = history.partition_at(at);
         used.insert(shard);
         let pk = reading_pk(&dev("hot_01"), shard);
         assert!(
@@ -528,8 +528,8 @@ async fn an_unreadable_config_item_is_skipped_and_counted_and_ingest_goes_on() {
     let history = LayoutHistory::default()
         .with_change(ts("2026-04-20T14:00:00Z"), 4)
         .unwrap();
-    let good = to_item(&ShardConfigItem::new(&dev("hot_01"), history.clone())).unwrap();
-    let mut bad = to_item(&ShardConfigItem::new(&dev("broken"), history.clone())).unwrap();
+    let good = to_item(&LayoutHistoryItem::new(&dev("hot_01"), history.clone())).unwrap();
+    let mut bad = to_item(&LayoutHistoryItem::new(&dev("broken"), history.clone())).unwrap();
     bad.insert("epochs".into(), AttributeValue::S("garbage".into()));
     for item in [good, bad] {
         t.client
@@ -551,7 +551,7 @@ async fn an_unreadable_config_item_is_skipped_and_counted_and_ingest_goes_on() {
     // THEN it is written, the hot device still sharded, the bad item counted
     assert!(failures(&resp).is_empty(), "{stats:?}");
     assert_eq!((stats.unreadable_items, stats.written), (1, 2));
-    let pk = reading_pk(&dev("hot_01"), history.shard_at(ts(at)));
+    let pk = reading_pk(&dev("hot_01"), history.partition_at(ts(at)));
     assert!(
         get(&t.client, &t.name, &pk, &reading_sk(ts(at)))
             .await

@@ -11,7 +11,7 @@ use serde_json::json;
 use tidemark_ingest::IngestConfig;
 use tidemark_schema::packed;
 use tidemark_schema::{
-    EntityKey, Layout, LayoutHistory, LayoutLead, ShardConfigItem, SlotLen, Timestamp, field,
+    EntityKey, Layout, LayoutHistory, LayoutHistoryItem, LayoutLead, SlotLen, Timestamp, field,
 };
 use tidemark_store::Item;
 use tidemark_testkit::TestTable;
@@ -68,10 +68,10 @@ async fn pack(t: &TestTable, device: &str, slot: i64) {
             Layout::packed(SlotLen::new(slot).unwrap()),
         )
         .unwrap();
-    put_config(t, ShardConfigItem::new(&dev(device), h)).await;
+    put_config(t, LayoutHistoryItem::new(&dev(device), h)).await;
 }
 
-async fn put_config(t: &TestTable, item: ShardConfigItem) {
+async fn put_config(t: &TestTable, item: LayoutHistoryItem) {
     t.put(&item).await;
 }
 
@@ -216,7 +216,7 @@ async fn a_layout_change_moves_no_reading_and_each_goes_where_its_time_says() {
         .unwrap()
         .with_layout(ts("2026-04-20T14:01:00Z"), Layout::SINGLE)
         .unwrap();
-    put_config(&t, ShardConfigItem::new(&dev("mover"), h)).await;
+    put_config(&t, LayoutHistoryItem::new(&dev("mover"), h)).await;
     let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
     let batch: Vec<String> = (0..9)
         .map(|i| {
@@ -261,7 +261,7 @@ async fn the_configured_default_layout_applies_after_the_lead_time_and_never_to_
         .iter()
         .find(|i| s(i, "sk") == "#DEFAULT_LAYOUT")
         .expect("the default layout item");
-    let item: ShardConfigItem = tidemark_store::from_item(default.clone()).unwrap();
+    let item: LayoutHistoryItem = tidemark_store::from_item(default.clone()).unwrap();
     let from = LayoutLead::default().earliest_change(now());
     assert_eq!(item.epochs.epochs().len(), 1);
     assert_eq!(item.epochs.epochs()[0].from, from);
@@ -284,7 +284,7 @@ async fn the_configured_default_layout_applies_after_the_lead_time_and_never_to_
     // AND a second container with the same setting changes nothing
     let other = local_ingest(&t.client, c, t.client.clone());
     other.process(&event_of(&after), soon()).await.unwrap();
-    let item: ShardConfigItem = tidemark_store::from_item(
+    let item: LayoutHistoryItem = tidemark_store::from_item(
         t.scan()
             .await
             .into_iter()
@@ -300,7 +300,7 @@ async fn a_device_with_its_own_layout_ignores_the_fleet_default() {
     let t = TestTable::new("ingest-packed-own").await;
     put_config(
         &t,
-        ShardConfigItem::default_layout(
+        LayoutHistoryItem::default_layout(
             LayoutHistory::default()
                 .with_layout(
                     ts("2026-04-20T00:00:00Z"),
@@ -313,7 +313,7 @@ async fn a_device_with_its_own_layout_ignores_the_fleet_default() {
     // GIVEN a device that chose single items itself, before the default changed
     put_config(
         &t,
-        ShardConfigItem::new(
+        LayoutHistoryItem::new(
             &dev("own_01"),
             LayoutHistory::default()
                 .with_layout(ts("2026-04-19T00:00:00Z"), Layout::SINGLE)
@@ -354,7 +354,7 @@ async fn a_packed_reading_keeps_its_metadata() {
         .iter()
         .find(|i| s(i, "sk").starts_with("SLOT#"))
         .unwrap();
-    let c = tidemark_store::slots::read_part(slot).unwrap();
+    let c = tidemark_store::write::slots::read_part(slot).unwrap();
     let meta: serde_json::Value =
         serde_json::from_str(&c.metadata[&ts("2026-04-20T14:00:05Z")]).unwrap();
     assert_eq!(meta, json!({"fw": "2.1.0"}));
@@ -407,7 +407,7 @@ async fn a_change_to_longer_slots_inside_a_slot_stores_the_readings_on_both_side
     // 14:03:20: its slot of 14:03:37 starts at 14:00:00, where the slot of 14:00:37 does
     put_config(
         &t,
-        ShardConfigItem::default_layout(
+        LayoutHistoryItem::default_layout(
             LayoutHistory::default()
                 .with_layout(
                     ts("2026-04-20T00:00:00Z"),
@@ -418,7 +418,11 @@ async fn a_change_to_longer_slots_inside_a_slot_stores_the_readings_on_both_side
     )
     .await;
     let history = changed_at_200_s(300);
-    put_config(&t, ShardConfigItem::new(&dev("longer_01"), history.clone())).await;
+    put_config(
+        &t,
+        LayoutHistoryItem::new(&dev("longer_01"), history.clone()),
+    )
+    .await;
     let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
     // WHEN one batch brings a reading from before the change and one from after it
     let batch = [
@@ -467,7 +471,7 @@ async fn a_change_to_shorter_slots_inside_a_slot_stores_the_readings_on_both_sid
         .unwrap();
     put_config(
         &t,
-        ShardConfigItem::new(&dev("shorter_01"), history.clone()),
+        LayoutHistoryItem::new(&dev("shorter_01"), history.clone()),
     )
     .await;
     let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
@@ -506,12 +510,16 @@ async fn a_change_of_partition_count_and_slot_length_at_one_instant_stores_both_
         .with_layout(
             ts("2026-04-20T14:03:20Z"),
             Layout {
-                shards: 2,
+                partitions: 2,
                 ..Layout::packed(SlotLen::new(300).unwrap())
             },
         )
         .unwrap();
-    put_config(&t, ShardConfigItem::new(&dev("split_01"), history.clone())).await;
+    put_config(
+        &t,
+        LayoutHistoryItem::new(&dev("split_01"), history.clone()),
+    )
+    .await;
     let ingest = local_ingest(&t.client, config(&t.name), t.client.clone());
     let batch: Vec<String> = [37, 217, 218, 219, 220]
         .iter()

@@ -190,8 +190,8 @@ async fn a_due_device_without_a_window_any_more_leaves_the_watch() {
 
 #[tokio::test]
 async fn a_keep_alive_or_an_exact_resend_keeps_a_device_online_whatever_its_layout() {
-    use tidemark_schema::{Layout, LayoutHistory, MetricName, ShardConfigItem, SlotLen, field};
-    use tidemark_store::slots::{SlotKey, SlotWriter};
+    use tidemark_schema::{Layout, LayoutHistory, LayoutHistoryItem, MetricName, SlotLen, field};
+    use tidemark_store::write::slots::{SlotKey, SlotWriter};
     let now = ts("2026-04-20T14:10:00Z");
     let (w, t) = watchdog(now).await;
     let len = SlotLen::new(60).unwrap();
@@ -230,7 +230,7 @@ async fn a_keep_alive_or_an_exact_resend_keeps_a_device_online_whatever_its_layo
         } else {
             let mut item = ReadingItem::new(r, None, 30);
             item.arrived_at = Some(arrived);
-            tidemark_store::merge::merge_item(
+            tidemark_store::write::map_merge::merge_item(
                 &t.client,
                 &t.name,
                 tidemark_store::to_item(&item).unwrap(),
@@ -254,7 +254,7 @@ async fn a_keep_alive_or_an_exact_resend_keeps_a_device_online_whatever_its_layo
             put(
                 &t.client,
                 &t.name,
-                &ShardConfigItem::new(&d, packed.clone()),
+                &LayoutHistoryItem::new(&d, packed.clone()),
             )
             .await;
         }

@@ -5,11 +5,11 @@
 use crate::time::Timestamp;
 
 /// The most shards one device may have (each can take 1,000 writes/s).
-pub const MAX_SHARDS: u16 = 64;
+pub const MAX_PARTITIONS: u16 = 64;
 
 /// The shard a reading at `at` goes to when the count is `count`; `None` below 2 (the
 /// device's own partition).
-pub fn shard_for(at: Timestamp, count: u16) -> Option<u16> {
+pub fn partition_for(at: Timestamp, count: u16) -> Option<u16> {
     (count > 1).then(|| (mix(at.epoch_micros() as u64) % u64::from(count)) as u16)
 }
 
@@ -33,10 +33,10 @@ mod tests {
     #[test]
     fn shard_is_none_below_two_and_in_range_above() {
         let t = ts("2026-04-20T14:00:00Z");
-        assert_eq!(shard_for(t, 0), None);
-        assert_eq!(shard_for(t, 1), None);
+        assert_eq!(partition_for(t, 0), None);
+        assert_eq!(partition_for(t, 1), None);
         for n in 2..20 {
-            assert!(shard_for(t, n).unwrap() < n);
+            assert!(partition_for(t, n).unwrap() < n);
         }
     }
 
@@ -45,7 +45,7 @@ mod tests {
         let t = ts("2026-04-20T14:00:00Z");
         let mut hits = [0u32; 8];
         for i in 0..8000 {
-            hits[shard_for(t.plus_millis(i).unwrap(), 8).unwrap() as usize] += 1;
+            hits[partition_for(t.plus_millis(i).unwrap(), 8).unwrap() as usize] += 1;
         }
         assert!(hits.iter().all(|&h| (800..1200).contains(&h)), "{hits:?}");
     }

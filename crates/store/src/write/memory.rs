@@ -4,14 +4,14 @@
 //! ([`crate::limits`]). Apart from `memory.rs` so that code reading through the engine (the
 //! API's in-memory store) does not link the write paths it never takes.
 
-use crate::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
 use crate::limits::{
     MAX_BATCH_WRITE, MAX_ITEM_BYTES, item_size, item_too_large, too_many_requests,
 };
 use crate::memory::{MemTable, key_of};
-use crate::merge::{merge_is_noop, merge_items};
 use crate::retry::RetryPolicy;
-use crate::slots::{Content, PartTable, SlotKey, SlotStore, SlotWrite, SlotWriter, Stamp};
+use crate::write::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
+use crate::write::map_merge::{merge_is_noop, merge_items};
+use crate::write::slots::{Content, PartTable, SlotKey, SlotStore, SlotWrite, SlotWriter, Stamp};
 use crate::{Item, StoreError};
 
 /// A batch call's requests, checked as DynamoDB checks them before writing any: at most

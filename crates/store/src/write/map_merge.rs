@@ -18,7 +18,7 @@
 //!    item under a reading's key), `PutItem` replacing it, on the condition that it still has
 //!    no such map; if that fails, someone wrote a proper item meanwhile: back to step 1.
 //!
-//! The batch writer tries step 1 for 25 items a call first ([`crate::insert`]); only the items
+//! The batch writer tries step 1 for 25 items a call first ([`crate::write::insert`]); only the items
 //! whose key is taken come here.
 
 use std::collections::HashMap;
@@ -29,7 +29,7 @@ use tidemark_schema::table::attr;
 
 use crate::Item;
 use crate::StoreError;
-use crate::batch::BatchCallError;
+use crate::error::BatchCallError;
 use crate::limits::{MAX_ITEM_BYTES, MAX_UPDATE_ENTRIES, item_size};
 use crate::retry::is_retryable;
 

@@ -3,8 +3,8 @@
 //! Two kinds of write ([`WriteMode`]): plain puts, 25 a `BatchWriteItem` call (quarantine
 //! items: a resend rewrites the same item), and merges (readings: a second record with the same
 //! key must add to the first, not erase it). A merge is first tried as a conditional insert,
-//! 25 a `BatchExecuteStatement` call ([`crate::insert`]); an item whose key is taken is then
-//! merged on its own ([`crate::merge`]).
+//! 25 a `BatchExecuteStatement` call ([`crate::write::insert`]); an item whose key is taken is then
+//! merged on its own ([`crate::write::map_merge`]).
 //!
 //! DynamoDB accepts at most 25 items a call, rejects a call that names one key twice, and may
 //! leave part of a call unprocessed (`UnprocessedItems`, or a throttled statement) without an
@@ -36,10 +36,10 @@ use tidemark_schema::keys::FailedRecord;
 use tidemark_schema::table::attr;
 use tokio::time::Instant;
 
-pub use crate::insert::Inserted;
-pub use crate::merge::Merged;
-use crate::merge::merge_items;
 pub use crate::retry::{RetryPolicy, is_retryable};
+pub use crate::write::insert::Inserted;
+pub use crate::write::map_merge::Merged;
+use crate::write::map_merge::merge_items;
 use crate::{Item, StoreError};
 
 /// DynamoDB's limit of requests in one `BatchWriteItem`.
@@ -49,28 +49,7 @@ pub use crate::limits::MAX_BATCH_WRITE;
 /// carries one item where a batch call carries 25.
 pub const MERGES_PER_BATCH_SLOT: usize = 16;
 
-/// A failed write call, and whether re-sending it may succeed.
-#[derive(Debug)]
-pub struct BatchCallError {
-    /// Throttling, a 5xx, a timeout, a dropped connection or a contended key: worth another
-    /// try.
-    pub retryable: bool,
-    pub error: StoreError,
-}
-
-impl BatchCallError {
-    /// A request that went wrong before or outside DynamoDB's own errors (one the SDK refused
-    /// to build, an answer that does not add up, a key still contended).
-    pub fn request(retryable: bool, operation: &'static str, message: impl Into<String>) -> Self {
-        BatchCallError {
-            retryable,
-            error: StoreError::Request {
-                operation,
-                message: message.into(),
-            },
-        }
-    }
-}
+pub use crate::error::BatchCallError;
 
 /// The store operations the writer needs.
 pub trait BatchWriteApi: Send + Sync {
@@ -84,7 +63,7 @@ pub trait BatchWriteApi: Send + Sync {
 
     /// Writes one item as a merge into whatever the table holds under its key: the entries
     /// of the map attribute `map_attr` merge key by key, other attributes are replaced
-    /// ([`crate::merge::merge_item`]).
+    /// ([`crate::write::map_merge::merge_item`]).
     fn merge_item(
         &self,
         table: &str,
@@ -93,7 +72,7 @@ pub trait BatchWriteApi: Send + Sync {
     ) -> impl Future<Output = Result<Merged, BatchCallError>> + Send;
 
     /// Inserts at most [`MAX_BATCH_WRITE`] items (distinct keys) into `table` in one call, each
-    /// only if no item has its key; one answer per item, in order ([`crate::insert`]). The
+    /// only if no item has its key; one answer per item, in order ([`crate::write::insert`]). The
     /// default inserts nothing and sends every item to [`Self::merge_item`]: right, only slower.
     fn insert_batch(
         &self,
@@ -157,7 +136,7 @@ impl BatchWriteApi for Client {
         item: Item,
         map_attr: &'static str,
     ) -> Result<Merged, BatchCallError> {
-        crate::merge::merge_item(self, table, item, map_attr).await
+        crate::write::map_merge::merge_item(self, table, item, map_attr).await
     }
 
     async fn insert_batch(
@@ -165,7 +144,7 @@ impl BatchWriteApi for Client {
         table: &str,
         items: Vec<Item>,
     ) -> Result<Vec<Inserted>, BatchCallError> {
-        crate::insert::insert_batch(self, table, items).await
+        crate::write::insert::insert_batch(self, table, items).await
     }
 
     async fn count_failure(

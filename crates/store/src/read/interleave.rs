@@ -1,6 +1,6 @@
 //! Paging over several partitions at once, in one global sort-key order.
 //!
-//! Used wherever one logical list lives in several partitions: a hot device's reading shards,
+//! Used wherever one logical list lives in several partitions: a hot device's reading partitions,
 //! the day's quarantine partitions, alerts over every severity, devices over every status key.
 //! It is a lazy k-way merge: each partition is queried (in parallel) only when its buffer runs
 //! dry, and an item is emitted only when every partition that may still hold something has a
@@ -28,7 +28,7 @@ use super::spec::{QuerySpec, QueryStore};
 
 /// One partition of a merged list, with where to resume it.
 #[derive(Debug, Clone)]
-pub struct Source {
+pub struct PagedPartition {
     /// Stable label of the partition, carried in the cursor.
     pub label: String,
     pub spec: QuerySpec,
@@ -39,9 +39,9 @@ pub struct Source {
     pub packed: Option<Packed>,
 }
 
-impl Source {
+impl PagedPartition {
     pub fn new(label: String, spec: QuerySpec, after: Option<Vec<String>>) -> Self {
-        Source {
+        PagedPartition {
             label,
             spec,
             after,
@@ -52,7 +52,7 @@ impl Source {
 
 /// One page of a merged list.
 #[derive(Debug, Clone, Default)]
-pub struct MergedPage {
+pub struct InterleavedPage {
     pub items: Vec<Item>,
     /// Partitions that may hold more, with their positions; empty when the list is done.
     pub rest: Vec<(String, Option<Vec<String>>)>,
@@ -67,7 +67,7 @@ pub struct MergedPage {
 const MAX_ROUNDS: usize = 64;
 
 struct State {
-    source: Source,
+    source: PagedPartition,
     buffer: VecDeque<Item>,
     /// DynamoDB has more after `fetched_to`.
     more: bool,
@@ -224,9 +224,9 @@ impl State {
 }
 
 /// A merge in progress: every source's buffer and position. Pulled item by item
-/// ([`Merge::next`]), so a page stops at its limit ([`merged_page`]) and a walk holds one
+/// ([`Interleave::next`]), so a page stops at its limit ([`interleaved_page`]) and a walk holds one
 /// query page per partition, never the whole range ([`super::readings::walk_readings`]).
-pub struct Merge {
+pub struct Interleave {
     states: Vec<State>,
     /// Items asked for per query of a single-item partition.
     chunk: usize,
@@ -236,11 +236,11 @@ pub struct Merge {
     pub skipped: usize,
 }
 
-impl Merge {
+impl Interleave {
     /// A merge of `sources` that expects to be asked for about `limit` items (it sizes the
     /// queries: a lookahead of one item tells a single partition's last page apart from a
     /// full one).
-    pub fn new(sources: Vec<Source>, limit: usize) -> Self {
+    pub fn new(sources: Vec<PagedPartition>, limit: usize) -> Self {
         let n = sources.len().max(1);
         let limit = limit.max(1);
         let chunk = (limit.div_ceil(n) + if n > 1 { 8 } else { 0 }).min(limit) + 1;
@@ -257,7 +257,7 @@ impl Merge {
                 unpacked: (0, 0),
             })
             .collect();
-        Merge {
+        Interleave {
             states,
             chunk,
             rounds: 0,
@@ -268,7 +268,7 @@ impl Merge {
     /// The next item in sort-key order (descending unless the sources go forward) that
     /// `keep` accepts, querying the partitions whose buffers ran dry; `need` is about how
     /// many more the caller wants (it sizes packed queries). `None` when every source is
-    /// done, or when `max_rounds` query rounds have been spent ([`Merge::rest`] tells which).
+    /// done, or when `max_rounds` query rounds have been spent ([`Interleave::rest`] tells which).
     pub async fn next<S: QueryStore + Sync>(
         &mut self,
         store: &S,
@@ -353,13 +353,13 @@ impl Merge {
 /// Reads up to `limit` items in sort-key order (descending unless `spec.forward`) across
 /// `sources`, dropping items for which `keep` is false (after the read; see the callers for
 /// why that never discards most of a page).
-pub async fn merged_page<S: QueryStore + Sync>(
+pub async fn interleaved_page<S: QueryStore + Sync>(
     store: &S,
-    sources: Vec<Source>,
+    sources: Vec<PagedPartition>,
     limit: usize,
     keep: impl Fn(&Item) -> bool,
-) -> Result<MergedPage, StoreError> {
-    let mut merge = Merge::new(sources, limit);
+) -> Result<InterleavedPage, StoreError> {
+    let mut merge = Interleave::new(sources, limit);
     let mut out = Vec::with_capacity(limit);
     while out.len() < limit {
         match merge
@@ -371,7 +371,7 @@ pub async fn merged_page<S: QueryStore + Sync>(
         }
     }
     let skipped = merge.skipped;
-    Ok(MergedPage {
+    Ok(InterleavedPage {
         items: out,
         rest: merge.rest(),
         skipped,

@@ -19,8 +19,8 @@ const GROUP_WRITES_IN_FLIGHT: usize = 16;
 /// Devices listed per GSI1 query page.
 const DEVICE_PAGE: i32 = 1000;
 
-pub trait Source {
-    /// Every registered device (each status, each status shard).
+pub trait ExportTable {
+    /// Every registered device (each status, each status partition).
     fn devices(&self) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
     /// Hands `visit` the device's readings in `[from, to)`, whole (metadata included), in
     /// time order, one at a time (a day of a 2 kHz device is never held at once); answers how
@@ -62,23 +62,23 @@ pub trait Source {
 /// late write behind the mark, however soon after it runs. The device listing (GSI1) is
 /// eventually consistent, which an hour exported 20 minutes after its end does not notice: a
 /// device is registered seconds after its first reading arrives.
-pub struct DynamoSource {
+pub struct DynamoExportTable {
     pub client: aws_sdk_dynamodb::Client,
     pub table: String,
     pub queries: Queries,
-    /// `STATUS_SHARDS`: the partitions the status listing is spread over.
-    pub status_shards: u16,
+    /// `STATUS_PARTITIONS`: the partitions the status listing is spread over.
+    pub status_partitions: u16,
     /// `GROUP_TAGS`.
     pub group_tags: Vec<TagKey>,
 }
 
-impl DynamoSource {
-    pub fn new(client: aws_sdk_dynamodb::Client, table: &str, status_shards: u16) -> Self {
-        DynamoSource {
+impl DynamoExportTable {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str, status_partitions: u16) -> Self {
+        DynamoExportTable {
             queries: Queries::new(client.clone(), table.to_owned()),
             client,
             table: table.to_owned(),
-            status_shards,
+            status_partitions,
             group_tags: tidemark_store::settings::default_group_tags(),
         }
     }
@@ -98,14 +98,14 @@ fn device_of(item: &Item) -> Option<DeviceId> {
     }
 }
 
-impl Source for DynamoSource {
+impl ExportTable for DynamoExportTable {
     async fn devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
         let mut out = BTreeSet::new();
         for status in DeviceStatus::ALL.iter().copied() {
             // Unsharded and sharded partitions both: a device is in exactly one of them.
             let mut partitions = vec![keys::status_gsi1pk(status, None)];
-            if self.status_shards > 1 {
-                partitions.extend(keys::status_gsi1pks(status, self.status_shards));
+            if self.status_partitions > 1 {
+                partitions.extend(keys::status_gsi1pks(status, self.status_partitions));
             }
             for pk in partitions {
                 let spec = QuerySpec::gsi1(

@@ -5,7 +5,7 @@
 //! condition that no item has the key, and `BatchExecuteStatement` sends 25 of them in one
 //! call, each succeeding or failing on its own. New readings, the common case, go out this
 //! way; an item whose key is taken (a same-timestamp record, a correction, a resend) then goes
-//! through the one-item merge ([`crate::merge::merge_item`]), which reads what is there.
+//! through the one-item merge ([`crate::write::map_merge::merge_item`]), which reads what is there.
 //!
 //! A successful `INSERT` consumes the same write units as `PutItem`; a refused one is billed
 //! like a failed conditional write.
@@ -13,7 +13,7 @@
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{BatchStatementErrorCodeEnum as Code, BatchStatementRequest};
 
-use crate::batch::BatchCallError;
+use crate::error::BatchCallError;
 use crate::retry::is_retryable;
 use crate::{Item, StoreError};
 

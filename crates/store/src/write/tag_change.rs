@@ -22,7 +22,7 @@ pub async fn replace_history(
     version: u64,
 ) -> Result<bool, StoreError> {
     let key = crate::tags::history_key(device);
-    crate::layout_change::replace_epochs(client, table, &key, history, version).await
+    crate::write::layout_change::replace_epochs(client, table, &key, history, version).await
 }
 
 /// Puts `puts` and deletes the entries at `deletes`: a device's index entries brought to its
