@@ -1,0 +1,3 @@
+//! Tests against the local emulators.
+
+mod fault_proxy;
