@@ -21,12 +21,12 @@ if [[ -n "$stopped" ]]; then
 fi
 scripts/services.sh start
 
-# The dashboard tests drive a real headless Chromium (crates/devstack/tests/dashboard.rs and
+# The dashboard tests drive a real headless Chromium (crates/devstack/tests/it/local/dashboard.rs and
 # dashboard_pages.rs).
 step "headless browser (chromium, chromedriver)"
 scripts/browser.sh
 
-# The sign-in tests run against a real OpenID Connect provider (crates/devstack/tests/dashboard_auth.rs).
+# The sign-in tests run against a real OpenID Connect provider (crates/devstack/tests/it/local/dashboard_auth.rs).
 step "local OpenID provider (oidc-provider)"
 scripts/oidc.sh >/dev/null
 

@@ -15,8 +15,8 @@ use tidemark_schema::{
 };
 use tidemark_testkit::{TestStream, TestTable};
 
-mod common;
-use common::{encode, get, try_all_items};
+use crate::common;
+use crate::common::{encode, get, try_all_items};
 
 /// Puts `records` into the stream in one `PutRecords` call (so ingest gets them in one batch).
 async fn put_records(stream: &TestStream, records: &[Value]) {

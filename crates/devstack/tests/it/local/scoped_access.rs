@@ -15,9 +15,11 @@ use tidemark_api::{ApiConfig, App, JwtSignIn, UiAuth};
 use tidemark_devstack::authorizer::{Authorized, JwtAuthorizer};
 use tidemark_devstack::http_api::{bind, serve};
 use tidemark_testkit::TestTable;
-use tidemark_testkit::browser::{Browser, screenshot_dir};
+use tidemark_testkit::browser::screenshot_dir;
 use tidemark_testkit::oidc::{AUDIENCE, CLIENT_ID, IssuerOptions, LocalIssuer};
 use tokio::sync::watch;
+
+use crate::common;
 
 const OPERATOR_A: &str = "machine-operator-a";
 const VIEWER_B: &str = "machine-viewer-b";
@@ -536,7 +538,7 @@ async fn a_site_b_viewer_signed_in_at_the_issuer_sees_only_site_b_in_the_dashboa
     let s = stack("scoped-dashboard").await;
     let addr = s.addr;
     let (rows, alerts, other, missing) = tokio::task::spawn_blocking(move || {
-        let b = Browser::start(1280, 900);
+        let (_one, b) = common::browser(1280, 900);
         b.goto(&format!("http://{addr}/ui/#/fleet"));
         b.wait_for("document.querySelector('#oidc')", WAIT);
         b.click("#oidc");

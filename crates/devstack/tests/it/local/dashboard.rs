@@ -8,7 +8,7 @@
 //! this run, like every other test's.
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::Blob;
@@ -24,7 +24,7 @@ use tidemark_testkit::browser::{Browser, screenshot_dir};
 use tidemark_testkit::{TestStream, TestTable, unique_name};
 use tidemark_watchdog::run::offline_alert;
 
-mod common;
+use crate::common;
 
 const THRESHOLDS: &str =
     r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;
@@ -309,13 +309,6 @@ fn stack() -> &'static Stack {
     })
 }
 
-/// One browser at a time: two cores are shared with the pipeline.
-fn browser(width: u32, height: u32) -> (std::sync::MutexGuard<'static, ()>, Browser) {
-    static ONE: Mutex<()> = Mutex::new(());
-    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    (guard, Browser::start(width, height))
-}
-
 fn open(b: &Browser, api: SocketAddr, hash: &str) {
     b.goto(&format!("http://{api}/ui/#/{hash}"));
     wait_drawn(b, hash.split(['/', '?']).next().unwrap_or_default());
@@ -341,7 +334,7 @@ fn shot(b: &Browser, name: &str) {
 #[test]
 fn root_redirects_to_the_dashboard_which_lists_every_device_and_marks_open_critical_ones() {
     let s = stack();
-    let (_one, b) = browser(1280, 900);
+    let (_one, b) = common::browser(1280, 900);
     b.goto(&format!("http://{}/", s.api));
     wait_drawn(&b, "fleet");
     let url = b.eval("return location.pathname;", vec![]);
@@ -383,7 +376,7 @@ fn root_redirects_to_the_dashboard_which_lists_every_device_and_marks_open_criti
 #[test]
 fn a_short_range_draws_every_raw_reading_with_the_right_extremes_and_stays_in_the_url() {
     let s = stack();
-    let (_one, b) = browser(1280, 1000);
+    let (_one, b) = common::browser(1280, 1000);
     // 30 minutes of the 10-second wave: 181 readings, inclusive bounds.
     let from = s.wave[180].0;
     let to = s.wave[360].0;
@@ -419,7 +412,7 @@ fn a_short_range_draws_every_raw_reading_with_the_right_extremes_and_stays_in_th
 #[test]
 fn a_range_holding_more_readings_than_a_chart_draws_shows_hourly_rollups() {
     let s = stack();
-    let (_one, b) = browser(1280, 1000);
+    let (_one, b) = common::browser(1280, 1000);
     open(&b, s.api, "device/dash_wave?range=1d");
     let chart = b.eval(
         "const c = document.querySelector('.chart[data-metric=temperature]'); \
@@ -464,7 +457,7 @@ async fn acknowledging_an_alert_in_the_page_acknowledges_it_through_the_api() {
     assert_eq!(alert["state"], "open", "{before}");
     let id = alert["alertId"].as_str().unwrap().to_owned();
     let page = tokio::task::spawn_blocking(move || {
-        let (_one, b) = browser(1280, 1000);
+        let (_one, b) = common::browser(1280, 1000);
         open(&b, api, "device/dash_ack?range=1h");
         b.click(&format!("button[data-ack='{id}']"));
         b.wait_for(
@@ -500,7 +493,7 @@ async fn snoozing_an_alert_in_the_page_snoozes_it_for_the_chosen_hours_and_unsno
     // WHEN "Snooze 1 h" is clicked on the fleet-wide alerts page (where another device's
     // alert, opened at the same instant, has the same ID: alert IDs are per device)
     let (shown, id) = tokio::task::spawn_blocking(move || {
-        let (_one, b) = browser(1280, 1000);
+        let (_one, b) = common::browser(1280, 1000);
         open(&b, api, "alerts");
         let row = format!("li[data-device='dash_snooze'][data-alert='{id}']");
         b.click(&format!("{row} button[data-snooze][data-hours='1']"));
@@ -570,7 +563,7 @@ async fn snoozing_an_alert_in_the_page_snoozes_it_for_the_chosen_hours_and_unsno
     // WHEN Unsnooze is clicked on the device page THEN the snooze is gone, in the page and
     // in the API, and Snooze is offered again
     let id = tokio::task::spawn_blocking(move || {
-        let (_one, b) = browser(1280, 1000);
+        let (_one, b) = common::browser(1280, 1000);
         open(&b, api, "device/dash_snooze?range=1h");
         b.click(&format!("button[data-unsnooze='{id}']"));
         b.wait_for(
@@ -598,7 +591,7 @@ async fn snoozing_an_alert_in_the_page_snoozes_it_for_the_chosen_hours_and_unsno
 #[test]
 fn the_quarantine_page_shows_text_payloads_as_text_and_binary_ones_as_hex() {
     let s = stack();
-    let (_one, b) = browser(1280, 800);
+    let (_one, b) = common::browser(1280, 800);
     open(&b, s.api, "quarantine");
     let rows = b.eval(
         "return [...document.querySelectorAll('#quarantine tbody tr')].map(r => ({ \
@@ -629,7 +622,7 @@ fn the_quarantine_page_shows_text_payloads_as_text_and_binary_ones_as_hex() {
 #[test]
 fn every_page_fits_a_phone_width_and_the_alerts_page_lists_open_alerts_by_severity() {
     let s = stack();
-    let (_one, b) = browser(390, 844);
+    let (_one, b) = common::browser(390, 844);
     for (hash, name) in [
         ("fleet", "phone-fleet"),
         ("device/dash_wave?range=1h", "phone-device"),
@@ -703,7 +696,7 @@ async fn an_offline_device_is_marked_in_the_fleet_and_its_offline_alert_shows_it
     assert_eq!(calm["connectivity"], "online", "{calm}");
     let id = alert_id.clone();
     let (fleet, summary, listed, view, devices) = tokio::task::spawn_blocking(move || {
-        let (_one, b) = browser(1280, 1000);
+        let (_one, b) = common::browser(1280, 1000);
         // WHEN the fleet page is open
         open(&b, api, "fleet");
         let fleet = b.eval(

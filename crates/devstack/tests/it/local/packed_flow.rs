@@ -14,8 +14,8 @@ use tidemark_schema::{
 };
 use tidemark_testkit::{TestStream, TestTable};
 
-mod common;
-use common::{encode, try_all_items};
+use crate::common;
+use crate::common::{encode, try_all_items};
 
 async fn send(stream: &TestStream, records: &[Value]) {
     for r in records {

@@ -1,4 +1,5 @@
-//! HTTP helpers shared by the pipeline tests: they talk to the local API as a client would.
+//! What the tests share: HTTP calls to the local API as a client makes them, the fast
+//! in-process pipeline, and the one browser at a time.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -160,4 +161,21 @@ pub fn in_process(
         default_thresholds: "{}".into(),
         alerts: None,
     }
+}
+
+/// One browser at a time in this process: the dashboard tests of several modules run side
+/// by side, and the machine's two cores are shared with their pipelines.
+pub fn browser(
+    width: u32,
+    height: u32,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    tidemark_testkit::browser::Browser,
+) {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    (
+        guard,
+        tidemark_testkit::browser::Browser::start(width, height),
+    )
 }

@@ -13,8 +13,8 @@ use tidemark_schema::{Period, Timestamp};
 use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
 use tidemark_testkit::{TestStream, TestTable, unique_name};
 
-mod common;
-use common::{all_items, encode, eventually, get, post, try_all_items};
+use crate::common;
+use crate::common::{all_items, encode, eventually, get, post, try_all_items};
 
 const THRESHOLDS: &str =
     r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;

@@ -6,7 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -19,6 +19,8 @@ use tidemark_schema::{
 };
 use tidemark_testkit::browser::{Browser, screenshot_dir};
 use tokio::sync::watch;
+
+use crate::common;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -42,13 +44,6 @@ fn serve_store(store: MemoryStore) -> SocketAddr {
         });
     });
     rx.recv().expect("the API listens")
-}
-
-/// One browser at a time: the machine's two cores are shared.
-fn browser(width: u32, height: u32) -> (MutexGuard<'static, ()>, Browser) {
-    static ONE: Mutex<()> = Mutex::new(());
-    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    (guard, Browser::start(width, height))
 }
 
 /// Whole seconds `back_ms` before now (the page's `Date` keeps milliseconds).
@@ -151,7 +146,7 @@ fn a_device_with_a_minute_of_data_opens_on_the_range_its_data_covers() {
     let (first, last) = (readings[0].0, readings[6].0);
     seed_device(&store, "minute_only", "temperature", &readings);
     let api = serve_store(store);
-    let (_one, b) = browser(1280, 900);
+    let (_one, b) = common::browser(1280, 900);
     // WHEN its page opens from a link without a range
     open_device(&b, api, "minute_only", "");
     let shown = b.eval("return window.tidemark.device;", vec![]);
@@ -197,7 +192,7 @@ fn a_chart_labels_its_y_axis_with_distinct_values_showing_the_decimals_its_ticks
         .collect();
     seed_device(&store, "cold_room", "temperature", &readings);
     let api = serve_store(store);
-    let (_one, b) = browser(1280, 900);
+    let (_one, b) = common::browser(1280, 900);
     for (width, height) in [(1280, 900), (390, 844)] {
         b.set_size(width, height);
         // WHEN its page draws the last hour
@@ -308,7 +303,7 @@ fn the_fleet_page_filters_by_tags_kept_in_the_url_and_charts_the_first_tags_grou
         );
         assert!(status == 200 || status == 201, "{id}: {status} {body}");
     }
-    let (_one, b) = browser(1280, 1000);
+    let (_one, b) = common::browser(1280, 1000);
     b.goto(&format!("http://{api}/ui/#/fleet"));
     wait_fleet(&b, &["north_1", "north_2", "south_1", "untagged"]);
 

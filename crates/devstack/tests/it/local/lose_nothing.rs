@@ -10,8 +10,8 @@ use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineCon
 use tidemark_schema::Timestamp;
 use tidemark_testkit::{TestStream, TestTable};
 
-mod common;
-use common::{encode, try_all_items};
+use crate::common;
+use crate::common::{encode, try_all_items};
 
 struct Running {
     pipeline: Pipeline,

@@ -6,7 +6,7 @@
 //! whose readings were waiting in the stream, and decides with their true arrivals once it
 //! clears; a device uploading old readings is online while it sends.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -23,8 +23,8 @@ use tidemark_schema::{
 };
 use tidemark_testkit::{TestStream, TestTable, services, unique_name};
 
-mod common;
-use common::{encode, try_all_items};
+use crate::common;
+use crate::common::{encode, try_all_items};
 
 const HOUR_MS: i64 = 3_600_000;
 const DEVICES: [&str; 2] = ["pack_01", "solo_01"];

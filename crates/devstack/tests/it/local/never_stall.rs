@@ -11,7 +11,7 @@
 //!   2099, put on every shard, moves no watermark: a device sending every 5 s with a 60 s
 //!   window gets no offline alert.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

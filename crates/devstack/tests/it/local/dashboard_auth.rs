@@ -23,6 +23,8 @@ use tidemark_testkit::browser::{Browser, screenshot_dir};
 use tidemark_testkit::oidc::{AUDIENCE, CLIENT_ID, IssuerOptions, LocalIssuer};
 use tokio::sync::watch;
 
+use crate::common;
+
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Records every data call (path, Authorization header, status) on its way through.
@@ -227,7 +229,7 @@ async fn an_operator_signs_in_at_the_issuer_sees_the_fleet_and_acknowledges_an_a
     let alert = s.device_with_open_alert("oidc_dev").await;
     let addr = s.addr;
     let (rows, place, stored) = tokio::task::spawn_blocking(move || {
-        let b = Browser::start(1280, 900);
+        let (_one, b) = common::browser(1280, 900);
         // The user was on the alerts page when asked to sign in.
         b.goto(&format!("http://{addr}/ui/#/alerts?state=all"));
         sign_in(&b, "operator");
@@ -300,7 +302,7 @@ async fn a_viewer_without_write_reads_every_view_and_is_told_acknowledging_needs
     let alert = s.device_with_open_alert("viewed_dev").await;
     let addr = s.addr;
     let (refusal, quarantine) = tokio::task::spawn_blocking(move || {
-        let b = Browser::start(1280, 900);
+        let (_one, b) = common::browser(1280, 900);
         b.goto(&format!("http://{addr}/ui/#/fleet"));
         sign_in(&b, "viewer");
         b.wait_for(
@@ -347,7 +349,7 @@ async fn an_expiring_access_token_is_renewed_with_the_refresh_token_in_place() {
     s.device_with_open_alert("renewed_dev").await;
     let addr = s.addr;
     let first = tokio::task::spawn_blocking(move || {
-        let b = Browser::start(1280, 900);
+        let (_one, b) = common::browser(1280, 900);
         b.goto(&format!("http://{addr}/ui/#/fleet"));
         sign_in(&b, "operator");
         b.wait_for(
@@ -454,7 +456,7 @@ async fn without_a_client_the_page_takes_a_pasted_access_token_and_sends_it_on_e
     s.front.calls.lock().unwrap().clear();
     let (addr, issuer, pasted) = (s.addr, s.issuer().issuer.clone(), token.clone());
     let rows = tokio::task::spawn_blocking(move || {
-        let b = Browser::start(1280, 800);
+        let (_one, b) = common::browser(1280, 800);
         b.goto(&format!("http://{addr}/ui/"));
         // Before any token: the sign-in form, naming the issuer; no redirect offered.
         b.wait_for("document.querySelector('.signin textarea')", WAIT);
@@ -525,7 +527,7 @@ async fn with_iam_auth_only_the_page_explains_how_to_reach_it_and_reads_nothing(
     let s = stack("dash-iam", Page::Iam, 300).await;
     let addr = s.addr;
     let text = tokio::task::spawn_blocking(move || {
-        let b = Browser::start(1280, 800);
+        let (_one, b) = common::browser(1280, 800);
         b.goto(&format!("http://{addr}/ui/"));
         let text = b.wait_for(
             "document.body.dataset.state === 'ready' && document.querySelector('main').innerText",
