@@ -1,5 +1,5 @@
 //! What the tests share: HTTP calls to the local API as a client makes them, the fast
-//! in-process pipeline, and the one browser at a time.
+//! in-process pipeline, what a wait saw last, and the one browser at a time.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -97,19 +97,30 @@ pub async fn try_all_items(addr: SocketAddr, path: &str) -> Result<Vec<Value>, S
     }
 }
 
-/// Polls `f` until it finds something (30 s at most).
-pub async fn eventually<T, F, Fut>(f: F) -> Option<T>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    for _ in 0..120 {
-        if let Some(v) = f().await {
-            return Some(v);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+/// How long a test waits for the pipeline to catch up before it fails (what the former
+/// `eventually` of this module allowed: 120 polls a quarter of a second apart).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// What a wait saw last: printed if the test panics (a deadline of
+/// [`tidemark_testkit::eventually`] passed), so a timeout also says what was there instead.
+#[derive(Default)]
+pub struct LastSeen(std::sync::Mutex<String>);
+
+impl LastSeen {
+    pub fn set(&self, seen: impl Into<String>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = seen.into();
     }
-    None
+}
+
+impl Drop for LastSeen {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "last seen: {}",
+                self.0.lock().unwrap_or_else(|e| e.into_inner())
+            );
+        }
+    }
 }
 
 /// The local stack of a test's own table and stream, on the shared emulators.

@@ -8,7 +8,8 @@
 //!   kinesis-mock, moto S3), and its dashboard tests a headless Chromium
 //!   (`scripts/browser.sh`) and, for sign-in, the OpenID provider (`scripts/oidc.sh`).
 //! - `common` holds what the tests share: HTTP calls to the local API, the fast in-process
-//!   pipeline, waiting for the pipeline, and the one browser at a time.
+//!   pipeline, how long to wait for it and what a wait saw last, and the one browser at a
+//!   time; waiting itself is `tidemark_testkit::eventually`.
 
 mod common;
 mod http_api;

@@ -201,40 +201,38 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         enc(&from.to_string()),
         enc(&now.plus_millis(3_600_000).unwrap().to_string())
     );
-    let mut ready = false;
-    let mut seen = (0, 0, 0);
-    for _ in 0..240 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let (_, agg) = call(
-            api,
-            "GET",
-            &format!("/devices/dash_wave/aggregates?{q}"),
-            None,
-        )
-        .await;
-        let counted: u64 = agg["items"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|b| b["metrics"]["temperature"]["count"].as_u64().unwrap_or(0))
-                    .sum()
-            })
-            .unwrap_or(0);
-        let (_, alerts) = call(api, "GET", "/alerts?state=open", None).await;
-        let open = alerts["items"].as_array().map_or(0, Vec::len);
-        let (_, quarantined) = call(api, "GET", "/quarantine", None).await;
-        let bad = quarantined["items"].as_array().map_or(0, Vec::len);
-        seen = (counted, open, bad);
-        if counted == WAVE_READINGS as u64 && open >= 3 && bad == 3 {
-            ready = true;
-            break;
-        }
-    }
-    assert!(
-        ready,
-        "the pipeline did not take in the seeded records: (rolled up, open alerts, quarantined) \
-         = {seen:?}, want ({WAVE_READINGS}, >= 3, 3)"
-    );
+    let last = common::LastSeen::default();
+    tidemark_testkit::eventually(
+        Duration::from_secs(120),
+        "the pipeline takes in the seeded records",
+        || async {
+            let (_, agg) = call(
+                api,
+                "GET",
+                &format!("/devices/dash_wave/aggregates?{q}"),
+                None,
+            )
+            .await;
+            let counted: u64 = agg["items"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|b| b["metrics"]["temperature"]["count"].as_u64().unwrap_or(0))
+                        .sum()
+                })
+                .unwrap_or(0);
+            let (_, alerts) = call(api, "GET", "/alerts?state=open", None).await;
+            let open = alerts["items"].as_array().map_or(0, Vec::len);
+            let (_, quarantined) = call(api, "GET", "/quarantine", None).await;
+            let bad = quarantined["items"].as_array().map_or(0, Vec::len);
+            last.set(format!(
+                "(rolled up, open alerts, quarantined) = {:?}, want ({WAVE_READINGS}, >= 3, 3)",
+                (counted, open, bad)
+            ));
+            (counted == WAVE_READINGS as u64 && open >= 3 && bad == 3).then_some(())
+        },
+    )
+    .await;
     seed_offline(&table, now).await;
     (Stack { api, wave }, table, stream, pipeline)
 }
@@ -685,15 +683,11 @@ async fn an_offline_device_is_marked_in_the_fleet_and_its_offline_alert_shows_it
     let (_, alerts) = call(api, "GET", &format!("/devices/{SILENT}/alerts"), None).await;
     assert_eq!(alerts["items"][0]["kind"], "offline", "{alerts}");
     assert!(alerts["items"][0].get("metric").is_none(), "{alerts}");
-    let mut calm = Value::Null;
-    for _ in 0..100 {
-        calm = call(api, "GET", "/devices/dash_calm", None).await.1;
-        if calm["connectivity"] == "online" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(calm["connectivity"], "online", "{calm}");
+    tidemark_testkit::eventually(common::PATIENCE, "dash_calm is online", || async {
+        let calm = call(api, "GET", "/devices/dash_calm", None).await.1;
+        (calm["connectivity"] == "online").then_some(())
+    })
+    .await;
     let id = alert_id.clone();
     let (fleet, summary, listed, view, devices) = tokio::task::spawn_blocking(move || {
         let (_one, b) = common::browser(1280, 1000);

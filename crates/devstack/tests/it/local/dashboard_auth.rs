@@ -361,6 +361,7 @@ async fn an_expiring_access_token_is_renewed_with_the_refresh_token_in_place() {
             vec![],
         );
         // Past the first token's life: the next view still draws, with a renewed token.
+        // (This sleep only lets the 4 s token expire; the page is then waited for.)
         std::thread::sleep(Duration::from_secs(6));
         b.eval("location.hash = '#/alerts'; return null;", vec![]);
         wait_drawn(&b, "alerts");
@@ -400,7 +401,7 @@ async fn the_authorizer_refuses_other_audiences_expired_and_forged_tokens_and_mi
     let other = i.machine_token("machine", "tidemark/read", Some("urn:other:api"));
     assert_eq!(jwt_claims(&other)["aud"], "urn:other:api");
     assert_eq!(get(Some(other)).await.0, 401);
-    // Expired (a 1-second token, two seconds later).
+    // Expired (a 1-second token, two seconds later: this sleep only lets it expire).
     let short = i.machine_token("machine-short", "tidemark/read", None);
     tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(get(Some(short)).await.0, 401);

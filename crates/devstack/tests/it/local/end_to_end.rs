@@ -11,10 +11,10 @@ use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineCon
 use tidemark_devstack::simulator::{Fleet, Outgoing, RecordKind, SimConfig, SimStats, put_records};
 use tidemark_schema::{Period, Timestamp};
 use tidemark_streams::{DynamoDbStreamSource, EventSource, Start};
-use tidemark_testkit::{TestStream, TestTable, unique_name};
+use tidemark_testkit::{TestStream, TestTable, eventually, unique_name};
 
 use crate::common;
-use crate::common::{all_items, encode, eventually, get, post, try_all_items};
+use crate::common::{PATIENCE, all_items, encode, get, post, try_all_items};
 
 const THRESHOLDS: &str =
     r#"{"temperature":{"max":35,"severity":"critical"},"battery":{"min":10,"severity":"warning"}}"#;
@@ -176,63 +176,53 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     let from = encode(&start.minus_millis(3_600_000).unwrap().to_string());
     let to = encode(&now.plus_millis(3_600_000).unwrap().to_string());
     let t0 = std::time::Instant::now();
-    let mut last_mismatch = String::new();
-    let mut caught_up = false;
-    for _ in 0..120 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if pipeline.ingest.delivered() < sent.len() as u64 {
-            last_mismatch = format!(
-                "ingest has taken {} of {}",
-                pipeline.ingest.delivered(),
-                sent.len()
-            );
-            continue;
-        }
-        let mut ok = true;
-        for d in &devices {
-            for period in ["hourly", "daily"] {
-                let got = match try_all_items(
-                    api,
-                    &format!("/devices/{d}/aggregates?period={period}&from={from}&to={to}"),
-                )
-                .await
-                {
-                    Ok(items) => items,
-                    Err(e) => {
-                        last_mismatch = e;
-                        ok = false;
-                        break;
+    let last = common::LastSeen::default();
+    eventually(
+        Duration::from_secs(120),
+        "aggregates match the recomputation",
+        || async {
+            if pipeline.ingest.delivered() < sent.len() as u64 {
+                last.set(format!(
+                    "ingest has taken {} of {}",
+                    pipeline.ingest.delivered(),
+                    sent.len()
+                ));
+                return None;
+            }
+            for d in &devices {
+                for period in ["hourly", "daily"] {
+                    let got = match try_all_items(
+                        api,
+                        &format!("/devices/{d}/aggregates?period={period}&from={from}&to={to}"),
+                    )
+                    .await
+                    {
+                        Ok(items) => items,
+                        Err(e) => {
+                            last.set(e);
+                            return None;
+                        }
+                    };
+                    let want: Vec<_> = expected
+                        .iter()
+                        .filter(|((dev, p, _), _)| dev == d && p == period)
+                        .collect();
+                    let matches = got.len() == want.len()
+                        && want.iter().all(|((_, _, start), stats)| {
+                            got.iter().any(|g| {
+                                g["start"] == start.as_str() && same_stats(stats, &g["metrics"])
+                            })
+                        });
+                    if !matches {
+                        last.set(format!("{d} {period}: want {want:?}\ngot {got:?}"));
+                        return None;
                     }
-                };
-                let want: Vec<_> = expected
-                    .iter()
-                    .filter(|((dev, p, _), _)| dev == d && p == period)
-                    .collect();
-                let matches = got.len() == want.len()
-                    && want.iter().all(|((_, _, start), stats)| {
-                        got.iter().any(|g| {
-                            g["start"] == start.as_str() && same_stats(stats, &g["metrics"])
-                        })
-                    });
-                if !matches {
-                    last_mismatch = format!("{d} {period}: want {want:?}\ngot {got:?}");
-                    ok = false;
-                    break;
                 }
             }
-            if !ok {
-                break;
-            }
-        }
-        if ok {
-            caught_up = true;
-            break;
-        }
-    }
-    assert!(
-        caught_up,
-        "aggregates never matched the recomputation: {last_mismatch}"
-    );
+            Some(())
+        },
+    )
+    .await;
     eprintln!(
         "{} records, {} readings: caught up after {:?} ({} ingest, {} aggregator records)",
         sent.len(),
@@ -342,7 +332,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     )
     .await
     .unwrap();
-    let opened = eventually(|| async {
+    let opened = eventually(PATIENCE, "the breach opened an alert", || async {
         all_items(api, "/alerts?severity=critical&state=open")
             .await
             .into_iter()
@@ -350,8 +340,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
                 a["deviceId"] == device.as_str() && a["lastBreachAt"] == t1.to_string().as_str()
             })
     })
-    .await
-    .expect("the breach opened an alert");
+    .await;
     assert_eq!(opened["value"], 50.5);
     assert_eq!(opened["state"], "open");
     let id = opened["alertId"].as_str().unwrap().to_owned();
@@ -367,24 +356,22 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
             .map(|e| e["detail"]["change"].as_str().unwrap().to_owned())
             .collect::<Vec<_>>()
     };
-    eventually(|| async {
+    eventually(PATIENCE, "the opened alert was published", || async {
         changes_of(id.clone())
             .await
             .contains(&"opened".to_owned())
             .then_some(())
     })
-    .await
-    .expect("the opened alert was published");
+    .await;
     let (status, _) = post(api, &format!("/devices/{device}/alerts/{id}/ack"), "").await;
     assert_eq!(status, 200, "acknowledged through the API");
-    eventually(|| async {
+    eventually(PATIENCE, "the acknowledgement was published", || async {
         changes_of(id.clone())
             .await
             .contains(&"acknowledged".to_owned())
             .then_some(())
     })
-    .await
-    .expect("the acknowledgement was published");
+    .await;
     put_records(
         &stream.client,
         &stream.name,
@@ -393,14 +380,17 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     )
     .await
     .unwrap();
-    let resolved = eventually(|| async {
-        all_items(api, &format!("/devices/{device}/alerts"))
-            .await
-            .into_iter()
-            .find(|a| a["alertId"] == id.as_str() && a["state"] == "resolved")
-    })
-    .await
-    .expect("the normal reading resolved the alert");
+    let resolved = eventually(
+        PATIENCE,
+        "the normal reading resolved the alert",
+        || async {
+            all_items(api, &format!("/devices/{device}/alerts"))
+                .await
+                .into_iter()
+                .find(|a| a["alertId"] == id.as_str() && a["state"] == "resolved")
+        },
+    )
+    .await;
     assert_eq!(resolved["resolvedAt"], t2.to_string().as_str());
     assert!(
         !all_items(api, "/alerts?severity=critical&state=open")
@@ -409,14 +399,13 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
             .any(|a| a["alertId"] == id.as_str())
     );
 
-    eventually(|| async {
+    eventually(PATIENCE, "the resolution was published", || async {
         changes_of(id.clone())
             .await
             .contains(&"resolved".to_owned())
             .then_some(())
     })
-    .await
-    .expect("the resolution was published");
+    .await;
     assert_eq!(
         changes_of(id.clone()).await,
         ["opened", "acknowledged", "resolved"],
@@ -455,15 +444,22 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
 
     // AND the whole stream replayed to the alerts function as one batch publishes nothing
     // (once the alerts mapping has settled: a record it has not seen yet is no replay)
-    let mut seen = pipeline.alerts.as_ref().unwrap().delivered();
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now_seen = pipeline.alerts.as_ref().unwrap().delivered();
-        if now_seen == seen {
-            break;
-        }
-        seen = now_seen;
-    }
+    // Settled: its count of delivered records has not moved for two seconds.
+    let alerts = pipeline.alerts.as_ref().unwrap();
+    let mut seen = (alerts.delivered(), std::time::Instant::now());
+    eventually(
+        Duration::from_secs(120),
+        "the alerts mapping settles",
+        || {
+            let now_seen = alerts.delivered();
+            if now_seen != seen.0 {
+                seen = (now_seen, std::time::Instant::now());
+            }
+            let settled = seen.1.elapsed() >= Duration::from_secs(2);
+            async move { settled.then_some(()) }
+        },
+    )
+    .await;
     let source = DynamoDbStreamSource::for_table(
         &table.client,
         common::local_config(&table, &stream, 2)

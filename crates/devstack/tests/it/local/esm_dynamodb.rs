@@ -72,12 +72,12 @@ async fn run_until(t: &TestTable, f: Fake, want: usize) -> Vec<Vec<EventRecord>>
     let stats = mapping.stats();
     let (stop, rx) = watch::channel(false);
     let task = tokio::spawn(mapping.run(rx));
-    for _ in 0..600 {
-        if stats.delivered() as usize >= want {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tidemark_testkit::eventually(
+        Duration::from_secs(30),
+        "the mapping delivers what was written",
+        || async { (stats.delivered() as usize >= want).then_some(()) },
+    )
+    .await;
     stop.send(true).unwrap();
     task.await.unwrap();
     f.calls.lock().unwrap().clone()

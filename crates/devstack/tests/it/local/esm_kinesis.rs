@@ -12,8 +12,10 @@ use tidemark_devstack::esm::{
     FunctionError, KinesisHandler, Mapping, MappingConfig, MappingStats, read_on_failure_records,
 };
 use tidemark_streams::KinesisSource;
-use tidemark_testkit::{TestStream, unique_name};
+use tidemark_testkit::{TestStream, eventually, unique_name};
 use tokio::sync::watch;
+
+use crate::common::LastSeen;
 
 type Behaviour =
     dyn Fn(&[String], usize) -> Result<KinesisEventResponse, FunctionError> + Send + Sync;
@@ -137,14 +139,15 @@ async fn start(stream: &TestStream, f: Fake, cfg: MappingConfig) -> Running {
 }
 
 impl Running {
+    /// Waits until the mapping's counts pass `cond` (saying what they were if they never do).
     async fn wait_for(&self, what: &str, cond: impl Fn(&MappingStats) -> bool) {
-        for _ in 0..600 {
-            if cond(&self.stats) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("timed out waiting for {what}: {:?}", self.stats);
+        let last = LastSeen::default();
+        eventually(Duration::from_secs(30), what, || {
+            last.set(format!("{:?}", self.stats));
+            let done = cond(&self.stats);
+            async move { done.then_some(()) }
+        })
+        .await;
     }
     async fn stop(self) {
         self.stop.send(true).unwrap();
@@ -382,12 +385,10 @@ async fn events_carry_what_lambda_puts_in_a_kinesis_event() {
     let stats = mapping.stats();
     let (stop, rx) = watch::channel(false);
     let task = tokio::spawn(mapping.run(rx));
-    for _ in 0..600 {
-        if stats.delivered() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(30), "the record delivered", || async {
+        (stats.delivered() == 1).then_some(())
+    })
+    .await;
     stop.send(true).unwrap();
     task.await.unwrap();
     let e = seen.lock().unwrap().clone().expect("one event");
@@ -431,21 +432,23 @@ async fn a_child_shard_is_read_only_after_its_parent_is_drained() {
         .send()
         .await
         .unwrap();
-    for _ in 0..200 {
-        let d = stream
-            .client
-            .describe_stream_summary()
-            .stream_name(&stream.name)
-            .send()
-            .await
-            .unwrap();
-        if d.stream_description_summary().unwrap().stream_status()
-            == &aws_sdk_kinesis::types::StreamStatus::Active
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the resharded stream is active",
+        || async {
+            let d = stream
+                .client
+                .describe_stream_summary()
+                .stream_name(&stream.name)
+                .send()
+                .await
+                .unwrap();
+            (d.stream_description_summary().unwrap().stream_status()
+                == &aws_sdk_kinesis::types::StreamStatus::Active)
+                .then_some(())
+        },
+    )
+    .await;
     let after = payloads("b", 6);
     put(&stream, "a", &after).await;
     let shards = stream
@@ -465,6 +468,7 @@ async fn a_child_shard_is_read_only_after_its_parent_is_drained() {
 
     // WHEN a slow function reads them in small batches
     let f = Fake::new(|_, _| {
+        // Paces the reads only (a slow function); the outcome is waited for below.
         std::thread::sleep(Duration::from_millis(30));
         Ok(KinesisEventResponse::default())
     });

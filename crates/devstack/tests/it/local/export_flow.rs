@@ -261,23 +261,24 @@ fn fold(rows: &Rows, period: Period) -> Summaries {
 /// and daily rollups are the fold of those readings: the pipeline has caught up.
 async fn settle(api: std::net::SocketAddr, day: Timestamp, ready: impl Fn(&Rows) -> bool) {
     let end = day.plus_millis(24 * HOUR_MS).unwrap();
-    for _ in 0..480 {
-        let rows = api_rows(api, day, end).await;
-        if ready(&rows)
-            && close(
-                &fold(&rows, Period::Hourly),
-                &api_rollups(api, Period::Hourly, day, end).await,
-            )
-            && close(
-                &fold(&rows, Period::Daily),
-                &api_rollups(api, Period::Daily, day, end).await,
-            )
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("the pipeline never caught up with what was sent");
+    tidemark_testkit::eventually(
+        Duration::from_secs(120),
+        "the pipeline catches up with what was sent",
+        || async {
+            let rows = api_rows(api, day, end).await;
+            (ready(&rows)
+                && close(
+                    &fold(&rows, Period::Hourly),
+                    &api_rollups(api, Period::Hourly, day, end).await,
+                )
+                && close(
+                    &fold(&rows, Period::Daily),
+                    &api_rollups(api, Period::Daily, day, end).await,
+                ))
+            .then_some(())
+        },
+    )
+    .await;
 }
 
 /// How many readings of `metric` `rows` hold, and the value at (`device`, `at`).
@@ -400,13 +401,11 @@ async fn an_exported_day_is_the_apis_day_and_a_late_reading_is_exported_once() {
         d.iter()
             .any(|m| m.hour == day.plus_millis(h * HOUR_MS).unwrap())
     };
-    for _ in 0..240 {
+    tidemark_testkit::eventually(common::PATIENCE, "both hours marked", || async {
         let d = exporter.state.dirty().await.unwrap();
-        if marked(&d, 5) && marked(&d, 10) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        (marked(&d, 5) && marked(&d, 10)).then_some(())
+    })
+    .await;
     let r = exporter.run(Timestamp::now(), deadline()).await.unwrap();
     // THEN the next run exports those hours and the day again
     for h in [5, 10] {

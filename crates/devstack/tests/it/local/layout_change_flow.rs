@@ -84,17 +84,19 @@ async fn readings_once(
     let from = encode(&now.minus_millis(7_200_000).unwrap().to_string());
     let to = encode(&now.plus_millis(60_000).unwrap().to_string());
     let path = format!("/devices/{device}/readings?from={from}&to={to}");
-    let mut last = Vec::new();
-    for _ in 0..240 {
-        last = try_all_items(pipeline.api_addr, &path)
-            .await
-            .unwrap_or_default();
-        if done(&last) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("{device}: the readings never came; last: {last:?}");
+    let last = common::LastSeen::default();
+    tidemark_testkit::eventually(
+        Duration::from_secs(60),
+        &format!("{device}: the readings come"),
+        || async {
+            let items = try_all_items(pipeline.api_addr, &path)
+                .await
+                .unwrap_or_default();
+            last.set(format!("{items:?}"));
+            done(&items).then_some(items)
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::Timestamp;
-use tidemark_testkit::{TestStream, TestTable};
+use tidemark_testkit::{TestStream, TestTable, eventually};
 
 use crate::common;
-use crate::common::{encode, try_all_items};
+use crate::common::{LastSeen, encode, try_all_items};
 
 struct Running {
     pipeline: Pipeline,
@@ -75,28 +75,36 @@ impl Running {
                 .unwrap();
         }
         self.sent += records.len() as u64;
-        for _ in 0..240 {
-            if self.pipeline.ingest.delivered() >= self.sent {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        panic!("ingest never took the records");
+        let sent = self.sent;
+        eventually(
+            Duration::from_secs(60),
+            "ingest takes the records",
+            || async { (self.pipeline.ingest.delivered() >= sent).then_some(()) },
+        )
+        .await;
     }
 
     /// Polls a list route until `done` accepts its items (60 s at most).
     async fn until(&self, path: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let mut last = Vec::new();
-        for _ in 0..240 {
-            if let Ok(items) = try_all_items(self.pipeline.api_addr, path).await {
-                if done(&items) {
-                    return items;
+        let last = LastSeen::default();
+        eventually(
+            Duration::from_secs(60),
+            &format!("{path} matches"),
+            || async {
+                match try_all_items(self.pipeline.api_addr, path).await {
+                    Ok(items) if done(&items) => Some(items),
+                    Ok(items) => {
+                        last.set(format!("{items:?}"));
+                        None
+                    }
+                    Err(e) => {
+                        last.set(e);
+                        None
+                    }
                 }
-                last = items;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        panic!("{path} never matched; last: {last:?}");
+            },
+        )
+        .await
     }
 }
 

@@ -16,13 +16,18 @@ use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::Timestamp;
-use tidemark_testkit::{Fault, FaultProxy, TestStream, TestTable, services, unique_name};
+use tidemark_testkit::{
+    Fault, FaultProxy, TestStream, TestTable, eventually, services, unique_name,
+};
 use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, RunReport, Watchdog, WatchdogConfig};
 
 /// The fleet's window in these tests: short, so silence is quick to come by, and longer than
 /// a watchdog run here takes (at most its 3 s heartbeat wait), so a device sending between
 /// runs is never silent for a whole window.
 const WINDOW: u32 = 8;
+
+/// How long the pipeline may take to show a reading or an alert change.
+const SOON: Duration = Duration::from_secs(20);
 
 fn fast(name: &str) -> MappingConfig {
     MappingConfig {
@@ -118,19 +123,6 @@ async fn events(p: &Pipeline, id: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
-/// Until `f` holds (`secs` at most), running nothing but the clock.
-async fn until<F, Fut>(secs: u64, what: &str, f: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !f().await {
-        assert!(tokio::time::Instant::now() < end, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_silent_device_gets_one_offline_alert_and_its_next_reading_resolves_it() {
     let table = TestTable::new("offline").await;
@@ -143,22 +135,31 @@ async fn a_silent_device_gets_one_offline_alert_and_its_next_reading_resolves_it
     for i in 0..3 {
         send(&stream, "quiet", Timestamp::now(), f64::from(i)).await;
         send(&stream, "chatty", Timestamp::now(), 1.0).await;
+        // Paces the sends only: three readings, half a second apart.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    until(20, "quiet is watched", || async {
-        device(&p, "quiet").await["connectivity"] == "online"
+    eventually(SOON, "quiet is watched", || async {
+        (device(&p, "quiet").await["connectivity"] == "online").then_some(())
     })
     .await;
 
     // WHEN it stays silent past its window while two watchdog runs go at once, over and over
-    let mut opened = 0;
-    let end = tokio::time::Instant::now() + Duration::from_secs(40);
-    while alerts(&p, "quiet").await.is_empty() {
-        assert!(tokio::time::Instant::now() < end, "no offline alert opened");
-        send(&stream, "chatty", Timestamp::now(), 1.0).await;
-        let (a, b) = tokio::join!(run(&w1), run(&w2));
-        opened += a.opened + b.opened;
-    }
+    let runs_opened = std::cell::Cell::new(0);
+    eventually(
+        Duration::from_secs(40),
+        "an offline alert opens",
+        || async {
+            if !alerts(&p, "quiet").await.is_empty() {
+                return Some(());
+            }
+            send(&stream, "chatty", Timestamp::now(), 1.0).await;
+            let (a, b) = tokio::join!(run(&w1), run(&w2));
+            runs_opened.set(runs_opened.get() + a.opened + b.opened);
+            None
+        },
+    )
+    .await;
+    let mut opened = runs_opened.get();
     for _ in 0..3 {
         send(&stream, "chatty", Timestamp::now(), 1.0).await;
         let (a, b) = tokio::join!(run(&w1), run(&w2));
@@ -193,8 +194,8 @@ async fn a_silent_device_gets_one_offline_alert_and_its_next_reading_resolves_it
     assert_eq!(offline, [json!("quiet")]);
     assert_eq!(device(&p, "chatty").await["connectivity"], "online");
     // AND one `opened` event went out for it
-    until(20, "the opened event", || async {
-        events(&p, "quiet").await.iter().any(|(c, _)| c == "opened")
+    eventually(SOON, "the opened event", || async {
+        (events(&p, "quiet").await.iter().any(|(c, _)| c == "opened")).then_some(())
     })
     .await;
     let ev = events(&p, "quiet").await;
@@ -203,11 +204,12 @@ async fn a_silent_device_gets_one_offline_alert_and_its_next_reading_resolves_it
 
     // WHEN it sends again THEN the alert resolves, once, and it is online
     send(&stream, "quiet", Timestamp::now(), 9.0).await;
-    until(20, "the resolved event", || async {
-        events(&p, "quiet")
+    eventually(SOON, "the resolved event", || async {
+        (events(&p, "quiet")
             .await
             .iter()
-            .any(|(c, _)| c == "resolved")
+            .any(|(c, _)| c == "resolved"))
+        .then_some(())
     })
     .await;
     let a = &alerts(&p, "quiet").await[0];
@@ -251,28 +253,33 @@ async fn a_device_whose_window_is_removed_has_its_offline_alert_resolved() {
         .await
         .unwrap();
     send(&stream, "gone", Timestamp::now(), 1.0).await;
-    let end = tokio::time::Instant::now() + Duration::from_secs(40);
-    while device(&p, "gone").await["connectivity"] != "offline" {
-        assert!(tokio::time::Instant::now() < end, "never offline");
+    eventually(Duration::from_secs(40), "gone goes offline", || async {
+        if device(&p, "gone").await["connectivity"] == "offline" {
+            return Some(());
+        }
         run(&w).await;
-    }
+        None
+    })
+    .await;
     // WHEN its window is removed (a PUT without it)
     let (status, _) = common::put(p.api_addr, "/devices/gone", r#"{"name":"Gate"}"#).await;
     assert_eq!(status, 200);
     // THEN its offline alert resolves and its connectivity is unknown
-    until(20, "resolved", || async {
-        alerts(&p, "gone")
+    eventually(SOON, "resolved", || async {
+        (alerts(&p, "gone")
             .await
             .first()
-            .is_some_and(|a| a["state"] == "resolved")
+            .is_some_and(|a| a["state"] == "resolved"))
+        .then_some(())
     })
     .await;
     assert_eq!(device(&p, "gone").await["connectivity"], "unknown");
-    until(20, "the resolved event", || async {
-        events(&p, "gone")
+    eventually(SOON, "the resolved event", || async {
+        (events(&p, "gone")
             .await
             .iter()
-            .any(|(c, _)| c == "resolved")
+            .any(|(c, _)| c == "resolved"))
+        .then_some(())
     })
     .await;
     // AND the watchdog leaves it alone from now on
@@ -294,20 +301,17 @@ async fn an_outage_longer_than_the_window_declares_nobody_offline_whose_readings
     };
     let p = pipeline(local, WINDOW).await;
     let w = watchdog(&table, &stream, WINDOW).await;
-    let end = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(Duration::from_secs(30), "both devices watched", || async {
         send(&stream, "steady", Timestamp::now(), 1.0).await;
         send(&stream, "dying", Timestamp::now(), 1.0).await;
         let r = run(&w).await;
         assert_eq!(r.opened, 0, "{r:?}");
-        if r.heartbeat_passed
+        (r.heartbeat_passed
             && device(&p, "steady").await["connectivity"] == "online"
-            && device(&p, "dying").await["connectivity"] == "online"
-        {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < end, "never watched");
-    }
+            && device(&p, "dying").await["connectivity"] == "online")
+            .then_some(())
+    })
+    .await;
 
     // WHEN DynamoDB fails every call of the pipeline for two windows, while `steady` keeps
     // sending and `dying` sends its last reading just after the outage began
@@ -316,6 +320,7 @@ async fn an_outage_longer_than_the_window_declares_nobody_offline_whose_readings
     let last_sent = Timestamp::now();
     let outage_end = tokio::time::Instant::now() + Duration::from_secs(2 * u64::from(WINDOW));
     while tokio::time::Instant::now() < outage_end {
+        // Over the whole outage (not a wait for an outcome: every run is checked).
         send(&stream, "steady", Timestamp::now(), 1.0).await;
         let r = run(&w).await;
         // THEN nobody is declared offline while the heartbeats wait behind the backlog
@@ -325,15 +330,18 @@ async fn an_outage_longer_than_the_window_declares_nobody_offline_whose_readings
     proxy.recover();
 
     // WHEN the backlog clears
-    let end = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        send(&stream, "steady", Timestamp::now(), 1.0).await;
-        let r = run(&w).await;
-        if r.heartbeat_passed && !alerts(&p, "dying").await.is_empty() {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < end, "never caught up: {r:?}");
-    }
+    let last = common::LastSeen::default();
+    eventually(
+        Duration::from_secs(60),
+        "the watchdog catches up",
+        || async {
+            send(&stream, "steady", Timestamp::now(), 1.0).await;
+            let r = run(&w).await;
+            last.set(format!("{r:?}"));
+            (r.heartbeat_passed && !alerts(&p, "dying").await.is_empty()).then_some(())
+        },
+    )
+    .await;
     // THEN the device that kept sending is online, never alerted
     assert!(alerts(&p, "steady").await.is_empty());
     assert_eq!(device(&p, "steady").await["connectivity"], "online");
@@ -358,8 +366,8 @@ async fn a_device_uploading_old_readings_is_online_while_it_sends() {
     let w = watchdog(&table, &stream, WINDOW).await;
     // GIVEN a device whose newest reading is from now
     send(&stream, "backfill", Timestamp::now(), 0.0).await;
-    until(20, "watched", || async {
-        device(&p, "backfill").await["connectivity"] == "online"
+    eventually(SOON, "watched", || async {
+        (device(&p, "backfill").await["connectivity"] == "online").then_some(())
     })
     .await;
     // WHEN for three windows it uploads only readings from three days ago, one a second
@@ -375,6 +383,7 @@ async fn a_device_uploading_old_readings_is_online_while_it_sends() {
             1.0,
         )
         .await;
+        // Paces the uploads only (about one a second with the run below).
         tokio::time::sleep(Duration::from_millis(500)).await;
         // THEN the watchdog never takes it for silent
         let r = run(&w).await;
@@ -383,10 +392,13 @@ async fn a_device_uploading_old_readings_is_online_while_it_sends() {
     assert!(alerts(&p, "backfill").await.is_empty());
     assert_eq!(device(&p, "backfill").await["connectivity"], "online");
     // AND once it stops, it is offline one window after its last upload
-    let end = tokio::time::Instant::now() + Duration::from_secs(40);
-    while alerts(&p, "backfill").await.is_empty() {
-        assert!(tokio::time::Instant::now() < end, "never offline");
+    eventually(Duration::from_secs(40), "backfill goes offline", || async {
+        if !alerts(&p, "backfill").await.is_empty() {
+            return Some(());
+        }
         run(&w).await;
-    }
+        None
+    })
+    .await;
     p.stop().await;
 }

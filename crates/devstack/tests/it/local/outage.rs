@@ -15,7 +15,9 @@ use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::{MappingConfig, read_on_failure_records};
 use tidemark_devstack::pipeline::{AlertsConfig, Pipeline, PipelineConfig};
 use tidemark_schema::{EntityKey, ReadingItem, Timestamp};
-use tidemark_testkit::{Fault, FaultProxy, TestStream, TestTable, rollups, services, unique_name};
+use tidemark_testkit::{
+    Fault, FaultProxy, TestStream, TestTable, eventually, rollups, services, unique_name,
+};
 
 /// Each of the two outages: longer than the old mapping's 10 retries took with this test's
 /// 50 ms first backoff (about 21 s of backoff plus the failing invocations).
@@ -158,12 +160,14 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
     // retries take
     proxy.fail_with(Fault::Both);
     publish(&stream, &first).await;
+    // The outage's length: this sleep paces the fault only; the outcome is polled below.
     tokio::time::sleep(OUTAGE).await;
     let ingest_retries = retries(&pipeline.ingest);
     proxy.recover();
     let t0 = Instant::now();
     // (Handled means delivered, or given up on by a mapping with a finite retry count: then
-    // the final check shows what was lost.)
+    // the final check shows what was lost.) Polled every 20 ms, not with `eventually`'s
+    // 100 ms: the next outage should begin before the aggregator has applied them.
     while pipeline.ingest.delivered() + pipeline.ingest.discarded() < first.len() as u64 {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
@@ -175,6 +179,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
     // readings arrive
     proxy.fail_with(Fault::Both);
     publish(&stream, &second).await;
+    // The second outage's length (pacing only, as above).
     tokio::time::sleep(OUTAGE).await;
     let aggregator_retries = retries(&pipeline.aggregator);
     proxy.recover();
@@ -183,22 +188,23 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
     let mut sent = first.clone();
     sent.extend(second.clone());
     let want = sent_metrics(&sent);
-    let t1 = Instant::now();
-    loop {
-        let items = table.scan().await;
-        let got = stored_readings(&items);
-        let diffs = rollups::differences(&items);
-        if got == want && diffs.is_empty() {
-            break;
-        }
-        assert!(
-            t1.elapsed() < Duration::from_secs(120),
-            "never caught up: {} of {} readings stored; rollup differences: {diffs:#?}",
-            got.len(),
-            want.len()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let last = crate::common::LastSeen::default();
+    eventually(
+        Duration::from_secs(120),
+        "the pipeline catches up by itself",
+        || async {
+            let items = table.scan().await;
+            let got = stored_readings(&items);
+            let diffs = rollups::differences(&items);
+            last.set(format!(
+                "{} of {} readings stored; rollup differences: {diffs:#?}",
+                got.len(),
+                want.len()
+            ));
+            (got == want && diffs.is_empty()).then_some(())
+        },
+    )
+    .await;
     let (ingest_discarded, aggregator_discarded) =
         (pipeline.ingest.discarded(), pipeline.aggregator.discarded());
     pipeline.stop().await;

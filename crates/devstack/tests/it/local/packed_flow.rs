@@ -12,10 +12,10 @@ use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, LayoutHistoryItem, SlotLen,
     Timestamp,
 };
-use tidemark_testkit::{TestStream, TestTable};
+use tidemark_testkit::{TestStream, TestTable, eventually};
 
 use crate::common;
-use crate::common::{encode, try_all_items};
+use crate::common::{LastSeen, encode, try_all_items};
 
 async fn send(stream: &TestStream, records: &[Value]) {
     for r in records {
@@ -119,19 +119,22 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
     let path = |order: &str| {
         format!("/devices/mover_01/readings?from={from}&to={to}&limit=7&order={order}")
     };
-    let mut readings = Vec::new();
-    for _ in 0..240 {
-        readings = try_all_items(pipeline.api_addr, &path("asc"))
-            .await
-            .unwrap_or_default();
-        let done = readings.len() == want.len()
-            && readings.iter().any(|r| r["v"].as_f64() == Some(-1.0))
-            && readings.iter().any(|r| r["w"].as_f64() == Some(7.0));
-        if done {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let last = LastSeen::default();
+    let readings = eventually(
+        Duration::from_secs(60),
+        "every reading read back, with its last value",
+        || async {
+            let readings = try_all_items(pipeline.api_addr, &path("asc"))
+                .await
+                .unwrap_or_default();
+            let done = readings.len() == want.len()
+                && readings.iter().any(|r| r["v"].as_f64() == Some(-1.0))
+                && readings.iter().any(|r| r["w"].as_f64() == Some(7.0));
+            last.set(format!("{readings:?}"));
+            done.then_some(readings)
+        },
+    )
+    .await;
     let got: Vec<(String, f64)> = readings
         .iter()
         .map(|r| {
@@ -163,35 +166,36 @@ async fn a_device_moving_single_packed_single_reads_every_reading_once_and_rolls
         e.0 += 1;
         e.1 += v;
     }
-    let mut last = Vec::new();
-    for _ in 0..240 {
-        last = try_all_items(pipeline.api_addr, &agg_path)
-            .await
-            .unwrap_or_default();
-        let got: BTreeMap<Timestamp, (u64, f64)> = last
-            .iter()
-            .map(|a| {
-                (
-                    Timestamp::parse_rfc3339(a["start"].as_str().unwrap()).unwrap(),
-                    (
-                        a["metrics"]["v"]["count"].as_u64().unwrap_or(0),
-                        a["metrics"]["v"]["sum"].as_f64().unwrap_or(0.0),
-                    ),
-                )
-            })
-            .collect();
-        if got.len() == by_hour.len()
-            && got
+    eventually(
+        Duration::from_secs(60),
+        "the hourly rollups count each reading once",
+        || async {
+            let items = try_all_items(pipeline.api_addr, &agg_path)
+                .await
+                .unwrap_or_default();
+            let got: BTreeMap<Timestamp, (u64, f64)> = items
                 .iter()
-                .zip(&by_hour)
-                .all(|((h1, (c1, s1)), (h2, (c2, s2)))| {
-                    h1 == h2 && c1 == c2 && (s1 - s2).abs() < 1e-9
+                .map(|a| {
+                    (
+                        Timestamp::parse_rfc3339(a["start"].as_str().unwrap()).unwrap(),
+                        (
+                            a["metrics"]["v"]["count"].as_u64().unwrap_or(0),
+                            a["metrics"]["v"]["sum"].as_f64().unwrap_or(0.0),
+                        ),
+                    )
                 })
-        {
-            pipeline.stop().await;
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("hourly rollups never matched {by_hour:?}; last: {last:?}");
+                .collect();
+            last.set(format!("want {by_hour:?}; got {items:?}"));
+            (got.len() == by_hour.len()
+                && got
+                    .iter()
+                    .zip(&by_hour)
+                    .all(|((h1, (c1, s1)), (h2, (c2, s2)))| {
+                        h1 == h2 && c1 == c2 && (s1 - s2).abs() < 1e-9
+                    }))
+            .then_some(())
+        },
+    )
+    .await;
+    pipeline.stop().await;
 }
