@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord, StreamViewType};
+use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamViewType};
 use aws_sdk_dynamodb::types::{PutRequest, ReturnConsumedCapacity, WriteRequest};
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
 use tidemark_schema::{DeviceId, MetricName, Reading, ReadingItem, Timestamp};
@@ -24,18 +24,12 @@ fn env(name: &str, default: i64) -> i64 {
 }
 
 fn record(item: &ReadingItem, seq: u128) -> EventRecord {
-    let mut c = StreamRecord::default();
-    c.keys =
-        serde_dynamo::to_item(serde_json::json!({"pk": item.pk, "sk": item.sk})).expect("keys");
-    c.new_image = serde_dynamo::to_item(item).expect("image");
-    c.sequence_number = Some(format!("{seq:021}"));
-    c.size_bytes = 200;
-    c.stream_view_type = Some(StreamViewType::NewAndOldImages);
-    let mut r = EventRecord::default();
-    r.event_name = "INSERT".into();
+    use tidemark_aggregator::testing::{change_record, image};
+    let mut r = change_record(seq, None, Some(image(item)));
+    r.change.size_bytes = 200;
+    r.change.stream_view_type = Some(StreamViewType::NewAndOldImages);
     r.event_id = seq.to_string();
     r.aws_region = "us-east-1".into();
-    r.change = c;
     r
 }
 

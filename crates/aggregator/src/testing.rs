@@ -1,4 +1,8 @@
-//! Stream records for unit tests: what DynamoDB Streams would deliver.
+//! Stream records for tests and benches: what DynamoDB Streams would deliver.
+//!
+//! [`change_record`] is the one builder of a record (keys, images, sequence number, event
+//! name); everything else here, the aggregator's integration tests, the never-stall property
+//! and the bench's examples build their records through it.
 
 use std::collections::BTreeMap;
 
@@ -39,27 +43,12 @@ pub fn insert_reading(
         shard,
         30,
     );
-    let mut c = StreamRecord::default();
-    c.keys = serde_dynamo::to_item(serde_json::json!({"pk": item.pk, "sk": item.sk})).unwrap();
-    c.new_image = serde_dynamo::to_item(&item).unwrap();
-    c.sequence_number = Some(format!("{seq:021}"));
-    let mut r = EventRecord::default();
-    r.event_name = "INSERT".into();
-    r.change = c;
-    r
+    change_record(seq.into(), None, Some(image(&item)))
 }
 
 /// A MODIFY of a device item from `old` to `new`.
 pub fn device_modify(seq: u64, old: &DeviceItem, new: &DeviceItem) -> EventRecord {
-    let mut c = StreamRecord::default();
-    c.keys = serde_dynamo::to_item(serde_json::json!({"pk": new.pk, "sk": new.sk})).unwrap();
-    c.old_image = serde_dynamo::to_item(old).unwrap();
-    c.new_image = serde_dynamo::to_item(new).unwrap();
-    c.sequence_number = Some(format!("{seq:021}"));
-    let mut r = EventRecord::default();
-    r.event_name = "MODIFY".into();
-    r.change = c;
-    r
+    change_record(seq.into(), Some(image(old)), Some(image(new)))
 }
 
 pub fn event(records: Vec<EventRecord>) -> Event {
@@ -104,25 +93,7 @@ pub fn slot_item(device: &str, start: Timestamp, part: u16, readings: &[(i64, f6
 /// A record of a slot part going from `old` to `new` (`INSERT` without `old`, `REMOVE`
 /// without `new`).
 pub fn slot_record(seq: u64, old: Option<&SlotItem>, new: Option<&SlotItem>) -> EventRecord {
-    let any = new.or(old).expect("an image");
-    let mut c = StreamRecord::default();
-    c.keys = serde_dynamo::to_item(serde_json::json!({"pk": any.pk, "sk": any.sk})).unwrap();
-    if let Some(o) = old {
-        c.old_image = serde_dynamo::to_item(o).unwrap();
-    }
-    if let Some(n) = new {
-        c.new_image = serde_dynamo::to_item(n).unwrap();
-    }
-    c.sequence_number = Some(format!("{seq:021}"));
-    let mut r = EventRecord::default();
-    r.event_name = match (old, new) {
-        (None, _) => "INSERT",
-        (_, None) => "REMOVE",
-        _ => "MODIFY",
-    }
-    .into();
-    r.change = c;
-    r
+    change_record(seq.into(), old.map(image), new.map(image))
 }
 
 /// An INSERT of an open alert of `device` (a `temperature` maximum breached at `opened`).
@@ -175,19 +146,58 @@ pub fn heartbeat_record(seq: u64, shard: &str, sent: Timestamp) -> EventRecord {
     written("MODIFY", seq, serde_dynamo::to_item(&item).unwrap())
 }
 
-/// A record of `event_name` whose new image is `image` (keys taken from it).
-fn written(event_name: &str, seq: u64, image: serde_dynamo::Item) -> EventRecord {
+/// An item's image as a stream record carries it.
+pub fn image<T: serde::Serialize>(item: &T) -> serde_dynamo::Item {
+    serde_dynamo::to_item(item).expect("an item serialises")
+}
+
+/// The record DynamoDB Streams writes (NEW_AND_OLD_IMAGES) for an item going from `old` to
+/// `new`: `INSERT` without `old`, `REMOVE` without `new`, `MODIFY` otherwise; the keys are the
+/// image's `pk` and `sk`. `seq` is wide because DynamoDB's sequence numbers are (up to 40
+/// digits).
+pub fn change_record(
+    seq: u128,
+    old: Option<serde_dynamo::Item>,
+    new: Option<serde_dynamo::Item>,
+) -> EventRecord {
+    let any = new.as_ref().or(old.as_ref()).expect("an image");
     let mut c = StreamRecord::default();
     c.keys = ["pk", "sk"]
         .into_iter()
-        .filter_map(|k| Some((k.to_owned(), image.get(k)?.clone())))
+        .filter_map(|k| Some((k.to_owned(), any.get(k)?.clone())))
         .collect::<std::collections::HashMap<_, _>>()
         .into();
-    c.new_image = image;
+    let name = match (&old, &new) {
+        (None, _) => "INSERT",
+        (_, None) => "REMOVE",
+        _ => "MODIFY",
+    };
+    if let Some(o) = old {
+        c.old_image = o;
+    }
+    if let Some(n) = new {
+        c.new_image = n;
+    }
     c.sequence_number = Some(format!("{seq:021}"));
     let mut r = EventRecord::default();
-    r.event_name = event_name.into();
+    r.event_name = name.into();
     r.change = c;
+    r
+}
+
+/// `record` (a `REMOVE`) as DynamoDB's TTL writes it: by the service itself.
+pub fn as_ttl_expiry(mut record: EventRecord) -> EventRecord {
+    let mut u = aws_lambda_events::event::dynamodb::UserIdentity::default();
+    u.type_ = "Service".into();
+    u.principal_id = "dynamodb.amazonaws.com".into();
+    record.user_identity = Some(u);
+    record
+}
+
+/// A record of `event_name` whose new image is `image` (keys taken from it).
+fn written(event_name: &str, seq: u64, image: serde_dynamo::Item) -> EventRecord {
+    let mut r = change_record(seq.into(), None, Some(image));
+    r.event_name = event_name.into();
     r
 }
 

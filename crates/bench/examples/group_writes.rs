@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use tidemark_aggregator::DynamoStore;
 use tidemark_aggregator::groups::GroupStore;
 use tidemark_aggregator::groups::{self, fold};
@@ -89,10 +89,6 @@ fn metrics(i: u32, k: i64) -> BTreeMap<MetricName, f64> {
     ])
 }
 
-fn image<T: serde::Serialize>(v: &T) -> serde_dynamo::Item {
-    serde_dynamo::to_item(v).expect("an image")
-}
-
 fn slot_item(d: &DeviceId, start: Timestamp, readings: &SlotReadings) -> SlotItem {
     let k = EntityKey::Slot {
         device: d.clone(),
@@ -116,17 +112,7 @@ fn slot_item(d: &DeviceId, start: Timestamp, readings: &SlotReadings) -> SlotIte
 }
 
 fn record(seq: u64, old: Option<&SlotItem>, new: &SlotItem) -> EventRecord {
-    let mut c = StreamRecord::default();
-    c.keys = image(&serde_json::json!({"pk": new.pk, "sk": new.sk}));
-    if let Some(o) = old {
-        c.old_image = image(o);
-    }
-    c.new_image = image(new);
-    c.sequence_number = Some(format!("{seq:021}"));
-    let mut r = EventRecord::default();
-    r.event_name = if old.is_some() { "MODIFY" } else { "INSERT" }.into();
-    r.change = c;
-    r
+    tidemark_aggregator::testing::slot_record(seq, old, Some(new))
 }
 
 /// The most writes `times` (ms) hold in any second, and in any second of the 60 s around a

@@ -24,9 +24,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use serde::Serialize;
 use tidemark_aggregator::config::parse_thresholds;
+use tidemark_aggregator::testing::image;
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Role};
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_schema::layout::{Layout, SlotLen};
@@ -75,20 +76,11 @@ fn part(device: &DeviceId, start: Timestamp, readings: &SlotReadings, version: u
     }
 }
 
-fn image<T: Serialize>(v: &T) -> serde_dynamo::Item {
-    serde_dynamo::to_item(v).expect("an image")
-}
-
 /// A stream record of `name` for the item, as DynamoDB Streams delivers it.
-fn record<T: Serialize>(seq: u64, name: &str, pk: &str, sk: &str, old: &T, new: &T) -> EventRecord {
-    let mut c = StreamRecord::default();
-    c.keys = image(&serde_json::json!({"pk": pk, "sk": sk}));
-    c.old_image = image(old);
-    c.new_image = image(new);
-    c.sequence_number = Some(format!("{seq:021}"));
-    let mut r = EventRecord::default();
+fn record<T: Serialize>(seq: u64, name: &str, old: &T, new: &T) -> EventRecord {
+    let mut r =
+        tidemark_aggregator::testing::change_record(seq.into(), Some(image(old)), Some(image(new)));
     r.event_name = name.into();
-    r.change = c;
     r
 }
 
@@ -217,11 +209,7 @@ async fn main() {
     let p0 = part(&d, last, &quiet, 1);
     let p = part(&d, last, &newest, 2);
     put_all(&client, vec![tidemark_store::to_item(&p).unwrap()]).await;
-    let (took, outcome) = invoke(
-        &alerts,
-        event(vec![record(1, "MODIFY", &p.pk, &p.sk, &p0, &p)]),
-    )
-    .await;
+    let (took, outcome) = invoke(&alerts, event(vec![record(1, "MODIFY", &p0, &p)])).await;
     eprintln!(
         "worst_case: warm-up batch {:.2} s: {outcome}",
         took.as_secs_f64()
@@ -246,13 +234,8 @@ async fn main() {
     let mut lowered = stored.clone();
     lowered.thresholds = parse_thresholds(r#"{"t":{"max":21,"severity":"critical"}}"#).unwrap();
     put_all(&client, vec![tidemark_store::to_item(&lowered).unwrap()]).await;
-    let (took, outcome) = invoke(
-        &alerts,
-        event(vec![record(
-            2, "MODIFY", &stored.pk, &stored.sk, &stored, &lowered,
-        )]),
-    )
-    .await;
+    let (took, outcome) =
+        invoke(&alerts, event(vec![record(2, "MODIFY", &stored, &lowered)])).await;
     rows.push(Row {
         case: format!("threshold lowered on {days} days of 1 Hz (packed 60 s)"),
         readings: format!("{}", parts * 60),
@@ -270,11 +253,7 @@ async fn main() {
     with_breach.insert(late_at, BTreeMap::from([(metric(), 45.0)]));
     let new = part(&d, late_start, &with_breach, 2);
     put_all(&client, vec![tidemark_store::to_item(&new).unwrap()]).await;
-    let (took, outcome) = invoke(
-        &alerts,
-        event(vec![record(3, "MODIFY", &new.pk, &new.sk, &old, &new)]),
-    )
-    .await;
+    let (took, outcome) = invoke(&alerts, event(vec![record(3, "MODIFY", &old, &new)])).await;
     rows.push(Row {
         case: format!("a breach from {} days ago arrives late", days - 1),
         readings: format!("{}", parts * 60 + 1),
@@ -306,8 +285,8 @@ async fn main() {
     let (took, outcome) = invoke(
         &alerts,
         event(vec![
-            record(4, "MODIFY", &new2.pk, &new2.sk, &old2, &new2),
-            record(5, "MODIFY", &p_new.pk, &p_new.sk, &p_old, &p_new),
+            record(4, "MODIFY", &old2, &new2),
+            record(5, "MODIFY", &p_old, &p_new),
         ]),
     )
     .await;
@@ -380,7 +359,7 @@ async fn main() {
         let (start, r) = second(s, 5_000.0);
         let p = part(&hot, start, &r, 1);
         seq += 1;
-        let mut rec = record(seq, "INSERT", &p.pk, &p.sk, &p, &p);
+        let mut rec = record(seq, "INSERT", &p, &p);
         rec.change.old_image = Default::default();
         records.push(rec);
         if records.len() == 100 {
@@ -394,18 +373,8 @@ async fn main() {
     let old = part(&hot, start, &spiked, 1);
     let new = part(&hot, start, &fixed, 2);
     put_all(&client, vec![tidemark_store::to_item(&new).unwrap()]).await;
-    let (took, outcome) = invoke(
-        &rollups,
-        event(vec![record(
-            seq + 1,
-            "MODIFY",
-            &new.pk,
-            &new.sk,
-            &old,
-            &new,
-        )]),
-    )
-    .await;
+    let (took, outcome) =
+        invoke(&rollups, event(vec![record(seq + 1, "MODIFY", &old, &new)])).await;
     let rate = readings_2k as f64 / took.as_secs_f64().max(1e-9);
     rows.push(Row {
         case: format!("2 kHz spike corrected, {hz2k_seconds} s of readings in its hour"),

@@ -147,11 +147,8 @@ mod tests {
             passed_at: None,
         };
         let rec = |h: &HeartbeatItem| {
-            let mut c = StreamRecord::default();
-            c.new_image = serde_dynamo::to_item(h).unwrap();
-            let mut r = EventRecord::default();
+            let mut r = crate::testing::change_record(1, None, Some(crate::testing::image(h)));
             r.event_name = "MODIFY".into();
-            r.change = c;
             r
         };
         let first = rec(&h);

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord};
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use base64::Engine;
 use serde_json::{Value, json};
@@ -630,23 +630,11 @@ impl<'a> World<'a> {
                 continue;
             }
             self.stream_seq += 1;
-            let mut c = StreamRecord::default();
-            c.keys = serde_dynamo::to_item(json!({"pk": k.0, "sk": k.1})).expect("keys");
-            if let Some(o) = old {
-                c.old_image = o.clone().into();
-            }
-            if let Some(n) = new {
-                c.new_image = n.clone().into();
-            }
-            c.sequence_number = Some(format!("{:021}", self.stream_seq));
-            let mut r = EventRecord::default();
-            r.event_name = match (old, new) {
-                (None, _) => "INSERT",
-                (_, None) => "REMOVE",
-                _ => "MODIFY",
-            }
-            .into();
-            r.change = c;
+            let r = tidemark_aggregator::testing::change_record(
+                self.stream_seq.into(),
+                old.map(|o| o.clone().into()),
+                new.map(|n| n.clone().into()),
+            );
             self.stream.push(r);
         }
         self.seen = now;

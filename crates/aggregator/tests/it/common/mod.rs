@@ -6,7 +6,7 @@ pub mod slots;
 
 use std::collections::BTreeMap;
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord, UserIdentity};
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use tidemark_aggregator::{AggregatorConfig, BothRoles};
@@ -54,15 +54,7 @@ pub fn reading_at(
     )
 }
 
-fn image<T: Serialize>(v: &T) -> serde_dynamo::Item {
-    serde_dynamo::to_item(v).unwrap()
-}
-
-#[derive(Serialize)]
-struct KeyOnly<'a> {
-    pk: &'a str,
-    sk: &'a str,
-}
+use tidemark_aggregator::testing::image;
 
 /// A DynamoDB stream with `shards` shards, each handing out increasing 21-digit sequence
 /// numbers as DynamoDB Local does. A partition key always maps to the same shard, unless it
@@ -148,21 +140,13 @@ impl StreamSim {
         let (shard, counter) = self.place(pk, sk);
         let seq = self.next[counter];
         self.next[counter] += 1 + (seq % 7) * 13;
-        let mut change = StreamRecord::default();
-        change.keys = image(&KeyOnly { pk, sk });
-        if let Some(n) = new {
-            change.new_image = image(n);
-        }
-        if let Some(o) = old {
-            change.old_image = image(o);
-        }
-        change.sequence_number = Some(format!("{seq:021}"));
-        change.size_bytes = 200;
-        change.stream_view_type =
+        let mut r =
+            tidemark_aggregator::testing::change_record(seq, old.map(image), new.map(image));
+        r.event_name = name.into();
+        r.change.size_bytes = 200;
+        r.change.stream_view_type =
             Some(aws_lambda_events::event::dynamodb::StreamViewType::NewAndOldImages);
-        let mut r = EventRecord::default();
         r.aws_region = "us-east-1".into();
-        r.change = change;
         r.event_id = format!("{shard}-{seq}");
         r.event_name = name.into();
         r.event_source = Some("aws:dynamodb".into());
@@ -198,12 +182,13 @@ impl StreamSim {
     }
 
     pub fn ttl_remove(&mut self, old: &ReadingItem) -> EventRecord {
-        let mut r = self.record("REMOVE", &old.pk, &old.sk, None, Some(old));
-        let mut u = UserIdentity::default();
-        u.type_ = "Service".into();
-        u.principal_id = "dynamodb.amazonaws.com".into();
-        r.user_identity = Some(u);
-        r
+        tidemark_aggregator::testing::as_ttl_expiry(self.record(
+            "REMOVE",
+            &old.pk,
+            &old.sk,
+            None,
+            Some(old),
+        ))
     }
 }
 
