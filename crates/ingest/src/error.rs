@@ -7,7 +7,7 @@ use crate::metric_cap::CapError;
 
 #[derive(Debug, Error)]
 pub enum IngestError {
-    /// The hot-device shard counts could not be read and none are cached: writing now could
+    /// The hot-device partition counts could not be read and none are cached: writing now could
     /// put a reading in the wrong partition, so the batch is retried instead.
     #[error("could not read the shard configuration: {0}")]
     ShardConfig(#[source] StoreError),

@@ -19,15 +19,14 @@ use tidemark_store::emf::Metrics;
 use tidemark_store::write::batch::{
     BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
 };
-use tidemark_store::emf::Metrics;
-use tidemark_store::slots::SlotStore;
+use tidemark_store::write::slots::SlotStore;
 
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, reading_item};
 pub use crate::error::IngestError;
 use crate::event::arrival_time;
 use crate::heartbeat;
-use crate::lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
+use crate::lookups::{DeviceDirectory, DynamoLookups, LayoutHistorySource};
 use crate::metric_cap::Names;
 use crate::packing::{SlotBatch, SlotReport};
 use crate::rejection::quarantine_items;

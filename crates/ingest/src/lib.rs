@@ -61,5 +61,5 @@ pub use decode::{
 pub use error::IngestError;
 pub use event::{KinesisBatch, arrival_time};
 pub use handler::{BatchStats, Ingest, deadline_from_epoch_millis};
-pub use lookups::{DeviceDirectory, DynamoLookups, ShardConfigSource};
+pub use lookups::{DeviceDirectory, DynamoLookups, LayoutHistorySource};
 pub use rejection::quarantine_items;

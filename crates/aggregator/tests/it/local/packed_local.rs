@@ -16,7 +16,7 @@ use tidemark_schema::{
     Threshold, Timestamp, field, keys,
 };
 use tidemark_store::retry::RetryPolicy;
-use tidemark_store::slots::{SlotKey, SlotWriter};
+use tidemark_store::write::slots::{SlotKey, SlotWriter};
 use tidemark_testkit::TestTable;
 
 /// Readings with one or two metrics, at seconds after 14:00.
