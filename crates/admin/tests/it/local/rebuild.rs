@@ -48,7 +48,7 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     // (the aggregator's 2 s window keeps the table well ahead of it, as on AWS)
     let pipeline = stack
         .pipeline(services().dynamodb_endpoint.clone(), |name, m| {
-            if name == "aggregator" {
+            if name == "rollups" {
                 tidemark_devstack::esm::MappingConfig {
                     batching_window: Duration::from_secs(2),
                     ..m

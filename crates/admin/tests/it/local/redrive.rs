@@ -109,7 +109,7 @@ async fn an_aggregator_batch_given_up_on_becomes_a_rebuild_and_every_rollup_is_e
     let proxy = FaultProxy::start(services().dynamodb_addr()).await.unwrap();
     let pipeline = stack
         .pipeline(proxy.endpoint(), |name, m| match name {
-            "aggregator" => MappingConfig {
+            "rollups" => MappingConfig {
                 max_retries: Some(1),
                 batching_window: Duration::from_secs(5),
                 ..m
