@@ -96,8 +96,8 @@ pub fn slot_record(seq: u64, old: Option<&SlotItem>, new: Option<&SlotItem>) -> 
     change_record(seq.into(), old.map(image), new.map(image))
 }
 
-/// An INSERT of an open alert of `device` (a `temperature` maximum breached at `opened`).
-pub fn alert_record(seq: u64, device: &str, opened: Timestamp) -> EventRecord {
+/// An open alert of `device`: a `temperature` maximum of 35 breached by 41.5 at `opened`.
+pub fn open_alert(device: &str, opened: Timestamp) -> tidemark_schema::AlertItem {
     use tidemark_schema::{AlertId, AlertItem, AlertRule, AlertState, Severity};
     let device_id = DeviceId::new(device).unwrap();
     let metric = metric("temperature");
@@ -107,7 +107,7 @@ pub fn alert_record(seq: u64, device: &str, opened: Timestamp) -> EventRecord {
         alert: alert_id.clone(),
     }
     .key();
-    let item = AlertItem {
+    AlertItem {
         pk: k.pk,
         sk: k.sk,
         gsi1pk: None,
@@ -128,8 +128,12 @@ pub fn alert_record(seq: u64, device: &str, opened: Timestamp) -> EventRecord {
         resolved_at: None,
         snoozed_until: None,
         tags: Default::default(),
-    };
-    written("INSERT", seq, serde_dynamo::to_item(&item).unwrap())
+    }
+}
+
+/// An INSERT of [`open_alert`].
+pub fn alert_record(seq: u64, device: &str, opened: Timestamp) -> EventRecord {
+    written("INSERT", seq, image(&open_alert(device, opened)))
 }
 
 /// A heartbeat ingest stored for `shard` (sent at `sent`), not yet passed.

@@ -3,8 +3,8 @@ use std::sync::Mutex;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey,
-    EventId, MetricName, Severity, TagKey, TagValue, Tags, Timestamp,
+    AlertItem, AlertRule, AlertState, DeviceItem, DeviceStatus, EntityKey, EventId, TagKey,
+    TagValue, Tags, Timestamp,
 };
 use tidemark_store::StoreError;
 
@@ -15,51 +15,14 @@ fn ts(s: &str) -> Timestamp {
 }
 
 fn alert(device: &str, opened: &str) -> AlertItem {
-    let device_id = DeviceId::new(device).unwrap();
-    let metric = MetricName::new("temperature").unwrap();
-    let alert_id = AlertId::for_breach(ts(opened), &metric, AlertRule::Max);
-    let k = EntityKey::Alert {
-        device: device_id.clone(),
-        alert: alert_id.clone(),
-    }
-    .key();
-    AlertItem {
-        pk: k.pk,
-        sk: k.sk,
-        gsi1pk: None,
-        gsi1sk: None,
-        device_id,
-        alert_id,
-        metric: Some(metric),
-        rule: AlertRule::Max,
-        severity: Severity::Critical,
-        state: AlertState::Open,
-        message: "temperature 41.5 above 35".into(),
-        value: 41.5,
-        threshold: 35.0,
-        breach_count: 1,
-        opened_at: ts(opened),
-        last_breach_at: ts(opened),
-        acknowledged_at: None,
-        resolved_at: None,
-        snoozed_until: None,
-        tags: Default::default(),
-    }
+    crate::testing::open_alert(device, ts(opened))
 }
 
 fn record(name: &str, seq: u64, old: Option<&AlertItem>, new: Option<&AlertItem>) -> EventRecord {
-    let mut r = EventRecord::default();
+    use crate::testing::{change_record, image};
+    let mut r = change_record(seq.into(), old.map(image), new.map(image));
     r.event_name = name.into();
     r.event_id = format!("e{seq}");
-    r.change.sequence_number = Some(format!("{seq:021}"));
-    if let Some(o) = old {
-        r.change.old_image = serde_dynamo::to_item(o).unwrap();
-    }
-    if let Some(n) = new {
-        r.change.new_image = serde_dynamo::to_item(n).unwrap();
-    }
-    let k = new.or(old).unwrap();
-    r.change.keys = serde_dynamo::to_item(serde_json::json!({"pk": k.pk, "sk": k.sk})).unwrap();
     let timed: aws_lambda_events::event::dynamodb::StreamRecord = serde_json::from_value(
         serde_json::json!({"ApproximateCreationDateTime": 1_776_700_000 + seq, "SizeBytes": 1}),
     )

@@ -10,10 +10,7 @@ use tidemark_aggregator::Notifier;
 use tidemark_aggregator::notify::{
     DynamoMarkers, EntryOutcomes, EventEntry, Markers, Publisher, alert_changes,
 };
-use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, Severity,
-    Timestamp,
-};
+use tidemark_schema::{AlertItem, AlertState, EntityKey, EventId, Timestamp};
 use tidemark_testkit::TestTable;
 
 fn ts(s: &str) -> Timestamp {
@@ -21,48 +18,13 @@ fn ts(s: &str) -> Timestamp {
 }
 
 fn alert(device: &str) -> AlertItem {
-    let device_id = DeviceId::new(device).unwrap();
-    let metric = MetricName::new("temperature").unwrap();
-    let opened = ts("2026-04-20T14:00:00Z");
-    let alert_id = AlertId::for_breach(opened, &metric, AlertRule::Max);
-    let k = EntityKey::Alert {
-        device: device_id.clone(),
-        alert: alert_id.clone(),
-    }
-    .key();
-    AlertItem {
-        pk: k.pk,
-        sk: k.sk,
-        gsi1pk: None,
-        gsi1sk: None,
-        device_id,
-        alert_id,
-        metric: Some(metric),
-        rule: AlertRule::Max,
-        severity: Severity::Critical,
-        state: AlertState::Open,
-        message: "temperature 41.5 above 35".into(),
-        value: 41.5,
-        threshold: 35.0,
-        breach_count: 1,
-        opened_at: opened,
-        last_breach_at: opened,
-        acknowledged_at: None,
-        resolved_at: None,
-        snoozed_until: None,
-        tags: Default::default(),
-    }
+    tidemark_aggregator::testing::open_alert(device, ts("2026-04-20T14:00:00Z"))
 }
 
 fn record(name: &str, seq: u64, old: Option<&AlertItem>, new: &AlertItem) -> EventRecord {
-    let mut r = EventRecord::default();
+    use tidemark_aggregator::testing::{change_record, image};
+    let mut r = change_record(seq.into(), old.map(image), Some(image(new)));
     r.event_name = name.into();
-    r.change.sequence_number = Some(format!("{seq:021}"));
-    r.change.new_image = serde_dynamo::to_item(new).unwrap();
-    if let Some(o) = old {
-        r.change.old_image = serde_dynamo::to_item(o).unwrap();
-    }
-    r.change.keys = serde_dynamo::to_item(serde_json::json!({"pk": new.pk, "sk": new.sk})).unwrap();
     r
 }
 
