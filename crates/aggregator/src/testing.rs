@@ -71,7 +71,7 @@ pub fn slot_item(device: &str, start: Timestamp, part: u16, readings: &[(i64, f6
         .collect();
     let k = EntityKey::Slot {
         device: DeviceId::new(device).unwrap(),
-        shard: None,
+        partition: None,
         start,
         part,
     }

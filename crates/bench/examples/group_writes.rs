@@ -92,7 +92,7 @@ fn metrics(i: u32, k: i64) -> BTreeMap<MetricName, f64> {
 fn slot_item(d: &DeviceId, start: Timestamp, readings: &SlotReadings) -> SlotItem {
     let k = EntityKey::Slot {
         device: d.clone(),
-        shard: None,
+        partition: None,
         start,
         part: 0,
     }

@@ -57,7 +57,7 @@ fn metric() -> MetricName {
 fn part(device: &DeviceId, start: Timestamp, readings: &SlotReadings, version: u64) -> SlotItem {
     let k = EntityKey::Slot {
         device: device.clone(),
-        shard: None,
+        partition: None,
         start,
         part: 0,
     }

@@ -114,17 +114,17 @@ mod tests {
             "ingest" => vec![
                 EntityKey::Reading {
                     device: device(),
-                    shard: None,
+                    partition: None,
                     at,
                 },
                 EntityKey::Reading {
                     device: device(),
-                    shard: Some(3),
+                    partition: Some(3),
                     at,
                 },
                 EntityKey::Slot {
                     device: device(),
-                    shard: Some(1),
+                    partition: Some(1),
                     start: at,
                     part: 0,
                 },

@@ -29,13 +29,13 @@ pub const AGG_PREFIX: &str = "AGG#";
 pub const AGG_PAGE_PREFIX: &str = "AGGPAGE#";
 pub const QUARANTINE_PREFIX: &str = "QUARANTINE#";
 pub const CONFIG_PK: &str = "CONFIG";
-pub const SHARDS_PREFIX: &str = "SHARDS#";
+pub const LAYOUT_HISTORY_PREFIX: &str = "SHARDS#";
 /// `CONFIG` / `#DEFAULT_LAYOUT`: the layout history of every device without one of its own.
 pub const DEFAULT_LAYOUT_SK: &str = "#DEFAULT_LAYOUT";
 pub const DEVICE_STATUS_PREFIX: &str = "DEVICE_STATUS#";
 pub const ALERT_SEVERITY_PREFIX: &str = "ALERT_SEVERITY#";
 /// Marks a hot device's reading partition in its partition key: `DEVICE#<id>#S<n>`.
-pub const SHARD_MARK: &str = "#S";
+pub const PARTITION_MARK: &str = "#S";
 /// Sort key of `tidemark-admin rebuild`'s fence item, written under a reading partition
 /// (`DEVICE#<id>[#S<n>]`) so its stream record marks a position in that partition's stream
 /// order. It parses as no entity, so the aggregator and the API ignore it.
@@ -136,16 +136,17 @@ pub struct KeyError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum EntityKey {
     Device(DeviceId),
-    /// `shard` is `None` for the device's own partition, `Some(n)` for `DEVICE#<id>#S<n>`.
+    /// `partition` is `None` for the device's own partition, `Some(n)` for `DEVICE#<id>#S<n>`
+    /// (one of a hot device's write partitions).
     Reading {
         device: DeviceId,
-        shard: Option<u16>,
+        partition: Option<u16>,
         at: Timestamp,
     },
     /// One part of a packed slot of readings ([`crate::layout`]).
     Slot {
         device: DeviceId,
-        shard: Option<u16>,
+        partition: Option<u16>,
         start: Timestamp,
         part: u16,
     },
@@ -327,12 +328,14 @@ impl EntityKey {
     pub fn key(&self) -> Key {
         match self {
             EntityKey::Device(d) => Key::new(device_pk(d), DEVICE_METADATA_SK),
-            EntityKey::Reading { device, shard, at } => {
-                Key::new(reading_pk(device, *shard), reading_sk(*at))
-            }
+            EntityKey::Reading {
+                device,
+                partition: shard,
+                at,
+            } => Key::new(reading_pk(device, *shard), reading_sk(*at)),
             EntityKey::Slot {
                 device,
-                shard,
+                partition: shard,
                 start,
                 part,
             } => Key::new(reading_pk(device, *shard), slot_sk(*start, *part)),
@@ -421,7 +424,7 @@ impl EntityKey {
                     .map_err(|e| err(&e.to_string()));
             }
             let id = sk
-                .strip_prefix(SHARDS_PREFIX)
+                .strip_prefix(LAYOUT_HISTORY_PREFIX)
                 .ok_or_else(|| err("config sort key must be SHARDS#<id> or #DEFAULT_LAYOUT"))?;
             return DeviceId::new(id)
                 .map(EntityKey::DeviceLayout)
@@ -602,7 +605,7 @@ impl EntityKey {
         let rest = pk
             .strip_prefix(DEVICE_PREFIX)
             .ok_or_else(|| err("unknown partition key prefix"))?;
-        let (id, shard) = match rest.split_once(SHARD_MARK) {
+        let (id, shard) = match rest.split_once(PARTITION_MARK) {
             Some((id, n)) => (
                 id,
                 Some(parse_small(n).ok_or_else(|| err("bad shard number"))?),
@@ -612,7 +615,11 @@ impl EntityKey {
         let device = DeviceId::new(id).map_err(|e| err(&e.to_string()))?;
         if let Some(ts) = sk.strip_prefix(READING_PREFIX) {
             let at = Timestamp::parse_canonical(ts).map_err(|e| err(&e.to_string()))?;
-            return Ok(EntityKey::Reading { device, shard, at });
+            return Ok(EntityKey::Reading {
+                device,
+                partition: shard,
+                at,
+            });
         }
         if let Some(rest) = sk.strip_prefix(SLOT_PREFIX) {
             let (start, part) = rest
@@ -622,7 +629,7 @@ impl EntityKey {
             let part = parse_small(part).ok_or_else(|| err("bad slot part"))?;
             return Ok(EntityKey::Slot {
                 device,
-                shard,
+                partition: shard,
                 start,
                 part,
             });
@@ -715,11 +722,11 @@ pub fn device_pk(d: &DeviceId) -> String {
     format!("{DEVICE_PREFIX}{d}")
 }
 
-/// The partition a reading is written to: the device's own, or shard `n` of a hot device.
-pub fn reading_pk(d: &DeviceId, shard: Option<u16>) -> String {
-    match shard {
+/// The partition a reading is written to: the device's own, or write partition `n` of a hot device.
+pub fn reading_pk(d: &DeviceId, partition: Option<u16>) -> String {
+    match partition {
         None => device_pk(d),
-        Some(n) => format!("{DEVICE_PREFIX}{d}{SHARD_MARK}{n}"),
+        Some(n) => format!("{DEVICE_PREFIX}{d}{PARTITION_MARK}{n}"),
     }
 }
 
@@ -856,7 +863,7 @@ pub fn group_batch_pk(batch: &str) -> String {
 }
 
 pub fn device_layout_sk(d: &DeviceId) -> String {
-    format!("{SHARDS_PREFIX}{d}")
+    format!("{LAYOUT_HISTORY_PREFIX}{d}")
 }
 
 /// GSI1 partition of devices with a status; `shard` spreads a large fleet over several keys.
@@ -997,7 +1004,7 @@ mod tests {
         let start = ts("2026-04-20T14:01:00Z");
         let k = round_trip(EntityKey::Slot {
             device: dev(),
-            shard: None,
+            partition: None,
             start,
             part: 0,
         });
@@ -1007,7 +1014,7 @@ mod tests {
         );
         let k = round_trip(EntityKey::Slot {
             device: dev(),
-            shard: Some(3),
+            partition: Some(3),
             start,
             part: 12,
         });
@@ -1144,14 +1151,14 @@ mod tests {
         let at = ts("2026-04-20T14:00:00Z");
         let k = round_trip(EntityKey::Reading {
             device: dev(),
-            shard: None,
+            partition: None,
             at,
         });
         assert_eq!(k.pk, "DEVICE#sensor_01");
         assert_eq!(k.sk, "READING#2026-04-20T14:00:00.000000Z");
         let k = round_trip(EntityKey::Reading {
             device: dev(),
-            shard: Some(2),
+            partition: Some(2),
             at,
         });
         assert_eq!(k.pk, "DEVICE#sensor_01#S2");

@@ -140,7 +140,7 @@ pub fn metadata_bitmaps(
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlotPart {
     pub device: DeviceId,
-    pub shard: Option<u16>,
+    pub partition: Option<u16>,
     pub start: Timestamp,
     pub part: u16,
     pub readings: SlotReadings,
@@ -194,7 +194,7 @@ impl SlotItem {
         let (device, shard, start, part) = match EntityKey::parse(&self.pk, &self.sk) {
             Ok(EntityKey::Slot {
                 device,
-                shard,
+                partition: shard,
                 start,
                 part,
             }) => (device, shard, start, part),
@@ -238,7 +238,7 @@ impl SlotItem {
         }
         Ok(SlotPart {
             device,
-            shard,
+            partition: shard,
             start,
             part,
             readings,
@@ -312,7 +312,7 @@ mod tests {
         let start = ts("2026-04-20T14:10:00Z");
         let readings = one("2026-04-20T14:10:05Z");
         let part = item(start, &readings).decode().unwrap();
-        assert_eq!((part.start, part.part, part.shard), (start, 0, None));
+        assert_eq!((part.start, part.part, part.partition), (start, 0, None));
         assert_eq!(part.readings, readings);
     }
 
@@ -443,7 +443,7 @@ mod tests {
         let (t1, t2) = (ts("2026-04-20T14:00:01Z"), ts("2026-04-20T14:00:02Z"));
         let part = |n: u16, readings: SlotReadings| SlotPart {
             device: DeviceId::new("d").unwrap(),
-            shard: None,
+            partition: None,
             start,
             part: n,
             readings,
@@ -487,7 +487,7 @@ mod tests {
         };
         let part = |n: u16, readings: SlotReadings, metadata: SlotMetadata| SlotPart {
             device: DeviceId::new("d").unwrap(),
-            shard: None,
+            partition: None,
             start,
             part: n,
             readings,

@@ -86,7 +86,11 @@ impl ReadingItem {
     /// The reading back, with its device, shard and time taken from the key.
     pub fn to_reading(&self) -> Result<(Reading, Option<u16>), KeyError> {
         match EntityKey::parse(&self.pk, &self.sk)? {
-            EntityKey::Reading { device, shard, at } => Ok((
+            EntityKey::Reading {
+                device,
+                partition: shard,
+                at,
+            } => Ok((
                 Reading {
                     device_id: device,
                     timestamp: at,

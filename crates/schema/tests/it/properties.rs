@@ -24,7 +24,11 @@ fn any_entity_key() -> impl Strategy<Value = EntityKey> {
             proptest::option::of(0u16..64),
             any_timestamp()
         )
-            .prop_map(|(device, shard, at)| EntityKey::Reading { device, shard, at }),
+            .prop_map(|(device, shard, at)| EntityKey::Reading {
+                device,
+                partition: shard,
+                at
+            }),
         (
             any_device_id(),
             any_timestamp(),
@@ -142,7 +146,7 @@ proptest! {
     fn no_device_id_forges_another_key(id in any_device_id(), t in any_timestamp()) {
         let own = [
             EntityKey::Device(id.clone()),
-            EntityKey::Reading { device: id.clone(), shard: None, at: t },
+            EntityKey::Reading { device: id.clone(), partition: None, at: t },
             EntityKey::Aggregate { device: id.clone(), bucket: Period::Daily.bucket(t) },
             EntityKey::DeviceLayout(id.clone()),
         ];

@@ -29,7 +29,7 @@ fn part(at: &SlotAt, number: u16, r: &SlotReadings, version: u64, sealed: bool) 
     let (device, shard, start) = at;
     let k = EntityKey::Slot {
         device: device.clone(),
-        shard: *shard,
+        partition: *shard,
         start: *start,
         part: number,
     }

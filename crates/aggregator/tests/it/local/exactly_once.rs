@@ -222,7 +222,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
             let (device, shard, start) = slot_of(&g);
             let k = tidemark_schema::EntityKey::Slot {
                 device,
-                shard,
+                partition: shard,
                 start,
                 part: 0,
             }

@@ -82,7 +82,7 @@ fn hundreds(device: &str, day: &str, count: usize) -> Vec<(String, Vec<u8>)> {
 async fn stored(t: &TestTable, device: &str, at: &str) -> Option<BTreeMap<String, f64>> {
     let key = EntityKey::Reading {
         device: dev(device),
-        shard: None,
+        partition: None,
         at: ts(at),
     }
     .key();
