@@ -9,8 +9,8 @@ use crate::metric_cap::CapError;
 pub enum IngestError {
     /// The hot-device partition counts could not be read and none are cached: writing now could
     /// put a reading in the wrong partition, so the batch is retried instead.
-    #[error("could not read the shard configuration: {0}")]
-    ShardConfig(#[source] StoreError),
+    #[error("could not read the layout histories: {0}")]
+    LayoutHistory(#[source] StoreError),
     #[error("could not check which devices are registered: {0}")]
     DeviceLookup(#[source] StoreError),
     /// A device's metric names of a day could not be read or written (docs/design.md §4,

@@ -523,7 +523,7 @@ where
                     tracing::warn!(error = %e, "layout configuration refresh failed; using the cached one");
                     Ok((h, 0))
                 }
-                _ => Err(IngestError::ShardConfig(e)),
+                _ => Err(IngestError::LayoutHistory(e)),
             },
         }
     }
