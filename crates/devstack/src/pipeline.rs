@@ -78,7 +78,8 @@ pub struct PipelineConfig {
     pub api_port: u16,
     pub functions: Functions,
     pub ingest: MappingConfig,
-    pub aggregator: MappingConfig,
+    /// The rollups role's mapping on the table stream (`tidemark-aggregator` when deployed).
+    pub rollups: MappingConfig,
     /// `DEFAULT_THRESHOLDS` of the aggregator, JSON (`{}` for none).
     pub default_thresholds: String,
     /// `DEFAULT_LAYOUT` (`single` | `packed:<seconds>`) for the in-process ingest: how
@@ -314,7 +315,7 @@ impl PipelineConfig {
             api_port,
             functions,
             ingest,
-            aggregator,
+            rollups: aggregator,
             default_layout: env.try_parse(&settings::DEFAULT_LAYOUT, |v| {
                 v.parse::<tidemark_schema::Layout>()
             })?,
@@ -355,7 +356,7 @@ pub fn max_retry_attempts(v: Option<String>) -> Result<Option<u32>, DevstackErro
 pub struct Pipeline {
     pub api_addr: SocketAddr,
     pub ingest: Arc<MappingStats>,
-    pub aggregator: Arc<MappingStats>,
+    pub rollups: Arc<MappingStats>,
     /// The alerts mapping, when configured and the functions run in process.
     pub alerts: Option<Arc<MappingStats>>,
     /// The local `PutEvents` endpoint (`GET /events` lists what it received).
@@ -407,13 +408,7 @@ impl Pipeline {
                         cfg.ingest.clone(),
                         &rx,
                     ),
-                    spawn(
-                        &mut tasks,
-                        stream_source,
-                        agg_fn,
-                        cfg.aggregator.clone(),
-                        &rx,
-                    ),
+                    spawn(&mut tasks, stream_source, agg_fn, cfg.rollups.clone(), &rx),
                 )
             }
             Functions::Invoke {
@@ -433,13 +428,7 @@ impl Pipeline {
                         cfg.ingest.clone(),
                         &rx,
                     ),
-                    spawn(
-                        &mut tasks,
-                        stream_source,
-                        agg_fn,
-                        cfg.aggregator.clone(),
-                        &rx,
-                    ),
+                    spawn(&mut tasks, stream_source, agg_fn, cfg.rollups.clone(), &rx),
                 )
             }
         };
@@ -531,7 +520,7 @@ impl Pipeline {
         Ok(Pipeline {
             api_addr,
             ingest,
-            aggregator,
+            rollups: aggregator,
             alerts,
             events_addr,
             events,

@@ -65,7 +65,7 @@ impl Stack {
             api_port: 0,
             functions: Functions::InProcess,
             ingest: quick("ingest", 200),
-            aggregator: quick("rollups", 500),
+            rollups: quick("rollups", 500),
             default_layout: None,
             device_identity: tidemark_schema::DeviceIdentity::Payload,
             default_thresholds: "{}".into(),

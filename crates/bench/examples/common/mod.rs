@@ -62,7 +62,7 @@ pub async fn template_pipeline(
         api_port: 0,
         functions: Functions::InProcess,
         ingest: mapping("ingest", 1),
-        aggregator: mapping("aggregator", 300),
+        rollups: mapping("aggregator", 300),
         default_layout: None,
         default_thresholds: setup.default_thresholds,
         alerts: Some(AlertsConfig::ephemeral(mapping("alerts", 1))),

@@ -126,7 +126,7 @@ async fn an_aggregator_batch_given_up_on_becomes_a_rebuild_and_every_rollup_is_e
     wait("ingest", || pipeline.ingest.delivered() == 20).await;
     proxy.fail_with(Fault::Throttling);
     wait("the aggregator to give up", || {
-        pipeline.aggregator.discarded() > 0
+        pipeline.rollups.discarded() > 0
     })
     .await;
     proxy.recover();

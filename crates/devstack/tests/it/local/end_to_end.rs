@@ -110,7 +110,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
         api_port: 0,
         functions: Functions::InProcess,
         ingest: fast("ingest", 100, 300),
-        aggregator: fast("aggregator", 1000, 500),
+        rollups: fast("aggregator", 1000, 500),
         default_layout: None,
         device_identity: tidemark_schema::DeviceIdentity::PartitionKey,
         default_thresholds: THRESHOLDS.into(),
@@ -229,7 +229,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
         readings.len(),
         t0.elapsed(),
         pipeline.ingest.delivered(),
-        pipeline.aggregator.delivered()
+        pipeline.rollups.delivered()
     );
 
     // Readings: every distinct reading, once, as sent (late and duplicate sends collapse).
@@ -518,7 +518,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
     assert!(read_on_failure_records(&on_failure.join("rollups")).is_empty());
     assert!(read_on_failure_records(&on_failure.join("alerts")).is_empty());
     assert_eq!(
-        pipeline.ingest.discarded() + pipeline.aggregator.discarded(),
+        pipeline.ingest.discarded() + pipeline.rollups.discarded(),
         0
     );
     pipeline.stop().await;

@@ -137,7 +137,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
         export: None,
         api_port: 0,
         ingest: tune(base.ingest.clone(), 300, "ingest"),
-        aggregator: tune(base.aggregator.clone(), 1_000, "aggregator"),
+        rollups: tune(base.rollups.clone(), 1_000, "aggregator"),
         alerts: Some(AlertsConfig::ephemeral(tune(
             base.alerts.clone().expect("the alerts mapping").mapping,
             1_000,
@@ -181,7 +181,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
     publish(&stream, &second).await;
     // The second outage's length (pacing only, as above).
     tokio::time::sleep(OUTAGE).await;
-    let aggregator_retries = retries(&pipeline.aggregator);
+    let aggregator_retries = retries(&pipeline.rollups);
     proxy.recover();
 
     // THEN the pipeline catches up by itself: every reading stored once, every rollup exact
@@ -206,7 +206,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
     )
     .await;
     let (ingest_discarded, aggregator_discarded) =
-        (pipeline.ingest.discarded(), pipeline.aggregator.discarded());
+        (pipeline.ingest.discarded(), pipeline.rollups.discarded());
     pipeline.stop().await;
     // AND the outages really hit both functions, and no mapping skipped a batch
     assert!(ingest_retries > 0, "ingest never saw the outage");
