@@ -113,14 +113,13 @@ heat:
 	$(CARGO) run --quiet -p tidemark-schema --example partition_heat -- $(HEAT_ARGS)
 
 ## bench-quick: the main comparison (write units per reading, readings/s, API latency) on small
-## fleets, in the debug build `make test` shares; a few minutes from a clean clone, build
-## included; its report goes to target/bench-quick/REPORT.md, never over the committed one
+## fleets, in the debug build `make test` shares; no release build; its report goes to target/bench-quick/REPORT.md, never over the committed one
 bench-quick:
 	scripts/services.sh start
 	$(CARGO) run -p tidemark-bench -- --quick
 
 ## bench: cost and speed on the local stack, side by side with the textbook design, in release
-## builds (well over an hour on two cores); writes bench/REPORT.md and bench/report.json,
+## builds (the two offline benchmarks alone take about half an hour); writes bench/REPORT.md and bench/report.json,
 ## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, one
 ## aggregator invocation on the worst cases of bounded work into bench/WORST_CASE.md, what
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
