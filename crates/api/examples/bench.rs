@@ -164,38 +164,6 @@ fn items<T: serde::Serialize>(out: &mut Vec<Item>, v: &[T]) {
     out.extend(v.iter().map(|x| tidemark_store::to_item(x).unwrap()));
 }
 
-async fn put_all(t: &TestTable, items: &[Item]) {
-    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-    for chunk in items.chunks(25) {
-        let mut reqs: Vec<WriteRequest> = chunk
-            .iter()
-            .map(|v| {
-                WriteRequest::builder()
-                    .put_request(
-                        PutRequest::builder()
-                            .set_item(Some(v.clone()))
-                            .build()
-                            .unwrap(),
-                    )
-                    .build()
-            })
-            .collect();
-        while !reqs.is_empty() {
-            let out = t
-                .client
-                .batch_write_item()
-                .request_items(&t.name, reqs)
-                .send()
-                .await
-                .unwrap();
-            reqs = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(&t.name))
-                .unwrap_or_default();
-        }
-    }
-}
-
 fn device(id: &str, at: Timestamp) -> DeviceItem {
     let mut d = DeviceItem::new(DeviceId::new(id).unwrap(), DeviceStatus::Active, at);
     d.name = Some(format!("Device {id}"));
@@ -353,7 +321,7 @@ async fn main() {
         run(&App::with_store(store, config), n, "in-memory store").await;
     } else {
         let t = TestTable::new("api-bench").await;
-        put_all(&t, &fleet()).await;
+        t.put_all(fleet()).await;
         let store = Timed {
             inner: DynamoStore::new(t.client.clone(), t.name.clone()),
             busy: Mutex::new(Busy::default()),

@@ -113,39 +113,6 @@ fn item_size(item: &Item) -> usize {
     item.iter().map(|(k, v)| k.len() + value(v)).sum()
 }
 
-async fn put_all(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    items: Vec<Item>,
-) -> Result<(), BenchError> {
-    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-    for chunk in items.chunks(25) {
-        let mut requests: Vec<WriteRequest> = chunk
-            .iter()
-            .map(|i| {
-                PutRequest::builder()
-                    .set_item(Some(i.clone()))
-                    .build()
-                    .map(|p| WriteRequest::builder().put_request(p).build())
-                    .map_err(|e| BenchError::Other(e.to_string()))
-            })
-            .collect::<Result<_, _>>()?;
-        while !requests.is_empty() {
-            let out = client
-                .batch_write_item()
-                .request_items(table, requests)
-                .send()
-                .await
-                .map_err(|e| BenchError::Other(format!("{e:?}")))?;
-            requests = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(table))
-                .unwrap_or_default();
-        }
-    }
-    Ok(())
-}
-
 /// One page of `uri` through the handler: (read units as billed, ms, items, cursor).
 async fn page(
     app: &App,
@@ -296,7 +263,7 @@ async fn main() -> Result<(), BenchError> {
     tidemark_store::create_table(&direct, "recomputed", &tidemark_schema::TABLE).await?;
     let mut all = closed.clone();
     all.push(tidemark_store::to_item(&ExportCursorItem::new(open_hour))?);
-    put_all(&direct, "recomputed", all).await?;
+    tidemark_testkit::put_items(&direct, "recomputed", all).await;
     // Table 2: the last closed hour not exported yet and the current hour open, both from
     // partials (12 batches of 4 stream shards each).
     tidemark_store::create_table(&direct, "open", &tidemark_schema::TABLE).await?;
@@ -334,7 +301,7 @@ async fn main() -> Result<(), BenchError> {
             }
         }
     }
-    put_all(&direct, "open", all).await?;
+    tidemark_testkit::put_items(&direct, "open", all).await;
 
     // Fleet latest: 5,000 devices at site:A.
     eprintln!("fleet_reads: registering {LATEST_DEVICES} tagged devices");
@@ -365,7 +332,7 @@ async fn main() -> Result<(), BenchError> {
             fleet.push(tidemark_store::to_item(&ReadingItem::new(&r, None, 30))?);
         }
     }
-    put_all(&direct, "latest", fleet).await?;
+    tidemark_testkit::put_items(&direct, "latest", fleet).await;
 
     let meter = Meter::start(target.dynamodb).await?;
     let client = tidemark_store::dynamodb_client(&ClientSettings::local(meter.endpoint())).await;

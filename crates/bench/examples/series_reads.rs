@@ -50,36 +50,6 @@ fn s(item: &Item, name: &str) -> String {
     }
 }
 
-async fn put_all(client: &aws_sdk_dynamodb::Client, table: &str, items: Vec<Item>) {
-    for chunk in items.chunks(25) {
-        let mut requests: Vec<_> = chunk
-            .iter()
-            .map(|i| {
-                aws_sdk_dynamodb::types::WriteRequest::builder()
-                    .put_request(
-                        aws_sdk_dynamodb::types::PutRequest::builder()
-                            .set_item(Some(i.clone()))
-                            .build()
-                            .expect("an item"),
-                    )
-                    .build()
-            })
-            .collect();
-        while !requests.is_empty() {
-            let out = client
-                .batch_write_item()
-                .request_items(table, requests)
-                .send()
-                .await
-                .expect("DynamoDB Local takes the items");
-            requests = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(table))
-                .unwrap_or_default();
-        }
-    }
-}
-
 /// `table` holding 30 days of `hour` (its slot `parts` and its rollup, copied to every hour)
 /// and each day's rollup summed from its hours, ending at `begin + DAYS`; `sketched`: the
 /// rollups keep their quantile sketches. The items stored.
@@ -144,7 +114,7 @@ async fn fill(
         }
     }
     let stored = out.len();
-    put_all(direct, table, out).await;
+    tidemark_testkit::put_items(direct, table, out).await;
     Ok((stored, day_bytes))
 }
 

@@ -165,6 +165,13 @@ impl TestTable {
         self.put_item(item).await;
     }
 
+    /// Puts raw items, each replacing any item with its key, through the store's own
+    /// batch writer (25 a call, unprocessed items and throttled calls retried with backoff):
+    /// how a test or bench seeds a table. Panics unless every item is written.
+    pub async fn put_all(&self, items: Vec<tidemark_store::Item>) {
+        put_items(&self.client, &self.name, items).await;
+    }
+
     /// Puts a raw item (a malformed one, say), replacing any item with its key.
     pub async fn put_item(&self, item: tidemark_store::Item) {
         self.client
@@ -175,6 +182,30 @@ impl TestTable {
             .await
             .unwrap_or_else(|e| panic!("put into {}: {e}", self.name));
     }
+}
+
+/// [`TestTable::put_all`] for a table a test or bench made itself.
+pub async fn put_items(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    items: Vec<tidemark_store::Item>,
+) {
+    use tidemark_store::write::batch::{BatchWriter, PendingWrite};
+    let writes = items
+        .into_iter()
+        .enumerate()
+        .map(|(tag, item)| PendingWrite::put(tag, item))
+        .collect();
+    let writer = BatchWriter::new(client.clone(), table, 4, Default::default());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    let report = writer.write_all(writes, deadline).await;
+    assert!(
+        report.failed_tags.is_empty() && report.refused.is_empty(),
+        "seeding {table}: {} of {} items not written ({:?})",
+        report.failed_tags.len() + report.refused.len(),
+        report.submitted,
+        report.last_error
+    );
 }
 
 /// Every item of `table` (consistent reads, every page), ordered by `pk` then `sk`.
@@ -257,11 +288,13 @@ impl TestStream {
         panic!("stream {name} did not become active");
     }
 
-    /// Puts `(partition key, data)` records, 500 a call (Kinesis' limit); panics on any
-    /// refused record (a benchmark or test cannot go on without them).
-    pub async fn put(&self, records: &[(String, Vec<u8>)]) {
+    /// Puts `(partition key, data)` records, 500 a call (Kinesis' limit, so up to 500 arrive
+    /// in one call, as one batch); panics on any refused record (a benchmark or test cannot go
+    /// on without them). Answers each record's sequence number, in order.
+    pub async fn put(&self, records: &[(String, Vec<u8>)]) -> Vec<String> {
         use aws_sdk_kinesis::primitives::Blob;
         use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+        let mut sequence_numbers = Vec::with_capacity(records.len());
         for chunk in records.chunks(500) {
             let entries = chunk
                 .iter()
@@ -286,7 +319,13 @@ impl TestStream {
                 Some(0),
                 "kinesis-mock refused records"
             );
+            sequence_numbers.extend(
+                out.records
+                    .iter()
+                    .map(|r| r.sequence_number.clone().unwrap_or_default()),
+            );
         }
+        sequence_numbers
     }
 }
 

@@ -5,8 +5,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
@@ -76,35 +74,11 @@ impl Stack {
     }
 
     pub async fn publish(&self, records: &[(String, String)]) -> Vec<String> {
-        let mut seqs = Vec::new();
-        for chunk in records.chunks(500) {
-            let entries = chunk
-                .iter()
-                .map(|(k, json)| {
-                    PutRecordsRequestEntry::builder()
-                        .partition_key(k)
-                        .data(Blob::new(json.as_bytes()))
-                        .build()
-                        .unwrap()
-                })
-                .collect();
-            let out = self
-                .stream
-                .client
-                .put_records()
-                .stream_name(&self.stream.name)
-                .set_records(Some(entries))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(out.failed_record_count, Some(0));
-            seqs.extend(
-                out.records
-                    .iter()
-                    .map(|r| r.sequence_number.clone().unwrap_or_default()),
-            );
-        }
-        seqs
+        let records: Vec<(String, Vec<u8>)> = records
+            .iter()
+            .map(|(k, json)| (k.clone(), json.as_bytes().to_vec()))
+            .collect();
+        self.stream.put(&records).await
     }
 
     /// Waits until the stored rollups equal the recomputation from the stored readings and

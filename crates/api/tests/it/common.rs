@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
 use lambda_http::{Body, Request};
 use serde_json::Value;
 use tidemark_api::{ApiConfig, App};
@@ -66,46 +65,15 @@ pub async fn put<T: serde::Serialize>(t: &TestTable, v: &T) {
         .unwrap();
 }
 
-/// Writes many items, 25 per BatchWriteItem, retrying unprocessed ones.
+/// Writes many entities through the store's batch writer ([`TestTable::put_all`]).
 pub async fn put_all<T: serde::Serialize>(t: &TestTable, items: &[T]) {
-    for chunk in items.chunks(25) {
-        let mut reqs: Vec<WriteRequest> = chunk
+    t.put_all(
+        items
             .iter()
-            .map(|v| {
-                WriteRequest::builder()
-                    .put_request(
-                        PutRequest::builder()
-                            .set_item(Some(tidemark_store::to_item(v).unwrap()))
-                            .build()
-                            .unwrap(),
-                    )
-                    .build()
-            })
-            .collect();
-        let mut failures = 0;
-        while !reqs.is_empty() {
-            // A shared, busy DynamoDB Local can time a call out: retry a few times.
-            match t
-                .client
-                .batch_write_item()
-                .request_items(&t.name, reqs.clone())
-                .send()
-                .await
-            {
-                Ok(out) => {
-                    reqs = out
-                        .unprocessed_items
-                        .and_then(|mut u| u.remove(&t.name))
-                        .unwrap_or_default();
-                }
-                Err(e) => {
-                    failures += 1;
-                    assert!(failures < 5, "BatchWriteItem kept failing: {e:?}");
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                }
-            }
-        }
-    }
+            .map(|v| tidemark_store::to_item(v).unwrap())
+            .collect(),
+    )
+    .await;
 }
 
 pub fn sample_device() -> DeviceItem {

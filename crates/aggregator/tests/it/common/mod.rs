@@ -218,35 +218,13 @@ pub fn aggregator(t: &TestTable) -> BothRoles {
 }
 
 pub async fn put_readings(t: &TestTable, items: &[ReadingItem]) {
-    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-    for chunk in items.chunks(25) {
-        let mut reqs: Vec<WriteRequest> = chunk
+    t.put_all(
+        items
             .iter()
-            .map(|r| {
-                WriteRequest::builder()
-                    .put_request(
-                        PutRequest::builder()
-                            .set_item(Some(tidemark_store::to_item(r).unwrap()))
-                            .build()
-                            .unwrap(),
-                    )
-                    .build()
-            })
-            .collect();
-        while !reqs.is_empty() {
-            let out = t
-                .client
-                .batch_write_item()
-                .request_items(&t.name, reqs)
-                .send()
-                .await
-                .unwrap();
-            reqs = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(&t.name))
-                .unwrap_or_default();
-        }
-    }
+            .map(|r| tidemark_store::to_item(r).unwrap())
+            .collect(),
+    )
+    .await;
 }
 
 /// Stores slot part items as they are (a test's final state of packed readings).

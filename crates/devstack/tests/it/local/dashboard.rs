@@ -11,8 +11,6 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -173,27 +171,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
     // Whole seconds: the page's Date keeps milliseconds, the table may keep microseconds.
     let now = Timestamp::from_epoch_millis(Timestamp::now().epoch_millis() / 1000 * 1000).unwrap();
     let (recs, wave) = records(now);
-    for chunk in recs.chunks(500) {
-        let entries = chunk
-            .iter()
-            .map(|(pk, data)| {
-                PutRecordsRequestEntry::builder()
-                    .partition_key(pk)
-                    .data(Blob::new(data.clone()))
-                    .build()
-                    .unwrap()
-            })
-            .collect();
-        let out = stream
-            .client
-            .put_records()
-            .stream_name(&stream.name)
-            .set_records(Some(entries))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(out.failed_record_count(), Some(0));
-    }
+    stream.put(&recs).await;
     // Caught up: every wave reading rolled up, both breaches alerted, both bad records kept.
     let from = now.minus_millis(86_400_000).unwrap();
     let q = format!(

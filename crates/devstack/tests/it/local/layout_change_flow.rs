@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use serde_json::{Value, json};
 use tidemark_devstack::pipeline::Pipeline;
 use tidemark_schema::{
@@ -20,25 +18,18 @@ use crate::common::{encode, get, try_all_items};
 
 /// Puts `records` into the stream in one `PutRecords` call (so ingest gets them in one batch).
 async fn put_records(stream: &TestStream, records: &[Value]) {
-    let entries = records
+    assert!(
+        records.len() <= 500,
+        "one PutRecords call takes 500 records"
+    );
+    let records: Vec<(String, Vec<u8>)> = records
         .iter()
         .map(|r| {
-            PutRecordsRequestEntry::builder()
-                .partition_key(r["deviceId"].as_str().unwrap())
-                .data(Blob::new(serde_json::to_vec(r).unwrap()))
-                .build()
-                .unwrap()
+            let device = r["deviceId"].as_str().unwrap().to_owned();
+            (device, serde_json::to_vec(r).unwrap())
         })
         .collect();
-    let out = stream
-        .client
-        .put_records()
-        .stream_name(&stream.name)
-        .set_records(Some(entries))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(out.failed_record_count(), Some(0));
+    stream.put(&records).await;
 }
 
 async fn put_items(table: &TestTable, items: Vec<tidemark_store::Item>) {

@@ -9,8 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use tidemark_devstack::LocalConfig;
 use tidemark_devstack::esm::{MappingConfig, read_on_failure_records};
 use tidemark_devstack::pipeline::{AlertsConfig, Pipeline, PipelineConfig};
@@ -50,27 +48,11 @@ fn readings(
 }
 
 async fn publish(stream: &TestStream, records: &BTreeMap<(String, i64), String>) {
-    let entries: Vec<PutRecordsRequestEntry> = records
+    let records: Vec<(String, Vec<u8>)> = records
         .iter()
-        .map(|((d, _), json)| {
-            PutRecordsRequestEntry::builder()
-                .partition_key(d)
-                .data(Blob::new(json.as_bytes()))
-                .build()
-                .unwrap()
-        })
+        .map(|((d, _), json)| (d.clone(), json.as_bytes().to_vec()))
         .collect();
-    for chunk in entries.chunks(500) {
-        let out = stream
-            .client
-            .put_records()
-            .stream_name(&stream.name)
-            .set_records(Some(chunk.to_vec()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(out.failed_record_count, Some(0));
-    }
+    stream.put(&records).await;
 }
 
 /// The stored readings: `(device, epoch ms)` → metrics.
