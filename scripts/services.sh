@@ -17,6 +17,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCAL="${TIDEMARK_LOCAL_DIR:-$ROOT/.local}"
 DDB_PORT="${TIDEMARK_DYNAMODB_PORT:-8000}"
+# A DynamoDB Local on another port is a service of its own (its own PID file and log), so
+# `make test` can run a second one beside the first (scripts/test-packages.py's `--beside`).
+DDB_NAME="dynamodb-local"
+[[ "$DDB_PORT" == 8000 ]] || DDB_NAME="dynamodb-local-$DDB_PORT"
 KIN_PORT="${TIDEMARK_KINESIS_PORT:-4567}"
 KIN_TLS_PORT="${TIDEMARK_KINESIS_TLS_PORT:-$((KIN_PORT + 1))}"
 S3_PORT="${TIDEMARK_S3_PORT:-4569}"
@@ -171,7 +175,7 @@ start() {
   # One starter at a time: parallel test processes may all ask at once.
   exec 9>"$RUN_DIR/start.lock"
   flock 9
-  start_one dynamodb-local "$DDB_PORT" "DynamoDBLocal.jar"
+  start_one "$DDB_NAME" "$DDB_PORT" "DynamoDBLocal.jar"
   start_one kinesis-mock "$KIN_PORT" "main.js"
   start_one moto-s3 "$S3_PORT" "moto_server"
 }
@@ -189,7 +193,7 @@ stop_one() {
 
 stop() {
   local which="${*:-dynamodb-local kinesis-mock moto-s3}"
-  [[ " $which " == *" dynamodb-local "* ]] && stop_one dynamodb-local "DynamoDBLocal.jar"
+  [[ " $which " == *" dynamodb-local "* ]] && stop_one "$DDB_NAME" "DynamoDBLocal.jar"
   [[ " $which " == *" kinesis-mock "* ]] && stop_one kinesis-mock "main.js"
   [[ " $which " == *" moto-s3 "* ]] && stop_one moto-s3 "moto_server"
   return 0
@@ -197,7 +201,7 @@ stop() {
 
 status() {
   local name port marker
-  for spec in "dynamodb-local:$DDB_PORT:DynamoDBLocal.jar" "kinesis-mock:$KIN_PORT:main.js" "moto-s3:$S3_PORT:moto_server"; do
+  for spec in "$DDB_NAME:$DDB_PORT:DynamoDBLocal.jar" "kinesis-mock:$KIN_PORT:main.js" "moto-s3:$S3_PORT:moto_server"; do
     IFS=: read -r name port marker <<<"$spec"
     if pid="$(live_pid "$name" "$marker")"; then
       echo "$name: running, pid $pid, 127.0.0.1:$port"
@@ -224,6 +228,6 @@ case "${1:-}" in
   stop) shift; stop "$@" ;;
   status) status ;;
   env) env_vars ;;
-  __run) case "$2" in dynamodb-local) start_dynamodb ;; kinesis-mock) start_kinesis ;; moto-s3) start_moto ;; esac ;;
+  __run) case "$2" in dynamodb-local*) start_dynamodb ;; kinesis-mock) start_kinesis ;; moto-s3) start_moto ;; esac ;;
   *) echo "usage: $0 install|start|stop|status|env" >&2; exit 2 ;;
 esac
