@@ -1,131 +1,13 @@
-//! One watchdog run, over the store operations it needs ([`WatchStore`]) and the pipeline
+//! One watchdog run, over the store operations it needs ([`WatchStore`], in `store.rs`) and the pipeline
 //! ([`Heartbeats`]); see the crate docs for the rule.
 
 use futures::StreamExt;
 use tidemark_schema::keys::{self, ShardName};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, HeartbeatItem,
-    Severity, Timestamp,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, Severity, Timestamp,
 };
-use tidemark_store::StoreError;
-use tidemark_store::emf::Metrics;
 
-use crate::{Heartbeats, WatchdogConfig, WatchdogError};
-
-/// The table operations of a run.
-pub trait WatchStore: Sync {
-    /// Every shard's heartbeat item, read strongly consistent.
-    fn heartbeats(&self) -> impl Future<Output = Result<Vec<HeartbeatItem>, StoreError>> + Send;
-    /// The devices of watch partition `partition` whose check time is at or before `until`,
-    /// at most `limit`, earliest first.
-    fn due(
-        &self,
-        partition: &str,
-        until: Timestamp,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<DeviceId>, StoreError>> + Send;
-    /// The device item, read strongly consistent.
-    fn device(
-        &self,
-        id: &DeviceId,
-    ) -> impl Future<Output = Result<Option<DeviceItem>, StoreError>> + Send;
-    /// The latest arrival among the device's readings (single or packed, any layout epoch)
-    /// stored at or after the reading time `since`.
-    fn newest_arrival(
-        &self,
-        id: &DeviceId,
-        since: Timestamp,
-    ) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
-    /// Sets its newest arrival and check time, if its `version` is still as read.
-    fn postpone(
-        &self,
-        dev: &DeviceItem,
-        arrived: Timestamp,
-        check: Timestamp,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Takes it out of the watch (it has no window any more), same condition.
-    fn unwatch(&self, dev: &DeviceItem) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Creates `alert` and marks the device offline since `since`, in one transaction: the
-    /// alert only if new, the device only if its `version` is still as read.
-    fn open(
-        &self,
-        dev: &DeviceItem,
-        alert: &AlertItem,
-        since: Timestamp,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Read and write units consumed so far (DynamoDB's own figures).
-    fn units(&self) -> (f64, f64);
-}
-
-/// What one run did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunReport {
-    /// Shards the heartbeat went into.
-    pub shards: usize,
-    /// Everything that arrived before it is on the device items; `None`: the pipeline has not
-    /// confirmed a heartbeat on every shard yet, and nothing was decided.
-    pub watermark: Option<Timestamp>,
-    /// Whether this run's own heartbeats passed in time (else an older watermark was used).
-    pub heartbeat_passed: bool,
-    pub due: u64,
-    pub opened: u64,
-    pub postponed: u64,
-    pub unwatched: u64,
-    /// Decided by someone else first (another run, the alerts role): looked at again next run.
-    pub lost: u64,
-    pub failed: u64,
-    pub read_units: f64,
-    pub write_units: f64,
-}
-
-impl RunReport {
-    pub fn metrics(&self, sent: Timestamp) -> Metrics {
-        let lag = self.watermark.map_or(0, |w| {
-            (sent.epoch_millis() - w.epoch_millis()).max(0) as u64
-        });
-        Metrics::new("watchdog")
-            .count("DevicesDue", self.due)
-            .count("OfflineOpened", self.opened)
-            .count("Postponed", self.postponed)
-            .count("Unwatched", self.unwatched)
-            .count("Lost", self.lost)
-            .count("Failed", self.failed)
-            .count("WatermarkLagMs", lag)
-            .count("NoWatermark", u64::from(self.watermark.is_none()))
-    }
-}
-
-/// Logs the run (one line, and its EMF metrics) and returns it as the invocation's result.
-pub fn log(r: &RunReport, now: Timestamp) -> serde_json::Value {
-    tracing::info!(
-        shards = r.shards,
-        watermark = ?r.watermark.map(|w| w.to_string()),
-        heartbeat_passed = r.heartbeat_passed,
-        due = r.due,
-        opened = r.opened,
-        postponed = r.postponed,
-        unwatched = r.unwatched,
-        lost = r.lost,
-        failed = r.failed,
-        read_units = r.read_units,
-        write_units = r.write_units,
-        "watchdog run"
-    );
-    r.metrics(now).emit();
-    serde_json::json!({
-        "shards": r.shards,
-        "watermark": r.watermark.map(|w| w.to_string()),
-        "heartbeatPassed": r.heartbeat_passed,
-        "due": r.due,
-        "opened": r.opened,
-        "postponed": r.postponed,
-        "unwatched": r.unwatched,
-        "lost": r.lost,
-        "failed": r.failed,
-        "readUnits": r.read_units,
-        "writeUnits": r.write_units,
-    })
-}
+use crate::{Heartbeats, Report, WatchStore, WatchdogConfig, WatchdogError};
 
 /// What one due device came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,9 +76,9 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
 
     /// One run; `deadline` (the invocation's) bounds the wait for heartbeats and the
     /// decisions (what is not decided is still due at the next run).
-    pub async fn run(&self, deadline: tokio::time::Instant) -> Result<RunReport, WatchdogError> {
+    pub async fn run(&self, deadline: tokio::time::Instant) -> Result<Report, WatchdogError> {
         let sent = self.config.clock.now();
-        let mut report = RunReport::default();
+        let mut report = Report::default();
         let shards = match self.pipeline.send(sent).await {
             Ok(s) => s,
             Err(e) => {
@@ -245,7 +127,7 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
         Ok(self.finish(report))
     }
 
-    fn finish(&self, mut report: RunReport) -> RunReport {
+    fn finish(&self, mut report: Report) -> Report {
         let (r, w) = self.store.units();
         report.read_units = r;
         report.write_units = w;
