@@ -7,28 +7,15 @@
 
 use std::time::Duration;
 
-use tidemark_schema::{
-    CLOSE_GRACE_SECONDS, EntityKey, ExportCursorItem, ExportDirtyItem, Period, Timestamp, field,
-    keys,
-};
-use tidemark_store::read::{Queries, QuerySpec, SkRange, query_all};
+use tidemark_schema::{CLOSE_GRACE_SECONDS, Period, Timestamp};
 
 use crate::ExportError;
-use crate::export_table::ExportTable;
 use crate::hour::{ends_day, export_day, export_hour};
+use crate::report::Report;
 use crate::sink::Sink;
+use crate::store::{ExportTable, State};
 
 const HOUR_MS: i64 = 3_600_000;
-
-/// Where the schedule stands, in the table's `EXPORT` partition.
-pub trait State {
-    fn cursor(&self) -> impl Future<Output = Result<Option<Timestamp>, ExportError>> + Send;
-    /// Moves the cursor to `hour` unless it already stands there or later.
-    fn advance(&self, hour: Timestamp) -> impl Future<Output = Result<(), ExportError>> + Send;
-    fn dirty(&self) -> impl Future<Output = Result<Vec<ExportDirtyItem>, ExportError>> + Send;
-    /// Removes the mark if no marking came after `d` was read; whether it did.
-    fn clear(&self, d: &ExportDirtyItem) -> impl Future<Output = Result<bool, ExportError>> + Send;
-}
 
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -37,17 +24,6 @@ pub struct Schedule {
     pub grace: Duration,
     /// Hours one run exports at most (a backlog is caught up over several runs).
     pub max_hours: usize,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunReport {
-    pub exported: Vec<Timestamp>,
-    pub reexported: Vec<Timestamp>,
-    /// Days whose daily rollups were written (their start).
-    pub days: Vec<Timestamp>,
-    pub readings: u64,
-    /// Due hours left for the next run (deadline or `max_hours`).
-    pub behind: usize,
 }
 
 /// The newest hour exportable at `now`: closed ([`CLOSE_GRACE_SECONDS`] after its end) for
@@ -66,8 +42,8 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
     schedule: &Schedule,
     now: Timestamp,
     deadline: tokio::time::Instant,
-) -> Result<RunReport, ExportError> {
-    let mut report = RunReport::default();
+) -> Result<Report, ExportError> {
+    let mut report = Report::default();
     let Some(due) = due_hour(now, schedule.grace) else {
         return Ok(report);
     };
@@ -130,109 +106,4 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
         report.reexported.push(d.hour);
     }
     Ok(report)
-}
-
-/// [`State`] in the table.
-pub struct DynamoState {
-    pub client: aws_sdk_dynamodb::Client,
-    pub table: String,
-    pub queries: Queries,
-}
-
-impl DynamoState {
-    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        DynamoState {
-            queries: Queries::new(client.clone(), table.to_owned()),
-            client,
-            table: table.to_owned(),
-        }
-    }
-}
-
-fn key_item(k: &tidemark_schema::Key) -> tidemark_store::Item {
-    tidemark_store::batch_get::key_item(k)
-}
-
-impl State for DynamoState {
-    async fn cursor(&self) -> Result<Option<Timestamp>, ExportError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&EntityKey::ExportCursor.key())))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(tidemark_store::StoreError::sdk("GetItem"))?;
-        Ok(match out.item {
-            Some(i) => Some(tidemark_store::from_item::<ExportCursorItem>(i)?.hour),
-            None => None,
-        })
-    }
-
-    async fn advance(&self, hour: Timestamp) -> Result<(), ExportError> {
-        let r = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(tidemark_store::to_item(&ExportCursorItem::new(hour))?))
-            .condition_expression("attribute_not_exists(pk) OR #hour < :hour")
-            .expression_attribute_names("#hour", field::HOUR)
-            .expression_attribute_values(
-                ":hour",
-                serde_dynamo::to_attribute_value(hour).map_err(tidemark_store::StoreError::from)?,
-            )
-            .send()
-            .await
-            .map_err(tidemark_store::StoreError::sdk("PutItem"));
-        match r {
-            Ok(_) => Ok(()),
-            // Another run got there first.
-            Err(e) if e.is_conditional_check_failed() => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    async fn dirty(&self) -> Result<Vec<ExportDirtyItem>, ExportError> {
-        let spec = QuerySpec {
-            consistent: true,
-            ..QuerySpec::table(
-                keys::EXPORT_PK.to_owned(),
-                SkRange::BeginsWith(keys::EXPORT_DIRTY_PREFIX.to_owned()),
-                true,
-            )
-        };
-        let mut items = Vec::new();
-        query_all(&self.queries, &spec, 1000, |i| items.push(i)).await?;
-        let mut out = Vec::new();
-        for i in items {
-            match tidemark_store::from_item::<ExportDirtyItem>(i) {
-                Ok(d) => out.push(d),
-                Err(e) => tracing::warn!(error = %e, "unreadable export mark skipped"),
-            }
-        }
-        Ok(out)
-    }
-
-    async fn clear(&self, d: &ExportDirtyItem) -> Result<bool, ExportError> {
-        let r = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&EntityKey::ExportDirty(d.hour).key())))
-            .condition_expression("#marks = :marks")
-            .expression_attribute_names("#marks", field::MARKS)
-            .expression_attribute_values(
-                ":marks",
-                aws_sdk_dynamodb::types::AttributeValue::N(d.marks.to_string()),
-            )
-            .send()
-            .await
-            .map_err(tidemark_store::StoreError::sdk("DeleteItem"));
-        match r {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_conditional_check_failed() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
 }

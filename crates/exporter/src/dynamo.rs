@@ -1,62 +1,25 @@
-//! What an export reads from the table, and the group rollups it writes there, one small
-//! trait, implemented for DynamoDB.
+//! The exporter's store traits on DynamoDB: what an export reads from the table and the
+//! group rollups it writes there ([`DynamoExportTable`]), and where the schedule stands
+//! ([`DynamoState`]).
 
 use std::collections::{BTreeSet, HashMap};
 
 use tidemark_schema::{
-    Bucket, DeviceId, DeviceStatus, EntityKey, GroupBucketItem, Key, MetricName, Reading, Tag,
-    TagHistory, TagKey, Timestamp, keys,
+    Bucket, DeviceId, DeviceStatus, EntityKey, ExportCursorItem, ExportDirtyItem, GroupBucketItem,
+    Key, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field, keys,
 };
 use tidemark_store::Item;
 use tidemark_store::batch_get::key_item;
 use tidemark_store::read::{Queries, QuerySpec, SkRange, query_all, walk_whole_readings_while};
 
 use crate::ExportError;
+use crate::store::{ExportTable, State};
 
 /// Group items put at once (one `PutItem` each: the SDK retries a throttled one).
 const GROUP_WRITES_IN_FLIGHT: usize = 16;
 
 /// Devices listed per GSI1 query page.
 const DEVICE_PAGE: i32 = 1000;
-
-pub trait ExportTable {
-    /// Every registered device (each status, each status partition).
-    fn devices(&self) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
-    /// Hands `visit` the device's readings in `[from, to)`, whole (metadata included), in
-    /// time order, one at a time (a day of a 2 kHz device is never held at once); answers how
-    /// many stored items did not parse (left out, as every reader leaves them out).
-    fn readings(
-        &self,
-        device: &DeviceId,
-        from: Timestamp,
-        to: Timestamp,
-        visit: impl FnMut(Reading) + Send,
-    ) -> impl Future<Output = Result<u64, ExportError>> + Send;
-    /// `GROUP_TAGS`: the tag keys whose groups keep rollups.
-    fn group_tags(&self) -> &[TagKey];
-    /// The tag histories of `devices`, read consistent (a device without one is absent).
-    fn tag_histories(
-        &self,
-        devices: &[DeviceId],
-    ) -> impl Future<Output = Result<HashMap<DeviceId, TagHistory>, ExportError>> + Send;
-    /// Puts group bucket items (each replacing what its key held).
-    fn put_group_buckets(
-        &self,
-        items: &[GroupBucketItem],
-    ) -> impl Future<Output = Result<(), ExportError>> + Send;
-    /// Deletes group bucket items.
-    fn delete_group_buckets(
-        &self,
-        keys: &[Key],
-    ) -> impl Future<Output = Result<(), ExportError>> + Send;
-    /// The hour items of `tag`'s `metric` in the day `day`, read consistent.
-    fn group_hours(
-        &self,
-        tag: &Tag,
-        metric: &MetricName,
-        day: Bucket,
-    ) -> impl Future<Output = Result<Vec<GroupBucketItem>, ExportError>> + Send;
-}
 
 /// The table. Readings are read strongly consistent: a re-export of a marked hour must see the
 /// late write behind the mark, however soon after it runs. The device listing (GSI1) is
@@ -237,5 +200,106 @@ impl ExportTable for DynamoExportTable {
             return Err(ExportError::Store(e));
         }
         Ok(out)
+    }
+}
+
+/// [`State`] in the table.
+pub struct DynamoState {
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+    pub queries: Queries,
+}
+
+impl DynamoState {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        DynamoState {
+            queries: Queries::new(client.clone(), table.to_owned()),
+            client,
+            table: table.to_owned(),
+        }
+    }
+}
+
+impl State for DynamoState {
+    async fn cursor(&self) -> Result<Option<Timestamp>, ExportError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&EntityKey::ExportCursor.key())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("GetItem"))?;
+        Ok(match out.item {
+            Some(i) => Some(tidemark_store::from_item::<ExportCursorItem>(i)?.hour),
+            None => None,
+        })
+    }
+
+    async fn advance(&self, hour: Timestamp) -> Result<(), ExportError> {
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(tidemark_store::to_item(&ExportCursorItem::new(hour))?))
+            .condition_expression("attribute_not_exists(pk) OR #hour < :hour")
+            .expression_attribute_names("#hour", field::HOUR)
+            .expression_attribute_values(
+                ":hour",
+                serde_dynamo::to_attribute_value(hour).map_err(tidemark_store::StoreError::from)?,
+            )
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("PutItem"));
+        match r {
+            Ok(_) => Ok(()),
+            // Another run got there first.
+            Err(e) if e.is_conditional_check_failed() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn dirty(&self) -> Result<Vec<ExportDirtyItem>, ExportError> {
+        let spec = QuerySpec {
+            consistent: true,
+            ..QuerySpec::table(
+                keys::EXPORT_PK.to_owned(),
+                SkRange::BeginsWith(keys::EXPORT_DIRTY_PREFIX.to_owned()),
+                true,
+            )
+        };
+        let mut items = Vec::new();
+        query_all(&self.queries, &spec, 1000, |i| items.push(i)).await?;
+        let mut out = Vec::new();
+        for i in items {
+            match tidemark_store::from_item::<ExportDirtyItem>(i) {
+                Ok(d) => out.push(d),
+                Err(e) => tracing::warn!(error = %e, "unreadable export mark skipped"),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn clear(&self, d: &ExportDirtyItem) -> Result<bool, ExportError> {
+        let r = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&EntityKey::ExportDirty(d.hour).key())))
+            .condition_expression("#marks = :marks")
+            .expression_attribute_names("#marks", field::MARKS)
+            .expression_attribute_values(
+                ":marks",
+                aws_sdk_dynamodb::types::AttributeValue::N(d.marks.to_string()),
+            )
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("DeleteItem"));
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conditional_check_failed() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
