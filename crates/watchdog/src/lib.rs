@@ -25,14 +25,16 @@
 //!
 //! Modules, the shape of every function crate: [`config`] (its settings), [`error`]
 //! ([`WatchdogError`]), [`report`] ([`Report`], what one run did), [`store`] ([`WatchStore`],
-//! the table operations a run needs), [`dynamo`] (that trait on DynamoDB), [`pipeline`] (the
-//! heartbeats) and [`run`] (one run).
+//! the table operations a run needs), [`dynamo`] (that trait on DynamoDB), [`memory`] (the
+//! same over the one in-memory test engine, [`MemoryStore`]), [`pipeline`] (the heartbeats)
+//! and [`run`] (one run).
 //!
 //! [`upkeep`]: https://docs.rs/tidemark-aggregator (`offline::upkeep` in `crates/aggregator`)
 
 pub mod config;
 pub mod dynamo;
 pub mod error;
+pub mod memory;
 pub mod pipeline;
 pub mod report;
 pub mod run;
@@ -41,6 +43,7 @@ pub mod store;
 pub use config::WatchdogConfig;
 pub use dynamo::DynamoWatch;
 pub use error::WatchdogError;
+pub use memory::MemoryStore;
 pub use pipeline::{Heartbeats, KinesisHeartbeats};
 pub use report::Report;
 pub use run::Watchdog;

@@ -2,8 +2,10 @@
 //! in memory (for the run's unit tests) in `memory.rs`. One trait, so the run's logic is the
 //! same over both.
 
-use tidemark_schema::{AlertItem, DeviceId, DeviceItem, HeartbeatItem, Timestamp};
-use tidemark_store::StoreError;
+use tidemark_schema::{
+    AlertItem, DeviceId, DeviceItem, HeartbeatItem, LayoutHistory, Timestamp, field, keys,
+};
+use tidemark_store::{Item, StoreError};
 
 /// The table operations of a run.
 pub trait WatchStore: Sync {
@@ -48,4 +50,47 @@ pub trait WatchStore: Sync {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Read and write units consumed so far (DynamoDB's own figures).
     fn units(&self) -> (f64, f64);
+}
+
+/// One partition's sort-key range holding a device's readings stored since some reading time:
+/// what [`WatchStore::newest_arrival`] reads the arrivals of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrivalRange {
+    /// The readings partition (`pk`).
+    pub partition: String,
+    /// Inclusive sort-key bounds.
+    pub lo: String,
+    pub hi: String,
+}
+
+/// The ranges holding `id`'s readings of reading time `since` or later under `history`, one
+/// per layout segment and partition: both implementations read arrivals from exactly these,
+/// so the in-memory one reads what the DynamoDB one does.
+pub fn arrival_ranges(
+    id: &DeviceId,
+    history: &LayoutHistory,
+    since: Timestamp,
+) -> Vec<ArrivalRange> {
+    let mut out = Vec::new();
+    for seg in history.segments(since, Timestamp::MAX) {
+        let (lo, hi) = match seg.layout.slot {
+            // A part may carry its next slot's readings: from the slot before.
+            Some(len) => keys::slot_sk_between(len.first_holder(seg.from), len.start_of(seg.to)),
+            None => (keys::reading_sk(seg.from), keys::reading_sk(seg.to)),
+        };
+        for partition in seg.partitions() {
+            out.push(ArrivalRange {
+                partition: keys::reading_pk(id, partition),
+                lo: lo.clone(),
+                hi: hi.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// The arrival a stored reading item (single or slot part) carries, if any.
+pub fn arrived_at(item: &Item) -> Option<Timestamp> {
+    let ms = item.get(field::ARRIVED_AT)?.as_n().ok()?;
+    Timestamp::from_epoch_millis(ms.parse::<i64>().ok()?).ok()
 }
