@@ -5,21 +5,17 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tidemark_schema::{
-    Bucket, DeviceId, DeviceStatus, EntityKey, ExportCursorItem, ExportDirtyItem, GroupBucketItem,
-    Key, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field, keys,
+    Bucket, DeviceId, EntityKey, ExportCursorItem, ExportDirtyItem, GroupBucketItem, Key,
+    MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field,
 };
-use tidemark_store::Item;
 use tidemark_store::batch_get::key_item;
-use tidemark_store::read::{Queries, QuerySpec, SkRange, query_all, walk_whole_readings_while};
+use tidemark_store::read::Queries;
 
 use crate::ExportError;
-use crate::store::{ExportTable, State};
+use crate::store::{ExportTable, State, list_devices, read_dirty, read_group_hours, walk_readings};
 
 /// Group items put at once (one `PutItem` each: the SDK retries a throttled one).
 const GROUP_WRITES_IN_FLIGHT: usize = 16;
-
-/// Devices listed per GSI1 query page.
-const DEVICE_PAGE: i32 = 1000;
 
 /// The table. Readings are read strongly consistent: a re-export of a marked hour must see the
 /// late write behind the mark, however soon after it runs. The device listing (GSI1) is
@@ -53,36 +49,9 @@ impl DynamoExportTable {
     }
 }
 
-fn device_of(item: &Item) -> Option<DeviceId> {
-    let s = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
-    match EntityKey::parse(&s("pk")?, &s("sk")?) {
-        Ok(EntityKey::Device(d)) => Some(d),
-        _ => None,
-    }
-}
-
 impl ExportTable for DynamoExportTable {
     async fn devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
-        let mut out = BTreeSet::new();
-        for status in DeviceStatus::ALL.iter().copied() {
-            // Unsharded and sharded partitions both: a device is in exactly one of them.
-            let mut partitions = vec![keys::status_gsi1pk(status, None)];
-            if self.status_partitions > 1 {
-                partitions.extend(keys::status_gsi1pks(status, self.status_partitions));
-            }
-            for pk in partitions {
-                let spec = QuerySpec::gsi1(
-                    pk,
-                    SkRange::BeginsWith(keys::DEVICE_PREFIX.to_owned()),
-                    true,
-                );
-                query_all(&self.queries, &spec, DEVICE_PAGE, |item| {
-                    out.extend(device_of(&item));
-                })
-                .await?;
-            }
-        }
-        Ok(out)
+        list_devices(&self.queries, self.status_partitions).await
     }
 
     async fn readings(
@@ -90,31 +59,13 @@ impl ExportTable for DynamoExportTable {
         device: &DeviceId,
         from: Timestamp,
         to: Timestamp,
-        mut visit: impl FnMut(Reading) + Send,
+        visit: impl FnMut(Reading) + Send,
     ) -> Result<u64, ExportError> {
         let history =
             tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
                 .await?
                 .0;
-        let Some(last) = to.pred() else {
-            return Ok(0);
-        };
-        let walked = walk_whole_readings_while(
-            &self.queries,
-            device,
-            &history,
-            from,
-            last,
-            false,
-            None,
-            true,
-            |r| {
-                visit(r);
-                true
-            },
-        )
-        .await?;
-        Ok(walked.unreadable)
+        walk_readings(&self.queries, device, &history, from, to, visit).await
     }
 
     fn group_tags(&self) -> &[TagKey] {
@@ -172,34 +123,7 @@ impl ExportTable for DynamoExportTable {
         metric: &MetricName,
         day: Bucket,
     ) -> Result<Vec<GroupBucketItem>, ExportError> {
-        let (first, last) = crate::groups::hours_of_day(day);
-        let mut spec = QuerySpec::table(
-            keys::group_pk(tag),
-            SkRange::Between(
-                keys::group_bucket_sk(metric, first),
-                keys::group_bucket_sk(metric, last),
-            ),
-            true,
-        );
-        spec.consistent = true;
-        let mut out = Vec::new();
-        let mut bad = None;
-        query_all(
-            &self.queries,
-            &spec,
-            100,
-            |item| match tidemark_store::from_item::<GroupBucketItem>(item) {
-                Ok(g) => out.push(g),
-                Err(e) => {
-                    bad.get_or_insert(e);
-                }
-            },
-        )
-        .await?;
-        if let Some(e) = bad {
-            return Err(ExportError::Store(e));
-        }
-        Ok(out)
+        read_group_hours(&self.queries, tag, metric, day).await
     }
 }
 
@@ -261,24 +185,7 @@ impl State for DynamoState {
     }
 
     async fn dirty(&self) -> Result<Vec<ExportDirtyItem>, ExportError> {
-        let spec = QuerySpec {
-            consistent: true,
-            ..QuerySpec::table(
-                keys::EXPORT_PK.to_owned(),
-                SkRange::BeginsWith(keys::EXPORT_DIRTY_PREFIX.to_owned()),
-                true,
-            )
-        };
-        let mut items = Vec::new();
-        query_all(&self.queries, &spec, 1000, |i| items.push(i)).await?;
-        let mut out = Vec::new();
-        for i in items {
-            match tidemark_store::from_item::<ExportDirtyItem>(i) {
-                Ok(d) => out.push(d),
-                Err(e) => tracing::warn!(error = %e, "unreadable export mark skipped"),
-            }
-        }
-        Ok(out)
+        read_dirty(&self.queries).await
     }
 
     async fn clear(&self, d: &ExportDirtyItem) -> Result<bool, ExportError> {

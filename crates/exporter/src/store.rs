@@ -1,13 +1,16 @@
 //! The exporter's store traits, what its logic runs over: what an export reads from the table
 //! and the group rollups it writes there ([`ExportTable`]), and where the schedule stands
-//! ([`State`]). On DynamoDB in `dynamo.rs`.
+//! ([`State`]); and the reads the implementations share, over any [`QueryStore`]. On
+//! DynamoDB in `dynamo.rs`, in memory (over the one in-memory test engine) in `memory.rs`.
 
 use std::collections::{BTreeSet, HashMap};
 
 use tidemark_schema::{
-    Bucket, DeviceId, ExportDirtyItem, GroupBucketItem, Key, MetricName, Reading, Tag, TagHistory,
-    TagKey, Timestamp,
+    Bucket, DeviceId, DeviceStatus, EntityKey, ExportDirtyItem, GroupBucketItem, Key,
+    LayoutHistory, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, keys,
 };
+use tidemark_store::Item;
+use tidemark_store::read::{QuerySpec, QueryStore, SkRange, query_all, walk_whole_readings_while};
 
 use crate::ExportError;
 
@@ -61,4 +64,125 @@ pub trait State {
     fn dirty(&self) -> impl Future<Output = Result<Vec<ExportDirtyItem>, ExportError>> + Send;
     /// Removes the mark if no marking came after `d` was read; whether it did.
     fn clear(&self, d: &ExportDirtyItem) -> impl Future<Output = Result<bool, ExportError>> + Send;
+}
+
+/// Devices listed per GSI1 query page.
+const DEVICE_PAGE: i32 = 1000;
+
+fn device_of(item: &Item) -> Option<DeviceId> {
+    let s = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
+    match EntityKey::parse(&s("pk")?, &s("sk")?) {
+        Ok(EntityKey::Device(d)) => Some(d),
+        _ => None,
+    }
+}
+
+// The reads below are the implementations' own, shared: each runs over any [`QueryStore`]
+// (DynamoDB's `Queries`, the in-memory `MemTable`), so the in-memory store reads the table
+// exactly as the DynamoDB one does.
+
+/// Every registered device from GSI1's status listing: each status, its unsharded partition
+/// and, over `status_partitions` > 1, its sharded ones (a device is in exactly one).
+pub async fn list_devices<Q: QueryStore + Sync>(
+    q: &Q,
+    status_partitions: u16,
+) -> Result<BTreeSet<DeviceId>, ExportError> {
+    let mut out = BTreeSet::new();
+    for status in DeviceStatus::ALL.iter().copied() {
+        let mut partitions = vec![keys::status_gsi1pk(status, None)];
+        if status_partitions > 1 {
+            partitions.extend(keys::status_gsi1pks(status, status_partitions));
+        }
+        for pk in partitions {
+            let spec = QuerySpec::gsi1(
+                pk,
+                SkRange::BeginsWith(keys::DEVICE_PREFIX.to_owned()),
+                true,
+            );
+            query_all(q, &spec, DEVICE_PAGE, |item| {
+                out.extend(device_of(&item));
+            })
+            .await?;
+        }
+    }
+    Ok(out)
+}
+
+/// [`ExportTable::readings`] of `device` under its layout `history`: the one reader of stored
+/// readings, strongly consistent, whole readings in time order.
+pub async fn walk_readings<Q: QueryStore + Sync>(
+    q: &Q,
+    device: &DeviceId,
+    history: &LayoutHistory,
+    from: Timestamp,
+    to: Timestamp,
+    mut visit: impl FnMut(Reading) + Send,
+) -> Result<u64, ExportError> {
+    let Some(last) = to.pred() else {
+        return Ok(0);
+    };
+    let walked =
+        walk_whole_readings_while(q, device, history, from, last, false, None, true, |r| {
+            visit(r);
+            true
+        })
+        .await?;
+    Ok(walked.unreadable)
+}
+
+/// [`ExportTable::group_hours`]: one consistent query of the group's partition.
+pub async fn read_group_hours<Q: QueryStore + Sync>(
+    q: &Q,
+    tag: &Tag,
+    metric: &MetricName,
+    day: Bucket,
+) -> Result<Vec<GroupBucketItem>, ExportError> {
+    let (first, last) = crate::groups::hours_of_day(day);
+    let mut spec = QuerySpec::table(
+        keys::group_pk(tag),
+        SkRange::Between(
+            keys::group_bucket_sk(metric, first),
+            keys::group_bucket_sk(metric, last),
+        ),
+        true,
+    );
+    spec.consistent = true;
+    let mut out = Vec::new();
+    let mut bad = None;
+    query_all(q, &spec, 100, |item| {
+        match tidemark_store::from_item::<GroupBucketItem>(item) {
+            Ok(g) => out.push(g),
+            Err(e) => {
+                bad.get_or_insert(e);
+            }
+        }
+    })
+    .await?;
+    if let Some(e) = bad {
+        return Err(ExportError::Store(e));
+    }
+    Ok(out)
+}
+
+/// [`State::dirty`]: the `EXPORT` partition's marks, read consistent (an unreadable one is
+/// skipped and logged).
+pub async fn read_dirty<Q: QueryStore + Sync>(q: &Q) -> Result<Vec<ExportDirtyItem>, ExportError> {
+    let spec = QuerySpec {
+        consistent: true,
+        ..QuerySpec::table(
+            keys::EXPORT_PK.to_owned(),
+            SkRange::BeginsWith(keys::EXPORT_DIRTY_PREFIX.to_owned()),
+            true,
+        )
+    };
+    let mut items = Vec::new();
+    query_all(q, &spec, 1000, |i| items.push(i)).await?;
+    let mut out = Vec::new();
+    for i in items {
+        match tidemark_store::from_item::<ExportDirtyItem>(i) {
+            Ok(d) => out.push(d),
+            Err(e) => tracing::warn!(error = %e, "unreadable export mark skipped"),
+        }
+    }
+    Ok(out)
 }
