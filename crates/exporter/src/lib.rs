@@ -13,7 +13,8 @@
 //!
 //! The shape of every function crate: [`config`] (its settings), [`error`] ([`ExportError`]),
 //! [`report`] ([`Report`], what one run did), [`store`] (the traits the export and the
-//! schedule run over: [`ExportTable`], [`State`]) and [`dynamo`] (them on DynamoDB).
+//! schedule run over: [`ExportTable`], [`State`]), [`dynamo`] (them on DynamoDB) and
+//! [`memory`] (them over the one in-memory test engine, [`MemoryStore`]).
 
 pub mod columns;
 pub mod config;
@@ -23,6 +24,7 @@ pub mod file;
 pub mod function;
 pub mod groups;
 pub mod hour;
+pub mod memory;
 pub mod paths;
 pub mod report;
 pub mod s3;
@@ -32,5 +34,6 @@ pub mod store;
 
 pub use dynamo::{DynamoExportTable, DynamoState};
 pub use error::ExportError;
+pub use memory::MemoryStore;
 pub use report::Report;
 pub use store::{ExportTable, State};

@@ -107,3 +107,252 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    //! [`run`] over the in-memory store ([`crate::MemoryStore`]) and sink: the schedule's
+    //! logic, as `crates/exporter/tests/it/local/schedule_local.rs` checks it on DynamoDB.
+
+    use std::collections::BTreeMap;
+
+    use tidemark_schema::{
+        DeviceId, DeviceItem, DeviceStatus, EntityKey, ExportDirtyItem, Layout, LayoutHistory,
+        LayoutHistoryItem, MetricName, Reading, ReadingItem, SlotLen, keys,
+    };
+    use tidemark_store::write::slots::{SlotKey, SlotWriter};
+
+    use super::*;
+    use crate::MemoryStore;
+    use crate::sink::MemorySink;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn schedule() -> Schedule {
+        Schedule {
+            prefix: "p".into(),
+            grace: Duration::from_secs(300),
+            max_hours: 24,
+        }
+    }
+
+    fn reading(device: &str, at: &str, metrics: &[(&str, f64)]) -> Reading {
+        Reading {
+            device_id: DeviceId::new(device).unwrap(),
+            timestamp: ts(at),
+            metrics: metrics
+                .iter()
+                .map(|(m, v)| (MetricName::new(m).unwrap(), *v))
+                .collect(),
+            metadata: None,
+        }
+    }
+
+    /// A table with `device` registered (in GSI1's status listing, where the export finds
+    /// devices).
+    fn table_with(device: &str) -> MemoryStore {
+        let store = MemoryStore::new();
+        store
+            .put_entity(&DeviceItem::new(
+                DeviceId::new(device).unwrap(),
+                DeviceStatus::Active,
+                ts("2026-04-01T00:00:00Z"),
+            ))
+            .unwrap();
+        store
+    }
+
+    /// Stores a single reading item, as ingest does.
+    fn put_reading(store: &MemoryStore, device: &str, at: &str, metrics: &[(&str, f64)]) {
+        let item = ReadingItem::new(&reading(device, at, metrics), None, 3650);
+        store.put_entity(&item).unwrap();
+    }
+
+    fn mark(hour: &str, marks: u64) -> ExportDirtyItem {
+        let k = EntityKey::ExportDirty(ts(hour)).key();
+        ExportDirtyItem {
+            pk: k.pk,
+            sk: k.sk,
+            hour: ts(hour),
+            marked_at: ts("2026-04-20T13:30:00Z"),
+            marks,
+        }
+    }
+
+    /// One run at `at` over the store's state and readings, with a minute to spare.
+    async fn run_at(store: &MemoryStore, sink: &MemorySink, s: &Schedule, at: &str) -> Report {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        run(store, store, sink, s, ts(at), deadline).await.unwrap()
+    }
+
+    fn readings_in(sink: &MemorySink, hour: &str) -> u64 {
+        let m = sink
+            .get(&format!(
+                "p/readings/dt=2026-04-20/hour={hour}/_manifest.json"
+            ))
+            .unwrap_or_else(|| panic!("hour {hour} not exported"));
+        serde_json::from_slice::<serde_json::Value>(&m).unwrap()["readings"]
+            .as_u64()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_closed_hour_is_exported_once_and_the_cursor_moves() {
+        // GIVEN a device with readings at 09:30, 10:30 and 11:30
+        let store = table_with("d1");
+        for at in [
+            "2026-04-20T09:30:00Z",
+            "2026-04-20T10:30:00Z",
+            "2026-04-20T11:30:00Z",
+        ] {
+            put_reading(&store, "d1", at, &[("t", 1.0)]);
+        }
+        let sink = MemorySink::default();
+
+        // WHEN the first run comes at 11:20
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+
+        // THEN it exports the due hour, 10:00, only, and the cursor stands there
+        assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+        assert_eq!(r.readings, 1);
+        assert_eq!(readings_in(&sink, "10"), 1);
+        assert_eq!(
+            store.cursor().await.unwrap(),
+            Some(ts("2026-04-20T10:00:00Z"))
+        );
+        // AND a run again with nothing new exports nothing and writes the same bytes
+        let before = sink.all();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:25:00Z").await;
+        assert_eq!(r, Report::default());
+        assert_eq!(sink.all(), before);
+        // AND two hours later the runs catch up hour by hour, oldest first
+        let one = Schedule {
+            max_hours: 1,
+            ..schedule()
+        };
+        let r = run_at(&store, &sink, &one, "2026-04-20T13:20:00Z").await;
+        assert_eq!(
+            (r.exported.as_slice(), r.behind),
+            ([ts("2026-04-20T11:00:00Z")].as_slice(), 1)
+        );
+        let r = run_at(&store, &sink, &one, "2026-04-20T13:21:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T12:00:00Z")]);
+        assert_eq!((readings_in(&sink, "11"), readings_in(&sink, "12")), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn an_hour_exported_again_from_the_same_readings_has_the_same_bytes() {
+        // GIVEN an hour exported by one run
+        let store = table_with("d1");
+        put_reading(&store, "d1", "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        let first = MemorySink::default();
+        run_at(&store, &first, &schedule(), "2026-04-20T11:20:00Z").await;
+        // WHEN it is marked (nothing changed) and a run exports it again into another store
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        let second = MemorySink::default();
+        let r = run_at(&store, &second, &schedule(), "2026-04-20T11:30:00Z").await;
+        // THEN the objects are the same, byte for byte
+        assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+        let hour = |s: &MemorySink| {
+            s.all()
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("p/readings/"))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert!(!hour(&first).is_empty());
+        assert_eq!(hour(&second), hour(&first));
+    }
+
+    #[tokio::test]
+    async fn an_hour_marked_changed_after_its_close_is_exported_again() {
+        // GIVEN an exported hour, 10:00
+        let store = table_with("d1");
+        put_reading(&store, "d1", "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        let sink = MemorySink::default();
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        assert_eq!(readings_in(&sink, "10"), 1);
+
+        // WHEN a late reading lands in it and the rollups role marks the hour
+        put_reading(&store, "d1", "2026-04-20T10:45:00Z", &[("t", 2.0)]);
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:40:00Z").await;
+
+        // THEN the run exports it again, with the late reading, and removes the mark
+        assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+        assert!(r.exported.is_empty());
+        assert_eq!(readings_in(&sink, "10"), 2);
+        assert!(store.dirty().await.unwrap().is_empty());
+        // AND an hour the schedule has not reached yet stays marked, for when it is
+        store.put_entity(&mark("2026-04-20T11:00:00Z", 1)).unwrap();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:50:00Z").await;
+        assert!(r.reexported.is_empty(), "{r:?}");
+        assert_eq!(store.dirty().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_mark_renewed_after_a_run_read_it_survives_that_runs_clear() {
+        let store = MemoryStore::new();
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        let read = store.dirty().await.unwrap().remove(0);
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 2)).unwrap();
+        assert!(!store.clear(&read).await.unwrap());
+        assert_eq!(store.dirty().await.unwrap().len(), 1);
+        let renewed = store.dirty().await.unwrap().remove(0);
+        assert!(store.clear(&renewed).await.unwrap());
+        assert!(store.dirty().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_cursor_only_moves_forward() {
+        let store = MemoryStore::new();
+        store.advance(ts("2026-04-20T10:00:00Z")).await.unwrap();
+        store.advance(ts("2026-04-20T09:00:00Z")).await.unwrap();
+        assert_eq!(
+            store.cursor().await.unwrap(),
+            Some(ts("2026-04-20T10:00:00Z"))
+        );
+        store.advance(ts("2026-04-20T11:00:00Z")).await.unwrap();
+        assert_eq!(
+            store.cursor().await.unwrap(),
+            Some(ts("2026-04-20T11:00:00Z"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_packed_devices_readings_are_exported_as_a_single_items_are() {
+        // GIVEN a device whose readings are packed in 60 s slots, two in the 10:00 hour
+        let store = table_with("packed");
+        let len = SlotLen::new(60).unwrap();
+        let layouts = LayoutHistory::default()
+            .with_layout(ts("2026-04-20T00:00:00Z"), Layout::packed(len))
+            .unwrap();
+        let device = DeviceId::new("packed").unwrap();
+        store
+            .put_entity(&LayoutHistoryItem::new(&device, layouts))
+            .unwrap();
+        for at in ["2026-04-20T10:30:00Z", "2026-04-20T10:30:30Z"] {
+            let r = reading("packed", at, &[("t", 1.0)]);
+            let key = SlotKey {
+                pk: keys::reading_pk(&device, None),
+                start: len.start_of(r.timestamp),
+                len,
+            };
+            let readings: BTreeMap<_, _> = [(r.timestamp, r.metrics)].into();
+            SlotWriter::new(store.table(), "t", Default::default())
+                .write(
+                    &key,
+                    &readings,
+                    i64::MAX,
+                    tokio::time::Instant::now() + Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+        }
+        // WHEN the hour is exported, THEN both readings are in it
+        let sink = MemorySink::default();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        assert_eq!((r.exported.len(), r.readings), (1, 2), "{r:?}");
+        assert_eq!(readings_in(&sink, "10"), 2);
+    }
+}
