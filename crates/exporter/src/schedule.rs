@@ -355,4 +355,65 @@ mod tests {
         assert_eq!((r.exported.len(), r.readings), (1, 2), "{r:?}");
         assert_eq!(readings_in(&sink, "10"), 2);
     }
+
+    #[tokio::test]
+    async fn group_hours_follow_their_members_readings_at_each_export() {
+        use tidemark_schema::{Tag, TagEpoch, TagHistory, TagHistoryItem, Tags};
+        // GIVEN d0 and d1 at site A, d2 at site B, one reading each in the 10:00 hour
+        let store =
+            MemoryStore::new().with_group_tags(vec![tidemark_schema::TagKey::new("site").unwrap()]);
+        for (d, site) in [("d0", "A"), ("d1", "A"), ("d2", "B")] {
+            let id = DeviceId::new(d).unwrap();
+            store
+                .put_entity(&DeviceItem::new(
+                    id.clone(),
+                    DeviceStatus::Active,
+                    ts("2026-04-01T00:00:00Z"),
+                ))
+                .unwrap();
+            let key = TagHistoryItem::key(&id);
+            let tag = Tag::parse(&format!("site:{site}")).unwrap();
+            store
+                .put_entity(&TagHistoryItem {
+                    pk: key.pk,
+                    sk: key.sk,
+                    epochs: TagHistory::from_epochs(vec![TagEpoch {
+                        from: ts("2026-04-20T00:00:00Z"),
+                        tags: Tags::new([(tag.key, tag.value)].into()).unwrap(),
+                    }]),
+                    version: 1,
+                })
+                .unwrap();
+            put_reading(&store, d, "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        }
+        let sink = MemorySink::default();
+        let t = MetricName::new("t").unwrap();
+        let day = Period::Daily.bucket(ts("2026-04-20T10:00:00Z"));
+        let group = async |site: &str| {
+            let tag = Tag::parse(&format!("site:{site}")).unwrap();
+            let hours = store.group_hours(&tag, &t, day).await.unwrap();
+            hours
+                .iter()
+                .map(|g| (g.stats.count, g.devices))
+                .collect::<Vec<_>>()
+        };
+
+        // WHEN the hour is exported, THEN each site's hour counts its members' readings
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        assert_eq!(group("A").await, [(2, 2)]);
+        assert_eq!(group("B").await, [(1, 1)]);
+
+        // WHEN d1's and d2's readings are deleted and the hour is marked
+        for d in ["d1", "d2"] {
+            let item = ReadingItem::new(&reading(d, "2026-04-20T10:30:00Z", &[]), None, 1);
+            store.table().lock().remove(&(item.pk, item.sk));
+        }
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:30:00Z").await;
+
+        // THEN site A's hour is recomputed from d0 alone, and site B's, left without
+        // readings, is deleted
+        assert_eq!(group("A").await, [(1, 1)]);
+        assert!(group("B").await.is_empty());
+    }
 }
