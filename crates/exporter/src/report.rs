@@ -7,9 +7,12 @@ use tidemark_store::emf::Metrics;
 
 use crate::paths;
 
+/// What one scheduled run did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
+    /// Hours exported for the first time (the cursor moved over them), oldest first.
     pub exported: Vec<Timestamp>,
+    /// Hours marked as changed after their close and exported again.
     pub reexported: Vec<Timestamp>,
     /// Days whose daily rollups were written (their start).
     pub days: Vec<Timestamp>,
