@@ -90,7 +90,7 @@ async fn export(
     let group_tags = env
         .group_tags()
         .map_err(|e| AdminError::Input(e.to_string()))?;
-    let source = tidemark_exporter::export_table::DynamoExportTable::new(c.ddb, &c.table, shards)
+    let source = tidemark_exporter::dynamo::DynamoExportTable::new(c.ddb, &c.table, shards)
         .with_group_tags(group_tags);
     let s3 = client(&ClientSettings::from_env(), c.s3_endpoint.as_deref()).await;
     if c.s3_endpoint.is_some() {

@@ -19,7 +19,7 @@ use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::run::{self, Design, Target, simulated_start};
 use tidemark_bench::scenario::{Scenario, TEMPLATE_AGGREGATOR_BATCH};
 use tidemark_bench::storage::item_size;
-use tidemark_exporter::export_table::DynamoExportTable;
+use tidemark_exporter::dynamo::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::s3::S3Sink;
 use tidemark_exporter::sink::{MemorySink, Sink};

@@ -36,7 +36,7 @@ use tidemark_bench::artifacts::{machine, workspace_root};
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::meter::Meter;
 use tidemark_bench::windows;
-use tidemark_exporter::export_table::DynamoExportTable;
+use tidemark_exporter::dynamo::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::sink::MemorySink;
 use tidemark_schema::packed::{self, SlotReadings};

@@ -2,14 +2,13 @@
 //! one [`schedule::run`] within the invocation's deadline. `make run` runs the same.
 
 use tidemark_schema::Timestamp;
-use tidemark_store::emf::Metrics;
 
 use crate::ExportError;
 use crate::config::ExporterConfig;
-use crate::export_table::DynamoExportTable;
-use crate::paths;
+use crate::dynamo::{DynamoExportTable, DynamoState};
+use crate::report::Report;
 use crate::s3::S3Sink;
-use crate::schedule::{self, DynamoState, RunReport};
+use crate::schedule;
 
 pub struct Exporter {
     pub state: DynamoState,
@@ -41,7 +40,7 @@ impl Exporter {
         &self,
         now: Timestamp,
         deadline: tokio::time::Instant,
-    ) -> Result<RunReport, ExportError> {
+    ) -> Result<Report, ExportError> {
         schedule::run(
             &self.state,
             &self.source,
@@ -53,31 +52,8 @@ impl Exporter {
         .await
     }
 
-    /// Logs the run (a line per partition written, its EMF metrics) and returns it as the
-    /// invocation's result.
-    pub fn log(&self, r: &RunReport) -> serde_json::Value {
-        let prefix = &self.config.schedule.prefix;
-        for h in r.exported.iter().chain(&r.reexported) {
-            tracing::info!(
-                "export: hour {h} written to s3://{}/{}",
-                self.sink.bucket,
-                paths::readings_partition(prefix, *h)
-            );
-        }
-        Metrics::new("exporter")
-            .count("HoursExported", r.exported.len() as u64)
-            .count("HoursReexported", r.reexported.len() as u64)
-            .count("DaysExported", r.days.len() as u64)
-            .count("Readings", r.readings)
-            .count("HoursBehind", r.behind as u64)
-            .emit();
-        let list = |v: &[Timestamp]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
-        serde_json::json!({
-            "exported": list(&r.exported),
-            "reexported": list(&r.reexported),
-            "days": list(&r.days),
-            "readings": r.readings,
-            "behind": r.behind,
-        })
+    /// Logs the run ([`Report::log`]) and returns it as the invocation's result.
+    pub fn log(&self, r: &Report) -> serde_json::Value {
+        r.log(&self.sink.bucket, &self.config.schedule.prefix)
     }
 }

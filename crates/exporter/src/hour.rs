@@ -13,11 +13,11 @@ use tidemark_schema::{
 };
 
 use crate::ExportError;
-use crate::export_table::ExportTable;
 use crate::file::{self, ReadingRow, ReadingsWriter, RollupRow};
 use crate::groups::{GroupFold, GroupPair};
 use crate::paths;
 use crate::sink::Sink;
+use crate::store::ExportTable;
 
 pub const MANIFEST: &str = "_manifest.json";
 const PARQUET: &str = "application/vnd.apache.parquet";

@@ -7,28 +7,15 @@
 
 use std::time::Duration;
 
-use tidemark_schema::{
-    CLOSE_GRACE_SECONDS, EntityKey, ExportCursorItem, ExportDirtyItem, Period, Timestamp, field,
-    keys,
-};
-use tidemark_store::read::{Queries, QuerySpec, SkRange, query_all};
+use tidemark_schema::{CLOSE_GRACE_SECONDS, Period, Timestamp};
 
 use crate::ExportError;
-use crate::export_table::ExportTable;
 use crate::hour::{ends_day, export_day, export_hour};
+use crate::report::Report;
 use crate::sink::Sink;
+use crate::store::{ExportTable, State};
 
 const HOUR_MS: i64 = 3_600_000;
-
-/// Where the schedule stands, in the table's `EXPORT` partition.
-pub trait State {
-    fn cursor(&self) -> impl Future<Output = Result<Option<Timestamp>, ExportError>> + Send;
-    /// Moves the cursor to `hour` unless it already stands there or later.
-    fn advance(&self, hour: Timestamp) -> impl Future<Output = Result<(), ExportError>> + Send;
-    fn dirty(&self) -> impl Future<Output = Result<Vec<ExportDirtyItem>, ExportError>> + Send;
-    /// Removes the mark if no marking came after `d` was read; whether it did.
-    fn clear(&self, d: &ExportDirtyItem) -> impl Future<Output = Result<bool, ExportError>> + Send;
-}
 
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -37,17 +24,6 @@ pub struct Schedule {
     pub grace: Duration,
     /// Hours one run exports at most (a backlog is caught up over several runs).
     pub max_hours: usize,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunReport {
-    pub exported: Vec<Timestamp>,
-    pub reexported: Vec<Timestamp>,
-    /// Days whose daily rollups were written (their start).
-    pub days: Vec<Timestamp>,
-    pub readings: u64,
-    /// Due hours left for the next run (deadline or `max_hours`).
-    pub behind: usize,
 }
 
 /// The newest hour exportable at `now`: closed ([`CLOSE_GRACE_SECONDS`] after its end) for
@@ -66,8 +42,8 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
     schedule: &Schedule,
     now: Timestamp,
     deadline: tokio::time::Instant,
-) -> Result<RunReport, ExportError> {
-    let mut report = RunReport::default();
+) -> Result<Report, ExportError> {
+    let mut report = Report::default();
     let Some(due) = due_hour(now, schedule.grace) else {
         return Ok(report);
     };
@@ -132,107 +108,312 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
     Ok(report)
 }
 
-/// [`State`] in the table.
-pub struct DynamoState {
-    pub client: aws_sdk_dynamodb::Client,
-    pub table: String,
-    pub queries: Queries,
-}
+#[cfg(test)]
+mod tests {
+    //! [`run`] over the in-memory store ([`crate::MemoryStore`]) and sink: the schedule's
+    //! logic, as `crates/exporter/tests/it/local/schedule_local.rs` checks it on DynamoDB.
 
-impl DynamoState {
-    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        DynamoState {
-            queries: Queries::new(client.clone(), table.to_owned()),
-            client,
-            table: table.to_owned(),
-        }
-    }
-}
+    use std::collections::BTreeMap;
 
-fn key_item(k: &tidemark_schema::Key) -> tidemark_store::Item {
-    tidemark_store::batch_get::key_item(k)
-}
+    use tidemark_schema::{
+        DeviceId, DeviceItem, DeviceStatus, EntityKey, ExportDirtyItem, Layout, LayoutHistory,
+        LayoutHistoryItem, MetricName, Reading, ReadingItem, SlotLen, keys,
+    };
+    use tidemark_store::write::slots::{SlotKey, SlotWriter};
 
-impl State for DynamoState {
-    async fn cursor(&self) -> Result<Option<Timestamp>, ExportError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&EntityKey::ExportCursor.key())))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(tidemark_store::StoreError::sdk("GetItem"))?;
-        Ok(match out.item {
-            Some(i) => Some(tidemark_store::from_item::<ExportCursorItem>(i)?.hour),
-            None => None,
-        })
+    use super::*;
+    use crate::MemoryStore;
+    use crate::sink::MemorySink;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
     }
 
-    async fn advance(&self, hour: Timestamp) -> Result<(), ExportError> {
-        let r = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(tidemark_store::to_item(&ExportCursorItem::new(hour))?))
-            .condition_expression("attribute_not_exists(pk) OR #hour < :hour")
-            .expression_attribute_names("#hour", field::HOUR)
-            .expression_attribute_values(
-                ":hour",
-                serde_dynamo::to_attribute_value(hour).map_err(tidemark_store::StoreError::from)?,
-            )
-            .send()
-            .await
-            .map_err(tidemark_store::StoreError::sdk("PutItem"));
-        match r {
-            Ok(_) => Ok(()),
-            // Another run got there first.
-            Err(e) if e.is_conditional_check_failed() => Ok(()),
-            Err(e) => Err(e.into()),
+    fn schedule() -> Schedule {
+        Schedule {
+            prefix: "p".into(),
+            grace: Duration::from_secs(300),
+            max_hours: 24,
         }
     }
 
-    async fn dirty(&self) -> Result<Vec<ExportDirtyItem>, ExportError> {
-        let spec = QuerySpec {
-            consistent: true,
-            ..QuerySpec::table(
-                keys::EXPORT_PK.to_owned(),
-                SkRange::BeginsWith(keys::EXPORT_DIRTY_PREFIX.to_owned()),
-                true,
-            )
+    fn reading(device: &str, at: &str, metrics: &[(&str, f64)]) -> Reading {
+        Reading {
+            device_id: DeviceId::new(device).unwrap(),
+            timestamp: ts(at),
+            metrics: metrics
+                .iter()
+                .map(|(m, v)| (MetricName::new(m).unwrap(), *v))
+                .collect(),
+            metadata: None,
+        }
+    }
+
+    /// A table with `device` registered (in GSI1's status listing, where the export finds
+    /// devices).
+    fn table_with(device: &str) -> MemoryStore {
+        let store = MemoryStore::new();
+        store
+            .put_entity(&DeviceItem::new(
+                DeviceId::new(device).unwrap(),
+                DeviceStatus::Active,
+                ts("2026-04-01T00:00:00Z"),
+            ))
+            .unwrap();
+        store
+    }
+
+    /// Stores a single reading item, as ingest does.
+    fn put_reading(store: &MemoryStore, device: &str, at: &str, metrics: &[(&str, f64)]) {
+        let item = ReadingItem::new(&reading(device, at, metrics), None, 3650);
+        store.put_entity(&item).unwrap();
+    }
+
+    fn mark(hour: &str, marks: u64) -> ExportDirtyItem {
+        let k = EntityKey::ExportDirty(ts(hour)).key();
+        ExportDirtyItem {
+            pk: k.pk,
+            sk: k.sk,
+            hour: ts(hour),
+            marked_at: ts("2026-04-20T13:30:00Z"),
+            marks,
+        }
+    }
+
+    /// One run at `at` over the store's state and readings, with a minute to spare.
+    async fn run_at(store: &MemoryStore, sink: &MemorySink, s: &Schedule, at: &str) -> Report {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        run(store, store, sink, s, ts(at), deadline).await.unwrap()
+    }
+
+    fn readings_in(sink: &MemorySink, hour: &str) -> u64 {
+        let m = sink
+            .get(&format!(
+                "p/readings/dt=2026-04-20/hour={hour}/_manifest.json"
+            ))
+            .unwrap_or_else(|| panic!("hour {hour} not exported"));
+        serde_json::from_slice::<serde_json::Value>(&m).unwrap()["readings"]
+            .as_u64()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_closed_hour_is_exported_once_and_the_cursor_moves() {
+        // GIVEN a device with readings at 09:30, 10:30 and 11:30
+        let store = table_with("d1");
+        for at in [
+            "2026-04-20T09:30:00Z",
+            "2026-04-20T10:30:00Z",
+            "2026-04-20T11:30:00Z",
+        ] {
+            put_reading(&store, "d1", at, &[("t", 1.0)]);
+        }
+        let sink = MemorySink::default();
+
+        // WHEN the first run comes at 11:20
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+
+        // THEN it exports the due hour, 10:00, only, and the cursor stands there
+        assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+        assert_eq!(r.readings, 1);
+        assert_eq!(readings_in(&sink, "10"), 1);
+        assert_eq!(
+            store.cursor().await.unwrap(),
+            Some(ts("2026-04-20T10:00:00Z"))
+        );
+        // AND a run again with nothing new exports nothing and writes the same bytes
+        let before = sink.all();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:25:00Z").await;
+        assert_eq!(r, Report::default());
+        assert_eq!(sink.all(), before);
+        // AND two hours later the runs catch up hour by hour, oldest first
+        let one = Schedule {
+            max_hours: 1,
+            ..schedule()
         };
-        let mut items = Vec::new();
-        query_all(&self.queries, &spec, 1000, |i| items.push(i)).await?;
-        let mut out = Vec::new();
-        for i in items {
-            match tidemark_store::from_item::<ExportDirtyItem>(i) {
-                Ok(d) => out.push(d),
-                Err(e) => tracing::warn!(error = %e, "unreadable export mark skipped"),
-            }
-        }
-        Ok(out)
+        let r = run_at(&store, &sink, &one, "2026-04-20T13:20:00Z").await;
+        assert_eq!(
+            (r.exported.as_slice(), r.behind),
+            ([ts("2026-04-20T11:00:00Z")].as_slice(), 1)
+        );
+        let r = run_at(&store, &sink, &one, "2026-04-20T13:21:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T12:00:00Z")]);
+        assert_eq!((readings_in(&sink, "11"), readings_in(&sink, "12")), (1, 0));
     }
 
-    async fn clear(&self, d: &ExportDirtyItem) -> Result<bool, ExportError> {
-        let r = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&EntityKey::ExportDirty(d.hour).key())))
-            .condition_expression("#marks = :marks")
-            .expression_attribute_names("#marks", field::MARKS)
-            .expression_attribute_values(
-                ":marks",
-                aws_sdk_dynamodb::types::AttributeValue::N(d.marks.to_string()),
-            )
-            .send()
-            .await
-            .map_err(tidemark_store::StoreError::sdk("DeleteItem"));
-        match r {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_conditional_check_failed() => Ok(false),
-            Err(e) => Err(e.into()),
+    #[tokio::test]
+    async fn an_hour_exported_again_from_the_same_readings_has_the_same_bytes() {
+        // GIVEN an hour exported by one run
+        let store = table_with("d1");
+        put_reading(&store, "d1", "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        let first = MemorySink::default();
+        run_at(&store, &first, &schedule(), "2026-04-20T11:20:00Z").await;
+        // WHEN it is marked (nothing changed) and a run exports it again into another store
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        let second = MemorySink::default();
+        let r = run_at(&store, &second, &schedule(), "2026-04-20T11:30:00Z").await;
+        // THEN the objects are the same, byte for byte
+        assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+        let hour = |s: &MemorySink| {
+            s.all()
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("p/readings/"))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert!(!hour(&first).is_empty());
+        assert_eq!(hour(&second), hour(&first));
+    }
+
+    #[tokio::test]
+    async fn an_hour_marked_changed_after_its_close_is_exported_again() {
+        // GIVEN an exported hour, 10:00
+        let store = table_with("d1");
+        put_reading(&store, "d1", "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        let sink = MemorySink::default();
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        assert_eq!(readings_in(&sink, "10"), 1);
+
+        // WHEN a late reading lands in it and the rollups role marks the hour
+        put_reading(&store, "d1", "2026-04-20T10:45:00Z", &[("t", 2.0)]);
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:40:00Z").await;
+
+        // THEN the run exports it again, with the late reading, and removes the mark
+        assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+        assert!(r.exported.is_empty());
+        assert_eq!(readings_in(&sink, "10"), 2);
+        assert!(store.dirty().await.unwrap().is_empty());
+        // AND an hour the schedule has not reached yet stays marked, for when it is
+        store.put_entity(&mark("2026-04-20T11:00:00Z", 1)).unwrap();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:50:00Z").await;
+        assert!(r.reexported.is_empty(), "{r:?}");
+        assert_eq!(store.dirty().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_mark_renewed_after_a_run_read_it_survives_that_runs_clear() {
+        let store = MemoryStore::new();
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        let read = store.dirty().await.unwrap().remove(0);
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 2)).unwrap();
+        assert!(!store.clear(&read).await.unwrap());
+        assert_eq!(store.dirty().await.unwrap().len(), 1);
+        let renewed = store.dirty().await.unwrap().remove(0);
+        assert!(store.clear(&renewed).await.unwrap());
+        assert!(store.dirty().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_cursor_only_moves_forward() {
+        let store = MemoryStore::new();
+        store.advance(ts("2026-04-20T10:00:00Z")).await.unwrap();
+        store.advance(ts("2026-04-20T09:00:00Z")).await.unwrap();
+        assert_eq!(
+            store.cursor().await.unwrap(),
+            Some(ts("2026-04-20T10:00:00Z"))
+        );
+        store.advance(ts("2026-04-20T11:00:00Z")).await.unwrap();
+        assert_eq!(
+            store.cursor().await.unwrap(),
+            Some(ts("2026-04-20T11:00:00Z"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_packed_devices_readings_are_exported_as_a_single_items_are() {
+        // GIVEN a device whose readings are packed in 60 s slots, two in the 10:00 hour
+        let store = table_with("packed");
+        let len = SlotLen::new(60).unwrap();
+        let layouts = LayoutHistory::default()
+            .with_layout(ts("2026-04-20T00:00:00Z"), Layout::packed(len))
+            .unwrap();
+        let device = DeviceId::new("packed").unwrap();
+        store
+            .put_entity(&LayoutHistoryItem::new(&device, layouts))
+            .unwrap();
+        for at in ["2026-04-20T10:30:00Z", "2026-04-20T10:30:30Z"] {
+            let r = reading("packed", at, &[("t", 1.0)]);
+            let key = SlotKey {
+                pk: keys::reading_pk(&device, None),
+                start: len.start_of(r.timestamp),
+                len,
+            };
+            let readings: BTreeMap<_, _> = [(r.timestamp, r.metrics)].into();
+            SlotWriter::new(store.table(), "t", Default::default())
+                .write(
+                    &key,
+                    &readings,
+                    i64::MAX,
+                    tokio::time::Instant::now() + Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
         }
+        // WHEN the hour is exported, THEN both readings are in it
+        let sink = MemorySink::default();
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        assert_eq!((r.exported.len(), r.readings), (1, 2), "{r:?}");
+        assert_eq!(readings_in(&sink, "10"), 2);
+    }
+
+    #[tokio::test]
+    async fn group_hours_follow_their_members_readings_at_each_export() {
+        use tidemark_schema::{Tag, TagEpoch, TagHistory, TagHistoryItem, Tags};
+        // GIVEN d0 and d1 at site A, d2 at site B, one reading each in the 10:00 hour
+        let store =
+            MemoryStore::new().with_group_tags(vec![tidemark_schema::TagKey::new("site").unwrap()]);
+        for (d, site) in [("d0", "A"), ("d1", "A"), ("d2", "B")] {
+            let id = DeviceId::new(d).unwrap();
+            store
+                .put_entity(&DeviceItem::new(
+                    id.clone(),
+                    DeviceStatus::Active,
+                    ts("2026-04-01T00:00:00Z"),
+                ))
+                .unwrap();
+            let key = TagHistoryItem::key(&id);
+            let tag = Tag::parse(&format!("site:{site}")).unwrap();
+            store
+                .put_entity(&TagHistoryItem {
+                    pk: key.pk,
+                    sk: key.sk,
+                    epochs: TagHistory::from_epochs(vec![TagEpoch {
+                        from: ts("2026-04-20T00:00:00Z"),
+                        tags: Tags::new([(tag.key, tag.value)].into()).unwrap(),
+                    }]),
+                    version: 1,
+                })
+                .unwrap();
+            put_reading(&store, d, "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        }
+        let sink = MemorySink::default();
+        let t = MetricName::new("t").unwrap();
+        let day = Period::Daily.bucket(ts("2026-04-20T10:00:00Z"));
+        let group = async |site: &str| {
+            let tag = Tag::parse(&format!("site:{site}")).unwrap();
+            let hours = store.group_hours(&tag, &t, day).await.unwrap();
+            hours
+                .iter()
+                .map(|g| (g.stats.count, g.devices))
+                .collect::<Vec<_>>()
+        };
+
+        // WHEN the hour is exported, THEN each site's hour counts its members' readings
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        assert_eq!(group("A").await, [(2, 2)]);
+        assert_eq!(group("B").await, [(1, 1)]);
+
+        // WHEN d1's and d2's readings are deleted and the hour is marked
+        for d in ["d1", "d2"] {
+            let item = ReadingItem::new(&reading(d, "2026-04-20T10:30:00Z", &[]), None, 1);
+            store.table().lock().remove(&(item.pk, item.sk));
+        }
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:30:00Z").await;
+
+        // THEN site A's hour is recomputed from d0 alone, and site B's, left without
+        // readings, is deleted
+        assert_eq!(group("A").await, [(1, 1)]);
+        assert!(group("B").await.is_empty());
     }
 }

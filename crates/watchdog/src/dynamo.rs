@@ -15,6 +15,7 @@ use tidemark_store::batch_get::key_item;
 use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::WatchStore;
+use crate::store::{arrival_ranges, arrived_at};
 
 /// The table, and the units spent on it so far: (read, write).
 #[derive(Debug)]
@@ -214,45 +215,29 @@ impl WatchStore for DynamoWatch {
         let (history, _) =
             tidemark_store::layouts::device_history(&self.client, &self.table, id, true).await?;
         let mut newest: Option<Timestamp> = None;
-        for seg in history.segments(since, Timestamp::MAX) {
-            let (lo, hi) = match seg.layout.slot {
-                // A part may carry its next slot's readings: from the slot before.
-                Some(len) => {
-                    keys::slot_sk_between(len.first_holder(seg.from), len.start_of(seg.to))
+        for range in arrival_ranges(id, &history, since) {
+            let req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+                .projection_expression("#a")
+                .expression_attribute_names("#pk", attr::PK)
+                .expression_attribute_names("#sk", attr::SK)
+                .expression_attribute_names("#a", field::ARRIVED_AT)
+                .expression_attribute_values(":pk", s(range.partition))
+                .expression_attribute_values(":lo", s(range.lo))
+                .expression_attribute_values(":hi", s(range.hi))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            let units = tidemark_store::query::each(req, |i: Item| {
+                if let Some(at) = arrived_at(&i) {
+                    newest = Some(newest.map_or(at, |n| n.max(at)));
                 }
-                None => (keys::reading_sk(seg.from), keys::reading_sk(seg.to)),
-            };
-            for shard in seg.partitions() {
-                let req = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .consistent_read(true)
-                    .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
-                    .projection_expression("#a")
-                    .expression_attribute_names("#pk", attr::PK)
-                    .expression_attribute_names("#sk", attr::SK)
-                    .expression_attribute_names("#a", field::ARRIVED_AT)
-                    .expression_attribute_values(":pk", s(keys::reading_pk(id, shard)))
-                    .expression_attribute_values(":lo", s(lo.clone()))
-                    .expression_attribute_values(":hi", s(hi.clone()))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
-                let units = tidemark_store::query::each(req, |i: Item| {
-                    let at = match i.get(field::ARRIVED_AT) {
-                        Some(AttributeValue::N(ms)) => ms
-                            .parse::<i64>()
-                            .ok()
-                            .and_then(|ms| Timestamp::from_epoch_millis(ms).ok()),
-                        _ => None,
-                    };
-                    if let Some(at) = at {
-                        newest = Some(newest.map_or(at, |n| n.max(at)));
-                    }
-                    true
-                })
-                .await?;
-                self.spent(units, 0.0);
-            }
+                true
+            })
+            .await?;
+            self.spent(units, 0.0);
         }
         Ok(newest)
     }

@@ -23,28 +23,28 @@
 //! item's stream record and publishes it once. The alert item carries the device item's
 //! `tags`, so the event does too (`detail.tags`, routed by tag like a threshold alert's).
 //!
+//! Modules, the shape of every function crate: [`config`] (its settings), [`error`]
+//! ([`WatchdogError`]), [`report`] ([`Report`], what one run did), [`store`] ([`WatchStore`],
+//! the table operations a run needs), [`dynamo`] (that trait on DynamoDB), [`memory`] (the
+//! same over the one in-memory test engine, [`MemoryStore`]), [`pipeline`] (the heartbeats)
+//! and [`run`] (one run).
+//!
 //! [`upkeep`]: https://docs.rs/tidemark-aggregator (`offline::upkeep` in `crates/aggregator`)
 
 pub mod config;
 pub mod dynamo;
+pub mod error;
+pub mod memory;
 pub mod pipeline;
+pub mod report;
 pub mod run;
+pub mod store;
 
 pub use config::WatchdogConfig;
 pub use dynamo::DynamoWatch;
+pub use error::WatchdogError;
+pub use memory::MemoryStore;
 pub use pipeline::{Heartbeats, KinesisHeartbeats};
-pub use run::{RunReport, WatchStore, Watchdog};
-
-/// What can stop a run.
-#[derive(Debug, thiserror::Error)]
-pub enum WatchdogError {
-    #[error("configuration: {0}")]
-    Config(String),
-    #[error(transparent)]
-    Store(#[from] tidemark_store::StoreError),
-    #[error("Kinesis {operation}: {message}")]
-    Kinesis {
-        operation: &'static str,
-        message: String,
-    },
-}
+pub use report::Report;
+pub use run::Watchdog;
+pub use store::WatchStore;

@@ -28,7 +28,7 @@ async fn main() -> Result<(), Error> {
                 .checked_sub(std::time::Duration::from_secs(2))
                 .unwrap_or_else(tokio::time::Instant::now);
             let report = watchdog.run(deadline).await?;
-            Ok::<_, Error>(tidemark_watchdog::run::log(
+            Ok::<_, Error>(tidemark_watchdog::report::log(
                 &report,
                 watchdog.config.clock.now(),
             ))

@@ -1,131 +1,13 @@
-//! One watchdog run, over the store operations it needs ([`WatchStore`]) and the pipeline
+//! One watchdog run, over the store operations it needs ([`WatchStore`], in `store.rs`) and the pipeline
 //! ([`Heartbeats`]); see the crate docs for the rule.
 
 use futures::StreamExt;
 use tidemark_schema::keys::{self, ShardName};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, HeartbeatItem,
-    Severity, Timestamp,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, Severity, Timestamp,
 };
-use tidemark_store::StoreError;
-use tidemark_store::emf::Metrics;
 
-use crate::{Heartbeats, WatchdogConfig, WatchdogError};
-
-/// The table operations of a run.
-pub trait WatchStore: Sync {
-    /// Every shard's heartbeat item, read strongly consistent.
-    fn heartbeats(&self) -> impl Future<Output = Result<Vec<HeartbeatItem>, StoreError>> + Send;
-    /// The devices of watch partition `partition` whose check time is at or before `until`,
-    /// at most `limit`, earliest first.
-    fn due(
-        &self,
-        partition: &str,
-        until: Timestamp,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<DeviceId>, StoreError>> + Send;
-    /// The device item, read strongly consistent.
-    fn device(
-        &self,
-        id: &DeviceId,
-    ) -> impl Future<Output = Result<Option<DeviceItem>, StoreError>> + Send;
-    /// The latest arrival among the device's readings (single or packed, any layout epoch)
-    /// stored at or after the reading time `since`.
-    fn newest_arrival(
-        &self,
-        id: &DeviceId,
-        since: Timestamp,
-    ) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
-    /// Sets its newest arrival and check time, if its `version` is still as read.
-    fn postpone(
-        &self,
-        dev: &DeviceItem,
-        arrived: Timestamp,
-        check: Timestamp,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Takes it out of the watch (it has no window any more), same condition.
-    fn unwatch(&self, dev: &DeviceItem) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Creates `alert` and marks the device offline since `since`, in one transaction: the
-    /// alert only if new, the device only if its `version` is still as read.
-    fn open(
-        &self,
-        dev: &DeviceItem,
-        alert: &AlertItem,
-        since: Timestamp,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Read and write units consumed so far (DynamoDB's own figures).
-    fn units(&self) -> (f64, f64);
-}
-
-/// What one run did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunReport {
-    /// Shards the heartbeat went into.
-    pub shards: usize,
-    /// Everything that arrived before it is on the device items; `None`: the pipeline has not
-    /// confirmed a heartbeat on every shard yet, and nothing was decided.
-    pub watermark: Option<Timestamp>,
-    /// Whether this run's own heartbeats passed in time (else an older watermark was used).
-    pub heartbeat_passed: bool,
-    pub due: u64,
-    pub opened: u64,
-    pub postponed: u64,
-    pub unwatched: u64,
-    /// Decided by someone else first (another run, the alerts role): looked at again next run.
-    pub lost: u64,
-    pub failed: u64,
-    pub read_units: f64,
-    pub write_units: f64,
-}
-
-impl RunReport {
-    pub fn metrics(&self, sent: Timestamp) -> Metrics {
-        let lag = self.watermark.map_or(0, |w| {
-            (sent.epoch_millis() - w.epoch_millis()).max(0) as u64
-        });
-        Metrics::new("watchdog")
-            .count("DevicesDue", self.due)
-            .count("OfflineOpened", self.opened)
-            .count("Postponed", self.postponed)
-            .count("Unwatched", self.unwatched)
-            .count("Lost", self.lost)
-            .count("Failed", self.failed)
-            .count("WatermarkLagMs", lag)
-            .count("NoWatermark", u64::from(self.watermark.is_none()))
-    }
-}
-
-/// Logs the run (one line, and its EMF metrics) and returns it as the invocation's result.
-pub fn log(r: &RunReport, now: Timestamp) -> serde_json::Value {
-    tracing::info!(
-        shards = r.shards,
-        watermark = ?r.watermark.map(|w| w.to_string()),
-        heartbeat_passed = r.heartbeat_passed,
-        due = r.due,
-        opened = r.opened,
-        postponed = r.postponed,
-        unwatched = r.unwatched,
-        lost = r.lost,
-        failed = r.failed,
-        read_units = r.read_units,
-        write_units = r.write_units,
-        "watchdog run"
-    );
-    r.metrics(now).emit();
-    serde_json::json!({
-        "shards": r.shards,
-        "watermark": r.watermark.map(|w| w.to_string()),
-        "heartbeatPassed": r.heartbeat_passed,
-        "due": r.due,
-        "opened": r.opened,
-        "postponed": r.postponed,
-        "unwatched": r.unwatched,
-        "lost": r.lost,
-        "failed": r.failed,
-        "readUnits": r.read_units,
-        "writeUnits": r.write_units,
-    })
-}
+use crate::{Heartbeats, Report, WatchStore, WatchdogConfig, WatchdogError};
 
 /// What one due device came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,9 +76,9 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
 
     /// One run; `deadline` (the invocation's) bounds the wait for heartbeats and the
     /// decisions (what is not decided is still due at the next run).
-    pub async fn run(&self, deadline: tokio::time::Instant) -> Result<RunReport, WatchdogError> {
+    pub async fn run(&self, deadline: tokio::time::Instant) -> Result<Report, WatchdogError> {
         let sent = self.config.clock.now();
-        let mut report = RunReport::default();
+        let mut report = Report::default();
         let shards = match self.pipeline.send(sent).await {
             Ok(s) => s,
             Err(e) => {
@@ -245,7 +127,7 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
         Ok(self.finish(report))
     }
 
-    fn finish(&self, mut report: RunReport) -> RunReport {
+    fn finish(&self, mut report: Report) -> Report {
         let (r, w) = self.store.units();
         report.read_units = r;
         report.write_units = w;
@@ -324,5 +206,330 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
         }
         tracing::info!(device = %id, alert = %alert.alert_id, since = %arrived, "device offline");
         Ok(Decision::Opened)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! [`Watchdog::run`] over the in-memory store ([`crate::MemoryStore`]), its heartbeats
+    //! passed at once by a stand-in for the pipeline: the decisions the DynamoDB tests
+    //! (`crates/watchdog/tests/it/local/watchdog_local.rs`) check, with the run's logic only.
+
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use tidemark_schema::keys::{self, ShardName};
+    use tidemark_schema::{
+        Clock, DeviceId, DeviceItem, DeviceStatus, EntityKey, HeartbeatItem, Layout, LayoutHistory,
+        LayoutHistoryItem, MetricName, Reading, ReadingItem, SlotLen, Timestamp,
+    };
+    use tidemark_store::write::slots::{SlotKey, SlotWriter};
+
+    use super::*;
+    use crate::{MemoryStore, WatchStore};
+
+    const WINDOW: u32 = 300;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn id(s: &str) -> DeviceId {
+        DeviceId::new(s).unwrap()
+    }
+
+    /// The readings stream, one shard: the heartbeat passes the moment it is sent (ingest and
+    /// the alerts role have caught up), or, `stalled`, is never seen passing.
+    struct Pipeline {
+        table: MemoryStore,
+        stalled: bool,
+    }
+
+    impl Heartbeats for Pipeline {
+        async fn send(&self, at: Timestamp) -> Result<Vec<ShardName>, WatchdogError> {
+            let shard = ShardName::new("shardId-000000000000").unwrap();
+            let key = EntityKey::Heartbeat(shard.clone()).key();
+            let passed = (!self.stalled).then_some(at);
+            self.table.put_entity(&HeartbeatItem {
+                pk: key.pk,
+                sk: key.sk,
+                sent_at: at,
+                stored_at: passed,
+                passed_at: passed,
+            })?;
+            Ok(vec![shard])
+        }
+    }
+
+    /// A watchdog at `now` over a fresh in-memory table, never waiting for a heartbeat.
+    fn watchdog(now: Timestamp, stalled: bool) -> Watchdog<MemoryStore, Pipeline> {
+        let store = MemoryStore::new();
+        let pipeline = Pipeline {
+            table: store.clone(),
+            stalled,
+        };
+        Watchdog::new(
+            store,
+            pipeline,
+            WatchdogConfig {
+                heartbeat_wait: Duration::ZERO,
+                clock: Clock::fixed(now),
+                ..WatchdogConfig::new("t", "readings")
+            },
+        )
+    }
+
+    /// A device watched with `WINDOW`, its last arrival (and newest reading) at `arrived`.
+    fn watched(name: &str, arrived: Timestamp) -> DeviceItem {
+        let mut d = DeviceItem::new(id(name), DeviceStatus::Active, arrived);
+        d.offline_after_seconds = Some(WINDOW);
+        d.last_arrival_at = Some(arrived);
+        d.last_seen_at = Some(arrived);
+        d.version = Some(3);
+        d.gsi2pk = Some(keys::watch_gsi2pk(&d.device_id));
+        d.gsi2sk = Some(keys::watch_gsi2sk(
+            arrived.plus_millis(i64::from(WINDOW) * 1000).unwrap(),
+        ));
+        d
+    }
+
+    fn reading(name: &str, at: Timestamp, metrics: &[(&str, f64)]) -> Reading {
+        Reading {
+            device_id: id(name),
+            timestamp: at,
+            metrics: metrics
+                .iter()
+                .map(|(k, v)| (MetricName::new(k).unwrap(), *v))
+                .collect(),
+            metadata: None,
+        }
+    }
+
+    /// Stores `r` as a single reading item, arrived at `arrived`.
+    fn store_single(w: &Watchdog<MemoryStore, Pipeline>, r: &Reading, arrived: Timestamp) {
+        let mut item = ReadingItem::new(r, None, 30);
+        item.arrived_at = Some(arrived);
+        w.store.put_entity(&item).unwrap();
+    }
+
+    async fn run(w: &Watchdog<MemoryStore, Pipeline>) -> Report {
+        w.run(tokio::time::Instant::now() + Duration::from_secs(30))
+            .await
+            .unwrap()
+    }
+
+    fn device(w: &Watchdog<MemoryStore, Pipeline>, name: &str) -> DeviceItem {
+        w.store
+            .stored_device(&id(name))
+            .unwrap()
+            .expect("the device")
+    }
+
+    #[tokio::test]
+    async fn a_device_silent_past_its_window_gets_exactly_one_offline_alert() {
+        // GIVEN a device silent since 14:00 (due at 14:05) and one heard from at 14:09
+        let w = watchdog(ts("2026-04-20T14:10:00Z"), false);
+        w.store
+            .put_entity(&watched("silent", ts("2026-04-20T14:00:00Z")))
+            .unwrap();
+        w.store
+            .put_entity(&watched("healthy", ts("2026-04-20T14:09:00Z")))
+            .unwrap();
+
+        // WHEN the watchdog runs at 14:10
+        let first = run(&w).await;
+
+        // THEN the silent one, alone due, gets its alert, named by its deadline, and leaves
+        // the watch for the offline partition
+        assert_eq!(
+            (first.due, first.opened, first.failed),
+            (1, 1, 0),
+            "{first:?}"
+        );
+        let d = device(&w, "silent");
+        let state = d.offline.expect("offline");
+        assert_eq!(state.alert.as_str(), "20260420T140500000000Z-offline");
+        assert_eq!(state.since, ts("2026-04-20T14:00:00Z"));
+        assert_eq!(d.gsi2pk.as_deref(), Some(keys::OFFLINE_GSI2PK));
+        assert_eq!(d.version, Some(4));
+        let alerts = w.store.alerts(&id("silent")).await.unwrap();
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].alert_id, state.alert);
+        assert!(device(&w, "healthy").offline.is_none());
+        assert!(w.store.alerts(&id("healthy")).await.unwrap().is_empty());
+        // AND a second run finds nothing due and opens nothing
+        let second = run(&w).await;
+        assert_eq!((second.due, second.opened), (0, 0), "{second:?}");
+        assert_eq!(w.store.alerts(&id("silent")).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_due_device_whose_reading_arrived_after_its_check_time_is_postponed_not_alerted() {
+        // GIVEN a device due at 14:05 by its item, but a reading of it arrived at 14:08
+        let w = watchdog(ts("2026-04-20T14:10:00Z"), false);
+        let later = ts("2026-04-20T14:08:00Z");
+        w.store
+            .put_entity(&watched("lagging", ts("2026-04-20T14:00:00Z")))
+            .unwrap();
+        store_single(&w, &reading("lagging", later, &[("t", 1.0)]), later);
+
+        // WHEN the watchdog runs
+        let report = run(&w).await;
+
+        // THEN it moves the check time to that arrival + 300 s and opens nothing
+        assert_eq!(
+            (report.due, report.postponed, report.opened, report.failed),
+            (1, 1, 0, 0),
+            "{report:?}"
+        );
+        let after = device(&w, "lagging");
+        assert_eq!(
+            after.gsi2sk,
+            Some(keys::watch_gsi2sk(ts("2026-04-20T14:13:00Z")))
+        );
+        assert_eq!(after.last_arrival_at, Some(later));
+        assert!(after.offline.is_none());
+        assert!(w.store.alerts(&id("lagging")).await.unwrap().is_empty());
+        // AND the next run finds nothing due
+        assert_eq!(run(&w).await.due, 0);
+    }
+
+    #[tokio::test]
+    async fn a_due_device_that_lost_its_window_leaves_the_watch() {
+        let w = watchdog(ts("2026-04-20T14:10:00Z"), false);
+        let mut d = watched("unwatched", ts("2026-04-20T14:00:00Z"));
+        d.offline_after_seconds = Some(0);
+        w.store.put_entity(&d).unwrap();
+
+        let r = run(&w).await;
+
+        assert_eq!(
+            (r.due, r.unwatched, r.opened, r.failed),
+            (1, 1, 0, 0),
+            "{r:?}"
+        );
+        let after = device(&w, "unwatched");
+        assert_eq!((after.gsi2pk, after.gsi2sk), (None, None));
+        assert!(after.offline.is_none());
+        assert_eq!(run(&w).await.due, 0);
+    }
+
+    #[tokio::test]
+    async fn without_a_watermark_nothing_is_decided() {
+        // GIVEN a silent device, and a pipeline whose heartbeat has not passed (a backlog)
+        let w = watchdog(ts("2026-04-20T14:10:00Z"), true);
+        let d = watched("silent", ts("2026-04-20T14:00:00Z"));
+        w.store.put_entity(&d).unwrap();
+
+        // WHEN the watchdog runs
+        let r = run(&w).await;
+
+        // THEN it has no watermark and decides nothing: the silence may be the backlog's
+        assert_eq!(r.watermark, None);
+        assert!(!r.heartbeat_passed);
+        assert_eq!((r.due, r.opened, r.postponed), (0, 0, 0), "{r:?}");
+        assert_eq!(device(&w, "silent"), d);
+        assert!(w.store.alerts(&id("silent")).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_keep_alive_or_an_exact_resend_keeps_a_device_online_whatever_its_layout() {
+        let w = watchdog(ts("2026-04-20T14:10:00Z"), false);
+        let len = SlotLen::new(60).unwrap();
+        let packed = LayoutHistory::default()
+            .with_layout(ts("2026-04-20T00:00:00Z"), Layout::packed(len))
+            .unwrap();
+        let (newest, later) = (ts("2026-04-20T14:00:00Z"), ts("2026-04-20T14:08:00Z"));
+        // Writes a reading packed in its 60 s slot, as ingest does, stamped with its arrival.
+        let write_packed = async |r: &Reading, arrived: Timestamp| {
+            let key = SlotKey {
+                pk: keys::reading_pk(&r.device_id, None),
+                start: len.start_of(r.timestamp),
+                len,
+            };
+            let readings: BTreeMap<_, _> = [(r.timestamp, r.metrics.clone())].into();
+            SlotWriter::new(w.store.table(), "t", Default::default())
+                .arrived(Some(arrived))
+                .write(
+                    &key,
+                    &readings,
+                    i64::MAX,
+                    tokio::time::Instant::now() + Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+        };
+        // GIVEN three devices last seen arriving at 14:00 (due at 14:05), their newest
+        // reading of then stored: one in single items, two packed in 60 s slots
+        let devices = [
+            ("resend_single", false),
+            ("resend_packed", true),
+            ("alive_packed", true),
+        ];
+        for (name, is_packed) in devices {
+            w.store.put_entity(&watched(name, newest)).unwrap();
+            let r = reading(name, newest, &[("t", 1.0)]);
+            if is_packed {
+                let history = LayoutHistoryItem::new(&id(name), packed.clone());
+                w.store.put_entity(&history).unwrap();
+                write_packed(&r, newest).await;
+            } else {
+                store_single(&w, &r, newest);
+            }
+        }
+        // WHEN at 14:08 two of them send that reading again, exactly, and the third sends a
+        // keep-alive (a reading without metrics)
+        store_single(&w, &reading("resend_single", newest, &[("t", 1.0)]), later);
+        write_packed(&reading("resend_packed", newest, &[("t", 1.0)]), later).await;
+        write_packed(&reading("alive_packed", later, &[]), later).await;
+
+        // THEN the watchdog finds all three due, and postpones each to 14:13: none is offline
+        let report = run(&w).await;
+        assert_eq!(
+            (report.due, report.postponed, report.opened, report.failed),
+            (3, 3, 0, 0),
+            "{report:?}"
+        );
+        for (name, _) in devices {
+            let d = device(&w, name);
+            assert_eq!(d.last_arrival_at, Some(later), "{name}");
+            assert!(d.offline.is_none(), "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_decision_on_a_device_changed_since_it_was_read_is_lost_and_writes_nothing() {
+        // GIVEN a silent device read by a run, then written by the alerts role (version 4)
+        let store = MemoryStore::new();
+        let read = watched("raced", ts("2026-04-20T14:00:00Z"));
+        store
+            .put_entity(&DeviceItem {
+                version: Some(4),
+                ..read.clone()
+            })
+            .unwrap();
+        let alert = offline_alert(&read, WINDOW, ts("2026-04-20T14:00:00Z"));
+
+        // THEN no write made on the stale read goes through, the alert with it
+        let later = ts("2026-04-20T14:08:00Z");
+        assert!(!store.postpone(&read, later, later).await.unwrap());
+        assert!(!store.unwatch(&read).await.unwrap());
+        assert!(!store.open(&read, &alert, later).await.unwrap());
+        assert!(store.alerts(&id("raced")).await.unwrap().is_empty());
+        assert_eq!(
+            store.stored_device(&id("raced")).unwrap().unwrap().version,
+            Some(4)
+        );
+
+        // AND on a fresh read the alert opens once: an alert of the same deadline is not new
+        let fresh = store.stored_device(&id("raced")).unwrap().unwrap();
+        assert!(store.open(&fresh, &alert, later).await.unwrap());
+        let again = store.stored_device(&id("raced")).unwrap().unwrap();
+        assert!(!store.open(&again, &alert, later).await.unwrap());
+        assert_eq!(store.alerts(&id("raced")).await.unwrap().len(), 1);
+        assert_eq!(
+            store.stored_device(&id("raced")).unwrap().unwrap().version,
+            Some(5)
+        );
     }
 }

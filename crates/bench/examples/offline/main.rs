@@ -30,7 +30,7 @@
 //!    and alerts role on the same table before seeding). The watchdog's clock is fixed and
 //!    moved so that exactly 0, 100 and 1,000 watched devices fall due (plus 100 whose newer
 //!    readings should postpone them). Read and write units per run and per due device, both
-//!    as the watchdog counts them (`RunReport`) and as the proxy saw them, the latter also with
+//!    as the watchdog counts them (`Report`) and as the proxy saw them, the latter also with
 //!    AWS's minimum charge for reads that find nothing (which DynamoDB Local reports as 0).
 //!
 //! Benchmarks report; they never assert (and never on wall-clock speed).

@@ -32,7 +32,7 @@ pub struct WatchRun {
     pub postponed: u64,
     pub lost: u64,
     pub failed: u64,
-    /// What the watchdog counted itself (`RunReport`).
+    /// What the watchdog counted itself (`Report`).
     pub report_rru: f64,
     pub report_wru: f64,
     /// What the proxy saw.

@@ -40,20 +40,20 @@ pub(super) fn findings_md(rep: &Report) -> String {
             })
             .map(|r| {
                 format!(
-                    "\"{}\": proxy {:.1} RRU / {:.1} WRU, `RunReport` {:.1} / {:.1}",
+                    "\"{}\": proxy {:.1} RRU / {:.1} WRU, `Report` {:.1} / {:.1}",
                     r.label, r.spent.rru, r.spent.wru, r.report_rru, r.report_wru
                 )
             })
             .collect();
         if gaps.is_empty() {
             md.push_str(
-                "- The watchdog's own unit counts (`RunReport.read_units`/`write_units`) agree \
+                "- The watchdog's own unit counts (`Report.read_units`/`write_units`) agree \
                  with what DynamoDB Local reported to the proxy in every run. They share its \
                  blind spot, though: `DynamoWatch::newest_arrival` reads the device's layout \
                  history (`tidemark_store::layouts::device_history`, a strongly consistent \
                  `BatchGetItem` of the device's and the fleet's layout items) without asking \
                  for its capacity; DynamoDB Local reports nothing for items that do not exist, \
-                 AWS bills 1 RRU per key, so on AWS `RunReport` undercounts by 2 RRU per due \
+                 AWS bills 1 RRU per key, so on AWS `Report` undercounts by 2 RRU per due \
                  device where no layout items exist (the `BatchGetItem` row above).\n",
             );
         } else {

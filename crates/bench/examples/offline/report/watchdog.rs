@@ -31,7 +31,7 @@ pub(super) fn watchdog_md(w: &WatchPart) -> String {
         w.shards
     ));
     md.push_str(
-        "| run | due (expected) | opened | postponed | lost / failed | RRU, DynamoDB Local | RRU, AWS minimums incl. | WRU (table + GSI1 + GSI2) | RRU / due device | WRU / due device | `RunReport` RRU / WRU |\n\
+        "| run | due (expected) | opened | postponed | lost / failed | RRU, DynamoDB Local | RRU, AWS minimums incl. | WRU (table + GSI1 + GSI2) | RRU / due device | WRU / due device | `Report` RRU / WRU |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in &w.runs {

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tidemark_devstack::pipeline::Pipeline;
+use tidemark_exporter::State;
 use tidemark_exporter::config::ExporterConfig;
 use tidemark_exporter::function::Exporter;
-use tidemark_exporter::schedule::State;
 use tidemark_schema::{
     DeviceId, DeviceItem, DeviceStatus, Layout, LayoutHistory, LayoutHistoryItem, Period, SlotLen,
     Timestamp,

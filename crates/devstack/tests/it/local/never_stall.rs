@@ -21,7 +21,7 @@ use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
 use tidemark_schema::Timestamp;
 use tidemark_testkit::{TestStream, TestTable, eventually, unique_name};
-use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, RunReport, Watchdog, WatchdogConfig};
+use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, Report, Watchdog, WatchdogConfig};
 
 const THRESHOLDS: &str = r#"{"temperature":{"max":35,"severity":"critical"}}"#;
 
@@ -235,7 +235,7 @@ fn watchdog(r: &Running) -> Watchdog<DynamoWatch, KinesisHeartbeats> {
     )
 }
 
-async fn run(w: &Watchdog<DynamoWatch, KinesisHeartbeats>) -> RunReport {
+async fn run(w: &Watchdog<DynamoWatch, KinesisHeartbeats>) -> Report {
     w.run(tokio::time::Instant::now() + Duration::from_secs(30))
         .await
         .unwrap()

@@ -19,7 +19,7 @@ use tidemark_schema::Timestamp;
 use tidemark_testkit::{
     Fault, FaultProxy, TestStream, TestTable, eventually, services, unique_name,
 };
-use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, RunReport, Watchdog, WatchdogConfig};
+use tidemark_watchdog::{DynamoWatch, KinesisHeartbeats, Report, Watchdog, WatchdogConfig};
 
 /// The fleet's window in these tests: short, so silence is quick to come by, and longer than
 /// a watchdog run here takes (at most its 3 s heartbeat wait), so a device sending between
@@ -83,7 +83,7 @@ async fn watchdog(
     )
 }
 
-async fn run(w: &Watchdog<DynamoWatch, KinesisHeartbeats>) -> RunReport {
+async fn run(w: &Watchdog<DynamoWatch, KinesisHeartbeats>) -> Report {
     w.run(tokio::time::Instant::now() + Duration::from_secs(30))
         .await
         .unwrap()

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_exporter::export_table::DynamoExportTable;
+use tidemark_exporter::dynamo::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::sink::MemorySink;
 use tidemark_testkit::{TestTable, unique_name};

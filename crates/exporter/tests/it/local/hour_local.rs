@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
-use tidemark_exporter::export_table::DynamoExportTable;
+use tidemark_exporter::dynamo::DynamoExportTable;
 use tidemark_exporter::hour::{MANIFEST, export_hour};
 use tidemark_exporter::sink::MemorySink;
 use tidemark_testkit::TestTable;

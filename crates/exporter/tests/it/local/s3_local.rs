@@ -2,7 +2,7 @@
 //! byte, as the in-memory sink holds for the same hour, and a later, smaller export of the
 //! hour leaves nothing of the earlier one behind.
 
-use tidemark_exporter::export_table::DynamoExportTable;
+use tidemark_exporter::dynamo::DynamoExportTable;
 use tidemark_exporter::hour::export_hour;
 use tidemark_exporter::s3::{S3Sink, client};
 use tidemark_exporter::sink::{MemorySink, Sink};

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use tidemark_exporter::export_table::DynamoExportTable;
-use tidemark_exporter::schedule::{DynamoState, RunReport, Schedule, State, due_hour, run};
+use tidemark_exporter::dynamo::DynamoExportTable;
+use tidemark_exporter::dynamo::DynamoState;
+use tidemark_exporter::schedule::{Schedule, due_hour, run};
 use tidemark_exporter::sink::MemorySink;
+use tidemark_exporter::{Report, State};
 use tidemark_schema::{EntityKey, ExportDirtyItem};
 use tidemark_testkit::TestTable;
 
@@ -21,7 +23,7 @@ fn schedule() -> Schedule {
 }
 
 /// One schedule run at `at` over the table's state and readings, with a minute to spare.
-async fn run_at(t: &TestTable, sink: &MemorySink, schedule: &Schedule, at: &str) -> RunReport {
+async fn run_at(t: &TestTable, sink: &MemorySink, schedule: &Schedule, at: &str) -> Report {
     let state = DynamoState::new(t.client.clone(), &t.name);
     let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -9,7 +9,7 @@ use tidemark_schema::{
     Timestamp,
 };
 use tidemark_testkit::TestTable;
-use tidemark_watchdog::{DynamoWatch, Heartbeats, RunReport, Watchdog, WatchdogConfig};
+use tidemark_watchdog::{DynamoWatch, Heartbeats, Report, Watchdog, WatchdogConfig};
 
 const WINDOW: u32 = 300;
 
@@ -80,7 +80,7 @@ fn watched(id: &str, arrived: Timestamp) -> DeviceItem {
     d
 }
 
-async fn run(w: &Watchdog<DynamoWatch, CaughtUp>) -> RunReport {
+async fn run(w: &Watchdog<DynamoWatch, CaughtUp>) -> Report {
     w.run(tokio::time::Instant::now() + Duration::from_secs(30))
         .await
         .unwrap()

@@ -1,0 +1,212 @@
+//! The exporter's store traits on DynamoDB: what an export reads from the table and the
+//! group rollups it writes there ([`DynamoExportTable`]), and where the schedule stands
+//! ([`DynamoState`]).
+
+use std::collections::{BTreeSet, HashMap};
+
+use tidemark_schema::{
+    Bucket, DeviceId, EntityKey, ExportCursorItem, ExportDirtyItem, GroupBucketItem, Key,
+    MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field,
+};
+use tidemark_store::batch_get::key_item;
+use tidemark_store::read::Queries;
+
+use crate::ExportError;
+use crate::store::{ExportTable, State, list_devices, read_dirty, read_group_hours, walk_readings};
+
+/// Group items put at once (one `PutItem` each: the SDK retries a throttled one).
+const GROUP_WRITES_IN_FLIGHT: usize = 16;
+
+/// The table. Readings are read strongly consistent: a re-export of a marked hour must see the
+/// late write behind the mark, however soon after it runs. The device listing (GSI1) is
+/// eventually consistent, which an hour exported 20 minutes after its end does not notice: a
+/// device is registered seconds after its first reading arrives.
+pub struct DynamoExportTable {
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+    pub queries: Queries,
+    /// `STATUS_PARTITIONS`: the partitions the status listing is spread over.
+    pub status_partitions: u16,
+    /// `GROUP_TAGS`.
+    pub group_tags: Vec<TagKey>,
+}
+
+impl DynamoExportTable {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str, status_partitions: u16) -> Self {
+        DynamoExportTable {
+            queries: Queries::new(client.clone(), table.to_owned()),
+            client,
+            table: table.to_owned(),
+            status_partitions,
+            group_tags: tidemark_store::settings::default_group_tags(),
+        }
+    }
+
+    /// The same, keeping rollups for the groups of `keys` (`GROUP_TAGS`).
+    pub fn with_group_tags(mut self, keys: Vec<TagKey>) -> Self {
+        self.group_tags = keys;
+        self
+    }
+}
+
+impl ExportTable for DynamoExportTable {
+    async fn devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
+        list_devices(&self.queries, self.status_partitions).await
+    }
+
+    async fn readings(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        visit: impl FnMut(Reading) + Send,
+    ) -> Result<u64, ExportError> {
+        let history =
+            tidemark_store::layouts::device_history(&self.client, &self.table, device, true)
+                .await?
+                .0;
+        walk_readings(&self.queries, device, &history, from, to, visit).await
+    }
+
+    fn group_tags(&self) -> &[TagKey] {
+        &self.group_tags
+    }
+
+    async fn tag_histories(
+        &self,
+        devices: &[DeviceId],
+    ) -> Result<HashMap<DeviceId, TagHistory>, ExportError> {
+        let (found, _unreadable) =
+            tidemark_store::tags::read_histories(&self.client, &self.table, devices, true).await?;
+        Ok(found.into_iter().map(|(d, (h, _))| (d, h)).collect())
+    }
+
+    async fn put_group_buckets(&self, items: &[GroupBucketItem]) -> Result<(), ExportError> {
+        use futures::StreamExt;
+        let mut puts = Vec::with_capacity(items.len());
+        for item in items {
+            puts.push(tidemark_store::to_item(item)?);
+        }
+        let results: Vec<Result<(), ExportError>> = futures::stream::iter(puts)
+            .map(|item| async move {
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .send()
+                    .await
+                    .map_err(tidemark_store::StoreError::sdk("PutItem"))?;
+                Ok(())
+            })
+            .buffer_unordered(GROUP_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
+    async fn delete_group_buckets(&self, keys: &[Key]) -> Result<(), ExportError> {
+        for k in keys {
+            self.client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(key_item(k)))
+                .send()
+                .await
+                .map_err(tidemark_store::StoreError::sdk("DeleteItem"))?;
+        }
+        Ok(())
+    }
+
+    async fn group_hours(
+        &self,
+        tag: &Tag,
+        metric: &MetricName,
+        day: Bucket,
+    ) -> Result<Vec<GroupBucketItem>, ExportError> {
+        read_group_hours(&self.queries, tag, metric, day).await
+    }
+}
+
+/// [`State`] in the table.
+pub struct DynamoState {
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+    pub queries: Queries,
+}
+
+impl DynamoState {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        DynamoState {
+            queries: Queries::new(client.clone(), table.to_owned()),
+            client,
+            table: table.to_owned(),
+        }
+    }
+}
+
+impl State for DynamoState {
+    async fn cursor(&self) -> Result<Option<Timestamp>, ExportError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&EntityKey::ExportCursor.key())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("GetItem"))?;
+        Ok(match out.item {
+            Some(i) => Some(tidemark_store::from_item::<ExportCursorItem>(i)?.hour),
+            None => None,
+        })
+    }
+
+    async fn advance(&self, hour: Timestamp) -> Result<(), ExportError> {
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(tidemark_store::to_item(&ExportCursorItem::new(hour))?))
+            .condition_expression("attribute_not_exists(pk) OR #hour < :hour")
+            .expression_attribute_names("#hour", field::HOUR)
+            .expression_attribute_values(
+                ":hour",
+                serde_dynamo::to_attribute_value(hour).map_err(tidemark_store::StoreError::from)?,
+            )
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("PutItem"));
+        match r {
+            Ok(_) => Ok(()),
+            // Another run got there first.
+            Err(e) if e.is_conditional_check_failed() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn dirty(&self) -> Result<Vec<ExportDirtyItem>, ExportError> {
+        read_dirty(&self.queries).await
+    }
+
+    async fn clear(&self, d: &ExportDirtyItem) -> Result<bool, ExportError> {
+        let r = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&EntityKey::ExportDirty(d.hour).key())))
+            .condition_expression("#marks = :marks")
+            .expression_attribute_names("#marks", field::MARKS)
+            .expression_attribute_values(
+                ":marks",
+                aws_sdk_dynamodb::types::AttributeValue::N(d.marks.to_string()),
+            )
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("DeleteItem"));
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conditional_check_failed() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The exporter's store traits, what its logic runs over: what an export reads from the table
+//! and the group rollups it writes there ([`ExportTable`]), and where the schedule stands
+//! ([`State`]); and the reads the implementations share, over any [`QueryStore`]. On
+//! DynamoDB in `dynamo.rs`, in memory (over the one in-memory test engine) in `memory.rs`.
+
+use std::collections::{BTreeSet, HashMap};
+
+use tidemark_schema::{
+    Bucket, DeviceId, DeviceStatus, EntityKey, ExportDirtyItem, GroupBucketItem, Key,
+    LayoutHistory, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, keys,
+};
+use tidemark_store::Item;
+use tidemark_store::read::{QuerySpec, QueryStore, SkRange, query_all, walk_whole_readings_while};
+
+use crate::ExportError;
+
+/// What an export (an hour, a day, the groups' buckets) reads from the table and writes there.
+pub trait ExportTable {
+    /// Every registered device (each status, each status partition).
+    fn devices(&self) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
+    /// Hands `visit` the device's readings in `[from, to)`, whole (metadata included), in
+    /// time order, one at a time (a day of a 2 kHz device is never held at once); answers how
+    /// many stored items did not parse (left out, as every reader leaves them out).
+    fn readings(
+        &self,
+        device: &DeviceId,
+        from: Timestamp,
+        to: Timestamp,
+        visit: impl FnMut(Reading) + Send,
+    ) -> impl Future<Output = Result<u64, ExportError>> + Send;
+    /// `GROUP_TAGS`: the tag keys whose groups keep rollups.
+    fn group_tags(&self) -> &[TagKey];
+    /// The tag histories of `devices`, read consistent (a device without one is absent).
+    fn tag_histories(
+        &self,
+        devices: &[DeviceId],
+    ) -> impl Future<Output = Result<HashMap<DeviceId, TagHistory>, ExportError>> + Send;
+    /// Puts group bucket items (each replacing what its key held).
+    fn put_group_buckets(
+        &self,
+        items: &[GroupBucketItem],
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// Deletes group bucket items.
+    fn delete_group_buckets(
+        &self,
+        keys: &[Key],
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// The hour items of `tag`'s `metric` in the day `day`, read consistent.
+    fn group_hours(
+        &self,
+        tag: &Tag,
+        metric: &MetricName,
+        day: Bucket,
+    ) -> impl Future<Output = Result<Vec<GroupBucketItem>, ExportError>> + Send;
+}
+
+/// Where the schedule stands, in the table's `EXPORT` partition.
+pub trait State {
+    /// The newest hour the schedule has exported (`None`: no run yet).
+    fn cursor(&self) -> impl Future<Output = Result<Option<Timestamp>, ExportError>> + Send;
+    /// Moves the cursor to `hour` unless it already stands there or later.
+    fn advance(&self, hour: Timestamp) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// The hours marked as changed after their close, with their mark counts.
+    fn dirty(&self) -> impl Future<Output = Result<Vec<ExportDirtyItem>, ExportError>> + Send;
+    /// Removes the mark if no marking came after `d` was read; whether it did.
+    fn clear(&self, d: &ExportDirtyItem) -> impl Future<Output = Result<bool, ExportError>> + Send;
+}
+
+/// Devices listed per GSI1 query page.
+const DEVICE_PAGE: i32 = 1000;
+
+fn device_of(item: &Item) -> Option<DeviceId> {
+    let s = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
+    match EntityKey::parse(&s("pk")?, &s("sk")?) {
+        Ok(EntityKey::Device(d)) => Some(d),
+        _ => None,
+    }
+}
+
+// The reads below are the implementations' own, shared: each runs over any [`QueryStore`]
+// (DynamoDB's `Queries`, the in-memory `MemTable`), so the in-memory store reads the table
+// exactly as the DynamoDB one does.
+
+/// Every registered device from GSI1's status listing: each status, its unsharded partition
+/// and, over `status_partitions` > 1, its sharded ones (a device is in exactly one).
+pub async fn list_devices<Q: QueryStore + Sync>(
+    q: &Q,
+    status_partitions: u16,
+) -> Result<BTreeSet<DeviceId>, ExportError> {
+    let mut out = BTreeSet::new();
+    for status in DeviceStatus::ALL.iter().copied() {
+        let mut partitions = vec![keys::status_gsi1pk(status, None)];
+        if status_partitions > 1 {
+            partitions.extend(keys::status_gsi1pks(status, status_partitions));
+        }
+        for pk in partitions {
+            let spec = QuerySpec::gsi1(
+                pk,
+                SkRange::BeginsWith(keys::DEVICE_PREFIX.to_owned()),
+                true,
+            );
+            query_all(q, &spec, DEVICE_PAGE, |item| {
+                out.extend(device_of(&item));
+            })
+            .await?;
+        }
+    }
+    Ok(out)
+}
+
+/// [`ExportTable::readings`] of `device` under its layout `history`: the one reader of stored
+/// readings, strongly consistent, whole readings in time order.
+pub async fn walk_readings<Q: QueryStore + Sync>(
+    q: &Q,
+    device: &DeviceId,
+    history: &LayoutHistory,
+    from: Timestamp,
+    to: Timestamp,
+    mut visit: impl FnMut(Reading) + Send,
+) -> Result<u64, ExportError> {
+    let Some(last) = to.pred() else {
+        return Ok(0);
+    };
+    let walked =
+        walk_whole_readings_while(q, device, history, from, last, false, None, true, |r| {
+            visit(r);
+            true
+        })
+        .await?;
+    Ok(walked.unreadable)
+}
+
+/// [`ExportTable::group_hours`]: one consistent query of the group's partition.
+pub async fn read_group_hours<Q: QueryStore + Sync>(
+    q: &Q,
+    tag: &Tag,
+    metric: &MetricName,
+    day: Bucket,
+) -> Result<Vec<GroupBucketItem>, ExportError> {
+    let (first, last) = crate::groups::hours_of_day(day);
+    let mut spec = QuerySpec::table(
+        keys::group_pk(tag),
+        SkRange::Between(
+            keys::group_bucket_sk(metric, first),
+            keys::group_bucket_sk(metric, last),
+        ),
+        true,
+    );
+    spec.consistent = true;
+    let mut out = Vec::new();
+    let mut bad = None;
+    query_all(q, &spec, 100, |item| {
+        match tidemark_store::from_item::<GroupBucketItem>(item) {
+            Ok(g) => out.push(g),
+            Err(e) => {
+                bad.get_or_insert(e);
+            }
+        }
+    })
+    .await?;
+    if let Some(e) = bad {
+        return Err(ExportError::Store(e));
+    }
+    Ok(out)
+}
+
+/// [`State::dirty`]: the `EXPORT` partition's marks, read consistent (an unreadable one is
+/// skipped and logged).
+pub async fn read_dirty<Q: QueryStore + Sync>(q: &Q) -> Result<Vec<ExportDirtyItem>, ExportError> {
+    let spec = QuerySpec {
+        consistent: true,
+        ..QuerySpec::table(
+            keys::EXPORT_PK.to_owned(),
+            SkRange::BeginsWith(keys::EXPORT_DIRTY_PREFIX.to_owned()),
+            true,
+        )
+    };
+    let mut items = Vec::new();
+    query_all(q, &spec, 1000, |i| items.push(i)).await?;
+    let mut out = Vec::new();
+    for i in items {
+        match tidemark_store::from_item::<ExportDirtyItem>(i) {
+            Ok(d) => out.push(d),
+            Err(e) => tracing::warn!(error = %e, "unreadable export mark skipped"),
+        }
+    }
+    Ok(out)
+}
