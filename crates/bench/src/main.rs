@@ -163,7 +163,13 @@ async fn main_inner(args: Args) -> Result<(), BenchError> {
         };
         let direct = format!("cargo run {release}-p tidemark-bench -- {}", rest.join(" "));
         if via_make {
-            format!("make bench (runs: {})", direct.trim_end())
+            // `make bench-quick` is the debug build's `--quick`; `make bench` the release run.
+            let target = if args.quick && release.is_empty() {
+                "bench-quick"
+            } else {
+                "bench"
+            };
+            format!("make {target} (runs: {})", direct.trim_end())
         } else {
             direct.trim_end().to_owned()
         }
