@@ -1,6 +1,6 @@
-//! Ingest's store traits ([`crate::store`], and the writes of
-//! [`BatchWriteApi`] and [`SlotStore`]) in memory, so the handler is tested without a table:
-//! by this crate's unit and integration tests and by the benchmarks. Items are kept in the one
+//! Ingest's store traits ([`crate::store`], and the writes of [`BatchWriteApi`] and
+//! [`SlotStore`]) in memory, so the handler runs without a table: in this crate's unit and
+//! integration tests, and in benchmarks of the handler's own time. Items are kept in the one
 //! in-memory test engine every function's test store uses, [`MemTable`], which refuses what
 //! DynamoDB refuses (400 KB items, 25 items a batch); layout histories and packed slots are
 //! kept beside it as the real writers place them. Every operation is counted, and failures
@@ -51,17 +51,25 @@ fn key_of(item: &Item) -> (String, String) {
 /// what DynamoDB refuses), counting every operation.
 #[derive(Default)]
 pub struct MemoryStore {
+    /// The table: readings, quarantine items, heartbeats, failure counts.
     pub items: MemTable,
+    /// The `CONFIG` partition's layout histories ([`LayoutHistorySource`]).
     pub layout_histories: Mutex<Vec<LayoutHistoryItem>>,
     /// Packed slots by (partition, slot start): the placement and merge rules of the real
     /// slot writer, one part a slot.
     pub slots: Mutex<HashMap<(String, Timestamp), SlotReadings>>,
+    /// Slot writes that changed a slot.
     pub slot_writes: AtomicUsize,
+    /// The registered devices ([`DeviceDirectory::existing_devices`]).
     pub devices: Mutex<HashSet<DeviceId>>,
+    /// Layout loads fail like an outage when set.
     pub fail_layout_loads: AtomicBool,
+    /// Layout loads asked for.
     pub layout_loads: AtomicUsize,
+    /// Device-existence calls made, and the devices they asked about.
     pub device_lookups: AtomicUsize,
     pub devices_asked: AtomicUsize,
+    /// Batch writes and single-item merges made.
     pub write_calls: AtomicUsize,
     /// Writes fail with a permanent error when set.
     pub refuse_writes: AtomicBool,
