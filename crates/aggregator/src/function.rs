@@ -7,7 +7,8 @@ use crate::config::AggregatorConfig;
 use crate::rollups::settled::{SettledDays, SettledHours};
 use crate::store::{DynamoStore, Store};
 
-/// The aggregator over a store (DynamoDB in production, fakes in unit tests).
+/// The aggregator over a store (DynamoDB in production, the in-memory `memory::MemoryStore` in
+/// unit tests).
 pub struct Aggregator<S = DynamoStore> {
     pub(crate) store: S,
     pub(crate) config: AggregatorConfig,

@@ -302,7 +302,7 @@ impl<S: Store> Aggregator<S> {
 mod tests {
     use super::*;
     use crate::AggregatorConfig;
-    use crate::fake::FakeStore;
+    use crate::memory::MemoryStore;
     use crate::report::Report;
     use aws_lambda_events::event::dynamodb::EventRecord;
     use std::sync::atomic::Ordering;
@@ -322,7 +322,7 @@ mod tests {
         e
     }
 
-    fn hourly(store: &FakeStore, device: &str, at: &str) -> Option<AggregateItem> {
+    fn hourly(store: &MemoryStore, device: &str, at: &str) -> Option<AggregateItem> {
         let k = AggregateItem::key_for(
             &DeviceId::new(device).unwrap(),
             Period::Hourly.bucket(ts(at)),
@@ -383,7 +383,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_race_is_retried_from_a_fresh_read() {
-        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
         agg.process_written(&event(batch()[..2].to_vec())).await;
         agg.store().conflicts.store(2, Ordering::SeqCst);
         let (resp, report) = agg.process_written(&event(batch())).await;
@@ -402,8 +402,8 @@ mod tests {
     #[tokio::test]
     async fn an_unwritable_item_fails_the_batch_from_its_first_record_and_the_retry_is_exact() {
         // GIVEN an outage on the hourly items (the daily ones still write)
-        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
-        let store_ok_for = |agg: &Aggregator<FakeStore>, f: Option<&str>| {
+        let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
+        let store_ok_for = |agg: &Aggregator<MemoryStore>, f: Option<&str>| {
             *agg.store().failing.lock().unwrap() = f.map(str::to_owned);
         };
         store_ok_for(&agg, Some("hourly"));
@@ -440,7 +440,7 @@ mod tests {
         let mut config = AggregatorConfig::new("t");
         config.write_concurrency = 1;
         config.deadline_margin = std::time::Duration::ZERO;
-        let agg = Aggregator::with_store(FakeStore::default(), config);
+        let agg = Aggregator::with_store(MemoryStore::default(), config);
         *agg.store().write_delay.lock().unwrap() = Some(std::time::Duration::from_millis(300));
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(450);
         let (resp, report) = agg.process_until(&event(batch()), deadline).await;
@@ -472,7 +472,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_corrected_daily_maximum_is_recomputed_from_the_hours_not_the_days_readings() {
-        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
         let d1 = DeviceId::new("d1").unwrap();
         // GIVEN three hours of a day, 60 readings each, with a spike of 90 at 14:30
         let mut records = Vec::new();
@@ -527,7 +527,7 @@ mod tests {
 
     #[tokio::test]
     async fn records_that_are_not_readings_are_ignored_not_failed() {
-        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
         let mut foreign = insert(9, "d1", "2026-04-20T14:00:00Z", 1.0);
         foreign.change.keys = serde_dynamo::to_item(serde_json::json!({"id": "x"})).unwrap();
         foreign.change.new_image = foreign.change.keys.clone();
@@ -543,7 +543,7 @@ mod tests {
     async fn every_reading_of_a_slot_record_counts_once_and_a_corrupt_part_is_skipped_and_counted()
     {
         use crate::testing::{slot_item, slot_record};
-        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
         let hour_slots = tidemark_schema::LayoutHistory::EMPTY
             .with_layout(
                 ts("2026-04-20T00:00:00Z"),

@@ -32,7 +32,10 @@
 //! function itself is [`Aggregator`] ([`function`]), one invocation [`handler`].
 //!
 //! The logic is pure ([`combine`], [`days`], [`alerting::rules`], [`records`]) and talks to the table
-//! through the small traits of [`store`], implemented for DynamoDB by [`store::DynamoStore`].
+//! through the small traits of [`store`], implemented for DynamoDB by [`dynamo::DynamoStore`]
+//! and over the one in-memory test engine by `memory::MemoryStore` (unit tests, and other
+//! crates' tests with the `testing` feature). Its settings are [`config`], what fails an
+//! invocation [`error`], what one did (metrics and log line) [`Report`].
 //!
 //! In the alerts role (`AGGREGATOR_ROLE=alerts`) a [`Notifier`] also publishes every alert
 //! state change the batch's alert records show to EventBridge, once per change as [`notify`]
@@ -49,14 +52,14 @@ pub mod config;
 pub mod dynamo;
 pub mod error;
 pub(crate) mod failed;
-/// The store over the in-memory test engine (unit tests; other crates' tests with the
-/// `testing` feature).
-#[cfg(any(test, feature = "testing"))]
-pub mod fake;
 pub mod function;
 /// Group partials: the rollups role's share of a group's hour until the export recomputes it.
 pub mod groups;
 pub mod handler;
+/// The store over the in-memory test engine (unit tests; other crates' tests with the
+/// `testing` feature).
+#[cfg(any(test, feature = "testing"))]
+pub mod memory;
 pub mod notify;
 pub mod offline;
 pub mod records;

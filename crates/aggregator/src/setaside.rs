@@ -385,7 +385,7 @@ mod tests {
 
     use super::*;
     use crate::config::parse_thresholds;
-    use crate::fake::FakeStore;
+    use crate::memory::MemoryStore;
     use crate::report::Report;
     use crate::testing::{device, event, insert, metric};
     use crate::{Aggregator, AggregatorConfig};
@@ -394,7 +394,7 @@ mod tests {
         Timestamp::parse_rfc3339(s).unwrap()
     }
 
-    fn aggregator(role: Role, clock: &Clock) -> Aggregator<FakeStore> {
+    fn aggregator(role: Role, clock: &Clock) -> Aggregator<MemoryStore> {
         let mut config = AggregatorConfig::new("t")
             .with_role(role)
             .with_default_thresholds(
@@ -402,7 +402,7 @@ mod tests {
             );
         config.clock = clock.clone();
         config.retry.base_delay = std::time::Duration::from_micros(50);
-        Aggregator::with_store(FakeStore::default(), config)
+        Aggregator::with_store(MemoryStore::default(), config)
     }
 
     /// One reading of `t` per device, all in the 14:00 hour, each its own record.
@@ -419,7 +419,7 @@ mod tests {
     /// failed, again, until a batch succeeds or `attempts` run out, the clock moving
     /// `backoff` between attempts. The reports, one per attempt.
     async fn deliver(
-        agg: &Aggregator<FakeStore>,
+        agg: &Aggregator<MemoryStore>,
         clock: &Clock,
         mut records: Vec<EventRecord>,
         attempts: usize,
@@ -446,7 +446,7 @@ mod tests {
         out
     }
 
-    fn repairs(agg: &Aggregator<FakeStore>, role: &str) -> Vec<RepairItem> {
+    fn repairs(agg: &Aggregator<MemoryStore>, role: &str) -> Vec<RepairItem> {
         let pk = tidemark_schema::keys::repair_pk(role);
         agg.store()
             .table
@@ -457,7 +457,7 @@ mod tests {
             .collect()
     }
 
-    fn failure_counts(agg: &Aggregator<FakeStore>) -> usize {
+    fn failure_counts(agg: &Aggregator<MemoryStore>) -> usize {
         agg.store()
             .table
             .scan()
@@ -470,14 +470,14 @@ mod tests {
             .count()
     }
 
-    fn hour_of(agg: &Aggregator<FakeStore>, d: &str) -> Option<AggregateItem> {
+    fn hour_of(agg: &Aggregator<MemoryStore>, d: &str) -> Option<AggregateItem> {
         agg.store().aggregate(&AggregateItem::key_for(
             &device(d),
             Period::Hourly.bucket(t("2026-04-20T14:00:00Z")),
         ))
     }
 
-    fn rollups_differ(agg: &Aggregator<FakeStore>) -> Vec<String> {
+    fn rollups_differ(agg: &Aggregator<MemoryStore>) -> Vec<String> {
         tidemark_testkit::rollups::differences(&agg.store().table.scan())
     }
 

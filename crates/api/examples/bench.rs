@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
-    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, DynamoStore,
-    GetStore, LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter,
+    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
+    LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter,
 };
-use tidemark_api::{ApiConfig, App};
+use tidemark_api::{ApiConfig, App, DynamoStore};
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus,
     DeviceType, Key, LatestReading, LayoutHistory, LayoutHistoryItem, MetricName, Period, Reading,

@@ -5,7 +5,7 @@
 //! failures a 500/503 whose details go only to the log. Every route is one GetItem,
 //! BatchGetItem or Query per partition; lists page with signed cursors ([`cursor`]) and read
 //! several partitions in one global order when a list spans them
-//! ([`tidemark_store::read::merge`]). Readings are
+//! ([`tidemark_store::read::interleave`]). Readings are
 //! read layout segment by segment over a device's history of partition counts and packing
 //! (`PUT /devices/{id}/layout`): single reading items and packed slots
 //! ([`tidemark_store::read::readings`]) come out as the same reading JSON, so a layout change is invisible to clients. An operator's
@@ -33,11 +33,18 @@
 //! yet), never from its members, and laid out by the device series' code ([`series`]); fleet
 //! latest pages a tag's index and reads each member's newest reading; alerts by tag keep a
 //! page's alerts whose devices hold the tags.
+//!
+//! The crate has the shape of every function crate: its settings in [`config`], its errors
+//! in [`error`], the store traits handlers run over in [`store`], their DynamoDB
+//! implementation in [`dynamo`] ([`DynamoStore`]) and the in-memory one over the one test
+//! engine in [`memory`] (unit tests, the devstack's dashboard tests, the bench). It has no
+//! `Report`: what an invocation did is its HTTP response.
 
 pub mod access;
 pub mod budget;
 pub mod config;
 pub mod cursor;
+pub mod dynamo;
 pub mod error;
 mod handlers;
 pub mod memory;
@@ -58,9 +65,10 @@ use lambda_http::{Body, Request, Response};
 use serde_json::Value;
 
 pub use config::{ApiConfig, ConfigError, JwtSignIn, UiAuth};
+pub use dynamo::DynamoStore;
 pub use error::ApiError;
 pub use routes::{Route, ScopeNames, query_parameters, routes};
-pub use store::{DynamoStore, Store};
+pub use store::Store;
 
 use crate::cursor::CursorKey;
 

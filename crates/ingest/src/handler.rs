@@ -15,7 +15,6 @@ use tidemark_schema::{
     Clock, DEFAULT_MAX_METRICS_PER_DAY, Day, DeviceId, DeviceIdentity, GatewayFor, MetricName,
     QuarantineReason, QuarantineSource, Reading, Timestamp,
 };
-use tidemark_store::emf::Metrics;
 use tidemark_store::write::batch::{
     BatchWriteApi, BatchWriter, PendingWrite, Refused, WriteMode, WriteReport,
 };
@@ -23,134 +22,18 @@ use tidemark_store::write::slots::SlotStore;
 
 use crate::config::{IngestConfig, UnknownDevices};
 use crate::decode::{Rejection, reading_item};
+use crate::dynamo::DynamoLookups;
 pub use crate::error::IngestError;
 use crate::event::arrival_time;
 use crate::heartbeat;
-use crate::lookups::{DeviceDirectory, DynamoLookups, LayoutHistorySource};
 use crate::metric_cap::Names;
 use crate::packing::{SlotBatch, SlotReport};
 use crate::rejection::quarantine_items;
+use crate::report::Report;
 use crate::set_aside::{self, Failed};
+use crate::store::{DeviceDirectory, LayoutHistorySource};
 use crate::units::Unit;
 use tidemark_store::layouts::LayoutBook;
-
-/// Counts of one batch: logged as JSON and emitted as EMF.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BatchStats {
-    pub records: u64,
-    /// User records found inside KPL aggregates (each decoded and quarantined on its own).
-    pub user_records: u64,
-    pub readings: u64,
-    pub quarantined: u64,
-    pub quarantined_by_reason: BTreeMap<QuarantineReason, u64>,
-    /// Items (readings and quarantine) durably written.
-    pub written: u64,
-    /// Readings combined with an earlier one of the same device and timestamp in this batch
-    /// (their metrics merged, the later record's value winning for a metric both carry).
-    pub duplicates: u64,
-    /// Readings whose device and timestamp the table already held: merged into it (a
-    /// same-timestamp record of another batch, a correction, or a resend, which changes
-    /// nothing).
-    pub merged: u64,
-    pub calls: u64,
-    pub retries: u64,
-    pub unprocessed: u64,
-    pub throttled: u64,
-    /// Items not written when the invocation gave up (their records are reported).
-    pub failed_items: u64,
-    /// The sequence number reported in `batchItemFailures`, if any.
-    pub failed_from: Option<String>,
-    /// Items of the table that do not parse (a `CONFIG` item written by another tool):
-    /// skipped and logged with their key.
-    pub unreadable_items: u64,
-    /// Readings of packed layouts, merged into slot items rather than written one by one.
-    pub packed: u64,
-    /// Slot items written (each holding any number of the batch's readings, or, for an exact
-    /// resend, only its arrival stamped on the smallest part holding it).
-    pub slot_writes: u64,
-    /// Slots that already held every reading sent (a replay): nothing written.
-    pub slots_unchanged: u64,
-    /// Races lost to a concurrent writer of the same slot (each retried, nothing lost).
-    pub slot_conflicts: u64,
-    /// The watchdog's heartbeat records this batch passed on ([`crate::heartbeat`]).
-    pub heartbeats: u64,
-    /// Records set aside after failing for good ([`crate::set_aside`]), quarantined as
-    /// `unprocessable`.
-    pub set_aside: u64,
-}
-
-impl BatchStats {
-    pub fn metrics(&self) -> Metrics {
-        let mut m = Metrics::new("ingest")
-            .count("Records", self.records)
-            .count("UserRecords", self.user_records)
-            .count("Readings", self.readings)
-            .count("Quarantined", self.quarantined)
-            .count("ItemsWritten", self.written)
-            .count("Duplicates", self.duplicates)
-            .count("Merged", self.merged)
-            .count("WriteCalls", self.calls)
-            .count("Retries", self.retries)
-            .count("Unprocessed", self.unprocessed)
-            .count("Throttled", self.throttled)
-            .count("FailedItems", self.failed_items)
-            .count("FailedBatches", u64::from(self.failed_from.is_some()))
-            .count("UnreadableItems", self.unreadable_items)
-            .count("PackedReadings", self.packed)
-            .count("SlotWrites", self.slot_writes)
-            .count("SlotsUnchanged", self.slots_unchanged)
-            .count("SlotConflicts", self.slot_conflicts)
-            .count("SetAside", self.set_aside);
-        for (reason, n) in &self.quarantined_by_reason {
-            m = m.count(&format!("Quarantined.{}", reason.as_str()), *n);
-        }
-        m
-    }
-
-    fn log(&self, error: Option<&str>) {
-        let by_reason: BTreeMap<&str, u64> = self
-            .quarantined_by_reason
-            .iter()
-            .map(|(r, n)| (r.as_str(), *n))
-            .collect();
-        let by_reason = serde_json::to_string(&by_reason).unwrap_or_default();
-        if let Some(seq) = &self.failed_from {
-            tracing::warn!(
-                records = self.records,
-                readings = self.readings,
-                written = self.written,
-                duplicates = self.duplicates,
-                merged = self.merged,
-                quarantined = self.quarantined,
-                quarantined_by_reason = %by_reason,
-                retries = self.retries,
-                unprocessed = self.unprocessed,
-                throttled = self.throttled,
-                failed_items = self.failed_items,
-                failed_from = %seq,
-                error = error.unwrap_or(""),
-                "ingest batch partly written; Kinesis resumes at failed_from"
-            );
-        } else {
-            tracing::info!(
-                records = self.records,
-                readings = self.readings,
-                written = self.written,
-                duplicates = self.duplicates,
-                merged = self.merged,
-                quarantined = self.quarantined,
-                quarantined_by_reason = %by_reason,
-                retries = self.retries,
-                unprocessed = self.unprocessed,
-                throttled = self.throttled,
-                packed = self.packed,
-                slot_writes = self.slot_writes,
-                slot_conflicts = self.slot_conflicts,
-                "ingest batch written"
-            );
-        }
-    }
-}
 
 /// A device's `gatewayFor`, `None` when it lists none (or is not registered).
 type Gateway = Option<Arc<GatewayFor>>;
@@ -271,7 +154,7 @@ where
         &self,
         event: &KinesisEvent,
         deadline: Instant,
-    ) -> Result<(KinesisEventResponse, BatchStats), IngestError> {
+    ) -> Result<(KinesisEventResponse, Report), IngestError> {
         let outcome = AssertUnwindSafe(self.process_batch(event, deadline))
             .catch_unwind()
             .await;
@@ -311,10 +194,10 @@ where
         if done.is_empty() {
             return Err(error);
         }
-        let stats = BatchStats {
+        let stats = Report {
             records: 1,
             set_aside: 1,
-            ..BatchStats::default()
+            ..Report::default()
         };
         Ok((KinesisEventResponse::default(), stats))
     }
@@ -324,12 +207,12 @@ where
         &self,
         event: &KinesisEvent,
         deadline: Instant,
-    ) -> Result<(KinesisEventResponse, BatchStats), IngestError> {
+    ) -> Result<(KinesisEventResponse, Report), IngestError> {
         let now = self.clock.now();
         let records = &event.records;
-        let mut stats = BatchStats {
+        let mut stats = Report {
             records: records.len() as u64,
-            ..BatchStats::default()
+            ..Report::default()
         };
         let (units, mut decoded) = crate::units::units(records, now, &self.config);
         stats.user_records = units.iter().filter(|u| u.sub_record.is_some()).count() as u64;
@@ -571,7 +454,7 @@ where
         report: &WriteReport,
         sources: &HashMap<(String, String), BTreeSet<usize>>,
         write_by: tokio::time::Instant,
-        stats: &mut BatchStats,
+        stats: &mut Report,
     ) -> Result<(Vec<usize>, usize, Vec<Refused>), IngestError> {
         let mut behind: BTreeMap<usize, &str> = BTreeMap::new();
         for r in &report.refused {
@@ -988,7 +871,7 @@ fn too_many_message(
     )
 }
 
-fn absorb(stats: &mut BatchStats, r: &WriteReport) {
+fn absorb(stats: &mut Report, r: &WriteReport) {
     stats.written = r.written as u64;
     stats.duplicates = r.duplicates as u64;
     stats.merged = r.merged;

@@ -29,8 +29,12 @@
 //! - [`metric_cap`]: a device's cap on distinct metric names per UTC day (default 1,000,
 //!   `maxMetricsPerDay` on its item); names past it are taken out of their readings and
 //!   quarantined as `too_many_metrics` while the rest is stored.
-//! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], [`LayoutHistorySource`],
-//!   [`DeviceDirectory`]) and a [`tidemark_schema::Clock`]; [`Ingest::new`] wires them to DynamoDB.
+//! - [`Ingest`]: the handler, over small store traits ([`BatchWriteApi`], and [`store`]'s
+//!   [`LayoutHistorySource`] and [`DeviceDirectory`]) and a [`tidemark_schema::Clock`];
+//!   [`Ingest::new`] wires them to DynamoDB ([`dynamo`]: [`DynamoLookups`]). [`memory`] holds
+//!   them all in memory ([`memory::MemoryStore`]) for tests and benchmarks.
+//! - [`config`]: the function's settings ([`IngestConfig`]); [`report`]: what one invocation
+//!   did ([`Report`]), its EMF metrics and log line.
 //! - [`event`]: the Kinesis event as Lambda delivers it ([`KinesisBatch`]), its arrivals read
 //!   to the millisecond.
 //! - [`error`]: what fails a batch ([`IngestError`]), and whether a retry could cure it.
@@ -40,26 +44,31 @@
 
 pub mod config;
 pub mod decode;
+pub mod dynamo;
 pub mod error;
 pub mod event;
 pub mod handler;
 pub mod heartbeat;
 pub mod identity;
 pub mod kpl;
-pub mod lookups;
+pub mod memory;
 pub mod metric_cap;
 pub mod packing;
 pub mod rejection;
+pub mod report;
 pub mod senml;
 pub mod set_aside;
+pub mod store;
 pub mod units;
 
 pub use config::{ConfigError, IngestConfig, UnknownDevices};
 pub use decode::{
     Message, Rejection, decode_message, decode_record, decode_record_at, reading_item,
 };
+pub use dynamo::DynamoLookups;
 pub use error::IngestError;
 pub use event::{KinesisBatch, arrival_time};
-pub use handler::{BatchStats, Ingest, deadline_from_epoch_millis};
-pub use lookups::{DeviceDirectory, DynamoLookups, LayoutHistorySource};
+pub use handler::{Ingest, deadline_from_epoch_millis};
 pub use rejection::quarantine_items;
+pub use report::Report;
+pub use store::{DeviceDirectory, LayoutHistorySource};

@@ -21,7 +21,7 @@ use thiserror::Error;
 use tidemark_schema::{Day, DeviceId};
 use tidemark_store::StoreError;
 
-pub use crate::lookups::{DeviceDirectory, Names, Room};
+pub use crate::store::{DeviceDirectory, Names, Room};
 
 /// How often [`admit`] reads the set again after another container changed it between its
 /// read and its write, before giving up (the batch is then retried).

@@ -51,7 +51,7 @@ fn the_set_aside_alarm_sums_the_set_aside_metric_of_ingest_and_the_aggregator() 
             ))
         })
         .collect();
-    let ingest = tidemark_ingest::BatchStats::default().metrics().to_json(0);
+    let ingest = tidemark_ingest::Report::default().metrics().to_json(0);
     let aggregator = tidemark_aggregator::Report::default().metrics().to_json(0);
     for source in [emitted(ingest), emitted(aggregator)] {
         assert!(

@@ -10,7 +10,7 @@ use tidemark_schema::{AlertItem, AlertState, DeviceItem, RulePhase, RuleState, T
 
 use super::rules::{Fold, Phase, Rule};
 use crate::config::{Role, parse_thresholds};
-use crate::fake::FakeStore;
+use crate::memory::MemoryStore;
 use crate::report::Report;
 use crate::testing::{device, device_modify, event, insert, metric};
 use crate::{Aggregator, AggregatorConfig};
@@ -22,7 +22,7 @@ fn at(s: i64) -> Timestamp {
 }
 
 struct Rig {
-    agg: Aggregator<FakeStore>,
+    agg: Aggregator<MemoryStore>,
     seq: AtomicU64,
 }
 
@@ -32,7 +32,7 @@ fn rig(thresholds: &str) -> Rig {
         .with_default_thresholds(parse_thresholds(thresholds).unwrap());
     config.retry.base_delay = std::time::Duration::from_micros(50);
     Rig {
-        agg: Aggregator::with_store(FakeStore::default(), config),
+        agg: Aggregator::with_store(MemoryStore::default(), config),
         seq: AtomicU64::new(1),
     }
 }
@@ -432,7 +432,7 @@ fn rig_with_budget(thresholds: &str, max_forward: u64) -> Rig {
     let mut r = rig(thresholds);
     let mut config = r.agg.config().clone();
     config.scan.max_forward = max_forward;
-    r.agg = Aggregator::with_store(FakeStore::default(), config);
+    r.agg = Aggregator::with_store(MemoryStore::default(), config);
     r
 }
 
@@ -507,7 +507,7 @@ fn alternating(n: i64) -> Vec<(i64, f64)> {
 async fn an_upload_of_three_hundred_episodes_is_written_in_transactions_of_at_most_a_hundred() {
     // GIVEN a device that uploads 600 buffered readings, each breach ended by the next reading
     let r = rig(MAX30);
-    // WHEN they arrive in one batch (the fake refuses a transaction past 100 actions, as
+    // WHEN they arrive in one batch (the memory store refuses a transaction past 100 actions, as
     // DynamoDB does)
     let report = r.send(&alternating(600)).await;
     // THEN every episode is one resolved alert, and the device moved on

@@ -50,7 +50,7 @@ use crate::records::StreamChange;
 use crate::report::Counters;
 use crate::store::Store;
 
-/// The table operations of group partials; implemented for DynamoDB and the in-memory fake.
+/// The table operations of group partials; implemented for DynamoDB and the in-memory store.
 pub trait GroupStore {
     /// The tag histories of `devices`, each given with the latest reading time to attribute
     /// (a device without one is absent), as cached by the container while the cache still

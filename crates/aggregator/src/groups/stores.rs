@@ -1,4 +1,4 @@
-//! [`GroupStore`] for DynamoDB ([`DynamoStore`]) and the in-memory fake.
+//! [`GroupStore`] for DynamoDB ([`DynamoStore`]) and the in-memory store ([`crate::memory::MemoryStore`]).
 
 use std::collections::HashMap;
 
@@ -139,12 +139,12 @@ impl GroupStore for DynamoStore {
 }
 
 #[cfg(any(test, feature = "testing"))]
-mod fake {
+mod memory {
     use super::*;
-    use crate::fake::FakeStore;
+    use crate::memory::MemoryStore;
     use tidemark_schema::TagHistoryItem;
 
-    impl FakeStore {
+    impl MemoryStore {
         /// An injected failure of a group write to `key`: `failing` (an outage), `refusing`
         /// (a refusal) when the key holds their text.
         fn group_fault(&self, key: &Key) -> Result<(), StoreError> {
@@ -163,7 +163,7 @@ mod fake {
             }
             if holds(&self.failing) {
                 return Err(StoreError::Timeout {
-                    table: "fake".into(),
+                    table: "memory".into(),
                     state: "reachable (injected outage)",
                     seconds: 0,
                 });
@@ -180,7 +180,7 @@ mod fake {
         }
     }
 
-    impl GroupStore for FakeStore {
+    impl GroupStore for MemoryStore {
         async fn tag_histories(
             &self,
             devices: &[(DeviceId, tidemark_schema::Timestamp)],

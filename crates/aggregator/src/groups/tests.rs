@@ -7,7 +7,7 @@ use tidemark_schema::{
     TagValue, Tags, Timestamp, fold_partials, keys,
 };
 
-use crate::fake::FakeStore;
+use crate::memory::MemoryStore;
 use crate::testing::{event, insert};
 use crate::{Aggregator, AggregatorConfig};
 
@@ -15,8 +15,8 @@ fn ts(s: &str) -> Timestamp {
     Timestamp::parse_rfc3339(s).unwrap()
 }
 
-fn aggregator() -> Aggregator<FakeStore> {
-    let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+fn aggregator() -> Aggregator<MemoryStore> {
+    let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
     for d in ["d1", "d2"] {
         let id = tidemark_schema::DeviceId::new(d).unwrap();
         let key = TagHistoryItem::key(&id);
@@ -42,7 +42,7 @@ fn aggregator() -> Aggregator<FakeStore> {
     agg
 }
 
-fn site_a_hour(agg: &Aggregator<FakeStore>) -> Vec<GroupPartialItem> {
+fn site_a_hour(agg: &Aggregator<MemoryStore>) -> Vec<GroupPartialItem> {
     let tag = Tag::parse("site:A").unwrap();
     let pk = keys::group_partial_pk(&tag, ts("2026-04-20T14:00:00Z"));
     agg.store()
@@ -54,7 +54,7 @@ fn site_a_hour(agg: &Aggregator<FakeStore>) -> Vec<GroupPartialItem> {
         .collect()
 }
 
-fn count_sum(agg: &Aggregator<FakeStore>) -> Option<(u64, f64)> {
+fn count_sum(agg: &Aggregator<MemoryStore>) -> Option<(u64, f64)> {
     let m = MetricName::new("t").unwrap();
     fold_partials(&site_a_hour(agg), &m).map(|f| (f.stats.count, f.stats.sum))
 }

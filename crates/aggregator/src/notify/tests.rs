@@ -437,7 +437,7 @@ fn records_between(before: &[AlertItem], after: &[AlertItem], seq: &mut u64) -> 
 #[tokio::test]
 async fn threshold_alert_events_carry_the_device_tags_of_when_the_alert_was_written() {
     use crate::config::{Role, parse_thresholds};
-    use crate::fake::FakeStore;
+    use crate::memory::MemoryStore;
     use crate::testing::{device, insert, metric};
     use crate::{Aggregator, AggregatorConfig};
 
@@ -446,7 +446,7 @@ async fn threshold_alert_events_carry_the_device_tags_of_when_the_alert_was_writ
         .with_default_thresholds(
             parse_thresholds(r#"{"t":{"max":30,"severity":"critical"}}"#).unwrap(),
         );
-    let agg = Aggregator::with_store(FakeStore::default(), config);
+    let agg = Aggregator::with_store(MemoryStore::default(), config);
     let n = notifier();
     let at = |s: i64| ts("2026-04-20T14:00:00Z").plus_millis(s * 1000).unwrap();
     let mut seq = 0;

@@ -410,7 +410,7 @@ impl<S: Store> Aggregator<S> {
 mod tests {
     use tidemark_schema::{AggregateItem, Clock, Period, Timestamp};
 
-    use crate::fake::FakeStore;
+    use crate::memory::MemoryStore;
     use crate::testing::{device, event, insert};
     use crate::{Aggregator, AggregatorConfig};
 
@@ -424,7 +424,7 @@ mod tests {
         // placeholder (its device's last batch came before the close)
         let mut config = AggregatorConfig::new("t");
         config.clock = Clock::fixed(t("2026-04-21T01:00:00Z"));
-        let agg = Aggregator::with_store(FakeStore::default(), config);
+        let agg = Aggregator::with_store(MemoryStore::default(), config);
         let yesterday = AggregateItem::key_for(
             &device("d"),
             Period::Daily.bucket(t("2026-04-20T00:00:00Z")),
@@ -457,7 +457,7 @@ mod tests {
         let clock = Clock::fixed(t("2026-04-20T23:30:00Z"));
         let mut config = AggregatorConfig::new("t");
         config.clock = clock.clone();
-        let agg = Aggregator::with_store(FakeStore::default(), config);
+        let agg = Aggregator::with_store(MemoryStore::default(), config);
         let evening = event(vec![
             insert(1, "d", t("2026-04-20T23:10:00Z"), "t", 1.0),
             insert(2, "d", t("2026-04-20T23:20:00Z"), "t", 2.0),

@@ -417,7 +417,7 @@ mod tests {
     use tidemark_store::limits::MAX_ITEM_BYTES;
 
     use super::*;
-    use crate::fake::FakeStore;
+    use crate::memory::MemoryStore;
     use crate::testing::insert_reading;
     use crate::{Aggregator, AggregatorConfig};
 
@@ -439,7 +439,7 @@ mod tests {
 
     /// Every page of the bucket as stored, and their merge.
     fn bucket(
-        store: &FakeStore,
+        store: &MemoryStore,
         device: &str,
         period: Period,
     ) -> (Vec<AggregateItem>, AggregateItem) {
@@ -485,7 +485,7 @@ mod tests {
         // GIVEN a gateway with 8,000 tags under one device ID, 32 metrics a record, read
         // twice in one hour (500 records)
         let (records, want) = gateway_hour(8_000);
-        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
         // WHEN delivered in batches, then replayed regrouped, then bisected and replayed
         let mut deliveries: Vec<&[EventRecord]> = records.chunks(100).collect();
         deliveries.extend(records.chunks(37));
@@ -532,7 +532,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_ordinary_device_still_writes_one_item_per_bucket_per_batch() {
-        let agg = Aggregator::with_store(FakeStore::default(), AggregatorConfig::new("t"));
+        let agg = Aggregator::with_store(MemoryStore::default(), AggregatorConfig::new("t"));
         let (records, want) = gateway_hour(40);
         let (_, report) = agg.process_written(&event(&records)).await;
         assert_eq!(report.items_written, 2, "one hourly and one daily item");
@@ -553,7 +553,7 @@ mod tests {
         // GIVEN a small page budget and an hour whose open page is already full
         let mut config = AggregatorConfig::new("t");
         config.page_bytes = 4 * 1024;
-        let store = FakeStore::default();
+        let store = MemoryStore::default();
         *store.write_delay.lock().unwrap() = Some(std::time::Duration::from_millis(5));
         // (its readings in two shard partitions from a minute into the hour)
         let sharded = tidemark_schema::LayoutHistory::EMPTY

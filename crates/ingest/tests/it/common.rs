@@ -1,9 +1,9 @@
-//! Shared helpers of the ingest tests: events, a fixed clock, table scans, and store fakes.
+//! Shared helpers of the ingest tests: events, a fixed clock, table scans, and a writer that
+//! misbehaves as DynamoDB does under load ([`Flaky`]). The in-memory store is the crate's own,
+//! `tidemark_ingest::memory::MemoryStore`.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,20 +12,20 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use serde_json::json;
 use tidemark_ingest::{DynamoLookups, Ingest, IngestConfig};
-use tidemark_schema::LayoutHistory;
-use tidemark_schema::packed::{self, SlotReadings};
-use tidemark_schema::{Clock, DeviceId, LayoutHistoryItem, Timestamp};
-use tidemark_store::limits::{MAX_ITEM_BYTES, item_size, item_too_large};
-use tidemark_store::memory::MemTable;
+use tidemark_schema::{Clock, DeviceId, Timestamp};
 use tidemark_store::retry::RetryPolicy;
 use tidemark_store::write::batch::{BatchCallError, BatchWriteApi, Inserted, Merged};
-use tidemark_store::write::map_merge::{merge_is_noop, merge_items};
 use tidemark_store::write::slots::{Content, SlotKey, SlotStore, SlotWrite, Stamp};
 use tidemark_store::{Item, StoreError};
 
 /// The clock of every test: five minutes after the sample readings of docs/design.md §9.
 pub fn now() -> Timestamp {
     ts("2026-04-20T14:05:00Z")
+}
+
+/// The clock of every test, fixed at [`now`].
+pub fn clock() -> Clock {
+    Clock::fixed(now())
 }
 
 pub fn ts(s: &str) -> Timestamp {
@@ -161,10 +161,6 @@ pub async fn get(
         .await
         .unwrap()
         .item
-}
-
-fn key_of(item: &Item) -> (String, String) {
-    (s(item, "pk"), s(item, "sk"))
 }
 
 /// Wraps a real writer and misbehaves the way DynamoDB does under load: the first
@@ -311,282 +307,6 @@ impl<A: BatchWriteApi> BatchWriteApi for Flaky<A> {
             .map(|a| a.unwrap_or(Inserted::Taken))
             .collect())
     }
-}
-
-/// Ingest's store traits over the one in-memory test engine ([`MemTable`], which refuses
-/// what DynamoDB refuses), counting every operation.
-#[derive(Default)]
-pub struct MemoryStore {
-    pub items: MemTable,
-    pub layout_histories: Mutex<Vec<LayoutHistoryItem>>,
-    /// Packed slots by (partition, slot start): the placement and merge rules of the real
-    /// slot writer, one part a slot.
-    pub slots: Mutex<HashMap<(String, Timestamp), SlotReadings>>,
-    pub slot_writes: AtomicUsize,
-    pub devices: Mutex<HashSet<DeviceId>>,
-    pub fail_layout_loads: std::sync::atomic::AtomicBool,
-    pub layout_loads: AtomicUsize,
-    pub device_lookups: AtomicUsize,
-    pub devices_asked: AtomicUsize,
-    pub write_calls: AtomicUsize,
-    /// Writes fail with a permanent error when set.
-    pub refuse_writes: std::sync::atomic::AtomicBool,
-    /// Writes of items under this partition key fail with a permanent error (DynamoDB
-    /// refusing one item for good); other items are written.
-    pub refuse_pk: Mutex<Option<String>>,
-    /// Writing an item under this partition key panics (a bug of ours).
-    pub panic_pk: Mutex<Option<String>>,
-}
-
-impl MemoryStore {
-    /// Refuses or panics, as set, on an item of the marked partitions.
-    fn check(&self, item: &Item, operation: &'static str) -> Result<(), BatchCallError> {
-        let pk = s(item, "pk");
-        if self.panic_pk.lock().unwrap().as_deref() == Some(pk.as_str()) {
-            panic!("injected bug: writing {pk}");
-        }
-        if self.refuse_pk.lock().unwrap().as_deref() == Some(pk.as_str()) {
-            return Err(BatchCallError::request(
-                false,
-                operation,
-                "ValidationException: One or more parameter values were invalid (injected)",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl MemoryStore {
-    pub fn len(&self) -> usize {
-        self.items.lock().len()
-    }
-}
-
-impl BatchWriteApi for &MemoryStore {
-    async fn put_batch(&self, _: &str, items: Vec<Item>) -> Result<Vec<Item>, BatchCallError> {
-        self.write_calls.fetch_add(1, Ordering::SeqCst);
-        assert!(items.len() <= 25, "BatchWriteItem takes at most 25 items");
-        let keys: HashSet<_> = items.iter().map(key_of).collect();
-        assert_eq!(
-            keys.len(),
-            items.len(),
-            "DynamoDB refuses duplicate keys in one call"
-        );
-        if self.refuse_writes.load(Ordering::SeqCst) {
-            return Err(BatchCallError::request(
-                false,
-                "BatchWriteItem",
-                "ValidationException (injected)",
-            ));
-        }
-        for i in &items {
-            self.check(i, "BatchWriteItem")?;
-        }
-        // DynamoDB validates the whole call before writing any of it.
-        if let Some(bytes) = items.iter().map(item_size).find(|b| *b > MAX_ITEM_BYTES) {
-            return Err(BatchCallError::request(
-                false,
-                "BatchWriteItem",
-                item_too_large(bytes).to_string(),
-            ));
-        }
-        for i in items {
-            self.items
-                .put(i)
-                .map_err(|e| BatchCallError::request(false, "BatchWriteItem", e.to_string()))?;
-        }
-        Ok(Vec::new())
-    }
-
-    async fn merge_item(
-        &self,
-        _: &str,
-        item: Item,
-        map_attr: &'static str,
-    ) -> Result<Merged, BatchCallError> {
-        self.write_calls.fetch_add(1, Ordering::SeqCst);
-        if self.refuse_writes.load(Ordering::SeqCst) {
-            return Err(BatchCallError::request(
-                false,
-                "UpdateItem",
-                "ValidationException (injected)",
-            ));
-        }
-        self.check(&item, "UpdateItem")?;
-        let mut t = self.items.lock();
-        let k = key_of(&item);
-        Ok(match t.get(&k) {
-            Some(old) if merge_is_noop(old, &item, map_attr) => Merged::Unchanged,
-            Some(old) => {
-                let merged = merge_items(old, &item, map_attr);
-                let bytes = item_size(&merged);
-                if bytes > MAX_ITEM_BYTES {
-                    return Err(BatchCallError::request(
-                        false,
-                        "UpdateItem",
-                        item_too_large(bytes).to_string(),
-                    ));
-                }
-                t.insert(k, merged);
-                Merged::Merged
-            }
-            None => {
-                t.insert(k, item);
-                Merged::Inserted
-            }
-        })
-    }
-
-    async fn count_failure(
-        &self,
-        _: &str,
-        record: &tidemark_schema::keys::FailedRecord,
-        error: &str,
-        ttl: i64,
-    ) -> Result<u32, BatchCallError> {
-        Ok(tidemark_store::failures::count_in_memory(
-            &self.items,
-            record,
-            error,
-            ttl,
-        ))
-    }
-}
-
-impl tidemark_ingest::LayoutHistorySource for &MemoryStore {
-    async fn load_layout_histories(
-        &self,
-    ) -> Result<Vec<Result<LayoutHistoryItem, StoreError>>, StoreError> {
-        self.layout_loads.fetch_add(1, Ordering::SeqCst);
-        if self.fail_layout_loads.load(Ordering::SeqCst) {
-            return Err(StoreError::Request {
-                operation: "Query",
-                message: "injected outage".into(),
-            });
-        }
-        Ok(self
-            .layout_histories
-            .lock()
-            .unwrap()
-            .iter()
-            .cloned()
-            .map(Ok)
-            .collect())
-    }
-
-    async fn replace_default_layout(
-        &self,
-        history: &LayoutHistory,
-        version: u64,
-    ) -> Result<bool, StoreError> {
-        let mut configs = self.layout_histories.lock().unwrap();
-        let key = tidemark_schema::EntityKey::DefaultLayout.key();
-        let stored = configs.iter().position(|c| c.sk == key.sk);
-        if stored.map_or(0, |i| configs[i].version) != version {
-            return Ok(false);
-        }
-        let mut item = LayoutHistoryItem::default_layout(history.clone());
-        item.version = version + 1;
-        match stored {
-            Some(i) => configs[i] = item,
-            None => configs.push(item),
-        }
-        Ok(true)
-    }
-}
-
-impl SlotStore for &MemoryStore {
-    async fn write_slot(
-        &self,
-        _: &str,
-        _: RetryPolicy,
-        key: &SlotKey,
-        incoming: &Content,
-        _: Stamp,
-        _: tokio::time::Instant,
-    ) -> Result<SlotWrite, StoreError> {
-        if self.refuse_writes.load(Ordering::SeqCst) {
-            return Err(StoreError::Request {
-                operation: "PutItem",
-                message: "ValidationException (injected)".into(),
-            });
-        }
-        if self.refuse_pk.lock().unwrap().as_deref() == Some(key.pk.as_str()) {
-            return Err(StoreError::Request {
-                operation: "PutItem",
-                message: "ValidationException: a slot part DynamoDB refuses (injected)".into(),
-            });
-        }
-        // As the slot writer places values (docs/design.md §4): a value stays in every slot
-        // holding it (its own, or the one before, which carries it); a new one goes to the
-        // next slot if the write reaches into it and it holds something, else to this slot.
-        let mut slots = self.slots.lock().unwrap();
-        let next = key.len.next(key.start);
-        let next_has_parts = slots
-            .get(&(key.pk.clone(), next))
-            .is_some_and(|r| !r.is_empty());
-        let mut by_slot: BTreeMap<Timestamp, SlotReadings> = BTreeMap::new();
-        for (at, metrics) in &incoming.readings {
-            let own = key.len.start_of(*at);
-            for (name, v) in metrics {
-                let holders: Vec<Timestamp> = [key.len.first_holder(*at), own]
-                    .into_iter()
-                    .filter(|s| {
-                        slots
-                            .get(&(key.pk.clone(), *s))
-                            .and_then(|r| r.get(at))
-                            .is_some_and(|m| m.contains_key(name))
-                    })
-                    .collect();
-                let into = if !holders.is_empty() {
-                    holders
-                } else if own == next && next_has_parts {
-                    vec![next]
-                } else {
-                    vec![key.start]
-                };
-                for slot in into {
-                    let row = by_slot.entry(slot).or_default().entry(*at).or_default();
-                    row.insert(name.clone(), *v);
-                }
-            }
-        }
-        let mut written = false;
-        for (slot, readings) in by_slot {
-            let stored = slots.entry((key.pk.clone(), slot)).or_default();
-            if let Some(m) = packed::merge(stored, &readings) {
-                written = true;
-                *stored = m;
-            }
-        }
-        if written {
-            self.slot_writes.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(SlotWrite {
-            written,
-            conflicts: 0,
-            readings: slots
-                .get(&(key.pk.clone(), key.start))
-                .map_or(0, |r| r.len()),
-            parts: 1,
-            unreadable_parts: 0,
-        })
-    }
-}
-
-impl tidemark_ingest::DeviceDirectory for &MemoryStore {
-    async fn existing_devices(&self, ids: &[DeviceId]) -> Result<HashSet<DeviceId>, StoreError> {
-        self.device_lookups.fetch_add(1, Ordering::SeqCst);
-        self.devices_asked.fetch_add(ids.len(), Ordering::SeqCst);
-        let d = self.devices.lock().unwrap();
-        Ok(ids.iter().filter(|i| d.contains(i)).cloned().collect())
-    }
-}
-
-pub type MemoryIngest<'a> = Ingest<&'a MemoryStore, &'a MemoryStore, &'a MemoryStore>;
-
-pub fn memory_ingest(store: &MemoryStore, config: IngestConfig) -> MemoryIngest<'_> {
-    Ingest::from_parts(config, store, store, store, Clock::fixed(now()))
 }
 
 /// The sequence numbers a partial-batch response reports.

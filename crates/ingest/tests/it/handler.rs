@@ -1,4 +1,4 @@
-//! The handler over in-memory fakes: caching, deadlines and failure reporting, where
+//! The handler over the in-memory store: caching, deadlines and failure reporting, where
 //! counting store calls matters. The same behaviours run against DynamoDB Local in
 //! `local/local_dynamodb.rs`.
 
@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use tidemark_ingest::UnknownDevices;
+use tidemark_ingest::memory::{MemoryStore, memory_ingest};
 use tidemark_schema::{LayoutHistory, LayoutHistoryItem, QuarantineReason};
 
 #[tokio::test]
 async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
     // GIVEN a container whose shard cache lasts 30 s
     let store = MemoryStore::default();
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     // WHEN three batches arrive within the interval
     for i in 0..3 {
         let e = event_of(&[reading_json("a", "2026-04-20T14:00:00Z", f64::from(i))]);
@@ -25,7 +26,7 @@ async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
     // GIVEN a cache that expires at once THEN every batch reads it
     let mut c = config("t");
     c.layout_cache_ttl = Duration::ZERO;
-    let ingest = memory_ingest(&store, c);
+    let ingest = memory_ingest(&store, c, clock());
     for _ in 0..2 {
         let e = event_of(&[reading_json("a", "2026-04-20T14:00:00Z", 1.0)]);
         ingest.process(&e, soon()).await.unwrap();
@@ -49,7 +50,7 @@ async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trus
         ));
     let mut c = config("t");
     c.layout_cache_ttl = Duration::from_secs(60);
-    let ingest = memory_ingest(&store, c.clone());
+    let ingest = memory_ingest(&store, c.clone(), clock());
     let e = event_of(&[reading_json("hot", "2026-04-20T14:00:00Z", 1.0)]);
     ingest.process(&e, soon()).await.unwrap();
     let first = store.items.lock().clone();
@@ -74,7 +75,7 @@ async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trus
     assert!(store.items.lock().is_empty());
 
     // AND a fresh container with no cache cannot guess either
-    let fresh = memory_ingest(&store, c);
+    let fresh = memory_ingest(&store, c, clock());
     assert!(fresh.process(&e, soon()).await.is_err());
 }
 
@@ -84,7 +85,7 @@ async fn unknown_devices_checks_are_cached_per_container() {
     store.devices.lock().unwrap().insert(dev("known"));
     let mut c = config("t");
     c.unknown_devices = UnknownDevices::Quarantine;
-    let ingest = memory_ingest(&store, c);
+    let ingest = memory_ingest(&store, c, clock());
     let e = event_of(&[
         reading_json("known", "2026-04-20T14:00:00Z", 1.0),
         reading_json("ghost", "2026-04-20T14:00:00Z", 1.0),
@@ -108,7 +109,7 @@ async fn unknown_devices_checks_are_cached_per_container() {
 #[tokio::test]
 async fn register_mode_costs_no_device_reads() {
     let store = MemoryStore::default();
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let e = event_of(&[reading_json("never_seen", "2026-04-20T14:00:00Z", 1.0)]);
     let (_, stats) = ingest.process(&e, soon()).await.unwrap();
     assert_eq!(stats.readings, 1);
@@ -121,7 +122,7 @@ async fn register_mode_costs_no_device_reads() {
 async fn writes_refused_for_good_report_the_first_record_of_the_batch() {
     let store = MemoryStore::default();
     store.refuse_writes.store(true, Ordering::SeqCst);
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let e = event_of(&[
         reading_json("a", "2026-04-20T14:00:00Z", 1.0),
         reading_json("b", "2026-04-20T14:00:00Z", 1.0),
@@ -141,7 +142,7 @@ async fn writes_refused_for_good_report_the_first_record_of_the_batch() {
 #[tokio::test]
 async fn a_deadline_already_past_writes_nothing_and_reports_the_first_record() {
     let store = MemoryStore::default();
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let e = event_of(&[reading_json("a", "2026-04-20T14:00:00Z", 1.0)]);
     let (resp, _) = ingest.process(&e, Instant::now()).await.unwrap();
     assert_eq!(resp.batch_item_failures.len(), 1);
@@ -155,7 +156,7 @@ async fn a_deadline_already_past_writes_nothing_and_reports_the_first_record() {
 #[tokio::test]
 async fn duplicates_in_a_batch_collapse_last_wins_and_are_counted() {
     let store = MemoryStore::default();
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let e = event_of(&[
         reading_json("a", "2026-04-20T14:00:00Z", 1.0),
         reading_json("a", "2026-04-20T14:00:00.000000Z", 2.0),
@@ -175,7 +176,7 @@ async fn duplicates_in_a_batch_collapse_last_wins_and_are_counted() {
 #[tokio::test]
 async fn the_injected_clock_decides_the_time_bounds() {
     let store = MemoryStore::default();
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let e = event_of(&[reading_json("a", "2026-04-20T14:10:00Z", 1.0)]);
     let (_, stats) = ingest.process(&e, soon()).await.unwrap();
     assert_eq!(stats.readings, 1, "exactly 5 min ahead is accepted");
@@ -192,7 +193,7 @@ async fn the_injected_clock_decides_the_time_bounds() {
 
 #[test]
 fn batch_counts_become_emf_metrics_named_per_reason() {
-    let mut stats = tidemark_ingest::BatchStats {
+    let mut stats = tidemark_ingest::Report {
         records: 3,
         readings: 2,
         quarantined: 1,
@@ -214,7 +215,7 @@ fn the_handler_can_be_shared_across_tasks() {
     fn send_sync<T: Send + Sync>(_: &T) {}
     fn send<T: Send>(_: T) {}
     let store = MemoryStore::default();
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     send_sync(&ingest);
     send(ingest.handle(event_of(&["{}"]), soon()));
     fn dynamo_handler_is_send_sync<T: Send + Sync>() {}

@@ -3,6 +3,7 @@
 //! own arrival in Kinesis, is an ordinary bad record, quarantined, and proves nothing.
 
 use crate::common::*;
+use tidemark_ingest::memory::{MemoryStore, memory_ingest};
 use tidemark_schema::heartbeat::{self, PARTITION_KEY};
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::{EntityKey, QuarantineReason};
@@ -25,8 +26,8 @@ fn batch(data: &[u8], partition_key: &str) -> aws_lambda_events::event::kinesis:
 async fn run(
     store: &MemoryStore,
     ev: aws_lambda_events::event::kinesis::KinesisEvent,
-) -> tidemark_ingest::BatchStats {
-    let ingest = memory_ingest(store, config("t"));
+) -> tidemark_ingest::Report {
+    let ingest = memory_ingest(store, config("t"), clock());
     let (response, stats) = ingest.process(&ev, soon()).await.unwrap();
     assert!(failures(&response).is_empty(), "the batch must move on");
     stats

@@ -1,12 +1,13 @@
 //! KPL aggregates past a limit Kinesis sets on records, which nothing enforces inside an
 //! aggregate (docs/design.md §3): a partition key over 256 characters, an explicit hash key
 //! that is not a 128-bit decimal, more user records than any aggregate of readings holds.
-//! Each is quarantined whole as `corrupt_aggregate`, in items DynamoDB takes (the fake
-//! refuses items over 400 KB as DynamoDB does), and the batch moves on: the record after it
+//! Each is quarantined whole as `corrupt_aggregate`, in items DynamoDB takes (the memory
+//! store refuses items over 400 KB as DynamoDB does), and the batch moves on: the record after it
 //! is stored.
 
 use crate::common::*;
 use tidemark_ingest::kpl;
+use tidemark_ingest::memory::{MemoryStore, memory_ingest};
 use tidemark_schema::{QuarantineItem, QuarantinePartItem, QuarantineReason};
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};
 
@@ -41,11 +42,11 @@ fn quarantined(store: &MemoryStore) -> Vec<(QuarantineItem, Vec<u8>)> {
 }
 
 /// A batch of the aggregate, then an ordinary reading of another device.
-async fn after(aggregate: &[u8]) -> (MemoryStore, tidemark_ingest::BatchStats) {
+async fn after(aggregate: &[u8]) -> (MemoryStore, tidemark_ingest::Report) {
     let store = MemoryStore::default();
     let next = reading_json("sensor_02", "2026-04-20T14:01:00Z", 21.5);
     let event = event_of(&[aggregate, next.as_bytes()]);
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let (response, stats) = ingest.process(&event, soon()).await.unwrap();
     assert!(
         failures(&response).is_empty(),

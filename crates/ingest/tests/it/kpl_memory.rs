@@ -65,7 +65,7 @@ fn opening_an_aggregate_of_one_shared_key() {
 }
 
 /// What ingest takes for the largest aggregate it opens whose user records are all bad: each
-/// becomes a quarantine item of its own (the fake store keeps them in memory too, so this is
+/// becomes a quarantine item of its own (the memory store keeps them in memory too, so this is
 /// an upper bound). Measured (debug build, 2026-11-27): 65,536 bad user records (a record of
 /// 460 KB) peaked at 187 MB, 8,192 at 28 MB.
 #[tokio::test]
@@ -75,8 +75,12 @@ async fn ingesting_an_aggregate_of_the_most_bad_user_records() {
     let bad: &[u8] = b"x";
     let aggregate = kpl::aggregate(&vec![("kpl_a", None, bad); n]);
     let event = crate::common::event_of(&[aggregate]);
-    let store = crate::common::MemoryStore::default();
-    let ingest = crate::common::memory_ingest(&store, crate::common::config("t"));
+    let store = tidemark_ingest::memory::MemoryStore::default();
+    let ingest = tidemark_ingest::memory::memory_ingest(
+        &store,
+        crate::common::config("t"),
+        crate::common::clock(),
+    );
     let (response, stats) = ingest.process(&event, crate::common::soon()).await.unwrap();
     assert!(crate::common::failures(&response).is_empty());
     eprintln!(

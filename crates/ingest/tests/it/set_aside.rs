@@ -5,6 +5,7 @@
 
 use crate::common::*;
 use aws_lambda_events::event::kinesis::KinesisEvent;
+use tidemark_ingest::memory::{MemoryStore, memory_ingest};
 use tidemark_schema::{QuarantineItem, QuarantineReason};
 use tidemark_store::failures::SET_ASIDE_AFTER;
 
@@ -48,7 +49,7 @@ fn two_devices() -> KinesisEvent {
 async fn a_record_refused_for_good_is_retried_then_set_aside_and_the_shard_moves_on() {
     let store = MemoryStore::default();
     *store.refuse_pk.lock().unwrap() = Some("DEVICE#bad".into());
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let ev = two_devices();
     for attempt in 1..SET_ASIDE_AFTER {
         let r = ingest.handle(ev.clone(), soon()).await.unwrap();
@@ -114,7 +115,7 @@ async fn a_transient_failure_is_retried_as_long_as_it_lasts_and_never_set_aside(
 async fn a_panic_fails_the_batch_until_bisected_to_its_record_which_is_then_set_aside() {
     let store = MemoryStore::default();
     *store.panic_pk.lock().unwrap() = Some("DEVICE#bad".into());
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     let ev = two_devices();
     // Two records: not yet known whose the panic is, so the invocation fails and Lambda
     // bisects the batch.
@@ -154,7 +155,7 @@ async fn a_packed_slot_refused_for_good_sets_aside_every_record_with_a_reading_i
                 .unwrap(),
         ),
     );
-    let ingest = memory_ingest(&store, config("t"));
+    let ingest = memory_ingest(&store, config("t"), clock());
     // Two records of the refused device in one slot, then one of a healthy device.
     let ev = event_of(&[
         reading_json("bad", "2026-04-20T14:01:00Z", 1.0),

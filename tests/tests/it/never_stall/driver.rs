@@ -11,7 +11,7 @@ use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use base64::Engine;
 use serde_json::{Value, json};
-use tidemark_aggregator::fake::FakeStore;
+use tidemark_aggregator::memory::MemoryStore;
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Role};
 use tidemark_ingest::{Ingest, IngestConfig};
 use tidemark_schema::{
@@ -93,7 +93,7 @@ fn snapshot(t: &MemTable) -> Snapshot {
 struct Checkpoint(usize);
 
 pub struct World<'a> {
-    fake: &'a FakeStore,
+    store: &'a MemoryStore,
     clock: Clock,
     ingest_config: IngestConfig,
     ingest: Ingest<&'a MemTable, Lookups<'a>, Lookups<'a>>,
@@ -120,7 +120,7 @@ fn position(seqs: &[&str], failed: Option<&str>) -> Option<usize> {
 }
 
 impl<'a> World<'a> {
-    pub fn new(fake: &'a FakeStore) -> Self {
+    pub fn new(store: &'a MemoryStore) -> Self {
         let clock = Clock::fixed(base());
         let mut ingest_config = IngestConfig::new("t");
         ingest_config.deadline_margin = Duration::ZERO;
@@ -128,9 +128,9 @@ impl<'a> World<'a> {
         ingest_config.retry.max_delay = Duration::from_millis(4);
         let ingest = Ingest::from_parts(
             ingest_config.clone(),
-            &fake.table,
-            Lookups(&fake.table),
-            Lookups(&fake.table),
+            &store.table,
+            Lookups(&store.table),
+            Lookups(&store.table),
             clock.clone(),
         );
         let mut config = AggregatorConfig::new("t").with_default_thresholds(BTreeMap::from([(
@@ -142,11 +142,11 @@ impl<'a> World<'a> {
         config.retry.max_delay = Duration::from_millis(4);
         config.deadline_margin = Duration::ZERO;
         let roles = [
-            Aggregator::with_store(Shared(fake), config.clone().with_role(Role::Rollups)),
-            Aggregator::with_store(Shared(fake), config.with_role(Role::Alerts)),
+            Aggregator::with_store(Shared(store), config.clone().with_role(Role::Rollups)),
+            Aggregator::with_store(Shared(store), config.with_role(Role::Alerts)),
         ];
         World {
-            fake,
+            store,
             clock,
             ingest_config,
             ingest,
@@ -222,7 +222,7 @@ impl<'a> World<'a> {
 
     /// A stored layout history and its item's version (0: none).
     fn stored(&self, key: &tidemark_schema::Key) -> (LayoutHistory, u64) {
-        self.fake
+        self.store
             .table
             .get(key)
             .and_then(|i| tidemark_store::from_item::<LayoutHistoryItem>(i).ok())
@@ -270,13 +270,13 @@ impl<'a> World<'a> {
             LayoutHistoryItem::new(&id, next)
         };
         item.version = version + 1;
-        self.fake
+        self.store
             .table
             .put_entity(&item)
             .expect("a layout item fits");
         let (default, _) = self.stored(&EntityKey::DefaultLayout.key());
         let mut histories = self
-            .fake
+            .store
             .histories
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -616,7 +616,7 @@ impl<'a> World<'a> {
     /// Every change since the last look, into the stream, as DynamoDB Streams records it
     /// (one record per changed item with its old and new image).
     fn publish(&mut self) {
-        let now = snapshot(&self.fake.table);
+        let now = snapshot(&self.store.table);
         let keys: Vec<(String, String)> = now
             .keys()
             .chain(self.seen.keys())
@@ -733,8 +733,8 @@ impl<'a> World<'a> {
         }
     }
 
-    pub fn fake(&self) -> &FakeStore {
-        self.fake
+    pub fn store(&self) -> &MemoryStore {
+        self.store
     }
 }
 

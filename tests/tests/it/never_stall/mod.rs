@@ -69,8 +69,8 @@ fn seed() -> u64 {
 }
 
 async fn run_case(c: &generator::Case) -> Result<(), String> {
-    let fake = tidemark_aggregator::fake::FakeStore::default();
-    let mut w = driver::World::new(&fake);
+    let store = tidemark_aggregator::memory::MemoryStore::default();
+    let mut w = driver::World::new(&store);
     let result = async {
         for s in &c.steps {
             w.tick(s.tick);

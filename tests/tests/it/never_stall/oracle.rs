@@ -133,8 +133,8 @@ fn same(a: &Rollup, b: &Rollup) -> bool {
 /// Every way the finished case differs from the oracle (empty: none).
 pub async fn check(w: &World<'_>) -> Vec<String> {
     let mut out = Vec::new();
-    let fake = w.fake();
-    let items = fake.table.scan();
+    let store = w.store();
+    let items = store.table.scan();
 
     // Valid records are never set aside; hostile ones are, with a reason.
     let mut set_aside: BTreeMap<(String, Option<u32>), String> = BTreeMap::new();
@@ -232,7 +232,7 @@ pub async fn check(w: &World<'_>) -> Vec<String> {
     // Readings, through the one reader of stored readings.
     for d in 0..DEVICES {
         let id = DeviceId::new(&generator::device_id(d)).expect("a device ID");
-        let got: Readings = match fake
+        let got: Readings = match store
             .readings_between(&id, Timestamp::MIN, Timestamp::MAX)
             .await
         {
@@ -277,10 +277,10 @@ pub async fn check(w: &World<'_>) -> Vec<String> {
 
     // Alert states.
     let metric = name(generator::ALERTED);
-    let alerts = fake.alerts();
+    let alerts = store.alerts();
     for d in 0..DEVICES {
         let id = DeviceId::new(&generator::device_id(d)).expect("a device ID");
-        let state = fake.device(&id).and_then(|dev| {
+        let state = store.device(&id).and_then(|dev| {
             dev.rule_states
                 .get(&DeviceItem::rule_state_key(&metric, AlertRule::Max))
                 .map(|s| s.mode)
@@ -303,7 +303,7 @@ pub async fn check(w: &World<'_>) -> Vec<String> {
             })
             .count();
         if unresolved != usize::from(open) {
-            let rule = fake.device(&id).map(|dev| dev.rule_states);
+            let rule = store.device(&id).map(|dev| dev.rule_states);
             let mine: Vec<String> = alerts
                 .iter()
                 .filter(|a| a.device_id == id)

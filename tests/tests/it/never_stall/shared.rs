@@ -1,6 +1,6 @@
 //! One aggregator store shared by both roles and ingest: the template runs them as three
 //! functions over one table, so the test's two [`Aggregator`]s hold a reference to one
-//! [`FakeStore`] (whose table ingest writes).
+//! [`MemoryStore`] (whose table ingest writes).
 //!
 //! [`Aggregator`]: tidemark_aggregator::Aggregator
 
@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tidemark_aggregator::alerting::plan::AlertWrite;
 use tidemark_aggregator::combine::{BucketReadings, BucketSummary};
-use tidemark_aggregator::fake::FakeStore;
+use tidemark_aggregator::memory::MemoryStore;
 use tidemark_aggregator::store::{
     AggregateStore, AlertStore, DeviceStore, DeviceUpdate, HeartbeatStore, ReadingStore,
     SetAsideStore, Written,
@@ -21,7 +21,7 @@ use tidemark_schema::{
 use tidemark_store::StoreError;
 
 #[derive(Clone, Copy)]
-pub struct Shared<'a>(pub &'a FakeStore);
+pub struct Shared<'a>(pub &'a MemoryStore);
 
 impl AggregateStore for Shared<'_> {
     fn get_aggregates(

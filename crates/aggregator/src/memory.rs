@@ -27,11 +27,11 @@ use crate::offline::upkeep::WatchKeys;
 use crate::rollups::combine::{BucketReadings, BucketSummary};
 use crate::store::{AggregateStore, AlertStore, DeviceStore, DeviceUpdate, ReadingStore, Written};
 
-/// A reading as the fake stores it.
+/// A reading as the memory store keeps it.
 type Reading = (Timestamp, std::collections::BTreeMap<MetricName, f64>);
 
 #[derive(Default)]
-pub struct FakeStore {
+pub struct MemoryStore {
     /// The table.
     pub table: MemTable,
     /// The next this many aggregate writes lose a race (another writer bumps the version).
@@ -63,12 +63,12 @@ pub struct FakeStore {
     /// Devices' layout histories (none: single items), what the DynamoDB store reads from
     /// the layout items.
     pub histories: Mutex<std::collections::HashMap<DeviceId, LayoutHistory>>,
-    /// Per item, the newest stream record [`FakeStore::apply_records`] stored.
+    /// Per item, the newest stream record [`MemoryStore::apply_records`] stored.
     applied: Mutex<std::collections::HashMap<(String, String), u128>>,
 }
 
 /// The entity stored under `key`, if any (an item that does not parse as one is a bug in
-/// the fake's own writes: it reads as absent).
+/// the memory store's own writes: it reads as absent).
 fn entity<T: DeserializeOwned>(items: &Items, key: &Key) -> Option<T> {
     let item = items.get(&(key.pk.clone(), key.sk.clone()))?;
     from_item(item.clone()).ok()
@@ -99,7 +99,7 @@ fn alert_key(device: &DeviceId, alert: &AlertId) -> Key {
     .key()
 }
 
-impl FakeStore {
+impl MemoryStore {
     /// The rollup item stored under `key`.
     pub fn aggregate(&self, key: &Key) -> Option<AggregateItem> {
         entity(&self.table.lock(), key)
@@ -139,7 +139,7 @@ impl FakeStore {
     }
 }
 
-impl crate::store::HeartbeatStore for FakeStore {
+impl crate::store::HeartbeatStore for MemoryStore {
     async fn pass_heartbeat(
         &self,
         shard: &tidemark_schema::keys::ShardName,
@@ -158,7 +158,7 @@ fn outage() -> StoreError {
 
 use crate::testing::dynamo_error;
 
-impl FakeStore {
+impl MemoryStore {
     /// The injected permanent failure or panic of a write of the item `key`, if any.
     fn refuse(&self, key: &Key) -> Result<(), StoreError> {
         let name = format!("{}#{}", key.pk, key.sk);
@@ -181,7 +181,7 @@ impl FakeStore {
     }
 }
 
-impl crate::store::SetAsideStore for FakeStore {
+impl crate::store::SetAsideStore for MemoryStore {
     async fn count_failure(
         &self,
         record: &tidemark_schema::keys::FailedRecord,
@@ -214,7 +214,7 @@ impl crate::store::SetAsideStore for FakeStore {
     }
 }
 
-impl AggregateStore for FakeStore {
+impl AggregateStore for MemoryStore {
     async fn mark_export_dirty(
         &self,
         hours: &[Timestamp],
@@ -328,7 +328,7 @@ impl AggregateStore for FakeStore {
     }
 }
 
-impl DeviceStore for FakeStore {
+impl DeviceStore for MemoryStore {
     async fn get_devices(
         &self,
         ids: &[DeviceId],
@@ -482,7 +482,7 @@ fn transact(items: &mut Items, writes: Vec<tidemark_store::Item>) -> Result<(), 
     Ok(())
 }
 
-impl AlertStore for FakeStore {
+impl AlertStore for MemoryStore {
     async fn alerts_since(
         &self,
         device: &DeviceId,
@@ -530,7 +530,7 @@ impl AlertStore for FakeStore {
     }
 }
 
-impl FakeStore {
+impl MemoryStore {
     /// Readings of `device` in `[from, to]` in time order (newest first if asked), at most
     /// `limit`, through the one reader of stored readings.
     async fn walk(
@@ -564,7 +564,7 @@ impl FakeStore {
     }
 }
 
-impl ReadingStore for FakeStore {
+impl ReadingStore for MemoryStore {
     async fn readings_between(
         &self,
         device: &DeviceId,
@@ -618,7 +618,7 @@ impl ReadingStore for FakeStore {
     }
 }
 
-impl FakeStore {
+impl MemoryStore {
     /// Stores a reading (as ingest would, before its stream record exists), replacing the
     /// timestamp's metrics.
     pub fn put_reading(
@@ -679,9 +679,9 @@ impl FakeStore {
     }
 }
 
-impl crate::Aggregator<FakeStore> {
+impl crate::Aggregator<MemoryStore> {
     /// Processes `event` after applying its records to the table
-    /// ([`FakeStore::apply_records`]): a batch as Streams delivers it, of writes made.
+    /// ([`MemoryStore::apply_records`]): a batch as Streams delivers it, of writes made.
     pub async fn process_written(
         &self,
         event: &aws_lambda_events::event::dynamodb::Event,
