@@ -14,7 +14,7 @@
 //! the recomputation is pinned to a position in each source partition's stream order:
 //!
 //! 1. iterators at LATEST on every shard of the table's stream;
-//! 2. per source partition `P` of the device (its shard partitions over the range): write a
+//! 2. per source partition `P` of the device (its partitions over the range): write a
 //!    fence item (`#FENCE`) in `P` and read the stream until its record appears: `s0(P)`;
 //! 3. read the raw readings of the whole days (strongly consistent, every page), layout
 //!    epoch by layout epoch: single items, and packed slot parts decoded and kept within
@@ -95,7 +95,7 @@ impl Rebuild {
 /// What a rebuild did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RebuildReport {
-    /// Source partitions fenced (the device's shard partitions over the days).
+    /// Source partitions fenced (the device's partitions over the days).
     pub partitions: usize,
     /// Raw readings read.
     pub readings: usize,

@@ -43,7 +43,7 @@ pub struct AggregatorConfig {
     /// The wait before each of those attempts (jittered exponential).
     pub retry: tidemark_store::retry::RetryPolicy,
     pub write_concurrency: usize,
-    /// GSI1 status partitions of the fleet (1: `DEVICE_STATUS#<status>` unsharded).
+    /// GSI1 status partitions of the fleet (1: `DEVICE_STATUS#<status>` alone).
     pub status_partitions: u16,
     /// The device item would be a third item written per device and batch (after the hourly
     /// and daily rollups); the alerts role rewrites it only when its `lastSeenAt` is this far

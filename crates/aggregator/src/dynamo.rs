@@ -31,7 +31,7 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     queries: Queries,
-    /// The devices' tag histories this container read, each trusted for the shard cache's
+    /// The devices' tag histories this container read, each trusted for the layout cache's
     /// default time (group partials, [`crate::groups`]).
     pub(crate) tag_book: std::sync::Arc<std::sync::Mutex<tidemark_store::tags::TagBook>>,
 }

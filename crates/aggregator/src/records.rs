@@ -48,7 +48,7 @@ pub fn cmp_seq(a: &str, b: &str) -> Ordering {
 /// A reading as one stream image shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Image {
-    /// The partition key it was written to (`DEVICE#<id>` or a hot device's shard).
+    /// The partition key it was written to (`DEVICE#<id>` or a hot device's partition).
     pub pk: String,
     /// The sort key of the item the record is about: the reading's own, or its slot part's
     /// (what per-item marks name, see [`tidemark_schema::marks`]).

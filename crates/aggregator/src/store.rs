@@ -128,7 +128,7 @@ pub trait AlertStore {
 }
 
 pub trait ReadingStore {
-    /// Every reading of `device` in `[from, to]` across all its shard partitions, stored
+    /// Every reading of `device` in `[from, to]` across all its partitions, stored
     /// singly or packed, expired or not (aggregates keep what TTL later deletes), in no
     /// particular order. Callers keep the range small (a window of a derivation).
     fn readings_between(
@@ -138,7 +138,7 @@ pub trait ReadingStore {
         to: Timestamp,
     ) -> impl Future<Output = Result<BucketReadings, StoreError>> + Send;
     /// At most `limit` readings of `device` in `[from, to]`, in time order (newest first
-    /// when asked), merged across its shard partitions: a page of a walk through its history.
+    /// when asked), merged across its partitions: a page of a walk through its history.
     fn readings_page(
         &self,
         device: &DeviceId,

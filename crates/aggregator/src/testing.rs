@@ -25,11 +25,11 @@ pub fn insert(seq: u64, device: &str, at: Timestamp, m: &str, v: f64) -> EventRe
     insert_reading(seq, device, None, at, BTreeMap::from([(metric(m), v)]))
 }
 
-/// An INSERT of a reading of `device` (in its shard partition `shard`) with `metrics`.
+/// An INSERT of a reading of `device` (in its partition `partition`) with `metrics`.
 pub fn insert_reading(
     seq: u64,
     device: &str,
-    shard: Option<u16>,
+    partition: Option<u16>,
     at: Timestamp,
     metrics: BTreeMap<MetricName, f64>,
 ) -> EventRecord {
@@ -40,7 +40,7 @@ pub fn insert_reading(
             metrics,
             metadata: None,
         },
-        shard,
+        partition,
         30,
     );
     change_record(seq.into(), None, Some(image(&item)))

@@ -40,7 +40,7 @@ const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
 /// Devices `GET /latest` reads at once.
 const LATEST_CONCURRENCY: usize = 16;
-/// The label of a partition that is not sharded, in cursors.
+/// The label of a device's only partition, in cursors.
 const WHOLE: &str = "-";
 
 /// `true` when the item's `ttl` (epoch seconds) has passed: DynamoDB deletes expired items

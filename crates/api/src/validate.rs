@@ -16,7 +16,7 @@ pub const MAX_LIMIT: usize = 1000;
 /// `GET /latest` takes at most this many IDs (one BatchGetItem).
 pub const MAX_IDS: usize = 100;
 /// Partition queries one `GET /latest` may make in all (a device may query each shard of
-/// each layout segment over the retention): 100 sharded devices could otherwise fan out to
+/// each layout segment over the retention): 100 partitioned devices could otherwise fan out to
 /// thousands.
 pub const MAX_LATEST_QUERIES: usize = 400;
 pub use thresholds::{MAX_FOR_SECONDS, MAX_THRESHOLDS};

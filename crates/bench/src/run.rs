@@ -392,7 +392,7 @@ pub async fn run(
         }
         for event in batches(records, scenario.aggregator_batch_size) {
             let n = event.records.len() as u64;
-            // Readings of the batch by device (a hot device's shards are one device).
+            // Readings of the batch by device (a hot device's partitions are one device).
             let devices: Vec<DeviceId> = event
                 .records
                 .iter()

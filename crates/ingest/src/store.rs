@@ -15,7 +15,7 @@ use tidemark_schema::{
 use tidemark_store::{Item, StoreError};
 
 /// Layout histories: the whole `CONFIG` partition, the fleet's default layout and the
-/// devices with a shard count or layout of their own. Only those devices have an item there,
+/// devices with a partition count or layout of their own. Only those devices have an item there,
 /// so one cached query answers for the whole fleet and an ordinary device costs no read at
 /// all. Each item comes back parsed or as [`StoreError::Unreadable`]: one bad item must not
 /// stop ingest.

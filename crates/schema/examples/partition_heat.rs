@@ -2,7 +2,7 @@
 //! any partition key receives, with and without write partitioning of hot devices.
 //!
 //! A DynamoDB partition takes at most 1,000 write units per second; a key above that is
-//! throttled however much capacity the table has. Readings go to `DEVICE#<id>` (or, sharded,
+//! throttled however much capacity the table has. Readings go to `DEVICE#<id>` (or, partitioned,
 //! `DEVICE#<id>#S<hash(ts) % N>`), so one chatty device can exceed it alone.
 //!
 //! A packed device (docs/decisions/0001-packed-readings.md) writes one slot item per ingest batch instead: the hot device's

@@ -635,7 +635,7 @@ impl EntityKey {
             });
         }
         if shard.is_some() {
-            return Err(err("only readings live in shard partitions"));
+            return Err(err("only readings live in partitions"));
         }
         if sk == DEVICE_METADATA_SK {
             return Ok(EntityKey::Device(device));

@@ -1,4 +1,4 @@
-//! Write sharding of hot devices (docs/design.md §4): a device whose shard count is N > 1
+//! Write partitioning of hot devices (docs/design.md §4): a device whose partition count is N > 1
 //! writes each reading to `DEVICE#<id>#S<hash(ts) % N>`. The count in force at a reading's
 //! time comes from the device's layout history ([`crate::history`]).
 

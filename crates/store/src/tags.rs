@@ -1,6 +1,6 @@
 //! Reading device tags (docs/design.md §2 "Tags and groups"): a device's tag history
 //! (`CONFIG` / `TAGS#<id>`), many devices' at once, a per-container [`TagBook`] that keeps
-//! them for the shard cache's time, and one tag's index (`TAG#<key>:<value>#<n>`) listed
+//! them for the layout cache's time, and one tag's index (`TAG#<key>:<value>#<n>`) listed
 //! partition after partition from a resumable [`IndexPosition`]. Writing them is
 //! `write::tag_change`'s, apart so that a function that only reads tags is not granted the
 //! writes (the policy test follows module paths).

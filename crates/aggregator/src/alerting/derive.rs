@@ -3,7 +3,7 @@
 //! For each rule that must be derived from a time `from` on, the *anchor* is the newest
 //! clear reading of its metric before `from` (after a clear reading every rule is normal, so
 //! nothing older matters); the readings after the anchor are then folded in time order. Both
-//! walks read pages of at most [`ScanLimits::page`] readings per shard partition, so a hot
+//! walks read pages of at most [`ScanLimits::page`] readings per partition, so a hot
 //! device's long history is never in memory at once.
 //!
 //! The same property bounds the forward walk: the fold stops at the first clear reading after
@@ -71,7 +71,7 @@ pub struct ScanLimits {
     pub horizon_micros: i64,
     /// Readings folded forwards before a change's effect is cut (see the module docs).
     pub max_forward: u64,
-    /// Readings per page (per shard partition).
+    /// Readings per page (per partition).
     pub page: usize,
 }
 

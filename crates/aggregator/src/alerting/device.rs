@@ -290,7 +290,7 @@ impl<S: Store> Aggregator<S> {
             match self.commit(&update, writes, counters).await? {
                 Written::Ok { .. } => return Ok(()),
                 Written::Conflict => {
-                    // Another invocation (a hot device's other shard, a retry) wrote first:
+                    // Another invocation (a hot device's other partition, a retry) wrote first:
                     // back off, then decide again from what the table holds.
                     Counters::add(&counters.conflicts_retried, 1);
                     tokio::time::sleep(self.config.retry.delay(attempt)).await;

@@ -12,7 +12,7 @@
 //! consistent read of the device item per device and batch). A reading that could change it,
 //! a late one, a correction or a delete derives the rule again from the
 //! table, where every reading is before its stream record is: so concurrent invocations of a
-//! hot device's shards, replays, bisected batches and late data all end in the state of the
+//! hot device's partitions, replays, bisected batches and late data all end in the state of the
 //! readings sorted by time. Writes of one device serialise on its `version`.
 //!
 //! A changed threshold only re-judges the newest reading from the stored state (it applies

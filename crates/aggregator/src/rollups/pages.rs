@@ -555,7 +555,7 @@ mod tests {
         config.page_bytes = 4 * 1024;
         let store = MemoryStore::default();
         *store.write_delay.lock().unwrap() = Some(std::time::Duration::from_millis(5));
-        // (its readings in two shard partitions from a minute into the hour)
+        // (its readings in two partitions from a minute into the hour)
         let sharded = tidemark_schema::LayoutHistory::EMPTY
             .with_change(t0().plus_millis(30_000).unwrap(), 4)
             .unwrap();
@@ -568,7 +568,7 @@ mod tests {
         let (first, _) = gateway_hour(64);
         let (resp, _) = agg.process_written(&event(&first[..2])).await;
         assert!(resp.batch_item_failures.is_empty());
-        // WHEN two invocations (two shard partitions of a hot gateway) add new metrics at
+        // WHEN two invocations (two partitions of a hot gateway) add new metrics at
         // once, some of them the same
         let batch = |shard: u16, name: &str| {
             let metrics: BTreeMap<MetricName, f64> = (0..40)

@@ -20,7 +20,7 @@ impl Lcg {
 }
 
 #[tokio::test]
-async fn sharded_walks_return_every_reading_once_in_order_under_short_pages() {
+async fn partitioned_walks_return_every_reading_once_in_order_under_short_pages() {
     let base = ts("2026-04-20T14:00:00Z");
     let mut rng = Lcg(7);
     for case in 0..40 {
@@ -120,8 +120,8 @@ async fn the_memory_store_refuses_a_shard_change_from_a_stale_version_like_dynam
 }
 
 #[tokio::test]
-async fn latest_of_many_sharded_devices_is_refused_above_the_query_bound() {
-    // GIVEN ten devices of 64 shards each (65 partitions with the unsharded one before)
+async fn latest_of_many_partitioned_devices_is_refused_above_the_query_bound() {
+    // GIVEN ten devices of 64 partitions each (65 with the single one before)
     let store = MemoryStore::new();
     let history = LayoutHistory::default()
         .with_change(ts("2026-04-20T00:00:00Z"), 64)

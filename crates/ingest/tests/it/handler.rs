@@ -12,7 +12,7 @@ use tidemark_schema::{LayoutHistory, LayoutHistoryItem, QuarantineReason};
 
 #[tokio::test]
 async fn shard_counts_are_read_once_per_refresh_interval_not_per_batch() {
-    // GIVEN a container whose shard cache lasts 30 s
+    // GIVEN a container whose layout cache lasts 30 s
     let store = MemoryStore::default();
     let ingest = memory_ingest(&store, config("t"), clock());
     // WHEN three batches arrive within the interval

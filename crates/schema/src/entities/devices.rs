@@ -375,7 +375,7 @@ pub struct RuleState {
 }
 
 impl DeviceItem {
-    /// A fresh device with keys for `status` (unsharded status key).
+    /// A fresh device with keys for `status` (the single status key).
     pub fn new(device_id: DeviceId, status: DeviceStatus, created_at: Timestamp) -> Self {
         DeviceItem {
             pk: keys::device_pk(&device_id),

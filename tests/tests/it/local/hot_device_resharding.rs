@@ -1,4 +1,4 @@
-//! A hot device's shard count changed twice while its readings flow through ingest, with the
+//! A hot device's partition count changed twice while its readings flow through ingest, with the
 //! API scheduling the changes and serving the reads, all on DynamoDB Local (docs/design.md §4).
 //!
 //! Time is simulated: each ingest "container" and the API run on a clock the test moves, so
@@ -29,7 +29,7 @@ fn at(t: Timestamp, ms: i64) -> Timestamp {
 const SECOND: i64 = 1000;
 const MINUTE: i64 = 60 * SECOND;
 
-/// One ingest container: its own shard cache and clock (defaults: 30 s cache, 300 s future).
+/// One ingest container: its own layout cache and clock (defaults: 30 s cache, 300 s future).
 fn container(t: &TestTable, now: Timestamp) -> Container {
     let mut c = IngestConfig::new(&t.name);
     c.deadline_margin = Duration::ZERO;
@@ -153,7 +153,7 @@ async fn set_shards(app: &App, count: u16) -> Timestamp {
 }
 
 /// GIVEN a device sending 4 readings a second for 20 minutes through two ingest containers
-/// WHEN its shard count is raised to 4 after 2 minutes and lowered to 2 after 10, while a
+/// WHEN its partition count is raised to 4 after 2 minutes and lowered to 2 after 10, while a
 ///   third container still holds the counts from before the first change
 /// THEN every reading is stored once, on the partition the history gives its time; a range
 ///   spanning both changes reads back every reading once, in order, both ways, across

@@ -142,7 +142,7 @@ async fn run_case(t: &TestTable, case_no: u32, c: &Case) -> Result<(), TestCaseE
     }
     let refresh_ms = config.device_refresh.as_millis() as i64;
     let agg = tidemark_aggregator::BothRoles::new(t.client.clone(), config);
-    // device 0 is hot: two shard partitions, so two stream shards feed its aggregates
+    // device 0 is hot: two partitions, so two stream shards feed its aggregates
     let devices: Vec<DeviceId> = (0..DEVICES)
         .map(|i| dev(&format!("c{case_no}_d{i}")))
         .collect();

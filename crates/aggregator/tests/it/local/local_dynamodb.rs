@@ -311,7 +311,7 @@ async fn a_user_delete_is_recomputed_and_a_metadata_only_modify_is_not() {
 
 #[tokio::test]
 async fn a_hot_device_correction_reads_its_shard_partitions() {
-    // GIVEN a device writing to 4 shard partitions
+    // GIVEN a device writing to 4 partitions
     let t = TestTable::new("agg-hot").await;
     let agg = aggregator(&t);
     let d = dev("hot_01");
@@ -340,7 +340,7 @@ async fn a_hot_device_correction_reads_its_shard_partitions() {
     );
     put_readings(&t, &rs[11..]).await;
     agg.process(&event(vec![s.modify(&old, &rs[11])])).await;
-    // THEN the new maximum comes from the other shard partitions
+    // THEN the new maximum comes from the other partitions
     assert_exact(&t, std::slice::from_ref(&d), &rs).await;
 }
 
@@ -532,7 +532,7 @@ async fn two_concurrent_invocations_for_one_device_stay_exact() {
         put_readings(&t, &rs).await;
         all.extend(rs.iter().cloned());
         let records: Vec<_> = rs.iter().map(|r| s.insert(r)).collect();
-        // the same device's two shard partitions in two invocations at once, plus the whole
+        // the same device's two partitions in two invocations at once, plus the whole
         // batch delivered a second time concurrently (a retried timeout)
         let (s0, s1): (Vec<_>, Vec<_>) = rs
             .iter()

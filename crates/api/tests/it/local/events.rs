@@ -74,7 +74,7 @@ async fn sample_events_are_served() {
     );
     assert_eq!(created["location"]["site"], "Hall 3");
 
-    // Raising a device's shard count takes effect once every ingest container can know it:
+    // Raising a device's partition count takes effect once every ingest container can know it:
     // now + 30 s cache + 300 s future allowance + 5 s skew, on a whole second.
     let (status, shards) = invoke(&app, event("apigw-put-shards.json")).await;
     assert_eq!(status, 200, "{shards}");

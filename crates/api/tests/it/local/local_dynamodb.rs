@@ -474,10 +474,10 @@ async fn a_2500_reading_range_walks_every_reading_once_in_order_both_ways() {
     }
 }
 
-/// A hot device whose shard count changed twice inside the range: unsharded, then 4
+/// A hot device whose partition count changed twice inside the range: one partition, then 4
 /// shards, then 2. Every reading comes back once, in order, across pages, both ways.
 #[tokio::test]
-async fn a_sharded_device_merges_its_shards_across_pages_both_ways() {
+async fn a_partitioned_device_merges_its_partitions_across_pages_both_ways() {
     let t = TestTable::new("api-shards").await;
     put(&t, &sample_device()).await;
     let base = ts("2026-04-20T14:00:00Z");

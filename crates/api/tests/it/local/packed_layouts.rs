@@ -472,7 +472,7 @@ async fn layout_changes_follow_the_shard_rules_and_the_shards_route_keeps_the_pa
         60
     );
     assert_eq!(get(&later, "/devices/sensor_01/shards").await.1["count"], 4);
-    // Back to single items keeps the shard count unless told otherwise.
+    // Back to single items keeps the partition count unless told otherwise.
     let (status, single) = call(
         &later,
         "PUT",
@@ -581,7 +581,7 @@ async fn a_device_following_the_fleet_default_layout_reads_whole_and_keeps_it_th
         get(&app, "/devices/sensor_01/layout").await.1,
         json!({"deviceId":"sensor_01","shards":1,"slotSeconds":60,"epochs":[from_default]})
     );
-    // WHEN its shard count is raised THEN the packing it follows is kept
+    // WHEN its partition count is raised THEN the packing it follows is kept
     let (status, shards) = call(
         &app,
         "PUT",

@@ -207,7 +207,7 @@ async fn latest_of_many_ids_is_answered_up_to_the_partition_limit() {
         ..Limits::default()
     };
     let app = app_with(&t, limits);
-    // WHEN five unsharded devices are asked for (five partitions: the limit) THEN each one's
+    // WHEN five single-partition devices are asked for (five partitions: the limit) THEN each one's
     // latest reading is answered
     let (status, body) = get(&app, &format!("/latest?ids={}", ids.join(","))).await;
     assert_eq!(status, 200, "{body}");

@@ -548,7 +548,7 @@ async fn an_unreadable_config_item_is_skipped_and_counted_and_ingest_goes_on() {
         reading_json("broken", at, 2.0),
     ];
     let (resp, stats) = ingest.process(&event_of(&payloads), soon()).await.unwrap();
-    // THEN it is written, the hot device still sharded, the bad item counted
+    // THEN it is written, the hot device still partitioned, the bad item counted
     assert!(failures(&resp).is_empty(), "{stats:?}");
     assert_eq!((stats.unreadable_items, stats.written), (1, 2));
     let pk = reading_pk(&dev("hot_01"), history.partition_at(ts(at)));

@@ -191,7 +191,7 @@ fn between(all: &[Reading], from: &str, to: &str) -> Vec<Reading> {
 async fn a_walk_reads_every_reading_once_in_time_order_across_every_layout() {
     let t = TestTable::new("walk-layouts").await;
     let (history, all) = (history(), fleet_readings());
-    // GIVEN 40 minutes of readings stored single, sharded, packed and packed over shards,
+    // GIVEN 40 minutes of readings stored single, partitioned, packed and packed over partitions,
     // some of them in the part of the slot before their own
     store(&t, &history, &all).await;
     assert!(carried(&t, &history).await > 20);
