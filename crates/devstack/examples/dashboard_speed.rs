@@ -127,7 +127,7 @@ async fn main() {
         api_port: 0,
         functions: Functions::InProcess,
         ingest: mapping("ingest"),
-        rollups: mapping("aggregator"),
+        rollups: mapping("rollups"),
         default_layout: None,
         device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: r#"{"temperature":{"max":35,"severity":"critical"}}"#.into(),

@@ -166,7 +166,7 @@ pub fn in_process(
         api_port: 0,
         functions: tidemark_devstack::pipeline::Functions::InProcess,
         ingest: fast("ingest", batch),
-        rollups: fast("aggregator", batch),
+        rollups: fast("rollups", batch),
         default_layout: None,
         device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: "{}".into(),

@@ -140,7 +140,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
         api_port: 0,
         functions: Functions::InProcess,
         ingest: fast("ingest"),
-        rollups: fast("aggregator"),
+        rollups: fast("rollups"),
         default_layout: None,
         device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: THRESHOLDS.into(),

@@ -110,7 +110,7 @@ async fn simulated_fleet_flows_through_kinesis_ingest_aggregator_and_api() {
         api_port: 0,
         functions: Functions::InProcess,
         ingest: fast("ingest", 100, 300),
-        rollups: fast("aggregator", 1000, 500),
+        rollups: fast("rollups", 1000, 500),
         default_layout: None,
         device_identity: tidemark_schema::DeviceIdentity::PartitionKey,
         default_thresholds: THRESHOLDS.into(),

@@ -40,7 +40,7 @@ async fn start(label: &str) -> Running {
         api_port: 0,
         functions: Functions::InProcess,
         ingest: fast("ingest"),
-        rollups: fast("aggregator"),
+        rollups: fast("rollups"),
         default_layout: None,
         device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: "{}".into(),

@@ -47,7 +47,7 @@ async fn pipeline(local: LocalConfig, window: u32) -> Pipeline {
         api_port: 0,
         functions: Functions::InProcess,
         ingest: fast("ingest"),
-        rollups: fast("aggregator"),
+        rollups: fast("rollups"),
         default_layout: None,
         device_identity: tidemark_schema::DeviceIdentity::Payload,
         default_thresholds: "{}".into(),

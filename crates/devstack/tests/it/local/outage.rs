@@ -119,7 +119,7 @@ async fn a_dynamodb_outage_longer_than_ten_retries_loses_and_double_counts_nothi
         export: None,
         api_port: 0,
         ingest: tune(base.ingest.clone(), 300, "ingest"),
-        rollups: tune(base.rollups.clone(), 1_000, "aggregator"),
+        rollups: tune(base.rollups.clone(), 1_000, "rollups"),
         alerts: Some(AlertsConfig::ephemeral(tune(
             base.alerts.clone().expect("the alerts mapping").mapping,
             1_000,
