@@ -291,6 +291,17 @@ pub const DEFAULT_THRESHOLDS: Setting = s(
     &[Rollups, Alerts],
 );
 
+/// JSON, an array of alert rules (`tidemark_schema::rules::parse_rules`, at most 16), e.g.
+/// `[{"metric":"temperature","aggregate":"avg","window":"5m","above":30}]`: the rules of
+/// devices without their own `rules` (docs/design.md §5). Only the alerts role judges rules,
+/// so only it reads this.
+pub const DEFAULT_RULES: Setting = s(
+    "DEFAULT_RULES",
+    "`[]`",
+    "JSON array of alert rules (windowed aggregate, rate, stuck value; at most 16) for devices without their own",
+    &[Alerts],
+);
+
 pub const WRITE_CONCURRENCY: Setting = s(
     "WRITE_CONCURRENCY",
     "16",
@@ -537,6 +548,7 @@ pub const SETTINGS: &[Setting] = &[
     RETRY_MAX_MS,
     AGGREGATOR_ROLE,
     DEFAULT_THRESHOLDS,
+    DEFAULT_RULES,
     WRITE_CONCURRENCY,
     DEVICE_REFRESH_SECONDS,
     OFFLINE_AFTER_SECONDS,
@@ -847,7 +859,7 @@ mod tests {
         assert_eq!(names.len(), n, "a setting is listed twice");
         assert!(SETTINGS.iter().all(|s| !s.read_by.is_empty()));
         assert_eq!(setting("TABLE_NAME").map(|s| s.default), Some("`tidemark`"));
-        assert_eq!(read_by(Function::Alerts).count(), 11);
+        assert_eq!(read_by(Function::Alerts).count(), 12);
     }
 
     #[test]
