@@ -116,6 +116,7 @@ pub fn open_alert(device: &str, opened: Timestamp) -> tidemark_schema::AlertItem
         alert_id,
         metric: Some(metric),
         rule: AlertRule::Max,
+        rule_spec: None,
         severity: Severity::Critical,
         state: AlertState::Open,
         message: "temperature 41.5 above 35".into(),

@@ -276,6 +276,7 @@ fn fleet() -> Vec<Item> {
                 alert_id: id,
                 metric: Some(m),
                 rule: AlertRule::Max,
+                rule_spec: None,
                 severity: Severity::Critical,
                 state: AlertState::Open,
                 message: "temperature above 30".into(),

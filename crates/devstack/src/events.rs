@@ -360,6 +360,7 @@ fn alert_opened_event(now: Timestamp) -> Result<Value, DevstackError> {
         alert_id,
         metric: Some(metric),
         rule: AlertRule::Max,
+        rule_spec: None,
         severity: Severity::Critical,
         state: AlertState::Open,
         message: "temperature 41.5 above 35".into(),

@@ -213,26 +213,37 @@ keyword_enum!(
 });
 
 keyword_enum!(
-    /// What an alert watches: a side of a metric's threshold (`min`, `max`), or the device's
-    /// silence (`offline`: no reading arrived for its `offlineAfterSeconds`).
+    /// What an alert watches: a side of a metric's threshold (`min`, `max`), the device's
+    /// silence (`offline`: no reading arrived for its `offlineAfterSeconds`), or a rule of the
+    /// device's `rules` by kind (`window`, `rate`, `stuck`; [`crate::rules::RuleSpec`]).
     AlertRule, "alert rule", {
     Min => "min",
     Max => "max",
     Offline => "offline",
+    Window => "window",
+    Rate => "rate",
+    Stuck => "stuck",
 });
 
 impl AlertRule {
-    /// `"offline"` or `"threshold"`: the `kind` the API and the alert events show.
+    /// `threshold`, `offline`, `window`, `rate` or `stuck`: the `kind` the API and the
+    /// alert events show.
     pub fn kind(self) -> &'static str {
         match self {
-            AlertRule::Offline => "offline",
             AlertRule::Min | AlertRule::Max => "threshold",
+            r => r.as_str(),
         }
+    }
+
+    /// A rule of `rules`, told apart from the device's other rules of its kind by a tag.
+    pub fn is_tagged(self) -> bool {
+        matches!(self, AlertRule::Window | AlertRule::Rate | AlertRule::Stuck)
     }
 }
 
 /// An alert ID: `<opened at, compact>-<metric>-<rule>`, e.g.
-/// `20260420T140000000000Z-temperature-max`, or `<opened at>-offline` for a silence. It sorts
+/// `20260420T140000000000Z-temperature-max`, `<opened at>-<metric>-<kind>.<tag>` for a rule of
+/// `rules` (`…-temperature-window.9f3a01bc`), or `<opened at>-offline` for a silence. It sorts
 /// by opening time, and the same breach (same reading time, metric and rule) or the same
 /// silence (same deadline) always yields the same ID, so a replay, or two watchdog runs at
 /// once, can never open a second alert.
@@ -247,6 +258,22 @@ impl AlertId {
             metric,
             rule
         ))
+    }
+
+    /// The alert of a rule of `rules` (its [`crate::rules::RuleSpec::tag`]).
+    pub fn for_rule(opened_at: Timestamp, metric: &MetricName, rule: AlertRule, tag: &str) -> Self {
+        AlertId(format!(
+            "{}-{}-{}.{}",
+            opened_at.to_compact_string(),
+            metric,
+            rule,
+            tag
+        ))
+    }
+
+    /// The tag of a rule of `rules` (none for a threshold's or a silence's alert).
+    pub fn rule_tag(&self) -> Option<&str> {
+        self.0.rsplit_once('.').map(|(_, t)| t)
     }
 
     /// The alert of a device that went silent: opened at its deadline (last arrival plus
@@ -268,7 +295,7 @@ impl AlertId {
         let bad = || IdError::NotAllowed {
             kind: "alert ID",
             value: s.to_owned(),
-            allowed: "<YYYYMMDDTHHMMSSfffZ>-<metric>-<min|max> or <YYYYMMDDTHHMMSSfffZ>-offline",
+            allowed: "<YYYYMMDDTHHMMSSfffZ>-<metric>-<min|max>, <YYYYMMDDTHHMMSSfffZ>-<metric>-<window|rate|stuck>.<8 hex digits> or <YYYYMMDDTHHMMSSfffZ>-offline",
         };
         let mut it = s.splitn(3, '-');
         let (Some(t), Some(m)) = (it.next(), it.next()) else {
@@ -280,8 +307,17 @@ impl AlertId {
             None => Err(bad()),
             Some(r) => {
                 let m = MetricName::new(m).map_err(|_| bad())?;
-                match AlertRule::parse(r).map_err(|_| bad())? {
+                let (r, tag) = match r.split_once('.') {
+                    Some((r, tag)) => (r, Some(tag)),
+                    None => (r, None),
+                };
+                let r = AlertRule::parse(r).map_err(|_| bad())?;
+                let tag_ok = tag.is_some_and(|t| {
+                    t.len() == 8 && t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                });
+                match r {
                     AlertRule::Offline => Err(bad()),
+                    r if r.is_tagged() != tag_ok || (tag.is_some() && !tag_ok) => Err(bad()),
                     r => Ok((t, Some(m), r)),
                 }
             }
@@ -379,6 +415,34 @@ mod tests {
         );
         assert!(AlertId::new("20260420T140000000000Z-temperature-offline").is_err());
         assert!(AlertId::new("20260420T140000000000Z-temperature").is_err());
+    }
+
+    #[test]
+    fn a_rules_alert_id_carries_its_kind_and_tag() {
+        let m = MetricName::new("temperature").unwrap();
+        let t = Timestamp::parse_rfc3339("2026-04-20T14:00:00Z").unwrap();
+        let w = AlertId::for_rule(t, &m, AlertRule::Window, "9f3a01bc");
+        assert_eq!(
+            w.as_str(),
+            "20260420T140000000000Z-temperature-window.9f3a01bc"
+        );
+        assert_eq!(AlertId::new(w.as_str()).unwrap(), w);
+        assert_eq!(
+            AlertId::parts(w.as_str()).unwrap(),
+            (t, Some(m.clone()), AlertRule::Window)
+        );
+        assert_eq!(w.rule_tag(), Some("9f3a01bc"));
+        assert_eq!(AlertId::for_breach(t, &m, AlertRule::Max).rule_tag(), None);
+        for bad in [
+            "20260420T140000000000Z-temperature-window",
+            "20260420T140000000000Z-temperature-max.9f3a01bc",
+            "20260420T140000000000Z-temperature-rate.9F3A01BC",
+            "20260420T140000000000Z-temperature-stuck.9f3a",
+        ] {
+            assert!(AlertId::new(bad).is_err(), "{bad}");
+        }
+        assert_eq!(AlertRule::Window.kind(), "window");
+        assert_eq!(AlertRule::Min.kind(), "threshold");
     }
 
     #[test]

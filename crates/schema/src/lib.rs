@@ -15,6 +15,7 @@ pub mod layout;
 pub mod marks;
 pub mod packed;
 pub mod partition;
+pub mod rules;
 pub mod sketch;
 pub mod slot_item;
 pub mod table;
@@ -28,6 +29,7 @@ pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, Metr
 pub use keys::{EntityKey, Key, KeyError};
 pub use layout::{Layout, SlotLen};
 pub use partition::partition_for;
+pub use rules::{Aggregate, RatePer, RuleError, RuleSpec, Side, Signal};
 pub use sketch::Sketch;
 pub use slot_item::{
     Bitmap, ITEM_OVERHEAD_BYTES, MAX_PART_ITEM_BYTES, SlotItem, SlotItemError, SlotMetadata,

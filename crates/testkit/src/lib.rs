@@ -369,6 +369,7 @@ pub fn open_alert(device: &str) -> tidemark_schema::AlertItem {
         alert_id: id,
         metric: Some(metric),
         rule: AlertRule::Max,
+        rule_spec: None,
         severity: Severity::Critical,
         state: AlertState::Open,
         message: "temperature above 30".into(),

@@ -50,6 +50,7 @@ pub fn offline_alert(dev: &DeviceItem, window: u32, since: Timestamp) -> AlertIt
         alert_id: id,
         metric: None,
         rule: AlertRule::Offline,
+        rule_spec: None,
         severity,
         state: AlertState::Open,
         message: format!("no reading arrived for {window} s"),

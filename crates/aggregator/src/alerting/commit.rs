@@ -55,6 +55,7 @@ mod tests {
             alert_id: id,
             metric: Some(metric),
             rule: AlertRule::Max,
+            rule_spec: None,
             severity: Severity::Critical,
             state: AlertState::Open,
             message: String::new(),

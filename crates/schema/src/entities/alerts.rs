@@ -33,6 +33,9 @@ pub struct AlertItem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric: Option<MetricName>,
     pub rule: AlertRule,
+    /// The rule of `rules` that raised it (absent for a threshold's or a silence's alert).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_spec: Option<crate::rules::RuleSpec>,
     pub severity: Severity,
     pub state: AlertState,
     pub message: String,
@@ -81,6 +84,7 @@ mod tests {
             alert_id: AlertId::for_breach(t, &m, AlertRule::Max),
             metric: Some(m),
             rule: AlertRule::Max,
+            rule_spec: None,
             severity: Severity::Critical,
             state: AlertState::Open,
             message: String::new(),

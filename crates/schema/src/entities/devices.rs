@@ -37,6 +37,11 @@ pub struct Threshold {
     /// (measured on reading timestamps); absent or zero: the first breach opens it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub for_seconds: Option<u32>,
+    /// An open alert resolves only once the reading has been clear for this many seconds
+    /// (on reading timestamps), so a flapping signal stays one alert; absent or zero: the
+    /// first clear reading resolves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_firing_for_seconds: Option<u32>,
 }
 
 impl Threshold {
@@ -48,6 +53,7 @@ impl Threshold {
             severity,
             deadband: None,
             for_seconds: None,
+            keep_firing_for_seconds: None,
         }
     }
 }
@@ -80,6 +86,10 @@ pub struct DeviceItem {
     pub firmware: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub thresholds: BTreeMap<MetricName, Threshold>,
+    /// Its alert rules over time (windows, rates, stuck values; [`crate::rules`]), set by
+    /// the API. Absent: the fleet's `DEFAULT_RULES`; empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<crate::rules::RuleSpec>>,
     pub created_at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Timestamp>,
@@ -389,6 +399,7 @@ impl DeviceItem {
             location: None,
             firmware: None,
             thresholds: BTreeMap::new(),
+            rules: None,
             created_at,
             updated_at: None,
             last_seen_at: None,

@@ -135,6 +135,7 @@ fn every_gsi1_projected_attribute_is_a_device_or_alert_field() {
         alert_id: AlertId::for_breach(d.created_at, &m, AlertRule::Max),
         metric: Some(m),
         rule: AlertRule::Max,
+        rule_spec: None,
         severity: Severity::Critical,
         state: AlertState::Open,
         message: "temperature above 30".into(),
