@@ -38,6 +38,8 @@ pub struct AggregatorConfig {
     pub role: Role,
     /// Per metric, used when a device item has no threshold of its own for that metric.
     pub default_thresholds: BTreeMap<MetricName, Threshold>,
+    /// `DEFAULT_RULES`: the rules of devices without their own `rules`.
+    pub default_rules: Vec<tidemark_schema::RuleSpec>,
     /// How often one item is re-read and rewritten after a conditional-write conflict.
     pub max_attempts: u32,
     /// The wait before each of those attempts (jittered exponential).
@@ -83,6 +85,7 @@ impl AggregatorConfig {
             table_name: table_name.into(),
             role: Role::default(),
             default_thresholds: BTreeMap::new(),
+            default_rules: Vec::new(),
             max_attempts: 10,
             retry: tidemark_store::retry::RetryPolicy::default(),
             write_concurrency: const { settings::WRITE_CONCURRENCY.default_usize() },
@@ -104,6 +107,11 @@ impl AggregatorConfig {
 
     pub fn with_role(mut self, role: Role) -> Self {
         self.role = role;
+        self
+    }
+
+    pub fn with_default_rules(mut self, r: Vec<tidemark_schema::RuleSpec>) -> Self {
+        self.default_rules = r;
         self
     }
 
@@ -142,6 +150,11 @@ impl AggregatorConfig {
         c.default_thresholds = env
             .try_parse(&settings::DEFAULT_THRESHOLDS, thresholds)?
             .unwrap_or_default();
+        if c.role == Role::Alerts {
+            c.default_rules = env
+                .try_parse(&settings::DEFAULT_RULES, rules)?
+                .unwrap_or_default();
+        }
         c.write_concurrency = env
             .num(
                 &settings::WRITE_CONCURRENCY,
@@ -162,6 +175,16 @@ impl AggregatorConfig {
 pub fn parse_thresholds(json: &str) -> Result<BTreeMap<MetricName, Threshold>, AggregatorError> {
     thresholds(json)
         .map_err(|e| AggregatorError::Config(format!("{}: {e}", settings::DEFAULT_THRESHOLDS.name)))
+}
+
+/// `DEFAULT_RULES` (a JSON array of rules, [`tidemark_schema::rules::parse_rules`]): a bad
+/// rule fails the deployment, naming the rule and the field.
+fn rules(json: &str) -> Result<Vec<tidemark_schema::RuleSpec>, String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    tidemark_schema::rules::parse_rules(&v).map_err(|(i, e)| match i {
+        Some(i) => format!("rules[{i}].{e}"),
+        None => e.to_string(),
+    })
 }
 
 /// [`parse_thresholds`], its error saying only what is wrong.
@@ -212,6 +235,27 @@ mod tests {
         assert_eq!((c.role, c.event_bus_name), (Role::Rollups, None));
         let table = settings::AGGREGATOR_ROLE.default.trim_matches('`');
         assert_eq!(table.parse::<Role>().ok(), Some(c.role));
+    }
+
+    #[test]
+    fn the_fleets_default_rules_parse_and_a_bad_one_fails_naming_its_field() {
+        let env = |rules: &'static str| {
+            move |k: &str| match k {
+                "AGGREGATOR_ROLE" => Some("alerts".to_owned()),
+                "EVENT_BUS_NAME" => Some("b".to_owned()),
+                "DEFAULT_RULES" => Some(rules.to_owned()),
+                _ => None,
+            }
+        };
+        let c =
+            AggregatorConfig::from_lookup(env(r#"[{"metric":"flow","unchangedForSeconds":3600}]"#))
+                .unwrap();
+        assert_eq!(c.default_rules.len(), 1);
+        let e = AggregatorConfig::from_lookup(env(
+            r#"[{"metric":"t","aggregate":"median","window":"5m","above":1}]"#,
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("rules[0].aggregate"), "{e}");
     }
 
     #[test]

@@ -134,13 +134,17 @@ struct ThresholdAttrs {
     #[serde(default)]
     thresholds: Option<serde_json::Value>,
     #[serde(default)]
+    rules: Option<serde_json::Value>,
+    #[serde(default)]
+    percentiles: Option<serde_json::Value>,
+    #[serde(default)]
     offline_after_seconds: Option<serde_json::Value>,
     #[serde(default)]
     offline_severity: Option<serde_json::Value>,
 }
 
-/// What a device item's MODIFY changed of what the alerts role follows: other thresholds
-/// (the API's `PUT /devices/{id}`: its alert states are checked against the new ones at once,
+/// What a device item's MODIFY changed of what the alerts role follows: other thresholds or
+/// rules (or `percentiles`, which a p95 window rule needs) (the API's `PUT /devices/{id}`: its alert states are checked against the new ones at once,
 /// not at its next reading) or other offline settings (`offlineAfterSeconds`,
 /// `offlineSeverity`: its watch is set up again at once, and an offline alert of a device no
 /// longer watched resolves). `None` for any other record or images that do not decode.
@@ -153,7 +157,9 @@ fn device_change(rec: &EventRecord) -> Option<DeviceChange> {
     match EntityKey::parse(&new.pk, &new.sk) {
         Ok(EntityKey::Device(device)) => Some(DeviceChange {
             device,
-            thresholds: old.thresholds != new.thresholds,
+            thresholds: old.thresholds != new.thresholds
+                || old.rules != new.rules
+                || old.percentiles != new.percentiles,
             offline_settings: old.offline_after_seconds != new.offline_after_seconds
                 || old.offline_severity != new.offline_severity,
         }),

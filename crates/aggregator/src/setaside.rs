@@ -28,7 +28,7 @@ use tidemark_schema::{
 pub use tidemark_store::failures::SET_ASIDE_AFTER;
 
 use crate::AggregatorError;
-use crate::alerting::device::{DeviceBatch, effective_thresholds};
+use crate::alerting::device::{DeviceBatch, device_rules};
 use crate::config::Role;
 use crate::failed::{Failed, Permanent, guarded};
 use crate::function::Aggregator;
@@ -358,9 +358,14 @@ impl<S: Store> Aggregator<S> {
             .and_then(|e| e.pred());
         match (from, until) {
             (Some(from), Some(until)) => {
-                let thresholds =
-                    effective_thresholds(dev.as_ref(), &self.config.default_thresholds);
-                for m in thresholds.keys() {
+                let rules = device_rules(
+                    dev.as_ref(),
+                    &self.config.default_thresholds,
+                    &self.config.default_rules,
+                );
+                let metrics: std::collections::BTreeSet<_> =
+                    rules.into_iter().map(|r| r.metric).collect();
+                for m in metrics {
                     b.rewritten.insert(m.clone(), from);
                     b.rewritten_until.insert(m.clone(), until);
                 }

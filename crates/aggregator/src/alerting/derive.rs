@@ -20,6 +20,7 @@ use tidemark_schema::{DeviceId, MetricName, RulePhase, RuleState, Timestamp};
 use tidemark_store::StoreError;
 
 use super::rules::{Class, Episode, Fold, Phase, Rule};
+use super::signal::Signal;
 use crate::store::ReadingStore;
 
 /// A rule to derive, from the earliest reading that may change it.
@@ -106,6 +107,7 @@ fn phase_of(stored: Option<&RuleState>) -> Phase {
             breaches: 0,
             last_breach_at: s.at,
             resolved_at: None,
+            quiet_since: None,
         }),
         _ => Phase::Normal,
     }
@@ -184,6 +186,84 @@ async fn newest_of_metric<S: ReadingStore>(
     Ok(None)
 }
 
+/// Where a fold begins: its signal fed the readings before its first, and its phase there.
+#[derive(Debug, Clone)]
+struct Start {
+    anchor: Option<Timestamp>,
+    signal: Signal,
+    step_from: Timestamp,
+    phase: Phase,
+}
+
+/// The anchor in a rule's readings before its `from` (`older`: newest first, every reading of
+/// its metric from `fed_from` on; `complete`: there are none before): the newest reading
+/// whose signal is settled and clear and whose run of such readings spans
+/// `keepFiringForSeconds`, so the rule is normal after it whatever came before. The fold then
+/// continues from it with its signal as it stands there.
+fn anchor_in(
+    rule: &Rule,
+    older: &[(Timestamp, f64)],
+    fed_from: Timestamp,
+    complete: bool,
+) -> Option<Start> {
+    let mut signal = rule.signal();
+    let mut run: Option<Timestamp> = None;
+    let mut found: Option<usize> = None;
+    for (i, (at, v)) in older.iter().rev().enumerate() {
+        let class = rule.class_of(signal.push(*at, *v));
+        if class == Class::Clear && signal.settled(fed_from, complete) {
+            let since = *run.get_or_insert(*at);
+            if at.epoch_micros() - since.epoch_micros() >= rule.keep_firing_micros() {
+                found = Some(i);
+            }
+        } else {
+            run = None;
+        }
+    }
+    let found = found?;
+    let mut signal = rule.signal();
+    for (at, v) in older.iter().rev().take(found + 1) {
+        signal.push(*at, *v);
+    }
+    let anchor = older[older.len() - 1 - found].0;
+    Some(Start {
+        anchor: Some(anchor),
+        signal,
+        step_from: anchor.succ().unwrap_or(Timestamp::MAX),
+        phase: Phase::Normal,
+    })
+}
+
+/// A resumed rule (a changed limit) continues from its stored phase at `resume_from`, with its
+/// signal fed the readings before it (`older`, newest first, `resume_from`'s own included when
+/// there is one), once the signal there is settled.
+fn resume_in(
+    n: &Need,
+    resume_from: Timestamp,
+    older: &[(Timestamp, f64)],
+    fed_from: Timestamp,
+    complete: bool,
+) -> Option<Start> {
+    let mut signal = n.rule.signal();
+    for (at, v) in older.iter().rev().filter(|(at, _)| *at < resume_from) {
+        signal.push(*at, *v);
+    }
+    let settled = match older.first().filter(|(at, _)| *at == resume_from) {
+        Some((at, v)) => {
+            let mut probe = signal.clone();
+            probe.push(*at, *v);
+            probe.settled(fed_from, complete)
+        }
+        None => true,
+    };
+    settled.then(|| Start {
+        anchor: None,
+        signal,
+        step_from: resume_from,
+        phase: phase_of(n.stored.as_ref()),
+    })
+}
+
 async fn derive_once<S: ReadingStore>(
     store: &S,
     device: &DeviceId,
@@ -204,10 +284,16 @@ async fn derive_once<S: ReadingStore>(
             );
         }
     }
-    // Backwards: one anchor per need.
-    let mut anchors: Vec<Option<Timestamp>> = vec![None; needs.len()];
-    let mut open: Vec<bool> = needs.iter().map(|n| !n.resume).collect();
-    let top = needs.iter().map(|n| n.from).max().unwrap_or(Timestamp::MIN);
+    // Backwards: each rule's readings before where it starts (a resumed rule's own first
+    // included), newest first, until its start is known.
+    let below: Vec<Timestamp> = needs
+        .iter()
+        .zip(&resume_from)
+        .map(|(n, r)| r.map_or(n.from, |r| r.succ().unwrap_or(Timestamp::MAX)))
+        .collect();
+    let mut older: Vec<Vec<(Timestamp, f64)>> = vec![Vec::new(); needs.len()];
+    let mut starts: Vec<Option<Start>> = vec![None; needs.len()];
+    let top = below.iter().copied().max().unwrap_or(Timestamp::MIN);
     let floor = top
         .minus_micros(limits.horizon_micros)
         .unwrap_or(Timestamp::MIN);
@@ -215,67 +301,85 @@ async fn derive_once<S: ReadingStore>(
     let mut scanned: u64 = 0;
     // The anchor is most often the reading just before: start with a small page and grow.
     let mut size = FIRST_PAGE.min(limits.page);
-    let mut truncated = false;
-    while open.iter().any(|o| *o) {
+    let mut complete = false;
+    while starts.iter().any(Option::is_none) {
         if scanned >= limits.max_back {
-            truncated = true;
             break;
         }
-        let Some(last) = hi.pred().filter(|l| *l >= floor) else {
-            break;
+        // Nothing older inside the horizon: every reading there has been seen.
+        let last = hi.pred().filter(|l| *l >= floor);
+        let page = match last {
+            Some(last) => store.readings_page(device, floor, last, true, size).await?,
+            None => Vec::new(),
         };
-        let page = store.readings_page(device, floor, last, true, size).await?;
         scanned += page.len() as u64;
         for (at, metrics) in &page {
             for (i, n) in needs.iter().enumerate() {
-                if !open[i] || *at >= n.from {
-                    continue;
-                }
-                if let Some(v) = metrics.get(&n.rule.metric)
-                    && n.rule.class(*v) == Class::Clear
+                if starts[i].is_none()
+                    && *at < below[i]
+                    && let Some(v) = metrics.get(&n.rule.metric)
                 {
-                    anchors[i] = Some(*at);
-                    open[i] = false;
+                    older[i].push((*at, *v));
                 }
             }
         }
-        match page.last() {
-            Some((oldest, _)) if page.len() >= size => {
-                hi = *oldest;
-                size = (size * 4).min(limits.page);
-            }
-            _ => {
-                // Nothing older: the walk reached the first reading (or the horizon).
-                break;
-            }
+        complete = last.is_none() || page.len() < size;
+        if let Some((oldest, _)) = page.last() {
+            hi = *oldest;
         }
+        for (i, n) in needs.iter().enumerate() {
+            if starts[i].is_some() {
+                continue;
+            }
+            starts[i] = match resume_from[i] {
+                Some(r) => resume_in(n, r, &older[i], hi, complete),
+                None => anchor_in(&n.rule, &older[i], hi, complete),
+            };
+        }
+        if complete {
+            break;
+        }
+        size = (size * 4).min(limits.page);
     }
-    // Forwards from the oldest anchor, each fold taking only what follows its own (or, with
-    // none found, everything from where the backward walk stopped).
-    let own_from: Vec<Timestamp> = anchors
-        .iter()
+    // No start found: with every reading seen, the fold takes them all from the first;
+    // otherwise (the budget ran out) it continues from the stored state at the oldest
+    // reading read (the documented bound).
+    let starts: Vec<Start> = starts
+        .into_iter()
+        .zip(&needs)
         .zip(&resume_from)
-        .map(|(a, r)| match a {
-            _ if r.is_some() => r.unwrap_or(Timestamp::MIN),
-            Some(a) => a.succ().unwrap_or(Timestamp::MAX),
-            None if truncated => hi,
-            None => floor,
+        .map(|((s, n), r)| {
+            s.unwrap_or_else(|| match r {
+                Some(r) => Start {
+                    anchor: None,
+                    signal: n.rule.signal(),
+                    step_from: *r,
+                    phase: phase_of(n.stored.as_ref()),
+                },
+                None if complete => Start {
+                    anchor: None,
+                    signal: n.rule.signal(),
+                    step_from: floor,
+                    phase: Phase::Normal,
+                },
+                None => Start {
+                    anchor: None,
+                    signal: n.rule.signal(),
+                    step_from: hi,
+                    phase: phase_of(n.stored.as_ref()),
+                },
+            })
         })
         .collect();
-    let start = own_from.iter().copied().min().unwrap_or(top);
+    let start = starts.iter().map(|s| s.step_from).min().unwrap_or(top);
     let mut folds: Vec<Fold> = needs
         .iter()
-        .zip(&anchors)
-        .map(|(n, a)| {
-            let phase = if n.resume || (a.is_none() && truncated) {
-                phase_of(n.stored.as_ref())
-            } else {
-                Phase::Normal
-            };
-            Fold::new(n.rule.clone(), phase)
-        })
+        .zip(&starts)
+        .map(|(n, s)| Fold::warmed(n.rule.clone(), s.phase.clone(), s.signal.clone()))
         .collect();
     let mut reach: Vec<Option<Reach>> = vec![None; needs.len()];
+    // Per rule, the first of the run of clear readings whose signal no change reaches.
+    let mut quiet: Vec<Option<Timestamp>> = vec![None; needs.len()];
     let mut newest: Newest = None;
     let mut lo = start; // inclusive
     let mut folded: u64 = 0;
@@ -287,17 +391,25 @@ async fn derive_once<S: ReadingStore>(
         folded += page.len() as u64;
         for (at, metrics) in &page {
             for (i, (f, n)) in folds.iter_mut().zip(&needs).enumerate() {
-                if reach[i].is_some() || *at < own_from[i] {
+                if reach[i].is_some() || *at < starts[i].step_from {
                     continue;
                 }
                 let Some(v) = metrics.get(&n.rule.metric) else {
                     continue;
                 };
-                f.step(*at, *v);
-                // Past every change, a clear reading: the old history from here on.
-                // (No stored rule state is the normal state: nothing ever changed it.)
-                if *at > n.until && f.phase == Phase::Normal && n.rule.class(*v) == Class::Clear {
-                    reach[i] = Some(Reach::Converged);
+                let class = f.step(*at, *v);
+                // Past every change, clear readings whose signal no change reaches, for
+                // `keepFiringForSeconds`: the old history from here on. (No stored rule
+                // state is the normal state: nothing ever changed it.)
+                if *at > n.until && class == Class::Clear && f.signal.independent_of(n.until) {
+                    let q = *quiet[i].get_or_insert(*at);
+                    if f.phase == Phase::Normal
+                        && at.epoch_micros() - q.epoch_micros() >= n.rule.keep_firing_micros()
+                    {
+                        reach[i] = Some(Reach::Converged);
+                    }
+                } else {
+                    quiet[i] = None;
                 }
             }
         }
@@ -328,14 +440,13 @@ async fn derive_once<S: ReadingStore>(
     }
     let derived = needs
         .into_iter()
-        .zip(anchors)
-        .zip(own_from)
+        .zip(starts)
         .zip(folds)
         .zip(reach)
-        .map(|((((need, anchor), from), fold), reach)| Derived {
+        .map(|(((need, start), fold), reach)| Derived {
             need,
-            anchor,
-            from,
+            anchor: start.anchor,
+            from: start.step_from,
             fold,
             reach: reach.unwrap_or(Reach::Newest),
         })

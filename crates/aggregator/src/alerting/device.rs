@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_schema::{
-    AlertId, AlertItem, AlertState, DeviceId, DeviceItem, DeviceStatus, MetricName, RuleState,
-    Threshold, Timestamp, keys,
+    AlertId, AlertItem, AlertState, DeviceId, DeviceItem, DeviceStatus, MetricName, RuleSpec,
+    RuleState, Threshold, Timestamp, keys,
 };
 
 use super::commit::transactions;
@@ -70,6 +70,39 @@ pub fn effective_thresholds(
         t.extend(d.thresholds.iter().map(|(m, th)| (m.clone(), th.clone())));
     }
     t
+}
+
+/// The device's own rules, else the fleet's; a p95 window only where the device keeps
+/// percentiles, and one rule per identity (the first).
+pub fn effective_rules(device: Option<&DeviceItem>, defaults: &[RuleSpec]) -> Vec<RuleSpec> {
+    let percentiles = device.is_some_and(|d| d.percentiles);
+    let mut seen = std::collections::BTreeSet::new();
+    device
+        .and_then(|d| d.rules.as_deref())
+        .unwrap_or(defaults)
+        .iter()
+        .filter(|r| percentiles || !r.needs_percentiles())
+        .filter(|r| seen.insert((r.metric.clone(), r.rule(), r.tag())))
+        .cloned()
+        .collect()
+}
+
+/// Every rule of the device: its thresholds' sides, then its rules.
+pub fn device_rules(
+    device: Option<&DeviceItem>,
+    default_thresholds: &BTreeMap<MetricName, Threshold>,
+    default_rules: &[RuleSpec],
+) -> Vec<Rule> {
+    let thresholds = effective_thresholds(device, default_thresholds);
+    thresholds
+        .iter()
+        .flat_map(|(m, t)| Rule::of(m, t))
+        .chain(
+            effective_rules(device, default_rules)
+                .iter()
+                .map(Rule::of_spec),
+        )
+        .collect()
 }
 
 /// The rules of `thresholds` that must be derived again, from when.
@@ -170,11 +203,11 @@ impl<S: Store> Aggregator<S> {
         let limits = self.config.scan;
         let refresh = i64::try_from(self.config.device_refresh.as_micros()).unwrap_or(i64::MAX);
         for attempt in 1..=self.config.max_attempts {
-            let thresholds = effective_thresholds(dev.as_ref(), &self.config.default_thresholds);
-            let rules: Vec<Rule> = thresholds
-                .iter()
-                .flat_map(|(m, t)| Rule::of(m, t))
-                .collect();
+            let rules = device_rules(
+                dev.as_ref(),
+                &self.config.default_thresholds,
+                &self.config.default_rules,
+            );
             let stored: BTreeMap<String, RuleState> = dev
                 .as_ref()
                 .map(|d| d.rule_states.clone())

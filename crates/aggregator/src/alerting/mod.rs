@@ -1,7 +1,9 @@
 //! The alerts role: each device's alert state follows its readings in time order, however
 //! they arrive.
 //!
-//! - [`rules`]: one (metric, rule) as a state machine (breach, deadband hold, `forSeconds`).
+//! - [`rules`]: one (metric, rule) as a state machine (breach, deadband hold, `forSeconds`,
+//!   `keepFiringForSeconds`), judging a [`signal`]: the reading itself for a threshold, a
+//!   window's aggregate, a rate or an unchanged run for a rule of `rules`.
 //! - [`derive`](mod@derive): a rule's state derived again from the stored readings, in bounded memory.
 //! - [`plan`]: alert items and the device's rule states to write ([`write`]: one alert's
 //!   write, as the store takes it).
@@ -25,7 +27,10 @@ pub mod commit;
 pub mod derive;
 pub mod device;
 pub mod plan;
+#[cfg(test)]
+mod rule_tests;
 pub mod rules;
+pub mod signal;
 #[cfg(test)]
 mod tests;
 pub mod write;

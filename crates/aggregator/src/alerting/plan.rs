@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, RulePhase, RuleState,
-    Timestamp, keys, number,
+    AlertId, AlertItem, AlertState, DeviceId, EntityKey, RulePhase, RuleState, Timestamp, keys,
+    number,
 };
 
 use super::derive::{Derived, Reach};
@@ -20,7 +20,7 @@ pub struct SlotPlan {
 }
 
 pub fn alert_id(rule: &Rule, e: &Episode) -> AlertId {
-    AlertId::for_breach(e.start, &rule.metric, rule.rule)
+    rule.alert_id(e.start)
 }
 
 /// The ID an episode goes by: the alert already stored for it, else one made from its start.
@@ -34,7 +34,7 @@ pub fn episode_id(rule: &Rule, e: &Episode, known: &HashMap<AlertId, AlertItem>)
     let end = e.resolved_at.unwrap_or(Timestamp::MAX);
     known
         .values()
-        .filter(|a| a.metric.as_ref() == Some(&rule.metric) && a.rule == rule.rule)
+        .filter(|a| rule.raised(a))
         .filter(|a| a.opened_at >= e.start && a.opened_at < end)
         .min_by_key(|a| {
             let passed_over = e.resolved_at.is_none() && a.state == AlertState::Resolved;
@@ -50,11 +50,12 @@ fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
         alert: id.clone(),
     }
     .key();
-    let side = match rule.rule {
-        AlertRule::Max => "above",
-        AlertRule::Min => "below",
-        // Never a threshold's side ([`Rule::of`] makes only min and max rules).
-        AlertRule::Offline => "past",
+    let message = match &rule.spec {
+        Some(spec) => spec.to_string(),
+        None => {
+            let side = if rule.above() { "above" } else { "below" };
+            format!("{} {side} {}", rule.metric, number(rule.limit))
+        }
     };
     let mut a = AlertItem {
         pk: key.pk,
@@ -65,9 +66,10 @@ fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
         alert_id: id,
         metric: Some(rule.metric.clone()),
         rule: rule.rule,
+        rule_spec: rule.spec.clone(),
         severity: rule.threshold.severity,
         state: AlertState::Open,
-        message: format!("{} {side} {}", rule.metric, number(rule.limit)),
+        message,
         value: e.peak,
         threshold: rule.limit,
         breach_count: e.breaches,
@@ -108,7 +110,7 @@ pub fn resolve(a: &mut AlertItem, at: Timestamp) {
 /// The episode's news for an alert that exists: statistics only grow (an episode folded
 /// from a stored state has no peak of its own). A resolved alert changes only when its
 /// episode is open again ([`reopen`]); one resolved as its episode is stays as it was.
-fn moved_on(before: &AlertItem, e: &Episode) -> Option<AlertItem> {
+fn moved_on(rule: &Rule, before: &AlertItem, e: &Episode) -> Option<AlertItem> {
     if before.state == AlertState::Resolved && e.resolved_at.is_some() {
         return None;
     }
@@ -117,9 +119,10 @@ fn moved_on(before: &AlertItem, e: &Episode) -> Option<AlertItem> {
         reopen(&mut a);
     }
     if !e.peak.is_nan() {
-        a.value = match before.rule {
-            AlertRule::Max | AlertRule::Offline => a.value.max(e.peak),
-            AlertRule::Min => a.value.min(e.peak),
+        a.value = if rule.above() {
+            a.value.max(e.peak)
+        } else {
+            a.value.min(e.peak)
         };
     }
     a.breach_count = a.breach_count.max(e.breaches);
@@ -141,7 +144,7 @@ fn episode_write(
 ) -> Option<AlertWrite> {
     match known.get(id) {
         None => Some(AlertWrite::Create(Box::new(new_alert(device, rule, e)))),
-        Some(before) => moved_on(before, e).map(|after| {
+        Some(before) => moved_on(rule, before, e).map(|after| {
             let (before, after) = (Box::new(before.clone()), Box::new(after));
             if before.state == AlertState::Resolved {
                 AlertWrite::Reopen { before, after }
@@ -206,13 +209,25 @@ pub fn plan_derived(
         Phase::Pending { since, .. } => (RulePhase::Pending, Some(*since)),
         Phase::Open(e) => (RulePhase::Open, Some(e.start)),
     };
-    plan.rule_state = Some(RuleState {
+    let state = RuleState {
         mode,
         since,
         alert: open_now,
         at,
         threshold: rule.threshold.clone(),
-    });
+    };
+    // A rule of `rules` is derived at every reading of its metric: its state is written only
+    // when it changes, not to move its time on (which only a threshold's skipping needs).
+    plan.rule_state = match &d.need.stored {
+        Some(s)
+            if rule.spec.is_some()
+                && (s.mode, s.since, &s.alert, &s.threshold)
+                    == (state.mode, state.since, &state.alert, &state.threshold) =>
+        {
+            Some(s.clone())
+        }
+        _ => Some(state),
+    };
     plan
 }
 

@@ -9,16 +9,22 @@
 //! last clear one, which is what makes deriving it again from the table cheap and exact.
 
 use tidemark_schema::{
-    AlertRule, DeviceItem, MetricName, RulePhase, RuleState, Threshold, Timestamp,
+    AlertId, AlertRule, DeviceItem, MetricName, RulePhase, RuleSpec, RuleState, Side, Threshold,
+    Timestamp,
 };
 
-/// One limit of one metric, with the threshold it comes from.
+use super::signal::Signal;
+
+/// One limit of one metric, with the threshold it comes from, or one rule of `rules`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     pub metric: MetricName,
     pub rule: AlertRule,
     pub limit: f64,
+    /// The limit's settings (for a rule of `rules`, [`RuleSpec::threshold`]).
     pub threshold: Threshold,
+    /// A rule of `rules`: what it judges instead of the reading's value.
+    pub spec: Option<RuleSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,13 +45,62 @@ impl Rule {
                     rule,
                     limit: limit?,
                     threshold: t.clone(),
+                    spec: None,
                 })
             })
             .collect()
     }
 
+    /// A rule of `rules`.
+    pub fn of_spec(spec: &RuleSpec) -> Rule {
+        Rule {
+            metric: spec.metric.clone(),
+            rule: spec.rule(),
+            limit: spec.limit,
+            threshold: spec.threshold(),
+            spec: Some(spec.clone()),
+        }
+    }
+
+    /// What tells a rule of `rules` apart from the device's others of its kind.
+    pub fn tag(&self) -> Option<String> {
+        self.spec.as_ref().map(RuleSpec::tag)
+    }
+
     pub fn state_key(&self) -> String {
-        DeviceItem::rule_state_key(&self.metric, self.rule)
+        let key = DeviceItem::rule_state_key(&self.metric, self.rule);
+        match self.tag() {
+            Some(tag) => format!("{key}.{tag}"),
+            None => key,
+        }
+    }
+
+    /// The alert of an episode starting at `start`.
+    pub fn alert_id(&self, start: Timestamp) -> AlertId {
+        match self.tag() {
+            Some(tag) => AlertId::for_rule(start, &self.metric, self.rule, &tag),
+            None => AlertId::for_breach(start, &self.metric, self.rule),
+        }
+    }
+
+    /// Whether a stored alert is one of this rule's.
+    pub fn raised(&self, a: &tidemark_schema::AlertItem) -> bool {
+        a.metric.as_ref() == Some(&self.metric)
+            && a.rule == self.rule
+            && a.alert_id.rule_tag() == self.tag().as_deref()
+    }
+
+    /// What the rule judges, with nothing fed yet.
+    pub fn signal(&self) -> Signal {
+        self.spec.as_ref().map_or_else(Signal::value, Signal::of)
+    }
+
+    /// Breached above the limit (a max, a rule's `above`, a stuck value), else below it.
+    pub fn above(&self) -> bool {
+        match &self.spec {
+            Some(s) => s.side == Side::Above,
+            None => self.rule != AlertRule::Min,
+        }
     }
 
     fn deadband(&self) -> f64 {
@@ -56,12 +111,25 @@ impl Rule {
         i64::from(self.threshold.for_seconds.unwrap_or(0)) * 1_000_000
     }
 
+    /// How long the signal must be clear before an open alert resolves.
+    pub fn keep_firing_micros(&self) -> i64 {
+        i64::from(self.threshold.keep_firing_for_seconds.unwrap_or(0)) * 1_000_000
+    }
+
+    /// How the signal's value at a reading judges (none yet: clear).
+    pub fn class_of(&self, signal: Option<f64>) -> Class {
+        signal.map_or(Class::Clear, |v| self.class(v))
+    }
+
     pub fn class(&self, v: f64) -> Class {
-        let (breach, clear) = match self.rule {
-            AlertRule::Max => (v > self.limit, v <= self.limit - self.deadband()),
-            AlertRule::Min => (v < self.limit, v >= self.limit + self.deadband()),
+        let stuck = matches!(self.rule, AlertRule::Stuck);
+        let (breach, clear) = match (self.rule, self.above()) {
             // Never a threshold rule ([`Rule::of`] makes only min and max): never breached.
-            AlertRule::Offline => (false, true),
+            (AlertRule::Offline, _) => (false, true),
+            // Unchanged for the limit or longer.
+            _ if stuck => (v >= self.limit, v < self.limit),
+            (_, true) => (v > self.limit, v <= self.limit - self.deadband()),
+            (_, false) => (v < self.limit, v >= self.limit + self.deadband()),
         };
         if breach {
             Class::Breach
@@ -74,10 +142,7 @@ impl Rule {
 
     /// The more extreme of two breaching values.
     fn worse(&self, a: f64, b: f64) -> f64 {
-        match self.rule {
-            AlertRule::Max | AlertRule::Offline => a.max(b),
-            AlertRule::Min => a.min(b),
-        }
+        if self.above() { a.max(b) } else { a.min(b) }
     }
 
     fn lasted(&self, since: Timestamp, at: Timestamp) -> bool {
@@ -97,6 +162,9 @@ pub struct Episode {
     pub breaches: u64,
     pub last_breach_at: Timestamp,
     pub resolved_at: Option<Timestamp>,
+    /// While open: the first reading of the run of clear ones that may resolve it once it
+    /// spans `keepFiringForSeconds`.
+    pub quiet_since: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +184,8 @@ pub enum Phase {
 pub struct Fold {
     pub rule: Rule,
     pub phase: Phase,
+    /// What the rule judges, fed every reading folded (and any fed before the fold began).
+    pub signal: Signal,
     /// Episodes that opened and resolved in the folded readings, oldest first.
     pub closed: Vec<Episode>,
     /// The newest reading folded.
@@ -124,18 +194,27 @@ pub struct Fold {
 
 impl Fold {
     pub fn new(rule: Rule, phase: Phase) -> Self {
+        let signal = rule.signal();
+        Fold::warmed(rule, phase, signal)
+    }
+
+    /// A fold whose signal has already been fed the readings before its first.
+    pub fn warmed(rule: Rule, phase: Phase, signal: Signal) -> Self {
         Fold {
             rule,
             phase,
+            signal,
             closed: Vec::new(),
             newest: None,
         }
     }
 
-    /// One reading, no older than the last one folded.
-    pub fn step(&mut self, at: Timestamp, v: f64) {
+    /// One reading, no older than the last one folded; how its signal judged.
+    pub fn step(&mut self, at: Timestamp, v: f64) -> Class {
         self.newest = Some(at);
-        let class = self.rule.class(v);
+        let signal = self.signal.push(at, v);
+        let class = self.rule.class_of(signal);
+        let v = signal.unwrap_or(f64::NAN);
         let phase = std::mem::replace(&mut self.phase, Phase::Normal);
         self.phase = match (phase, class) {
             (Phase::Normal, Class::Breach) => self.breached(at, v, at, v, 1),
@@ -155,16 +234,27 @@ impl Fold {
                 e.peak = self.rule.worse(e.peak, v);
                 e.breaches += 1;
                 e.last_breach_at = at;
+                e.quiet_since = None;
                 Phase::Open(e)
             }
-            (Phase::Open(e), Class::Hold) => Phase::Open(e),
+            (Phase::Open(mut e), Class::Hold) => {
+                e.quiet_since = None;
+                Phase::Open(e)
+            }
             (Phase::Open(mut e), Class::Clear) => {
-                e.resolved_at = Some(at);
-                self.closed.push(e);
-                Phase::Normal
+                let quiet = *e.quiet_since.get_or_insert(at);
+                if at.epoch_micros() - quiet.epoch_micros() >= self.rule.keep_firing_micros() {
+                    e.resolved_at = Some(at);
+                    e.quiet_since = None;
+                    self.closed.push(e);
+                    Phase::Normal
+                } else {
+                    Phase::Open(e)
+                }
             }
             (p, _) => p,
         };
+        class
     }
 
     /// A run from `since` whose latest breach is `at`: open once it has lasted.
@@ -178,6 +268,7 @@ impl Fold {
                 breaches: n,
                 last_breach_at: at,
                 resolved_at: None,
+                quiet_since: None,
             })
         } else {
             Phase::Pending {
@@ -194,7 +285,13 @@ impl Fold {
 /// derived again from the table. Readings that each leave a state as it is leave it as it is
 /// in any order, so skipping them (and not writing) is exact; a reading at or before the
 /// state's own time is late and always derived again.
+///
+/// A rule of `rules` judges a signal of the readings before it, which only the table has:
+/// every reading of its metric derives it (reads only; the state is written when it changes).
 pub fn could_change(rule_state: Option<&RuleState>, rule: &Rule, at: Timestamp, v: f64) -> bool {
+    if rule.spec.is_some() {
+        return true;
+    }
     let class = rule.class(v);
     let Some(s) = rule_state else {
         return class == Class::Breach;

@@ -17,19 +17,24 @@ use crate::{Aggregator, AggregatorConfig};
 
 const T0: i64 = 1_776_693_600_000_000; // 2026-04-20T14:00:00Z
 
-fn at(s: i64) -> Timestamp {
+pub(super) fn at(s: i64) -> Timestamp {
     Timestamp::from_epoch_micros(T0 + s * 1_000_000).unwrap()
 }
 
-struct Rig {
-    agg: Aggregator<MemoryStore>,
+pub(super) struct Rig {
+    pub(super) agg: Aggregator<MemoryStore>,
     seq: AtomicU64,
 }
 
 fn rig(thresholds: &str) -> Rig {
-    let mut config = AggregatorConfig::new("t")
-        .with_role(Role::Alerts)
-        .with_default_thresholds(parse_thresholds(thresholds).unwrap());
+    rig_with(
+        AggregatorConfig::new("t")
+            .with_role(Role::Alerts)
+            .with_default_thresholds(parse_thresholds(thresholds).unwrap()),
+    )
+}
+
+pub(super) fn rig_with(mut config: AggregatorConfig) -> Rig {
     config.retry.base_delay = std::time::Duration::from_micros(50);
     Rig {
         agg: Aggregator::with_store(MemoryStore::default(), config),
@@ -39,12 +44,12 @@ fn rig(thresholds: &str) -> Rig {
 
 impl Rig {
     /// Stores the readings (as ingest does), then hands their stream records over as one batch.
-    async fn send(&self, readings: &[(i64, f64)]) -> Report {
+    pub(super) async fn send(&self, readings: &[(i64, f64)]) -> Report {
         self.store(readings);
         self.deliver(readings).await
     }
 
-    fn store(&self, readings: &[(i64, f64)]) {
+    pub(super) fn store(&self, readings: &[(i64, f64)]) {
         for (s, v) in readings {
             self.agg.store().put_reading(
                 &device("d1"),
@@ -54,7 +59,7 @@ impl Rig {
         }
     }
 
-    async fn deliver(&self, readings: &[(i64, f64)]) -> Report {
+    pub(super) async fn deliver(&self, readings: &[(i64, f64)]) -> Report {
         let records = readings
             .iter()
             .map(|(s, v)| {
@@ -72,20 +77,20 @@ impl Rig {
         report
     }
 
-    fn alerts(&self) -> Vec<AlertItem> {
+    pub(super) fn alerts(&self) -> Vec<AlertItem> {
         let mut a: Vec<AlertItem> = self.agg.store().alerts();
         a.sort_by_key(|a| a.opened_at);
         a
     }
 
-    fn open_alerts(&self) -> Vec<AlertItem> {
+    pub(super) fn open_alerts(&self) -> Vec<AlertItem> {
         self.alerts()
             .into_iter()
             .filter(|a| a.state != AlertState::Resolved)
             .collect()
     }
 
-    fn device(&self) -> DeviceItem {
+    pub(super) fn device(&self) -> DeviceItem {
         self.agg.store().device(&device("d1")).unwrap()
     }
 

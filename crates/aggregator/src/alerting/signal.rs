@@ -1,0 +1,207 @@
+//! What a rule judges at each reading of its metric: the reading itself (a threshold), or a
+//! value computed from the readings before it in time order (a rule of `rules`: a trailing
+//! window's aggregate, the rate from the previous reading, how long the value has not
+//! changed).
+//!
+//! A [`Signal`] is fed the metric's readings in time order and keeps only what its next value
+//! needs: the window's readings, the previous reading, or the start of the current run of
+//! equal values. Two questions make deriving it again from the table exact and bounded
+//! ([`super::derive`]):
+//! - [`Signal::settled`]: does the value at the last reading fed depend only on readings fed?
+//!   (A derivation that starts feeding at some reading must know when its values are true.)
+//! - [`Signal::independent_of`]: does it depend on no reading at or before a time? (After
+//!   every change a batch brings, values that do not see the change are as they were.)
+
+use std::collections::VecDeque;
+
+use tidemark_schema::{Aggregate, RuleSpec, Timestamp};
+
+const MICROS: i64 = 1_000_000;
+
+/// The state of one rule's signal over the readings fed so far.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    /// A threshold: the reading's own value.
+    Value { last: Option<Timestamp> },
+    Window {
+        aggregate: Aggregate,
+        micros: i64,
+        /// The readings in the window of the last one fed, oldest first.
+        readings: VecDeque<(Timestamp, f64)>,
+    },
+    Rate {
+        per_seconds: f64,
+        /// The last reading fed.
+        prev: Option<(Timestamp, f64)>,
+        /// The reading before it: what the last value was taken from.
+        from: Option<Timestamp>,
+    },
+    Stuck {
+        /// The run of equal values the last reading ends: its value and first reading.
+        run: Option<(f64, Timestamp)>,
+        /// The reading before the run's first, when fed (its value differs).
+        before_run: Option<Timestamp>,
+        last: Option<Timestamp>,
+    },
+}
+
+impl Signal {
+    pub fn value() -> Signal {
+        Signal::Value { last: None }
+    }
+
+    pub fn of(spec: &RuleSpec) -> Signal {
+        match spec.signal {
+            tidemark_schema::Signal::Window {
+                aggregate,
+                window_seconds,
+            } => Signal::Window {
+                aggregate,
+                micros: i64::from(window_seconds) * MICROS,
+                readings: VecDeque::new(),
+            },
+            tidemark_schema::Signal::Rate { per } => Signal::Rate {
+                per_seconds: f64::from(per.seconds()),
+                prev: None,
+                from: None,
+            },
+            tidemark_schema::Signal::Stuck => Signal::Stuck {
+                run: None,
+                before_run: None,
+                last: None,
+            },
+        }
+    }
+
+    /// The same signal with nothing fed.
+    pub fn fresh(&self) -> Signal {
+        match self {
+            Signal::Value { .. } => Signal::value(),
+            Signal::Window {
+                aggregate, micros, ..
+            } => Signal::Window {
+                aggregate: *aggregate,
+                micros: *micros,
+                readings: VecDeque::new(),
+            },
+            Signal::Rate { per_seconds, .. } => Signal::Rate {
+                per_seconds: *per_seconds,
+                prev: None,
+                from: None,
+            },
+            Signal::Stuck { .. } => Signal::Stuck {
+                run: None,
+                before_run: None,
+                last: None,
+            },
+        }
+    }
+
+    /// Feeds the next reading (no older than the last one fed) and returns the signal's value
+    /// at it; `None` where there is none yet (a rate's first reading), which judges clear.
+    pub fn push(&mut self, at: Timestamp, v: f64) -> Option<f64> {
+        match self {
+            Signal::Value { last } => {
+                *last = Some(at);
+                Some(v)
+            }
+            Signal::Window {
+                aggregate,
+                micros,
+                readings,
+            } => {
+                readings.push_back((at, v));
+                let start = at.epoch_micros() - *micros; // exclusive
+                while readings
+                    .front()
+                    .is_some_and(|(t, _)| t.epoch_micros() <= start)
+                {
+                    readings.pop_front();
+                }
+                Some(aggregate_of(*aggregate, readings))
+            }
+            Signal::Rate {
+                per_seconds,
+                prev,
+                from,
+            } => {
+                *from = prev.map(|(t, _)| t);
+                let out = prev.map(|(t, p)| {
+                    let secs = (at.epoch_micros() - t.epoch_micros()) as f64 / MICROS as f64;
+                    (v - p) / secs * *per_seconds
+                });
+                *prev = Some((at, v));
+                out
+            }
+            Signal::Stuck {
+                run,
+                before_run,
+                last,
+            } => {
+                match run {
+                    Some((value, _)) if *value == v => {}
+                    _ => {
+                        *before_run = *last;
+                        *run = Some((v, at));
+                    }
+                }
+                *last = Some(at);
+                run.map(|(_, since)| {
+                    (at.epoch_micros() - since.epoch_micros()) as f64 / MICROS as f64
+                })
+            }
+        }
+    }
+
+    /// Whether the value at the last reading fed is what the whole history gives, when the
+    /// readings fed are every reading of the metric from `fed_from` on (`complete`: and
+    /// there are none before).
+    pub fn settled(&self, fed_from: Timestamp, complete: bool) -> bool {
+        complete
+            || match self {
+                Signal::Value { last } => last.is_some(),
+                Signal::Window {
+                    micros, readings, ..
+                } => readings
+                    .back()
+                    .is_some_and(|(t, _)| t.epoch_micros() - *micros >= fed_from.epoch_micros()),
+                Signal::Rate { from, .. } => from.is_some(),
+                Signal::Stuck { before_run, .. } => before_run.is_some(),
+            }
+    }
+
+    /// Whether the value at the last reading fed depends on no reading at or before `t`
+    /// (so a change there leaves it as it was).
+    pub fn independent_of(&self, t: Timestamp) -> bool {
+        match self {
+            Signal::Value { last } => last.is_some_and(|l| l > t),
+            Signal::Window {
+                micros, readings, ..
+            } => readings
+                .back()
+                .is_some_and(|(l, _)| l.epoch_micros() - *micros >= t.epoch_micros()),
+            // The rate at the first reading depends on there being none before it.
+            Signal::Rate { from, .. } => from.is_some_and(|f| f > t),
+            Signal::Stuck { before_run, .. } => before_run.is_some_and(|b| b > t),
+        }
+    }
+}
+
+/// A window's aggregate; p95 is the nearest-rank 95th percentile (the value at rank
+/// ⌈0.95·n⌉ of the sorted readings), exact.
+fn aggregate_of(aggregate: Aggregate, readings: &VecDeque<(Timestamp, f64)>) -> f64 {
+    let values = readings.iter().map(|(_, v)| *v);
+    match aggregate {
+        Aggregate::Count => readings.len() as f64,
+        Aggregate::Sum => values.sum(),
+        Aggregate::Avg => values.sum::<f64>() / readings.len() as f64,
+        Aggregate::Min => values.fold(f64::INFINITY, f64::min),
+        Aggregate::Max => values.fold(f64::NEG_INFINITY, f64::max),
+        Aggregate::P95 => {
+            let mut v: Vec<f64> = values.collect();
+            v.sort_by(f64::total_cmp);
+            let rank = (0.95 * v.len() as f64).ceil() as usize;
+            v[rank.clamp(1, v.len()) - 1]
+        }
+    }
+}
