@@ -6,8 +6,8 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, Severity,
-    Tags, Timestamp, keys,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, RuleSpec,
+    Severity, Tags, Timestamp, keys,
 };
 
 use crate::records::{AlertRecord, Decoded, decode};
@@ -70,12 +70,15 @@ pub struct Detail {
     pub change: ChangeKind,
     pub device_id: DeviceId,
     pub alert_id: AlertId,
-    /// `threshold` or `offline`.
+    /// `threshold`, `offline`, `window`, `rate` or `stuck`.
     pub kind: &'static str,
-    /// The metric of a threshold alert; absent for an offline one.
+    /// The metric of a threshold's or a rule's alert; absent for an offline one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<MetricName>,
     pub rule: AlertRule,
+    /// The rule of `rules` that raised it, as declared (absent for thresholds and offline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_spec: Option<RuleSpec>,
     pub severity: Severity,
     /// The alert's state after the change.
     pub state: AlertState,
@@ -217,6 +220,7 @@ fn record_changes(rec: &AlertRecord) -> Vec<AlertChange> {
                 kind: new.rule.kind(),
                 metric: new.metric.clone(),
                 rule: new.rule,
+                rule_spec: new.rule_spec.clone(),
                 severity: new.severity,
                 state: new.state,
                 value: new.value,

@@ -279,6 +279,45 @@ fn the_detail_carries_the_alert_items_tags_as_an_object() {
     assert_eq!(v["tags"], serde_json::json!({"site": "A", "line": "3"}));
 }
 
+#[test]
+fn a_rules_alert_event_carries_its_kind_and_the_rule_as_declared() {
+    let spec = tidemark_schema::RuleSpec::from_value(&serde_json::json!(
+        {"metric":"temperature","aggregate":"avg","window":"5m","above":30,"forSeconds":600}
+    ))
+    .unwrap();
+    let mut a = alert("sensor_01", "2026-04-20T14:00:00Z");
+    a.rule = AlertRule::Window;
+    a.alert_id = tidemark_schema::AlertId::for_rule(
+        a.opened_at,
+        &spec.metric,
+        AlertRule::Window,
+        &spec.tag(),
+    );
+    a.rule_spec = Some(spec);
+    let c = alert_changes(&[record("INSERT", 1, None, Some(&a))]);
+    let v = serde_json::to_value(&c[0].detail).unwrap();
+    assert_eq!(v["kind"], "window");
+    assert_eq!(v["rule"], "window");
+    assert_eq!(
+        v["ruleSpec"],
+        serde_json::json!({"metric":"temperature","aggregate":"avg","window":"5m","above":30.0,
+            "forSeconds":600,"severity":"warning"})
+    );
+    // a threshold's event has none
+    let t = alert_changes(&[record(
+        "INSERT",
+        1,
+        None,
+        Some(&alert("sensor_01", "2026-04-20T14:00:00Z")),
+    )]);
+    assert!(
+        serde_json::to_value(&t[0].detail)
+            .unwrap()
+            .get("ruleSpec")
+            .is_none()
+    );
+}
+
 /// Records what was put; fails every entry whose detail contains a string in `failing`.
 #[derive(Default)]
 struct FakeBus {
