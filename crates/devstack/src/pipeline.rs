@@ -184,6 +184,9 @@ pub struct AlertsConfig {
     pub events_file: Option<PathBuf>,
     /// `EVENT_BUS_NAME` of the alerts function.
     pub bus: String,
+    /// `DEFAULT_RULES` of the alerts function, JSON (`[]` for none): only the alerts role
+    /// judges rules, so the setting lives with its mapping.
+    pub default_rules: String,
 }
 
 impl AlertsConfig {
@@ -195,6 +198,7 @@ impl AlertsConfig {
             events_port: 0,
             events_file: None,
             bus: "tidemark-local".into(),
+            default_rules: "[]".into(),
         }
     }
 }
@@ -264,6 +268,8 @@ impl PipelineConfig {
             on_failure_dir: Some(on_failure.join("rollups")),
             ..MappingConfig::new("tidemark-aggregator")
         };
+        // The functions' own settings, read as the functions read them.
+        let env = Env::new(|k: &str| std::env::var(k).ok());
         let alerts = AlertsConfig {
             mapping: MappingConfig {
                 batch_size: 1000,
@@ -285,9 +291,10 @@ impl PipelineConfig {
                 var("TIDEMARK_EVENTS_FILE").unwrap_or_else(|| ".local/events.jsonl".into()),
             )),
             bus: "tidemark-local".into(),
+            default_rules: env
+                .text(&settings::DEFAULT_RULES)
+                .unwrap_or_else(|| "[]".into()),
         };
-        // The functions' own settings, read as the functions read them.
-        let env = Env::new(|k: &str| std::env::var(k).ok());
         let offline_after_default = env.offline_after()?.unwrap_or(120);
         let watchdog = match var("TIDEMARK_WATCHDOG_SECONDS").as_deref() {
             Some("0") => None,
@@ -551,6 +558,7 @@ async fn alerts_function(
 ) -> Result<InProcessAggregator, DevstackError> {
     let thresholds = tidemark_aggregator::config::parse_thresholds(&cfg.default_thresholds)
         .map_err(|e| DevstackError::Config(e.to_string()))?;
+    let rules = default_rules(&a.default_rules)?;
     let table = &cfg.local.table;
     let notifier = tidemark_aggregator::Notifier::with_parts(
         tidemark_aggregator::notify::SdkPublisher(
@@ -564,10 +572,24 @@ async fn alerts_function(
         ..tidemark_aggregator::AggregatorConfig::new(table.clone())
             .with_role(tidemark_aggregator::Role::Alerts)
             .with_default_thresholds(thresholds)
+            .with_default_rules(rules)
     };
     Ok(InProcessAggregator(Arc::new(
         tidemark_aggregator::Aggregator::new(ddb.clone(), config).with_notifier(notifier),
     )))
+}
+
+/// [`AlertsConfig::default_rules`] parsed as the alerts function parses `DEFAULT_RULES`
+/// (`tidemark_schema::rules::parse_rules`): a bad rule stops the pipeline naming its field.
+fn default_rules(json: &str) -> Result<Vec<tidemark_schema::RuleSpec>, DevstackError> {
+    let bad = |e: String| DevstackError::Config(format!("{}: {e}", settings::DEFAULT_RULES.name));
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
+    tidemark_schema::rules::parse_rules(&v).map_err(|(i, e)| {
+        bad(match i {
+            Some(i) => format!("rules[{i}].{e}"),
+            None => e.to_string(),
+        })
+    })
 }
 
 fn spawn<S, F>(
