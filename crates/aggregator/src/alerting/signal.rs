@@ -205,3 +205,70 @@ fn aggregate_of(aggregate: Aggregate, readings: &VecDeque<(Timestamp, f64)>) -> 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_epoch_micros(1_776_000_000_000_000 + s * MICROS).unwrap()
+    }
+    fn signal(v: serde_json::Value) -> Signal {
+        Signal::of(&RuleSpec::from_value(&v).unwrap())
+    }
+
+    #[test]
+    fn a_window_holds_the_readings_of_its_trailing_span_and_knows_when_it_has_them_all() {
+        let mut s = signal(json!({"metric":"t","aggregate":"avg","window":"60s","above":1}));
+        assert_eq!(s.push(t(0), 10.0), Some(10.0));
+        assert_eq!(s.push(t(30), 20.0), Some(15.0));
+        // (60 - 60, 60]: the reading at 0 is out
+        assert_eq!(s.push(t(60), 30.0), Some(25.0));
+        // fed from 0: the window of 60 reaches back to 0, all read
+        assert!(s.settled(t(0), false));
+        assert!(!s.settled(t(1), false));
+        assert!(s.independent_of(t(0)));
+        assert!(
+            !s.independent_of(t(1)),
+            "the reading at 30 is in the window"
+        );
+    }
+
+    #[test]
+    fn a_rate_is_the_change_from_the_previous_reading_per_unit() {
+        let mut s = signal(json!({"metric":"t","rate":"per_minute","above":1}));
+        assert_eq!(s.push(t(0), 1.0), None);
+        assert!(
+            !s.settled(t(0), false),
+            "a first reading fed may not be the first"
+        );
+        assert!(s.settled(t(0), true));
+        assert_eq!(s.push(t(30), 2.0), Some(2.0));
+        assert!(s.settled(t(0), false));
+        assert!(s.independent_of(t(-1)) && !s.independent_of(t(0)));
+    }
+
+    #[test]
+    fn a_stuck_run_starts_at_its_first_equal_value_and_knows_the_reading_before_it() {
+        let mut s = signal(json!({"metric":"t","unchangedForSeconds":60}));
+        assert_eq!(s.push(t(0), 5.0), Some(0.0));
+        assert!(!s.settled(t(0), false), "the run may have begun before");
+        assert_eq!(s.push(t(10), 7.0), Some(0.0));
+        assert_eq!(s.push(t(40), 7.0), Some(30.0));
+        assert!(s.settled(t(0), false));
+        // the run depends on the reading at 0 being different
+        assert!(!s.independent_of(t(0)) && s.independent_of(t(-1)));
+    }
+
+    #[test]
+    fn p95_is_the_nearest_rank_value() {
+        let mut s = signal(json!({"metric":"t","aggregate":"p95","window":"1h","above":1}));
+        let mut last = None;
+        for i in 1..=20 {
+            last = s.push(t(i), f64::from(i as i32));
+        }
+        // rank ⌈0.95 · 20⌉ = 19
+        assert_eq!(last, Some(19.0));
+    }
+}
