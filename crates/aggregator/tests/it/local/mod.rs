@@ -11,5 +11,6 @@ mod notify_local;
 mod open_buckets;
 mod packed_local;
 mod paged_local;
+mod rules_local;
 mod set_aside_local;
 mod sketches_local;
