@@ -4,13 +4,11 @@
 //! sorted by time gives. The same kinds run against DynamoDB Local in
 //! `tests/it/local/rules_local.rs`.
 
-use std::collections::BTreeMap;
-
 use proptest::prelude::*;
 use tidemark_schema::rules::parse_rules;
 use tidemark_schema::{AlertRule, AlertState, RuleSpec, Side, Signal, Timestamp};
 
-use super::tests::{Rig, at, rig_with};
+use super::tests::{Rig, at, batches_of, rig_with};
 use crate::AggregatorConfig;
 use crate::config::Role;
 
@@ -276,40 +274,6 @@ fn rule_strategy() -> impl Strategy<Value = &'static str> {
     ]
 }
 
-type Batch = Vec<(i64, f64)>;
-
-/// Sorted readings (one per second at most), cut into batches delivered in a random order,
-/// some twice and some bisected.
-fn batches_of(
-    values: &[(i64, f64)],
-    cuts: &[usize],
-    order: &[u16],
-) -> (BTreeMap<i64, f64>, Vec<Batch>) {
-    let mut table: BTreeMap<i64, f64> = BTreeMap::new();
-    let mut sent: Vec<(i64, f64)> = Vec::new();
-    for (s, v) in values {
-        // few distinct values, so stuck runs happen
-        let v = (v * 2.0).round() / 2.0;
-        table.insert(*s, v);
-        sent.push((*s, v));
-    }
-    sent.retain(|(s, v)| table[s] == *v);
-    sent.dedup_by_key(|(s, _)| *s);
-    let mut batches: Vec<Vec<(i64, f64)>> = Vec::new();
-    let mut rest = &sent[..];
-    for c in cuts.iter().cycle() {
-        if rest.is_empty() {
-            break;
-        }
-        let n = (*c).min(rest.len());
-        batches.push(rest[..n].to_vec());
-        rest = &rest[n..];
-    }
-    let mut idx: Vec<usize> = (0..batches.len()).collect();
-    idx.sort_by_key(|i| order[*i % order.len()]);
-    (table, idx.into_iter().map(|i| batches[i].clone()).collect())
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
 
@@ -325,7 +289,7 @@ proptest! {
         json in rule_strategy(),
     ) {
         let spec = rules(json).remove(0);
-        let (table, batches) = batches_of(&values, &cuts, &order);
+        let (table, batches) = batches_of(&values, 0.5, &cuts, &order);
         let sorted: Vec<(i64, f64)> = table.iter().map(|(s, v)| (*s, *v)).collect();
         let want: Vec<(Timestamp, Option<Timestamp>)> = brute_force(&spec, &sorted)
             .into_iter()
@@ -358,7 +322,7 @@ proptest! {
         json in rule_strategy(),
     ) {
         let spec = rules(json).remove(0);
-        let (table, batches) = batches_of(&values, &cuts, &order);
+        let (table, batches) = batches_of(&values, 0.5, &cuts, &order);
         let sorted: Vec<(i64, f64)> = table.iter().map(|(s, v)| (*s, *v)).collect();
         let want_open: Option<Timestamp> = brute_force(&spec, &sorted)
             .last()

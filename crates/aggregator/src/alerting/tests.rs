@@ -549,6 +549,40 @@ async fn a_crash_between_alert_transactions_is_finished_by_the_retry_without_a_d
     assert_eq!(r.rule_state().map(|s| s.mode), Some(RulePhase::Normal));
 }
 
+pub(super) type Batch = Vec<(i64, f64)>;
+
+/// Readings (seconds, values rounded to `step`) as the table holds them (one per second: the
+/// last sent wins), and cut into batches by `cuts` in the delivery order `order` draws.
+pub(super) fn batches_of(
+    values: &[(i64, f64)],
+    step: f64,
+    cuts: &[usize],
+    order: &[u16],
+) -> (BTreeMap<i64, f64>, Vec<Batch>) {
+    let mut table: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut sent: Vec<(i64, f64)> = Vec::new();
+    for (s, v) in values {
+        let v = (v / step).round() * step;
+        table.insert(*s, v);
+        sent.push((*s, v));
+    }
+    sent.retain(|(s, v)| table[s] == *v);
+    sent.dedup_by_key(|(s, _)| *s);
+    let mut batches: Vec<Batch> = Vec::new();
+    let mut rest = &sent[..];
+    for c in cuts.iter().cycle() {
+        if rest.is_empty() {
+            break;
+        }
+        let n = (*c).min(rest.len());
+        batches.push(rest[..n].to_vec());
+        rest = &rest[n..];
+    }
+    let mut idx: Vec<usize> = (0..batches.len()).collect();
+    idx.sort_by_key(|i| order[*i % order.len()]);
+    (table, idx.into_iter().map(|i| batches[i].clone()).collect())
+}
+
 /// The states the readings sorted by time give, per the rules' own fold.
 fn expected(thresholds: &str, readings: &BTreeMap<i64, f64>) -> Phase {
     let th = parse_thresholds(thresholds).unwrap();
@@ -579,36 +613,16 @@ proptest! {
             Just(r#"{"t":{"max":30,"deadband":1.5,"forSeconds":30,"severity":"critical"}}"#),
         ],
     ) {
-        // one value per timestamp: the last sent wins, as in the table
-        let mut sent: Vec<(i64, f64)> = Vec::new();
-        let mut table: BTreeMap<i64, f64> = BTreeMap::new();
-        for (s, v) in &values {
-            let v = (v * 4.0).round() / 4.0;
-            table.insert(*s, v);
-            sent.push((*s, v));
-        }
-        sent.retain(|(s, v)| table[s] == *v);
-        sent.dedup_by_key(|(s, _)| *s);
-        let mut batches: Vec<Vec<(i64, f64)>> = Vec::new();
-        let mut rest = &sent[..];
-        for c in cuts.iter().cycle() {
-            if rest.is_empty() { break; }
-            let n = (*c).min(rest.len());
-            batches.push(rest[..n].to_vec());
-            rest = &rest[n..];
-        }
-        let mut idx: Vec<usize> = (0..batches.len()).collect();
-        idx.sort_by_key(|i| order[*i % order.len()]);
+        let (table, batches) = batches_of(&values, 0.25, &cuts, &order);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let r = rig(rules);
             // every reading is in the table before its record is delivered
             for b in &batches { r.store(b); }
-            for (k, i) in idx.iter().enumerate() {
-                r.deliver(&batches[*i]).await;
+            for (k, b) in batches.iter().enumerate() {
+                r.deliver(b).await;
                 if replays[k % replays.len()] {
-                    let half = batches[*i].len().div_ceil(2);
-                    r.deliver(&batches[*i][..half]).await;
+                    r.deliver(&b[..b.len().div_ceil(2)]).await;
                 }
             }
             let want = expected(rules, &table);
