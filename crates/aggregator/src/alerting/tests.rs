@@ -549,6 +549,32 @@ async fn a_crash_between_alert_transactions_is_finished_by_the_retry_without_a_d
     assert_eq!(r.rule_state().map(|s| s.mode), Some(RulePhase::Normal));
 }
 
+#[tokio::test]
+async fn a_late_reading_that_splits_off_an_episodes_later_part_gives_that_part_an_alert_of_its_own()
+{
+    let r = rig(MAX30);
+    // GIVEN an alert opened at 589 s, whose episode a late breach moved back to 531 s
+    r.send(&[(589, 31.0)]).await;
+    r.send(&[(531, 33.0)]).await;
+    let first = r.alerts();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].opened_at, at(531));
+    // WHEN a late normal reading at 532 s splits the episode in two
+    r.send(&[(532, 26.0)]).await;
+    // THEN the first alert ends at 532 s and the part from 589 s is open under an alert of
+    // its own, though the ID its start would make is the first alert's
+    let alerts = r.alerts();
+    let states: Vec<_> = alerts
+        .iter()
+        .map(|a| (a.opened_at, a.resolved_at, a.alert_id == first[0].alert_id))
+        .collect();
+    assert_eq!(
+        states,
+        vec![(at(531), Some(at(532)), true), (at(589), None, false)]
+    );
+    assert_eq!(r.rule_state().map(|s| s.mode), Some(RulePhase::Open));
+}
+
 pub(super) type Batch = Vec<(i64, f64)>;
 
 /// Readings (seconds, values rounded to `step`) as the table holds them (one per second: the
