@@ -572,11 +572,56 @@ impl<S: Store> App<S> {
         if !tags.is_empty() || Scope::caller() != Scope::All {
             items = self.of_devices_holding(items, &tags).await?;
         }
-        let items = items
+        let items = self
+            .with_rule_specs(items)
+            .await?
             .into_iter()
             .map(render::alert)
             .collect::<Result<_, _>>()?;
         Ok(list(items, cursor))
+    }
+
+    /// `items` (alerts read from GSI1) with the `ruleSpec` of each rule's alert (window, rate,
+    /// stuck) copied from its item: the index does not project it (adding it to the
+    /// projection would mean rebuilding the index), so the page's rule alerts are read whole,
+    /// one BatchGetItem, and none at all for a page of threshold and offline alerts. Only
+    /// `ruleSpec` is taken: the rest stays as the index answered it.
+    async fn with_rule_specs(&self, mut items: Vec<Item>) -> Result<Vec<Item>, ApiError> {
+        let key_of = |i: &Item| match (i.get(attr::PK), i.get(attr::SK)) {
+            (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) => {
+                Some((pk.clone(), sk.clone()))
+            }
+            _ => None,
+        };
+        let wanted: Vec<(String, String)> = items
+            .iter()
+            .filter(|i| !i.contains_key(render::RULE_SPEC) && render::is_rule_alert(i))
+            .filter_map(key_of)
+            .collect();
+        if wanted.is_empty() {
+            return Ok(items);
+        }
+        let keys = wanted
+            .iter()
+            .map(|(pk, sk)| EntityKey::parse(pk, sk).map(|k| k.key()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ApiError::Corrupt(e.to_string()))?;
+        let mut specs: HashMap<(String, String), AttributeValue> = self
+            .store
+            .batch_get(keys)
+            .await?
+            .into_iter()
+            .filter_map(|mut whole| {
+                let spec = whole.remove(render::RULE_SPEC)?;
+                Some((key_of(&whole)?, spec))
+            })
+            .collect();
+        for i in &mut items {
+            if let Some(spec) = key_of(i).and_then(|k| specs.remove(&k)) {
+                i.insert(render::RULE_SPEC.to_owned(), spec);
+            }
+        }
+        Ok(items)
     }
 
     /// The alerts of `items` whose device holds every one of `tags` now (its latest declared

@@ -6,8 +6,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AggregateItem, AlertItem, DeviceId, DeviceItem, EntityKey, LatestReading, LayoutHistory,
-    QuarantineItem, QuarantinePartItem, QuarantineReason, ReadingItem, Timestamp, number,
+    AggregateItem, AlertItem, AlertRule, DeviceId, DeviceItem, EntityKey, LatestReading,
+    LayoutHistory, QuarantineItem, QuarantinePartItem, QuarantineReason, ReadingItem, Timestamp,
+    number,
 };
 use tidemark_store::Item;
 
@@ -124,7 +125,22 @@ pub fn layout(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {
     })
 }
 
-/// An alert with its `kind`: `threshold`, or `offline` (no `metric`).
+/// An alert item's `ruleSpec` attribute (`AlertItem::rule_spec`): the rule of `rules` that
+/// raised it, absent for a threshold's or a silence's alert.
+pub const RULE_SPEC: &str = "ruleSpec";
+
+/// Whether `item` is the alert of a rule of `rules` (its `rule` is `window`, `rate` or
+/// `stuck`), read without the rest of the item.
+pub fn is_rule_alert(item: &Item) -> bool {
+    match item.get(tidemark_schema::field::RULE) {
+        Some(AttributeValue::S(r)) => AlertRule::parse(r).is_ok_and(AlertRule::is_tagged),
+        _ => false,
+    }
+}
+
+/// An alert with its `kind` (`threshold`, `offline` with no `metric`, or a rule's `window`,
+/// `rate` or `stuck`) and, for a rule's alert, its `ruleSpec`: the rule as the device's
+/// `rules` gives it.
 pub fn alert(item: Item) -> Result<Value, ApiError> {
     let a: AlertItem = tidemark_store::from_item(item)?;
     let mut v = without_keys(serde_json::to_value(&a).map_err(corrupt)?);

@@ -55,6 +55,8 @@ pub struct DeviceRegistration {
     pub location: Option<Value>,
     pub firmware: Option<String>,
     pub thresholds: std::collections::BTreeMap<MetricName, Threshold>,
+    /// Its alert rules over time (`None`: the fleet's `DEFAULT_RULES`; empty: none).
+    pub rules: Option<Vec<tidemark_schema::RuleSpec>>,
     /// GSI1 status partition for the device (`DEVICE_STATUS#<status>[#<n>]`).
     pub status_shard: Option<u16>,
     /// Its offline window (absent: the fleet's; 0: never offline).
@@ -161,6 +163,11 @@ impl<
 {
 }
 
+/// The device item's `rules` attribute ([`DeviceItem::rules`], serialized as
+/// `tidemark_schema::RuleSpec` serializes; the schema names no constant for it). An empty
+/// list is stored as one, "no rules", apart from an absent attribute, "the fleet's".
+pub const RULES: &str = "rules";
+
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
@@ -258,6 +265,7 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
             Some(av(&reg.thresholds)?)
         },
     );
+    put(RULES, reg.rules.as_ref().map(av).transpose()?);
     put(
         field::OFFLINE_AFTER_SECONDS,
         reg.offline_after_seconds

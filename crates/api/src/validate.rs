@@ -22,9 +22,11 @@ pub const MAX_LATEST_QUERIES: usize = 400;
 pub use thresholds::{MAX_FOR_SECONDS, MAX_THRESHOLDS};
 
 mod layout;
+mod rules;
 mod tags;
 mod thresholds;
 pub use layout::{LayoutChange, PartitionCountChange, layout_change, partition_count_change};
+use rules::rules;
 pub use tags::{MAX_TAG_FILTERS, TagRequest, tag_filters};
 use thresholds::thresholds;
 
@@ -124,6 +126,7 @@ struct DeviceBody {
     location: Option<Value>,
     firmware: Option<String>,
     thresholds: Option<Map<String, Value>>,
+    rules: Option<Value>,
     offline_after_seconds: Option<Value>,
     offline_severity: Option<String>,
     percentiles: Option<Value>,
@@ -334,6 +337,12 @@ pub fn registration(
         .and_then(|l| l.get("site"))
         .and_then(Value::as_str);
     let tag_request = tags::tag_request(b.tags, b.tags_effective_from, site)?;
+    let percentiles = match b.percentiles {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| ApiError::bad("percentiles", format!("{v} is not true or false")))?,
+    };
     Ok(DeviceRegistration {
         device_id: id,
         name: b
@@ -350,6 +359,7 @@ pub fn registration(
             .map(thresholds)
             .transpose()?
             .unwrap_or_default(),
+        rules: b.rules.map(|r| rules(&r, percentiles)).transpose()?,
         status_shard,
         offline_after_seconds: b.offline_after_seconds.map(offline_after).transpose()?,
         offline_severity: b
@@ -357,12 +367,7 @@ pub fn registration(
             .as_deref()
             .map(|s| keyword::<Severity>("offlineSeverity", s, "info, warning, critical"))
             .transpose()?,
-        percentiles: match b.percentiles {
-            None => false,
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| ApiError::bad("percentiles", format!("{v} is not true or false")))?,
-        },
+        percentiles,
         tag_request,
         tags: tidemark_schema::Tags::empty(),
         tags_from: None,

@@ -1,5 +1,6 @@
 //! A device's alert thresholds (`thresholds` of `PUT /devices/{id}`): bounds, severity, and
-//! the two fields that shape an alert's life, `deadband` and `forSeconds`.
+//! the fields that shape an alert's life, `deadband`, `forSeconds` and
+//! `keepFiringForSeconds`.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use tidemark_schema::{
 use crate::error::ApiError;
 
 pub const MAX_THRESHOLDS: usize = 32;
-/// A threshold's `forSeconds` is at most a day.
+/// A threshold's `forSeconds` (and `keepFiringForSeconds`) is at most a day.
 pub const MAX_FOR_SECONDS: u32 = 86_400;
 
 pub(super) fn thresholds(
@@ -27,17 +28,19 @@ pub(super) fn thresholds(
     for (k, v) in m {
         let param = format!("thresholds.{k}");
         let metric = MetricName::new(&k).map_err(|e| ApiError::bad(&param, e.to_string()))?;
-        // The two tuning fields first, so their errors name them rather than the metric.
+        // The tuning fields first, so their errors name them rather than the metric.
         // (`null` is absent, as for every optional field.)
         let given = |name| v.get(name).filter(|x| !x.is_null());
         let band = given("deadband").map(|d| deadband(&param, d)).transpose()?;
-        if let Some(f) = given("forSeconds") {
-            for_seconds(&param, f)?;
+        for name in ["forSeconds", "keepFiringForSeconds"] {
+            if let Some(f) = given(name) {
+                duration(&param, name, f)?;
+            }
         }
         let t: Threshold = serde_json::from_value(v).map_err(|e| {
             ApiError::bad(
                 &param,
-                format!("{e}; expected {{\"min\"?: number, \"max\"?: number, \"severity\": info|warning|critical, \"deadband\"?: number, \"forSeconds\"?: integer}}"),
+                format!("{e}; expected {{\"min\"?: number, \"max\"?: number, \"severity\": info|warning|critical, \"deadband\"?: number, \"forSeconds\"?: integer, \"keepFiringForSeconds\"?: integer}}"),
             )
         })?;
         if let Some(v) = [t.min, t.max]
@@ -92,15 +95,16 @@ fn deadband(param: &str, v: &Value) -> Result<f64, ApiError> {
         })
 }
 
-/// `forSeconds`: how long (on reading timestamps) a breach must last before it opens an
-/// alert; whole seconds, at most a day.
-fn for_seconds(param: &str, v: &Value) -> Result<u32, ApiError> {
+/// `forSeconds` (how long, on reading timestamps, a breach must last before it opens an
+/// alert) or `keepFiringForSeconds` (how long it must have ended before the alert resolves,
+/// so a flapping value stays one alert): whole seconds, at most a day.
+fn duration(param: &str, name: &str, v: &Value) -> Result<u32, ApiError> {
     v.as_u64()
         .filter(|n| *n <= MAX_FOR_SECONDS as u64)
         .map(|n| n as u32)
         .ok_or_else(|| {
             ApiError::bad(
-                format!("{param}.forSeconds"),
+                format!("{param}.{name}"),
                 format!("{v} is not a whole number of seconds from 0 to {MAX_FOR_SECONDS}"),
             )
         })
@@ -143,6 +147,32 @@ mod tests {
             (t("humidity").deadband, t("humidity").for_seconds),
             (Some(2.5), None)
         );
+    }
+
+    #[test]
+    fn keep_firing_for_seconds_is_kept_up_to_a_day_and_a_bad_one_is_named() {
+        let t = |v: &str| {
+            format!(
+                r#"{{"thresholds":{{"temperature":{{"max":30,"severity":"critical","keepFiringForSeconds":{v}}}}}}}"#
+            )
+        };
+        let r = parse(&t("86400")).unwrap();
+        assert_eq!(
+            r[&MetricName::new("temperature").unwrap()].keep_firing_for_seconds,
+            Some(86_400)
+        );
+        let r = parse(&t("null")).unwrap();
+        assert_eq!(
+            r[&MetricName::new("temperature").unwrap()].keep_firing_for_seconds,
+            None
+        );
+        for bad in ["86401", "-1", "1.5", "\"60\""] {
+            assert_eq!(
+                param_of(parse(&t(bad))),
+                "thresholds.temperature.keepFiringForSeconds",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

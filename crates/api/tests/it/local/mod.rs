@@ -2,6 +2,7 @@
 //! uniquely named table (`tidemark_testkit::TestTable`), so they run side by side.
 
 mod alert_actions;
+mod alert_rules;
 mod caller_rate_limit;
 mod device_tags;
 mod events;
