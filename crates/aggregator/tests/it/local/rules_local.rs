@@ -155,6 +155,11 @@ async fn a_five_minute_mean_above_the_limit_for_ten_minutes_opens_one_window_ale
         )
     );
     assert_eq!(sent[0]["alertId"], a.alert_id.as_str());
+    // AND names the rule that raised it, as declared
+    assert_eq!(
+        sent[0]["ruleSpec"],
+        serde_json::to_value(&rules(AVG5M_ABOVE_30_FOR_10M)[0]).unwrap()
+    );
 }
 
 #[tokio::test]
