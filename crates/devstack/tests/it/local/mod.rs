@@ -17,4 +17,5 @@ mod never_stall;
 mod offline;
 mod outage;
 mod packed_flow;
+mod rules_flow;
 mod scoped_access;
