@@ -40,11 +40,27 @@ pub fn episode_id(rule: &Rule, e: &Episode, known: &HashMap<AlertId, AlertItem>)
             let passed_over = e.resolved_at.is_none() && a.state == AlertState::Resolved;
             (passed_over, a.opened_at, a.alert_id.clone())
         })
-        .map_or_else(|| alert_id(rule, e), |a| a.alert_id.clone())
+        .map_or_else(|| fresh_id(rule, e, known), |a| a.alert_id.clone())
 }
 
-fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode) -> AlertItem {
-    let id = alert_id(rule, e);
+/// The ID made from an episode's start, unless a stored alert that opened before the episode
+/// has it: an earlier episode's, whose opening late readings moved back before a late clear
+/// reading split this later part off (or whose readings a correction removed). Its ID keeps
+/// naming that alert, so this episode takes the next microsecond whose ID is free.
+fn fresh_id(rule: &Rule, e: &Episode, known: &HashMap<AlertId, AlertItem>) -> AlertId {
+    let mut at = e.start;
+    loop {
+        let id = rule.alert_id(at);
+        let earlier = known.get(&id).is_some_and(|a| a.opened_at < e.start);
+        match at.succ() {
+            Some(next) if earlier => at = next,
+            _ => return id,
+        }
+    }
+}
+
+fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode, id: &AlertId) -> AlertItem {
+    let id = id.clone();
     let key = EntityKey::Alert {
         device: device.clone(),
         alert: id.clone(),
@@ -143,7 +159,7 @@ fn episode_write(
     known: &HashMap<AlertId, AlertItem>,
 ) -> Option<AlertWrite> {
     match known.get(id) {
-        None => Some(AlertWrite::Create(Box::new(new_alert(device, rule, e)))),
+        None => Some(AlertWrite::Create(Box::new(new_alert(device, rule, e, id)))),
         Some(before) => moved_on(rule, before, e).map(|after| {
             let (before, after) = (Box::new(before.clone()), Box::new(after));
             if before.state == AlertState::Resolved {
