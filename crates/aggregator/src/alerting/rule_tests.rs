@@ -11,6 +11,7 @@ use tidemark_schema::{AlertRule, AlertState, RuleSpec, Side, Signal, Timestamp};
 use super::tests::{Rig, at, batches_of, rig_with};
 use crate::AggregatorConfig;
 use crate::config::Role;
+use crate::testing::{device_modify, event};
 
 fn rules(json: &str) -> Vec<RuleSpec> {
     parse_rules(&serde_json::from_str(json).unwrap()).unwrap()
@@ -150,6 +151,70 @@ async fn a_window_rule_writes_the_device_only_when_its_state_changes() {
     // state lives in the readings the table already holds
     assert_eq!(derived, 59);
     assert_eq!(written, 0);
+}
+
+impl Rig {
+    /// Gives the device item these rules (as `PUT /devices/{id}` does) and delivers its
+    /// MODIFY record.
+    async fn set_device_rules(&self, json: Option<&str>, updated_at: Timestamp) {
+        let store = self.agg.store();
+        let before = self.device();
+        let mut after = before.clone();
+        after.rules = json.map(rules);
+        after.updated_at = Some(updated_at);
+        store.put_device(&after);
+        let (resp, report) = self
+            .agg
+            .process(&event(vec![device_modify(9_999, &before, &after)]))
+            .await;
+        assert!(resp.batch_item_failures.is_empty(), "{report:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_changed_limit_rejudges_the_newest_reading_and_never_replays_history() {
+    // GIVEN an hour whose 5-minute mean sat at 29, under the fleet's rule (above 30)
+    let r = rig_rules(r#"[{"metric":"t","aggregate":"avg","window":"5m","above":30}]"#);
+    let readings: Vec<(i64, f64)> = (0..60).map(|m| (m * 60, 29.0)).collect();
+    r.send(&readings).await;
+    assert!(r.alerts().is_empty());
+    // WHEN the device gets the same rule with a limit of 28
+    r.set_device_rules(
+        Some(r#"[{"metric":"t","aggregate":"avg","window":"5m","above":28}]"#),
+        at(3_600),
+    )
+    .await;
+    // THEN one alert, opened at the newest reading, not at the hour's start
+    assert_eq!(episodes(&r), vec![(at(59 * 60), None)]);
+    // and the device's own empty list turns the fleet's rules off: the alert resolves
+    r.set_device_rules(Some("[]"), at(3_700)).await;
+    assert_eq!(episodes(&r), vec![(at(59 * 60), Some(at(3_700)))]);
+    // a rule that computes something else is another rule: it starts from the readings
+    r.set_device_rules(
+        Some(r#"[{"metric":"t","aggregate":"max","window":"5m","above":28}]"#),
+        at(3_800),
+    )
+    .await;
+    r.send(&[(3_660, 29.0)]).await;
+    let all = r.alerts();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_ne!(all[0].alert_id.rule_tag(), all[1].alert_id.rule_tag());
+}
+
+#[tokio::test]
+async fn a_p95_window_judges_only_devices_that_keep_percentiles() {
+    let json = r#"[{"metric":"t","aggregate":"p95","window":"5m","above":30}]"#;
+    let r = rig_rules(json);
+    r.send(&[(0, 35.0)]).await;
+    assert!(
+        r.alerts().is_empty(),
+        "no percentiles kept: the rule is not the device's"
+    );
+    let mut d = r.device();
+    d.percentiles = true;
+    r.agg.store().put_device(&d);
+    r.send(&[(60, 36.0)]).await;
+    assert_eq!(r.alerts().len(), 1);
 }
 
 // ---------------------------------------------------------------------------------------
