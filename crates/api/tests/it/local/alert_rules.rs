@@ -1,4 +1,4 @@
-//! Alert rules over time (issue 51) through the API against DynamoDB Local: a device's
+//! Alert rules over time through the API against DynamoDB Local: a device's
 //! `rules` stored on its item and shown back, the 400s a bad rule gets, `keepFiringForSeconds`
 //! on thresholds, and a rule's alert (`kind` and `ruleSpec`, the tagged alert ID) listed,
 //! acknowledged and snoozed like a threshold's.
