@@ -40,6 +40,18 @@ pub async fn template_pipeline(
     dynamo: &LocalDynamo,
     stream: &TestStream,
 ) -> Pipeline {
+    template_pipeline_with_rules(setup, "[]", dynamo, stream).await
+}
+
+/// [`template_pipeline`] with the alerts function's `DEFAULT_RULES` set to `default_rules`
+/// (a JSON array of rules): for the scenarios that measure the rule kinds beyond a threshold
+/// (issue 51) without a device item of their own.
+pub async fn template_pipeline_with_rules(
+    setup: Setup,
+    default_rules: &str,
+    dynamo: &LocalDynamo,
+    stream: &TestStream,
+) -> Pipeline {
     let on_failure = std::env::temp_dir().join(unique_name(&format!("{}-onfailure", setup.label)));
     let mapping = |name: &str, window_s: u64| MappingConfig {
         batch_size: 1000,
@@ -65,7 +77,10 @@ pub async fn template_pipeline(
         rollups: mapping("aggregator", 300),
         default_layout: None,
         default_thresholds: setup.default_thresholds,
-        alerts: Some(AlertsConfig::ephemeral(mapping("alerts", 1))),
+        alerts: Some(AlertsConfig {
+            default_rules: default_rules.to_owned(),
+            ..AlertsConfig::ephemeral(mapping("alerts", 1))
+        }),
         // As deployed: every record is keyed by its device.
         device_identity: tidemark_schema::DeviceIdentity::PartitionKey,
     })
