@@ -120,7 +120,8 @@ bench-quick:
 
 ## bench: cost and speed on the local stack, side by side with the textbook design, in release
 ## builds (the two offline benchmarks alone take about half an hour); writes bench/REPORT.md and bench/report.json,
-## the time from a breach entering Kinesis to its alert event into bench/ALERTS.md, one
+## the time from a breach (a threshold's, and a window rule's) entering Kinesis to its alert
+## event into bench/ALERTS.md, what 2 window rules add per reading into bench/RULES.md, one
 ## aggregator invocation on the worst cases of bounded work into bench/WORST_CASE.md, what
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
 ## readings against single items at four ingest windows into bench/PACKING.md, what reading
@@ -147,5 +148,6 @@ bench:
 	$(CARGO) run --release -p tidemark-bench --example export
 	$(CARGO) run --release -p tidemark-bench --example offline
 	$(CARGO) run --release -p tidemark-bench --example offline_latency
+	$(CARGO) run --release -p tidemark-bench --example rule_cost
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed
