@@ -3,10 +3,17 @@
 // 24 hours and Unsnooze (unresolved alerts). A snooze silences the alert's notifications
 // only; its state still follows the readings.
 //
-// Two kinds: a threshold alert (a metric's value beyond its threshold; the row shows the
-// peak and the threshold) and an offline alert (no metric: no reading arrived for the
-// device's window, its `value` and `threshold`; the row says how long the device has been,
-// or was, silent).
+// Each row is marked with its alert's `kind` (`data-kind` and a badge) and describes the rule
+// that raised it:
+//   - threshold: a metric's value beyond its threshold ("above 35"); the row shows the peak
+//     and the threshold;
+//   - offline: no metric, no reading arrived for the device's window (its `value` and
+//     `threshold`); the row says how long the device has been, or was, silent;
+//   - window, rate, stuck: a rule of the device's `rules` (its `ruleSpec`, described by
+//     `ruleText`: "avg over 5m above 30", "rate per minute above 5", "unchanged for 1h");
+//     the row shows the peak of what the rule computes (for stuck, the longest time one
+//     value lasted).
+// A kind this page does not know yet shows its badge and the alert's message.
 import { api, enc } from './api.js';
 import { el, ms, num, time, duration, severityBadge, stateBadge, offlineBadge } from './charts.js';
 
@@ -18,6 +25,60 @@ const HOUR = 3600e3;
 export const snoozed = (al, now = Date.now()) => Boolean(al.snoozedUntil) && ms(al.snoozedUntil) > now;
 
 export const isOffline = (al) => al.kind === 'offline' || al.rule === 'offline';
+
+/** The alert's kind; an API that predates `kind` gave only `rule` (min, max or offline). */
+export const kindOf = (al) => al.kind || (isOffline(al) ? 'offline' : 'threshold');
+
+/**
+ * The kind's badge, the same on alert rows and the device's rule list (offline keeps the
+ * offline marker used everywhere).
+ */
+export function kindBadge(kind) {
+  if (kind === 'offline') {
+    const b = offlineBadge();
+    b.classList.add('kind');
+    return b;
+  }
+  return el('span', { class: `badge kind kind-${kind}`, dataset: { kind } }, kind);
+}
+
+/** Whole seconds as a rule writes a window: `1h`, `5m`, `90s`. */
+export const span = (s) => (s % 3600 === 0 ? `${s / 3600}h` : s % 60 === 0 ? `${s / 60}m` : `${s}s`);
+
+/**
+ * A rule of `rules` in words, without its metric, worded as the alert's message is
+ * (crates/schema/src/rules.rs) but with the stuck rule's time as its window is written:
+ * "avg over 5m above 30", "rate per minute above 5", "unchanged for 1h". Null for a shape it
+ * does not know.
+ */
+export function ruleText(r) {
+  if (!r || typeof r !== 'object') return null;
+  const side = typeof r.above === 'number' ? `above ${num(r.above)}` : typeof r.below === 'number' ? `below ${num(r.below)}` : '';
+  if (typeof r.unchangedForSeconds === 'number') return `unchanged for ${span(r.unchangedForSeconds)}`;
+  if (typeof r.rate === 'string') return `rate ${r.rate.replace('_', ' ')} ${side}`.trim();
+  if (typeof r.aggregate === 'string') return `${r.aggregate} over ${r.window} ${side}`.trim();
+  return null;
+}
+
+/**
+ * The rule the alert judged, in words and without its metric: a rule's from its `ruleSpec`,
+ * a threshold's or a silence's from its message ("above 35", "no reading arrived for 900 s").
+ */
+function describe(al, kind) {
+  const text = kind !== 'threshold' && kind !== 'offline' && ruleText(al.ruleSpec);
+  if (text) return text;
+  // A message starts with its metric; the row shows the metric on its own.
+  const msg = al.message || '';
+  return al.metric && msg.startsWith(`${al.metric} `) ? msg.slice(al.metric.length + 1) : msg;
+}
+
+/** What the row adds after the rule: how far it went. */
+function detail(al, kind) {
+  if (kind === 'offline') return silence(al);
+  if (kind === 'threshold') return `peak ${num(al.value)}, threshold ${num(al.threshold)}`;
+  if (kind === 'stuck') return Number.isFinite(al.value) ? `same value for ${duration(Math.round(al.value))}` : '';
+  return Number.isFinite(al.value) ? `peak ${num(al.value)}` : '';
+}
 
 /**
  * "silent for 14 min": from the device's last arrival (the opening less the window) to the
@@ -68,14 +129,16 @@ export function alertItem(al, refresh, { showDevice = false } = {}) {
   }
   // Alert IDs are unique per device only (two devices breaching at the same instant share
   // one), so the row names both.
-  return el('li', { dataset: { device: al.deviceId, alert: al.alertId, kind: isOffline(al) ? 'offline' : 'threshold', state: al.state, snoozed: String(quiet) } },
+  const kind = kindOf(al);
+  const more = detail(al, kind);
+  return el('li', { dataset: { device: al.deviceId, alert: al.alertId, kind, state: al.state, snoozed: String(quiet) } },
     severityBadge(al.severity), stateBadge(al.state),
     quiet ? el('span', { class: 'badge state-snoozed', dataset: { until: al.snoozedUntil } }, 'snoozed until ', time(al.snoozedUntil)) : '',
     showDevice ? el('a', { class: 'id', href: `#/device/${encodeURIComponent(al.deviceId)}` }, al.deviceId) : '',
-    isOffline(al)
-      ? el('span', { class: 'msg' }, offlineBadge(), ' ', al.message || '',
-        el('span', { class: 'muted' }, ` · ${silence(al)}`))
-      : el('span', { class: 'msg' }, al.message, el('span', { class: 'muted' }, ` · peak ${num(al.value)}, threshold ${num(al.threshold)}`)),
+    el('span', { class: 'msg' }, kindBadge(kind), ' ',
+      al.metric ? [el('span', { class: 'metric' }, al.metric), ' '] : '',
+      el('span', { class: 'describe' }, describe(al, kind)),
+      more ? el('span', { class: 'muted' }, ` · ${more}`) : ''),
     el('span', {}, 'opened ', time(al.openedAt), al.resolvedAt ? [' · resolved ', time(al.resolvedAt)] : ''),
     actions);
 }

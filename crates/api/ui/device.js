@@ -1,5 +1,5 @@
-// Device: a range picker, one chart per metric with its threshold, the device's alerts with
-// acknowledge and snooze.
+// Device: a range picker, one chart per metric with its threshold, the device's own alert
+// rules (`rules`: windows, rates, stuck values), its alerts with acknowledge and snooze.
 //
 // The rule for what a chart draws (MAX_POINTS = 1000 per chart, about a laptop chart's width
 // in pixels and the API's largest page):
@@ -11,7 +11,7 @@
 // Rollups draw as an average line inside a min–max band.
 import { api, all, enc } from './api.js';
 import { el, ms, ago, num, when, metricChart, offlineBadge } from './charts.js';
-import { alertItem } from './alert_item.js';
+import { alertItem, kindBadge, ruleText } from './alert_item.js';
 
 export const MAX_POINTS = 1000;
 const HOUR = 3600e3;
@@ -169,6 +169,7 @@ export async function render(out, route, { navigate, refresh }) {
   }
   out.append(names.length ? charts : el('div', { class: 'panel empty' }, 'No readings in this range.'));
 
+  out.append(...deviceRules(device));
   out.append(el('h2', {}, 'Alerts'));
   if (!alerts.items.length) out.append(el('div', { class: 'panel empty' }, 'No alerts for this device.'));
   else out.append(el('div', { class: 'panel' }, el('ul', { class: 'alert-list', id: 'device-alerts' }, alerts.items.map((al) => alertItem(al, refresh)))));
@@ -203,11 +204,37 @@ function deviceTags(device) {
 }
 
 /**
+ * The device's own rules (`rules`), a heading and a list, one a line: "window temperature avg over 5m above 30 ·
+ * warning for 10 min". Nothing when it has none of its own (`rules` absent: the fleet's
+ * default, which the API does not list; `[]`: none).
+ */
+function deviceRules(device) {
+  const rules = Array.isArray(device.rules) ? device.rules : [];
+  if (!rules.length) return [];
+  return [el('h2', {}, 'Rules'), el('div', { class: 'panel' }, el('ul', { class: 'rule-list', id: 'device-rules' },
+    rules.map((r) => {
+      const kind = typeof r.unchangedForSeconds === 'number' ? 'stuck' : typeof r.rate === 'string' ? 'rate' : 'window';
+      return el('li', { dataset: { kind, metric: r.metric } }, kindBadge(kind), ' ',
+        el('span', { class: 'metric' }, r.metric), ' ', el('span', { class: 'describe' }, ruleText(r) || JSON.stringify(r)),
+        el('span', { class: 'muted' }, ` · ${ruleConditions(r)}`));
+    })))];
+}
+
+/** A rule's severity and timing in words: "critical for 10 min; keeps firing 5 min after it clears". */
+export function ruleConditions(r) {
+  const lasting = r.forSeconds ? ` for ${seconds(r.forSeconds)}` : '';
+  const keep = r.keepFiringForSeconds ? `; keeps firing ${seconds(r.keepFiringForSeconds)} after it clears` : '';
+  const band = r.deadband ? `; resolves ${num(r.deadband)} back inside` : '';
+  return `${r.severity || 'warning'}${lasting}${keep}${band}`;
+}
+
+/**
  * A device without thresholds of its own is judged by the deployment's defaults, which the
  * API does not list; its newest alert of the metric says which bound was crossed.
  */
 function thresholdOf(alerts, metric) {
-  const a = alerts.find((x) => x.metric === metric);
+  // A rule's alert (window, rate, stuck) bounds what the rule computes, not the readings.
+  const a = alerts.find((x) => x.metric === metric && (!x.rule || x.rule === 'min' || x.rule === 'max'));
   if (!a) return undefined;
   const rule = a.rule || (a.value > a.threshold ? 'max' : 'min');
   return { [rule]: a.threshold, severity: a.severity };

@@ -17,7 +17,10 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tidemark_devstack::esm::MappingConfig;
 use tidemark_devstack::pipeline::{AlertsConfig, Functions, Pipeline, PipelineConfig};
-use tidemark_schema::{DeviceId, DeviceItem, DeviceStatus, OfflineState, Period, Timestamp, keys};
+use tidemark_schema::{
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, DeviceStatus, EntityKey,
+    MetricName, OfflineState, Period, RuleSpec, Severity, Threshold, Timestamp, keys,
+};
 use tidemark_testkit::browser::{Browser, screenshot_dir};
 use tidemark_testkit::{TestStream, TestTable, unique_name};
 use tidemark_watchdog::run::offline_alert;
@@ -33,6 +36,14 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The device that went silent ten minutes before the seeding, and its offline window.
 const SILENT: &str = "dash_silent";
 const SILENT_WINDOW: u32 = 120;
+/// The device with an open alert of every kind and rules of its own ([`seed_rule_alerts`]).
+const RULED: &str = "dash_rules";
+/// Its rules, as `PUT /devices/{id}` takes them: one of each kind of `rules`.
+const RULES: [&str; 3] = [
+    r#"{"metric":"temperature","aggregate":"avg","window":"5m","above":30,"forSeconds":600,"severity":"warning"}"#,
+    r#"{"metric":"pressure","rate":"per_minute","above":5,"severity":"critical","keepFiringForSeconds":300}"#,
+    r#"{"metric":"flow","unchangedForSeconds":3600}"#,
+];
 
 struct Stack {
     api: SocketAddr,
@@ -212,6 +223,7 @@ async fn seed_and_serve() -> (Stack, TestTable, TestStream, Pipeline) {
     )
     .await;
     seed_offline(&table, now).await;
+    seed_rule_alerts(&table, now).await;
     (Stack { api, wave }, table, stream, pipeline)
 }
 
@@ -249,6 +261,121 @@ async fn seed_offline(table: &TestTable, now: Timestamp) {
             .send()
             .await
             .unwrap();
+    }
+}
+
+/// [`RULED`]: a device with a threshold and [`RULES`] of its own, and one open alert of
+/// each kind, built as the functions that raise them build them (the aggregator's
+/// `alerting::plan` for a threshold's and a rule's, the watchdog's `offline_alert`): the
+/// dashboard must tell the kinds apart and describe each rule. Written once the pipeline is
+/// idle; the device sends no readings, so nothing resolves them.
+async fn seed_rule_alerts(table: &TestTable, now: Timestamp) {
+    let id = DeviceId::new(RULED).unwrap();
+    let mut dev = DeviceItem::new(
+        id.clone(),
+        DeviceStatus::Active,
+        now.minus_millis(86_400_000).unwrap(),
+    );
+    let temperature = MetricName::new("temperature").unwrap();
+    dev.thresholds.insert(
+        temperature.clone(),
+        Threshold::new(None, Some(35.0), Severity::Warning),
+    );
+    let specs: Vec<RuleSpec> = RULES
+        .iter()
+        .map(|r| RuleSpec::from_value(&serde_json::from_str(r).unwrap()).unwrap())
+        .collect();
+    dev.rules = Some(specs.clone());
+    dev.version = Some(1);
+    // Ten minutes apart, the threshold's the oldest: the pages list them newest first.
+    let at = |minutes_ago: i64| now.minus_millis(minutes_ago * 60_000).unwrap();
+    let threshold = open_alert(
+        &id,
+        at(50),
+        &temperature,
+        AlertRule::Max,
+        None,
+        (36.5, 35.0),
+    );
+    let offline = offline_alert(&dev, 900, at(55));
+    let mut items = vec![
+        tidemark_store::to_item(&dev).unwrap(),
+        tidemark_store::to_item(&threshold).unwrap(),
+        tidemark_store::to_item(&offline).unwrap(),
+    ];
+    // The window's peak mean, the rate's peak per minute, the longest run of one value (s).
+    for (i, (spec, peak)) in specs.iter().zip([31.2, 7.5, 4500.0]).enumerate() {
+        let a = open_alert(
+            &id,
+            at(30 - 10 * i as i64),
+            &spec.metric,
+            spec.rule(),
+            Some(spec),
+            (peak, spec.limit),
+        );
+        items.push(tidemark_store::to_item(&a).unwrap());
+    }
+    for item in items {
+        table
+            .client
+            .put_item()
+            .table_name(&table.name)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// An open alert of `device` as the aggregator's `alerting::plan` writes one: a threshold's
+/// (no `spec`) or a rule's, with its ID and message made the same way.
+fn open_alert(
+    device: &DeviceId,
+    opened: Timestamp,
+    metric: &MetricName,
+    rule: AlertRule,
+    spec: Option<&RuleSpec>,
+    (peak, limit): (f64, f64),
+) -> AlertItem {
+    let (alert_id, message, severity) = match spec {
+        Some(s) => (
+            AlertId::for_rule(opened, metric, rule, &s.tag()),
+            s.to_string(),
+            s.severity,
+        ),
+        None => (
+            AlertId::for_breach(opened, metric, rule),
+            format!("{metric} above {limit}"),
+            Severity::Warning,
+        ),
+    };
+    let key = EntityKey::Alert {
+        device: device.clone(),
+        alert: alert_id.clone(),
+    }
+    .key();
+    AlertItem {
+        pk: key.pk,
+        sk: key.sk,
+        gsi1pk: Some(keys::severity_gsi1pk(severity)),
+        gsi1sk: Some(keys::alert_gsi1sk(&alert_id)),
+        device_id: device.clone(),
+        alert_id,
+        metric: Some(metric.clone()),
+        rule,
+        rule_spec: spec.cloned(),
+        severity,
+        state: AlertState::Open,
+        message,
+        value: peak,
+        threshold: limit,
+        breach_count: 3,
+        opened_at: opened,
+        last_breach_at: opened,
+        acknowledged_at: None,
+        resolved_at: None,
+        snoozed_until: None,
+        tags: Default::default(),
     }
 }
 
@@ -330,6 +457,7 @@ fn root_redirects_to_the_dashboard_which_lists_every_device_and_marks_open_criti
             "dash_ack",
             "dash_calm",
             "dash_hot",
+            "dash_rules",
             "dash_silent",
             "dash_snooze",
             "dash_wave"
@@ -786,5 +914,134 @@ async fn an_offline_device_is_marked_in_the_fleet_and_its_offline_alert_shows_it
     assert!(
         calm_page["text"].as_str().unwrap().contains(" · online · "),
         "{calm_page}"
+    );
+}
+
+/// The alert rows of the list `list` (a selector) of device [`RULED`], by kind: each row's
+/// `data-kind`, its kind badge, its rule's description and its whole message.
+fn rule_rows(b: &Browser, list: &str) -> Value {
+    b.eval(
+        &format!(
+            "return [...document.querySelectorAll(\"{list} li[data-device='{RULED}']\")].map(li => \
+               ({{kind: li.dataset.kind, badge: li.querySelector('.badge.kind')?.innerText ?? null, \
+                 describe: li.querySelector('.describe')?.innerText ?? null, \
+                 msg: li.querySelector('.msg').innerText}}));"
+        ),
+        vec![],
+    )
+}
+
+#[test]
+fn every_alert_kind_shows_its_kind_and_describes_its_rule_and_the_device_page_lists_its_rules() {
+    // GIVEN dash_rules with an open alert of each kind, and a rule of each kind of its own
+    let s = stack();
+    let (_one, b) = common::browser(1280, 1000);
+    // WHEN the alerts page and the device's page are open
+    open(&b, s.api, "alerts");
+    let listed = rule_rows(&b, "ul[data-severity]");
+    shot(&b, "alerts-kinds");
+    open_device(&b, s.api, RULED);
+    let on_device = rule_rows(&b, "#device-alerts");
+    let rules = b.eval(
+        "return [...document.querySelectorAll('#device-rules li')].map(li => \
+           ({kind: li.dataset.kind, metric: li.dataset.metric, \
+             badge: li.querySelector('.badge.kind')?.innerText ?? null, \
+             describe: li.querySelector('.describe')?.innerText ?? null, text: li.innerText}));",
+        vec![],
+    );
+    let view = b.eval("return document.getElementById('view').innerText;", vec![]);
+    shot(&b, "device-kinds");
+    // THEN both pages show every kind, each row marked with it and describing its rule
+    // (the newest first: the alerts page groups by severity, so it is compared by kind)
+    let want = [
+        (
+            "stuck",
+            "unchanged for 1h",
+            "flow unchanged for 1h · same value for 75 min",
+        ),
+        (
+            "rate",
+            "rate per minute above 5",
+            "pressure rate per minute above 5 · peak 7.5",
+        ),
+        (
+            "window",
+            "avg over 5m above 30",
+            "temperature avg over 5m above 30 · peak 31.2",
+        ),
+        (
+            "offline",
+            "no reading arrived for 900 s",
+            "no reading arrived for 900 s · silent for ",
+        ),
+        (
+            "threshold",
+            "above 35",
+            "temperature above 35 · peak 36.5, threshold 35",
+        ),
+    ];
+    for (page, rows) in [("alerts", &listed), ("device", &on_device)] {
+        let rows = rows.as_array().unwrap();
+        let mut kinds: Vec<&str> = rows.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+        if page == "alerts" {
+            kinds.sort_unstable();
+            let mut all: Vec<&str> = want.iter().map(|w| w.0).collect();
+            all.sort_unstable();
+            assert_eq!(kinds, all, "{page}: {rows:?}");
+        } else {
+            assert_eq!(kinds, want.map(|w| w.0), "{page}: {rows:?}");
+        }
+        for (kind, describe, msg) in want {
+            let row = rows.iter().find(|r| r["kind"] == kind).unwrap();
+            assert_eq!(row["badge"], kind, "{page}: {row}");
+            assert_eq!(row["describe"], describe, "{page}: {row}");
+            let shown = row["msg"].as_str().unwrap();
+            assert!(
+                shown.starts_with(&format!("{kind} {msg}")),
+                "{page}: {shown:?} is not {kind} {msg:?}…"
+            );
+        }
+    }
+    // AND the device page lists its rules, each with its kind, limit and conditions
+    let rules = rules.as_array().unwrap();
+    let texts: Vec<(&str, &str, &str, &str)> = rules
+        .iter()
+        .map(|r| {
+            assert_eq!(r["badge"], r["kind"], "{r}");
+            (
+                r["kind"].as_str().unwrap(),
+                r["metric"].as_str().unwrap(),
+                r["describe"].as_str().unwrap(),
+                r["text"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            (
+                "window",
+                "temperature",
+                "avg over 5m above 30",
+                "window temperature avg over 5m above 30 · warning for 10 min"
+            ),
+            (
+                "rate",
+                "pressure",
+                "rate per minute above 5",
+                "rate pressure rate per minute above 5 · critical; keeps firing 5 min after it clears"
+            ),
+            (
+                "stuck",
+                "flow",
+                "unchanged for 1h",
+                "stuck flow unchanged for 1h · warning"
+            ),
+        ]
+    );
+    let view = view.as_str().unwrap();
+    assert!(
+        !view.contains("undefined") && !view.contains("NaN"),
+        "{view}"
     );
 }
