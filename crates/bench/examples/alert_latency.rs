@@ -86,6 +86,19 @@ struct Outcome {
     /// `opened` events of the scenario's devices that no breach sent predicted.
     unexpected: usize,
     warm_s: f64,
+    /// The machine's 1-minute load average at the scenario's end (`/proc/loadavg`): the
+    /// machine is shared, and on 2 cores a load above 2 slows every function measured.
+    load: Option<f64>,
+}
+
+/// The 1-minute load average, where the system reports it.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl Outcome {
@@ -339,6 +352,7 @@ async fn measure(
         latencies,
         unexpected,
         warm_s,
+        load: load_average(),
     }
 }
 
@@ -371,12 +385,13 @@ fn render(outcomes: &[Outcome], breaches: usize) -> String {
             o.verdict()
         ));
         rows.push_str(&format!(
-            "| {} | {:.1} s | {} | {} | {} | {p50:.2} s | {p90:.2} s | {p99:.2} s | {max:.2} s |\n",
+            "| {} | {:.1} s | {} | {} | {} | {p50:.2} s | {p90:.2} s | {p99:.2} s | {max:.2} s | {} |\n",
             o.scenario.name(),
             o.warm_s,
             o.breaches,
             o.latencies.len(),
             o.unexpected,
+            o.load.map_or_else(|| "–".to_owned(), |l| format!("{l:.1}")),
         ));
     }
     format!(
@@ -405,12 +420,15 @@ fn render(outcomes: &[Outcome], breaches: usize) -> String {
          `temperature` (docs/design.md §5).\n\n\
          | target | goal | measured | verdict |\n|---|---|---|---|\n\
          {targets}\n\
-         | scenario | warm-up | breaches | seen | opened, not predicted | p50 | p90 | p99 | max |\n\
-         |---|---|---|---|---|---|---|---|---|\n\
+         | scenario | warm-up | breaches | seen | opened, not predicted | p50 | p90 | p99 | max | load at end |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n\
          {rows}\n\
          *Seen* counts the breaches whose predicted alert ID was published as `opened`; \
          *opened, not predicted* counts other `opened` events of the measured devices (0 is \
-         right: a spike opens nothing but its own alert, and its complement opens nothing).\n\n\
+         right: a spike opens nothing but its own alert, and its complement opens nothing). \
+         *Load at end* is the machine's 1-minute load average when the scenario ended \
+         (`/proc/loadavg`; 2 cores, shared with other work, so above 2 every function waits \
+         for a core).\n\n\
          On AWS the same path adds Lambda's own polling (a Kinesis shard about once a second, \
          a DynamoDB stream shard four times a second) and real network hops, and loses \
          DynamoDB Local's slowness on a shared machine; the windows (1 s + 1 s) are the same.\n",

@@ -260,6 +260,14 @@ async fn run(
     Ok(out)
 }
 
+/// Calls and units of one operation of the alerts role.
+fn op(r: &Run, name: &str) -> (f64, f64) {
+    r.alerts
+        .by_operation
+        .get(name)
+        .map_or((0.0, 0.0), |(calls, units)| (*calls as f64, *units))
+}
+
 fn operations(s: &Spent) -> String {
     s.by_operation
         .iter()
@@ -360,11 +368,14 @@ fn render(
          *E* readings: at *E* = 10, one per {episode_readings} readings, about one every \
          {episode_hours:.0} hours for a device sending a reading a minute.\n\
          - **What it costs instead: reads.** Every reading of a rule's metric derives the \
-         rule again from the stored readings: a strongly consistent query of the window \
-         before it (5 minutes of a device sending once a minute is about 5 readings, a few \
-         hundred bytes; 15 minutes about 15), 1 read unit per query in DynamoDB's 4 KB steps. \
+         rule again from the stored readings (queries of the window before it: 5 minutes of a \
+         device sending once a minute is about 5 readings, 15 minutes about 15, a few hundred \
+         bytes each, 1 read unit per strongly consistent query in DynamoDB's 4 KB steps). \
          Measured: {added_rru_local:+.4} RRU per reading ({base_rru:.4} without rules, \
-         {rule_rru:.4} with).\n",
+         {rule_rru:.4} with): {queries:+.2} queries per reading at {per_query:.2} RRU each, \
+         and {empty_gets:+.2} `BatchGetItem` calls per reading that DynamoDB Local reports \
+         as 0 units (reads that find nothing, which AWS bills at its minimum: \
+         {added_rru:+.4} RRU per reading in all with those).\n",
         date = Timestamp::now(),
         refresh = TEMPLATE_DEVICE_REFRESH_S,
         base_row = row("`[]`", base),
@@ -380,6 +391,15 @@ fn render(
         per_wru = (1.0 / GOAL_WRU) as u64,
         episode_readings = (10.0 / GOAL_WRU) as u64,
         episode_hours = 10.0 / GOAL_WRU / 60.0,
+        queries = rules.per(op(rules, "Query").0) - base.per(op(base, "Query").0),
+        per_query = {
+            let (q, u) = (
+                op(rules, "Query").0 - op(base, "Query").0,
+                op(rules, "Query").1 - op(base, "Query").1,
+            );
+            if q > 0.0 { u / q } else { 0.0 }
+        },
+        empty_gets = rules.per(op(rules, "BatchGetItem").0) - base.per(op(base, "BatchGetItem").0),
         base_rru = base.per(base.alerts.rru),
         rule_rru = rules.per(rules.alerts.rru),
     )
