@@ -14,7 +14,7 @@
 //! 1. **Threshold** (`DEFAULT_THRESHOLDS` `temperature.max` 35): a fleet of devices sends a
 //!    normal reading (22) every second; every half second one of them sends a breach (40)
 //!    instead, then normal readings again, which resolve it.
-//! 2. **Window rule** (issue 51; `DEFAULT_RULES` [`WINDOW_RULE`], a trailing 1-minute mean of
+//! 2. **Window rule** (docs/design.md §5 "Alert rules"; `DEFAULT_RULES` [`WINDOW_RULE`], a trailing 1-minute mean of
 //!    `temperature` above 30, no thresholds): the same fleet and cadence; a breach is one
 //!    reading of [`SPIKE`], which alone moves the device's 1-minute mean from 22 to about 38,
 //!    and the device's next reading is [`SPIKE`]'s complement to two normal readings, which
@@ -412,7 +412,7 @@ fn render(outcomes: &[Outcome], breaches: usize) -> String {
          scenario).\n\
          - **threshold:** `DEFAULT_THRESHOLDS` `temperature.max` 35; a breach is a reading of \
          40, resolved by the device's next reading.\n\
-         - **window** (issue 51): no thresholds, `DEFAULT_RULES` `{WINDOW_RULE}`; a breach is \
+         - **window** (a rule, docs/design.md §5 \"Alert rules\"): no thresholds, `DEFAULT_RULES` `{WINDOW_RULE}`; a breach is \
          a reading of {SPIKE}, which alone moves the device's trailing 1-minute mean from 22 \
          to about 38 (the alert opens at that reading: `AlertId::for_rule` of its time), and \
          the device's next reading ({COMPLEMENT}) brings the mean back to 22 and resolves it. \

@@ -1,4 +1,4 @@
-//! What window rules cost the alerts role (issue 51): write and read units per stored reading
+//! What window rules cost the alerts role: write and read units per stored reading
 //! for a standard-fleet device (one reading a minute) with 2 window rules, against the same
 //! fleet without rules, measured with DynamoDB's own consumed capacity (DynamoDB Local's
 //! `ConsumedCapacity`, table and indexes apart, through the metering proxy). Writes
@@ -70,7 +70,7 @@ use pipeline::{alerts_filter, event_of, ingest, is_reading, key_attr};
 /// temperatures are 18–24 and humidities 35–55, so neither opens: the steady state.
 const RULES: &str = r#"[{"metric":"temperature","aggregate":"avg","window":"5m","above":30,"forSeconds":600},{"metric":"humidity","aggregate":"max","window":"15m","above":90}]"#;
 
-/// The goal: write units per reading the rules may add (issue 51).
+/// The goal: write units per reading the rules may add.
 const GOAL_WRU: f64 = 0.01;
 
 fn arg(name: &str) -> Option<String> {

@@ -45,7 +45,7 @@ pub async fn template_pipeline(
 
 /// [`template_pipeline`] with the alerts function's `DEFAULT_RULES` set to `default_rules`
 /// (a JSON array of rules): for the scenarios that measure the rule kinds beyond a threshold
-/// (issue 51) without a device item of their own.
+/// without a device item of their own.
 pub async fn template_pipeline_with_rules(
     setup: Setup,
     default_rules: &str,
