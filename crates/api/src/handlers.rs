@@ -595,7 +595,9 @@ impl<S: Store> App<S> {
         };
         let wanted: Vec<(String, String)> = items
             .iter()
-            .filter(|i| !i.contains_key(render::RULE_SPEC) && render::is_rule_alert(i))
+            .filter(|i| {
+                !i.contains_key(tidemark_schema::field::RULE_SPEC) && render::is_rule_alert(i)
+            })
             .filter_map(key_of)
             .collect();
         if wanted.is_empty() {
@@ -612,13 +614,13 @@ impl<S: Store> App<S> {
             .await?
             .into_iter()
             .filter_map(|mut whole| {
-                let spec = whole.remove(render::RULE_SPEC)?;
+                let spec = whole.remove(tidemark_schema::field::RULE_SPEC)?;
                 Some((key_of(&whole)?, spec))
             })
             .collect();
         for i in &mut items {
             if let Some(spec) = key_of(i).and_then(|k| specs.remove(&k)) {
-                i.insert(render::RULE_SPEC.to_owned(), spec);
+                i.insert(tidemark_schema::field::RULE_SPEC.to_owned(), spec);
             }
         }
         Ok(items)

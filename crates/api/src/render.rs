@@ -125,10 +125,6 @@ pub fn layout(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {
     })
 }
 
-/// An alert item's `ruleSpec` attribute (`AlertItem::rule_spec`): the rule of `rules` that
-/// raised it, absent for a threshold's or a silence's alert.
-pub const RULE_SPEC: &str = "ruleSpec";
-
 /// Whether `item` is the alert of a rule of `rules` (its `rule` is `window`, `rate` or
 /// `stuck`), read without the rest of the item.
 pub fn is_rule_alert(item: &Item) -> bool {

@@ -163,11 +163,6 @@ impl<
 {
 }
 
-/// The device item's `rules` attribute ([`DeviceItem::rules`], serialized as
-/// `tidemark_schema::RuleSpec` serializes; the schema names no constant for it). An empty
-/// list is stored as one, "no rules", apart from an absent attribute, "the fleet's".
-pub const RULES: &str = "rules";
-
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
@@ -265,7 +260,9 @@ pub fn device_update(reg: &DeviceRegistration, now: Timestamp) -> Result<Update,
             Some(av(&reg.thresholds)?)
         },
     );
-    put(RULES, reg.rules.as_ref().map(av).transpose()?);
+    // An empty list is stored as one, "no rules", apart from an absent attribute, "the
+    // fleet's".
+    put(field::RULES, reg.rules.as_ref().map(av).transpose()?);
     put(
         field::OFFLINE_AFTER_SECONDS,
         reg.offline_after_seconds

@@ -73,30 +73,6 @@ impl Signal {
         }
     }
 
-    /// The same signal with nothing fed.
-    pub fn fresh(&self) -> Signal {
-        match self {
-            Signal::Value { .. } => Signal::value(),
-            Signal::Window {
-                aggregate, micros, ..
-            } => Signal::Window {
-                aggregate: *aggregate,
-                micros: *micros,
-                readings: VecDeque::new(),
-            },
-            Signal::Rate { per_seconds, .. } => Signal::Rate {
-                per_seconds: *per_seconds,
-                prev: None,
-                from: None,
-            },
-            Signal::Stuck { .. } => Signal::Stuck {
-                run: None,
-                before_run: None,
-                last: None,
-            },
-        }
-    }
-
     /// Feeds the next reading (no older than the last one fed) and returns the signal's value
     /// at it; `None` where there is none yet (a rate's first reading), which judges clear.
     pub fn push(&mut self, at: Timestamp, v: f64) -> Option<f64> {

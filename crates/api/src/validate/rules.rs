@@ -10,8 +10,9 @@ use tidemark_schema::rules::parse_rules;
 
 use crate::error::ApiError;
 
-/// The device's `rules`, judged against its `percentiles` (a p95 window reads the sketches
-/// only a device keeping percentiles has).
+/// The device's `rules`, judged against its `percentiles` (a p95 window is for devices that
+/// keep percentiles, as the alerts role applies it: it leaves a p95 rule of a device without
+/// them unjudged).
 pub(super) fn rules(v: &Value, percentiles: bool) -> Result<Vec<RuleSpec>, ApiError> {
     let list = parse_rules(v).map_err(|(i, e)| {
         let param = match i {

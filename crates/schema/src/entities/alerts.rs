@@ -84,7 +84,12 @@ mod tests {
             alert_id: AlertId::for_breach(t, &m, AlertRule::Max),
             metric: Some(m),
             rule: AlertRule::Max,
-            rule_spec: None,
+            rule_spec: Some(
+                crate::rules::RuleSpec::from_value(
+                    &serde_json::json!({"metric":"t","unchangedForSeconds":60}),
+                )
+                .unwrap(),
+            ),
             severity: Severity::Critical,
             state: AlertState::Open,
             message: String::new(),
@@ -114,6 +119,7 @@ mod tests {
             field::RESOLVED_AT,
             field::SNOOZED_UNTIL,
             field::TAGS,
+            field::RULE_SPEC,
         ] {
             assert!(v.get(f).is_some(), "alert item has no {f}: {v}");
         }

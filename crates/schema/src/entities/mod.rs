@@ -76,6 +76,10 @@ pub mod field {
     /// The device's alert rule states ([`super::RuleState`]); the attribute keeps the name it
     /// was first stored under.
     pub const RULE_STATES: &str = "alertSlots";
+    /// The device's alert rules over time ([`crate::rules::RuleSpec`]; absent: the fleet's).
+    pub const RULES: &str = "rules";
+    /// The rule of `rules` that raised an alert, on the alert item.
+    pub const RULE_SPEC: &str = "ruleSpec";
     /// A slot item's readings, in [`crate::packed`]'s encoding (binary).
     pub const PACKED: &str = "packed";
     /// How many timestamps a slot item holds.

@@ -46,6 +46,7 @@ fn field_constants_are_the_serialised_names() {
     );
     d.gateway_for = GatewayFor::new([DeviceId::new("leaf_1").unwrap()]).unwrap();
     d.max_metrics_per_day = Some(5000);
+    d.rules = Some(Vec::new());
     let v = serde_json::to_value(&d).unwrap();
     for f in [
         field::DEVICE_ID,
@@ -56,6 +57,7 @@ fn field_constants_are_the_serialised_names() {
         field::LATEST,
         field::THRESHOLDS,
         field::RULE_STATES,
+        field::RULES,
         field::GATEWAY_FOR,
         field::MAX_METRICS_PER_DAY,
     ] {
