@@ -73,6 +73,9 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
     let ddb = stack.table.client.clone();
 
     // WHEN rb-1 is rebuilt while its new, late and corrected readings keep arriving
+    // The new readings' times are fixed before the feeder starts: read from the clock per
+    // wave, a slow put could land two waves' readings on one millisecond, one reading.
+    let live = ago(0);
     let feeder = {
         let stack_stream = stack.stream.client.clone();
         let name = stack.stream.name.clone();
@@ -82,7 +85,7 @@ async fn rebuild_while_readings_keep_arriving_leaves_every_rollup_exact() {
                 for k in 0..3 {
                     batch.push(reading(
                         "rb-1",
-                        ago(0).minus_millis(wave * 1_000 + k * 100 + 7).unwrap(),
+                        live.minus_millis(wave * 1_000 + k * 100 + 7).unwrap(),
                         20 + k,
                     ));
                 }
