@@ -10,11 +10,12 @@ use aws_sdk_dynamodb::types::{
 use tidemark_schema::table::attr;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
-    LatestReading, LayoutHistory, Timestamp, field, keys,
+    LatestReading, LayoutHistory, TagCountItem, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item, key_of};
 use tidemark_store::limits::{MAX_TRANSACT_ACTIONS, too_many_actions};
 use tidemark_store::read::{Queries, Walked};
+use tidemark_store::write::tag_counts::count_update;
 use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::alerting::write::AlertWrite;
@@ -529,7 +530,7 @@ impl DeviceStore for DynamoStore {
     ) -> Result<Written, StoreError> {
         let key = key_item(&EntityKey::Device(u.device.clone()).key());
         let e = device_expr(u)?;
-        if alerts.is_empty() {
+        if alerts.is_empty() && u.offline.uncount.is_empty() {
             let r = self
                 .client
                 .update_item()
@@ -562,6 +563,20 @@ impl DeviceStore for DynamoStore {
         ];
         for w in alerts {
             items.push(self.transact_item(w)?);
+        }
+        // Back from a silence: out of the offline counts the watchdog put it in.
+        for tag in &u.offline.uncount {
+            let count = TagCountItem::key_of(tag, &u.device);
+            items.push(
+                TransactWriteItem::builder()
+                    .update(count_update(
+                        &self.table,
+                        &count,
+                        field::OFFLINE_MEMBERS,
+                        -1,
+                    )?)
+                    .build(),
+            );
         }
         self.transact(items).await
     }

@@ -13,13 +13,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tidemark_schema::{
     AggregateItem, AlertId, AlertItem, Bucket, DeviceId, DeviceItem, DeviceStatus, EntityKey, Key,
-    LatestReading, LayoutHistory, MetricName, ReadingItem, Timestamp, keys,
+    LatestReading, LayoutHistory, MetricName, ReadingItem, TagCountItem, Timestamp, field, keys,
 };
 use tidemark_store::limits::{
     MAX_ITEM_BYTES, MAX_TRANSACT_ACTIONS, item_size, item_too_large, too_many_actions,
 };
 use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::read::walk_readings;
+use tidemark_store::write::tag_counts::add_in_memory;
 use tidemark_store::{StoreError, from_item, to_item};
 
 use crate::alerting::write::AlertWrite;
@@ -355,8 +356,9 @@ impl DeviceStore for MemoryStore {
         u: &DeviceUpdate,
         alerts: &[AlertWrite],
     ) -> Result<Written, StoreError> {
-        if alerts.len() + 1 > MAX_TRANSACT_ACTIONS {
-            return Err(too_many_actions(alerts.len() + 1));
+        let actions = alerts.len() + 1 + u.offline.uncount.len();
+        if actions > MAX_TRANSACT_ACTIONS {
+            return Err(too_many_actions(actions));
         }
         self.refuse(&device_key(&u.device))?;
         if self
@@ -402,6 +404,10 @@ impl DeviceStore for MemoryStore {
         let mut writes = vec![to_item(&d)?];
         writes.extend(alert_writes(&items, &u.device, alerts)?);
         transact(&mut items, writes)?;
+        for tag in &o.uncount {
+            let count = TagCountItem::key_of(tag, &u.device);
+            add_in_memory(&mut items, &count, field::OFFLINE_MEMBERS, -1)?;
+        }
         Ok(Written::Ok {
             units: 1.0 + alerts.len() as f64,
         })

@@ -18,8 +18,8 @@ use tidemark_schema::entities::epoch_millis;
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::packed::{self, SlotReadings};
 use tidemark_schema::{
-    AlertItem, DeviceId, EntityKey, HeartbeatItem, MetricName, ReadingItem, SlotItem, Timestamp,
-    keys,
+    AlertItem, DeviceId, EntityKey, GroupAlertItem, HeartbeatItem, MetricName, ReadingItem,
+    SlotItem, Timestamp, keys,
 };
 
 /// TTL deletions are made by this principal (with identity type `Service`).
@@ -372,6 +372,8 @@ pub enum Decoded {
     /// An alert item's INSERT or MODIFY (its state changes are what [`crate::notify`]
     /// publishes).
     Alert(Box<AlertRecord>),
+    /// A group rule's alert item's INSERT or MODIFY (published the same way).
+    GroupAlert(Box<GroupAlertRecord>),
     /// A heartbeat ingest stored that the alerts role has not marked passed yet.
     Heartbeat(Heartbeat),
     /// An item deleted by TTL ([`is_ttl_expiry`]): expiry never changes a rollup or an alert.
@@ -386,9 +388,10 @@ impl Decoded {
     pub fn reading_changes(&self) -> Result<&[StreamChange], Ignored> {
         match self {
             Decoded::Readings(r) => r.changes.as_deref().map_err(Clone::clone),
-            Decoded::Device(_) | Decoded::Alert(_) | Decoded::Heartbeat(_) => {
-                Err(Ignored::NotReading)
-            }
+            Decoded::Device(_)
+            | Decoded::Alert(_)
+            | Decoded::GroupAlert(_)
+            | Decoded::Heartbeat(_) => Err(Ignored::NotReading),
             Decoded::TtlExpiry(_) => Err(Ignored::TtlExpiry),
             Decoded::Ignored(why) => Err(why.clone()),
         }
@@ -430,9 +433,14 @@ pub struct DeviceChange {
     pub offline_settings: bool,
 }
 
-/// An alert item's INSERT or MODIFY, its images decoded.
+/// A device's alert item's INSERT or MODIFY, its images decoded.
+pub type AlertRecord = AlertRecordOf<AlertItem>;
+/// A group rule's alert item's INSERT or MODIFY, its images decoded.
+pub type GroupAlertRecord = AlertRecordOf<GroupAlertItem>;
+
+/// An alert item's INSERT or MODIFY, its images decoded as `T`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AlertRecord {
+pub struct AlertRecordOf<T> {
     /// Position of its record in the event.
     pub index: usize,
     /// An INSERT (else a MODIFY).
@@ -440,8 +448,8 @@ pub struct AlertRecord {
     /// The record's sequence number (valid decimal).
     pub seq: String,
     /// The old image (a MODIFY's, when it decodes).
-    pub old: Option<AlertItem>,
-    pub new: AlertItem,
+    pub old: Option<T>,
+    pub new: T,
     /// When the record was made (`None` when the record does not say).
     pub recorded_at: Option<Timestamp>,
 }
@@ -503,7 +511,10 @@ fn record_time(rec: &EventRecord) -> Option<Timestamp> {
         .flatten()
 }
 
-fn alert_record(index: usize, rec: &EventRecord) -> Result<AlertRecord, Ignored> {
+fn alert_record<T: serde::de::DeserializeOwned>(
+    index: usize,
+    rec: &EventRecord,
+) -> Result<AlertRecordOf<T>, Ignored> {
     let inserted = match rec.event_name.as_str() {
         "INSERT" => true,
         "MODIFY" => false,
@@ -515,10 +526,10 @@ fn alert_record(index: usize, rec: &EventRecord) -> Result<AlertRecord, Ignored>
         .clone()
         .filter(|s| keys::valid_sequence(s))
         .ok_or_else(|| Ignored::Malformed("alert record without a SequenceNumber".into()))?;
-    let new: AlertItem = serde_dynamo::from_item(rec.change.new_image.clone())
+    let new: T = serde_dynamo::from_item(rec.change.new_image.clone())
         .map_err(|_| Ignored::Malformed("alert record with an unreadable NewImage".into()))?;
     let old = serde_dynamo::from_item(rec.change.old_image.clone()).ok();
-    Ok(AlertRecord {
+    Ok(AlertRecordOf {
         index,
         inserted,
         seq,
@@ -564,6 +575,10 @@ pub fn decode(index: usize, rec: &EventRecord) -> Decoded {
             .unwrap_or(Decoded::Ignored(Ignored::NotReading)),
         EntityKey::Alert { .. } => match alert_record(index, rec) {
             Ok(a) => Decoded::Alert(Box::new(a)),
+            Err(why) => Decoded::Ignored(why),
+        },
+        EntityKey::GroupAlert { .. } => match alert_record(index, rec) {
+            Ok(a) => Decoded::GroupAlert(Box::new(a)),
             Err(why) => Decoded::Ignored(why),
         },
         EntityKey::Heartbeat(_) => heartbeat(index, rec)

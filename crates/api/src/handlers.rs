@@ -627,7 +627,8 @@ impl<S: Store> App<S> {
     }
 
     /// The alerts of `items` whose device holds every one of `tags` now (its latest declared
-    /// tags) and is the caller's: one BatchGetItem of the page's devices. The page may come out short, or empty;
+    /// tags) and is the caller's, and the group alerts whose group is all of `tags` and the
+    /// caller's: one BatchGetItem of the page's devices. The page may come out short, or empty;
     /// its cursor goes on after the alerts read, kept or not.
     async fn of_devices_holding(
         &self,
@@ -655,9 +656,16 @@ impl<S: Store> App<S> {
             .filter(|d| d.tags.has_all(tags) && caller.sees(&d.tags))
             .map(|d| d.device_id)
             .collect();
+        // A group rule's alert holds its group as its one tag.
+        let group_holds = |i: &Item| {
+            render::alert_group(i).is_some_and(|g| {
+                tidemark_schema::Tags::new([(g.key.clone(), g.value.clone())].into())
+                    .is_ok_and(|t| t.has_all(tags) && caller.sees(&t))
+            })
+        };
         Ok(items
             .into_iter()
-            .filter(|i| device_of(i).is_some_and(|d| holding.contains(&d)))
+            .filter(|i| device_of(i).is_some_and(|d| holding.contains(&d)) || group_holds(i))
             .collect())
     }
 

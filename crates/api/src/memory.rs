@@ -186,12 +186,20 @@ impl TagWriter for MemoryStore {
         puts: &[TagIndexItem],
         deletes: &[Key],
     ) -> Result<(), StoreError> {
+        use tidemark_store::write::tag_counts::add_in_memory;
         let mut items = self.lock();
         for p in puts {
+            if !items.contains_key(&(p.pk.clone(), p.sk.clone())) {
+                let count = tidemark_store::write::tag_change::count_key(&p.pk, &p.sk)?;
+                add_in_memory(&mut items, &count, field::MEMBERS, 1)?;
+            }
             MemTable::insert(&mut items, tidemark_store::to_item(p)?)?;
         }
         for k in deletes {
-            items.remove(&(k.pk.clone(), k.sk.clone()));
+            if items.remove(&(k.pk.clone(), k.sk.clone())).is_some() {
+                let count = tidemark_store::write::tag_change::count_key(&k.pk, &k.sk)?;
+                add_in_memory(&mut items, &count, field::MEMBERS, -1)?;
+            }
         }
         Ok(())
     }

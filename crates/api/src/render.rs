@@ -129,8 +129,24 @@ pub fn layout(id: &DeviceId, history: &LayoutHistory, now: Timestamp) -> Value {
 /// `stuck`), read without the rest of the item.
 pub fn is_rule_alert(item: &Item) -> bool {
     match item.get(tidemark_schema::field::RULE) {
-        Some(AttributeValue::S(r)) => AlertRule::parse(r).is_ok_and(AlertRule::is_tagged),
+        Some(AttributeValue::S(r)) => {
+            AlertRule::parse(r).is_ok_and(|r| r.is_tagged() || r == AlertRule::Group)
+        }
         _ => false,
+    }
+}
+
+/// The group of a group rule's alert item (`GROUP#<tag>` / `ALERT#…`); `None` for a
+/// device's alert.
+pub fn alert_group(item: &Item) -> Option<tidemark_schema::Tag> {
+    let (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) =
+        (item.get(attr::PK), item.get(attr::SK))
+    else {
+        return None;
+    };
+    match EntityKey::parse(pk, sk) {
+        Ok(EntityKey::GroupAlert { tag, .. }) => Some(tag),
+        _ => None,
     }
 }
 
@@ -138,10 +154,25 @@ pub fn is_rule_alert(item: &Item) -> bool {
 /// `rate` or `stuck`) and, for a rule's alert, its `ruleSpec`: the rule as the device's
 /// `rules` gives it.
 pub fn alert(item: Item) -> Result<Value, ApiError> {
+    if let Some(group) = alert_group(&item) {
+        return group_alert(item, &group);
+    }
     let a: AlertItem = tidemark_store::from_item(item)?;
     let mut v = without_keys(serde_json::to_value(&a).map_err(corrupt)?);
     if let Value::Object(m) = &mut v {
         m.insert("kind".into(), Value::from(a.rule.kind()));
+    }
+    Ok(v)
+}
+
+/// A group rule's alert as the index projects it: the alert's attributes (no `deviceId`),
+/// `kind: "group"` and its `group`, which its key holds.
+fn group_alert(item: Item, group: &tidemark_schema::Tag) -> Result<Value, ApiError> {
+    let v: Value = serde_dynamo::from_item(item).map_err(corrupt)?;
+    let mut v = without_keys(v);
+    if let Value::Object(m) = &mut v {
+        m.insert("kind".into(), Value::from(AlertRule::Group.kind()));
+        m.insert("group".into(), Value::from(group.to_string()));
     }
     Ok(v)
 }

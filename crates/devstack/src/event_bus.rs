@@ -73,7 +73,8 @@ impl EventLog {
             "{} {}: {} {} {} ({})",
             event["detail-type"].as_str().unwrap_or_default(),
             d["change"].as_str().unwrap_or("-"),
-            d["deviceId"].as_str().unwrap_or("-"),
+            // A group rule's alert names its group where a device's names its device.
+            d["deviceId"].as_str().or(d["group"].as_str()).unwrap_or("-"),
             d["metric"].as_str().or(d["kind"].as_str()).unwrap_or("-"),
             d["severity"].as_str().unwrap_or("-"),
             d["path"].as_str().unwrap_or("-"),

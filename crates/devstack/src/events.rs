@@ -527,7 +527,10 @@ mod tests {
             changes[0].kind,
             tidemark_aggregator::notify::ChangeKind::Opened
         );
-        assert_eq!(changes[0].detail.device_id.as_str(), "sensor_02");
+        assert_eq!(
+            changes[0].detail.device_id.as_ref().map(|d| d.as_str()),
+            Some("sensor_02")
+        );
         assert!(!changes[0].suppressed);
         assert_eq!(
             serde_json::to_value(&changes[0].detail.tags).unwrap(),

@@ -118,11 +118,12 @@ fn sim_enabled() -> bool {
 async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
     let pcfg = PipelineConfig::from_env(cfg.clone())?;
     let functions = pcfg.functions.clone();
-    let watchdog = match (pcfg.watchdog, &functions) {
+    let watchdog = match (&pcfg.watchdog, &functions) {
         (Some(w), Functions::InProcess) => format!(
-            "every {} s; devices offline after {} s without a reading (OFFLINE_AFTER_SECONDS)",
+            "every {} s; devices offline after {} s without a reading (OFFLINE_AFTER_SECONDS); {} group rule(s) (GROUP_RULES)",
             w.period.as_secs(),
-            pcfg.offline_after_default
+            pcfg.offline_after_default,
+            w.group_rules.len()
         ),
         (Some(_), _) => "off (runs with in-process functions only)".to_owned(),
         (None, _) => "off (TIDEMARK_WATCHDOG_SECONDS=0)".to_owned(),

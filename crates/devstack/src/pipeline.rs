@@ -113,22 +113,31 @@ pub struct ExportSchedule {
     pub grace: Duration,
 }
 
-/// How often the watchdog runs, and how long each run waits for its heartbeats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How often the watchdog runs, how long each run waits for its heartbeats, and the group
+/// rules it judges (`GROUP_RULES`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct WatchdogSchedule {
     pub period: Duration,
     pub heartbeat_wait: Duration,
+    pub group_rules: Vec<tidemark_schema::GroupRuleSpec>,
 }
 
 impl WatchdogSchedule {
-    /// Every `period`, waiting at most a third of it (at most 20 s, the deployed wait).
+    /// Every `period`, waiting at most a third of it (at most 20 s, the deployed wait), with
+    /// no group rules.
     pub fn every(period: Duration) -> Self {
         WatchdogSchedule {
             period,
             heartbeat_wait: (period / 3).min(Duration::from_secs(20)),
+            group_rules: Vec::new(),
         }
     }
 }
+
+/// `make run`'s group rule when `GROUP_RULES` is not set: the simulated fleet's site B (seven
+/// devices, `sensor_020` among them, which goes quiet for four minutes of every ten) is a
+/// seventh offline while it is, so the rule opens a group alert and resolves it again.
+pub const LOCAL_GROUP_RULES: &str = r#"[{"group":"site:B","offlineFraction":{"above":0.1}}]"#;
 
 /// A local stack signing in at an OpenID Connect issuer: the API function's configuration
 /// (the dashboard's sign-in, the scope names) and what the authorizer trusts.
@@ -298,10 +307,21 @@ impl PipelineConfig {
         let offline_after_default = env.offline_after()?.unwrap_or(120);
         let watchdog = match var("TIDEMARK_WATCHDOG_SECONDS").as_deref() {
             Some("0") => None,
-            _ => Some(WatchdogSchedule::every(seconds(
-                "TIDEMARK_WATCHDOG_SECONDS",
-                60.0,
-            )?)),
+            _ => Some(WatchdogSchedule {
+                group_rules: env
+                    .try_parse(
+                        &settings::GROUP_RULES,
+                        tidemark_watchdog::config::group_rules,
+                    )?
+                    .map_or_else(
+                        || tidemark_watchdog::config::group_rules(LOCAL_GROUP_RULES),
+                        Ok,
+                    )
+                    .map_err(|e| {
+                        DevstackError::Config(format!("{}: {e}", settings::GROUP_RULES.name))
+                    })?,
+                ..WatchdogSchedule::every(seconds("TIDEMARK_WATCHDOG_SECONDS", 60.0)?)
+            }),
         };
         let export = match var("TIDEMARK_EXPORT_SECONDS").as_deref() {
             Some("0") => None,
@@ -472,7 +492,7 @@ impl Pipeline {
         let (listener, api_addr) = http_api::bind(cfg.api_port).await.map_err(|e| {
             DevstackError::Config(format!("cannot listen on 127.0.0.1:{}: {e}", cfg.api_port))
         })?;
-        if let (Some(w), Functions::InProcess) = (cfg.watchdog, &cfg.functions) {
+        if let (Some(w), Functions::InProcess) = (cfg.watchdog.clone(), &cfg.functions) {
             let watchdog = tidemark_watchdog::Watchdog::new(
                 tidemark_watchdog::DynamoWatch::new(ddb.clone(), table.clone()),
                 tidemark_watchdog::KinesisHeartbeats {
@@ -482,6 +502,7 @@ impl Pipeline {
                 tidemark_watchdog::WatchdogConfig {
                     offline_after_default: cfg.offline_after_default,
                     heartbeat_wait: w.heartbeat_wait,
+                    group_rules: w.group_rules,
                     ..tidemark_watchdog::WatchdogConfig::new(
                         table.clone(),
                         cfg.local.stream.clone(),

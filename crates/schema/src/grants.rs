@@ -57,8 +57,8 @@ pub const INGEST_WRITES: &[Partitions] = &[
 ];
 
 /// The API: device items and their alerts (`DEVICE#<id>`: registration, thresholds,
-/// acknowledgements, snoozes), layout and tag histories (`CONFIG`), and the tag index
-/// (`TAG#<key>:<value>#<n>`) that `PUT /devices/{id}` keeps, and each caller's requests per
+/// acknowledgements, snoozes), layout and tag histories (`CONFIG`), and the tag index with
+/// its member counts (`TAG#<key>:<value>#<n>`) that `PUT /devices/{id}` keeps, and each caller's requests per
 /// minute (`CALLER#<hash>`) when `CALLER_RATE_LIMIT` is on.
 pub const API_WRITES: &[Partitions] = &[
     Partitions::StartingWith(DEVICE_PREFIX),
@@ -74,9 +74,15 @@ pub const EXPORTER_WRITES: &[Partitions] = &[
     Partitions::StartingWith(GROUP_PREFIX),
 ];
 
-/// The watchdog: offline alerts and the device items that point at them (`DEVICE#<id>`).
-/// It reads the pipeline's heartbeats but never writes them (ingest does).
-pub const WATCHDOG_WRITES: &[Partitions] = &[Partitions::StartingWith(DEVICE_PREFIX)];
+/// The watchdog: offline alerts and the device items that point at them (`DEVICE#<id>`),
+/// the offline counts of the device's tags (`TAG#<key>:<value>#<n>` / `#COUNT`), and the
+/// group rules' states and alerts (`GROUP#<key>:<value>`). It reads the pipeline's
+/// heartbeats but never writes them (ingest does).
+pub const WATCHDOG_WRITES: &[Partitions] = &[
+    Partitions::StartingWith(DEVICE_PREFIX),
+    Partitions::StartingWith(TAG_INDEX_PREFIX),
+    Partitions::StartingWith(GROUP_PREFIX),
+];
 
 /// Each conditioned function (its crate's name) and the partitions it writes. The
 /// aggregator's two roles are not conditioned (docs/design.md §7 says why).
@@ -164,6 +170,10 @@ mod tests {
                     partition: 15,
                     device: device(),
                 },
+                EntityKey::TagCount {
+                    tag: tag(),
+                    partition: 15,
+                },
                 EntityKey::CallerRate {
                     caller: crate::keys::CallerHash::of("user-1"),
                     minute: hour(),
@@ -183,6 +193,18 @@ mod tests {
                 EntityKey::Alert {
                     device: device(),
                     alert: AlertId::for_offline(hour()),
+                },
+                EntityKey::TagCount {
+                    tag: tag(),
+                    partition: 0,
+                },
+                EntityKey::GroupRule {
+                    tag: tag(),
+                    rule: "0a1b2c3d".into(),
+                },
+                EntityKey::GroupAlert {
+                    tag: tag(),
+                    alert: AlertId::for_group(hour(), "0a1b2c3d"),
                 },
             ],
             other => panic!("no examples for {other}"),

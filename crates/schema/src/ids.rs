@@ -214,8 +214,9 @@ keyword_enum!(
 
 keyword_enum!(
     /// What an alert watches: a side of a metric's threshold (`min`, `max`), the device's
-    /// silence (`offline`: no reading arrived for its `offlineAfterSeconds`), or a rule of the
-    /// device's `rules` by kind (`window`, `rate`, `stuck`; [`crate::rules::RuleSpec`]).
+    /// silence (`offline`: no reading arrived for its `offlineAfterSeconds`), a rule of the
+    /// device's `rules` by kind (`window`, `rate`, `stuck`; [`crate::rules::RuleSpec`]), or a
+    /// rule over a group of devices (`group`; [`crate::group_rules::GroupRuleSpec`]).
     AlertRule, "alert rule", {
     Min => "min",
     Max => "max",
@@ -223,11 +224,12 @@ keyword_enum!(
     Window => "window",
     Rate => "rate",
     Stuck => "stuck",
+    Group => "group",
 });
 
 impl AlertRule {
-    /// `threshold`, `offline`, `window`, `rate` or `stuck`: the `kind` the API and the
-    /// alert events show.
+    /// `threshold`, `offline`, `window`, `rate`, `stuck` or `group`: the `kind` the API and
+    /// the alert events show.
     pub fn kind(self) -> &'static str {
         match self {
             AlertRule::Min | AlertRule::Max => "threshold",
@@ -271,7 +273,18 @@ impl AlertId {
         ))
     }
 
-    /// The tag of a rule of `rules` (none for a threshold's or a silence's alert).
+    /// The alert of a group rule (its [`crate::group_rules::GroupRuleSpec::tag`]), opened at
+    /// `opened_at`: `<opened at>-group.<tag>`.
+    pub fn for_group(opened_at: Timestamp, tag: &str) -> Self {
+        AlertId(format!(
+            "{}-{}.{tag}",
+            opened_at.to_compact_string(),
+            AlertRule::Group
+        ))
+    }
+
+    /// The tag of a rule of `rules` or of a group rule (none for a threshold's or a
+    /// silence's alert).
     pub fn rule_tag(&self) -> Option<&str> {
         self.0.rsplit_once('.').map(|(_, t)| t)
     }
@@ -295,7 +308,7 @@ impl AlertId {
         let bad = || IdError::NotAllowed {
             kind: "alert ID",
             value: s.to_owned(),
-            allowed: "<YYYYMMDDTHHMMSSfffZ>-<metric>-<min|max>, <YYYYMMDDTHHMMSSfffZ>-<metric>-<window|rate|stuck>.<8 hex digits> or <YYYYMMDDTHHMMSSfffZ>-offline",
+            allowed: "<YYYYMMDDTHHMMSSfffZ>-<metric>-<min|max>, <YYYYMMDDTHHMMSSfffZ>-<metric>-<window|rate|stuck>.<8 hex digits>, <YYYYMMDDTHHMMSSfffZ>-offline or <YYYYMMDDTHHMMSSfffZ>-group.<8 hex digits>",
         };
         let mut it = s.splitn(3, '-');
         let (Some(t), Some(m)) = (it.next(), it.next()) else {
@@ -304,6 +317,12 @@ impl AlertId {
         let t = Timestamp::parse_compact(t).map_err(|_| bad())?;
         match it.next() {
             None if m == AlertRule::Offline.as_str() => Ok((t, None, AlertRule::Offline)),
+            None if m.strip_prefix("group.").is_some_and(|tag| {
+                tag.len() == 8 && tag.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            }) =>
+            {
+                Ok((t, None, AlertRule::Group))
+            }
             None => Err(bad()),
             Some(r) => {
                 let m = MetricName::new(m).map_err(|_| bad())?;
@@ -316,7 +335,7 @@ impl AlertId {
                     t.len() == 8 && t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
                 });
                 match r {
-                    AlertRule::Offline => Err(bad()),
+                    AlertRule::Offline | AlertRule::Group => Err(bad()),
                     r if r.is_tagged() != tag_ok || (tag.is_some() && !tag_ok) => Err(bad()),
                     r => Ok((t, Some(m), r)),
                 }

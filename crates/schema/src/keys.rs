@@ -7,7 +7,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::ids::{AlertId, DeviceId, DeviceStatus, EventId, MetricName, Severity};
+use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, MetricName, Severity};
 use crate::tags::Tag;
 use crate::time::{Bucket, Day, Period, Timestamp};
 
@@ -87,9 +87,16 @@ pub const TAG_INDEX_PREFIX: &str = "TAG#";
 /// Partitions the tag index spreads one tag over, so that registering a fleet of 100,000
 /// devices into one site stays under a partition's write rate.
 pub const TAG_INDEX_PARTITIONS: u16 = 16;
+/// `TAG#<key>:<value>#<n>` / `#COUNT`: how many devices partition n of the tag's index holds
+/// and how many of them are offline ([`crate::entities::TagCountItem`]). In the partition it
+/// counts, so a group's counts spread over the index's partitions as its members do.
+pub const TAG_COUNT_SK: &str = "#COUNT";
 /// `GROUP#<key>:<value>` / `HOUR#<metric>#<hour>` or `DAY#<metric>#<day>`: a group's rollup
-/// of a closed bucket, recomputed from its members' readings by the export (§5 "Groups").
+/// of a closed bucket, recomputed from its members' readings by the export (§5 "Groups");
+/// `ALERT#<alertId>`: an alert of a group rule; `RULE#<rule tag>`: that rule's state
+/// (§5 "Group rules").
 pub const GROUP_PREFIX: &str = "GROUP#";
+pub const GROUP_RULE_PREFIX: &str = "RULE#";
 pub const GROUP_HOUR_PREFIX: &str = "HOUR#";
 pub const GROUP_DAY_PREFIX: &str = "DAY#";
 /// `GROUPPART#<key>:<value>#<hour>` / `<sequence>`: what one rollups-role batch (named by its
@@ -211,6 +218,21 @@ pub enum EntityKey {
         tag: Tag,
         partition: u16,
         device: DeviceId,
+    },
+    /// The member and offline counts of one partition of a tag's index (see [`TAG_COUNT_SK`]).
+    TagCount {
+        tag: Tag,
+        partition: u16,
+    },
+    /// An alert of a group rule (see [`GROUP_PREFIX`]).
+    GroupAlert {
+        tag: Tag,
+        alert: AlertId,
+    },
+    /// A group rule's state; `rule` is its tag, 8 hex digits (see [`GROUP_PREFIX`]).
+    GroupRule {
+        tag: Tag,
+        rule: String,
     },
     /// A group's rollup of one metric in one bucket (see [`GROUP_PREFIX`]).
     GroupBucket {
@@ -392,6 +414,13 @@ impl EntityKey {
                 partition,
                 device,
             } => Key::new(tag_index_pk(tag, *partition), device_pk(device)),
+            EntityKey::TagCount { tag, partition } => {
+                Key::new(tag_index_pk(tag, *partition), TAG_COUNT_SK)
+            }
+            EntityKey::GroupAlert { tag, alert } => Key::new(group_pk(tag), alert_sk(alert)),
+            EntityKey::GroupRule { tag, rule } => {
+                Key::new(group_pk(tag), format!("{GROUP_RULE_PREFIX}{rule}"))
+            }
             EntityKey::GroupBucket {
                 tag,
                 metric,
@@ -465,6 +494,9 @@ impl EntityKey {
             let partition = parse_small(n)
                 .filter(|n| *n < TAG_INDEX_PARTITIONS)
                 .ok_or_else(|| err("bad tag index partition"))?;
+            if sk == TAG_COUNT_SK {
+                return Ok(EntityKey::TagCount { tag, partition });
+            }
             let device = sk
                 .strip_prefix(DEVICE_PREFIX)
                 .ok_or_else(|| err("tag index sk is DEVICE#<id>"))
@@ -477,6 +509,25 @@ impl EntityKey {
         }
         if let Some(tag) = pk.strip_prefix(GROUP_PREFIX) {
             let tag = Tag::parse(tag).map_err(|e| err(&e.to_string()))?;
+            if let Some(a) = sk.strip_prefix(ALERT_PREFIX) {
+                let alert = AlertId::new(a)
+                    .ok()
+                    .filter(|a| AlertId::parts(a.as_str()).is_ok_and(|p| p.2 == AlertRule::Group))
+                    .ok_or_else(|| {
+                        err("group alert sk is ALERT#<opened at>-group.<8 hex digits>")
+                    })?;
+                return Ok(EntityKey::GroupAlert { tag, alert });
+            }
+            if let Some(rule) = sk.strip_prefix(GROUP_RULE_PREFIX) {
+                if rule.len() != 8 || !rule.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                {
+                    return Err(err("group rule sk is RULE#<8 hex digits>"));
+                }
+                return Ok(EntityKey::GroupRule {
+                    tag,
+                    rule: rule.to_owned(),
+                });
+            }
             let (period, rest) = if let Some(r) = sk.strip_prefix(GROUP_HOUR_PREFIX) {
                 (Period::Hourly, r)
             } else if let Some(r) = sk.strip_prefix(GROUP_DAY_PREFIX) {
@@ -1366,5 +1417,32 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_groups_counts_alerts_and_rule_states_have_keys_of_their_own() {
+        let tag = Tag::parse("site:A").unwrap();
+        let k = round_trip(EntityKey::TagCount {
+            tag: tag.clone(),
+            partition: 15,
+        });
+        assert_eq!((k.pk.as_str(), k.sk.as_str()), ("TAG#site:A#15", "#COUNT"));
+        let alert = AlertId::for_group(ts("2026-04-20T14:00:00Z"), "0a1b2c3d");
+        let k = round_trip(EntityKey::GroupAlert {
+            tag: tag.clone(),
+            alert: alert.clone(),
+        });
+        assert_eq!(k.pk, "GROUP#site:A");
+        assert_eq!(k.sk, "ALERT#20260420T140000000000Z-group.0a1b2c3d");
+        assert_eq!(alert.rule_tag(), Some("0a1b2c3d"));
+        let k = round_trip(EntityKey::GroupRule {
+            tag: tag.clone(),
+            rule: "0a1b2c3d".into(),
+        });
+        assert_eq!(k.sk, "RULE#0a1b2c3d");
+        // A device's alert is not a group's, and a rule tag is 8 hex digits.
+        assert!(EntityKey::parse("GROUP#site:A", "ALERT#20260420T140000000000Z-offline").is_err());
+        assert!(EntityKey::parse("GROUP#site:A", "RULE#0A1B2C3D").is_err());
+        assert!(EntityKey::parse("TAG#site:A#16", "#COUNT").is_err());
     }
 }

@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod entities;
 pub mod grants;
+pub mod group_rules;
 pub mod heartbeat;
 pub mod history;
 pub mod ids;
@@ -24,6 +25,7 @@ pub mod time;
 
 pub use clock::Clock;
 pub use entities::*;
+pub use group_rules::{GroupRuleSpec, GroupSignal, parse_group_rules};
 pub use history::{LayoutEpoch, LayoutHistory, LayoutHistoryError, LayoutLead, Segment};
 pub use ids::{AlertId, AlertRule, DeviceId, DeviceStatus, EventId, IdError, MetricName, Severity};
 pub use keys::{EntityKey, Key, KeyError};

@@ -36,7 +36,7 @@ pub struct RuleError {
     pub problem: String,
 }
 
-fn bad(field: &'static str, problem: impl Into<String>) -> RuleError {
+pub(crate) fn bad(field: &'static str, problem: impl Into<String>) -> RuleError {
     RuleError {
         field,
         problem: problem.into(),
@@ -213,7 +213,7 @@ pub fn format_window(seconds: u32) -> String {
     }
 }
 
-fn seconds(field: &'static str, v: Option<u32>) -> Result<Option<u32>, RuleError> {
+pub(crate) fn seconds(field: &'static str, v: Option<u32>) -> Result<Option<u32>, RuleError> {
     match v {
         Some(s) if s > MAX_RULE_SECONDS => Err(bad(
             field,

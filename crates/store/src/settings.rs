@@ -302,6 +302,15 @@ pub const DEFAULT_RULES: Setting = s(
     &[Alerts],
 );
 
+/// The fleet's group rules (docs/design.md §5 "Group rules"). The watchdog judges them each
+/// minute, so only it reads this.
+pub const GROUP_RULES: Setting = s(
+    "GROUP_RULES",
+    "`[]`",
+    "JSON array of group rules (`{\"group\":\"site:A\",\"offlineFraction\":{\"above\":0.1}}`; at most 64)",
+    &[Watchdog],
+);
+
 pub const WRITE_CONCURRENCY: Setting = s(
     "WRITE_CONCURRENCY",
     "16",
@@ -549,6 +558,7 @@ pub const SETTINGS: &[Setting] = &[
     AGGREGATOR_ROLE,
     DEFAULT_THRESHOLDS,
     DEFAULT_RULES,
+    GROUP_RULES,
     WRITE_CONCURRENCY,
     DEVICE_REFRESH_SECONDS,
     OFFLINE_AFTER_SECONDS,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tidemark_schema::Clock;
+use tidemark_schema::{Clock, GroupRuleSpec};
 use tidemark_store::settings::{self, Env};
 
 pub use tidemark_store::settings::ConfigError;
@@ -26,6 +26,8 @@ pub struct WatchdogConfig {
     pub max_devices: usize,
     /// Devices decided at once.
     pub concurrency: usize,
+    /// `GROUP_RULES`: the fleet's group rules, judged at the end of each run.
+    pub group_rules: Vec<GroupRuleSpec>,
     pub clock: Clock,
 }
 
@@ -40,6 +42,7 @@ impl WatchdogConfig {
             heartbeat_poll: Duration::from_millis(500),
             max_devices: 5_000,
             concurrency: 16,
+            group_rules: Vec::new(),
             clock: Clock::system(),
         }
     }
@@ -59,8 +62,21 @@ impl WatchdogConfig {
         let mut c = WatchdogConfig::new(table, stream);
         c.kinesis_endpoint = env.text(&settings::TIDEMARK_KINESIS_ENDPOINT);
         c.offline_after_default = env.offline_after()?.unwrap_or(c.offline_after_default);
+        c.group_rules = env
+            .try_parse(&settings::GROUP_RULES, group_rules)?
+            .unwrap_or_default();
         Ok(c)
     }
+}
+
+/// `GROUP_RULES` ([`tidemark_schema::parse_group_rules`]): a bad rule fails the deployment,
+/// naming the rule and the field.
+pub fn group_rules(json: &str) -> Result<Vec<GroupRuleSpec>, String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    tidemark_schema::parse_group_rules(&v).map_err(|(i, e)| match i {
+        Some(i) => format!("groupRules[{i}].{e}"),
+        None => e.to_string(),
+    })
 }
 
 #[cfg(test)]

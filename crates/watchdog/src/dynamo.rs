@@ -9,12 +9,15 @@ use aws_sdk_dynamodb::types::{
 };
 use tidemark_schema::table::{GSI2, attr};
 use tidemark_schema::{
-    AlertItem, DeviceId, DeviceItem, EntityKey, HeartbeatItem, OfflineState, Timestamp, field, keys,
+    AlertItem, AlertState, DeviceId, DeviceItem, EntityKey, GroupRuleSpec, GroupRuleStateItem,
+    HeartbeatItem, OfflineState, Tag, TagCountItem, Timestamp, field, keys,
 };
-use tidemark_store::batch_get::key_item;
+use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
+use tidemark_store::write::tag_counts::count_update;
 use tidemark_store::{Item, StoreError, from_stored, to_item};
 
 use crate::WatchStore;
+use crate::groups::{GroupCounts, GroupStep};
 use crate::store::{arrival_ranges, arrived_at};
 
 /// The table, and the units spent on it so far: (read, write).
@@ -278,6 +281,117 @@ impl WatchStore for DynamoWatch {
         .await
     }
 
+    async fn group_counts(&self, tag: &Tag) -> Result<GroupCounts, StoreError> {
+        let keys = TagCountItem::keys(tag);
+        let items = batch_get(&self.client, &self.table, &keys, GetOptions::default()).await?;
+        // Eventually consistent: half a unit per item up to 4 KB (BatchGetItem reports no
+        // capacity here; the items are a few dozen bytes).
+        self.spent(0.5 * keys.len() as f64, 0.0);
+        let mut c = GroupCounts::default();
+        for i in items {
+            let n: TagCountItem = from_stored(i)?;
+            c.members += n.members;
+            c.offline += n.offline_members;
+        }
+        Ok(c)
+    }
+
+    async fn group_rule_state(
+        &self,
+        rule: &GroupRuleSpec,
+    ) -> Result<Option<GroupRuleStateItem>, StoreError> {
+        let o = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&GroupRuleStateItem::key(rule))))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(StoreError::sdk("GetItem"))?;
+        self.spent(
+            o.consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0),
+            0.0,
+        );
+        o.item.map(from_stored).transpose()
+    }
+
+    async fn commit_group(
+        &self,
+        rule: &GroupRuleSpec,
+        step: &GroupStep,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let req = |e: aws_sdk_dynamodb::error::BuildError| StoreError::Request {
+            operation: "TransactWriteItems",
+            message: e.to_string(),
+        };
+        let was = step.state.version;
+        let mut state = step.state.clone();
+        state.version = was + 1;
+        let state_put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(to_item(&state)?))
+            .condition_expression("attribute_not_exists(#pk) OR #ver = :ver")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#ver", field::VERSION)
+            .expression_attribute_values(":ver", AttributeValue::N(was.to_string()))
+            .build()
+            .map_err(req)?;
+        let mut request = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(state_put).build());
+        if let Some(alert) = &step.open {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(to_item(alert)?))
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", attr::PK)
+                .build()
+                .map_err(req)?;
+            request = request.transact_items(TransactWriteItem::builder().put(put).build());
+        }
+        if let Some(alert) = &step.resolve {
+            let key = EntityKey::GroupAlert {
+                tag: rule.group.clone(),
+                alert: alert.clone(),
+            }
+            .key();
+            let update = Update::builder()
+                .table_name(&self.table)
+                .set_key(Some(key_item(&key)))
+                .update_expression("SET #state = :resolved, #at = :at REMOVE #g1pk, #g1sk")
+                .condition_expression("attribute_exists(#pk) AND attribute_not_exists(#at)")
+                .expression_attribute_names("#pk", attr::PK)
+                .expression_attribute_names("#state", field::STATE)
+                .expression_attribute_names("#at", field::RESOLVED_AT)
+                .expression_attribute_names("#g1pk", attr::GSI1PK)
+                .expression_attribute_names("#g1sk", attr::GSI1SK)
+                .expression_attribute_values(":resolved", av(&AlertState::Resolved)?)
+                .expression_attribute_values(":at", av(&at)?)
+                .build()
+                .map_err(req)?;
+            request = request.transact_items(TransactWriteItem::builder().update(update).build());
+        }
+        let r = request
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(StoreError::sdk("TransactWriteItems"));
+        match r {
+            Ok(o) => {
+                self.spent(0.0, capacity(o.consumed_capacity()));
+                Ok(true)
+            }
+            Err(e) if lost(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn open(
         &self,
         dev: &DeviceItem,
@@ -298,6 +412,7 @@ impl WatchStore for DynamoWatch {
         let state = OfflineState {
             alert: alert.alert_id.clone(),
             since,
+            counted: dev.tags.iter().collect(),
         };
         let next = dev.version.unwrap_or(0) + 1;
         let mut update = Update::builder()
@@ -326,11 +441,26 @@ impl WatchStore for DynamoWatch {
             operation: "TransactWriteItems",
             message: e.to_string(),
         })?;
-        let r = self
+        // The device counts as offline in each of its tags' groups, in the same transaction
+        // (at most 2 + 16 actions): the alerts role takes it out of the same ones.
+        let mut counts = Vec::with_capacity(state.counted.len());
+        for tag in &state.counted {
+            let key = TagCountItem::key_of(tag, &dev.device_id);
+            counts.push(
+                TransactWriteItem::builder()
+                    .update(count_update(&self.table, &key, field::OFFLINE_MEMBERS, 1)?)
+                    .build(),
+            );
+        }
+        let mut request = self
             .client
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put).build())
-            .transact_items(TransactWriteItem::builder().update(update).build())
+            .transact_items(TransactWriteItem::builder().update(update).build());
+        for c in counts {
+            request = request.transact_items(c);
+        }
+        let r = request
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await

@@ -34,6 +34,7 @@
 pub mod config;
 pub mod dynamo;
 pub mod error;
+pub mod groups;
 pub mod memory;
 pub mod pipeline;
 pub mod report;

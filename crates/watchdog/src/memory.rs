@@ -10,14 +10,17 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertItem, DeviceId, DeviceItem, EntityKey, HeartbeatItem, OfflineState, Timestamp, field, keys,
+    AlertItem, AlertState, DeviceId, DeviceItem, EntityKey, GroupAlertItem, GroupRuleSpec,
+    GroupRuleStateItem, HeartbeatItem, OfflineState, Tag, TagCountItem, Timestamp, field, keys,
 };
 use tidemark_store::layouts::LayoutBook;
 use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::read::{QuerySpec, QueryStore, SkRange, query_all};
+use tidemark_store::write::tag_counts::add_in_memory;
 use tidemark_store::{Item, StoreError, from_stored};
 
 use crate::WatchStore;
+use crate::groups::{GroupCounts, GroupStep};
 use crate::store::{arrival_ranges, arrived_at};
 
 /// The table in memory; clones share it (a test's stand-in for the pipeline writes the
@@ -235,6 +238,7 @@ impl WatchStore for MemoryStore {
         let state = OfflineState {
             alert: alert.alert_id.clone(),
             since,
+            counted: dev.tags.iter().collect(),
         };
         let set = vec![
             (field::OFFLINE, av(&state)?),
@@ -260,6 +264,83 @@ impl WatchStore for MemoryStore {
                 None => items.remove(&k),
             };
             return Err(e);
+        }
+        for tag in &state.counted {
+            let count = TagCountItem::key_of(tag, &dev.device_id);
+            add_in_memory(&mut items, &count, field::OFFLINE_MEMBERS, 1)?;
+        }
+        Ok(true)
+    }
+
+    async fn group_counts(&self, tag: &Tag) -> Result<GroupCounts, StoreError> {
+        let mut c = GroupCounts::default();
+        for i in self.table.batch_get(&TagCountItem::keys(tag)) {
+            let n: TagCountItem = from_stored(i)?;
+            c.members += n.members;
+            c.offline += n.offline_members;
+        }
+        Ok(c)
+    }
+
+    async fn group_rule_state(
+        &self,
+        rule: &GroupRuleSpec,
+    ) -> Result<Option<GroupRuleStateItem>, StoreError> {
+        self.table
+            .get(&GroupRuleStateItem::key(rule))
+            .map(from_stored)
+            .transpose()
+    }
+
+    async fn commit_group(
+        &self,
+        rule: &GroupRuleSpec,
+        step: &GroupStep,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let mut items = self.table.lock();
+        let key = GroupRuleStateItem::key(rule);
+        let stored = items
+            .get(&(key.pk.clone(), key.sk.clone()))
+            .cloned()
+            .map(from_stored::<GroupRuleStateItem>)
+            .transpose()?;
+        if stored.map_or(0, |s| s.version) != step.state.version {
+            return Ok(false);
+        }
+        if let Some(a) = &step.open {
+            if items.contains_key(&(a.pk.clone(), a.sk.clone())) {
+                return Ok(false);
+            }
+        }
+        let mut resolved = None;
+        if let Some(id) = &step.resolve {
+            let k = EntityKey::GroupAlert {
+                tag: rule.group.clone(),
+                alert: id.clone(),
+            }
+            .key();
+            let Some(item) = items.get(&(k.pk.clone(), k.sk.clone())).cloned() else {
+                return Ok(false);
+            };
+            let mut alert: GroupAlertItem = from_stored(item)?;
+            if alert.resolved_at.is_some() {
+                return Ok(false);
+            }
+            alert.state = AlertState::Resolved;
+            alert.resolved_at = Some(at);
+            alert.gsi1pk = None;
+            alert.gsi1sk = None;
+            resolved = Some(alert);
+        }
+        let mut state = step.state.clone();
+        state.version += 1;
+        MemTable::insert(&mut items, tidemark_store::to_item(&state)?)?;
+        if let Some(a) = &step.open {
+            MemTable::insert(&mut items, tidemark_store::to_item(a)?)?;
+        }
+        if let Some(a) = resolved {
+            MemTable::insert(&mut items, tidemark_store::to_item(&a)?)?;
         }
         Ok(true)
     }

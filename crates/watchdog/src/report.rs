@@ -21,6 +21,10 @@ pub struct Report {
     /// Decided by someone else first (another run, the alerts role): looked at again next run.
     pub lost: u64,
     pub failed: u64,
+    /// Group rules' alerts opened and resolved, and judgements lost to another run.
+    pub group_opened: u64,
+    pub group_resolved: u64,
+    pub group_lost: u64,
     pub read_units: f64,
     pub write_units: f64,
 }
@@ -37,6 +41,8 @@ impl Report {
             .count("Unwatched", self.unwatched)
             .count("Lost", self.lost)
             .count("Failed", self.failed)
+            .count("GroupAlertsOpened", self.group_opened)
+            .count("GroupAlertsResolved", self.group_resolved)
             .count("WatermarkLagMs", lag)
             .count("NoWatermark", u64::from(self.watermark.is_none()))
     }

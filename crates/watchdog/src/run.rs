@@ -4,9 +4,12 @@
 use futures::StreamExt;
 use tidemark_schema::keys::{self, ShardName};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, Severity, Timestamp,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, GroupRuleSpec,
+    GroupRuleStateItem, Severity, Timestamp,
 };
+use tidemark_store::StoreError;
 
+use crate::groups::{GroupStep, judge};
 use crate::{Heartbeats, Report, WatchStore, WatchdogConfig, WatchdogError};
 
 /// What one due device came to.
@@ -65,6 +68,10 @@ pub fn offline_alert(dev: &DeviceItem, window: u32, since: Timestamp) -> AlertIt
         tags: dev.tags.clone(),
     }
 }
+
+/// A group rule not judged this run (another run changed it first, or the table failed):
+/// judged again next run.
+struct GroupLost;
 
 impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
     pub fn new(store: S, pipeline: P, config: WatchdogConfig) -> Self {
@@ -125,7 +132,51 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
                 Err(_) => report.failed += 1,
             }
         }
+        // After the offline decisions, so the counts hold the alerts this run opened.
+        let now = self.config.clock.now();
+        for rule in &self.config.group_rules {
+            match self.judge_group(rule, now).await {
+                Ok(Some(step)) => {
+                    report.group_opened += u64::from(step.open.is_some());
+                    report.group_resolved += u64::from(step.resolve.is_some());
+                }
+                Ok(None) => {}
+                Err(GroupLost) => report.group_lost += 1,
+            }
+        }
         Ok(self.finish(report))
+    }
+
+    /// Judges one group rule; `Ok(Some)` with what it wrote.
+    async fn judge_group(
+        &self,
+        rule: &GroupRuleSpec,
+        now: Timestamp,
+    ) -> Result<Option<GroupStep>, GroupLost> {
+        let run = async {
+            let counts = self.store.group_counts(&rule.group).await?;
+            let state = self
+                .store
+                .group_rule_state(rule)
+                .await?
+                .unwrap_or_else(|| GroupRuleStateItem::new(rule));
+            let Some(step) = judge(rule, &state, counts, now) else {
+                return Ok(None);
+            };
+            if !self.store.commit_group(rule, &step, now).await? {
+                return Err(None);
+            }
+            if let Some(a) = &step.open {
+                tracing::info!(group = %rule.group, alert = %a.alert_id, members = counts.members, offline = counts.offline, "group alert opened");
+            }
+            Ok::<_, Option<StoreError>>(Some(step))
+        };
+        run.await.map_err(|e| {
+            if let Some(e) = e {
+                tracing::warn!(group = %rule.group, error = %e, "group rule not judged: next run");
+            }
+            GroupLost
+        })
     }
 
     fn finish(&self, mut report: Report) -> Report {
@@ -362,6 +413,75 @@ mod tests {
         let second = run(&w).await;
         assert_eq!((second.due, second.opened), (0, 0), "{second:?}");
         assert_eq!(w.store.alerts(&id("silent")).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_group_rule_opens_one_group_alert_when_its_offline_members_pass_the_fraction() {
+        // GIVEN site:A of four members (as the tag index counts them), two of them silent
+        // since 14:00, and the rule "more than a quarter of site:A offline"
+        let mut w = watchdog(ts("2026-04-20T14:10:00Z"), false);
+        let site = tidemark_schema::Tag::parse("site:A").unwrap();
+        w.config.group_rules = vec![
+            tidemark_schema::GroupRuleSpec::from_value(
+                &serde_json::json!({"group":"site:A","offlineFraction":{"above":0.25}}),
+            )
+            .unwrap(),
+        ];
+        let tags =
+            tidemark_schema::Tags::new([(site.key.clone(), site.value.clone())].into()).unwrap();
+        let mut members = BTreeMap::new();
+        for (name, arrived) in [
+            ("a1", "2026-04-20T14:00:00Z"),
+            ("a2", "2026-04-20T14:00:00Z"),
+            ("a3", "2026-04-20T14:09:00Z"),
+            ("a4", "2026-04-20T14:09:00Z"),
+        ] {
+            let mut d = watched(name, ts(arrived));
+            d.tags = tags.clone();
+            w.store.put_entity(&d).unwrap();
+            let key = tidemark_schema::TagCountItem::key_of(&site, &id(name));
+            *members.entry(key).or_insert(0) += 1;
+        }
+        for (key, n) in members {
+            w.store
+                .put_entity(&tidemark_schema::TagCountItem {
+                    pk: key.pk,
+                    sk: key.sk,
+                    members: n,
+                    offline_members: 0,
+                })
+                .unwrap();
+        }
+
+        // WHEN the watchdog runs at 14:10
+        let first = run(&w).await;
+
+        // THEN both silent ones are offline, counted in site:A, and the group has one alert
+        assert_eq!((first.opened, first.group_opened), (2, 1), "{first:?}");
+        let counts = w.store.group_counts(&site).await.unwrap();
+        assert_eq!((counts.members, counts.offline), (4, 2));
+        assert_eq!(
+            device(&w, "a1").offline.unwrap().counted,
+            vec![site.clone()]
+        );
+        let rule = &w.config.group_rules[0];
+        let state = w.store.group_rule_state(rule).await.unwrap().unwrap();
+        let alert = state.alert.clone().expect("an open group alert");
+        assert_eq!(
+            alert.as_str(),
+            format!("20260420T141000000000Z-group.{}", rule.tag())
+        );
+        // AND a second run changes nothing
+        let second = run(&w).await;
+        assert_eq!(
+            (second.group_opened, second.group_resolved),
+            (0, 0),
+            "{second:?}"
+        );
+        assert_eq!(
+            w.store.group_rule_state(rule).await.unwrap().unwrap(),
+            state
+        );
     }
 
     #[tokio::test]

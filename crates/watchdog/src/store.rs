@@ -3,9 +3,12 @@
 //! same over both.
 
 use tidemark_schema::{
-    AlertItem, DeviceId, DeviceItem, HeartbeatItem, LayoutHistory, Timestamp, field, keys,
+    AlertItem, DeviceId, DeviceItem, GroupRuleSpec, GroupRuleStateItem, HeartbeatItem,
+    LayoutHistory, Tag, Timestamp, field, keys,
 };
 use tidemark_store::{Item, StoreError};
+
+use crate::groups::{GroupCounts, GroupStep};
 
 /// The table operations of a run.
 pub trait WatchStore: Sync {
@@ -47,6 +50,25 @@ pub trait WatchStore: Sync {
         dev: &DeviceItem,
         alert: &AlertItem,
         since: Timestamp,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// The sums of `tag`'s index partitions' counts (one batch read).
+    fn group_counts(
+        &self,
+        tag: &Tag,
+    ) -> impl Future<Output = Result<GroupCounts, StoreError>> + Send;
+    /// The group rule's state, read strongly consistent (`None`: never judged).
+    fn group_rule_state(
+        &self,
+        rule: &GroupRuleSpec,
+    ) -> impl Future<Output = Result<Option<GroupRuleStateItem>, StoreError>> + Send;
+    /// Writes `step` in one transaction: the rule's state if its version is still
+    /// `step.state.version` (bumped), the alert it opens only if new, the alert it resolves
+    /// only if not resolved yet. `Ok(false)`: another run changed it first.
+    fn commit_group(
+        &self,
+        rule: &GroupRuleSpec,
+        step: &GroupStep,
+        at: Timestamp,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Read and write units consumed so far (DynamoDB's own figures).
     fn units(&self) -> (f64, f64);

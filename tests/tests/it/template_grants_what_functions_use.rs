@@ -640,12 +640,19 @@ fn constructors_of(p: &tidemark_schema::grants::Partitions) -> &'static [&'stati
         StartingWith(keys::QUARANTINE_PREFIX) => {
             &["QuarantineItem", "EntityKey::Quarantine", "quarantine_pk"]
         }
-        StartingWith(keys::TAG_INDEX_PREFIX) => {
-            &["TagIndexItem", "EntityKey::TagIndex", "tag_index_pk"]
-        }
-        StartingWith(keys::GROUP_PREFIX) => {
-            &["GroupBucketItem", "EntityKey::GroupBucket", "group_pk"]
-        }
+        StartingWith(keys::TAG_INDEX_PREFIX) => &[
+            "TagIndexItem",
+            "EntityKey::TagIndex",
+            "tag_index_pk",
+            "TagCountItem",
+        ],
+        StartingWith(keys::GROUP_PREFIX) => &[
+            "GroupBucketItem",
+            "EntityKey::GroupBucket",
+            "group_pk",
+            "GroupAlertItem",
+            "GroupRuleStateItem",
+        ],
         StartingWith(keys::CALLER_PREFIX) => &["CallerRateItem", "EntityKey::CallerRate"],
         Exactly(keys::CONFIG_PK) => &[
             "EntityKey::DeviceLayout",

@@ -13,16 +13,21 @@
 //! batch's past episodes before the device's state moves on.
 
 use tidemark_schema::AlertState;
+use tidemark_schema::tags::Tags;
 use tidemark_store::limits::MAX_TRANSACT_ACTIONS;
 
 use super::write::AlertWrite;
 
+/// Actions a device update may bring into its transaction besides the alerts: the offline
+/// counts of each of its tags it leaves when back from a silence (at most [`Tags::MAX`]).
+pub const DEVICE_ACTIONS: usize = 1 + Tags::MAX;
+
 /// `writes` as transactions: those written ahead (each at most [`MAX_TRANSACT_ACTIONS`]),
-/// then those that go with the device update (at most one less, the update being an action).
+/// then those that go with the device update (leaving room for [`DEVICE_ACTIONS`]).
 pub fn transactions(mut writes: Vec<AlertWrite>) -> (Vec<Vec<AlertWrite>>, Vec<AlertWrite>) {
     // History first: an episode that is already over names no rule state.
     writes.sort_by_key(|w| !is_history(w));
-    let with_device = writes.len().min(MAX_TRANSACT_ACTIONS - 1);
+    let with_device = writes.len().min(MAX_TRANSACT_ACTIONS - DEVICE_ACTIONS);
     let last = writes.split_off(writes.len() - with_device);
     let ahead = writes
         .chunks(MAX_TRANSACT_ACTIONS)
@@ -77,12 +82,12 @@ mod tests {
 
     #[test]
     fn every_transaction_fits_and_the_open_alert_goes_with_the_device() {
-        for n in [0usize, 1, 98, 99, 100, 101, 250, 301] {
+        for n in [0usize, 1, 82, 83, 84, 98, 99, 100, 101, 250, 301] {
             let mut writes: Vec<AlertWrite> = (0..n).map(|i| create(i as i64, true)).collect();
             writes.push(create(10_000, false));
             let (ahead, last) = transactions(writes);
             assert!(ahead.iter().all(|t| t.len() <= MAX_TRANSACT_ACTIONS));
-            assert!(last.len() < MAX_TRANSACT_ACTIONS);
+            assert!(last.len() + DEVICE_ACTIONS <= MAX_TRANSACT_ACTIONS);
             assert_eq!(
                 ahead.iter().map(Vec::len).sum::<usize>() + last.len(),
                 n + 1

@@ -6,11 +6,11 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, MetricName, RuleSpec,
-    Severity, Tags, Timestamp, keys,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, EntityKey, EventId, GroupAlertItem,
+    GroupRuleSpec, MetricName, RuleSpec, Severity, Tag, Tags, Timestamp, keys,
 };
 
-use crate::records::{AlertRecord, Decoded, decode};
+use crate::records::{AlertRecordOf, Decoded, decode};
 
 /// What happened to an alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -68,17 +68,23 @@ impl AlertChange {
 pub struct Detail {
     pub event_id: EventId,
     pub change: ChangeKind,
-    pub device_id: DeviceId,
+    /// The device whose alert it is; absent for a group rule's alert, which has `group`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<DeviceId>,
+    /// The group (`key:value`) of a group rule's alert.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<Tag>,
     pub alert_id: AlertId,
-    /// `threshold`, `offline`, `window`, `rate` or `stuck`.
+    /// `threshold`, `offline`, `window`, `rate`, `stuck` or `group`.
     pub kind: &'static str,
     /// The metric of a threshold's or a rule's alert; absent for an offline one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<MetricName>,
     pub rule: AlertRule,
-    /// The rule of `rules` that raised it, as declared (absent for thresholds and offline).
+    /// The rule of `rules`, or the group rule, that raised it, as declared (absent for
+    /// thresholds and offline).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rule_spec: Option<RuleSpec>,
+    pub rule_spec: Option<AnyRuleSpec>,
     pub severity: Severity,
     /// The alert's state after the change.
     pub state: AlertState,
@@ -100,8 +106,138 @@ pub struct Detail {
     pub path: String,
     /// The device's tags as the alert item holds them (when it was opened or last written by
     /// the function that follows it), always an object: `{}` for a device without tags and
-    /// for alerts written before tags existed. A rule routes on `detail.tags.<key>`.
+    /// for alerts written before tags existed. A rule routes on `detail.tags.<key>`. A group
+    /// rule's alert carries its group as its one tag, so the same routing reaches it.
     pub tags: Tags,
+}
+
+/// A device's rule or a group rule, as declared.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum AnyRuleSpec {
+    Device(RuleSpec),
+    Group(GroupRuleSpec),
+}
+
+/// What publishing needs of an alert item, device's or group's.
+trait AlertImage {
+    fn key(&self) -> keys::Key;
+    fn state(&self) -> AlertState;
+    fn acknowledged_at(&self) -> Option<Timestamp>;
+    fn resolved_at(&self) -> Option<Timestamp>;
+    fn snoozed_until(&self) -> Option<Timestamp>;
+    fn opened_at(&self) -> Timestamp;
+    fn last_breach_at(&self) -> Timestamp;
+    /// The detail of a change of it (its ID, kind and time filled in by the caller).
+    fn detail(&self, event_id: EventId, change: ChangeKind, changed_at: Timestamp) -> Detail;
+}
+
+impl AlertImage for AlertItem {
+    fn key(&self) -> keys::Key {
+        EntityKey::Alert {
+            device: self.device_id.clone(),
+            alert: self.alert_id.clone(),
+        }
+        .key()
+    }
+    fn state(&self) -> AlertState {
+        self.state
+    }
+    fn acknowledged_at(&self) -> Option<Timestamp> {
+        self.acknowledged_at
+    }
+    fn resolved_at(&self) -> Option<Timestamp> {
+        self.resolved_at
+    }
+    fn snoozed_until(&self) -> Option<Timestamp> {
+        self.snoozed_until
+    }
+    fn opened_at(&self) -> Timestamp {
+        self.opened_at
+    }
+    fn last_breach_at(&self) -> Timestamp {
+        self.last_breach_at
+    }
+    fn detail(&self, event_id: EventId, change: ChangeKind, changed_at: Timestamp) -> Detail {
+        Detail {
+            event_id,
+            change,
+            path: format!("/devices/{}/alerts/{}", self.device_id, self.alert_id),
+            device_id: Some(self.device_id.clone()),
+            group: None,
+            alert_id: self.alert_id.clone(),
+            kind: self.rule.kind(),
+            metric: self.metric.clone(),
+            rule: self.rule,
+            rule_spec: self.rule_spec.clone().map(AnyRuleSpec::Device),
+            severity: self.severity,
+            state: self.state,
+            value: self.value,
+            threshold: self.threshold,
+            message: self.message.clone(),
+            opened_at: self.opened_at,
+            acknowledged_at: self.acknowledged_at,
+            resolved_at: self.resolved_at,
+            snoozed_until: self.snoozed_until,
+            changed_at,
+            tags: self.tags.clone(),
+        }
+    }
+}
+
+impl AlertImage for GroupAlertItem {
+    fn key(&self) -> keys::Key {
+        EntityKey::GroupAlert {
+            tag: self.group.clone(),
+            alert: self.alert_id.clone(),
+        }
+        .key()
+    }
+    fn state(&self) -> AlertState {
+        self.state
+    }
+    fn acknowledged_at(&self) -> Option<Timestamp> {
+        self.acknowledged_at
+    }
+    fn resolved_at(&self) -> Option<Timestamp> {
+        self.resolved_at
+    }
+    fn snoozed_until(&self) -> Option<Timestamp> {
+        self.snoozed_until
+    }
+    fn opened_at(&self) -> Timestamp {
+        self.opened_at
+    }
+    fn last_breach_at(&self) -> Timestamp {
+        self.last_breach_at
+    }
+    fn detail(&self, event_id: EventId, change: ChangeKind, changed_at: Timestamp) -> Detail {
+        let tags = Tags::new([(self.group.key.clone(), self.group.value.clone())].into())
+            .unwrap_or_default();
+        Detail {
+            event_id,
+            change,
+            path: format!("/alerts?tag={}", self.group),
+            device_id: None,
+            group: Some(self.group.clone()),
+            alert_id: self.alert_id.clone(),
+            kind: self.rule.kind(),
+            metric: None,
+            rule: self.rule,
+            rule_spec: Some(AnyRuleSpec::Group(self.rule_spec.clone())),
+            severity: self.severity,
+            state: self.state,
+            value: self.value,
+            threshold: self.threshold,
+            message: self.message.clone(),
+            opened_at: self.opened_at,
+            acknowledged_at: self.acknowledged_at,
+            resolved_at: self.resolved_at,
+            snoozed_until: self.snoozed_until,
+            changed_at,
+            tags,
+        }
+    }
 }
 
 /// The deterministic ID of a change: the alert's key, the stream record's sequence number
@@ -127,31 +263,31 @@ pub fn event_id(alert_key: &keys::Key, sequence: &str, kind: ChangeKind) -> Even
 }
 
 /// The kinds of change one record shows, in the order they happened.
-fn transitions(inserted: bool, old: Option<&AlertItem>, new: &AlertItem) -> Vec<ChangeKind> {
+fn transitions<T: AlertImage>(inserted: bool, old: Option<&T>, new: &T) -> Vec<ChangeKind> {
     let mut out = Vec::new();
     match (inserted, old) {
         (true, _) => {
             out.push(ChangeKind::Opened);
-            if new.state == AlertState::Acknowledged || new.acknowledged_at.is_some() {
+            if new.state() == AlertState::Acknowledged || new.acknowledged_at().is_some() {
                 out.push(ChangeKind::Acknowledged);
             }
-            if new.state == AlertState::Resolved {
+            if new.state() == AlertState::Resolved {
                 out.push(ChangeKind::Resolved);
             }
         }
         (false, Some(old)) => {
             // A resolved alert whose episode a correction or late reading showed never ended
             // (this record's sequence number gives it an ID of its own).
-            if old.state == AlertState::Resolved && new.state != AlertState::Resolved {
+            if old.state() == AlertState::Resolved && new.state() != AlertState::Resolved {
                 out.push(ChangeKind::Opened);
             }
-            if old.state == AlertState::Open && new.state == AlertState::Acknowledged {
+            if old.state() == AlertState::Open && new.state() == AlertState::Acknowledged {
                 out.push(ChangeKind::Acknowledged);
             }
-            if old.state != AlertState::Resolved && new.state == AlertState::Resolved {
+            if old.state() != AlertState::Resolved && new.state() == AlertState::Resolved {
                 out.push(ChangeKind::Resolved);
             }
-            match (old.snoozed_until, new.snoozed_until) {
+            match (old.snoozed_until(), new.snoozed_until()) {
                 (o, Some(n)) if o != Some(n) => out.push(ChangeKind::Snoozed),
                 (Some(_), None) => out.push(ChangeKind::Unsnoozed),
                 _ => {}
@@ -179,60 +315,35 @@ pub fn alert_changes(records: &[EventRecord]) -> Vec<AlertChange> {
 pub fn changes_of(records: &[Decoded]) -> Vec<AlertChange> {
     records
         .iter()
-        .filter_map(|r| match r {
-            Decoded::Alert(a) => Some(a.as_ref()),
-            _ => None,
+        .flat_map(|r| match r {
+            Decoded::Alert(a) => record_changes(a.as_ref()),
+            Decoded::GroupAlert(a) => record_changes(a.as_ref()),
+            _ => Vec::new(),
         })
-        .flat_map(record_changes)
         .collect()
 }
 
 /// The state changes one alert record shows.
-fn record_changes(rec: &AlertRecord) -> Vec<AlertChange> {
+fn record_changes<T: AlertImage>(rec: &AlertRecordOf<T>) -> Vec<AlertChange> {
     let new = &rec.new;
-    let key = EntityKey::Alert {
-        device: new.device_id.clone(),
-        alert: new.alert_id.clone(),
-    }
-    .key();
+    let key = new.key();
     let mut out = Vec::new();
     for kind in transitions(rec.inserted, rec.old.as_ref(), new) {
         let at_record = rec.recorded_at;
         let changed_at = match kind {
-            ChangeKind::Opened => Some(new.opened_at),
-            ChangeKind::Acknowledged => new.acknowledged_at.or(at_record),
-            ChangeKind::Resolved => new.resolved_at.or(at_record),
+            ChangeKind::Opened => Some(new.opened_at()),
+            ChangeKind::Acknowledged => new.acknowledged_at().or(at_record),
+            ChangeKind::Resolved => new.resolved_at().or(at_record),
             ChangeKind::Snoozed | ChangeKind::Unsnoozed => at_record,
         }
-        .unwrap_or(new.last_breach_at);
+        .unwrap_or(new.last_breach_at());
         let suppressed =
-            kind.silenced_by_snooze() && new.snoozed_until.is_some_and(|u| u > changed_at);
+            kind.silenced_by_snooze() && new.snoozed_until().is_some_and(|u| u > changed_at);
         out.push(AlertChange {
             index: rec.index,
             kind,
             suppressed,
-            detail: Detail {
-                event_id: event_id(&key, &rec.seq, kind),
-                change: kind,
-                path: format!("/devices/{}/alerts/{}", new.device_id, new.alert_id),
-                device_id: new.device_id.clone(),
-                alert_id: new.alert_id.clone(),
-                kind: new.rule.kind(),
-                metric: new.metric.clone(),
-                rule: new.rule,
-                rule_spec: new.rule_spec.clone(),
-                severity: new.severity,
-                state: new.state,
-                value: new.value,
-                threshold: new.threshold,
-                message: new.message.clone(),
-                opened_at: new.opened_at,
-                acknowledged_at: new.acknowledged_at,
-                resolved_at: new.resolved_at,
-                snoozed_until: new.snoozed_until,
-                changed_at,
-                tags: new.tags.clone(),
-            },
+            detail: new.detail(event_id(&key, &rec.seq, kind), kind, changed_at),
         });
     }
     out

@@ -234,7 +234,7 @@ impl<P: Publisher, M: Markers> Notifier<P, M> {
             .collect();
         for &i in &outcome.published {
             let d = &sendable[i].detail;
-            tracing::info!(event_id = %d.event_id, change = d.change.as_str(), device = %d.device_id, alert = %d.alert_id, "alert event published");
+            tracing::info!(event_id = %d.event_id, change = d.change.as_str(), device = ?d.device_id, group = ?d.group, alert = %d.alert_id, "alert event published");
         }
         for (i, e) in &outcome.failed {
             tracing::error!(event_id = %sendable[*i].event_id(), error = %e, "alert event not published");

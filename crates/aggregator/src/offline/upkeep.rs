@@ -11,7 +11,7 @@
 //! quarters of a window however often it sends, and the watchdog, finding a check time
 //! passed, looks at the readings themselves before it decides (`crates/watchdog`).
 
-use tidemark_schema::{AlertId, DeviceId, DeviceItem, Timestamp, keys};
+use tidemark_schema::{AlertId, DeviceId, DeviceItem, Tag, Timestamp, keys};
 
 use super::arrivals::Arrivals;
 
@@ -39,6 +39,9 @@ pub struct Upkeep {
     pub watch: WatchKeys,
     /// The open offline alert ends: this one, at that time.
     pub resolve: Option<(AlertId, Timestamp)>,
+    /// With `resolve`: the tags whose offline counts the device leaves (those the watchdog
+    /// counted it in), in the same transaction as the device item.
+    pub uncount: Vec<Tag>,
 }
 
 impl Upkeep {
@@ -48,6 +51,7 @@ impl Upkeep {
             last_arrival_at: None,
             watch: WatchKeys::Keep,
             resolve: None,
+            uncount: Vec::new(),
         }
     }
 }
@@ -112,6 +116,7 @@ pub fn upkeep(
         };
         if let Some(at) = at {
             u.resolve = Some((off.alert.clone(), at));
+            u.uncount = off.counted.clone();
             u.must_write = true;
         }
     }
@@ -236,6 +241,7 @@ mod tests {
         d.offline = Some(OfflineState {
             alert: alert.clone(),
             since: ts("2026-04-20T14:00:00Z"),
+            counted: Vec::new(),
         });
         d.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
         d.gsi2sk = Some(keys::offline_gsi2sk(&id()));

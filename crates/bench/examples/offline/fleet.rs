@@ -132,6 +132,7 @@ pub fn offline_items(i: u64, t0: Timestamp, window_s: u32) -> (DeviceItem, Alert
     d.offline = Some(OfflineState {
         alert: alert.alert_id.clone(),
         since,
+        counted: Vec::new(),
     });
     d.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
     d.gsi2sk = Some(keys::offline_gsi2sk(&id));

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::ids::{AlertId, AlertRule, DeviceId, DeviceStatus, MetricName, Severity};
 use crate::keys;
-use crate::tags::Tags;
+use crate::tags::{Tag, Tags};
 use crate::time::Timestamp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -331,6 +331,11 @@ pub struct OfflineState {
     pub alert: AlertId,
     /// The last arrival before the silence.
     pub since: Timestamp,
+    /// The tags whose offline counts ([`crate::entities::TagCountItem`]) the watchdog added
+    /// the device to when it opened the alert: the ones the alerts role takes it out of when
+    /// the device is back, whatever its tags are by then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counted: Vec<Tag>,
 }
 
 /// What `GET /devices/{id}` says of a device's connectivity.

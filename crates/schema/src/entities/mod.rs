@@ -14,6 +14,7 @@ mod alerts;
 mod callers;
 mod devices;
 mod export;
+mod group_alerts;
 mod groups;
 mod pipeline;
 mod quarantine;
@@ -36,6 +37,7 @@ pub use devices::{
     RuleState, Threshold, fleet_offline_window,
 };
 pub use export::{ExportCursorItem, ExportDirtyItem};
+pub use group_alerts::{GroupAlertItem, GroupRuleStateItem, fraction};
 pub use groups::{
     GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupBucketItem, GroupPartialItem, PartialStats,
     fold_partials, group_period,
@@ -47,7 +49,7 @@ pub use quarantine::{
 pub use readings::{
     MAX_METRIC_MAGNITUDE, MIN_METRIC_MAGNITUDE, Reading, ReadingItem, is_metric_value, number,
 };
-pub use tagging::{TagHistoryItem, TagIndexItem};
+pub use tagging::{TagCountItem, TagHistoryItem, TagIndexItem};
 
 /// Attribute names used in update and condition expressions. A unit test checks they are the
 /// names serde writes, so an expression can never name an attribute that does not exist.
@@ -127,6 +129,8 @@ pub mod field {
     pub const LAST_ARRIVAL_AT: &str = "lastArrivalAt";
     /// The device's open offline alert ([`super::OfflineState`]).
     pub const OFFLINE: &str = "offline";
+    pub const MEMBERS: &str = "members";
+    pub const OFFLINE_MEMBERS: &str = "offlineMembers";
     pub const SENT_AT: &str = "sentAt";
     pub const STORED_AT: &str = "storedAt";
     pub const PASSED_AT: &str = "passedAt";

@@ -3,10 +3,13 @@
 //! `PUT /devices/{id}` writes them; the readers' side is [`crate::tags`].
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 use futures::StreamExt;
-use tidemark_schema::{DeviceId, Key, TagHistory, TagIndexItem};
+use tidemark_schema::table::attr;
+use tidemark_schema::{DeviceId, EntityKey, Key, TagCountItem, TagHistory, TagIndexItem, field};
 
 use crate::batch_get::key_item;
+use crate::write::tag_counts::count_update;
 use crate::{Item, StoreError, to_item};
 
 /// Index writes in flight at once (a device has at most 16 tags, so at most 32 writes).
@@ -26,8 +29,10 @@ pub async fn replace_history(
 }
 
 /// Puts `puts` and deletes the entries at `deletes`: a device's index entries brought to its
-/// latest declared tags. Each write is idempotent, so a retried request repairs what a
-/// failed one left.
+/// latest declared tags. An entry created or deleted moves its partition's `members` count
+/// in the same transaction, conditional on the entry being new (or there); an entry already
+/// there is only overwritten (its status and tags). So every write is idempotent, counts
+/// included, and a retried request repairs what a failed one left.
 pub async fn write_index(
     client: &Client,
     table: &str,
@@ -35,37 +40,109 @@ pub async fn write_index(
     deletes: &[Key],
 ) -> Result<(), StoreError> {
     enum Write {
-        Put(Item),
+        Put(Item, Key),
         Delete(Key),
     }
     let mut writes = Vec::with_capacity(puts.len() + deletes.len());
     for p in puts {
-        writes.push(Write::Put(to_item(p)?));
+        writes.push(Write::Put(to_item(p)?, count_key(&p.pk, &p.sk)?));
     }
     writes.extend(deletes.iter().cloned().map(Write::Delete));
     let results: Vec<Result<(), StoreError>> = futures::stream::iter(writes)
         .map(|w| async move {
             match w {
-                Write::Put(item) => client
-                    .put_item()
-                    .table_name(table)
-                    .set_item(Some(item))
-                    .send()
+                Write::Put(item, count) => {
+                    let created = Put::builder()
+                        .table_name(table)
+                        .set_item(Some(item.clone()))
+                        .condition_expression("attribute_not_exists(#pk)")
+                        .expression_attribute_names("#pk", attr::PK)
+                        .build()
+                        .map_err(request)?;
+                    let counted = count_update(table, &count, field::MEMBERS, 1)?;
+                    if counted_write(
+                        client,
+                        TransactWriteItem::builder().put(created).build(),
+                        counted,
+                    )
+                    .await?
+                    {
+                        return Ok(());
+                    }
+                    client
+                        .put_item()
+                        .table_name(table)
+                        .set_item(Some(item))
+                        .send()
+                        .await
+                        .map(|_| ())
+                        .map_err(StoreError::sdk("PutItem"))
+                }
+                Write::Delete(k) => {
+                    let count = count_key(&k.pk, &k.sk)?;
+                    let gone = Delete::builder()
+                        .table_name(table)
+                        .set_key(Some(key_item(&k)))
+                        .condition_expression("attribute_exists(#pk)")
+                        .expression_attribute_names("#pk", attr::PK)
+                        .build()
+                        .map_err(request)?;
+                    let counted = count_update(table, &count, field::MEMBERS, -1)?;
+                    counted_write(
+                        client,
+                        TransactWriteItem::builder().delete(gone).build(),
+                        counted,
+                    )
                     .await
                     .map(|_| ())
-                    .map_err(StoreError::sdk("PutItem")),
-                Write::Delete(k) => client
-                    .delete_item()
-                    .table_name(table)
-                    .set_key(Some(key_item(&k)))
-                    .send()
-                    .await
-                    .map(|_| ())
-                    .map_err(StoreError::sdk("DeleteItem")),
+                }
             }
         })
         .buffer_unordered(IN_FLIGHT)
         .collect()
         .await;
     results.into_iter().collect()
+}
+
+fn request(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Request {
+        operation: "TransactWriteItems",
+        message: e.to_string(),
+    }
+}
+
+/// The count item of the index partition holding the entry at `pk`/`sk`.
+pub fn count_key(pk: &str, sk: &str) -> Result<Key, StoreError> {
+    match EntityKey::parse(pk, sk) {
+        Ok(EntityKey::TagIndex { tag, partition, .. }) => Ok(TagCountItem::key(&tag, partition)),
+        _ => Err(request(format!("{pk} / {sk} is not a tag index entry"))),
+    }
+}
+
+/// `write` and the count's move in one transaction; `false` when `write`'s condition failed
+/// (the entry was already there, or already gone), which moves nothing.
+async fn counted_write(
+    client: &Client,
+    write: TransactWriteItem,
+    counted: Update,
+) -> Result<bool, StoreError> {
+    let r = client
+        .transact_write_items()
+        .transact_items(write)
+        .transact_items(TransactWriteItem::builder().update(counted).build())
+        .send()
+        .await
+        .map_err(StoreError::sdk("TransactWriteItems"));
+    match r {
+        Ok(_) => Ok(true),
+        Err(e) => {
+            let failed_condition = matches!(
+                e.dynamo(),
+                Some(aws_sdk_dynamodb::Error::TransactionCanceledException(c))
+                    if c.cancellation_reasons().first().and_then(|r| r.code())
+                        == Some("ConditionalCheckFailed")
+            );
+            if failed_condition { Ok(false) } else { Err(e) }
+        }
+    }
 }

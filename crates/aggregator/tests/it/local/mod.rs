@@ -5,6 +5,7 @@ mod alert_tags_local;
 mod alerts_local;
 mod exactly_once;
 mod export_marks_local;
+mod group_rules_local;
 mod groups_local;
 mod local_dynamodb;
 mod notify_local;

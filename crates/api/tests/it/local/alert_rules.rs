@@ -302,3 +302,76 @@ async fn a_window_rules_alert_lists_with_its_kind_and_rule_and_takes_ack_and_sno
         );
     }
 }
+
+/// The members `tag`'s index partitions count, read from the table.
+async fn members(t: &TestTable, tag: &str) -> i64 {
+    let tag = tidemark_schema::Tag::parse(tag).unwrap();
+    let wanted = tidemark_schema::TagCountItem::keys(&tag);
+    let mut n = 0;
+    for i in t.scan().await {
+        let Ok(c) = tidemark_store::from_item::<tidemark_schema::TagCountItem>(i) else {
+            continue;
+        };
+        if wanted.iter().any(|k| k.pk == c.pk && k.sk == c.sk) {
+            n += c.members;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn tagging_devices_counts_group_members_and_a_group_alert_lists_with_its_group() {
+    let t = TestTable::new("api-group-rules").await;
+    let app = app(&t);
+    // GIVEN two devices put into site A, one of them put twice (a retried request)
+    for d in ["a1", "a2", "a2"] {
+        let body = json!({"tags": {"site": "A"}}).to_string();
+        let (status, b) = call(&app, "PUT", &format!("/devices/{d}"), &body).await;
+        assert!(status == 200 || status == 201, "{b}");
+    }
+    // THEN site A counts two members
+    assert_eq!(members(&t, "site:A").await, 2);
+    // WHEN one moves to site B
+    let body = json!({"tags": {"site": "B"}}).to_string();
+    let (status, b) = call(&app, "PUT", "/devices/a2", &body).await;
+    assert_eq!(status, 200, "{b}");
+    // THEN each site counts one
+    assert_eq!(
+        (members(&t, "site:A").await, members(&t, "site:B").await),
+        (1, 1)
+    );
+
+    // GIVEN an open alert of the group rule "more than a tenth of site A offline"
+    let rule = tidemark_schema::GroupRuleSpec::from_value(
+        &json!({"group":"site:A","offlineFraction":{"above":0.1},"severity":"critical"}),
+    )
+    .unwrap();
+    let alert = tidemark_schema::GroupAlertItem::open(&rule, now(), 10, 2);
+    put(&t, &alert).await;
+    // WHEN the fleet's alerts are listed, by site too
+    let (status, all) = get(&app, "/alerts?severity=critical").await;
+    assert_eq!(status, 200, "{all}");
+    let (_, of_a) = get(&app, "/alerts?tag=site:A").await;
+    let (_, of_b) = get(&app, "/alerts?tag=site:B").await;
+    // THEN it is there with its kind, group, rule and counts, and no device
+    let items = all["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{all}");
+    let g = &items[0];
+    assert_eq!(
+        (&g["kind"], &g["group"], &g["alertId"]),
+        (
+            &json!("group"),
+            &json!("site:A"),
+            &json!(alert.alert_id.to_string())
+        )
+    );
+    assert_eq!(
+        g["ruleSpec"],
+        json!({"group":"site:A","offlineFraction":{"above":0.1},"severity":"critical"})
+    );
+    assert_eq!((&g["value"], &g["threshold"]), (&json!(0.2), &json!(0.1)));
+    assert!(g.get("deviceId").is_none(), "{g}");
+    // AND listed under its own site only
+    assert_eq!(of_a["items"].as_array().unwrap().len(), 1, "{of_a}");
+    assert!(of_b["items"].as_array().unwrap().is_empty(), "{of_b}");
+}

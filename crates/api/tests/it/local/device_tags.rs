@@ -336,6 +336,7 @@ fn offline_device(id: &str, site: &str) -> tidemark_schema::DeviceItem {
     d.offline = Some(tidemark_schema::OfflineState {
         alert: tidemark_schema::AlertId::for_offline(at.plus_millis(120_000).unwrap()),
         since: at,
+        counted: Vec::new(),
     });
     d.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
     d.gsi2sk = Some(keys::offline_gsi2sk(&d.device_id));

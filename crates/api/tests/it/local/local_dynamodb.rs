@@ -1410,6 +1410,7 @@ async fn offline_settings_connectivity_and_the_offline_listing() {
             d.offline = Some(tidemark_schema::OfflineState {
                 alert: tidemark_schema::AlertId::for_offline(at.plus_millis(120_000).unwrap()),
                 since: at,
+                counted: Vec::new(),
             });
             d.gsi2pk = Some(tidemark_schema::keys::OFFLINE_GSI2PK.into());
             d.gsi2sk = Some(tidemark_schema::keys::offline_gsi2sk(&d.device_id));

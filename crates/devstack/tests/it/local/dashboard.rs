@@ -245,6 +245,7 @@ async fn seed_offline(table: &TestTable, now: Timestamp) {
     dev.offline = Some(OfflineState {
         alert: alert.alert_id.clone(),
         since,
+        counted: Vec::new(),
     });
     dev.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
     dev.gsi2sk = Some(keys::offline_gsi2sk(&id));

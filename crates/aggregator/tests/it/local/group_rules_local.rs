@@ -1,0 +1,228 @@
+//! Group rules against DynamoDB Local: the tag index's member counts (written as
+//! `PUT /devices/{id}` writes them), the offline counts the watchdog and the alerts role move
+//! in their transactions, the watchdog's judgement of `offlineFraction`, and the group
+//! alert's events as the notifier publishes them from the table's real stream.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::common::*;
+use serde_json::{Value, json};
+use tidemark_aggregator::config::Role;
+use tidemark_aggregator::notify::{
+    DynamoMarkers, EntryOutcomes, EventEntry, Publisher, alert_changes,
+};
+use tidemark_aggregator::{Aggregator, AggregatorConfig, Notifier};
+use tidemark_schema::keys::{self, ShardName};
+use tidemark_schema::{
+    Clock, DeviceItem, DeviceStatus, EntityKey, GroupRuleSpec, HeartbeatItem, Tag, TagCountItem,
+    TagIndexItem, TagKey, TagValue, Tags, Timestamp,
+};
+use tidemark_testkit::TestTable;
+use tidemark_watchdog::{DynamoWatch, Heartbeats, Report, Watchdog, WatchdogConfig, WatchdogError};
+
+#[derive(Default)]
+struct Bus(Mutex<Vec<EventEntry>>);
+
+impl Publisher for Bus {
+    async fn put_events(&self, entries: &[EventEntry]) -> Result<EntryOutcomes, String> {
+        self.0.lock().unwrap().extend(entries.iter().cloned());
+        Ok(vec![None; entries.len()])
+    }
+}
+
+/// Marks the shard's heartbeat passed the moment it is sent.
+struct CaughtUp(aws_sdk_dynamodb::Client, String);
+
+impl Heartbeats for CaughtUp {
+    async fn send(&self, at: Timestamp) -> Result<Vec<ShardName>, WatchdogError> {
+        let shard = ShardName::new("shardId-000000000000").unwrap();
+        let key = EntityKey::Heartbeat(shard.clone()).key();
+        let beat = HeartbeatItem {
+            pk: key.pk,
+            sk: key.sk,
+            sent_at: at,
+            stored_at: Some(at),
+            passed_at: Some(at),
+        };
+        self.0
+            .put_item()
+            .table_name(&self.1)
+            .set_item(Some(tidemark_store::to_item(&beat).unwrap()))
+            .send()
+            .await
+            .unwrap();
+        Ok(vec![shard])
+    }
+}
+
+fn site(v: &str) -> Tag {
+    Tag::new(TagKey::new("site").unwrap(), TagValue::new(v).unwrap())
+}
+
+fn tags_of(tag: &Tag) -> Tags {
+    Tags::new([(tag.key.clone(), tag.value.clone())].into()).unwrap()
+}
+
+async fn watchdog_run(t: &TestTable, at: &str, rule: &GroupRuleSpec) -> Report {
+    let w = Watchdog::new(
+        DynamoWatch::new(t.client.clone(), t.name.clone()),
+        CaughtUp(t.client.clone(), t.name.clone()),
+        WatchdogConfig {
+            heartbeat_wait: Duration::from_secs(2),
+            heartbeat_poll: Duration::from_millis(50),
+            group_rules: vec![rule.clone()],
+            clock: Clock::fixed(ts(at)),
+            ..WatchdogConfig::new(t.name.clone(), "readings")
+        },
+    );
+    w.run(tokio::time::Instant::now() + Duration::from_secs(30))
+        .await
+        .unwrap()
+}
+
+/// The group's counts summed over its partitions, read from the table.
+async fn counts(t: &TestTable, tag: &Tag) -> (i64, i64) {
+    let wanted = TagCountItem::keys(tag);
+    let mut c = (0, 0);
+    for i in t.scan().await {
+        let Ok(n) = tidemark_store::from_item::<TagCountItem>(i) else {
+            continue;
+        };
+        if wanted.iter().any(|k| k.pk == n.pk && k.sk == n.sk) {
+            c.0 += n.members;
+            c.1 += n.offline_members;
+        }
+    }
+    c
+}
+
+async fn index(t: &TestTable, puts: &[TagIndexItem], deletes: &[keys::Key]) {
+    tidemark_store::write::tag_change::write_index(&t.client, &t.name, puts, deletes)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_sites_offline_fraction_opens_one_group_alert_whose_events_carry_the_group() {
+    let t = TestTable::new("group-rules").await;
+    let a = site("A");
+    let rule = GroupRuleSpec::from_value(
+        &json!({"group":"site:A","offlineFraction":{"above":0.25},"severity":"critical"}),
+    )
+    .unwrap();
+    // GIVEN site A's four devices, watched with a 300 s window: a1 and a2 silent since
+    // 14:00, a3 and a4 heard from at 14:09; and a fifth that joins and leaves again
+    let mut entries = Vec::new();
+    for (name, arrived) in [
+        ("a1", "2026-04-20T14:00:00Z"),
+        ("a2", "2026-04-20T14:00:00Z"),
+        ("a3", "2026-04-20T14:09:00Z"),
+        ("a4", "2026-04-20T14:09:00Z"),
+    ] {
+        let mut d = DeviceItem::new(dev(name), DeviceStatus::Active, ts(arrived));
+        d.tags = tags_of(&a);
+        d.offline_after_seconds = Some(300);
+        d.last_arrival_at = Some(ts(arrived));
+        d.last_seen_at = Some(ts(arrived));
+        d.version = Some(3);
+        d.gsi2pk = Some(keys::watch_gsi2pk(&d.device_id));
+        d.gsi2sk = Some(keys::watch_gsi2sk(
+            ts(arrived).plus_millis(300_000).unwrap(),
+        ));
+        put_items(&t, &[d]).await;
+        entries.push(TagIndexItem::new(
+            &a,
+            &dev(name),
+            DeviceStatus::Active,
+            tags_of(&a),
+        ));
+    }
+    let fifth = TagIndexItem::new(&a, &dev("a5"), DeviceStatus::Active, tags_of(&a));
+    // AND their index entries written as PUT /devices/{id} writes them, twice (a retried
+    // request), the fifth's put and deleted
+    index(&t, &entries, &[]).await;
+    index(&t, &entries, &[]).await;
+    index(&t, std::slice::from_ref(&fifth), &[]).await;
+    assert_eq!(counts(&t, &a).await, (5, 0));
+    let gone = keys::Key {
+        pk: fifth.pk.clone(),
+        sk: fifth.sk.clone(),
+    };
+    index(&t, &[], std::slice::from_ref(&gone)).await;
+    index(&t, &[], std::slice::from_ref(&gone)).await;
+    assert_eq!(
+        counts(&t, &a).await,
+        (4, 0),
+        "a repeated delete counts once"
+    );
+
+    // WHEN the watchdog runs at 14:10 with "more than a quarter of site A offline"
+    let first = watchdog_run(&t, "2026-04-20T14:10:00Z", &rule).await;
+
+    // THEN a1 and a2 are offline and counted, and site A has one open group alert
+    assert_eq!((first.opened, first.group_opened), (2, 1), "{first:?}");
+    assert_eq!(counts(&t, &a).await, (4, 2));
+    // AND a second run at once opens nothing more
+    let again = watchdog_run(&t, "2026-04-20T14:10:30Z", &rule).await;
+    assert_eq!((again.opened, again.group_opened), (0, 0), "{again:?}");
+
+    // WHEN a1 is heard from again at 14:11 and the alerts role takes its reading
+    let alerts = Aggregator::new(
+        t.client.clone(),
+        AggregatorConfig::new(&t.name).with_role(Role::Alerts),
+    );
+    let mut s = StreamSim::new(1);
+    let mut back = reading("a1", "2026-04-20T14:11:00Z", &[("temperature", 20.0)]);
+    back.arrived_at = Some(ts("2026-04-20T14:11:00Z"));
+    put_readings(&t, std::slice::from_ref(&back)).await;
+    let (resp, _) = alerts.process(&event(vec![s.insert(&back)])).await;
+    assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
+
+    // THEN it leaves site A's offline count, and the next run resolves the group alert
+    // (a quarter is not above a quarter)
+    assert_eq!(counts(&t, &a).await, (4, 1));
+    assert!(device_item(&t, "a1").await.unwrap().offline.is_none());
+    let later = watchdog_run(&t, "2026-04-20T14:12:00Z", &rule).await;
+    assert_eq!(later.group_resolved, 1, "{later:?}");
+
+    // AND the notifier, fed the table's stream, publishes the group alert's opening and
+    // resolution with its group and rule, and no device
+    let n = Notifier::with_parts(
+        Bus::default(),
+        DynamoMarkers::new(t.client.clone(), t.name.clone()),
+        "bus",
+    );
+    let records = stream_records(&t, "the group alert's two changes", |r| {
+        alert_changes(r)
+            .iter()
+            .filter(|c| c.detail.group.is_some())
+            .count()
+            >= 2
+    })
+    .await;
+    let (failure, _) = n.process(&event(records)).await;
+    assert_eq!(failure, None);
+    let sent: Vec<Value> = n
+        .publisher()
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::from_str(&e.detail).unwrap())
+        .filter(|d: &Value| d["kind"] == "group")
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(
+        (&sent[0]["change"], &sent[1]["change"]),
+        (&json!("opened"), &json!("resolved"))
+    );
+    for d in &sent {
+        assert_eq!(d["group"], "site:A");
+        assert_eq!(d["tags"], json!({"site": "A"}));
+        assert_eq!(d["severity"], "critical");
+        assert_eq!(d["ruleSpec"]["offlineFraction"], json!({"above": 0.25}));
+        assert!(d.get("deviceId").is_none(), "{d}");
+    }
+    assert_eq!(sent[0]["value"], json!(0.5));
+}
