@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tidemark_api::memory::MemoryStore;
 use tidemark_api::store::{
-    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
+    AlertOutcome, AlertOwner, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
     LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter,
 };
 use tidemark_api::{ApiConfig, App, DynamoStore};
@@ -98,7 +98,7 @@ impl<S: DeviceWriter + Sync> DeviceWriter for Timed<S> {
 impl<S: AlertWriter + Sync> AlertWriter for Timed<S> {
     async fn acknowledge(
         &self,
-        d: &DeviceId,
+        d: &AlertOwner,
         a: &AlertId,
         now: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
@@ -106,13 +106,13 @@ impl<S: AlertWriter + Sync> AlertWriter for Timed<S> {
     }
     async fn snooze(
         &self,
-        d: &DeviceId,
+        d: &AlertOwner,
         a: &AlertId,
         until: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
         self.timed(self.inner.snooze(d, a, until)).await
     }
-    async fn unsnooze(&self, d: &DeviceId, a: &AlertId) -> Result<AlertOutcome, StoreError> {
+    async fn unsnooze(&self, d: &AlertOwner, a: &AlertId) -> Result<AlertOutcome, StoreError> {
         self.timed(self.inner.unsnooze(d, a)).await
     }
 }

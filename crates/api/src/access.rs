@@ -163,7 +163,7 @@ pub enum Rule {
     DeviceScoped,
     /// A list over many devices: shows only the caller's devices.
     FilteredList,
-    /// A group's rollups: only groups of the caller's sites (`site:<value>`).
+    /// A group's rollups or alert: only groups of the caller's sites (`site:<value>`).
     SiteGroup,
     /// Fleet-wide, not divisible by site: refused (403) to a scoped caller.
     FleetWideAdminOnly,
@@ -204,6 +204,21 @@ pub const RULES: &[(Method, &str, Rule)] = &[
         Method::DELETE,
         "/devices/{id}/alerts/{alertId}/snooze",
         Rule::DeviceScoped,
+    ),
+    (
+        Method::POST,
+        "/groups/{group}/alerts/{alertId}/ack",
+        Rule::SiteGroup,
+    ),
+    (
+        Method::POST,
+        "/groups/{group}/alerts/{alertId}/snooze",
+        Rule::SiteGroup,
+    ),
+    (
+        Method::DELETE,
+        "/groups/{group}/alerts/{alertId}/snooze",
+        Rule::SiteGroup,
     ),
     (Method::GET, "/alerts", Rule::FilteredList),
     (Method::GET, "/devices/{id}/aggregates", Rule::DeviceScoped),

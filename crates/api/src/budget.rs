@@ -24,7 +24,7 @@ use tidemark_schema::{AlertId, DeviceId, Key, LayoutHistory, TagHistory, TagInde
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
+    AlertOutcome, AlertOwner, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
     LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter,
 };
 
@@ -332,28 +332,28 @@ impl<S: DeviceWriter + Sync> DeviceWriter for Metered<S> {
 impl<S: AlertWriter + Sync> AlertWriter for Metered<S> {
     async fn acknowledge(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         now: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
-        self.0.acknowledge(device, alert, now).await
+        self.0.acknowledge(owner, alert, now).await
     }
 
     async fn snooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         until: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
-        self.0.snooze(device, alert, until).await
+        self.0.snooze(owner, alert, until).await
     }
 
     async fn unsnooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
     ) -> Result<AlertOutcome, StoreError> {
-        self.0.unsnooze(device, alert).await
+        self.0.unsnooze(owner, alert).await
     }
 }
 

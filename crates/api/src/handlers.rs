@@ -23,7 +23,7 @@ use crate::request::{Params, path_segments, query_pairs};
 use crate::routes::{Route, resolve};
 #[allow(unused_imports)]
 use crate::store::traits::*;
-use crate::store::{QuerySpec, SkRange, Store};
+use crate::store::{AlertOwner, QuerySpec, SkRange, Store};
 use crate::validate;
 
 mod aggregates;
@@ -105,6 +105,18 @@ fn device_not_found(id: &DeviceId) -> ApiError {
     ApiError::NotFound(format!("device {id} is not registered"))
 }
 
+/// The group a path names (`/groups/{group}/…`) as an alert's owner, if it is one of the
+/// caller's ([`Scope::sees_group`]).
+fn callers_group(raw: &str, caller: &Scope) -> Result<AlertOwner, ApiError> {
+    let group = validate::group(raw)?;
+    if !caller.sees_group(&group) {
+        return Err(ApiError::OutsideScope(format!(
+            "group {group} is not one of the sites this caller may see"
+        )));
+    }
+    Ok(AlertOwner::Group(group))
+}
+
 impl<S: Store> App<S> {
     pub(crate) async fn dispatch(&self, req: &Request) -> Result<Reply, ApiError> {
         let segments = path_segments(req)?;
@@ -181,13 +193,32 @@ impl<S: Store> App<S> {
             Route::LatestReading => self.latest_reading(id()?).await,
             Route::LatestOfDevices => self.latest_of_devices(p).await,
             Route::DeviceAlerts => self.device_alerts(id()?, p).await,
-            Route::AckAlert => self.ack(id()?, validate::alert_id(&m.params[1])?).await,
+            Route::AckAlert => {
+                let owner = AlertOwner::Device(id()?);
+                self.ack(owner, validate::alert_id(&m.params[1])?).await
+            }
             Route::SnoozeAlert => {
                 let alert = validate::alert_id(&m.params[1])?;
-                self.snooze(id()?, alert, req.body().as_ref()).await
+                let owner = AlertOwner::Device(id()?);
+                self.snooze(owner, alert, req.body().as_ref()).await
             }
             Route::UnsnoozeAlert => {
-                self.unsnooze(id()?, validate::alert_id(&m.params[1])?)
+                let owner = AlertOwner::Device(id()?);
+                self.unsnooze(owner, validate::alert_id(&m.params[1])?)
+                    .await
+            }
+            Route::GroupAckAlert => {
+                let owner = callers_group(&m.params[0], caller)?;
+                self.ack(owner, validate::alert_id(&m.params[1])?).await
+            }
+            Route::GroupSnoozeAlert => {
+                let alert = validate::alert_id(&m.params[1])?;
+                let owner = callers_group(&m.params[0], caller)?;
+                self.snooze(owner, alert, req.body().as_ref()).await
+            }
+            Route::GroupUnsnoozeAlert => {
+                let owner = callers_group(&m.params[0], caller)?;
+                self.unsnooze(owner, validate::alert_id(&m.params[1])?)
                     .await
             }
             Route::Alerts => self.alerts(p).await,

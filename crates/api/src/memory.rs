@@ -12,7 +12,7 @@ use tidemark_store::memory::{Items, MemTable};
 use tidemark_store::{Item, StoreError};
 
 use crate::store::{
-    AlertOutcome, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
+    AlertOutcome, AlertOwner, AlertWriter, CallCounter, DeviceRegistration, DeviceWriter, GetStore,
     LayoutWriter, Page, PutDevice, QuerySpec, QueryStore, TagWriter, Update, ack_update,
     alert_state, device_update, snooze_update, unsnooze_update,
 };
@@ -99,16 +99,12 @@ impl MemoryStore {
     /// unresolved alert, unless `any_state`.
     fn update_alert(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         update: Update,
         any_state: bool,
     ) -> AlertOutcome {
-        let k = EntityKey::Alert {
-            device: device.clone(),
-            alert: alert.clone(),
-        }
-        .key();
+        let k = owner.alert_key(alert);
         let mut items = self.lock();
         let Some(item) = items.get_mut(&(k.pk, k.sk)) else {
             return AlertOutcome::Missing;
@@ -124,28 +120,28 @@ impl MemoryStore {
 impl AlertWriter for MemoryStore {
     async fn acknowledge(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         now: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
-        Ok(self.update_alert(device, alert, ack_update(now), false))
+        Ok(self.update_alert(owner, alert, ack_update(now), false))
     }
 
     async fn snooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         until: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
-        Ok(self.update_alert(device, alert, snooze_update(until), false))
+        Ok(self.update_alert(owner, alert, snooze_update(until), false))
     }
 
     async fn unsnooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
     ) -> Result<AlertOutcome, StoreError> {
-        Ok(self.update_alert(device, alert, unsnooze_update(), true))
+        Ok(self.update_alert(owner, alert, unsnooze_update(), true))
     }
 }
 

@@ -20,6 +20,9 @@ pub enum Route {
     AckAlert,
     SnoozeAlert,
     UnsnoozeAlert,
+    GroupAckAlert,
+    GroupSnoozeAlert,
+    GroupUnsnoozeAlert,
     Alerts,
     Aggregates,
     Series,
@@ -101,7 +104,10 @@ impl Route {
             | Route::PutLayout
             | Route::AckAlert
             | Route::SnoozeAlert
-            | Route::UnsnoozeAlert => Scope::Write,
+            | Route::UnsnoozeAlert
+            | Route::GroupAckAlert
+            | Route::GroupSnoozeAlert
+            | Route::GroupUnsnoozeAlert => Scope::Write,
             Route::Quarantine => Scope::Admin,
             Route::ListDevices
             | Route::GetDevice
@@ -181,6 +187,24 @@ const TABLE: &[(Method, &str, Route, &[&str])] = &[
         Method::DELETE,
         "/devices/{id}/alerts/{alertId}/snooze",
         Route::UnsnoozeAlert,
+        &[],
+    ),
+    (
+        Method::POST,
+        "/groups/{group}/alerts/{alertId}/ack",
+        Route::GroupAckAlert,
+        &[],
+    ),
+    (
+        Method::POST,
+        "/groups/{group}/alerts/{alertId}/snooze",
+        Route::GroupSnoozeAlert,
+        &[],
+    ),
+    (
+        Method::DELETE,
+        "/groups/{group}/alerts/{alertId}/snooze",
+        Route::GroupUnsnoozeAlert,
         &[],
     ),
     (

@@ -16,7 +16,7 @@ use tidemark_store::{Item, StoreError};
 
 mod alerts;
 pub use alerts::{
-    AlertOutcome, AlertWriter, ack_update, alert_state, snooze_update, unsnooze_update,
+    AlertOutcome, AlertOwner, AlertWriter, ack_update, alert_state, snooze_update, unsnooze_update,
 };
 
 pub use tidemark_store::read::{Page, Place, QuerySpec, QueryStore, SkRange};

@@ -38,6 +38,11 @@ pub fn alert_id(raw: &str) -> Result<AlertId, ApiError> {
     AlertId::new(raw).map_err(|e| ApiError::bad("alertId", e.to_string()))
 }
 
+/// A group in a path (`site:A`): a 400 naming `group` when it is not a tag.
+pub fn group(raw: &str) -> Result<tidemark_schema::Tag, ApiError> {
+    tidemark_schema::Tag::parse(raw).map_err(|e| ApiError::bad("group", e.to_string()))
+}
+
 pub fn limit(p: &Params) -> Result<usize, ApiError> {
     match p.get("limit") {
         None => Ok(DEFAULT_LIMIT),

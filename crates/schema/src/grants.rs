@@ -64,6 +64,7 @@ pub const API_WRITES: &[Partitions] = &[
     Partitions::StartingWith(DEVICE_PREFIX),
     Partitions::Exactly(CONFIG_PK),
     Partitions::StartingWith(TAG_INDEX_PREFIX),
+    Partitions::StartingWith(GROUP_PREFIX),
     Partitions::StartingWith(CALLER_PREFIX),
 ];
 
@@ -173,6 +174,10 @@ mod tests {
                 EntityKey::TagCount {
                     tag: tag(),
                     partition: 15,
+                },
+                EntityKey::GroupAlert {
+                    tag: tag(),
+                    alert: AlertId::for_group(hour(), "0a1b2c3d"),
                 },
                 EntityKey::CallerRate {
                     caller: crate::keys::CallerHash::of("user-1"),

@@ -217,7 +217,7 @@ impl AlertImage for GroupAlertItem {
         Detail {
             event_id,
             change,
-            path: format!("/alerts?tag={}", self.group),
+            path: format!("/groups/{}/alerts/{}", self.group, self.alert_id),
             device_id: None,
             group: Some(self.group.clone()),
             alert_id: self.alert_id.clone(),

@@ -3,13 +3,14 @@
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use tidemark_schema::table::attr;
-use tidemark_schema::{AlertId, DeviceId, EntityKey, Timestamp, field};
+use tidemark_schema::{AlertId, Timestamp, field};
 use tidemark_store::StoreError;
 use tidemark_store::batch_get::key_item;
 
 use super::DynamoStore;
 use crate::store::{
-    AlertOutcome, AlertWriter, GetStore, Update, ack_update, snooze_update, unsnooze_update,
+    AlertOutcome, AlertOwner, AlertWriter, GetStore, Update, ack_update, snooze_update,
+    unsnooze_update,
 };
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -31,16 +32,12 @@ impl DynamoStore {
     /// from a resolved one.
     async fn update_alert(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         update: Update,
         when: When,
     ) -> Result<AlertOutcome, StoreError> {
-        let key = EntityKey::Alert {
-            device: device.clone(),
-            alert: alert.clone(),
-        }
-        .key();
+        let key = owner.alert_key(alert);
         let (expression, mut names, mut values) = update.expression();
         names.insert("#pk".into(), attr::PK.into());
         let condition = match when {
@@ -81,33 +78,33 @@ impl DynamoStore {
 impl AlertWriter for DynamoStore {
     async fn acknowledge(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         now: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
-        self.update_alert(device, alert, ack_update(now), When::Unresolved)
+        self.update_alert(owner, alert, ack_update(now), When::Unresolved)
             .await
     }
 
     async fn snooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         until: Timestamp,
     ) -> Result<AlertOutcome, StoreError> {
-        self.update_alert(device, alert, snooze_update(until), When::Unresolved)
+        self.update_alert(owner, alert, snooze_update(until), When::Unresolved)
             .await
     }
 
     async fn unsnooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
     ) -> Result<AlertOutcome, StoreError> {
         // Unconditional but for existence: removing an absent attribute changes nothing, so
         // DynamoDB writes no stream record for it, and it costs what a failed condition
         // would, without a second call.
-        self.update_alert(device, alert, unsnooze_update(), When::Exists)
+        self.update_alert(owner, alert, unsnooze_update(), When::Exists)
             .await
     }
 }

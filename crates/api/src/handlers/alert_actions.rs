@@ -3,7 +3,7 @@
 //! [`crate::store::AlertWriter`]), so it never undoes what the pipeline wrote meanwhile.
 
 use http::StatusCode;
-use tidemark_schema::{AlertId, DeviceId};
+use tidemark_schema::AlertId;
 
 use super::Reply;
 use crate::App;
@@ -11,20 +11,20 @@ use crate::error::ApiError;
 use crate::render;
 #[allow(unused_imports)]
 use crate::store::traits::*;
-use crate::store::{AlertOutcome, Store};
+use crate::store::{AlertOutcome, AlertOwner, Store};
 use crate::validate;
 
-fn missing(id: &DeviceId, alert: &AlertId) -> ApiError {
-    ApiError::NotFound(format!("device {id} has no alert {alert}"))
+fn missing(owner: &AlertOwner, alert: &AlertId) -> ApiError {
+    ApiError::NotFound(format!("{owner} has no alert {alert}"))
 }
 
 impl<S: Store> App<S> {
     /// Idempotent: the first `acknowledgedAt` stays.
-    pub(super) async fn ack(&self, id: DeviceId, alert: AlertId) -> Result<Reply, ApiError> {
+    pub(super) async fn ack(&self, id: AlertOwner, alert: AlertId) -> Result<Reply, ApiError> {
         match self.store.acknowledge(&id, &alert, self.now()).await? {
             AlertOutcome::Updated(item) => Ok((StatusCode::OK, render::alert(item)?)),
             AlertOutcome::Resolved => Err(ApiError::Conflict(format!(
-                "alert {alert} of device {id} is already resolved; only open alerts can be \
+                "alert {alert} of {id} is already resolved; only open alerts can be \
                  acknowledged"
             ))),
             AlertOutcome::Missing => Err(missing(&id, &alert)),
@@ -35,7 +35,7 @@ impl<S: Store> App<S> {
     /// still follows the readings. A later snooze replaces an earlier one.
     pub(super) async fn snooze(
         &self,
-        id: DeviceId,
+        id: AlertOwner,
         alert: AlertId,
         body: &[u8],
     ) -> Result<Reply, ApiError> {
@@ -43,7 +43,7 @@ impl<S: Store> App<S> {
         match self.store.snooze(&id, &alert, until).await? {
             AlertOutcome::Updated(item) => Ok((StatusCode::OK, render::alert(item)?)),
             AlertOutcome::Resolved => Err(ApiError::Conflict(format!(
-                "alert {alert} of device {id} is already resolved; only unresolved alerts can \
+                "alert {alert} of {id} is already resolved; only unresolved alerts can \
                  be snoozed"
             ))),
             AlertOutcome::Missing => Err(missing(&id, &alert)),
@@ -52,7 +52,7 @@ impl<S: Store> App<S> {
 
     /// Ends a snooze. Idempotent: 200 with the alert whether or not it was snoozed, in any
     /// state; 404 only for an unknown alert.
-    pub(super) async fn unsnooze(&self, id: DeviceId, alert: AlertId) -> Result<Reply, ApiError> {
+    pub(super) async fn unsnooze(&self, id: AlertOwner, alert: AlertId) -> Result<Reply, ApiError> {
         match self.store.unsnooze(&id, &alert).await? {
             AlertOutcome::Updated(item) => Ok((StatusCode::OK, render::alert(item)?)),
             // (Never `Resolved`: unsnoozing applies in any state.)

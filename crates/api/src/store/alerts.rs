@@ -6,11 +6,47 @@
 
 use std::future::Future;
 
+use std::fmt;
+
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::{AlertId, AlertState, DeviceId, Timestamp, field};
+use tidemark_schema::{AlertId, AlertState, DeviceId, EntityKey, Key, Tag, Timestamp, field};
 use tidemark_store::{Item, StoreError};
 
 use super::Update;
+
+/// Whose alert: a device's, or a group rule's (`GROUP#<tag>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlertOwner {
+    Device(DeviceId),
+    Group(Tag),
+}
+
+impl AlertOwner {
+    /// The key of its alert `alert`.
+    pub fn alert_key(&self, alert: &AlertId) -> Key {
+        match self {
+            AlertOwner::Device(d) => EntityKey::Alert {
+                device: d.clone(),
+                alert: alert.clone(),
+            },
+            AlertOwner::Group(g) => EntityKey::GroupAlert {
+                tag: g.clone(),
+                alert: alert.clone(),
+            },
+        }
+        .key()
+    }
+}
+
+impl fmt::Display for AlertOwner {
+    /// `device sensor_01`, `group site:A`: as error messages name it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AlertOwner::Device(d) => write!(f, "device {d}"),
+            AlertOwner::Group(g) => write!(f, "group {g}"),
+        }
+    }
+}
 
 /// What a write to an alert found.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,7 +63,7 @@ pub trait AlertWriter {
     /// Acknowledges an unresolved alert; `acknowledgedAt` is set the first time only.
     fn acknowledge(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         now: Timestamp,
     ) -> impl Future<Output = Result<AlertOutcome, StoreError>> + Send;
@@ -35,7 +71,7 @@ pub trait AlertWriter {
     /// Sets `snoozedUntil` of an unresolved alert to `until` (replacing an earlier snooze).
     fn snooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
         until: Timestamp,
     ) -> impl Future<Output = Result<AlertOutcome, StoreError>> + Send;
@@ -44,7 +80,7 @@ pub trait AlertWriter {
     /// as it is). Never [`AlertOutcome::Resolved`].
     fn unsnooze(
         &self,
-        device: &DeviceId,
+        owner: &AlertOwner,
         alert: &AlertId,
     ) -> impl Future<Output = Result<AlertOutcome, StoreError>> + Send;
 }

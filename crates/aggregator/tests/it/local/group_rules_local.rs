@@ -223,6 +223,10 @@ async fn a_sites_offline_fraction_opens_one_group_alert_whose_events_carry_the_g
         assert_eq!(d["severity"], "critical");
         assert_eq!(d["ruleSpec"]["offlineFraction"], json!({"above": 0.25}));
         assert!(d.get("deviceId").is_none(), "{d}");
+        assert_eq!(
+            d["path"],
+            format!("/groups/site:A/alerts/{}", d["alertId"].as_str().unwrap())
+        );
     }
     assert_eq!(sent[0]["value"], json!(0.5));
 }

@@ -375,3 +375,96 @@ async fn tagging_devices_counts_group_members_and_a_group_alert_lists_with_its_g
     assert_eq!(of_a["items"].as_array().unwrap().len(), 1, "{of_a}");
     assert!(of_b["items"].as_array().unwrap().is_empty(), "{of_b}");
 }
+
+/// `method path` as API Gateway passes it on for a token limited to `sites`.
+fn scoped(method: &str, path: &str, sites: &str) -> lambda_http::Request {
+    let file = format!(
+        "{}/../../events/apigw-get-device.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    v["rawPath"] = json!(path);
+    v["requestContext"]["http"]["method"] = json!(method);
+    v["requestContext"]["http"]["path"] = json!(path);
+    v["requestContext"]["authorizer"]["jwt"]["claims"] = json!({
+        "sub": "site-operator", "iss": "https://issuer.example.com/",
+        "scope": "tidemark/read tidemark/write", "tidemark:sites": sites
+    });
+    v["requestContext"]["authorizer"]["jwt"]["scopes"] = json!(["tidemark/read", "tidemark/write"]);
+    lambda_http::request::from_str(&v.to_string()).unwrap()
+}
+
+#[tokio::test]
+async fn a_group_alert_is_acknowledged_and_snoozed_under_its_group_and_only_by_its_sites() {
+    let t = TestTable::new("api-group-actions").await;
+    let app = app(&t);
+    let rule = tidemark_schema::GroupRuleSpec::from_value(
+        &json!({"group":"site:A","offlineFraction":{"above":0.1}}),
+    )
+    .unwrap();
+    let alert = tidemark_schema::GroupAlertItem::open(&rule, now(), 10, 2);
+    put(&t, &alert).await;
+    let base = format!("/groups/site:A/alerts/{}", alert.alert_id);
+
+    // WHEN a caller limited to site B tries to acknowledge it
+    let resp = app
+        .handle(scoped("POST", &format!("{base}/ack"), "[B]"))
+        .await;
+    // THEN it is refused, and the alert is as it was
+    assert_eq!(resp.status().as_u16(), 403);
+    let refused: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains("group site:A is not one of the sites"),
+        "{refused}"
+    );
+    let (_, listed) = get(&app, "/alerts").await;
+    assert_eq!(listed["items"][0]["state"], "open");
+
+    // WHEN site A's operator acknowledges it
+    let resp = app
+        .handle(scoped("POST", &format!("{base}/ack"), "[A]"))
+        .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let acked: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
+    // THEN it is acknowledged, still a group alert of site A
+    assert_eq!(
+        (&acked["state"], &acked["kind"], &acked["group"]),
+        (&json!("acknowledged"), &json!("group"), &json!("site:A"))
+    );
+    // AND it snoozes and unsnoozes like a device's alert
+    let until = now().plus_millis(3_600_000).unwrap().to_string();
+    let (status, snoozed) = call(
+        &app,
+        "POST",
+        &format!("{base}/snooze"),
+        &json!({ "until": until }).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{snoozed}");
+    assert_eq!(snoozed["snoozedUntil"], json!(until));
+    let (status, woke) = call(&app, "DELETE", &format!("{base}/snooze"), "").await;
+    assert_eq!(status, 200, "{woke}");
+    assert!(woke.get("snoozedUntil").is_none(), "{woke}");
+
+    // AND an unknown alert is a 404 naming the group, a group that is no tag a 400
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/groups/site:B/alerts/20260420T141000000000Z-group.0a1b2c3d/ack",
+        "",
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.to_string().contains("group site:B"), "{body}");
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/groups/siteA/alerts/{}/ack", alert.alert_id),
+        "",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(error_param(&body), "group", "{body}");
+}
