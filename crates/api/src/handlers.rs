@@ -613,10 +613,11 @@ impl<S: Store> App<S> {
     }
 
     /// `items` (alerts read from GSI1) with the `ruleSpec` of each rule's alert (window, rate,
-    /// stuck) copied from its item: the index does not project it (adding it to the
-    /// projection would mean rebuilding the index), so the page's rule alerts are read whole,
-    /// one BatchGetItem, and none at all for a page of threshold and offline alerts. Only
-    /// `ruleSpec` is taken: the rest stays as the index answered it.
+    /// stuck, group), and a group alert's `members` and `offlineMembers`, copied from its
+    /// item: the index does not project them (adding them to the projection would mean
+    /// rebuilding the index), so the page's rule alerts are read whole, one BatchGetItem,
+    /// and none at all for a page of threshold and offline alerts. Only those are taken: the
+    /// rest stays as the index answered it.
     async fn with_rule_specs(&self, mut items: Vec<Item>) -> Result<Vec<Item>, ApiError> {
         let key_of = |i: &Item| match (i.get(attr::PK), i.get(attr::SK)) {
             (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) => {
@@ -639,19 +640,26 @@ impl<S: Store> App<S> {
             .map(|(pk, sk)| EntityKey::parse(pk, sk).map(|k| k.key()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ApiError::Corrupt(e.to_string()))?;
-        let mut specs: HashMap<(String, String), AttributeValue> = self
+        // A group alert's counts are not projected either: taken along.
+        const TAKEN: [&str; 3] = [
+            tidemark_schema::field::RULE_SPEC,
+            tidemark_schema::field::MEMBERS,
+            tidemark_schema::field::OFFLINE_MEMBERS,
+        ];
+        let mut whole: HashMap<(String, String), Item> = self
             .store
             .batch_get(keys)
             .await?
             .into_iter()
-            .filter_map(|mut whole| {
-                let spec = whole.remove(tidemark_schema::field::RULE_SPEC)?;
-                Some((key_of(&whole)?, spec))
-            })
+            .filter_map(|w| Some((key_of(&w)?, w)))
             .collect();
         for i in &mut items {
-            if let Some(spec) = key_of(i).and_then(|k| specs.remove(&k)) {
-                i.insert(tidemark_schema::field::RULE_SPEC.to_owned(), spec);
+            if let Some(mut w) = key_of(i).and_then(|k| whole.remove(&k)) {
+                for f in TAKEN {
+                    if let Some(v) = w.remove(f) {
+                        i.insert(f.to_owned(), v);
+                    }
+                }
             }
         }
         Ok(items)

@@ -12,7 +12,11 @@
 //   - window, rate, stuck: a rule of the device's `rules` (its `ruleSpec`, described by
 //     `ruleText`: "avg over 5m above 30", "rate per minute above 5", "unchanged for 1h");
 //     the row shows the peak of what the rule computes (for stuck, the longest time one
-//     value lasted).
+//     value lasted);
+//   - group: a group rule of the fleet's (its `ruleSpec`: "offline fraction above 10 %")
+//     over the devices holding `group`; the row names the group where a device's names its
+//     device, links to the fleet filtered by it, shows the share offline and acts on the
+//     alert under /groups/{group}/alerts/….
 // A kind this page does not know yet shows its badge and the alert's message.
 import { api, enc } from './api.js';
 import { el, ms, num, time, duration, severityBadge, stateBadge, offlineBadge } from './charts.js';
@@ -53,6 +57,12 @@ export const span = (s) => (s % 3600 === 0 ? `${s / 3600}h` : s % 60 === 0 ? `${
  */
 export function ruleText(r) {
   if (!r || typeof r !== 'object') return null;
+  if (r.offlineFraction && typeof r.offlineFraction === 'object') {
+    const f = r.offlineFraction;
+    const pct = (v) => `${num(Math.round(v * 1000) / 10)} %`;
+    const lim = typeof f.above === 'number' ? `above ${pct(f.above)}` : typeof f.below === 'number' ? `below ${pct(f.below)}` : '';
+    return `offline fraction ${lim}`.trim();
+  }
   const side = typeof r.above === 'number' ? `above ${num(r.above)}` : typeof r.below === 'number' ? `below ${num(r.below)}` : '';
   if (typeof r.unchangedForSeconds === 'number') return `unchanged for ${span(r.unchangedForSeconds)}`;
   if (typeof r.rate === 'string') return `rate ${r.rate.replace('_', ' ')} ${side}`.trim();
@@ -77,6 +87,11 @@ function detail(al, kind) {
   if (kind === 'offline') return silence(al);
   if (kind === 'threshold') return `peak ${num(al.value)}, threshold ${num(al.threshold)}`;
   if (kind === 'stuck') return Number.isFinite(al.value) ? `same value for ${duration(Math.round(al.value))}` : '';
+  if (kind === 'group') {
+    const share = Number.isFinite(al.value) ? `${num(Math.round(al.value * 1000) / 10)} % offline` : '';
+    const of = Number.isFinite(al.members) && Number.isFinite(al.offlineMembers) ? ` (${al.offlineMembers} of ${al.members})` : '';
+    return share + (share ? of : '');
+  }
   return Number.isFinite(al.value) ? `peak ${num(al.value)}` : '';
 }
 
@@ -111,7 +126,9 @@ function action(text, busy, attrs, call, refresh) {
 }
 
 export function alertItem(al, refresh, { showDevice = false } = {}) {
-  const path = `/devices/${enc(al.deviceId)}/alerts/${enc(al.alertId)}`;
+  // A group rule's alert belongs to its group, as a device's to its device.
+  const owner = al.group ? `/groups/${enc(al.group)}` : `/devices/${enc(al.deviceId)}`;
+  const path = `${owner}/alerts/${enc(al.alertId)}`;
   const quiet = al.state !== 'resolved' && snoozed(al);
   const actions = [];
   if (al.state === 'open') {
@@ -131,10 +148,14 @@ export function alertItem(al, refresh, { showDevice = false } = {}) {
   // one), so the row names both.
   const kind = kindOf(al);
   const more = detail(al, kind);
-  return el('li', { dataset: { device: al.deviceId, alert: al.alertId, kind, state: al.state, snoozed: String(quiet) } },
+  const who = al.group
+    ? el('a', { class: 'id group', href: `#/fleet?tag=${encodeURIComponent(al.group)}` }, al.group)
+    : el('a', { class: 'id', href: `#/device/${encodeURIComponent(al.deviceId)}` }, al.deviceId);
+  const owned = al.group ? { group: al.group } : { device: al.deviceId };
+  return el('li', { dataset: { ...owned, alert: al.alertId, kind, state: al.state, snoozed: String(quiet) } },
     severityBadge(al.severity), stateBadge(al.state),
     quiet ? el('span', { class: 'badge state-snoozed', dataset: { until: al.snoozedUntil } }, 'snoozed until ', time(al.snoozedUntil)) : '',
-    showDevice ? el('a', { class: 'id', href: `#/device/${encodeURIComponent(al.deviceId)}` }, al.deviceId) : '',
+    showDevice || al.group ? who : '',
     el('span', { class: 'msg' }, kindBadge(kind), ' ',
       al.metric ? [el('span', { class: 'metric' }, al.metric), ' '] : '',
       el('span', { class: 'describe' }, describe(al, kind)),

@@ -370,6 +370,10 @@ async fn tagging_devices_counts_group_members_and_a_group_alert_lists_with_its_g
         json!({"group":"site:A","offlineFraction":{"above":0.1},"severity":"critical"})
     );
     assert_eq!((&g["value"], &g["threshold"]), (&json!(0.2), &json!(0.1)));
+    assert_eq!(
+        (&g["members"], &g["offlineMembers"]),
+        (&json!(10), &json!(2))
+    );
     assert!(g.get("deviceId").is_none(), "{g}");
     // AND listed under its own site only
     assert_eq!(of_a["items"].as_array().unwrap().len(), 1, "{of_a}");

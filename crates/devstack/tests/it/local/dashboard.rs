@@ -316,6 +316,20 @@ async fn seed_rule_alerts(table: &TestTable, now: Timestamp) {
         );
         items.push(tidemark_store::to_item(&a).unwrap());
     }
+    // And a group rule's alert, as the watchdog opens it: three of site Z's fourteen offline.
+    let rule = tidemark_schema::GroupRuleSpec::from_value(
+        &serde_json::json!({"group": GROUP, "offlineFraction": {"above": 0.1}}),
+    )
+    .unwrap();
+    let group = tidemark_schema::GroupAlertItem::open(&rule, at(5), 14, 3);
+    items.push(tidemark_store::to_item(&group).unwrap());
+    // And another group's, for the page to acknowledge.
+    let rule = tidemark_schema::GroupRuleSpec::from_value(
+        &serde_json::json!({"group": ACK_GROUP, "offlineFraction": {"above": 0.5}}),
+    )
+    .unwrap();
+    let group = tidemark_schema::GroupAlertItem::open(&rule, at(5), 4, 3);
+    items.push(tidemark_store::to_item(&group).unwrap());
     for item in items {
         table
             .client
@@ -327,6 +341,11 @@ async fn seed_rule_alerts(table: &TestTable, now: Timestamp) {
             .unwrap();
     }
 }
+
+/// The groups of the group rules' alerts [`seed_rule_alerts`] writes: one to look at, one
+/// to acknowledge.
+const GROUP: &str = "site:Z";
+const ACK_GROUP: &str = "site:Y";
 
 /// An open alert of `device` as the aggregator's `alerting::plan` writes one: a threshold's
 /// (no `spec`) or a rule's, with its ID and message made the same way.
@@ -582,6 +601,47 @@ async fn acknowledging_an_alert_in_the_page_acknowledges_it_through_the_api() {
         .find(|a| a["alertId"] == page.as_str())
         .unwrap();
     assert_eq!(acked["state"], "acknowledged");
+    assert!(acked["acknowledgedAt"].is_string(), "{acked}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledging_a_group_alert_in_the_page_acknowledges_it_under_its_group() {
+    let s = stack();
+    let api = s.api;
+    let listed = |v: &Value| -> Value {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["group"] == ACK_GROUP)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let (_, before) = call(api, "GET", "/alerts?tag=site:Y", None).await;
+    let alert = listed(&before);
+    assert_eq!(alert["state"], "open", "{before}");
+    let id = alert["alertId"].as_str().unwrap().to_owned();
+    // WHEN Acknowledge is clicked on the group alert's row of the alerts page
+    tokio::task::spawn_blocking(move || {
+        let (_one, b) = common::browser(1280, 1000);
+        open(&b, api, "alerts");
+        let row = format!("li[data-group='{ACK_GROUP}']");
+        b.click(&format!("{row} button[data-ack='{id}']"));
+        b.wait_for(
+            &format!(
+                "!document.querySelector(\"{row} button[data-ack]\") || \
+                 document.querySelector(\"{row}\").dataset.state === 'acknowledged'"
+            ),
+            WAIT,
+        );
+        shot(&b, "alerts-group-acknowledged");
+    })
+    .await
+    .unwrap();
+    // THEN the API has it acknowledged, under its group
+    let (_, after) = call(api, "GET", "/alerts?tag=site:Y", None).await;
+    let acked = listed(&after);
+    assert_eq!(acked["state"], "acknowledged", "{after}");
     assert!(acked["acknowledgedAt"].is_string(), "{acked}");
 }
 
@@ -1044,5 +1104,36 @@ fn every_alert_kind_shows_its_kind_and_describes_its_rule_and_the_device_page_li
     assert!(
         !view.contains("undefined") && !view.contains("NaN"),
         "{view}"
+    );
+
+    // AND the alerts page shows the group rule's alert under its group, not a device: its
+    // kind, its rule, the share offline, and a link to the fleet filtered by the group
+    open(&b, s.api, "alerts");
+    let group = b.eval(
+        &format!(
+            "const li = document.querySelector(\"ul[data-severity] li[data-group='{GROUP}']\"); \
+             return li && {{kind: li.dataset.kind, device: li.dataset.device ?? null, \
+               badge: li.querySelector('.badge.kind')?.innerText ?? null, \
+               describe: li.querySelector('.describe')?.innerText ?? null, \
+               msg: li.querySelector('.msg').innerText, \
+               link: li.querySelector('a.id')?.getAttribute('href') ?? null, \
+               name: li.querySelector('a.id')?.innerText ?? null}};"
+        ),
+        vec![],
+    );
+    assert_eq!(
+        (&group["kind"], &group["badge"], &group["device"]),
+        (&json!("group"), &json!("group"), &Value::Null),
+        "{group}"
+    );
+    assert_eq!(group["describe"], "offline fraction above 10 %", "{group}");
+    assert_eq!(
+        group["msg"], "group offline fraction above 10 % · 21.4 % offline (3 of 14)",
+        "{group}"
+    );
+    assert_eq!(
+        (&group["name"], &group["link"]),
+        (&json!(GROUP), &json!("#/fleet?tag=site%3AZ")),
+        "{group}"
     );
 }
