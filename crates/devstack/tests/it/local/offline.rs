@@ -4,7 +4,9 @@
 //! its next reading resolves it; two runs at once open one; a device whose window is
 //! removed is resolved; a DynamoDB outage longer than the window declares nobody offline
 //! whose readings were waiting in the stream, and decides with their true arrivals once it
-//! clears; a device uploading old readings is online while it sends.
+//! clears; a device uploading old readings is online while it sends; a site half of which is
+//! silent gets its group rule's alert, published to the bus, which resolves when the silent
+//! device is back.
 
 use crate::common;
 
@@ -401,4 +403,111 @@ async fn a_device_uploading_old_readings_is_online_while_it_sends() {
     })
     .await;
     p.stop().await;
+}
+
+/// The group alert events published for `group`, as `(change, detail)`.
+async fn group_events(p: &Pipeline, group: &str) -> Vec<(String, Value)> {
+    let log = p.events.as_ref().expect("the alerts mapping runs");
+    log.since(0)
+        .await
+        .into_iter()
+        .map(|(_, e)| e["detail"].clone())
+        .filter(|d| d["group"] == group)
+        .map(|d| (d["change"].as_str().unwrap_or_default().to_owned(), d))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn half_a_site_silent_opens_its_group_alert_and_the_silent_device_back_resolves_it() {
+    let table = TestTable::new("offline-group").await;
+    let stream = TestStream::new("offline-group", 2).await;
+    let p = pipeline(common::local_config(&table, &stream, 2), WINDOW).await;
+    let mut w = watchdog(&table, &stream, WINDOW).await;
+    w.config.group_rules = vec![
+        tidemark_schema::GroupRuleSpec::from_value(
+            &json!({"group": "site:G", "offlineFraction": {"above": 0.25}, "severity": "critical"}),
+        )
+        .unwrap(),
+    ];
+    // GIVEN site G's two devices, registered through the API, one silent after three
+    // readings and one that keeps sending
+    for d in ["g_quiet", "g_chatty"] {
+        let body = json!({"tags": {"site": "G"}}).to_string();
+        let (status, resp) = common::put(p.api_addr, &format!("/devices/{d}"), &body).await;
+        assert_eq!(status, 201, "{resp}");
+    }
+    for i in 0..3 {
+        send(&stream, "g_quiet", Timestamp::now(), f64::from(i)).await;
+        send(&stream, "g_chatty", Timestamp::now(), 1.0).await;
+        // Paces the sends only: three readings, half a second apart.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eventually(SOON, "g_quiet is watched", || async {
+        (device(&p, "g_quiet").await["connectivity"] == "online").then_some(())
+    })
+    .await;
+
+    // WHEN the watchdog runs until g_quiet is past its window
+    let mut group_opened = eventually(
+        Duration::from_secs(40),
+        "site G's group alert opens",
+        || async {
+            send(&stream, "g_chatty", Timestamp::now(), 1.0).await;
+            let r = run(&w).await;
+            (r.group_opened > 0).then_some(r.group_opened)
+        },
+    )
+    .await;
+    let again = run(&w).await;
+    group_opened += again.group_opened;
+
+    // THEN site G has one group alert, listed with its group, and its opened event reaches
+    // the bus with the group and no device
+    assert_eq!(group_opened, 1);
+    let listed: Vec<Value> = common::all_items(p.api_addr, "/alerts?tag=site:G")
+        .await
+        .into_iter()
+        .filter(|a| a["kind"] == "group")
+        .collect();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (
+            &listed[0]["group"],
+            &listed[0]["value"],
+            &listed[0]["members"]
+        ),
+        (&json!("site:G"), &json!(0.5), &json!(2))
+    );
+    let opened = eventually(SOON, "the group alert's opened event", || async {
+        let got = group_events(&p, "site:G").await;
+        got.iter()
+            .find(|(c, _)| c == "opened")
+            .map(|(_, d)| d.clone())
+    })
+    .await;
+    assert_eq!(opened["kind"], "group");
+    assert_eq!(opened["severity"], "critical");
+    assert!(opened.get("deviceId").is_none(), "{opened}");
+
+    // WHEN g_quiet sends again and the watchdog runs once its offline alert has resolved
+    send(&stream, "g_quiet", Timestamp::now(), 9.0).await;
+    eventually(SOON, "g_quiet is back", || async {
+        (device(&p, "g_quiet").await["connectivity"] == "online").then_some(())
+    })
+    .await;
+    let r = run(&w).await;
+
+    // THEN the group alert resolves, and its resolved event reaches the bus, once
+    assert_eq!(r.group_resolved, 1, "{r:?}");
+    eventually(SOON, "the group alert's resolved event", || async {
+        let got = group_events(&p, "site:G").await;
+        got.iter().any(|(c, _)| c == "resolved").then_some(())
+    })
+    .await;
+    let changes: Vec<String> = group_events(&p, "site:G")
+        .await
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    assert_eq!(changes, ["opened", "resolved"]);
 }
