@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use tidemark_schema::{DeviceId, Timestamp};
+use tidemark_schema::{DeviceId, Tag, Timestamp};
 
 /// Operator commands for Tidemark's table: repairs after incidents.
 ///
@@ -69,6 +69,18 @@ pub enum Command {
         #[arg(long, default_value_t = 14, requires = "set_aside", value_parser = clap::value_parser!(u32).range(1..=14))]
         days: u32,
     },
+    /// Set a group's member counts from its tag index (for devices tagged before the
+    /// counts existed; PUT /devices/{id} keeps them from then on). Run it when the group's
+    /// registrations are quiet: one landing meanwhile is miscounted by one.
+    CountMembers {
+        /// The group: a tag, key:value (site:A).
+        #[arg(long, value_parser = group)]
+        group: Tag,
+    },
+}
+
+fn group(v: &str) -> Result<Tag, String> {
+    Tag::parse(v).map_err(|e| e.to_string())
 }
 
 fn device(v: &str) -> Result<DeviceId, String> {

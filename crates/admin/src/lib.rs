@@ -8,7 +8,9 @@
 //!   `make run` writes under `.local/onfailure/`) fed through ingest again while Kinesis still
 //!   retains them; the aggregator's become rebuilds of the devices and days they touched;
 //! - [`set_aside`]: what the pipeline set aside (`redrive --set-aside`), fed through ingest
-//!   again after a fix.
+//!   again after a fix;
+//! - [`members`]: a group's member counts set from its tag index (`count-members`), for
+//!   devices tagged before the counts existed.
 //!
 //! A separate crate rather than a devstack subcommand: devstack is the local stack, this is an
 //! operator tool for deployed tables too, and does not depend on it. It reads streams with
@@ -17,6 +19,7 @@
 
 pub mod cli;
 pub mod files;
+pub mod members;
 pub mod rebuild;
 pub mod redrive;
 pub mod set_aside;

@@ -193,6 +193,15 @@ async fn redrive_set_aside(c: Clients, days: u32) -> Result<(), AdminError> {
     Ok(())
 }
 
+async fn count_members(c: Clients, group: tidemark_schema::Tag) -> Result<(), AdminError> {
+    let counts = tidemark_admin::members::count_members(&c.ddb, &c.table, &group).await?;
+    let (was, now) = counts
+        .iter()
+        .fold((0, 0), |(w, n), r| (w + r.was, n + r.now));
+    println!("{group}: {now} member(s) over the index's partitions (the counts said {was})");
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -217,6 +226,7 @@ async fn main() -> ExitCode {
             bucket,
             prefix,
         } => export(c, from, to, bucket, prefix).await,
+        Command::CountMembers { group } => count_members(c, group).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 //! table, stream and bucket (uniquely named), so they run concurrently.
 
 mod export;
+mod members;
 mod rebuild;
 mod redrive;
 mod set_aside;
