@@ -159,6 +159,23 @@ impl TestTable {
         scan_table(&self.client, &self.name).await
     }
 
+    /// A group's `(members, offlineMembers)` as its count items say, summed over the tag
+    /// index's partitions (read by a scan: what a test checks after the writers moved them).
+    pub async fn group_counts(&self, tag: &tidemark_schema::Tag) -> (i64, i64) {
+        let wanted = tidemark_schema::TagCountItem::keys(tag);
+        let mut c = (0, 0);
+        for i in self.scan().await {
+            let Ok(n) = tidemark_store::from_item::<tidemark_schema::TagCountItem>(i) else {
+                continue;
+            };
+            if wanted.iter().any(|k| k.pk == n.pk && k.sk == n.sk) {
+                c.0 += n.members;
+                c.1 += n.offline_members;
+            }
+        }
+        c
+    }
+
     /// Puts an entity as it is stored (its serde form), replacing any item with its key.
     pub async fn put<T: serde::Serialize>(&self, v: &T) {
         let item = tidemark_store::to_item(v).unwrap_or_else(|e| panic!("not an item: {e}"));

@@ -53,6 +53,30 @@ fn lost(e: &StoreError) -> bool {
 }
 
 impl DynamoWatch {
+    /// The entity at `key`, read strongly consistent, its units counted.
+    async fn get_consistent<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &tidemark_schema::Key,
+    ) -> Result<Option<T>, StoreError> {
+        let o = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(key)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(StoreError::sdk("GetItem"))?;
+        self.spent(
+            o.consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0),
+            0.0,
+        );
+        o.item.map(from_stored).transpose()
+    }
+
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         DynamoWatch {
             client,
@@ -191,23 +215,8 @@ impl WatchStore for DynamoWatch {
     }
 
     async fn device(&self, id: &DeviceId) -> Result<Option<DeviceItem>, StoreError> {
-        let o = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&EntityKey::Device(id.clone()).key())))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
+        self.get_consistent(&EntityKey::Device(id.clone()).key())
             .await
-            .map_err(StoreError::sdk("GetItem"))?;
-        self.spent(
-            o.consumed_capacity()
-                .and_then(|c| c.capacity_units())
-                .unwrap_or(0.0),
-            0.0,
-        );
-        o.item.map(from_stored).transpose()
     }
 
     async fn newest_arrival(
@@ -287,36 +296,14 @@ impl WatchStore for DynamoWatch {
         // Eventually consistent: half a unit per item up to 4 KB (BatchGetItem reports no
         // capacity here; the items are a few dozen bytes).
         self.spent(0.5 * keys.len() as f64, 0.0);
-        let mut c = GroupCounts::default();
-        for i in items {
-            let n: TagCountItem = from_stored(i)?;
-            c.members += n.members;
-            c.offline += n.offline_members;
-        }
-        Ok(c)
+        GroupCounts::of(items)
     }
 
     async fn group_rule_state(
         &self,
         rule: &GroupRuleSpec,
     ) -> Result<Option<GroupRuleStateItem>, StoreError> {
-        let o = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key_item(&GroupRuleStateItem::key(rule))))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(StoreError::sdk("GetItem"))?;
-        self.spent(
-            o.consumed_capacity()
-                .and_then(|c| c.capacity_units())
-                .unwrap_or(0.0),
-            0.0,
-        );
-        o.item.map(from_stored).transpose()
+        self.get_consistent(&GroupRuleStateItem::key(rule)).await
     }
 
     async fn commit_group(

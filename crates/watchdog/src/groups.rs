@@ -4,14 +4,28 @@
 //! only when the standing changes.
 
 use tidemark_schema::{
-    AlertId, GroupAlertItem, GroupRuleSpec, GroupRuleStateItem, Timestamp, fraction,
+    AlertId, GroupAlertItem, GroupRuleSpec, GroupRuleStateItem, TagCountItem, Timestamp, fraction,
 };
+use tidemark_store::{Item, StoreError, from_stored};
 
 /// A group's counts: its members, and how many of them have an open offline alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GroupCounts {
     pub members: i64,
     pub offline: i64,
+}
+
+impl GroupCounts {
+    /// The sums of a group's count items, as stored.
+    pub fn of(items: Vec<Item>) -> Result<Self, StoreError> {
+        let mut c = GroupCounts::default();
+        for i in items {
+            let n: TagCountItem = from_stored(i)?;
+            c.members += n.members;
+            c.offline += n.offline_members;
+        }
+        Ok(c)
+    }
 }
 
 /// What a judgement changes: the rule's next state, and the alert it opens or resolves.

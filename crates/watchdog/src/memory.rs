@@ -273,13 +273,7 @@ impl WatchStore for MemoryStore {
     }
 
     async fn group_counts(&self, tag: &Tag) -> Result<GroupCounts, StoreError> {
-        let mut c = GroupCounts::default();
-        for i in self.table.batch_get(&TagCountItem::keys(tag)) {
-            let n: TagCountItem = from_stored(i)?;
-            c.members += n.members;
-            c.offline += n.offline_members;
-        }
-        Ok(c)
+        GroupCounts::of(self.table.batch_get(&TagCountItem::keys(tag)))
     }
 
     async fn group_rule_state(

@@ -132,6 +132,55 @@ trait AlertImage {
     fn detail(&self, event_id: EventId, change: ChangeKind, changed_at: Timestamp) -> Detail;
 }
 
+/// The getters both alert items answer alike (their attributes are named the same).
+macro_rules! same_attributes {
+    () => {
+        fn state(&self) -> AlertState {
+            self.state
+        }
+        fn acknowledged_at(&self) -> Option<Timestamp> {
+            self.acknowledged_at
+        }
+        fn resolved_at(&self) -> Option<Timestamp> {
+            self.resolved_at
+        }
+        fn snoozed_until(&self) -> Option<Timestamp> {
+            self.snoozed_until
+        }
+        fn opened_at(&self) -> Timestamp {
+            self.opened_at
+        }
+        fn last_breach_at(&self) -> Timestamp {
+            self.last_breach_at
+        }
+    };
+}
+
+/// A [`Detail`] of alert `$a`: the fields both alert items fill alike, and then those given
+/// (who owns it, its metric, rule and tags).
+macro_rules! detail_of {
+    ($a:expr, $event_id:expr, $change:expr, $changed_at:expr, { $($field:ident: $value:expr),* $(,)? }) => {
+        Detail {
+            event_id: $event_id,
+            change: $change,
+            alert_id: $a.alert_id.clone(),
+            kind: $a.rule.kind(),
+            rule: $a.rule,
+            severity: $a.severity,
+            state: $a.state,
+            value: $a.value,
+            threshold: $a.threshold,
+            message: $a.message.clone(),
+            opened_at: $a.opened_at,
+            acknowledged_at: $a.acknowledged_at,
+            resolved_at: $a.resolved_at,
+            snoozed_until: $a.snoozed_until,
+            changed_at: $changed_at,
+            $($field: $value),*
+        }
+    };
+}
+
 impl AlertImage for AlertItem {
     fn key(&self) -> keys::Key {
         EntityKey::Alert {
@@ -140,48 +189,16 @@ impl AlertImage for AlertItem {
         }
         .key()
     }
-    fn state(&self) -> AlertState {
-        self.state
-    }
-    fn acknowledged_at(&self) -> Option<Timestamp> {
-        self.acknowledged_at
-    }
-    fn resolved_at(&self) -> Option<Timestamp> {
-        self.resolved_at
-    }
-    fn snoozed_until(&self) -> Option<Timestamp> {
-        self.snoozed_until
-    }
-    fn opened_at(&self) -> Timestamp {
-        self.opened_at
-    }
-    fn last_breach_at(&self) -> Timestamp {
-        self.last_breach_at
-    }
+    same_attributes!();
     fn detail(&self, event_id: EventId, change: ChangeKind, changed_at: Timestamp) -> Detail {
-        Detail {
-            event_id,
-            change,
+        detail_of!(self, event_id, change, changed_at, {
             path: format!("/devices/{}/alerts/{}", self.device_id, self.alert_id),
             device_id: Some(self.device_id.clone()),
             group: None,
-            alert_id: self.alert_id.clone(),
-            kind: self.rule.kind(),
             metric: self.metric.clone(),
-            rule: self.rule,
             rule_spec: self.rule_spec.clone().map(AnyRuleSpec::Device),
-            severity: self.severity,
-            state: self.state,
-            value: self.value,
-            threshold: self.threshold,
-            message: self.message.clone(),
-            opened_at: self.opened_at,
-            acknowledged_at: self.acknowledged_at,
-            resolved_at: self.resolved_at,
-            snoozed_until: self.snoozed_until,
-            changed_at,
             tags: self.tags.clone(),
-        }
+        })
     }
 }
 
@@ -193,50 +210,18 @@ impl AlertImage for GroupAlertItem {
         }
         .key()
     }
-    fn state(&self) -> AlertState {
-        self.state
-    }
-    fn acknowledged_at(&self) -> Option<Timestamp> {
-        self.acknowledged_at
-    }
-    fn resolved_at(&self) -> Option<Timestamp> {
-        self.resolved_at
-    }
-    fn snoozed_until(&self) -> Option<Timestamp> {
-        self.snoozed_until
-    }
-    fn opened_at(&self) -> Timestamp {
-        self.opened_at
-    }
-    fn last_breach_at(&self) -> Timestamp {
-        self.last_breach_at
-    }
+    same_attributes!();
     fn detail(&self, event_id: EventId, change: ChangeKind, changed_at: Timestamp) -> Detail {
         let tags = Tags::new([(self.group.key.clone(), self.group.value.clone())].into())
             .unwrap_or_default();
-        Detail {
-            event_id,
-            change,
+        detail_of!(self, event_id, change, changed_at, {
             path: format!("/groups/{}/alerts/{}", self.group, self.alert_id),
             device_id: None,
             group: Some(self.group.clone()),
-            alert_id: self.alert_id.clone(),
-            kind: self.rule.kind(),
             metric: None,
-            rule: self.rule,
             rule_spec: Some(AnyRuleSpec::Group(self.rule_spec.clone())),
-            severity: self.severity,
-            state: self.state,
-            value: self.value,
-            threshold: self.threshold,
-            message: self.message.clone(),
-            opened_at: self.opened_at,
-            acknowledged_at: self.acknowledged_at,
-            resolved_at: self.resolved_at,
-            snoozed_until: self.snoozed_until,
-            changed_at,
-            tags,
-        }
+            tags: tags,
+        })
     }
 }
 

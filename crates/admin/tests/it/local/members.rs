@@ -2,7 +2,7 @@
 //! counts existed gets its members counted, and the counts `PUT /devices/{id}` keeps from then
 //! on go on from there.
 
-use tidemark_schema::{DeviceId, DeviceStatus, Tag, TagCountItem, TagIndexItem, Tags};
+use tidemark_schema::{DeviceId, DeviceStatus, Tag, TagIndexItem, Tags};
 use tidemark_testkit::TestTable;
 
 fn entry(tag: &Tag, device: &str) -> TagIndexItem {
@@ -17,17 +17,7 @@ fn entry(tag: &Tag, device: &str) -> TagIndexItem {
 
 /// The group's members as its count items say, summed.
 async fn members(t: &TestTable, tag: &Tag) -> i64 {
-    let wanted = TagCountItem::keys(tag);
-    let mut n = 0;
-    for i in t.scan().await {
-        let Ok(c) = tidemark_store::from_item::<TagCountItem>(i) else {
-            continue;
-        };
-        if wanted.iter().any(|k| k.pk == c.pk && k.sk == c.sk) {
-            n += c.members;
-        }
-    }
-    n
+    t.group_counts(tag).await.0
 }
 
 #[tokio::test]

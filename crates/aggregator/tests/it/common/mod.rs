@@ -479,3 +479,46 @@ pub async fn stream_records(
     })
     .await
 }
+
+/// An event bus that records what was put on it.
+#[derive(Default)]
+pub struct Bus(pub std::sync::Mutex<Vec<tidemark_aggregator::notify::EventEntry>>);
+
+impl tidemark_aggregator::notify::Publisher for Bus {
+    async fn put_events(
+        &self,
+        entries: &[tidemark_aggregator::notify::EventEntry],
+    ) -> Result<tidemark_aggregator::notify::EntryOutcomes, String> {
+        self.0.lock().unwrap().extend(entries.iter().cloned());
+        Ok(vec![None; entries.len()])
+    }
+}
+
+/// The watchdog's heartbeats as a pipeline that has caught up passes them: marked passed the
+/// moment they are sent (into the table `.1` through the client `.0`).
+pub struct CaughtUp(pub aws_sdk_dynamodb::Client, pub String);
+
+impl tidemark_watchdog::Heartbeats for CaughtUp {
+    async fn send(
+        &self,
+        at: Timestamp,
+    ) -> Result<Vec<tidemark_schema::keys::ShardName>, tidemark_watchdog::WatchdogError> {
+        let shard = tidemark_schema::keys::ShardName::new("shardId-000000000000").unwrap();
+        let key = EntityKey::Heartbeat(shard.clone()).key();
+        let beat = tidemark_schema::HeartbeatItem {
+            pk: key.pk,
+            sk: key.sk,
+            sent_at: at,
+            stored_at: Some(at),
+            passed_at: Some(at),
+        };
+        self.0
+            .put_item()
+            .table_name(&self.1)
+            .set_item(Some(tidemark_store::to_item(&beat).unwrap()))
+            .send()
+            .await
+            .unwrap();
+        Ok(vec![shard])
+    }
+}

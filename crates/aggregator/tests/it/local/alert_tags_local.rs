@@ -3,23 +3,17 @@
 //! items, and the notifier, fed the table's real stream, publishes them as `detail.tags`, so
 //! an EventBridge rule can route one site's alerts to its own team.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::common::*;
 use serde_json::{Value, json};
 use tidemark_aggregator::config::{Role, parse_thresholds};
-use tidemark_aggregator::notify::{
-    DynamoMarkers, EntryOutcomes, EventEntry, Publisher, alert_changes,
-};
+use tidemark_aggregator::notify::{DynamoMarkers, alert_changes};
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Notifier};
-use tidemark_schema::keys::{self, ShardName};
-use tidemark_schema::{
-    Clock, DeviceId, DeviceItem, DeviceStatus, EntityKey, HeartbeatItem, TagKey, TagValue, Tags,
-    Timestamp,
-};
+use tidemark_schema::keys::{self};
+use tidemark_schema::{Clock, DeviceId, DeviceItem, DeviceStatus, TagKey, TagValue, Tags};
 use tidemark_testkit::TestTable;
-use tidemark_watchdog::{DynamoWatch, Heartbeats, Watchdog, WatchdogConfig, WatchdogError};
+use tidemark_watchdog::{DynamoWatch, Watchdog, WatchdogConfig};
 
 fn tags(pairs: &[(&str, &str)]) -> Tags {
     Tags::new(
@@ -29,17 +23,6 @@ fn tags(pairs: &[(&str, &str)]) -> Tags {
             .collect(),
     )
     .unwrap()
-}
-
-/// Records what was put on the bus.
-#[derive(Default)]
-struct Bus(Mutex<Vec<EventEntry>>);
-
-impl Publisher for Bus {
-    async fn put_events(&self, entries: &[EventEntry]) -> Result<EntryOutcomes, String> {
-        self.0.lock().unwrap().extend(entries.iter().cloned());
-        Ok(vec![None; entries.len()])
-    }
 }
 
 fn notifier(t: &TestTable) -> Notifier<Bus, DynamoMarkers> {
@@ -130,32 +113,6 @@ async fn threshold_alert_events_carry_the_tags_the_device_had_when_the_alert_was
         tags(&[("site", "B")]),
         "line 3 is gone from the item too"
     );
-}
-
-/// Marks the shard's heartbeat passed the moment it is sent, as ingest and the alerts role
-/// would once they have caught up.
-struct CaughtUp(aws_sdk_dynamodb::Client, String);
-
-impl Heartbeats for CaughtUp {
-    async fn send(&self, at: Timestamp) -> Result<Vec<ShardName>, WatchdogError> {
-        let shard = ShardName::new("shardId-000000000000").unwrap();
-        let key = EntityKey::Heartbeat(shard.clone()).key();
-        let beat = HeartbeatItem {
-            pk: key.pk,
-            sk: key.sk,
-            sent_at: at,
-            stored_at: Some(at),
-            passed_at: Some(at),
-        };
-        self.0
-            .put_item()
-            .table_name(&self.1)
-            .set_item(Some(tidemark_store::to_item(&beat).unwrap()))
-            .send()
-            .await
-            .unwrap();
-        Ok(vec![shard])
-    }
 }
 
 #[tokio::test]

@@ -3,58 +3,19 @@
 //! in their transactions, the watchdog's judgement of `offlineFraction`, and the group
 //! alert's events as the notifier publishes them from the table's real stream.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::common::*;
 use serde_json::{Value, json};
 use tidemark_aggregator::config::Role;
-use tidemark_aggregator::notify::{
-    DynamoMarkers, EntryOutcomes, EventEntry, Publisher, alert_changes,
-};
+use tidemark_aggregator::notify::{DynamoMarkers, alert_changes};
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Notifier};
-use tidemark_schema::keys::{self, ShardName};
+use tidemark_schema::keys::{self};
 use tidemark_schema::{
-    Clock, DeviceItem, DeviceStatus, EntityKey, GroupRuleSpec, HeartbeatItem, Tag, TagCountItem,
-    TagIndexItem, TagKey, TagValue, Tags, Timestamp,
+    Clock, DeviceItem, DeviceStatus, GroupRuleSpec, Tag, TagIndexItem, TagKey, TagValue, Tags,
 };
 use tidemark_testkit::TestTable;
-use tidemark_watchdog::{DynamoWatch, Heartbeats, Report, Watchdog, WatchdogConfig, WatchdogError};
-
-#[derive(Default)]
-struct Bus(Mutex<Vec<EventEntry>>);
-
-impl Publisher for Bus {
-    async fn put_events(&self, entries: &[EventEntry]) -> Result<EntryOutcomes, String> {
-        self.0.lock().unwrap().extend(entries.iter().cloned());
-        Ok(vec![None; entries.len()])
-    }
-}
-
-/// Marks the shard's heartbeat passed the moment it is sent.
-struct CaughtUp(aws_sdk_dynamodb::Client, String);
-
-impl Heartbeats for CaughtUp {
-    async fn send(&self, at: Timestamp) -> Result<Vec<ShardName>, WatchdogError> {
-        let shard = ShardName::new("shardId-000000000000").unwrap();
-        let key = EntityKey::Heartbeat(shard.clone()).key();
-        let beat = HeartbeatItem {
-            pk: key.pk,
-            sk: key.sk,
-            sent_at: at,
-            stored_at: Some(at),
-            passed_at: Some(at),
-        };
-        self.0
-            .put_item()
-            .table_name(&self.1)
-            .set_item(Some(tidemark_store::to_item(&beat).unwrap()))
-            .send()
-            .await
-            .unwrap();
-        Ok(vec![shard])
-    }
-}
+use tidemark_watchdog::{DynamoWatch, Report, Watchdog, WatchdogConfig};
 
 fn site(v: &str) -> Tag {
     Tag::new(TagKey::new("site").unwrap(), TagValue::new(v).unwrap())
@@ -79,22 +40,6 @@ async fn watchdog_run(t: &TestTable, at: &str, rule: &GroupRuleSpec) -> Report {
     w.run(tokio::time::Instant::now() + Duration::from_secs(30))
         .await
         .unwrap()
-}
-
-/// The group's counts summed over its partitions, read from the table.
-async fn counts(t: &TestTable, tag: &Tag) -> (i64, i64) {
-    let wanted = TagCountItem::keys(tag);
-    let mut c = (0, 0);
-    for i in t.scan().await {
-        let Ok(n) = tidemark_store::from_item::<TagCountItem>(i) else {
-            continue;
-        };
-        if wanted.iter().any(|k| k.pk == n.pk && k.sk == n.sk) {
-            c.0 += n.members;
-            c.1 += n.offline_members;
-        }
-    }
-    c
 }
 
 async fn index(t: &TestTable, puts: &[TagIndexItem], deletes: &[keys::Key]) {
@@ -144,7 +89,7 @@ async fn a_sites_offline_fraction_opens_one_group_alert_whose_events_carry_the_g
     index(&t, &entries, &[]).await;
     index(&t, &entries, &[]).await;
     index(&t, std::slice::from_ref(&fifth), &[]).await;
-    assert_eq!(counts(&t, &a).await, (5, 0));
+    assert_eq!(t.group_counts(&a).await, (5, 0));
     let gone = keys::Key {
         pk: fifth.pk.clone(),
         sk: fifth.sk.clone(),
@@ -152,7 +97,7 @@ async fn a_sites_offline_fraction_opens_one_group_alert_whose_events_carry_the_g
     index(&t, &[], std::slice::from_ref(&gone)).await;
     index(&t, &[], std::slice::from_ref(&gone)).await;
     assert_eq!(
-        counts(&t, &a).await,
+        t.group_counts(&a).await,
         (4, 0),
         "a repeated delete counts once"
     );
@@ -162,7 +107,7 @@ async fn a_sites_offline_fraction_opens_one_group_alert_whose_events_carry_the_g
 
     // THEN a1 and a2 are offline and counted, and site A has one open group alert
     assert_eq!((first.opened, first.group_opened), (2, 1), "{first:?}");
-    assert_eq!(counts(&t, &a).await, (4, 2));
+    assert_eq!(t.group_counts(&a).await, (4, 2));
     // AND a second run at once opens nothing more
     let again = watchdog_run(&t, "2026-04-20T14:10:30Z", &rule).await;
     assert_eq!((again.opened, again.group_opened), (0, 0), "{again:?}");
@@ -181,7 +126,7 @@ async fn a_sites_offline_fraction_opens_one_group_alert_whose_events_carry_the_g
 
     // THEN it leaves site A's offline count, and the next run resolves the group alert
     // (a quarter is not above a quarter)
-    assert_eq!(counts(&t, &a).await, (4, 1));
+    assert_eq!(t.group_counts(&a).await, (4, 1));
     assert!(device_item(&t, "a1").await.unwrap().offline.is_none());
     let later = watchdog_run(&t, "2026-04-20T14:12:00Z", &rule).await;
     assert_eq!(later.group_resolved, 1, "{later:?}");

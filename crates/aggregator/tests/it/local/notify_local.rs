@@ -1,15 +1,13 @@
 //! The notifier's markers against DynamoDB Local: what one attempt marks, the next attempt
 //! (a Lambda retry, a bisected half, a replay) does not publish again.
 
+use crate::common::Bus;
 use std::collections::HashSet;
-use std::sync::Mutex;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_aggregator::Notifier;
-use tidemark_aggregator::notify::{
-    DynamoMarkers, EntryOutcomes, EventEntry, Markers, Publisher, alert_changes,
-};
+use tidemark_aggregator::notify::{DynamoMarkers, Markers, alert_changes};
 use tidemark_schema::{AlertItem, AlertState, EntityKey, EventId, Timestamp};
 use tidemark_testkit::TestTable;
 
@@ -26,16 +24,6 @@ fn record(name: &str, seq: u64, old: Option<&AlertItem>, new: &AlertItem) -> Eve
     let mut r = change_record(seq.into(), old.map(image), Some(image(new)));
     r.event_name = name.into();
     r
-}
-
-#[derive(Default)]
-struct Bus(Mutex<Vec<EventEntry>>);
-
-impl Publisher for Bus {
-    async fn put_events(&self, entries: &[EventEntry]) -> Result<EntryOutcomes, String> {
-        self.0.lock().unwrap().extend(entries.iter().cloned());
-        Ok(vec![None; entries.len()])
-    }
 }
 
 #[tokio::test]

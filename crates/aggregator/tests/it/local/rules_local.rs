@@ -4,14 +4,10 @@
 //! computed from stored in a real table, rules from the device item's `rules` or the fleet
 //! default, and the opened events read from the table's real stream by the notifier.
 
-use std::sync::Mutex;
-
 use crate::common::*;
 use serde_json::Value;
 use tidemark_aggregator::config::Role;
-use tidemark_aggregator::notify::{
-    DynamoMarkers, EntryOutcomes, EventEntry, Publisher, alert_changes,
-};
+use tidemark_aggregator::notify::{DynamoMarkers, alert_changes};
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Notifier};
 use tidemark_schema::rules::parse_rules;
 use tidemark_schema::{
@@ -64,17 +60,6 @@ async fn episodes(t: &TestTable, device: &str) -> Vec<(Timestamp, Option<Timesta
         .iter()
         .map(|a| (a.opened_at, a.resolved_at))
         .collect()
-}
-
-/// Records what was put on the bus.
-#[derive(Default)]
-struct Bus(Mutex<Vec<EventEntry>>);
-
-impl Publisher for Bus {
-    async fn put_events(&self, entries: &[EventEntry]) -> Result<EntryOutcomes, String> {
-        self.0.lock().unwrap().extend(entries.iter().cloned());
-        Ok(vec![None; entries.len()])
-    }
 }
 
 /// Hands the table's stream, once it shows `changes` alert changes, to a notifier, and

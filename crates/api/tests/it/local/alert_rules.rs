@@ -305,18 +305,9 @@ async fn a_window_rules_alert_lists_with_its_kind_and_rule_and_takes_ack_and_sno
 
 /// The members `tag`'s index partitions count, read from the table.
 async fn members(t: &TestTable, tag: &str) -> i64 {
-    let tag = tidemark_schema::Tag::parse(tag).unwrap();
-    let wanted = tidemark_schema::TagCountItem::keys(&tag);
-    let mut n = 0;
-    for i in t.scan().await {
-        let Ok(c) = tidemark_store::from_item::<tidemark_schema::TagCountItem>(i) else {
-            continue;
-        };
-        if wanted.iter().any(|k| k.pk == c.pk && k.sk == c.sk) {
-            n += c.members;
-        }
-    }
-    n
+    t.group_counts(&tidemark_schema::Tag::parse(tag).unwrap())
+        .await
+        .0
 }
 
 #[tokio::test]
