@@ -121,7 +121,8 @@ bench-quick:
 ## bench: cost and speed on the local stack, side by side with the textbook design, in release
 ## builds (the two offline benchmarks alone take about half an hour); writes bench/REPORT.md and bench/report.json,
 ## the time from a breach (a threshold's, and a window rule's) entering Kinesis to its alert
-## event into bench/ALERTS.md, what 2 window rules add per reading into bench/RULES.md, one
+## event into bench/ALERTS.md, what 2 window rules add per reading into bench/RULES.md, what
+## judging a group rule over 10,000 devices reads into bench/GROUP_RULES.md, one
 ## aggregator invocation on the worst cases of bounded work into bench/WORST_CASE.md, what
 ## DynamoDB Local lets each way of writing readings reach into bench/CEILING.md, packed
 ## readings against single items at four ingest windows into bench/PACKING.md, what reading
@@ -149,5 +150,6 @@ bench:
 	$(CARGO) run --release -p tidemark-bench --example offline
 	$(CARGO) run --release -p tidemark-bench --example offline_latency
 	$(CARGO) run --release -p tidemark-bench --example rule_cost
+	$(CARGO) run --release -p tidemark-bench --example group_rule_cost
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed
