@@ -9,6 +9,7 @@ use tidemark_schema::table::attr;
 use tidemark_schema::{DeviceId, EntityKey, Key, TagCountItem, TagHistory, TagIndexItem, field};
 
 use crate::batch_get::key_item;
+use crate::retry::RetryPolicy;
 use crate::write::tag_counts::count_update;
 use crate::{Item, StoreError, to_item};
 
@@ -119,30 +120,110 @@ pub fn count_key(pk: &str, sk: &str) -> Result<Key, StoreError> {
     }
 }
 
+/// How often a transaction that met another on its count item is tried in all: registrations
+/// into one group at once share 16 count items, so a burst of them conflicts now and then.
+const CONFLICT_ATTEMPTS: u32 = 8;
+
 /// `write` and the count's move in one transaction; `false` when `write`'s condition failed
-/// (the entry was already there, or already gone), which moves nothing.
+/// (the entry was already there, or already gone), which moves nothing. A transaction that
+/// met another one on the count item (DynamoDB cancels one of them) is tried again after a
+/// jittered wait, up to [`CONFLICT_ATTEMPTS`] times in all.
 async fn counted_write(
     client: &Client,
     write: TransactWriteItem,
     counted: Update,
 ) -> Result<bool, StoreError> {
-    let r = client
-        .transact_write_items()
-        .transact_items(write)
-        .transact_items(TransactWriteItem::builder().update(counted).build())
-        .send()
-        .await
-        .map_err(StoreError::sdk("TransactWriteItems"));
-    match r {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            let failed_condition = matches!(
-                e.dynamo(),
-                Some(aws_sdk_dynamodb::Error::TransactionCanceledException(c))
-                    if c.cancellation_reasons().first().and_then(|r| r.code())
-                        == Some("ConditionalCheckFailed")
-            );
-            if failed_condition { Ok(false) } else { Err(e) }
+    let policy = RetryPolicy::default();
+    let mut attempt = 1;
+    loop {
+        let r = client
+            .transact_write_items()
+            .transact_items(write.clone())
+            .transact_items(TransactWriteItem::builder().update(counted.clone()).build())
+            .send()
+            .await
+            .map_err(StoreError::sdk("TransactWriteItems"));
+        let e = match r {
+            Ok(_) => return Ok(true),
+            Err(e) => e,
+        };
+        match cancelled_by(&e) {
+            Some(Cancelled::Condition) => return Ok(false),
+            Some(Cancelled::Conflict) if attempt < CONFLICT_ATTEMPTS => {
+                tokio::time::sleep(policy.delay(attempt)).await;
+                attempt += 1;
+            }
+            _ => return Err(e),
         }
+    }
+}
+
+/// Why DynamoDB cancelled a transaction, when it is one of the reasons the writer handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cancelled {
+    /// The entry's own condition failed.
+    Condition,
+    /// Another transaction was writing one of its items.
+    Conflict,
+}
+
+fn cancelled_by(e: &StoreError) -> Option<Cancelled> {
+    match e.dynamo()? {
+        aws_sdk_dynamodb::Error::TransactionCanceledException(c) => {
+            let codes: Vec<&str> = c
+                .cancellation_reasons()
+                .iter()
+                .filter_map(|r| r.code())
+                .collect();
+            if codes.first() == Some(&"ConditionalCheckFailed") {
+                Some(Cancelled::Condition)
+            } else if codes.contains(&"TransactionConflict") {
+                Some(Cancelled::Conflict)
+            } else {
+                None
+            }
+        }
+        aws_sdk_dynamodb::Error::TransactionConflictException(_) => Some(Cancelled::Conflict),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::CancellationReason;
+    use aws_sdk_dynamodb::types::error::TransactionCanceledException;
+
+    fn cancelled(codes: &[&str]) -> StoreError {
+        let mut e = TransactionCanceledException::builder();
+        for c in codes {
+            e = e.cancellation_reasons(CancellationReason::builder().code(*c).build());
+        }
+        StoreError::Dynamo {
+            operation: "TransactWriteItems",
+            source: Box::new(aws_sdk_dynamodb::Error::TransactionCanceledException(
+                e.build(),
+            )),
+        }
+    }
+
+    #[test]
+    fn a_failed_entry_condition_moves_nothing_a_conflict_on_the_count_is_tried_again() {
+        // The entry is the transaction's first action, the count its second.
+        assert_eq!(
+            cancelled_by(&cancelled(&["ConditionalCheckFailed", "None"])),
+            Some(Cancelled::Condition)
+        );
+        assert_eq!(
+            cancelled_by(&cancelled(&["None", "TransactionConflict"])),
+            Some(Cancelled::Conflict)
+        );
+        // Anything else is an error for the caller (a request DynamoDB refuses for good).
+        assert_eq!(cancelled_by(&cancelled(&["None", "ValidationError"])), None);
+        let throttled = StoreError::Request {
+            operation: "TransactWriteItems",
+            message: "throttled".into(),
+        };
+        assert_eq!(cancelled_by(&throttled), None);
     }
 }

@@ -195,3 +195,38 @@ async fn a_tags_index_is_written_and_listed_over_its_partitions() {
     assert_eq!(inactive.items.len(), 14, "4, 8, …, 56");
     assert!(inactive.next.is_none());
 }
+
+#[tokio::test]
+async fn registrations_into_one_index_partition_at_once_are_each_counted_once() {
+    let t = TestTable::new("tags-count-burst").await;
+    let site = Tag::parse("site:A").unwrap();
+    // GIVEN forty devices whose entries share one partition of site A's index, and so its
+    // count item
+    let same: Vec<DeviceId> = (0..2_000)
+        .map(dev_n)
+        .filter(|d| keys::tag_index_partition(d) == 3)
+        .take(40)
+        .collect();
+    assert_eq!(same.len(), 40);
+    // WHEN they are all registered at once, each twice (a retried request)
+    let results: Vec<_> = futures::stream::iter(same.iter().chain(same.iter()))
+        .map(|d| {
+            let (t, site) = (&t, &site);
+            async move {
+                let e = TagIndexItem::new(site, d, DeviceStatus::Active, tags(&[("site", "A")]));
+                write_index(&t.client, &t.name, &[e], &[]).await
+            }
+        })
+        .buffer_unordered(40)
+        .collect()
+        .await;
+    // THEN every write went through, and the partition counts forty members
+    for r in results {
+        r.unwrap();
+    }
+    assert_eq!(t.group_counts(&site).await, (40, 0));
+}
+
+fn dev_n(i: usize) -> DeviceId {
+    DeviceId::new(&format!("burst_{i:04}")).unwrap()
+}
