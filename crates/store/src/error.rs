@@ -100,6 +100,24 @@ impl StoreError {
         }
     }
 
+    /// A transaction DynamoDB cancelled because another one was writing one of its items,
+    /// with no condition of its own failing: worth another try
+    /// ([`crate::retry::TRANSACTION_CONFLICT_ATTEMPTS`]).
+    pub fn is_transaction_conflict(&self) -> bool {
+        match self.dynamo() {
+            Some(aws_sdk_dynamodb::Error::TransactionCanceledException(c)) => {
+                let codes: Vec<&str> = c
+                    .cancellation_reasons()
+                    .iter()
+                    .filter_map(|r| r.code())
+                    .collect();
+                codes.contains(&"TransactionConflict") && !codes.contains(&"ConditionalCheckFailed")
+            }
+            Some(aws_sdk_dynamodb::Error::TransactionConflictException(_)) => true,
+            _ => false,
+        }
+    }
+
     pub fn is_conditional_check_failed(&self) -> bool {
         matches!(
             self.dynamo(),

@@ -31,6 +31,12 @@ pub fn is_retryable<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     }
 }
 
+/// How often a transaction DynamoDB cancelled for meeting another on one of its items
+/// ([`crate::StoreError::is_transaction_conflict`]) is tried in all, a jittered
+/// [`RetryPolicy::delay`] apart: writers that share an item (a group's count items, say)
+/// meet now and then in a burst.
+pub const TRANSACTION_CONFLICT_ATTEMPTS: u32 = 8;
+
 /// Exponential backoff with full jitter: the n-th wait is uniform in
 /// `[0, min(max_delay, base_delay * 2^(n-1))]`, which spreads competing writers best.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

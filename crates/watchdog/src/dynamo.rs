@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConsumedCapacity, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
 };
@@ -13,6 +14,7 @@ use tidemark_schema::{
     HeartbeatItem, OfflineState, Tag, TagCountItem, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
+use tidemark_store::retry::{RetryPolicy, TRANSACTION_CONFLICT_ATTEMPTS};
 use tidemark_store::write::tag_counts::count_update;
 use tidemark_store::{Item, StoreError, from_stored, to_item};
 
@@ -75,6 +77,36 @@ impl DynamoWatch {
             0.0,
         );
         o.item.map(from_stored).transpose()
+    }
+
+    /// Sends a transaction: `Ok(false)` when a condition failed (another writer decided
+    /// first); one that met another on an item (offline counts are shared by a group's
+    /// devices) is tried again, a jittered wait apart.
+    async fn transact(&self, request: TransactWriteItemsFluentBuilder) -> Result<bool, StoreError> {
+        let policy = RetryPolicy::default();
+        let mut attempt = 1;
+        loop {
+            let r = request
+                .clone()
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(StoreError::sdk("TransactWriteItems"));
+            match r {
+                Ok(o) => {
+                    self.spent(0.0, capacity(o.consumed_capacity()));
+                    return Ok(true);
+                }
+                Err(e)
+                    if e.is_transaction_conflict() && attempt < TRANSACTION_CONFLICT_ATTEMPTS =>
+                {
+                    tokio::time::sleep(policy.delay(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) if lost(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     pub fn new(client: Client, table: impl Into<String>) -> Self {
@@ -364,19 +396,7 @@ impl WatchStore for DynamoWatch {
                 .map_err(req)?;
             request = request.transact_items(TransactWriteItem::builder().update(update).build());
         }
-        let r = request
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(StoreError::sdk("TransactWriteItems"));
-        match r {
-            Ok(o) => {
-                self.spent(0.0, capacity(o.consumed_capacity()));
-                Ok(true)
-            }
-            Err(e) if lost(&e) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.transact(request).await
     }
 
     async fn open(
@@ -447,19 +467,7 @@ impl WatchStore for DynamoWatch {
         for c in counts {
             request = request.transact_items(c);
         }
-        let r = request
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(StoreError::sdk("TransactWriteItems"));
-        match r {
-            Ok(o) => {
-                self.spent(0.0, capacity(o.consumed_capacity()));
-                Ok(true)
-            }
-            Err(e) if lost(&e) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.transact(request).await
     }
 
     fn units(&self) -> (f64, f64) {

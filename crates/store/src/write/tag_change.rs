@@ -9,7 +9,7 @@ use tidemark_schema::table::attr;
 use tidemark_schema::{DeviceId, EntityKey, Key, TagCountItem, TagHistory, TagIndexItem, field};
 
 use crate::batch_get::key_item;
-use crate::retry::RetryPolicy;
+use crate::retry::{RetryPolicy, TRANSACTION_CONFLICT_ATTEMPTS};
 use crate::write::tag_counts::count_update;
 use crate::{Item, StoreError, to_item};
 
@@ -120,14 +120,11 @@ pub fn count_key(pk: &str, sk: &str) -> Result<Key, StoreError> {
     }
 }
 
-/// How often a transaction that met another on its count item is tried in all: registrations
-/// into one group at once share 16 count items, so a burst of them conflicts now and then.
-const CONFLICT_ATTEMPTS: u32 = 8;
-
 /// `write` and the count's move in one transaction; `false` when `write`'s condition failed
 /// (the entry was already there, or already gone), which moves nothing. A transaction that
-/// met another one on the count item (DynamoDB cancels one of them) is tried again after a
-/// jittered wait, up to [`CONFLICT_ATTEMPTS`] times in all.
+/// met another one on the count item (DynamoDB cancels one of them; registrations into one
+/// group share its 16 count items) is tried again after a jittered wait, up to
+/// [`TRANSACTION_CONFLICT_ATTEMPTS`] times in all.
 async fn counted_write(
     client: &Client,
     write: TransactWriteItem,
@@ -149,7 +146,7 @@ async fn counted_write(
         };
         match cancelled_by(&e) {
             Some(Cancelled::Condition) => return Ok(false),
-            Some(Cancelled::Conflict) if attempt < CONFLICT_ATTEMPTS => {
+            Some(Cancelled::Conflict) if attempt < TRANSACTION_CONFLICT_ATTEMPTS => {
                 tokio::time::sleep(policy.delay(attempt)).await;
                 attempt += 1;
             }
@@ -168,22 +165,15 @@ enum Cancelled {
 }
 
 fn cancelled_by(e: &StoreError) -> Option<Cancelled> {
+    if e.is_transaction_conflict() {
+        return Some(Cancelled::Conflict);
+    }
     match e.dynamo()? {
         aws_sdk_dynamodb::Error::TransactionCanceledException(c) => {
-            let codes: Vec<&str> = c
-                .cancellation_reasons()
-                .iter()
-                .filter_map(|r| r.code())
-                .collect();
-            if codes.first() == Some(&"ConditionalCheckFailed") {
-                Some(Cancelled::Condition)
-            } else if codes.contains(&"TransactionConflict") {
-                Some(Cancelled::Conflict)
-            } else {
-                None
-            }
+            (c.cancellation_reasons().first().and_then(|r| r.code())
+                == Some("ConditionalCheckFailed"))
+            .then_some(Cancelled::Condition)
         }
-        aws_sdk_dynamodb::Error::TransactionConflictException(_) => Some(Cancelled::Conflict),
         _ => None,
     }
 }
