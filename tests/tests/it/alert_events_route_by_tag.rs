@@ -149,3 +149,36 @@ fn the_templates_example_rule_routes_site_a_alerts_and_only_them() {
     assert!(matches(&critical_at_a, &site_a));
     assert!(!matches(&critical_at_a, &warning) && !matches(&critical_at_a, &site_b));
 }
+
+#[test]
+fn a_group_alert_event_names_its_group_and_routes_with_its_sites_alerts() {
+    // GIVEN the alert the watchdog opens for "more than a tenth of site A offline"
+    let rule = tidemark_schema::GroupRuleSpec::from_value(
+        &json!({"group": "site:A", "offlineFraction": {"above": 0.1}, "severity": "critical"}),
+    )
+    .unwrap();
+    let at = tidemark_schema::Timestamp::parse_rfc3339("2026-04-20T14:10:00Z").unwrap();
+    let alert = tidemark_schema::GroupAlertItem::open(&rule, at, 500, 60);
+    use tidemark_aggregator::testing::{change_record, image};
+    let record = change_record(4_200_000_000_000_000_000, None, Some(image(&alert)));
+    // WHEN the notifier reads its stream record
+    let changes = alert_changes(&[record]);
+    // THEN it publishes the sample group event: its group, no device, the group as its tag
+    assert_eq!(changes.len(), 1);
+    let detail = serde_json::to_value(&changes[0].detail).unwrap();
+    let event = sample("eventbridge-group-alert-opened.json");
+    assert_eq!(event["detail"], detail, "{detail}");
+    assert!(detail.get("deviceId").is_none());
+    // AND a team's rule for site A takes it, as the critical-alert rule does
+    let pattern: Value = serde_json::to_value(&site_rule()["Properties"]["EventPattern"]).unwrap();
+    assert!(matches(&pattern, &event), "site A's group alert is routed");
+    assert!(!matches(&pattern, &with_tags(&event, json!({"site": "B"}))));
+    let t: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root().join("template.yaml")).expect("read template"),
+    )
+    .expect("template.yaml is YAML");
+    let critical: Value =
+        serde_json::to_value(&t["Resources"]["CriticalAlertRule"]["Properties"]["EventPattern"])
+            .unwrap();
+    assert!(matches(&critical, &event));
+}
