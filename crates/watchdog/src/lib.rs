@@ -19,6 +19,11 @@
 //!    one transaction with the device item (conditional on its version), under an ID made
 //!    from its deadline, so two runs at once open one alert.
 //!
+//! 4. **Group rules.** Last, it judges each rule of `GROUP_RULES` from its group's counts
+//!    (the 16 count items beside the tag index) and the rule's state, and writes the state
+//!    with the group alert it opens or resolves in one transaction, only when that changes
+//!    (`groups`, docs/design.md §5 "Group rules").
+//!
 //! The alert's `opened` event goes out as every alert's does: the alerts role reads the alert
 //! item's stream record and publishes it once. The alert item carries the device item's
 //! `tags`, so the event does too (`detail.tags`, routed by tag like a threshold alert's).

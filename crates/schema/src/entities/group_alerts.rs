@@ -30,7 +30,7 @@ pub struct GroupAlertItem {
     pub severity: Severity,
     pub state: AlertState,
     pub message: String,
-    /// The fraction when it opened, then the most extreme one a run wrote.
+    /// The offline fraction when it opened (runs that find it still breached write nothing).
     pub value: f64,
     pub threshold: f64,
     /// The group's counts when `value` was taken.
