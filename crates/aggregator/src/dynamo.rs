@@ -762,8 +762,13 @@ impl HeartbeatStore for DynamoStore {
         &self,
         shard: &tidemark_schema::keys::ShardName,
         sent_at: Timestamp,
+        role: crate::config::Role,
     ) -> Result<f64, StoreError> {
         let key = key_item(&EntityKey::Heartbeat(shard.clone()).key());
+        let mark = match role {
+            crate::config::Role::Alerts => field::PASSED_AT,
+            crate::config::Role::Rollups => field::ROLLUPS_PASSED_AT,
+        };
         let r = self
             .client
             .update_item()
@@ -771,7 +776,7 @@ impl HeartbeatStore for DynamoStore {
             .set_key(Some(key))
             .update_expression("SET #passed = :sent")
             .condition_expression("#sent = :sent")
-            .expression_attribute_names("#passed", field::PASSED_AT)
+            .expression_attribute_names("#passed", mark)
             .expression_attribute_names("#sent", field::SENT_AT)
             .expression_attribute_values(":sent", av(&sent_at)?)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)

@@ -213,10 +213,10 @@ impl<S: Store> Aggregator<S> {
             self.groups_of_done(event, &changes, &counters, stop, &mut failed)
                 .await;
         }
-        if self.config.role == Role::Alerts {
-            self.pass_heartbeats(&decoded, &counters, &mut failed.retry)
-                .await;
-        }
+        // Each role behind everything before the heartbeat, the rollups role behind its group
+        // partials too.
+        self.pass_heartbeats(&decoded, &counters, &mut failed.retry)
+            .await;
 
         if let (Role::Alerts, Some(n)) = (self.config.role, &self.notifier) {
             let changes = crate::notify::changes_of(&decoded);

@@ -454,13 +454,26 @@ pub struct AlertRecordOf<T> {
     pub recorded_at: Option<Timestamp>,
 }
 
-/// A heartbeat the alerts role is to mark as passed ([`HeartbeatItem`]).
+/// A stored heartbeat a role has still to mark as passed ([`HeartbeatItem`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     /// Position of its record in the event.
     pub index: usize,
     pub shard: ShardName,
     pub sent_at: Timestamp,
+    /// Which roles have not marked it yet (as the record's image shows).
+    pub alerts_to_mark: bool,
+    pub rollups_to_mark: bool,
+}
+
+impl Heartbeat {
+    /// Whether `role` has still to mark it.
+    pub fn to_mark(&self, role: crate::config::Role) -> bool {
+        match role {
+            crate::config::Role::Alerts => self.alerts_to_mark,
+            crate::config::Role::Rollups => self.rollups_to_mark,
+        }
+    }
 }
 
 /// An item deleted by TTL. Its image is not decoded (the roles never need it):
@@ -539,8 +552,8 @@ fn alert_record<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// The heartbeat a heartbeat item's write shows, unless the alerts role has marked it passed
-/// already (its own mark is a write too, and is not one).
+/// The heartbeat a heartbeat item's write shows, unless both roles have marked it passed
+/// already (each mark is a write too, and is not one for the role that made it).
 fn heartbeat(index: usize, rec: &EventRecord) -> Option<Heartbeat> {
     if rec.change.new_image.is_empty() {
         return None;
@@ -549,10 +562,14 @@ fn heartbeat(index: usize, rec: &EventRecord) -> Option<Heartbeat> {
     let Ok(EntityKey::Heartbeat(shard)) = EntityKey::parse(&h.pk, &h.sk) else {
         return None;
     };
-    (h.stored_at.is_some() && h.passed_at != Some(h.sent_at)).then_some(Heartbeat {
+    let alerts_to_mark = h.passed_at != Some(h.sent_at);
+    let rollups_to_mark = h.rollups_passed_at != Some(h.sent_at);
+    (h.stored_at.is_some() && (alerts_to_mark || rollups_to_mark)).then_some(Heartbeat {
         index,
         shard,
         sent_at: h.sent_at,
+        alerts_to_mark,
+        rollups_to_mark,
     })
 }
 

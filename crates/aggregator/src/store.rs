@@ -165,13 +165,14 @@ pub trait ReadingStore {
 }
 
 pub trait HeartbeatStore {
-    /// Copies `sentAt` to `passedAt` on the shard's heartbeat item if it still holds the
-    /// heartbeat sent at `sent_at` (a newer one is marked when its own record comes); the
-    /// write units it consumed.
+    /// Copies `sentAt` to the role's mark (`passedAt`, `rollupsPassedAt`) on the shard's
+    /// heartbeat item if it still holds the heartbeat sent at `sent_at` (a newer one is marked
+    /// when its own record comes); the write units it consumed.
     fn pass_heartbeat(
         &self,
         shard: &tidemark_schema::keys::ShardName,
         sent_at: Timestamp,
+        role: crate::config::Role,
     ) -> impl Future<Output = Result<f64, StoreError>> + Send;
 }
 

@@ -147,6 +147,7 @@ pub fn heartbeat_record(seq: u64, shard: &str, sent: Timestamp) -> EventRecord {
         sent_at: sent,
         stored_at: Some(sent),
         passed_at: None,
+        rollups_passed_at: None,
     };
     written("MODIFY", seq, serde_dynamo::to_item(&item).unwrap())
 }

@@ -613,7 +613,8 @@ impl<S: Store> App<S> {
     }
 
     /// `items` (alerts read from GSI1) with the `ruleSpec` of each rule's alert (window, rate,
-    /// stuck, group), and a group alert's `members` and `offlineMembers`, copied from its
+    /// stuck, group), and a group alert's `members` and `offlineMembers` (or a window rule's
+    /// `readings`), copied from its
     /// item: the index does not project them (adding them to the projection would mean
     /// rebuilding the index), so the page's rule alerts are read whole, one BatchGetItem,
     /// and none at all for a page of threshold and offline alerts. Only those are taken: the
@@ -641,10 +642,11 @@ impl<S: Store> App<S> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ApiError::Corrupt(e.to_string()))?;
         // A group alert's counts are not projected either: taken along.
-        const TAKEN: [&str; 3] = [
+        const TAKEN: [&str; 4] = [
             tidemark_schema::field::RULE_SPEC,
             tidemark_schema::field::MEMBERS,
             tidemark_schema::field::OFFLINE_MEMBERS,
+            tidemark_schema::field::READINGS,
         ];
         let mut whole: HashMap<(String, String), Item> = self
             .store

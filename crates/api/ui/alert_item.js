@@ -13,10 +13,11 @@
 //     `ruleText`: "avg over 5m above 30", "rate per minute above 5", "unchanged for 1h");
 //     the row shows the peak of what the rule computes (for stuck, the longest time one
 //     value lasted);
-//   - group: a group rule of the fleet's (its `ruleSpec`: "offline fraction above 10 %")
-//     over the devices holding `group`; the row names the group where a device's names its
-//     device, links to the fleet filtered by it, shows the share offline and acts on the
-//     alert under /groups/{group}/alerts/….
+//   - group: a group rule of the fleet's (its `ruleSpec`: "offline fraction above 10 %", or
+//     a window over the members' readings, "temperature avg over 15m above 28") over the
+//     devices holding `group`; the row names the group where a device's names its device,
+//     links to the fleet filtered by it, shows the share offline (or the window's value and
+//     its readings) and acts on the alert under /groups/{group}/alerts/….
 // A kind this page does not know yet shows its badge and the alert's message.
 import { api, enc } from './api.js';
 import { el, ms, num, time, duration, severityBadge, stateBadge, offlineBadge } from './charts.js';
@@ -87,6 +88,10 @@ function detail(al, kind) {
   if (kind === 'offline') return silence(al);
   if (kind === 'threshold') return `peak ${num(al.value)}, threshold ${num(al.threshold)}`;
   if (kind === 'stuck') return Number.isFinite(al.value) ? `same value for ${duration(Math.round(al.value))}` : '';
+  if (kind === 'group' && Number.isFinite(al.readings)) {
+    // A window over the members' readings: its aggregate when it opened, and of how many.
+    return Number.isFinite(al.value) ? `${num(al.value)} over ${al.readings} readings` : '';
+  }
   if (kind === 'group') {
     const share = Number.isFinite(al.value) ? `${num(Math.round(al.value * 1000) / 10)} % offline` : '';
     const of = Number.isFinite(al.members) && Number.isFinite(al.offlineMembers) ? ` (${al.offlineMembers} of ${al.members})` : '';
@@ -125,6 +130,9 @@ function action(text, busy, attrs, call, refresh) {
   return b;
 }
 
+/** The metric an alert is about: a device alert's own, a group window rule's from its rule. */
+const metricOf = (al) => al.metric || (al.group && al.ruleSpec && al.ruleSpec.metric) || '';
+
 export function alertItem(al, refresh, { showDevice = false } = {}) {
   // A group rule's alert belongs to its group, as a device's to its device.
   const owner = al.group ? `/groups/${enc(al.group)}` : `/devices/${enc(al.deviceId)}`;
@@ -157,7 +165,7 @@ export function alertItem(al, refresh, { showDevice = false } = {}) {
     quiet ? el('span', { class: 'badge state-snoozed', dataset: { until: al.snoozedUntil } }, 'snoozed until ', time(al.snoozedUntil)) : '',
     showDevice || al.group ? who : '',
     el('span', { class: 'msg' }, kindBadge(kind), ' ',
-      al.metric ? [el('span', { class: 'metric' }, al.metric), ' '] : '',
+      metricOf(al) ? [el('span', { class: 'metric' }, metricOf(al)), ' '] : '',
       el('span', { class: 'describe' }, describe(al, kind)),
       more ? el('span', { class: 'muted' }, ` · ${more}`) : ''),
     el('span', {}, 'opened ', time(al.openedAt), al.resolvedAt ? [' · resolved ', time(al.resolvedAt)] : ''),

@@ -287,13 +287,30 @@ async fn main() -> Result<(), BenchError> {
             for shard in 0..4 {
                 let minutes = (b * 5)..(b * 5 + 5);
                 // A shard's batch holds a quarter of the devices' readings.
-                let stats = group_stats(hour, 0, GROUP_DEVICES / 4, minutes, &mut rng);
+                let stats = group_stats(hour, 0, GROUP_DEVICES / 4, minutes.clone(), &mut rng);
+                // The rollups role's per-minute statistics beside them, the batch's readings
+                // spread evenly over its minutes.
+                let per = minutes.clone().count().max(1) as u64;
+                let by_minute: tidemark_schema::Minutes = minutes
+                    .filter_map(|m| hour.plus_millis(m * 60_000))
+                    .map(|at| {
+                        let one = tidemark_schema::MinuteStats {
+                            count: stats.count / per,
+                            sum: stats.sum / per as f64,
+                            min: stats.min,
+                            max: stats.max,
+                        };
+                        (tidemark_schema::Minute::of(at), one)
+                    })
+                    .collect();
                 let key = GroupPartialItem::key(&tag, hour, &format!("49600{shard}{b:04}"));
                 let p = GroupPartialItem {
                     pk: key.pk,
                     sk: key.sk,
                     added: [(metric.clone(), stats)].into(),
                     removed: Default::default(),
+                    added_minutes: [(metric.clone(), by_minute)].into(),
+                    removed_minutes: Default::default(),
                     ttl: now.epoch_seconds() + 7 * 86_400,
                 };
                 all.push(tidemark_store::to_item(&p)?);

@@ -64,6 +64,7 @@ impl Heartbeats for CaughtUp {
             sent_at: at,
             stored_at: Some(at),
             passed_at: Some(at),
+            rollups_passed_at: Some(at),
         };
         let item =
             tidemark_store::to_item(&beat).map_err(|e| WatchdogError::Config(e.to_string()))?;

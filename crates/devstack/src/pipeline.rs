@@ -134,10 +134,12 @@ impl WatchdogSchedule {
     }
 }
 
-/// `make run`'s group rule when `GROUP_RULES` is not set: the simulated fleet's site B (seven
+/// `make run`'s group rules when `GROUP_RULES` is not set: the simulated fleet's site B (seven
 /// devices, `sensor_020` among them, which goes quiet for four minutes of every ten) is a
-/// seventh offline while it is, so the rule opens a group alert and resolves it again.
-pub const LOCAL_GROUP_RULES: &str = r#"[{"group":"site:B","offlineFraction":{"above":0.1}}]"#;
+/// seventh offline while it is, so the first rule opens a group alert and resolves it again;
+/// the fleet's occasional temperature spikes (41 to 48) trip the second, site A's hottest
+/// reading over five minutes, which stays open until five minutes pass without one.
+pub const LOCAL_GROUP_RULES: &str = r#"[{"group":"site:B","offlineFraction":{"above":0.1}},{"group":"site:A","metric":"temperature","aggregate":"max","window":"5m","above":40,"keepFiringForSeconds":300}]"#;
 
 /// A local stack signing in at an OpenID Connect issuer: the API function's configuration
 /// (the dashboard's sign-in, the scope names) and what the authorizer trusts.
@@ -307,8 +309,9 @@ impl PipelineConfig {
         let offline_after_default = env.offline_after()?.unwrap_or(120);
         let watchdog = match var("TIDEMARK_WATCHDOG_SECONDS").as_deref() {
             Some("0") => None,
-            _ => Some(WatchdogSchedule {
-                group_rules: env
+            _ => {
+                let group_keys = env.group_tags()?;
+                let group_rules = env
                     .try_parse(
                         &settings::GROUP_RULES,
                         tidemark_watchdog::config::group_rules,
@@ -317,11 +320,17 @@ impl PipelineConfig {
                         || tidemark_watchdog::config::group_rules(LOCAL_GROUP_RULES),
                         Ok,
                     )
+                    .and_then(|rules| {
+                        tidemark_watchdog::config::windows_kept(&rules, &group_keys).map(|()| rules)
+                    })
                     .map_err(|e| {
                         DevstackError::Config(format!("{}: {e}", settings::GROUP_RULES.name))
-                    })?,
-                ..WatchdogSchedule::every(seconds("TIDEMARK_WATCHDOG_SECONDS", 60.0)?)
-            }),
+                    })?;
+                Some(WatchdogSchedule {
+                    group_rules,
+                    ..WatchdogSchedule::every(seconds("TIDEMARK_WATCHDOG_SECONDS", 60.0)?)
+                })
+            }
         };
         let export = match var("TIDEMARK_EXPORT_SECONDS").as_deref() {
             Some("0") => None,

@@ -29,6 +29,7 @@ pub fn item(shard: &ShardName, sent: Timestamp, stored: Timestamp) -> Result<Ite
         sent_at: sent,
         stored_at: Some(stored),
         passed_at: None,
+        rollups_passed_at: None,
     })?;
     item.retain(|_, v| !matches!(v, AttributeValue::Null(_)));
     Ok(item)

@@ -2,28 +2,46 @@
 //! (`site:A`), its members the devices that hold it. A group rule raises an alert of the
 //! group's own (`kind: "group"`), not one per member.
 //!
-//! Built: `offlineFraction`, the share of the group's members whose offline alert is open,
-//! judged by the watchdog each minute from per-partition counters the tag index keeps
-//! ([`crate::entities::TagCountItem`]), so the judgement reads a fixed handful of items
-//! whatever the group's size. The fleet declares its group rules in `GROUP_RULES`.
+//! Two kinds, both judged by the watchdog each minute from items whose number does not grow
+//! with the group's members:
+//! - `offlineFraction`, the share of the group's members whose offline alert is open, from
+//!   per-partition counters the tag index keeps ([`crate::entities::TagCountItem`]);
+//! - a window aggregate of one metric over the members' readings
+//!   (`{"metric":"temperature","aggregate":"avg","window":"15m","above":28}`), from the
+//!   per-minute statistics the group partials carry ([`crate::entities::GroupPartialItem`]),
+//!   so only for groups of a tag key in `GROUP_TAGS`.
+//!
+//! The fleet declares its group rules in `GROUP_RULES`.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::ids::Severity;
-use crate::rules::{RuleError, Side, bad, seconds};
+use crate::ids::{MetricName, Severity};
+use crate::rules::{Aggregate, RuleError, Side, bad, finite, format_window, parse_window, seconds};
 use crate::tags::Tag;
 
 /// At most this many group rules in a fleet.
 pub const MAX_GROUP_RULES: usize = 64;
 
+/// A group window is read whole at every judgement (its minutes' partials), so it is kept to
+/// an hour: the read grows with the window, and a day-long one would cost a day's partials
+/// every minute (docs/design.md §8).
+pub const MAX_GROUP_WINDOW_SECONDS: u32 = 3_600;
+
 /// What a group rule computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupSignal {
     /// Offline members over members, 0 to 1 (0 for a group with no members).
     OfflineFraction,
+    /// The aggregate of the members' readings of `metric` in the trailing whole minutes of
+    /// `window_seconds` (a whole number of minutes).
+    Window {
+        metric: MetricName,
+        aggregate: Aggregate,
+        window_seconds: u32,
+    },
 }
 
 /// One group rule as the fleet declares it.
@@ -58,14 +76,16 @@ pub struct RawGroupRule {
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offline_fraction: Option<RawLimit>,
-    /// Group window aggregates (`metric`, `aggregate`, `window`) are named so that a rule
-    /// giving them is told they are not built yet, rather than that the field is unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregate: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub severity: Option<Severity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -82,35 +102,130 @@ fn fraction(field: &'static str, v: f64) -> Result<f64, RuleError> {
     }
 }
 
+fn limit_of(
+    field: &'static str,
+    above: Option<f64>,
+    below: Option<f64>,
+    check: impl Fn(&'static str, f64) -> Result<f64, RuleError>,
+    above_field: &'static str,
+    below_field: &'static str,
+) -> Result<(Side, f64), RuleError> {
+    match (above, below) {
+        (Some(a), None) => Ok((Side::Above, check(above_field, a)?)),
+        (None, Some(b)) => Ok((Side::Below, check(below_field, b)?)),
+        _ => Err(bad(field, "give exactly one of above and below")),
+    }
+}
+
+/// The window signal of a rule giving `metric`, `aggregate` and `window`.
+fn window_signal(r: &RawGroupRule) -> Result<GroupSignal, RuleError> {
+    let metric = r
+        .metric
+        .as_deref()
+        .ok_or_else(|| bad("metric", "required"))?;
+    let metric = MetricName::new(metric).map_err(|e| bad("metric", e.to_string()))?;
+    let aggregate = r.aggregate.as_deref().ok_or_else(|| {
+        bad(
+            "aggregate",
+            format!("required: one of {}", GROUP_AGGREGATES),
+        )
+    })?;
+    let aggregate = match Aggregate::parse(aggregate) {
+        Some(Aggregate::P95) => {
+            return Err(bad(
+                "aggregate",
+                format!("p95 is not kept per minute across a group; one of {GROUP_AGGREGATES}"),
+            ));
+        }
+        Some(a) => a,
+        None => {
+            return Err(bad(
+                "aggregate",
+                format!("{aggregate:?} is not one of {GROUP_AGGREGATES}"),
+            ));
+        }
+    };
+    let window = r
+        .window
+        .as_deref()
+        .ok_or_else(|| bad("window", "required, e.g. \"15m\""))?;
+    let window_seconds = parse_window(window).ok_or_else(|| {
+        bad(
+            "window",
+            format!("{window:?} is not like \"15m\" or \"1h\""),
+        )
+    })?;
+    if window_seconds == 0 || window_seconds % 60 != 0 {
+        return Err(bad(
+            "window",
+            format!("{window:?}: a group window is a whole number of minutes"),
+        ));
+    }
+    if window_seconds > MAX_GROUP_WINDOW_SECONDS {
+        return Err(bad(
+            "window",
+            format!("{window:?} is over a group window's limit of 1h"),
+        ));
+    }
+    Ok(GroupSignal::Window {
+        metric,
+        aggregate,
+        window_seconds,
+    })
+}
+
+/// The aggregates a group window takes.
+pub const GROUP_AGGREGATES: &str = "avg, min, max, count, sum";
+
 impl TryFrom<RawGroupRule> for GroupRuleSpec {
     type Error = RuleError;
 
     fn try_from(r: RawGroupRule) -> Result<Self, RuleError> {
         let group = r.group.as_deref().ok_or_else(|| bad("group", "required"))?;
         let group = Tag::parse(group).map_err(|e| bad("group", e.to_string()))?;
-        if r.metric.is_some() || r.aggregate.is_some() || r.window.is_some() {
-            return Err(bad(
-                "aggregate",
-                "a group rule over a window of its members' readings is not built yet; \
-                 a group rule takes offlineFraction",
-            ));
-        }
-        let limit = r
-            .offline_fraction
-            .ok_or_else(|| bad("offlineFraction", "required: {\"above\": 0.1}"))?;
-        let (side, limit) = match (limit.above, limit.below) {
-            (Some(a), None) => (Side::Above, fraction("offlineFraction.above", a)?),
-            (None, Some(b)) => (Side::Below, fraction("offlineFraction.below", b)?),
-            _ => {
+        let windowed = r.metric.is_some() || r.aggregate.is_some() || r.window.is_some();
+        let (signal, (side, limit)) = match (&r.offline_fraction, windowed) {
+            (Some(_), true) => {
                 return Err(bad(
                     "offlineFraction",
-                    "give exactly one of above and below",
+                    "a group rule is either offlineFraction or a window (metric, aggregate, \
+                     window), not both",
+                ));
+            }
+            (Some(l), false) => {
+                if r.above.is_some() || r.below.is_some() {
+                    return Err(bad(
+                        "above",
+                        "an offlineFraction rule gives its limit inside it: \
+                         {\"offlineFraction\": {\"above\": 0.1}}",
+                    ));
+                }
+                (
+                    GroupSignal::OfflineFraction,
+                    limit_of(
+                        "offlineFraction",
+                        l.above,
+                        l.below,
+                        fraction,
+                        "offlineFraction.above",
+                        "offlineFraction.below",
+                    )?,
+                )
+            }
+            (None, true) => (
+                window_signal(&r)?,
+                limit_of("above", r.above, r.below, finite, "above", "below")?,
+            ),
+            (None, false) => {
+                return Err(bad(
+                    "offlineFraction",
+                    "required: {\"above\": 0.1}, or a window (metric, aggregate, window, above)",
                 ));
             }
         };
         Ok(GroupRuleSpec {
             group,
-            signal: GroupSignal::OfflineFraction,
+            signal,
             side,
             limit,
             severity: r.severity.unwrap_or(Severity::Warning),
@@ -122,24 +237,34 @@ impl TryFrom<RawGroupRule> for GroupRuleSpec {
 
 impl From<GroupRuleSpec> for RawGroupRule {
     fn from(s: GroupRuleSpec) -> RawGroupRule {
-        let limit = match s.side {
-            Side::Above => RawLimit {
-                above: Some(s.limit),
-                below: None,
-            },
-            Side::Below => RawLimit {
-                above: None,
-                below: Some(s.limit),
-            },
+        let (above, below) = match s.side {
+            Side::Above => (Some(s.limit), None),
+            Side::Below => (None, Some(s.limit)),
         };
-        RawGroupRule {
+        let mut raw = RawGroupRule {
             group: Some(s.group.to_string()),
-            offline_fraction: Some(limit),
             severity: Some(s.severity),
             for_seconds: s.for_seconds,
             keep_firing_for_seconds: s.keep_firing_for_seconds,
             ..RawGroupRule::default()
+        };
+        match s.signal {
+            GroupSignal::OfflineFraction => {
+                raw.offline_fraction = Some(RawLimit { above, below });
+            }
+            GroupSignal::Window {
+                metric,
+                aggregate,
+                window_seconds,
+            } => {
+                raw.metric = Some(metric.as_str().to_owned());
+                raw.aggregate = Some(aggregate.as_str().to_owned());
+                raw.window = Some(format_window(window_seconds));
+                raw.above = above;
+                raw.below = below;
+            }
         }
+        raw
     }
 }
 
@@ -149,7 +274,10 @@ impl GroupRuleSpec {
         let raw: RawGroupRule = serde_json::from_value(v.clone()).map_err(|e| {
             bad(
                 "rule",
-                format!("{e} (fields: group, offlineFraction, severity, forSeconds, keepFiringForSeconds)"),
+                format!(
+                    "{e} (fields: group, offlineFraction, metric, aggregate, window, above, \
+                     below, severity, forSeconds, keepFiringForSeconds)"
+                ),
             )
         })?;
         GroupRuleSpec::try_from(raw)
@@ -163,7 +291,15 @@ impl GroupRuleSpec {
             Side::Above => "above",
             Side::Below => "below",
         };
-        let digest = Sha256::digest(format!("{}|offlineFraction|{side}", self.group).as_bytes());
+        let signal = match &self.signal {
+            GroupSignal::OfflineFraction => "offlineFraction".to_owned(),
+            GroupSignal::Window {
+                metric,
+                aggregate,
+                window_seconds,
+            } => format!("{metric}|{}|{window_seconds}", aggregate.as_str()),
+        };
+        let digest = Sha256::digest(format!("{}|{signal}|{side}", self.group).as_bytes());
         digest[..4].iter().map(|b| format!("{b:02x}")).collect()
     }
 
@@ -177,18 +313,30 @@ impl GroupRuleSpec {
 }
 
 impl fmt::Display for GroupRuleSpec {
-    /// The alert's message: `site:A offline fraction above 0.1`.
+    /// The alert's message: `site:A offline fraction above 0.1`,
+    /// `site:A temperature avg over 15m above 28`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let side = match self.side {
             Side::Above => "above",
             Side::Below => "below",
         };
-        write!(
-            f,
-            "{} offline fraction {side} {}",
-            self.group,
-            crate::entities::number(self.limit)
-        )
+        let limit = crate::entities::number(self.limit);
+        match &self.signal {
+            GroupSignal::OfflineFraction => {
+                write!(f, "{} offline fraction {side} {limit}", self.group)
+            }
+            GroupSignal::Window {
+                metric,
+                aggregate,
+                window_seconds,
+            } => write!(
+                f,
+                "{} {metric} {} over {} {side} {limit}",
+                self.group,
+                aggregate.as_str(),
+                format_window(*window_seconds)
+            ),
+        }
     }
 }
 
@@ -223,7 +371,9 @@ pub fn parse_group_rules(
                 Some(i),
                 bad(
                     "rule",
-                    format!("computes the same as groupRules[{j}] (group and side); keep one"),
+                    format!(
+                        "computes the same as groupRules[{j}] (group, signal and side); keep one"
+                    ),
                 ),
             ));
         }
@@ -271,12 +421,40 @@ mod tests {
                 "forSeconds",
             ),
             (
-                json!({"group":"site:A","metric":"t","aggregate":"avg","window":"15m","above":28}),
-                "rule",
+                json!({"group":"site:A","metric":"t","aggregate":"avg","window":"15m"}),
+                "above",
             ),
             (
-                json!({"group":"site:A","metric":"t","aggregate":"avg","window":"15m"}),
+                json!({"group":"site:A","metric":"t","aggregate":"median","window":"15m","above":1}),
                 "aggregate",
+            ),
+            (
+                json!({"group":"site:A","metric":"t","aggregate":"p95","window":"15m","above":1}),
+                "aggregate",
+            ),
+            (
+                json!({"group":"site:A","metric":"t","aggregate":"avg","window":"2h","above":1}),
+                "window",
+            ),
+            (
+                json!({"group":"site:A","metric":"t","aggregate":"avg","window":"90s","above":1}),
+                "window",
+            ),
+            (
+                json!({"group":"site:A","metric":"bad metric","aggregate":"avg","window":"5m","above":1}),
+                "metric",
+            ),
+            (
+                json!({"group":"site:A","aggregate":"avg","window":"5m","above":1}),
+                "metric",
+            ),
+            (
+                json!({"group":"site:A","metric":"t","aggregate":"avg","window":"5m","offlineFraction":{"above":0.1}}),
+                "offlineFraction",
+            ),
+            (
+                json!({"group":"site:A","offlineFraction":{"above":0.1},"above":3}),
+                "above",
             ),
             (
                 json!({"group":"site:A","offlineFraction":{"above":0.1},"colour":1}),
@@ -311,5 +489,37 @@ mod tests {
                 .collect(),
         );
         assert_eq!(parse_group_rules(&many).unwrap_err().1.field, "groupRules");
+    }
+
+    #[test]
+    fn the_issues_group_window_rule_parses_prints_back_and_has_its_own_identity() {
+        let v = json!({"group":"site:A","metric":"temperature","aggregate":"avg","window":"15m","above":28.5});
+        let r = GroupRuleSpec::from_value(&v).unwrap();
+        assert_eq!(
+            r.signal,
+            GroupSignal::Window {
+                metric: MetricName::new("temperature").unwrap(),
+                aggregate: Aggregate::Avg,
+                window_seconds: 900
+            }
+        );
+        let mut back = serde_json::to_value(&r).unwrap();
+        back.as_object_mut().unwrap().remove("severity");
+        assert_eq!(back, v);
+        assert_eq!(r.to_string(), "site:A temperature avg over 15m above 28.5");
+        let offline =
+            GroupRuleSpec::from_value(&json!({"group":"site:A","offlineFraction":{"above":0.1}}))
+                .unwrap();
+        let other = GroupRuleSpec::from_value(
+            &json!({"group":"site:A","metric":"temperature","aggregate":"max","window":"15m","above":28}),
+        )
+        .unwrap();
+        assert_ne!(r.tag(), offline.tag());
+        assert_ne!(r.tag(), other.tag());
+        let both = serde_json::Value::Array(vec![
+            v.clone(),
+            json!({"group":"site:A","offlineFraction":{"above":0.1}}),
+        ]);
+        assert_eq!(parse_group_rules(&both).unwrap().len(), 2);
     }
 }

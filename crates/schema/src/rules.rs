@@ -223,7 +223,7 @@ pub(crate) fn seconds(field: &'static str, v: Option<u32>) -> Result<Option<u32>
     }
 }
 
-fn finite(field: &'static str, v: f64) -> Result<f64, RuleError> {
+pub(crate) fn finite(field: &'static str, v: f64) -> Result<f64, RuleError> {
     if v.is_finite() && v.abs() <= MAX_METRIC_MAGNITUDE {
         Ok(v)
     } else {

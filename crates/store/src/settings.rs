@@ -307,7 +307,7 @@ pub const DEFAULT_RULES: Setting = s(
 pub const GROUP_RULES: Setting = s(
     "GROUP_RULES",
     "`[]`",
-    "JSON array of group rules (`{\"group\":\"site:A\",\"offlineFraction\":{\"above\":0.1}}`; at most 64)",
+    "JSON array of group rules (`{\"group\":\"site:A\",\"offlineFraction\":{\"above\":0.1}}`, `{\"group\":\"site:A\",\"metric\":\"temperature\",\"aggregate\":\"avg\",\"window\":\"15m\",\"above\":28}`; at most 64)",
     &[Watchdog],
 );
 
@@ -364,8 +364,8 @@ pub const STATUS_PARTITIONS: Setting = Setting {
 pub const GROUP_TAGS: Setting = s(
     "GROUP_TAGS",
     "`site`",
-    "the tag keys whose groups keep rollups (`GET /groups/series`), comma-separated",
-    &[Rollups, Api, Exporter],
+    "the tag keys whose groups keep rollups (`GET /groups/series`) and can have group window rules, comma-separated",
+    &[Rollups, Api, Exporter, Watchdog],
 );
 
 pub const EXPORT_BUCKET: Setting = s(

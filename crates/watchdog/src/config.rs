@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tidemark_schema::{Clock, GroupRuleSpec};
+use tidemark_schema::{Clock, GroupRuleSpec, GroupSignal, TagKey};
 use tidemark_store::settings::{self, Env};
 
 pub use tidemark_store::settings::ConfigError;
@@ -65,6 +65,11 @@ impl WatchdogConfig {
         c.group_rules = env
             .try_parse(&settings::GROUP_RULES, group_rules)?
             .unwrap_or_default();
+        windows_kept(&c.group_rules, &env.group_tags()?).map_err(|expected| ConfigError {
+            name: settings::GROUP_RULES.name,
+            value: env.text(&settings::GROUP_RULES),
+            expected: expected.into(),
+        })?;
         Ok(c)
     }
 }
@@ -77,6 +82,23 @@ pub fn group_rules(json: &str) -> Result<Vec<GroupRuleSpec>, String> {
         Some(i) => format!("groupRules[{i}].{e}"),
         None => e.to_string(),
     })
+}
+
+/// Refuses a group window rule over a tag key without group rollups (`GROUP_TAGS`): the
+/// rollups role keeps no partials, so its window would never hold a reading.
+pub fn windows_kept(rules: &[GroupRuleSpec], keys: &[TagKey]) -> Result<(), String> {
+    match rules.iter().enumerate().find(|(_, r)| {
+        matches!(r.signal, GroupSignal::Window { .. }) && !keys.contains(&r.group.key)
+    }) {
+        Some((i, r)) => Err(format!(
+            "groupRules[{i}].group: {} keeps no group rollups, which a window rule folds; \
+             add {} to {}",
+            r.group,
+            r.group.key,
+            settings::GROUP_TAGS.name
+        )),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -113,5 +135,23 @@ mod tests {
             e.to_string().contains(settings::OFFLINE_AFTER_SECONDS.name),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_group_window_rule_needs_its_tag_key_in_group_tags() {
+        let rules =
+            r#"[{"group":"zone:7","metric":"t","aggregate":"avg","window":"15m","above":28}]"#;
+        let with = |tags: &'static str| {
+            move |k: &str| match k {
+                "STREAM_NAME" => Some("readings".to_owned()),
+                "GROUP_RULES" => Some(rules.to_owned()),
+                "GROUP_TAGS" => Some(tags.to_owned()),
+                _ => None,
+            }
+        };
+        let e = WatchdogConfig::from_lookup(with("site")).unwrap_err();
+        assert!(e.to_string().contains("groupRules[0].group"), "{e}");
+        let c = WatchdogConfig::from_lookup(with("site,zone")).unwrap();
+        assert_eq!(c.group_rules.len(), 1);
     }
 }

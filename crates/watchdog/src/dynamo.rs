@@ -10,8 +10,8 @@ use aws_sdk_dynamodb::types::{
 };
 use tidemark_schema::table::{GSI2, attr};
 use tidemark_schema::{
-    AlertItem, AlertState, DeviceId, DeviceItem, EntityKey, GroupRuleSpec, GroupRuleStateItem,
-    HeartbeatItem, OfflineState, Tag, TagCountItem, Timestamp, field, keys,
+    AlertItem, AlertState, DeviceId, DeviceItem, EntityKey, GroupPartialItem, GroupRuleSpec,
+    GroupRuleStateItem, HeartbeatItem, OfflineState, Tag, TagCountItem, Timestamp, field, keys,
 };
 use tidemark_store::batch_get::{GetOptions, batch_get, key_item};
 use tidemark_store::retry::{RetryPolicy, TRANSACTION_CONFLICT_ATTEMPTS};
@@ -329,6 +329,37 @@ impl WatchStore for DynamoWatch {
         // capacity here; the items are a few dozen bytes).
         self.spent(0.5 * keys.len() as f64, 0.0);
         GroupCounts::of(items)
+    }
+
+    async fn group_partials(
+        &self,
+        tag: &Tag,
+        hour: Timestamp,
+    ) -> Result<Vec<GroupPartialItem>, StoreError> {
+        let req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_values(":pk", s(keys::group_partial_pk(tag, hour)))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let mut out = Vec::new();
+        let mut bad = None;
+        let units = tidemark_store::query::each(req, |i: Item| {
+            match from_stored::<GroupPartialItem>(i) {
+                Ok(p) => out.push(p),
+                Err(e) => bad = Some(e),
+            }
+            bad.is_none()
+        })
+        .await?;
+        self.spent(units, 0.0);
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     async fn group_rule_state(

@@ -1,10 +1,13 @@
 //! Group rules, judged at the end of each run (docs/design.md §5 "Group rules"): the group's
 //! counts are the sums of its tag index partitions' counts, one batch read whatever the
-//! group's size; the rule's state and any alert it opens or resolves are written together,
-//! only when the standing changes.
+//! group's size; a window is folded from the group partials' minutes, up to where the rollups
+//! role has written them; the rule's state and any alert it opens or resolves are written
+//! together, only when the standing changes.
 
+use tidemark_schema::rules::Aggregate;
 use tidemark_schema::{
-    AlertId, GroupAlertItem, GroupRuleSpec, GroupRuleStateItem, TagCountItem, Timestamp, fraction,
+    AlertId, GroupAlertItem, GroupMeasure, GroupRuleSpec, GroupRuleStateItem, TagCountItem,
+    Timestamp, WindowStats,
 };
 use tidemark_store::{Item, StoreError, from_stored};
 
@@ -41,16 +44,71 @@ fn held_for(since: Timestamp, now: Timestamp, seconds: Option<u32>) -> bool {
     now.epoch_millis() - since.epoch_millis() >= needed
 }
 
-/// The rule's standing at `now` given the counts: `None` when nothing changes (the run
+impl From<GroupCounts> for GroupMeasure {
+    fn from(c: GroupCounts) -> GroupMeasure {
+        GroupMeasure::Counts {
+            members: c.members,
+            offline: c.offline,
+        }
+    }
+}
+
+/// The whole minutes a window of `window_seconds` judges when the group partials hold
+/// everything that arrived before `mark`: `[end - window, end)`, `end` the start of `mark`'s
+/// minute (a minute still arriving is not judged half full).
+pub fn window_span(window_seconds: u32, mark: Timestamp) -> Option<(Timestamp, Timestamp)> {
+    let end = mark.minute_start();
+    Some((end.plus_millis(-i64::from(window_seconds) * 1000)?, end))
+}
+
+/// The hours the span `[from, to)` touches.
+pub fn hours_of(from: Timestamp, to: Timestamp) -> Vec<Timestamp> {
+    let mut out = Vec::new();
+    let mut h = from.hour_start();
+    while h < to {
+        out.push(h);
+        match h.plus_millis(3_600_000) {
+            Some(n) => h = n,
+            None => break,
+        }
+    }
+    out
+}
+
+/// The aggregate of a window's readings (`None`: no reading in it).
+pub fn window_measure(aggregate: Aggregate, w: Option<WindowStats>) -> GroupMeasure {
+    let Some(w) = w else {
+        return GroupMeasure::Window {
+            value: None,
+            readings: 0,
+        };
+    };
+    let value = match aggregate {
+        Aggregate::Avg => w.sum / w.count as f64,
+        Aggregate::Min => w.min,
+        Aggregate::Max => w.max,
+        Aggregate::Count => w.count as f64,
+        Aggregate::Sum => w.sum,
+        // Refused by the rule's parsing: no group keeps percentiles per minute.
+        Aggregate::P95 => f64::NAN,
+    };
+    GroupMeasure::Window {
+        value: value.is_finite().then_some(value),
+        readings: w.count,
+    }
+}
+
+/// The rule's standing at `now` given what it measured: `None` when nothing changes (the run
 /// writes nothing). An alert opens once the condition has held `forSeconds` (at once
-/// without), and resolves once it has not held for `keepFiringForSeconds`.
+/// without), and resolves once it has not held for `keepFiringForSeconds`. A window without
+/// readings is not breached.
 pub fn judge(
     rule: &GroupRuleSpec,
     state: &GroupRuleStateItem,
-    counts: GroupCounts,
+    measure: GroupMeasure,
     now: Timestamp,
 ) -> Option<GroupStep> {
-    let breached = rule.breached(fraction(counts.members, counts.offline));
+    let breached = measure.value().is_some_and(|v| rule.breached(v));
     let mut next = state.clone();
     let mut open = None;
     let mut resolve = None;
@@ -58,7 +116,7 @@ pub fn judge(
         (None, true) => {
             let since = state.breach_since.unwrap_or(now);
             if held_for(since, now, rule.for_seconds) {
-                let alert = GroupAlertItem::open(rule, now, counts.members, counts.offline);
+                let alert = GroupAlertItem::open(rule, now, measure);
                 next.alert = Some(alert.alert_id.clone());
                 next.breach_since = None;
                 open = Some(alert);
@@ -106,7 +164,7 @@ mod tests {
         let mut state = GroupRuleStateItem::new(r);
         let mut out = Vec::new();
         for (s, m, o) in steps {
-            if let Some(step) = judge(r, &state, counts(*m, *o), at(*s)) {
+            if let Some(step) = judge(r, &state, counts(*m, *o).into(), at(*s)) {
                 if step.open.is_some() {
                     out.push((*s, "opened"));
                 }
@@ -168,8 +226,80 @@ mod tests {
     fn an_unchanged_standing_writes_nothing_and_an_empty_group_is_never_offline() {
         let r = rule(json!({"group":"site:A","offlineFraction":{"above":0.0}}));
         let state = GroupRuleStateItem::new(&r);
-        assert_eq!(judge(&r, &state, counts(0, 0), at(0)), None);
-        assert_eq!(judge(&r, &state, counts(100, 0), at(0)), None);
-        assert!(judge(&r, &state, counts(100, 1), at(0)).is_some_and(|s| s.open.is_some()));
+        assert_eq!(judge(&r, &state, counts(0, 0).into(), at(0)), None);
+        assert_eq!(judge(&r, &state, counts(100, 0).into(), at(0)), None);
+        assert!(judge(&r, &state, counts(100, 1).into(), at(0)).is_some_and(|s| s.open.is_some()));
+    }
+
+    fn window(count: u64, sum: f64, min: f64, max: f64) -> Option<WindowStats> {
+        Some(WindowStats {
+            count,
+            sum,
+            min,
+            max,
+        })
+    }
+
+    #[test]
+    fn a_window_rule_opens_on_the_aggregate_and_an_empty_window_is_not_breached() {
+        let r = rule(
+            json!({"group":"site:A","metric":"temperature","aggregate":"avg","window":"15m","above":28}),
+        );
+        let state = GroupRuleStateItem::new(&r);
+        // a spike to 40 among 26s: the mean is 27.4, under the limit
+        let calm = window_measure(Aggregate::Avg, window(10, 9.0 * 26.0 + 40.0, 26.0, 40.0));
+        assert_eq!(judge(&r, &state, calm, at(0)), None);
+        let hot = window_measure(Aggregate::Avg, window(4, 4.0 * 28.5, 28.0, 29.0));
+        let step = judge(&r, &state, hot, at(60)).unwrap();
+        let alert = step.open.unwrap();
+        assert_eq!(
+            (alert.value, alert.readings, alert.members),
+            (28.5, Some(4), None)
+        );
+        let empty = window_measure(Aggregate::Avg, None);
+        assert_eq!(empty.value(), None);
+        assert_eq!(judge(&r, &state, empty, at(0)), None);
+        let below = rule(
+            json!({"group":"site:A","metric":"temperature","aggregate":"count","window":"5m","below":1}),
+        );
+        assert_eq!(
+            judge(&below, &GroupRuleStateItem::new(&below), empty, at(0)),
+            None
+        );
+    }
+
+    #[test]
+    fn each_aggregate_of_a_window() {
+        let w = window(4, 10.0, 1.0, 4.0);
+        let v = |a| window_measure(a, w).value().unwrap();
+        assert_eq!(
+            [
+                v(Aggregate::Avg),
+                v(Aggregate::Min),
+                v(Aggregate::Max),
+                v(Aggregate::Count),
+                v(Aggregate::Sum)
+            ],
+            [2.5, 1.0, 4.0, 4.0, 10.0]
+        );
+    }
+
+    #[test]
+    fn a_window_judges_the_whole_minutes_before_the_mark_across_an_hour() {
+        let ts = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+        let (from, to) = window_span(900, ts("2026-04-20T11:07:42Z")).unwrap();
+        assert_eq!(from, ts("2026-04-20T10:52:00Z"));
+        assert_eq!(to, ts("2026-04-20T11:07:00Z"));
+        assert_eq!(
+            hours_of(from, to),
+            [ts("2026-04-20T10:00:00Z"), ts("2026-04-20T11:00:00Z")]
+        );
+        let on_the_hour = ts("2026-04-20T11:00:30Z");
+        let (f, t) = window_span(600, on_the_hour).unwrap();
+        assert_eq!(
+            hours_of(f, t).len(),
+            1,
+            "[10:50, 11:00) is the 10:00 hour only"
+        );
     }
 }

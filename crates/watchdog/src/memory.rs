@@ -10,8 +10,9 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::table::attr;
 use tidemark_schema::{
-    AlertItem, AlertState, DeviceId, DeviceItem, EntityKey, GroupAlertItem, GroupRuleSpec,
-    GroupRuleStateItem, HeartbeatItem, OfflineState, Tag, TagCountItem, Timestamp, field, keys,
+    AlertItem, AlertState, DeviceId, DeviceItem, EntityKey, GroupAlertItem, GroupPartialItem,
+    GroupRuleSpec, GroupRuleStateItem, HeartbeatItem, OfflineState, Tag, TagCountItem, Timestamp,
+    field, keys,
 };
 use tidemark_store::layouts::LayoutBook;
 use tidemark_store::memory::{Items, MemTable};
@@ -274,6 +275,20 @@ impl WatchStore for MemoryStore {
 
     async fn group_counts(&self, tag: &Tag) -> Result<GroupCounts, StoreError> {
         GroupCounts::of(self.table.batch_get(&TagCountItem::keys(tag)))
+    }
+
+    async fn group_partials(
+        &self,
+        tag: &Tag,
+        hour: Timestamp,
+    ) -> Result<Vec<GroupPartialItem>, StoreError> {
+        let spec = QuerySpec {
+            consistent: true,
+            ..QuerySpec::table(keys::group_partial_pk(tag, hour), SkRange::All, true)
+        };
+        let mut items = Vec::new();
+        query_all(self.table.as_ref(), &spec, 1000, |i| items.push(i)).await?;
+        items.into_iter().map(from_stored).collect()
     }
 
     async fn group_rule_state(

@@ -14,6 +14,10 @@ pub struct Report {
     pub watermark: Option<Timestamp>,
     /// Whether this run's own heartbeats passed in time (else an older watermark was used).
     pub heartbeat_passed: bool,
+    /// Everything that arrived before it is in the group partials (the rollups role's mark
+    /// on every shard): group window rules judge the whole minutes before it. `None`: not on
+    /// every shard yet, and no window rule was judged.
+    pub rollups_watermark: Option<Timestamp>,
     pub due: u64,
     pub opened: u64,
     pub postponed: u64,
@@ -45,6 +49,12 @@ impl Report {
             .count("GroupAlertsResolved", self.group_resolved)
             .count("WatermarkLagMs", lag)
             .count("NoWatermark", u64::from(self.watermark.is_none()))
+            .count(
+                "RollupsWatermarkLagMs",
+                self.rollups_watermark.map_or(0, |w| {
+                    (sent.epoch_millis() - w.epoch_millis()).max(0) as u64
+                }),
+            )
     }
 }
 
@@ -54,6 +64,9 @@ pub fn log(r: &Report, now: Timestamp) -> serde_json::Value {
         shards = r.shards,
         watermark = ?r.watermark.map(|w| w.to_string()),
         heartbeat_passed = r.heartbeat_passed,
+        rollups_watermark = ?r.rollups_watermark.map(|w| w.to_string()),
+        group_opened = r.group_opened,
+        group_resolved = r.group_resolved,
         due = r.due,
         opened = r.opened,
         postponed = r.postponed,
@@ -69,6 +82,9 @@ pub fn log(r: &Report, now: Timestamp) -> serde_json::Value {
         "shards": r.shards,
         "watermark": r.watermark.map(|w| w.to_string()),
         "heartbeatPassed": r.heartbeat_passed,
+        "rollupsWatermark": r.rollups_watermark.map(|w| w.to_string()),
+        "groupOpened": r.group_opened,
+        "groupResolved": r.group_resolved,
         "due": r.due,
         "opened": r.opened,
         "postponed": r.postponed,

@@ -4,12 +4,13 @@
 use futures::StreamExt;
 use tidemark_schema::keys::{self, ShardName};
 use tidemark_schema::{
-    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, GroupRuleSpec,
-    GroupRuleStateItem, Severity, Timestamp,
+    AlertId, AlertItem, AlertRule, AlertState, DeviceId, DeviceItem, EntityKey, GroupMeasure,
+    GroupRuleSpec, GroupRuleStateItem, GroupSignal, HeartbeatItem, Severity, Timestamp,
+    fold_minutes,
 };
 use tidemark_store::StoreError;
 
-use crate::groups::{GroupStep, judge};
+use crate::groups::{GroupStep, hours_of, judge, window_measure, window_span};
 use crate::{Heartbeats, Report, WatchStore, WatchdogConfig, WatchdogError};
 
 /// What one due device came to.
@@ -95,9 +96,10 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
             }
         };
         report.shards = shards.len();
-        let (watermark, passed) = self.watermark(&shards, sent, deadline).await?;
+        let (watermark, passed, rollups) = self.watermark(&shards, sent, deadline).await?;
         report.watermark = watermark;
         report.heartbeat_passed = passed;
+        report.rollups_watermark = rollups;
         let Some(watermark) = watermark else {
             return Ok(self.finish(report));
         };
@@ -135,7 +137,7 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
         // After the offline decisions, so the counts hold the alerts this run opened.
         let now = self.config.clock.now();
         for rule in &self.config.group_rules {
-            match self.judge_group(rule, now).await {
+            match self.judge_group(rule, now, rollups).await {
                 Ok(Some(step)) => {
                     report.group_opened += u64::from(step.open.is_some());
                     report.group_resolved += u64::from(step.resolve.is_some());
@@ -147,27 +149,63 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
         Ok(self.finish(report))
     }
 
+    /// What `rule` measures now, and the instant it is judged at: an `offlineFraction` at
+    /// `now`, a window at the end of its whole minutes before the rollups watermark (`None`
+    /// without one: not judged this run).
+    async fn measure(
+        &self,
+        rule: &GroupRuleSpec,
+        now: Timestamp,
+        rollups: Option<Timestamp>,
+    ) -> Result<Option<(GroupMeasure, Timestamp)>, StoreError> {
+        match &rule.signal {
+            GroupSignal::OfflineFraction => {
+                let counts = self.store.group_counts(&rule.group).await?;
+                Ok(Some((counts.into(), now)))
+            }
+            GroupSignal::Window {
+                metric,
+                aggregate,
+                window_seconds,
+            } => {
+                let Some((from, to)) = rollups.and_then(|m| window_span(*window_seconds, m)) else {
+                    return Ok(None);
+                };
+                let mut parts = Vec::new();
+                for hour in hours_of(from, to) {
+                    let items = self.store.group_partials(&rule.group, hour).await?;
+                    parts.extend(items.into_iter().map(|p| (hour, p)));
+                }
+                let folded = fold_minutes(parts.iter().map(|(h, p)| (*h, p)), metric, from, to);
+                Ok(Some((window_measure(*aggregate, folded), to)))
+            }
+        }
+    }
+
     /// Judges one group rule; `Ok(Some)` with what it wrote.
     async fn judge_group(
         &self,
         rule: &GroupRuleSpec,
         now: Timestamp,
+        rollups: Option<Timestamp>,
     ) -> Result<Option<GroupStep>, GroupLost> {
         let run = async {
-            let counts = self.store.group_counts(&rule.group).await?;
+            let Some((measure, at)) = self.measure(rule, now, rollups).await? else {
+                return Ok(None);
+            };
             let state = self
                 .store
                 .group_rule_state(rule)
                 .await?
                 .unwrap_or_else(|| GroupRuleStateItem::new(rule));
-            let Some(step) = judge(rule, &state, counts, now) else {
+            let Some(step) = judge(rule, &state, measure, at) else {
                 return Ok(None);
             };
-            if !self.store.commit_group(rule, &step, now).await? {
+            if !self.store.commit_group(rule, &step, at).await? {
                 return Err(None);
             }
             if let Some(a) = &step.open {
-                tracing::info!(group = %rule.group, alert = %a.alert_id, members = counts.members, offline = counts.offline, "group alert opened");
+                tracing::info!(group = %rule.group, alert = %a.alert_id, measure = ?measure, "group alert opened");
             }
             Ok::<_, Option<StoreError>>(Some(step))
         };
@@ -187,31 +225,35 @@ impl<S: WatchStore, P: Heartbeats> Watchdog<S, P> {
     }
 
     /// The oldest heartbeat every shard in `shards` has passed, waiting (until the configured
-    /// wait or `deadline`) for the one sent at `sent`; and whether it came.
+    /// wait or `deadline`) for the one sent at `sent`; whether it came; and the oldest the
+    /// rollups role has passed on every shard (not waited for: it batches for minutes).
     async fn watermark(
         &self,
         shards: &[ShardName],
         sent: Timestamp,
         deadline: tokio::time::Instant,
-    ) -> Result<(Option<Timestamp>, bool), WatchdogError> {
+    ) -> Result<(Option<Timestamp>, bool, Option<Timestamp>), WatchdogError> {
         let until = (tokio::time::Instant::now() + self.config.heartbeat_wait).min(deadline);
         loop {
             let items = self.store.heartbeats().await?;
-            let passed = |s: &ShardName| {
-                let key = EntityKey::Heartbeat(s.clone()).key();
-                items
+            let oldest = |mark: fn(&HeartbeatItem) -> Option<Timestamp>| {
+                let marks: Option<Vec<Timestamp>> = shards
                     .iter()
-                    .find(|h| h.sk == key.sk)
-                    .and_then(|h| h.passed_at)
+                    .map(|s| {
+                        let key = EntityKey::Heartbeat(s.clone()).key();
+                        items.iter().find(|h| h.sk == key.sk).and_then(mark)
+                    })
+                    .collect();
+                marks.and_then(|m| m.into_iter().min())
             };
-            let marks: Option<Vec<Timestamp>> = shards.iter().map(passed).collect();
-            let watermark = marks.and_then(|m| m.into_iter().min());
+            let watermark = oldest(|h| h.passed_at);
+            let rollups = oldest(|h| h.rollups_passed_at);
             let all_passed = watermark.is_some_and(|w| w >= sent);
             if all_passed || shards.is_empty() {
-                return Ok((watermark, all_passed));
+                return Ok((watermark, all_passed, rollups));
             }
             if tokio::time::Instant::now() + self.config.heartbeat_poll >= until {
-                return Ok((watermark, false));
+                return Ok((watermark, false, rollups));
             }
             tokio::time::sleep(self.config.heartbeat_poll).await;
         }
@@ -295,6 +337,8 @@ mod tests {
     struct Pipeline {
         table: MemoryStore,
         stalled: bool,
+        /// Whether the rollups role marks the heartbeats too.
+        rollups: bool,
     }
 
     impl Heartbeats for Pipeline {
@@ -308,6 +352,7 @@ mod tests {
                 sent_at: at,
                 stored_at: passed,
                 passed_at: passed,
+                rollups_passed_at: passed.filter(|_| self.rollups),
             })?;
             Ok(vec![shard])
         }
@@ -319,6 +364,7 @@ mod tests {
         let pipeline = Pipeline {
             table: store.clone(),
             stalled,
+            rollups: true,
         };
         Watchdog::new(
             store,
@@ -413,6 +459,59 @@ mod tests {
         let second = run(&w).await;
         assert_eq!((second.due, second.opened), (0, 0), "{second:?}");
         assert_eq!(w.store.alerts(&id("silent")).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_group_window_rule_is_judged_up_to_the_rollups_mark_and_not_without_one() {
+        // GIVEN "site:A's hottest reading over 5 minutes above 40", and a rollups partial of
+        // 14:00 holding one 45 at 14:05
+        let site = tidemark_schema::Tag::parse("site:A").unwrap();
+        let rule = tidemark_schema::GroupRuleSpec::from_value(&serde_json::json!(
+            {"group":"site:A","metric":"temperature","aggregate":"max","window":"5m","above":40}
+        ))
+        .unwrap();
+        let hour = ts("2026-04-20T14:00:00Z");
+        let key = tidemark_schema::GroupPartialItem::key(&site, hour, "49600000000000000001");
+        let metric = tidemark_schema::MetricName::new("temperature").unwrap();
+        let minute = tidemark_schema::Minute::of(ts("2026-04-20T14:05:10Z"));
+        let partial = tidemark_schema::GroupPartialItem {
+            pk: key.pk,
+            sk: key.sk,
+            added: [(
+                metric.clone(),
+                tidemark_schema::Stats::at_sketched(hour, 45.0),
+            )]
+            .into(),
+            removed: BTreeMap::new(),
+            added_minutes: [(
+                metric,
+                [(minute, tidemark_schema::MinuteStats::of(45.0))].into(),
+            )]
+            .into(),
+            removed_minutes: BTreeMap::new(),
+            ttl: 0,
+        };
+        let mut w = watchdog(ts("2026-04-20T14:08:30Z"), false);
+        w.config.group_rules = vec![rule.clone()];
+        w.store.put_entity(&partial).unwrap();
+        // WHEN the watchdog runs at 14:08:30 before the rollups role has marked a heartbeat
+        w.pipeline.rollups = false;
+        let r = run(&w).await;
+        // THEN the rule is not judged: without the mark the partials may lack readings
+        assert_eq!((r.rollups_watermark, r.group_opened), (None, 0), "{r:?}");
+        // WHEN the rollups role has come as far: the window [14:03, 14:08) holds the 45
+        w.pipeline.rollups = true;
+        let r = run(&w).await;
+        assert_eq!(r.group_opened, 1, "{r:?}");
+        let state = w.store.group_rule_state(&rule).await.unwrap().unwrap();
+        assert_eq!(
+            state.alert.unwrap().as_str(),
+            format!("20260420T140800000000Z-group.{}", rule.tag())
+        );
+        // AND at 14:11:10 the window [14:06, 14:11) holds no reading: resolved
+        w.config.clock = Clock::fixed(ts("2026-04-20T14:11:10Z"));
+        let r = run(&w).await;
+        assert_eq!(r.group_resolved, 1, "{r:?}");
     }
 
     #[tokio::test]

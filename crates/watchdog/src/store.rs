@@ -3,8 +3,8 @@
 //! same over both.
 
 use tidemark_schema::{
-    AlertItem, DeviceId, DeviceItem, GroupRuleSpec, GroupRuleStateItem, HeartbeatItem,
-    LayoutHistory, Tag, Timestamp, field, keys,
+    AlertItem, DeviceId, DeviceItem, GroupPartialItem, GroupRuleSpec, GroupRuleStateItem,
+    HeartbeatItem, LayoutHistory, Tag, Timestamp, field, keys,
 };
 use tidemark_store::{Item, StoreError};
 
@@ -56,6 +56,13 @@ pub trait WatchStore: Sync {
         &self,
         tag: &Tag,
     ) -> impl Future<Output = Result<GroupCounts, StoreError>> + Send;
+    /// The partials of `tag`'s hour starting at `hour`, read strongly consistent (the rollups
+    /// role marks its heartbeat passed only after writing them).
+    fn group_partials(
+        &self,
+        tag: &Tag,
+        hour: Timestamp,
+    ) -> impl Future<Output = Result<Vec<GroupPartialItem>, StoreError>> + Send;
     /// The group rule's state, read strongly consistent (`None`: never judged).
     fn group_rule_state(
         &self,

@@ -158,7 +158,11 @@ fn a_group_alert_event_names_its_group_and_routes_with_its_sites_alerts() {
     )
     .unwrap();
     let at = tidemark_schema::Timestamp::parse_rfc3339("2026-04-20T14:10:00Z").unwrap();
-    let alert = tidemark_schema::GroupAlertItem::open(&rule, at, 500, 60);
+    let alert = tidemark_schema::GroupAlertItem::open(
+        &rule,
+        at,
+        tidemark_schema::GroupMeasure::Counts { members: 500, offline: 60 },
+    );
     use tidemark_aggregator::testing::{change_record, image};
     let record = change_record(4_200_000_000_000_000_000, None, Some(image(&alert)));
     // WHEN the notifier reads its stream record

@@ -3,12 +3,12 @@
 //! own time, folded per (group, hour), and cut into items of at most
 //! [`PIECE_BYTES`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tidemark_schema::keys::Key;
 use tidemark_schema::{
-    DeviceId, GroupBatchItem, GroupPartialItem, MetricName, Stats, Tag, TagHistory, TagKey,
-    Timestamp, keys,
+    DeviceId, GroupBatchItem, GroupPartialItem, MetricName, Minute, MinuteStats, Minutes, Stats,
+    Tag, TagHistory, TagKey, Timestamp, keys,
 };
 use tidemark_store::limits::value_size;
 
@@ -18,22 +18,43 @@ use crate::records::{Change, StreamChange};
 /// (DynamoDB's limit is 400 KB; the margin covers the keys and `ttl`).
 pub const PIECE_BYTES: usize = 350_000;
 
-/// What a batch did to one group's hour: values stored, values replaced or deleted.
+/// What a batch did to one group's hour: values stored, values replaced or deleted, over
+/// the hour and per minute.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Share {
-    pub added: BTreeMap<MetricName, Stats>,
-    pub removed: BTreeMap<MetricName, Stats>,
+    pub added: Side,
+    pub removed: Side,
 }
 
-impl Share {
-    fn add(side: &mut BTreeMap<MetricName, Stats>, m: &MetricName, at: Timestamp, v: f64) {
+/// One side of a share: each metric's values over the hour and per minute.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Side {
+    pub hour: BTreeMap<MetricName, Stats>,
+    pub minutes: BTreeMap<MetricName, Minutes>,
+}
+
+impl Side {
+    fn add(&mut self, m: &MetricName, at: Timestamp, v: f64) {
         let s = Stats::at_sketched(at, v);
-        match side.get_mut(m) {
+        match self.hour.get_mut(m) {
             Some(acc) => acc.merge(&s),
             None => {
-                side.insert(m.clone(), s);
+                self.hour.insert(m.clone(), s);
             }
         }
+        let one = MinuteStats::of(v);
+        self.minutes
+            .entry(m.clone())
+            .or_default()
+            .entry(Minute::of(at))
+            .and_modify(|acc| acc.merge(&one))
+            .or_insert(one);
+    }
+
+    /// Takes out one metric's hour and minutes.
+    fn take(&mut self, m: &MetricName) -> Option<(Stats, Minutes)> {
+        let hour = self.hour.remove(m)?;
+        Some((hour, self.minutes.remove(m).unwrap_or_default()))
     }
 }
 
@@ -90,10 +111,10 @@ pub fn shares<'a>(
         for tag in tags {
             let share = out.entry((tag, hour)).or_default();
             for (m, v) in &added {
-                Share::add(&mut share.added, m, img.at, *v);
+                share.added.add(m, img.at, *v);
             }
             for (m, v) in &removed {
-                Share::add(&mut share.removed, m, img.at, *v);
+                share.removed.add(m, img.at, *v);
             }
         }
     }
@@ -110,8 +131,8 @@ pub fn piece_name(batch: &str, n: usize) -> String {
 }
 
 /// The partial items of one (group, hour)'s share: one item, or several pieces when the
-/// whole would pass [`PIECE_BYTES`] (each metric's `added` and `removed` whole in one piece;
-/// readers fold every piece alike).
+/// whole would pass [`PIECE_BYTES`] (each metric's `added` and `removed`, with their minutes,
+/// whole in one piece; readers fold every piece alike).
 pub fn pieces(
     tag: &Tag,
     hour: Timestamp,
@@ -122,11 +143,12 @@ pub fn pieces(
     pieces_within(tag, hour, share, batch, ttl, PIECE_BYTES)
 }
 
-fn stats_bytes(m: &MetricName, s: &Stats) -> usize {
-    let v = serde_dynamo::to_attribute_value(s)
-        .map(|v| value_size(&v))
-        .unwrap_or(PIECE_BYTES);
-    m.as_str().len() + v + 1
+/// A metric's stored size on one side: its hour and its minutes, each under the metric's name.
+fn side_bytes(m: &MetricName, (hour, minutes): &(Stats, Minutes)) -> usize {
+    let size = |v: Result<aws_sdk_dynamodb::types::AttributeValue, _>| v.map(|v| value_size(&v));
+    let hour = size(serde_dynamo::to_attribute_value(hour)).unwrap_or(PIECE_BYTES);
+    let minutes = size(serde_dynamo::to_attribute_value(minutes)).unwrap_or(PIECE_BYTES);
+    2 * (m.as_str().len() + 1) + hour + minutes
 }
 
 pub(crate) fn pieces_within(
@@ -144,23 +166,27 @@ pub(crate) fn pieces_within(
             sk: key.sk,
             added: BTreeMap::new(),
             removed: BTreeMap::new(),
+            added_minutes: BTreeMap::new(),
+            removed_minutes: BTreeMap::new(),
             ttl,
         }
     };
     let mut out = vec![new(0)];
     let mut used = 0usize;
-    let Share { added, mut removed } = share;
-    let mut entries: Vec<(MetricName, Option<Stats>, Option<Stats>)> = added
-        .into_iter()
-        .map(|(m, a)| {
-            let r = removed.remove(&m);
-            (m, Some(a), r)
-        })
+    let Share {
+        mut added,
+        mut removed,
+    } = share;
+    let metrics: BTreeSet<MetricName> = added
+        .hour
+        .keys()
+        .chain(removed.hour.keys())
+        .cloned()
         .collect();
-    entries.extend(removed.into_iter().map(|(m, r)| (m, None, Some(r))));
-    for (m, a, r) in entries {
-        let bytes = a.as_ref().map_or(0, |s| stats_bytes(&m, s))
-            + r.as_ref().map_or(0, |s| stats_bytes(&m, s));
+    for m in metrics {
+        let (a, r) = (added.take(&m), removed.take(&m));
+        let bytes = a.as_ref().map_or(0, |s| side_bytes(&m, s))
+            + r.as_ref().map_or(0, |s| side_bytes(&m, s));
         if used > 0 && used + bytes > limit {
             out.push(new(out.len()));
             used = 0;
@@ -169,11 +195,13 @@ pub(crate) fn pieces_within(
         let Some(last) = out.last_mut() else {
             continue;
         };
-        if let Some(a) = a {
-            last.added.insert(m.clone(), a);
+        if let Some((hour, minutes)) = a {
+            last.added.insert(m.clone(), hour);
+            last.added_minutes.insert(m.clone(), minutes);
         }
-        if let Some(r) = r {
-            last.removed.insert(m, r);
+        if let Some((hour, minutes)) = r {
+            last.removed.insert(m.clone(), hour);
+            last.removed_minutes.insert(m, minutes);
         }
     }
     out
@@ -199,7 +227,7 @@ pub fn valid_batch(s: &str) -> bool {
 mod tests {
     use super::*;
     use crate::records::Image;
-    use tidemark_schema::{TagEpoch, TagValue, Tags, fold_partials};
+    use tidemark_schema::{TagEpoch, TagValue, Tags, fold_minutes, fold_partials};
 
     fn ts(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
@@ -273,8 +301,23 @@ mod tests {
         assert_eq!(got.len(), 2, "an untagged device is in no group: {got:?}");
         let a = &got[&(Tag::parse("site:A").unwrap(), hour)];
         let b = &got[&(Tag::parse("site:B").unwrap(), hour)];
-        assert_eq!((a.added[&m("t")].count, a.added[&m("t")].sum), (1, 1.0));
-        assert_eq!((b.added[&m("t")].count, b.added[&m("t")].sum), (1, 2.0));
+        assert_eq!(
+            (a.added.hour[&m("t")].count, a.added.hour[&m("t")].sum),
+            (1, 1.0)
+        );
+        assert_eq!(
+            (b.added.hour[&m("t")].count, b.added.hour[&m("t")].sum),
+            (1, 2.0)
+        );
+        let minute = |s: &str| Minute::try_from(s.to_owned()).unwrap();
+        assert_eq!(
+            a.added.minutes[&m("t")][&minute("29")],
+            MinuteStats::of(1.0)
+        );
+        assert_eq!(
+            b.added.minutes[&m("t")][&minute("30")],
+            MinuteStats::of(2.0)
+        );
     }
 
     #[test]
@@ -294,10 +337,17 @@ mod tests {
         let tag = Tag::parse("site:A").unwrap();
         let got = shares(&changes, |_, _| vec![tag.clone()]);
         let s = &got[&(tag, ts("2026-04-20T10:00:00Z"))];
-        assert_eq!(s.added.keys().collect::<Vec<_>>(), [&m("q"), &m("t")]);
-        assert_eq!(s.removed.keys().collect::<Vec<_>>(), [&m("p"), &m("t")]);
-        assert_eq!(s.added[&m("t")].sum, 2.0);
-        assert_eq!(s.removed[&m("t")].sum, 1.0);
+        assert_eq!(s.added.hour.keys().collect::<Vec<_>>(), [&m("q"), &m("t")]);
+        assert_eq!(
+            s.removed.hour.keys().collect::<Vec<_>>(),
+            [&m("p"), &m("t")]
+        );
+        assert_eq!(s.added.hour[&m("t")].sum, 2.0);
+        assert_eq!(s.removed.hour[&m("t")].sum, 1.0);
+        assert_eq!(
+            s.removed.minutes.keys().collect::<Vec<_>>(),
+            [&m("p"), &m("t")]
+        );
     }
 
     #[test]
@@ -308,9 +358,10 @@ mod tests {
         for i in 0..40 {
             let name = m(&format!("m{i:02}"));
             for k in 0..50 {
-                Share::add(&mut share.added, &name, hour, f64::from(k) * 1.37 + 1.0);
+                let at = hour.plus_millis(i64::from(k) * 60_000).unwrap();
+                share.added.add(&name, at, f64::from(k) * 1.37 + 1.0);
             }
-            Share::add(&mut share.removed, &name, hour, 1.0);
+            share.removed.add(&name, hour, 1.0);
         }
         let whole = pieces_within(&tag, hour, share.clone(), "42", 0, usize::MAX);
         assert_eq!(whole.len(), 1);
@@ -324,12 +375,18 @@ mod tests {
                 Ok(tidemark_schema::EntityKey::GroupPartial { .. })
             ));
         }
+        let end = ts("2026-04-20T11:00:00Z");
         for i in [0, 17, 39] {
             let name = m(&format!("m{i:02}"));
             assert_eq!(
                 fold_partials(&cut, &name).map(|f| f.stats.count),
                 fold_partials(&whole, &name).map(|f| f.stats.count)
             );
+            let window = |parts: &[GroupPartialItem]| {
+                fold_minutes(parts.iter().map(|p| (hour, p)), &name, hour, end)
+            };
+            assert_eq!(window(&cut), window(&whole));
+            assert_eq!(window(&cut).map(|w| w.count), Some(49));
         }
     }
 }

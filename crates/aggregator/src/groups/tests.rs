@@ -8,7 +8,7 @@ use tidemark_schema::{
 };
 
 use crate::memory::MemoryStore;
-use crate::testing::{event, insert};
+use crate::testing::{event, heartbeat_record, insert};
 use crate::{Aggregator, AggregatorConfig};
 
 fn ts(s: &str) -> Timestamp {
@@ -137,4 +137,32 @@ async fn a_group_write_refused_for_good_is_set_aside_at_the_third_failure() {
         EntityKey::parse(&repairs[0].pk, &repairs[0].sk),
         Ok(EntityKey::Repair { .. })
     ));
+}
+
+#[tokio::test]
+async fn the_rollups_role_marks_a_heartbeat_passed_only_behind_the_group_partials_before_it() {
+    // GIVEN a batch of four readings and a heartbeat behind them, while the group partials
+    // cannot be written
+    let agg = aggregator();
+    *agg.store().failing.lock().unwrap() = Some(keys::GROUP_PARTIAL_PREFIX.into());
+    let mut records = batch();
+    let sent = ts("2026-04-20T14:05:00Z");
+    records.push(heartbeat_record(5, "shardId-000000000000", sent));
+    agg.process_written(&event(records.clone())).await;
+    // THEN the heartbeat is not marked: a group window judged up to it would miss them
+    assert!(agg.store().passed.lock().unwrap().is_empty());
+    // WHEN the retry writes them
+    *agg.store().failing.lock().unwrap() = None;
+    let (resp, _) = agg.process_written(&event(records)).await;
+    assert!(resp.batch_item_failures.is_empty());
+    // THEN the rollups role marks it as its own
+    assert_eq!(count_sum(&agg), Some((4, 10.0)));
+    assert_eq!(
+        *agg.store().passed.lock().unwrap(),
+        [(
+            "shardId-000000000000".to_owned(),
+            sent,
+            crate::Role::Rollups
+        )]
+    );
 }

@@ -136,7 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_heartbeat_is_to_be_passed_once() {
+    fn a_stored_heartbeat_is_to_be_passed_once_by_each_role() {
         let shard = ShardName::new("shardId-000000000000").unwrap();
         let key = EntityKey::Heartbeat(shard.clone()).key();
         let mut h = HeartbeatItem {
@@ -145,6 +145,7 @@ mod tests {
             sent_at: ts("2026-04-20T14:00:00Z"),
             stored_at: Some(ts("2026-04-20T14:00:01Z")),
             passed_at: None,
+            rollups_passed_at: None,
         };
         let rec = |h: &HeartbeatItem| {
             let mut r = crate::testing::change_record(1, None, Some(crate::testing::image(h)));
@@ -154,15 +155,19 @@ mod tests {
         let first = rec(&h);
         h.passed_at = Some(h.sent_at);
         let marked = rec(&h);
-        let decoded = decode_all(&event(vec![first, marked]));
+        h.rollups_passed_at = Some(h.sent_at);
+        let both = rec(&h);
+        let decoded = decode_all(&event(vec![first, marked, both]));
         let found: Vec<Heartbeat> = heartbeats(&decoded).cloned().collect();
-        assert_eq!(
-            found,
-            vec![Heartbeat {
-                index: 0,
-                shard,
-                sent_at: ts("2026-04-20T14:00:00Z")
-            }]
-        );
+        let beat = |index, alerts_to_mark| Heartbeat {
+            index,
+            shard: shard.clone(),
+            sent_at: ts("2026-04-20T14:00:00Z"),
+            alerts_to_mark,
+            rollups_to_mark: true,
+        };
+        // the alerts role's mark is a write the rollups role still has to mark; once both
+        // have, the record is no heartbeat to either
+        assert_eq!(found, vec![beat(0, true), beat(1, false)]);
     }
 }

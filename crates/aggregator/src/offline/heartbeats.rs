@@ -1,5 +1,7 @@
-//! The alerts role's part of the pipeline's heartbeats: a heartbeat ingest stored is marked
-//! passed once the batch it came in has been dealt with up to it.
+//! Each role's part of the pipeline's heartbeats: a heartbeat ingest stored is marked passed
+//! by a role once the batch it came in has been dealt with up to it (the alerts role into
+//! `passedAt`, which offline decisions wait for; the rollups role, after the batch's group
+//! partials, into `rollupsPassedAt`, which group window rules judge up to).
 
 use crate::function::Aggregator;
 use crate::records::Decoded;
@@ -7,8 +9,8 @@ use crate::report::Counters;
 use crate::store::Store;
 
 impl<S: Store> Aggregator<S> {
-    /// Marks the batch's heartbeats as passed, each only when nothing before it in the batch
-    /// failed: every reading stored ahead of it has then been seen here
+    /// Marks the batch's heartbeats as passed by this role, each only when nothing before it
+    /// in the batch failed: every reading stored ahead of it has then been seen here
     /// ([`tidemark_schema::HeartbeatItem`]).
     pub(crate) async fn pass_heartbeats(
         &self,
@@ -16,11 +18,12 @@ impl<S: Store> Aggregator<S> {
         counters: &Counters,
         failed: &mut Vec<usize>,
     ) {
-        for h in crate::offline::arrivals::heartbeats(records) {
+        let role = self.config.role;
+        for h in crate::offline::arrivals::heartbeats(records).filter(|h| h.to_mark(role)) {
             if failed.iter().any(|f| *f < h.index) {
                 return;
             }
-            match self.store.pass_heartbeat(&h.shard, h.sent_at).await {
+            match self.store.pass_heartbeat(&h.shard, h.sent_at, role).await {
                 Ok(units) => counters.written(units),
                 Err(e) => {
                     tracing::warn!(shard = %h.shard, error = %e, "heartbeat not marked");

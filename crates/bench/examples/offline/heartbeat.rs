@@ -47,6 +47,7 @@ impl Heartbeats for PassedAtOnce {
                 sent_at: at,
                 stored_at: Some(at),
                 passed_at: Some(at),
+                rollups_passed_at: Some(at),
             };
             let item = tidemark_store::to_item(&item).map_err(WatchdogError::Store)?;
             self.client

@@ -30,12 +30,18 @@ pub struct GroupAlertItem {
     pub severity: Severity,
     pub state: AlertState,
     pub message: String,
-    /// The offline fraction when it opened (runs that find it still breached write nothing).
+    /// What the rule measured when it opened (the offline fraction, or the window's
+    /// aggregate); runs that find it still breached write nothing.
     pub value: f64,
     pub threshold: f64,
-    /// The group's counts when `value` was taken.
-    pub members: i64,
-    pub offline_members: i64,
+    /// An `offlineFraction` rule's counts when `value` was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_members: Option<i64>,
+    /// A window rule's: the readings `value` was folded from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings: Option<u64>,
     pub opened_at: Timestamp,
     pub last_breach_at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -46,9 +52,30 @@ pub struct GroupAlertItem {
     pub snoozed_until: Option<Timestamp>,
 }
 
+/// What a group rule measured at a judgement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GroupMeasure {
+    /// The group's members and how many of them have an open offline alert.
+    Counts { members: i64, offline: i64 },
+    /// A window's aggregate (`None`: no reading in the window) and how many readings it is of.
+    Window { value: Option<f64>, readings: u64 },
+}
+
+impl GroupMeasure {
+    /// The value the rule's limit is held against; `None` when there is nothing to judge
+    /// (a window without readings is neither breached nor clear of a `below` limit: it is
+    /// clear).
+    pub fn value(&self) -> Option<f64> {
+        match self {
+            GroupMeasure::Counts { members, offline } => Some(fraction(*members, *offline)),
+            GroupMeasure::Window { value, .. } => *value,
+        }
+    }
+}
+
 impl GroupAlertItem {
-    /// A new, open alert of `rule` at `at`, with the group's counts then.
-    pub fn open(rule: &GroupRuleSpec, at: Timestamp, members: i64, offline: i64) -> Self {
+    /// A new, open alert of `rule` at `at`, with what it measured then.
+    pub fn open(rule: &GroupRuleSpec, at: Timestamp, measure: GroupMeasure) -> Self {
         let alert_id = AlertId::for_group(at, &rule.tag());
         let key = EntityKey::GroupAlert {
             tag: rule.group.clone(),
@@ -67,10 +94,20 @@ impl GroupAlertItem {
             severity: rule.severity,
             state: AlertState::Open,
             message: rule.to_string(),
-            value: fraction(members, offline),
+            value: measure.value().unwrap_or(0.0),
             threshold: rule.limit,
-            members,
-            offline_members: offline,
+            members: match measure {
+                GroupMeasure::Counts { members, .. } => Some(members),
+                GroupMeasure::Window { .. } => None,
+            },
+            offline_members: match measure {
+                GroupMeasure::Counts { offline, .. } => Some(offline),
+                GroupMeasure::Window { .. } => None,
+            },
+            readings: match measure {
+                GroupMeasure::Window { readings, .. } => Some(readings),
+                GroupMeasure::Counts { .. } => None,
+            },
             opened_at: at,
             last_breach_at: at,
             acknowledged_at: None,

@@ -73,8 +73,10 @@ impl GroupBucketItem {
 /// `<sequence>.<n>`, n ≥ 1): what the records of one rollups-role batch
 /// (named by its first record's sequence number) did to a group's hour: the values they
 /// stored (`added`, new and replaced readings, sketched) and the values they replaced or
-/// deleted (`removed`). A retried batch starts at the same record and rewrites it whole, so a
-/// replay never counts twice (docs/decisions/0007-group-rollups.md).
+/// deleted (`removed`), and the same per minute of the hour (`addedMinutes`,
+/// `removedMinutes`: count, sum, min, max), which group window rules fold
+/// (docs/decisions/0015-group-rules-from-counts.md). A retried batch starts at the same record and
+/// rewrites it whole, so a replay never counts twice (docs/decisions/0007-group-rollups.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupPartialItem {
@@ -83,10 +85,140 @@ pub struct GroupPartialItem {
     pub added: BTreeMap<MetricName, Stats>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub removed: BTreeMap<MetricName, Stats>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub added_minutes: BTreeMap<MetricName, Minutes>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub removed_minutes: BTreeMap<MetricName, Minutes>,
     pub ttl: i64,
 }
 
+/// A minute of the hour, 0 to 59; stored as two digits (`"07"`), a map key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Minute(u8);
+
+impl Minute {
+    /// The minute of the hour `at` falls in.
+    pub fn of(at: Timestamp) -> Minute {
+        let into_hour = at.epoch_millis() - at.hour_start().epoch_millis();
+        Minute((into_hour / 60_000).clamp(0, 59) as u8)
+    }
+
+    /// Its start in the hour starting at `hour`.
+    pub fn start(self, hour: Timestamp) -> Option<Timestamp> {
+        hour.hour_start().plus_millis(i64::from(self.0) * 60_000)
+    }
+}
+
+impl TryFrom<String> for Minute {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse::<u8>()
+            .ok()
+            .filter(|m| *m < 60 && s.len() == 2)
+            .map(Minute)
+            .ok_or_else(|| format!("{s:?} is not a minute of the hour (00 to 59)"))
+    }
+}
+
+impl From<Minute> for String {
+    fn from(m: Minute) -> String {
+        format!("{:02}", m.0)
+    }
+}
+
+/// A metric's values in one minute, short-named: an hour of them is 60 small maps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MinuteStats {
+    #[serde(rename = "n")]
+    pub count: u64,
+    #[serde(rename = "s")]
+    pub sum: f64,
+    #[serde(rename = "lo")]
+    pub min: f64,
+    #[serde(rename = "hi")]
+    pub max: f64,
+}
+
+impl MinuteStats {
+    pub fn of(v: f64) -> MinuteStats {
+        MinuteStats {
+            count: 1,
+            sum: v,
+            min: v,
+            max: v,
+        }
+    }
+
+    pub fn merge(&mut self, o: &MinuteStats) {
+        self.count += o.count;
+        self.sum += o.sum;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+    }
+}
+
+/// A metric's minutes in one partial.
+pub type Minutes = BTreeMap<Minute, MinuteStats>;
+
+/// A metric's readings over a span of whole minutes, folded from partials: `count` and `sum`
+/// are net of what was removed, so exact; `min` and `max` are of the values added (a value a
+/// correction replaced stays in them, as in [`PartialStats`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowStats {
+    pub count: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Folds `metric`'s minutes starting in `[from, to)` of the partials (each given with its
+/// hour); `None` when no reading is left in them.
+pub fn fold_minutes<'a>(
+    parts: impl IntoIterator<Item = (Timestamp, &'a GroupPartialItem)>,
+    metric: &MetricName,
+    from: Timestamp,
+    to: Timestamp,
+) -> Option<WindowStats> {
+    let mut added: Option<MinuteStats> = None;
+    let mut removed = (0u64, 0.0f64);
+    let within = |hour: Timestamp, m: &Minute| m.start(hour).is_some_and(|t| t >= from && t < to);
+    for (hour, p) in parts {
+        for (m, s) in p.added_minutes.get(metric).into_iter().flatten() {
+            if within(hour, m) {
+                match &mut added {
+                    Some(a) => a.merge(s),
+                    None => added = Some(*s),
+                }
+            }
+        }
+        for (m, s) in p.removed_minutes.get(metric).into_iter().flatten() {
+            if within(hour, m) {
+                removed.0 += s.count;
+                removed.1 += s.sum;
+            }
+        }
+    }
+    let a = added?;
+    let count = a.count.checked_sub(removed.0).filter(|n| *n > 0)?;
+    Some(WindowStats {
+        count,
+        sum: a.sum - removed.1,
+        min: a.min,
+        max: a.max,
+    })
+}
+
 impl GroupPartialItem {
+    /// The hour it is of, from its key.
+    pub fn hour(&self) -> Option<Timestamp> {
+        match EntityKey::parse(&self.pk, &self.sk).ok()? {
+            EntityKey::GroupPartial { hour, .. } => Some(hour),
+            _ => None,
+        }
+    }
+
     pub fn key(tag: &Tag, hour: Timestamp, batch: &str) -> keys::Key {
         EntityKey::GroupPartial {
             tag: tag.clone(),
@@ -211,6 +343,8 @@ mod tests {
             } else {
                 [(m, stats(removed))].into()
             },
+            added_minutes: BTreeMap::new(),
+            removed_minutes: BTreeMap::new(),
             ttl: 0,
         }
     }
@@ -261,5 +395,64 @@ mod tests {
             EntityKey::parse(&p.pk, &p.sk),
             Ok(EntityKey::GroupPartial { .. })
         ));
+    }
+
+    fn minutes(pairs: &[(u8, f64)]) -> Minutes {
+        let mut out = Minutes::new();
+        for (m, v) in pairs {
+            let k = Minute::try_from(format!("{m:02}")).unwrap();
+            out.entry(k)
+                .and_modify(|s| s.merge(&MinuteStats::of(*v)))
+                .or_insert(MinuteStats::of(*v));
+        }
+        out
+    }
+
+    #[test]
+    fn a_window_folds_only_its_whole_minutes_net_of_corrections() {
+        let m = MetricName::new("temperature").unwrap();
+        let hour = ts("2026-04-20T10:00:00Z");
+        let mut a = part(&[], &[]);
+        a.added_minutes = [(
+            m.clone(),
+            minutes(&[(4, 100.0), (5, 20.0), (5, 30.0), (19, 40.0)]),
+        )]
+        .into();
+        let mut b = part(&[], &[]);
+        // a correction in minute 5: 30 replaced by 32
+        b.added_minutes = [(m.clone(), minutes(&[(5, 32.0), (20, 1000.0)]))].into();
+        b.removed_minutes = [(m.clone(), minutes(&[(5, 30.0)]))].into();
+        let got = fold_minutes(
+            [(hour, &a), (hour, &b)],
+            &m,
+            ts("2026-04-20T10:05:00Z"),
+            ts("2026-04-20T10:20:00Z"),
+        )
+        .unwrap();
+        assert_eq!((got.count, got.sum), (3, 92.0));
+        assert_eq!((got.min, got.max), (20.0, 40.0));
+        let none = fold_minutes(
+            [(hour, &a)],
+            &m,
+            ts("2026-04-20T10:06:00Z"),
+            ts("2026-04-20T10:19:00Z"),
+        );
+        assert_eq!(none, None);
+        let stored = serde_json::to_value(&a).unwrap();
+        assert_eq!(
+            stored["addedMinutes"]["temperature"]["05"],
+            serde_json::json!({"n":2,"s":50.0,"lo":20.0,"hi":30.0})
+        );
+        assert_eq!(
+            serde_json::from_value::<GroupPartialItem>(stored).unwrap(),
+            a
+        );
+        assert!(
+            Minute::try_from("60".to_owned()).is_err() && Minute::try_from("7".to_owned()).is_err()
+        );
+        assert_eq!(
+            Minute::of(ts("2026-04-20T10:59:59.999Z")),
+            Minute::try_from("59".to_owned()).unwrap()
+        );
     }
 }

@@ -37,9 +37,10 @@ pub use devices::{
     RuleState, Threshold, fleet_offline_window,
 };
 pub use export::{ExportCursorItem, ExportDirtyItem};
-pub use group_alerts::{GroupAlertItem, GroupRuleStateItem, fraction};
+pub use group_alerts::{GroupAlertItem, GroupMeasure, GroupRuleStateItem, fraction};
 pub use groups::{
-    GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupBucketItem, GroupPartialItem, PartialStats,
+    GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupBucketItem, GroupPartialItem, Minute, MinuteStats,
+    Minutes, PartialStats, WindowStats, fold_minutes,
     fold_partials, group_period,
 };
 pub use pipeline::{HeartbeatItem, LayoutHistoryItem, NotifyMarkerItem, RepairItem};
@@ -131,9 +132,11 @@ pub mod field {
     pub const OFFLINE: &str = "offline";
     pub const MEMBERS: &str = "members";
     pub const OFFLINE_MEMBERS: &str = "offlineMembers";
+    pub const READINGS: &str = "readings";
     pub const SENT_AT: &str = "sentAt";
     pub const STORED_AT: &str = "storedAt";
     pub const PASSED_AT: &str = "passedAt";
+    pub const ROLLUPS_PASSED_AT: &str = "rollupsPassedAt";
     /// The export's dirty hours ([`super::ExportDirtyItem`]; also `markedAt`, `marks`).
     pub const HOUR: &str = "hour";
 }

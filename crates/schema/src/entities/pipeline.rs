@@ -12,7 +12,9 @@ use crate::time::Timestamp;
 /// watchdog sends a heartbeat record into the shard at `sentAt`; ingest, behind every record
 /// that arrived before it, writes `sentAt` and `storedAt`; the alerts role, when it has seen
 /// that write, copies `sentAt` to `passedAt`. Every reading that arrived before `passedAt`
-/// has then been stored and seen by the alerts role.
+/// has then been stored and seen by the alerts role. The rollups role does the same into
+/// `rollupsPassedAt` once the group partials of every record before it are written: group
+/// window rules judge up to there (docs/decisions/0015-group-rules-from-counts.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatItem {
@@ -23,6 +25,8 @@ pub struct HeartbeatItem {
     pub stored_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub passed_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollups_passed_at: Option<Timestamp>,
 }
 
 /// `CONFIG` / `SHARDS#<id>`: a device's shard-count history.

@@ -149,8 +149,9 @@ impl HeartbeatStore for Shared<'_> {
         &self,
         shard: &tidemark_schema::keys::ShardName,
         sent_at: Timestamp,
+        role: tidemark_aggregator::Role,
     ) -> impl Future<Output = Result<f64, StoreError>> + Send {
-        self.0.pass_heartbeat(shard, sent_at)
+        self.0.pass_heartbeat(shard, sent_at, role)
     }
 }
 

@@ -511,6 +511,7 @@ impl tidemark_watchdog::Heartbeats for CaughtUp {
             sent_at: at,
             stored_at: Some(at),
             passed_at: Some(at),
+            rollups_passed_at: Some(at),
         };
         self.0
             .put_item()

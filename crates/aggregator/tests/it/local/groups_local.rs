@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_aggregator::{Aggregator, AggregatorConfig, Role};
 use tidemark_schema::{
     DeviceId, GroupPartialItem, MetricName, ReadingItem, Stats, Tag, TagEpoch, TagHistory,
-    TagHistoryItem, TagKey, TagValue, Tags, Timestamp, fold_partials, keys,
+    TagHistoryItem, TagKey, TagValue, Tags, Timestamp, fold_minutes, fold_partials, keys,
 };
 use tidemark_testkit::TestTable;
 
@@ -107,7 +107,8 @@ fn case(seed: u64, s: &mut StreamSim) -> Case {
     let base = ts("2026-04-20T10:00:00Z");
     for _ in 0..70 {
         let d = dev(&format!("d{}", rng.below(6)));
-        let at = base.plus_millis(rng.below(7200) as i64 * 1000).unwrap();
+        // On whole minutes, so a device often writes one instant again: corrections and deletes.
+        let at = base.plus_millis(rng.below(120) as i64 * 60_000).unwrap();
         let q = |r: &mut Rng| (r.below(400) as f64 - 100.0) / 4.0;
         let key = (d.clone(), at);
         let new = reading_at(&d, at, metrics(&[("t", q(&mut rng))]), None);
@@ -165,6 +166,85 @@ fn recompute(
         }
     }
     out
+}
+
+/// The members' final readings per (group, minute start, metric): count and sum, each reading
+/// in the groups of its own time.
+fn recompute_minutes(
+    last: &BTreeMap<(DeviceId, Timestamp), ReadingItem>,
+    h: &BTreeMap<DeviceId, TagHistory>,
+) -> BTreeMap<(Tag, Timestamp, MetricName), (u64, f64)> {
+    let keys = group_keys();
+    let mut out: BTreeMap<(Tag, Timestamp, MetricName), (u64, f64)> = BTreeMap::new();
+    for ((d, at), r) in last {
+        let Some(history) = h.get(d) else { continue };
+        for tag in history.at(*at).groups(&keys) {
+            for (m, v) in &r.metrics {
+                let e = out
+                    .entry((tag.clone(), at.minute_start(), m.clone()))
+                    .or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += v;
+            }
+        }
+    }
+    out
+}
+
+/// Asserts that the partials' minutes fold to `expected` for every minute of every hour they
+/// hold, and for fifteen-minute windows across each hour's end (what a group window rule
+/// folds from two hours' partials).
+async fn assert_minutes_fold_to(
+    t: &TestTable,
+    expected: &BTreeMap<(Tag, Timestamp, MetricName), (u64, f64)>,
+    context: &str,
+) {
+    let parts = partials(t).await;
+    let tags: BTreeSet<Tag> = parts.keys().map(|(tag, _)| tag.clone()).collect();
+    let m = MetricName::new("t").unwrap();
+    let base = ts("2026-04-20T10:00:00Z");
+    for tag in &tags {
+        let of = |hour: Timestamp| {
+            parts
+                .get(&(tag.clone(), hour))
+                .into_iter()
+                .flatten()
+                .map(move |p| (hour, p))
+        };
+        let all = || {
+            [0, 1, 2]
+                .into_iter()
+                .flat_map(|h| of(base.plus_millis(h * 3_600_000).unwrap()))
+        };
+        let want = |from: Timestamp, to: Timestamp| {
+            let (n, sum) = expected
+                .range((tag.clone(), from, m.clone())..(tag.clone(), to, m.clone()))
+                .filter(|((_, _, mm), _)| *mm == m)
+                .fold((0u64, 0.0), |a, (_, (n, s))| (a.0 + n, a.1 + s));
+            (n > 0).then_some((n, sum))
+        };
+        let got = |from: Timestamp, to: Timestamp| {
+            fold_minutes(all(), &m, from, to).map(|w| (w.count, w.sum))
+        };
+        for minute in 0..120 {
+            let from = base.plus_millis(minute * 60_000).unwrap();
+            let to = from.plus_millis(60_000).unwrap();
+            assert_eq!(
+                got(from, to),
+                want(from, to),
+                "{context}: {tag} minute {minute}"
+            );
+        }
+        for end in ["2026-04-20T11:07:00Z", "2026-04-20T12:00:00Z"] {
+            let to = ts(end);
+            let from = to.plus_millis(-900_000).unwrap();
+            assert_eq!(
+                got(from, to),
+                want(from, to),
+                "{context}: {tag} window to {end}"
+            );
+        }
+    }
 }
 
 /// Every partial in the table, by (group, hour).
@@ -300,6 +380,8 @@ async fn group_partials_equal_a_recomputation_whatever_the_stream_delivers() {
             "a case with few groups proves little: {expected:?}"
         );
         assert_partials_fold_to(&t, &expected, &format!("seed {seed}")).await;
+        let minutes = recompute_minutes(&c.last, &histories());
+        assert_minutes_fold_to(&t, &minutes, &format!("seed {seed}")).await;
         // A device's own tag that is not a group key (`serial`) made no group.
         assert!(
             partials(&t)

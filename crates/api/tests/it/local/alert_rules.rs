@@ -337,7 +337,11 @@ async fn tagging_devices_counts_group_members_and_a_group_alert_lists_with_its_g
         &json!({"group":"site:A","offlineFraction":{"above":0.1},"severity":"critical"}),
     )
     .unwrap();
-    let alert = tidemark_schema::GroupAlertItem::open(&rule, now(), 10, 2);
+    let alert = tidemark_schema::GroupAlertItem::open(
+        &rule,
+        now(),
+        tidemark_schema::GroupMeasure::Counts { members: 10, offline: 2 },
+    );
     put(&t, &alert).await;
     // WHEN the fleet's alerts are listed, by site too
     let (status, all) = get(&app, "/alerts?severity=critical").await;
@@ -397,7 +401,11 @@ async fn a_group_alert_is_acknowledged_and_snoozed_under_its_group_and_only_by_i
         &json!({"group":"site:A","offlineFraction":{"above":0.1}}),
     )
     .unwrap();
-    let alert = tidemark_schema::GroupAlertItem::open(&rule, now(), 10, 2);
+    let alert = tidemark_schema::GroupAlertItem::open(
+        &rule,
+        now(),
+        tidemark_schema::GroupMeasure::Counts { members: 10, offline: 2 },
+    );
     put(&t, &alert).await;
     let base = format!("/groups/site:A/alerts/{}", alert.alert_id);
 

@@ -98,6 +98,8 @@ fn partial(
         } else {
             [(m, fold(removed))].into()
         },
+        added_minutes: BTreeMap::new(),
+        removed_minutes: BTreeMap::new(),
         ttl: group_now().epoch_seconds() + 7 * 86_400,
     })
     .unwrap()

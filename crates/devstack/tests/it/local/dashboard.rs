@@ -321,14 +321,43 @@ async fn seed_rule_alerts(table: &TestTable, now: Timestamp) {
         &serde_json::json!({"group": GROUP, "offlineFraction": {"above": 0.1}}),
     )
     .unwrap();
-    let group = tidemark_schema::GroupAlertItem::open(&rule, at(5), 14, 3);
+    let group = tidemark_schema::GroupAlertItem::open(
+        &rule,
+        at(5),
+        tidemark_schema::GroupMeasure::Counts {
+            members: 14,
+            offline: 3,
+        },
+    );
     items.push(tidemark_store::to_item(&group).unwrap());
     // And another group's, for the page to acknowledge.
     let rule = tidemark_schema::GroupRuleSpec::from_value(
         &serde_json::json!({"group": ACK_GROUP, "offlineFraction": {"above": 0.5}}),
     )
     .unwrap();
-    let group = tidemark_schema::GroupAlertItem::open(&rule, at(5), 4, 3);
+    let group = tidemark_schema::GroupAlertItem::open(
+        &rule,
+        at(5),
+        tidemark_schema::GroupMeasure::Counts {
+            members: 4,
+            offline: 3,
+        },
+    );
+    items.push(tidemark_store::to_item(&group).unwrap());
+    // And a group window rule's: site X's 15-minute mean temperature was 28.4 over 45
+    // readings.
+    let rule = tidemark_schema::GroupRuleSpec::from_value(&serde_json::json!(
+        {"group": WINDOW_GROUP, "metric": "temperature", "aggregate": "avg", "window": "15m", "above": 28}
+    ))
+    .unwrap();
+    let group = tidemark_schema::GroupAlertItem::open(
+        &rule,
+        at(5),
+        tidemark_schema::GroupMeasure::Window {
+            value: Some(28.4),
+            readings: 45,
+        },
+    );
     items.push(tidemark_store::to_item(&group).unwrap());
     for item in items {
         table
@@ -343,9 +372,10 @@ async fn seed_rule_alerts(table: &TestTable, now: Timestamp) {
 }
 
 /// The groups of the group rules' alerts [`seed_rule_alerts`] writes: one to look at, one
-/// to acknowledge.
+/// to acknowledge, one of a window rule.
 const GROUP: &str = "site:Z";
 const ACK_GROUP: &str = "site:Y";
+const WINDOW_GROUP: &str = "site:X";
 
 /// An open alert of `device` as the aggregator's `alerting::plan` writes one: a threshold's
 /// (no `spec`) or a rule's, with its ID and message made the same way.
@@ -1135,5 +1165,19 @@ fn every_alert_kind_shows_its_kind_and_describes_its_rule_and_the_device_page_li
         (&group["name"], &group["link"]),
         (&json!(GROUP), &json!("#/fleet?tag=site%3AZ")),
         "{group}"
+    );
+    // AND a group window rule's alert with its metric, its rule, and its value over the
+    // readings it was taken from
+    let window = b.eval(
+        &format!(
+            "const li = document.querySelector(\"ul[data-severity] li[data-group='{WINDOW_GROUP}']\"); \
+             return li && {{kind: li.dataset.kind, msg: li.querySelector('.msg').innerText}};"
+        ),
+        vec![],
+    );
+    assert_eq!(window["kind"], "group", "{window}");
+    assert_eq!(
+        window["msg"], "group temperature avg over 15m above 28 · 28.4 over 45 readings",
+        "{window}"
     );
 }

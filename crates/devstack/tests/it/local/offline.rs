@@ -6,7 +6,8 @@
 //! whose readings were waiting in the stream, and decides with their true arrivals once it
 //! clears; a device uploading old readings is online while it sends; a site half of which is
 //! silent gets its group rule's alert, published to the bus, which resolves when the silent
-//! device is back.
+//! device is back; a site's hot reading opens its group window rule's alert once the
+//! rollups role has passed the heartbeat behind it.
 
 use crate::common;
 
@@ -510,4 +511,72 @@ async fn half_a_site_silent_opens_its_group_alert_and_the_silent_device_back_res
         .map(|(c, _)| c)
         .collect();
     assert_eq!(changes, ["opened", "resolved"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sites_hot_reading_opens_its_group_window_alert_once_the_rollups_role_has_passed_it() {
+    let table = TestTable::new("group-window").await;
+    let stream = TestStream::new("group-window", 2).await;
+    let p = pipeline(common::local_config(&table, &stream, 2), WINDOW).await;
+    let mut w = watchdog(&table, &stream, WINDOW).await;
+    w.config.group_rules = vec![
+        tidemark_schema::GroupRuleSpec::from_value(
+            &json!({"group": "site:H", "metric": "t", "aggregate": "max", "window": "2m", "above": 40}),
+        )
+        .unwrap(),
+    ];
+    // GIVEN site H's two devices, tagged since long ago (a tag change through the API takes
+    // effect after a lead time: docs/design.md §2, "Tags and groups")
+    for d in ["h_one", "h_two"] {
+        let id = tidemark_schema::DeviceId::new(d).unwrap();
+        let key = tidemark_schema::TagHistoryItem::key(&id);
+        let tags: Value = json!({"site": "H"});
+        table
+            .put(&tidemark_schema::TagHistoryItem {
+                pk: key.pk,
+                sk: key.sk,
+                epochs: tidemark_schema::TagHistory::from_epochs(vec![tidemark_schema::TagEpoch {
+                    from: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
+                    tags: serde_json::from_value(tags).unwrap(),
+                }]),
+                version: 1,
+            })
+            .await;
+    }
+    // AND their readings of the minute before this one, one of them 45
+    let last_minute = Timestamp::now()
+        .minute_start()
+        .plus_millis(-30_000)
+        .unwrap();
+    send(&stream, "h_one", last_minute, 20.0).await;
+    send(&stream, "h_two", last_minute, 45.0).await;
+
+    // WHEN the watchdog runs (its heartbeats go through ingest and both roles) until the
+    // rollups role has passed the minute
+    let opened = eventually(
+        Duration::from_secs(60),
+        "site H's window alert opens",
+        || async {
+            let r = run(&w).await;
+            (r.group_opened > 0).then_some(r)
+        },
+    )
+    .await;
+    assert!(opened.rollups_watermark.is_some(), "{opened:?}");
+    let again = run(&w).await;
+
+    // THEN one group alert, whose opened event reaches the bus with the group, the rule and
+    // the window's maximum
+    assert_eq!(again.group_opened, 0, "{again:?}");
+    let sent = eventually(SOON, "the window alert's opened event", || async {
+        let got = group_events(&p, "site:H").await;
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let (change, d) = &sent[0];
+    assert_eq!(change, "opened");
+    assert_eq!((&d["kind"], &d["value"]), (&json!("group"), &json!(45.0)));
+    assert_eq!(d["ruleSpec"]["aggregate"], "max");
+    p.stop().await;
 }

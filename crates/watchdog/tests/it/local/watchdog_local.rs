@@ -44,6 +44,7 @@ impl Heartbeats for CaughtUp {
             sent_at: at,
             stored_at: Some(at),
             passed_at: Some(at),
+            rollups_passed_at: Some(at),
         };
         put(&self.0, &self.1, &beat).await;
         Ok(vec![shard])
