@@ -17,6 +17,13 @@
 //! offline as the watchdog marks them (the counts moved in its transactions' way, here by the
 //! same count update), and one more run opens the group alert: the cost of a standing change.
 //!
+//! Then a group window rule (`WINDOW_RULE`): the site's group partials of the last 75
+//! minutes, made by the rollups role's own fold from every member's readings under deployed
+//! conditions (four stream shards, 300 s batches starting at offsets of their own), are
+//! stored, and runs judging the rule are measured against runs judging nothing; the report
+//! also gives what the partials' per-minute statistics add to the write units the rollups role
+//! spends on them.
+//!
 //! Benchmarks report; they never assert (and never on wall-clock speed). The report names the
 //! build (debug or release) that produced it; no unit depends on it.
 
@@ -28,14 +35,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
+use tidemark_aggregator::groups::fold;
+use tidemark_aggregator::records::{Change, Image, StreamChange};
 use tidemark_bench::BenchError;
 use tidemark_bench::local_ddb::LocalDynamo;
 use tidemark_bench::meter::Meter;
 use tidemark_bench::run::Target;
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::{
-    DeviceId, DeviceStatus, EntityKey, GroupRuleSpec, HeartbeatItem, Tag, TagCountItem,
-    TagIndexItem, Tags, Timestamp, field,
+    DeviceId, DeviceStatus, EntityKey, GroupPartialItem, GroupRuleSpec, HeartbeatItem, MetricName,
+    Tag, TagCountItem, TagIndexItem, Tags, Timestamp, field,
 };
 use tidemark_watchdog::{DynamoWatch, Heartbeats, Report, Watchdog, WatchdogConfig, WatchdogError};
 
@@ -43,6 +52,85 @@ use metering::{Spent, client_via};
 
 /// The rule judged: the issue's example.
 const RULE: &str = r#"{"group":"site:A","offlineFraction":{"above":0.1}}"#;
+/// The group window rule judged: the issue's example.
+const WINDOW_RULE: &str =
+    r#"{"group":"site:A","metric":"temperature","aggregate":"avg","window":"15m","above":28}"#;
+/// Stream shards, each with its own rollups batches.
+const SHARDS: u32 = 4;
+/// The rollups mapping's batching window (the template's default), in seconds.
+const ROLLUPS_WINDOW_S: i64 = 300;
+/// How much of the site's history the partials cover, in minutes.
+const HISTORY_MIN: i64 = 75;
+
+/// The rollups role's partials of the site's last [`HISTORY_MIN`] minutes as it writes them:
+/// every member reads once a minute (the standard fleet's four metrics, at its own second);
+/// member `i` is on shard `i % SHARDS`; each shard's batches are [`ROLLUPS_WINDOW_S`] long and
+/// start at an offset of their own, never on a minute or an hour. Each batch's readings are
+/// folded by the role's own code ([`tidemark_aggregator::groups::fold`]).
+fn rollups_partials(site: &Tag, members: u32, now: Timestamp) -> Vec<GroupPartialItem> {
+    let start_ms = now.epoch_millis() - HISTORY_MIN * 60_000;
+    let ttl = now.epoch_seconds() + 7 * 86_400;
+    let names = ["temperature", "humidity", "pressure", "battery"]
+        .map(|m| MetricName::new(m).expect("a metric name"));
+    let mut out = Vec::new();
+    for shard in 0..SHARDS {
+        let offset_ms = 41_000 + i64::from(shard) * 73_000;
+        let mut from = start_ms + offset_ms - ROLLUPS_WINDOW_S * 1000;
+        let mut batch = 0u64;
+        while from < now.epoch_millis() {
+            let to = from + ROLLUPS_WINDOW_S * 1000;
+            let mut changes = Vec::new();
+            for i in (shard..members).step_by(SHARDS as usize) {
+                let device = DeviceId::new(&format!("m{i:06}")).expect("a device id");
+                let second = i64::from(i.wrapping_mul(7_919) % 60_000);
+                let mut at = from - from.rem_euclid(60_000) + second;
+                while at < to {
+                    if at >= from.max(start_ms) && at < now.epoch_millis() {
+                        let t = Timestamp::from_epoch_millis(at).expect("a time");
+                        let wiggle = f64::from((i.wrapping_mul(31) ^ (at / 60_000) as u32) % 40);
+                        let metrics = names
+                            .iter()
+                            .cloned()
+                            .zip([
+                                18.0 + wiggle * 0.15,
+                                35.0 + wiggle * 0.5,
+                                1_005.0 + wiggle * 0.4,
+                                (60.0 + wiggle).round(),
+                            ])
+                            .collect();
+                        changes.push(StreamChange {
+                            index: changes.len(),
+                            seq: String::new(),
+                            change: Change::Insert(Image {
+                                pk: String::new(),
+                                sk: String::new(),
+                                device: device.clone(),
+                                at: t,
+                                metrics,
+                            }),
+                        });
+                    }
+                    at += 60_000;
+                }
+            }
+            let name = format!("49{shard:02}{batch:018}");
+            let shares = fold::shares(&changes, |_, _| vec![site.clone()]);
+            out.extend(
+                shares
+                    .into_iter()
+                    .flat_map(|((tag, hour), share)| fold::pieces(&tag, hour, share, &name, ttl)),
+            );
+            from = to;
+            batch += 1;
+        }
+    }
+    out
+}
+
+/// Write units of a put of `item` (1 KB each, rounded up).
+fn put_units(item: &tidemark_store::Item) -> f64 {
+    (tidemark_store::limits::item_size(item) as f64 / 1024.0).ceil()
+}
 /// Runs measured with and without it.
 const RUNS: u32 = 10;
 
@@ -197,6 +285,29 @@ async fn main() -> Result<(), BenchError> {
             .map_err(|e| BenchError::Setup(e.to_string()))?;
     }
     let (opening, opened) = runs(&judge_meter, table, direct.clone(), vec![rule], 1).await?;
+
+    // The window rule: the site's partials as the rollups role writes them, then runs
+    // judging it against runs judging nothing.
+    let partials = rollups_partials(&site, members, Timestamp::now());
+    let mut with_minutes = 0.0;
+    let mut without_minutes = 0.0;
+    let mut items = Vec::with_capacity(partials.len());
+    for p in &partials {
+        let item = tidemark_store::to_item(p)?;
+        with_minutes += put_units(&item);
+        let mut bare = item.clone();
+        bare.remove("addedMinutes");
+        bare.remove("removedMinutes");
+        without_minutes += put_units(&bare);
+        items.push(item);
+    }
+    tidemark_testkit::put_items(&direct, table, items).await;
+    let readings = f64::from(members) * HISTORY_MIN as f64;
+    let window_rule = GroupRuleSpec::from_value(&serde_json::from_str(WINDOW_RULE)?)
+        .map_err(|e| BenchError::Setup(e.to_string()))?;
+    let (none_w, _) = runs(&judge_meter, table, direct.clone(), Vec::new(), RUNS).await?;
+    let (windowed, judged) =
+        runs(&judge_meter, table, direct.clone(), vec![window_rule], RUNS).await?;
     local.stop().await;
 
     let build = if cfg!(debug_assertions) {
@@ -208,6 +319,8 @@ async fn main() -> Result<(), BenchError> {
     let added = per_run(&one, RUNS) - per_run(&none, RUNS);
     let read_calls = |s: &Spent, n: u32| s.read_calls as f64 / f64::from(n);
     let per_month = added * 60.0 * 24.0 * 30.0;
+    let w_added = per_run(&windowed, RUNS) - per_run(&none_w, RUNS);
+    let w_month = w_added * 60.0 * 24.0 * 30.0;
     let report = format!(
         "# Group rules: what judging one costs\n\n\
          Generated by `{command}` (`make bench` runs it with `--release`); nothing is edited by \
@@ -238,7 +351,26 @@ async fn main() -> Result<(), BenchError> {
          reading for a group rule. A standing change writes the rule's state and the alert (with \
          its GSI1 entry) in one transaction: {p_wru:.2} write units (the run opened {g_opened} \
          alert). A member costs its index entry and its partition's count, once, \
-         in one transaction (about twice the index entry's write alone).\n",
+         in one transaction (about twice the index entry's write alone).\n\n\
+         ## A group window rule\n\n\
+         - **Rule:** `{WINDOW_RULE}`, judged at the end of each run over the whole minutes \
+         before the rollups role's heartbeat mark, from the site's group partials.\n\
+         - **Partials:** the rollups role's, folded by its own code from the {members} members' \
+         readings of the last {HISTORY_MIN} minutes (one a minute each, four metrics), {SHARDS} \
+         stream shards, batches of {ROLLUPS_WINDOW_S} s each starting at an offset of its own \
+         (never on a minute or an hour): {n_parts} partial items.\n\n\
+         | what | read calls | read units | write units |\n|---|---|---|---|\n\
+         | a watchdog run, no group rule (per run) | {nw_calls:.1} | {nw_rru:.2} | {nw_wru:.2} |\n\
+         | a watchdog run judging the window rule, standing unchanged (per run) | {w_calls:.1} | {w_rru:.2} | {w_wru:.2} |\n\
+         | the partials' puts, with the per-minute statistics | – | – | {with_minutes:.0} ({with_per:.5} a reading) |\n\
+         | the same puts without them | – | – | {without_minutes:.0} ({without_per:.5} a reading) |\n\n\
+         Judging the window adds {w_added:.2} read units a run (the consistent Query of the \
+         window's one or two hours of partials and the rule's state; {w_month:.0} a month at a \
+         run a minute): it grows with the partials of those hours (stream shards × batches an \
+         hour), not with the members. The per-minute statistics add {minute_per:.5} write \
+         units a reading to the partials the rollups role writes anyway (no write of its own); \
+         the alerts role does nothing for a group window rule. The judged window's value here: \
+         {judged_value}.\n",
         date = Timestamp::now(),
         calls = read_calls(&one, RUNS) - read_calls(&none, RUNS),
         verdict = if added < 20.0 { "met" } else { "**missed**" },
@@ -255,6 +387,21 @@ async fn main() -> Result<(), BenchError> {
         r_rru = registered.rru_aws() / f64::from(members),
         r_wru = registered.wru / f64::from(members),
         g_opened = opened.group_opened,
+        n_parts = partials.len(),
+        nw_calls = read_calls(&none_w, RUNS),
+        nw_rru = per_run(&none_w, RUNS),
+        nw_wru = none_w.wru / f64::from(RUNS),
+        w_calls = read_calls(&windowed, RUNS),
+        w_rru = per_run(&windowed, RUNS),
+        w_wru = windowed.wru / f64::from(RUNS),
+        with_per = with_minutes / readings,
+        without_per = without_minutes / readings,
+        minute_per = (with_minutes - without_minutes) / readings,
+        judged_value = if judged.rollups_watermark.is_some() {
+            "judged every run, standing unchanged (the site's mean stays under 28)"
+        } else {
+            "**not judged: no rollups mark**"
+        },
     );
     let _ = quiet;
     std::fs::create_dir_all(&dir)?;

@@ -19,10 +19,12 @@
 //!    one transaction with the device item (conditional on its version), under an ID made
 //!    from its deadline, so two runs at once open one alert.
 //!
-//! 4. **Group rules.** Last, it judges each rule of `GROUP_RULES` from its group's counts
-//!    (the 16 count items beside the tag index) and the rule's state, and writes the state
-//!    with the group alert it opens or resolves in one transaction, only when that changes
-//!    (`groups`, docs/design.md §5 "Group rules").
+//! 4. **Group rules.** Last, it judges each rule of `GROUP_RULES`: an `offlineFraction` from
+//!    its group's counts (the 16 count items beside the tag index), a window from the group
+//!    partials' per-minute statistics up to where the rollups role has come (the oldest
+//!    `rollupsPassedAt` of the heartbeats); then it writes the rule's state with the group
+//!    alert it opens or resolves in one transaction, only when that changes (`groups`,
+//!    docs/design.md §5 "Group rules").
 //!
 //! The alert's `opened` event goes out as every alert's does: the alerts role reads the alert
 //! item's stream record and publishes it once. The alert item carries the device item's
