@@ -44,6 +44,34 @@ async fn watchdog_run(t: &TestTable, at: &str, rule: &GroupRuleSpec) -> Report {
         .unwrap()
 }
 
+/// The group alerts' events the notifier publishes from the table's real stream, once it
+/// holds at least `changes` group alert changes.
+async fn group_events_published(t: &TestTable, changes: usize) -> Vec<Value> {
+    let n = Notifier::with_parts(
+        Bus::default(),
+        DynamoMarkers::new(t.client.clone(), t.name.clone()),
+        "bus",
+    );
+    let records = stream_records(t, "the group alerts' changes", |r| {
+        alert_changes(r)
+            .iter()
+            .filter(|c| c.detail.group.is_some())
+            .count()
+            >= changes
+    })
+    .await;
+    let (failure, _) = n.process(&event(records)).await;
+    assert_eq!(failure, None);
+    n.publisher()
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::from_str(&e.detail).unwrap())
+        .filter(|d: &Value| d["kind"] == "group")
+        .collect()
+}
+
 async fn index(t: &TestTable, puts: &[TagIndexItem], deletes: &[keys::Key]) {
     tidemark_store::write::tag_change::write_index(&t.client, &t.name, puts, deletes)
         .await
@@ -135,30 +163,7 @@ async fn a_sites_offline_fraction_opens_one_group_alert_whose_events_carry_the_g
 
     // AND the notifier, fed the table's stream, publishes the group alert's opening and
     // resolution with its group and rule, and no device
-    let n = Notifier::with_parts(
-        Bus::default(),
-        DynamoMarkers::new(t.client.clone(), t.name.clone()),
-        "bus",
-    );
-    let records = stream_records(&t, "the group alert's two changes", |r| {
-        alert_changes(r)
-            .iter()
-            .filter(|c| c.detail.group.is_some())
-            .count()
-            >= 2
-    })
-    .await;
-    let (failure, _) = n.process(&event(records)).await;
-    assert_eq!(failure, None);
-    let sent: Vec<Value> = n
-        .publisher()
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| serde_json::from_str(&e.detail).unwrap())
-        .filter(|d: &Value| d["kind"] == "group")
-        .collect();
+    let sent = group_events_published(&t, 2).await;
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert_eq!(
         (&sent[0]["change"], &sent[1]["change"]),
@@ -320,26 +325,7 @@ async fn a_sites_fifteen_minute_mean_opens_one_group_alert_up_to_where_the_rollu
     );
 
     // AND its opened event carries the group and the rule
-    let n = Notifier::with_parts(
-        Bus::default(),
-        DynamoMarkers::new(t.client.clone(), t.name.clone()),
-        "bus",
-    );
-    let records = stream_records(&t, "the group alert's opening", |r| {
-        alert_changes(r).iter().any(|c| c.detail.group.is_some())
-    })
-    .await;
-    let (failure, _) = n.process(&event(records)).await;
-    assert_eq!(failure, None);
-    let sent: Vec<Value> = n
-        .publisher()
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| serde_json::from_str(&e.detail).unwrap())
-        .filter(|d: &Value| d["kind"] == "group")
-        .collect();
+    let sent = group_events_published(&t, 1).await;
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0]["group"], "site:A");
     assert_eq!(sent[0]["value"], json!(29.0));
