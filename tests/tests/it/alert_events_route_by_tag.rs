@@ -161,7 +161,10 @@ fn a_group_alert_event_names_its_group_and_routes_with_its_sites_alerts() {
     let alert = tidemark_schema::GroupAlertItem::open(
         &rule,
         at,
-        tidemark_schema::GroupMeasure::Counts { members: 500, offline: 60 },
+        tidemark_schema::GroupMeasure::Counts {
+            members: 500,
+            offline: 60,
+        },
     );
     use tidemark_aggregator::testing::{change_record, image};
     let record = change_record(4_200_000_000_000_000_000, None, Some(image(&alert)));

@@ -40,8 +40,7 @@ pub use export::{ExportCursorItem, ExportDirtyItem};
 pub use group_alerts::{GroupAlertItem, GroupMeasure, GroupRuleStateItem, fraction};
 pub use groups::{
     GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupBucketItem, GroupPartialItem, Minute, MinuteStats,
-    Minutes, PartialStats, WindowStats, fold_minutes,
-    fold_partials, group_period,
+    Minutes, PartialStats, WindowStats, fold_minutes, fold_partials, group_period,
 };
 pub use pipeline::{HeartbeatItem, LayoutHistoryItem, NotifyMarkerItem, RepairItem};
 pub use quarantine::{

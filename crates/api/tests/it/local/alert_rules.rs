@@ -340,7 +340,10 @@ async fn tagging_devices_counts_group_members_and_a_group_alert_lists_with_its_g
     let alert = tidemark_schema::GroupAlertItem::open(
         &rule,
         now(),
-        tidemark_schema::GroupMeasure::Counts { members: 10, offline: 2 },
+        tidemark_schema::GroupMeasure::Counts {
+            members: 10,
+            offline: 2,
+        },
     );
     put(&t, &alert).await;
     // WHEN the fleet's alerts are listed, by site too
@@ -404,7 +407,10 @@ async fn a_group_alert_is_acknowledged_and_snoozed_under_its_group_and_only_by_i
     let alert = tidemark_schema::GroupAlertItem::open(
         &rule,
         now(),
-        tidemark_schema::GroupMeasure::Counts { members: 10, offline: 2 },
+        tidemark_schema::GroupMeasure::Counts {
+            members: 10,
+            offline: 2,
+        },
     );
     put(&t, &alert).await;
     let base = format!("/groups/site:A/alerts/{}", alert.alert_id);
