@@ -37,7 +37,9 @@ pub enum Command {
     },
     /// Export the closed hours of a range to Parquet in S3 (readings and hourly rollups, with
     /// a manifest per hour), as the scheduled exporter writes them; an hour exported before
-    /// is replaced by identical objects, or by its current content.
+    /// is replaced by identical objects, or by its current content. It walks every registered
+    /// device's hour as well as those the rollups role recorded, so it backfills hours older
+    /// than the activity index too.
     Export {
         /// Export the hours starting at or after this time (RFC 3339).
         #[arg(long, value_parser = time)]

@@ -90,8 +90,11 @@ async fn export(
     let group_tags = env
         .group_tags()
         .map_err(|e| AdminError::Input(e.to_string()))?;
+    // A backfill walks every registered device's hour as well as those the rollups role
+    // recorded: hours older than the activity index have no entries in it.
     let source = tidemark_exporter::dynamo::DynamoExportTable::new(c.ddb, &c.table, shards)
-        .with_group_tags(group_tags);
+        .with_group_tags(group_tags)
+        .walking_registered();
     let s3 = client(&ClientSettings::from_env(), c.s3_endpoint.as_deref()).await;
     if c.s3_endpoint.is_some() {
         // A local S3 starts empty: the bucket is made on first use (AWS: the template's).

@@ -231,7 +231,7 @@ impl AggregateStore for DynamoStore {
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(to_item(item)?))
+            .set_item(Some(tidemark_store::aggregate_item(item)?))
             .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
         let req = match expected {
             None => req

@@ -286,7 +286,7 @@ impl AggregateStore for MemoryStore {
             pk: item.pk.clone(),
             sk: item.sk.clone(),
         })?;
-        let bytes = item_size(&to_item(item)?);
+        let bytes = item_size(&tidemark_store::aggregate_item(item)?);
         self.largest_item.fetch_max(bytes, Ordering::SeqCst);
         if bytes > MAX_ITEM_BYTES {
             return Err(item_too_large(bytes));
@@ -318,14 +318,14 @@ impl AggregateStore for MemoryStore {
             // Someone else wrote the same item (an overlapping replay): bump its version.
             if let Some(mut cur) = current {
                 cur.version += 1;
-                store(&mut items, &cur)?;
+                MemTable::insert(&mut items, tidemark_store::aggregate_item(&cur)?)?;
             }
             return Ok(Written::Conflict);
         }
         if current.map(|c| c.version) != expected {
             return Ok(Written::Conflict);
         }
-        store(&mut items, item)?;
+        MemTable::insert(&mut items, tidemark_store::aggregate_item(item)?)?;
         Ok(Written::Ok { units: 1.0 })
     }
 }

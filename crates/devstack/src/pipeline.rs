@@ -532,6 +532,8 @@ impl Pipeline {
             let mut config = tidemark_exporter::config::ExporterConfig::new(&table, &e.bucket);
             config.schedule.prefix = e.prefix.clone();
             config.schedule.grace = e.grace;
+            // DynamoDB Local's indexes are written with their items: nothing to wait for.
+            config.schedule.settle = std::time::Duration::ZERO;
             let export = tidemark_exporter::function::Exporter::new(ddb.clone(), s3, config);
             tasks.spawn(crate::schedule::export(export, e.period, rx.clone()));
         }

@@ -34,6 +34,7 @@ impl ExporterConfig {
                 prefix: settings::EXPORT_PREFIX.default.trim_matches('`').to_owned(),
                 grace: Duration::from_secs(const { settings::EXPORT_GRACE_SECONDS.default_u64() }),
                 max_hours: const { settings::EXPORT_MAX_HOURS.default_usize() },
+                settle: crate::schedule::MARK_SETTLE,
             },
         }
     }

@@ -12,15 +12,18 @@ use tidemark_store::batch_get::key_item;
 use tidemark_store::read::Queries;
 
 use crate::ExportError;
-use crate::store::{ExportTable, State, list_devices, read_dirty, read_group_hours, walk_readings};
+use crate::store::{
+    ExportTable, State, list_active, list_devices, read_dirty, read_group_hours, walk_readings,
+};
 
 /// Group items put at once (one `PutItem` each: the SDK retries a throttled one).
 const GROUP_WRITES_IN_FLIGHT: usize = 16;
 
 /// The table. Readings are read strongly consistent: a re-export of a marked hour must see the
-/// late write behind the mark, however soon after it runs. The device listing (GSI1) is
-/// eventually consistent, which an hour exported 20 minutes after its end does not notice: a
-/// device is registered seconds after its first reading arrives.
+/// late write behind the mark, however soon after it runs. The hour's devices come from its
+/// activity partitions of GSI2 ([`list_active`]), the devices table's from the status listing
+/// (GSI1), both eventually consistent, which an hour exported minutes after its end does not
+/// notice (a re-export waits for its mark to settle, `Schedule::settle`).
 pub struct DynamoExportTable {
     pub client: aws_sdk_dynamodb::Client,
     pub table: String,
@@ -29,6 +32,10 @@ pub struct DynamoExportTable {
     pub status_partitions: u16,
     /// `GROUP_TAGS`.
     pub group_tags: Vec<TagKey>,
+    /// Walk every registered device's hour too, not only those the rollups role recorded:
+    /// `tidemark-admin export`'s backfill of hours older than the activity index (their
+    /// rollup items were written without its entries).
+    pub walk_registered: bool,
 }
 
 impl DynamoExportTable {
@@ -39,7 +46,14 @@ impl DynamoExportTable {
             table: table.to_owned(),
             status_partitions,
             group_tags: tidemark_store::settings::default_group_tags(),
+            walk_registered: false,
         }
+    }
+
+    /// The same, walking every registered device's hour as well ([`Self::walk_registered`]).
+    pub fn walking_registered(mut self) -> Self {
+        self.walk_registered = true;
+        self
     }
 
     /// The same, keeping rollups for the groups of `keys` (`GROUP_TAGS`).
@@ -50,7 +64,15 @@ impl DynamoExportTable {
 }
 
 impl ExportTable for DynamoExportTable {
-    async fn devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
+    async fn active_devices(&self, hour: Bucket) -> Result<BTreeSet<DeviceId>, ExportError> {
+        let mut out = list_active(&self.queries, hour).await?;
+        if self.walk_registered {
+            out.extend(self.registered_devices().await?);
+        }
+        Ok(out)
+    }
+
+    async fn registered_devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
         list_devices(&self.queries, self.status_partitions).await
     }
 

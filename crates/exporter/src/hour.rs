@@ -185,8 +185,16 @@ pub async fn export_hour<S: ExportTable, K: Sink>(
     let mut writer = ReadingsWriter::default();
     let mut keep = Vec::new();
     let mut rollups = Vec::new();
-    let devices = source.devices().await?;
-    let ids: Vec<DeviceId> = devices.iter().cloned().collect();
+    // The hour's devices are those the rollups role recorded readings of, registered or not;
+    // the devices table lists every registered device too.
+    let devices = source.active_devices(bucket).await?;
+    let everyone: BTreeSet<DeviceId> = source
+        .registered_devices()
+        .await?
+        .union(&devices)
+        .cloned()
+        .collect();
+    let ids: Vec<DeviceId> = everyone.into_iter().collect();
     let histories = source.tag_histories(&ids).await?;
     let keys = source.group_tags();
     let mut groups = GroupFold::default();
@@ -393,7 +401,9 @@ pub async fn export_day<S: ExportTable, K: Sink>(
     let mut pairs: BTreeSet<GroupPair> = BTreeSet::new();
     let mut direct = GroupFold::default();
     let mut hour_members: Vec<(String, tidemark_schema::MetricName, Bucket)> = Vec::new();
-    let mut histories: Option<HashMap<DeviceId, TagHistory>> = None;
+    // Tag histories, read once per device as the day's hours name them.
+    let mut histories: HashMap<DeviceId, TagHistory> = HashMap::new();
+    let mut asked: BTreeSet<DeviceId> = BTreeSet::new();
     let mut days: BTreeMap<(String, String), Stats> = BTreeMap::new();
     let mut devices = BTreeSet::new();
     let mut add = |device: String, metric: String, stats: &Stats| {
@@ -418,15 +428,18 @@ pub async fn export_day<S: ExportTable, K: Sink>(
                 add(r.device, r.metric, &r.stats);
             }
         } else {
-            let devices = source.devices().await?;
-            if histories.is_none() {
-                let ids: Vec<DeviceId> = devices.iter().cloned().collect();
-                histories = Some(source.tag_histories(&ids).await?);
+            let devices = source.active_devices(hour).await?;
+            let new: Vec<DeviceId> = devices
+                .iter()
+                .filter(|d| asked.insert((*d).clone()))
+                .cloned()
+                .collect();
+            if !new.is_empty() {
+                histories.extend(source.tag_histories(&new).await?);
             }
-            let known = histories.as_ref();
             for device in devices {
                 let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, hour));
-                let history = known.and_then(|h| h.get(&device));
+                let history = histories.get(&device);
                 report
                     .read(source, &device, hour, |r| {
                         item.add_reading(r.timestamp, &r.metrics);
@@ -442,16 +455,14 @@ pub async fn export_day<S: ExportTable, K: Sink>(
         hour = Period::Hourly.bucket(hour.end_exclusive());
     }
     report.devices = devices.len();
-    let histories = match histories {
-        Some(h) => h,
-        None => {
-            let ids: Vec<DeviceId> = devices
-                .iter()
-                .filter_map(|d| DeviceId::new(d).ok())
-                .collect();
-            source.tag_histories(&ids).await?
-        }
-    };
+    let missing: Vec<DeviceId> = devices
+        .iter()
+        .filter_map(|d| DeviceId::new(d).ok())
+        .filter(|d| asked.insert(d.clone()))
+        .collect();
+    if !missing.is_empty() {
+        histories.extend(source.tag_histories(&missing).await?);
+    }
     let mut groups = GroupFold::default();
     for pair in pairs {
         for h in source.group_hours(&pair.tag, &pair.metric, bucket).await? {

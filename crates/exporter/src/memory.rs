@@ -18,7 +18,9 @@ use tidemark_store::memory::MemTable;
 use tidemark_store::{StoreError, from_stored};
 
 use crate::ExportError;
-use crate::store::{ExportTable, State, list_devices, read_dirty, read_group_hours, walk_readings};
+use crate::store::{
+    ExportTable, State, list_active, list_devices, read_dirty, read_group_hours, walk_readings,
+};
 
 /// The table in memory, and the settings the DynamoDB implementation is built with.
 #[derive(Debug)]
@@ -71,7 +73,11 @@ impl MemoryStore {
 }
 
 impl ExportTable for MemoryStore {
-    async fn devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
+    async fn active_devices(&self, hour: Bucket) -> Result<BTreeSet<DeviceId>, ExportError> {
+        list_active(&self.table, hour).await
+    }
+
+    async fn registered_devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
         list_devices(&self.table, self.status_partitions).await
     }
 

@@ -17,6 +17,10 @@ use crate::store::{ExportTable, State};
 
 const HOUR_MS: i64 = 3_600_000;
 
+/// How old a mark must be, by default, before a run exports its hour again
+/// ([`Schedule::settle`]).
+pub const MARK_SETTLE: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone)]
 pub struct Schedule {
     pub prefix: String,
@@ -24,6 +28,12 @@ pub struct Schedule {
     pub grace: Duration,
     /// Hours one run exports at most (a backlog is caught up over several runs).
     pub max_hours: usize,
+    /// How old a mark must be before a run exports its hour again: the export finds an
+    /// hour's devices from an index (GSI2, eventually consistent), and the rollups role
+    /// writes a late device's hourly item just before the mark, so the index has had this
+    /// long to show it (DynamoDB propagates within a second in the normal case; DynamoDB
+    /// Local at once). A younger mark waits for the next run.
+    pub settle: Duration,
 }
 
 /// The newest hour exportable at `now`: closed ([`CLOSE_GRACE_SECONDS`] after its end) for
@@ -73,6 +83,11 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
     for d in state.dirty().await? {
         // An hour the schedule has not reached yet is exported when it is.
         if cursor.is_none_or(|c| d.hour > c) {
+            continue;
+        }
+        let settle = i64::try_from(schedule.settle.as_millis()).unwrap_or(i64::MAX);
+        if now.epoch_millis() - d.marked_at.epoch_millis() < settle {
+            report.behind += 1;
             continue;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -134,6 +149,7 @@ mod tests {
             prefix: "p".into(),
             grace: Duration::from_secs(300),
             max_hours: 24,
+            settle: MARK_SETTLE,
         }
     }
 
@@ -149,8 +165,8 @@ mod tests {
         }
     }
 
-    /// A table with `device` registered (in GSI1's status listing, where the export finds
-    /// devices).
+    /// A table with `device` registered (in GSI1's status listing, which the export's devices
+    /// table lists).
     fn table_with(device: &str) -> MemoryStore {
         let store = MemoryStore::new();
         store
@@ -163,10 +179,26 @@ mod tests {
         store
     }
 
-    /// Stores a single reading item, as ingest does.
+    /// Stores a single reading item, as ingest does, and its hour's rollup placeholder with its
+    /// activity index entry, as the rollups role does ([`seen_by_rollups`]).
     fn put_reading(store: &MemoryStore, device: &str, at: &str, metrics: &[(&str, f64)]) {
         let item = ReadingItem::new(&reading(device, at, metrics), None, 3650);
         store.put_entity(&item).unwrap();
+        seen_by_rollups(store, device, at);
+    }
+
+    /// The rollups role's hourly placeholder of `device`'s hour holding `at`, written as it
+    /// writes it (with its index entry in the hour's activity partition).
+    fn seen_by_rollups(store: &MemoryStore, device: &str, at: &str) {
+        let key = tidemark_schema::AggregateItem::key_for(
+            &DeviceId::new(device).unwrap(),
+            Period::Hourly.bucket(ts(at)),
+        );
+        let mut placeholder = tidemark_schema::AggregateItem::empty(&key);
+        placeholder.open = true;
+        placeholder.version = 1;
+        let item = tidemark_store::aggregate_item(&placeholder).unwrap();
+        store.table().put(item).unwrap();
     }
 
     fn mark(hour: &str, marks: u64) -> ExportDirtyItem {
@@ -175,7 +207,7 @@ mod tests {
             pk: k.pk,
             sk: k.sk,
             hour: ts(hour),
-            marked_at: ts("2026-04-20T13:30:00Z"),
+            marked_at: ts("2026-04-20T11:25:00Z"),
             marks,
         }
     }
@@ -291,6 +323,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_mark_younger_than_its_settle_time_waits_for_the_next_run() {
+        // GIVEN an exported hour, marked 10 s before a run (the index may not show the late
+        // device the rollups role has just written yet)
+        let store = table_with("d1");
+        put_reading(&store, "d1", "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        let sink = MemorySink::default();
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        put_reading(&store, "d2", "2026-04-20T10:45:00Z", &[("t", 2.0)]);
+        store
+            .put_entity(&ExportDirtyItem {
+                marked_at: ts("2026-04-20T11:29:50Z"),
+                ..mark("2026-04-20T10:00:00Z", 1)
+            })
+            .unwrap();
+        // WHEN a run comes at 11:30
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:30:00Z").await;
+        // THEN it leaves the hour for the next run, marked
+        assert!(r.reexported.is_empty(), "{r:?}");
+        assert_eq!((r.behind, store.dirty().await.unwrap().len()), (1, 1));
+        // AND the next run exports it again, the late device with it
+        let r = run_at(&store, &sink, &schedule(), "2026-04-20T11:35:00Z").await;
+        assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+        assert_eq!(readings_in(&sink, "10"), 2);
+    }
+
+    #[tokio::test]
     async fn a_mark_renewed_after_a_run_read_it_survives_that_runs_clear() {
         let store = MemoryStore::new();
         store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
@@ -348,6 +406,7 @@ mod tests {
                 )
                 .await
                 .unwrap();
+            seen_by_rollups(&store, "packed", at);
         }
         // WHEN the hour is exported, THEN both readings are in it
         let sink = MemorySink::default();

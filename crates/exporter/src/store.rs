@@ -16,8 +16,17 @@ use crate::ExportError;
 
 /// What an export (an hour, a day, the groups' buckets) reads from the table and writes there.
 pub trait ExportTable {
-    /// Every registered device (each status, each status partition).
-    fn devices(&self) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
+    /// The devices with readings in the hour `hour`, as the rollups role has recorded them:
+    /// their hourly rollup items' entries in the hour's activity partitions of GSI2
+    /// ([`list_active`]), registered or not.
+    fn active_devices(
+        &self,
+        hour: Bucket,
+    ) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
+    /// Every registered device (each status, each status partition): the devices table.
+    fn registered_devices(
+        &self,
+    ) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
     /// Hands `visit` the device's readings in `[from, to)`, whole (metadata included), in
     /// time order, one at a time (a day of a 2 kHz device is never held at once); answers how
     /// many stored items did not parse (left out, as every reader leaves them out).
@@ -104,6 +113,43 @@ pub async fn list_devices<Q: QueryStore + Sync>(
             })
             .await?;
         }
+    }
+    Ok(out)
+}
+
+/// Devices listed per GSI2 activity query page.
+const ACTIVE_PAGE: i32 = 1000;
+
+/// The device and bucket of an hourly rollup item's index entry.
+fn active_of(item: &Item) -> Option<(DeviceId, Bucket)> {
+    let s = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
+    match EntityKey::parse(&s("pk")?, &s("sk")?) {
+        Ok(EntityKey::Aggregate { device, bucket }) => Some((device, bucket)),
+        _ => None,
+    }
+}
+
+/// The devices with readings in the hour `hour`, from its activity partitions of GSI2
+/// (`ACTIVE#<hour>#<n>`, keys only): each device's hourly rollup item is there from the
+/// rollups role's first write of it. An index read is eventually consistent; the entries of
+/// an hour are written while it is open, or, for readings the rollups role reaches after the
+/// close, before the mark that has the hour exported again (which the schedule takes only
+/// once it has settled, [`crate::schedule::Schedule::settle`]).
+pub async fn list_active<Q: QueryStore + Sync>(
+    q: &Q,
+    hour: Bucket,
+) -> Result<BTreeSet<DeviceId>, ExportError> {
+    let mut out = BTreeSet::new();
+    for pk in keys::active_gsi2pks(hour) {
+        let spec = QuerySpec::gsi2(pk, SkRange::All, true);
+        query_all(q, &spec, ACTIVE_PAGE, |item| {
+            if let Some((device, b)) = active_of(&item)
+                && b == hour
+            {
+                out.insert(device);
+            }
+        })
+        .await?;
     }
     Ok(out)
 }

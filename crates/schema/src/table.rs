@@ -135,7 +135,8 @@ pub const TABLE: TableDefinition = TableDefinition {
             sort_key: s(attr::GSI2SK),
             // Keys only: the alerts role moves a watched device's sort key as it arrives, and a
             // keys-only copy is the smallest index write; the watchdog and the offline listing
-            // read the device items they find.
+            // read the device items they find. An hourly rollup item's entry (its hour's
+            // activity partition) is written once: its rewrites leave the keys as they are.
             projection: "KEYS_ONLY",
             non_key_attributes: &[],
         },

@@ -13,6 +13,20 @@ pub fn to_item<T: Serialize>(value: &T) -> Result<Item, StoreError> {
     Ok(serde_dynamo::to_item(value)?)
 }
 
+/// A rollup item as every writer stores it: its attributes and, for an hourly rollup's first
+/// page, its GSI2 keys in its hour's activity partition
+/// ([`tidemark_schema::AggregateItem::activity_index`]), what the export finds an hour's
+/// devices by.
+pub fn aggregate_item(a: &tidemark_schema::AggregateItem) -> Result<Item, StoreError> {
+    let mut item = to_item(a)?;
+    if let Some((pk, sk)) = a.activity_index() {
+        use tidemark_schema::table::attr;
+        item.insert(attr::GSI2PK.to_owned(), AttributeValue::S(pk));
+        item.insert(attr::GSI2SK.to_owned(), AttributeValue::S(sk));
+    }
+    Ok(item)
+}
+
 pub fn from_item<T: DeserializeOwned>(item: Item) -> Result<T, StoreError> {
     Ok(serde_dynamo::from_item(item)?)
 }

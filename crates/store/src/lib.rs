@@ -21,5 +21,5 @@ pub mod write;
 
 pub use client::{ClientSettings, dynamodb_client, sdk_config};
 pub use error::StoreError;
-pub use items::{Item, from_item, from_stored, to_item};
+pub use items::{Item, aggregate_item, from_item, from_stored, to_item};
 pub use table::{create_table, delete_table};

@@ -696,3 +696,51 @@ fn each_granted_partition_is_one_its_functions_code_builds_keys_in() {
         }
     }
 }
+
+/// The indexes a function's own code queries: `QuerySpec::gsi1(…)`/`gsi2(…)` (the shared
+/// reader) or `.index_name(GSI…)` (a query of its own).
+fn used_indexes(dirs: &[PathBuf]) -> BTreeSet<&'static str> {
+    let code: String = sources_with_store_without(dirs, None)
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect();
+    [
+        ("GSI1", ["QuerySpec::gsi1(", ".index_name(GSI1)"]),
+        ("GSI2", ["QuerySpec::gsi2(", ".index_name(GSI2)"]),
+    ]
+    .into_iter()
+    .filter(|(_, needles)| needles.iter().any(|n| code.contains(n)))
+    .map(|(index, _)| index)
+    .collect()
+}
+
+/// The indexes a function's policy lets it read (`${Table.Arn}/index/<name>`).
+fn granted_indexes(function: &str) -> BTreeSet<String> {
+    let t = template();
+    let text = serde_yaml::to_string(&t["Resources"][function]["Properties"]["Policies"])
+        .unwrap_or_default();
+    ["GSI1", "GSI2"]
+        .into_iter()
+        .filter(|i| text.contains(&format!("/index/{i}")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn each_function_may_query_exactly_the_indexes_its_code_queries() {
+    for (function, dir) in [
+        ("ExporterFunction", "crates/exporter/src"),
+        ("WatchdogFunction", "crates/watchdog/src"),
+        ("ApiFunction", "crates/api/src"),
+    ] {
+        let used: BTreeSet<String> = used_indexes(&[root().join(dir)])
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            used,
+            granted_indexes(function),
+            "{function}: the indexes its code queries, and those its policy grants"
+        );
+    }
+}

@@ -73,22 +73,32 @@ impl<S: Store> Aggregator<S> {
         let (hourly, daily): (Vec<usize>, Vec<usize>) = (0..plans.len())
             .filter(|i| !unreadable.contains(&plans[*i].key))
             .partition(|i| plans[*i].bucket.period() == Period::Hourly);
-        self.mark_late_hours(plans, &hourly, now, failed).await;
         // Days whose hours this batch could not write, and why.
         let mut behind: HashMap<(DeviceId, Bucket), Behind> = HashMap::new();
         let mut hours: HashMap<(DeviceId, Bucket), Vec<HourChange>> = HashMap::new();
         // Boxed, as the fold below: one future holding every step of a batch is too deep a
         // type for the compiler's layout queries.
+        // The hours done (written, or skipped as unreadable): a late one is marked for the
+        // export after its item is written, never before, since the export finds an hour's
+        // devices by their hourly items (`AggregateItem::activity_index`): a mark before the
+        // item could be taken, and cleared, by an export that does not see the device yet.
+        let mut done = Vec::new();
         for (i, r) in Box::pin(self.write_hours(plans, hourly, aggs, now, counters, stop)).await {
             let p = &plans[i];
             match r {
-                Ok(h) => hours
-                    .entry((p.device.clone(), day_of(p.bucket)))
-                    .or_default()
-                    .push(h),
+                Ok(h) => {
+                    done.push(i);
+                    hours
+                        .entry((p.device.clone(), day_of(p.bucket)))
+                        .or_default()
+                        .push(h)
+                }
                 Err(e) => {
                     let why = match counters.skip_unreadable(e, "aggregate update") {
-                        Ok(()) => Behind::Skipped,
+                        Ok(()) => {
+                            done.push(i);
+                            Behind::Skipped
+                        }
                         Err(e) => {
                             tracing::error!(item = %p.key, error = %e, "aggregate not written");
                             failed.fail(p.first_index(), &e, Some(&p.device), [p.bucket]);
@@ -106,6 +116,7 @@ impl<S: Store> Aggregator<S> {
                 }
             }
         }
+        self.mark_late_hours(plans, &done, now, failed).await;
         for (device, h) in Box::pin(self.close_pending_hours(plans, now, counters, stop)).await {
             hours.entry((device, day_of(h.hour))).or_default().push(h);
         }
@@ -161,10 +172,11 @@ impl<S: Store> Aggregator<S> {
             .await;
     }
 
-    /// Marks for the Parquet export the hours whose readings this batch changes after they
-    /// closed: the export, written after the close, no longer holds them. Normal traffic
-    /// reaches its hours while they are open, so this writes only for late changes. A mark
-    /// not written fails the records behind it, which come again.
+    /// Marks for the Parquet export the hours whose readings this batch changed after they
+    /// closed (`hourly`: those whose items are written): the export, written after the close,
+    /// no longer holds them. Normal traffic reaches its hours while they are open, so this
+    /// writes only for late changes. A mark not written fails the records behind it, which
+    /// come again (their hour's item then changes nothing, and the mark is written).
     async fn mark_late_hours(
         &self,
         plans: &[AggregatePlan],
@@ -408,7 +420,7 @@ impl<S: Store> Aggregator<S> {
 
 #[cfg(test)]
 mod tests {
-    use tidemark_schema::{AggregateItem, Clock, Period, Timestamp};
+    use tidemark_schema::{AggregateItem, Clock, ExportDirtyItem, Period, Timestamp};
 
     use crate::memory::MemoryStore;
     use crate::testing::{device, event, insert};
@@ -416,6 +428,54 @@ mod tests {
 
     fn t(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_late_hours_export_mark_comes_after_its_hourly_item_never_before() {
+        // GIVEN the clock at 12:00 (hour 10 has closed) and hour 10's item not writable
+        let mut config = AggregatorConfig::new("t");
+        config.clock = Clock::fixed(t("2026-04-20T12:00:00Z"));
+        let agg = Aggregator::with_store(MemoryStore::default(), config);
+        *agg.store().failing.lock().unwrap() = Some("AGG#hourly#2026-04-20T10".into());
+        let late = event(vec![insert(1, "d", t("2026-04-20T10:59:00Z"), "t", 1.0)]);
+        let marked = |agg: &Aggregator<MemoryStore>| {
+            agg.store()
+                .table
+                .scan()
+                .into_iter()
+                .filter_map(|i| tidemark_store::from_item::<ExportDirtyItem>(i).ok())
+                .count()
+        };
+        // WHEN a batch brings a late reading of it
+        let (resp, _) = agg.process_written(&late).await;
+        // THEN it is retried, and the hour is not marked: an export taking the mark now would
+        // not find the device among the hour's (its hourly item is not there)
+        assert_eq!(resp.batch_item_failures.len(), 1);
+        assert_eq!(marked(&agg), 0);
+        // WHEN the retry writes the item
+        *agg.store().failing.lock().unwrap() = None;
+        let (resp, _) = agg.process_written(&late).await;
+        assert!(resp.batch_item_failures.is_empty());
+        // THEN the item is there with its activity index entry, and the hour is marked
+        let key = AggregateItem::key_for(
+            &device("d"),
+            Period::Hourly.bucket(t("2026-04-20T10:00:00Z")),
+        );
+        let stored = agg.store().table.get(&key).unwrap();
+        assert_eq!(
+            stored
+                .get("gsi2pk")
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str),
+            Some(
+                tidemark_schema::keys::active_gsi2pk(
+                    Period::Hourly.bucket(t("2026-04-20T10:00:00Z")),
+                    &device("d")
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(marked(&agg), 1);
     }
 
     #[tokio::test]

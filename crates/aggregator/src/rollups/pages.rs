@@ -32,8 +32,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tidemark_schema::marks::{MARK_BYTES, MAX_MARKS};
 use tidemark_schema::{AggregateItem, Bucket, DeviceId, EntityKey, Key, MetricName};
+use tidemark_store::StoreError;
 use tidemark_store::limits::{MAX_ITEM_BYTES, item_size};
-use tidemark_store::{StoreError, to_item};
 
 use crate::rollups::combine;
 
@@ -64,11 +64,11 @@ pub fn page_number(item: &AggregateItem) -> Option<u16> {
 /// metrics alone.
 pub fn size(item: &AggregateItem) -> Result<usize, StoreError> {
     if item.marks.is_empty() {
-        return Ok(item_size(&to_item(item)?));
+        return Ok(item_size(&tidemark_store::aggregate_item(item)?));
     }
     let mut bare = item.clone();
     bare.marks = Default::default();
-    Ok(item_size(&to_item(&bare)?))
+    Ok(item_size(&tidemark_store::aggregate_item(&bare)?))
 }
 
 /// A bucket's pages as read, in page order: page 0 first (absent: the bucket has no item

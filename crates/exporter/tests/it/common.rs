@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use tidemark_schema::{
-    DeviceId, DeviceItem, DeviceStatus, MetricName, Reading, ReadingItem, Timestamp,
+    AggregateItem, DeviceId, DeviceItem, DeviceStatus, MetricName, Period, Reading, ReadingItem,
+    Timestamp,
 };
 use tidemark_testkit::TestTable;
 
@@ -11,7 +12,7 @@ pub fn ts(s: &str) -> Timestamp {
     Timestamp::parse_rfc3339(s).unwrap()
 }
 
-/// Registers `id` (in GSI1's status listing, where the export finds devices).
+/// Registers `id` (in GSI1's status listing, which the export's devices table lists).
 pub async fn register(t: &TestTable, id: &str) {
     t.put(&DeviceItem::new(
         DeviceId::new(id).unwrap(),
@@ -41,4 +42,29 @@ pub fn reading(
         None,
         3650,
     )
+}
+
+/// Stores a reading as the pipeline leaves it for the export: the reading item (ingest's)
+/// and its hour's rollup placeholder with its activity index entry (the rollups role's,
+/// written when a device's first readings of an hour come), by which the export finds the
+/// hour's devices.
+pub async fn store(t: &TestTable, r: &ReadingItem) {
+    t.put(r).await;
+    let (reading, _) = r.to_reading().unwrap();
+    seen_by_rollups(t, &reading.device_id, reading.timestamp).await;
+}
+
+/// The rollups role's hourly placeholder of `device`'s hour holding `at`, as it writes it.
+pub async fn seen_by_rollups(t: &TestTable, device: &DeviceId, at: Timestamp) {
+    let key = AggregateItem::key_for(device, Period::Hourly.bucket(at));
+    let mut placeholder = AggregateItem::empty(&key);
+    placeholder.open = true;
+    placeholder.version = 1;
+    t.client
+        .put_item()
+        .table_name(&t.name)
+        .set_item(Some(tidemark_store::aggregate_item(&placeholder).unwrap()))
+        .send()
+        .await
+        .unwrap();
 }

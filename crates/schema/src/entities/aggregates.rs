@@ -314,6 +314,24 @@ impl AggregateItem {
         .key()
     }
 
+    /// The GSI2 keys an hourly rollup item's first page is stored with (`None` for any other
+    /// item): its hour's activity partition and its device ([`keys::ACTIVE_PREFIX`]). Added
+    /// by every writer of the item (`tidemark_store::aggregates::to_stored`), so the item and
+    /// its index entry exist together; the index projects keys only, so rewriting the item
+    /// never writes the index again.
+    pub fn activity_index(&self) -> Option<(String, String)> {
+        match EntityKey::parse(&self.pk, &self.sk).ok()? {
+            EntityKey::Aggregate {
+                device,
+                bucket: bucket @ Bucket::Hourly(_),
+            } => Some((
+                keys::active_gsi2pk(bucket, &device),
+                keys::active_gsi2sk(&device),
+            )),
+            _ => None,
+        }
+    }
+
     /// Page `page` of the bucket's rollup: page 0 is [`AggregateItem::key_for`].
     pub fn page_key(device: &DeviceId, bucket: Bucket, page: u16) -> keys::Key {
         if page == 0 {

@@ -54,7 +54,7 @@ async fn duckdb_reads_the_export_with_hive_partitions_and_the_counts_agree() {
                 *e = (e.0 + 1, e.1 + v, e.2.min(*v), e.3.max(*v));
             }
             let meta = (i % 2 == 0).then_some(r#"{"fw":"2.1"}"#);
-            t.put(&reading(d, at, &metrics, meta)).await;
+            store(&t, &reading(d, at, &metrics, meta)).await;
         }
     }
     let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);

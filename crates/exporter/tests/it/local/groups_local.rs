@@ -161,7 +161,7 @@ async fn assert_groups_equal(t: &TestTable, table: &Table, period: Period, conte
 
 async fn put(t: &TestTable, table: &mut Table, device: &str, at: Timestamp, pairs: &[(&str, f64)]) {
     let r = reading(device, at, pairs, None);
-    t.put(&r).await;
+    store(t, &r).await;
     table.insert((device.to_owned(), at), r);
 }
 

@@ -77,7 +77,7 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
         ));
     }
     for r in &stored {
-        t.put(r).await;
+        store(&t, r).await;
     }
     let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
@@ -146,12 +146,10 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
     assert_eq!(sink.all(), before);
 
     // WHEN a late reading lands in the hour and the hour is exported again
-    t.put(&reading(
-        "d3",
-        ts("2026-04-20T10:59:59Z"),
-        &[("t", -3.0)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d3", ts("2026-04-20T10:59:59Z"), &[("t", -3.0)], None),
+    )
     .await;
     let rep = export_hour(&source, &sink, "lake/tidemark", ts("2026-04-20T10:00:00Z"))
         .await
@@ -175,12 +173,10 @@ async fn a_smaller_export_removes_the_parts_an_earlier_one_left() {
     // GIVEN an hour exported once into more parts than it needs now (an extra part left)
     let t = TestTable::new("export-stale").await;
     register(&t, "d1").await;
-    t.put(&reading(
-        "d1",
-        ts("2026-04-20T10:00:00Z"),
-        &[("t", 1.0)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d1", ts("2026-04-20T10:00:00Z"), &[("t", 1.0)], None),
+    )
     .await;
     let sink = MemorySink::default();
     let stale = "p/readings/dt=2026-04-20/hour=10/part-00001.parquet";
@@ -223,7 +219,7 @@ async fn a_range_exports_its_closed_hours_and_leaves_the_open_one() {
         "2026-04-20T09:10:00Z",
         "2026-04-20T10:10:00Z",
     ] {
-        t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
+        store(&t, &reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
     let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
@@ -265,30 +261,24 @@ async fn a_day_exports_each_devices_daily_rollups_folded_from_its_readings() {
     for d in ["d1", "d2"] {
         register(&t, d).await;
     }
-    t.put(&reading(
-        "d1",
-        ts("2026-04-19T23:59:59Z"),
-        &[("t", 99.0)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d1", ts("2026-04-19T23:59:59Z"), &[("t", 99.0)], None),
+    )
     .await;
-    t.put(&reading(
-        "d1",
-        ts("2026-04-21T00:00:00Z"),
-        &[("t", 99.0)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d1", ts("2026-04-21T00:00:00Z"), &[("t", 99.0)], None),
+    )
     .await;
     for h in 0..24 {
         let at = ts(&format!("2026-04-20T{h:02}:30:00Z"));
-        t.put(&reading("d1", at, &[("t", h as f64)], None)).await;
+        store(&t, &reading("d1", at, &[("t", h as f64)], None)).await;
     }
-    t.put(&reading(
-        "d2",
-        ts("2026-04-20T12:00:00Z"),
-        &[("h", -3.5)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d2", ts("2026-04-20T12:00:00Z"), &[("h", -3.5)], None),
+    )
     .await;
     let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let sink = MemorySink::default();
@@ -349,7 +339,7 @@ async fn a_day_merges_its_exported_hours_and_folds_from_readings_only_the_hours_
     for h in 0..24 {
         for (m, v) in [(10, h as f64), (40, h as f64 + 0.5)] {
             let at = ts(&format!("2026-04-20T{h:02}:{m}:00Z"));
-            t.put(&reading("d1", at, &[("t", v)], None)).await;
+            store(&t, &reading("d1", at, &[("t", v)], None)).await;
             values.push(v);
         }
     }
@@ -361,19 +351,15 @@ async fn a_day_merges_its_exported_hours_and_folds_from_readings_only_the_hours_
     }
     // AND a late reading into exported hour 05 that has not been re-exported yet, and one
     // into hour 23, which never was
-    t.put(&reading(
-        "d1",
-        ts("2026-04-20T05:59:00Z"),
-        &[("t", 1000.0)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d1", ts("2026-04-20T05:59:00Z"), &[("t", 1000.0)], None),
+    )
     .await;
-    t.put(&reading(
-        "d1",
-        ts("2026-04-20T23:59:00Z"),
-        &[("t", 50.0)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d1", ts("2026-04-20T23:59:00Z"), &[("t", 50.0)], None),
+    )
     .await;
     values.push(50.0);
     // WHEN the day is exported
@@ -403,4 +389,41 @@ async fn a_day_merges_its_exported_hours_and_folds_from_readings_only_the_hours_
     );
     assert_eq!(s.first.unwrap().1, 0.0);
     assert_eq!(s.last.unwrap().1, 50.0);
+}
+
+#[tokio::test]
+async fn a_device_not_registered_yet_has_its_hour_exported_from_what_the_rollups_role_saw() {
+    // GIVEN a registered device and a newcomer, both with readings of 10:00 stored and seen by
+    // the rollups role, the newcomer not registered yet (the alerts role, which registers
+    // devices, is behind)
+    let t = TestTable::new("export-newcomer").await;
+    register(&t, "known").await;
+    store(
+        &t,
+        &reading("known", ts("2026-04-20T10:06:00Z"), &[("t", 4.0)], None),
+    )
+    .await;
+    store(
+        &t,
+        &reading("newcomer", ts("2026-04-20T10:05:00Z"), &[("t", 3.0)], None),
+    )
+    .await;
+    // AND a registered device silent all hour, whose readings the hour's walk never reads
+    register(&t, "silent").await;
+    store(
+        &t,
+        &reading("silent", ts("2026-04-20T09:59:00Z"), &[("t", 1.0)], None),
+    )
+    .await;
+    let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
+    let sink = MemorySink::default();
+    // WHEN the hour is exported
+    let rep = export_hour(&source, &sink, "p", ts("2026-04-20T10:00:00Z"))
+        .await
+        .unwrap();
+    // THEN both devices with readings are in it, the newcomer included
+    let got = rows(&sink, "p/readings/dt=2026-04-20/hour=10/");
+    let devices: Vec<&str> = got.keys().map(|(d, _, _)| d.as_str()).collect();
+    assert_eq!(devices, ["known", "newcomer"]);
+    assert_eq!(rep.readings, 2);
 }

@@ -25,12 +25,15 @@ async fn s3_holds_what_the_export_writes_and_nothing_an_earlier_export_left() {
     register(&t, "d1").await;
     let hour = ts("2026-04-20T10:00:00Z");
     for s in 0..600 {
-        t.put(&reading(
-            "d1",
-            hour.plus_millis(s * 6_000).unwrap(),
-            &[("t", s as f64)],
-            None,
-        ))
+        store(
+            &t,
+            &reading(
+                "d1",
+                hour.plus_millis(s * 6_000).unwrap(),
+                &[("t", s as f64)],
+                None,
+            ),
+        )
         .await;
     }
     let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);

@@ -19,6 +19,7 @@ fn schedule() -> Schedule {
         prefix: "p".into(),
         grace: Duration::from_secs(300),
         max_hours: 24,
+        settle: tidemark_exporter::schedule::MARK_SETTLE,
     }
 }
 
@@ -67,7 +68,7 @@ async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
         "2026-04-20T10:30:00Z",
         "2026-04-20T11:30:00Z",
     ] {
-        t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
+        store(&t, &reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
     let state = DynamoState::new(t.client.clone(), &t.name);
     let sink = MemorySink::default();
@@ -98,12 +99,10 @@ async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
     assert_eq!(readings_in(&sink, "12"), 0);
 
     // WHEN a late reading lands in 10:00 and the rollups role marks the hour
-    t.put(&reading(
-        "d1",
-        ts("2026-04-20T10:45:00Z"),
-        &[("t", 2.0)],
-        None,
-    ))
+    store(
+        &t,
+        &reading("d1", ts("2026-04-20T10:45:00Z"), &[("t", 2.0)], None),
+    )
     .await;
     let k = EntityKey::ExportDirty(ts("2026-04-20T10:00:00Z")).key();
     let mark = ExportDirtyItem {
@@ -139,7 +138,7 @@ async fn a_day_is_exported_with_its_last_hour_and_again_after_late_readings_in_t
     let t = TestTable::new("export-days").await;
     register(&t, "d1").await;
     for at in ["2026-04-20T22:30:00Z", "2026-04-20T23:30:00Z"] {
-        t.put(&reading("d1", ts(at), &[("t", 1.0)], None)).await;
+        store(&t, &reading("d1", ts(at), &[("t", 1.0)], None)).await;
     }
     let state = DynamoState::new(t.client.clone(), &t.name);
     state.advance(ts("2026-04-19T23:00:00Z")).await.unwrap();
@@ -154,7 +153,7 @@ async fn a_day_is_exported_with_its_last_hour_and_again_after_late_readings_in_t
     assert_eq!(daily(&sink, "2026-04-20").unwrap()["readings"], 2);
     // WHEN late readings land in exported hours 03:00 and 05:00 and both hours are marked
     for hour in ["2026-04-20T03:00:00Z", "2026-04-20T05:00:00Z"] {
-        t.put(&reading("d1", ts(hour), &[("t", 5.0)], None)).await;
+        store(&t, &reading("d1", ts(hour), &[("t", 5.0)], None)).await;
         let k = EntityKey::ExportDirty(ts(hour)).key();
         t.put(&ExportDirtyItem {
             pk: k.pk,
