@@ -141,6 +141,21 @@ impl WatchdogSchedule {
 /// reading over five minutes, which stays open until five minutes pass without one.
 pub const LOCAL_GROUP_RULES: &str = r#"[{"group":"site:B","offlineFraction":{"above":0.1}},{"group":"site:A","metric":"temperature","aggregate":"max","window":"5m","above":40,"keepFiringForSeconds":300}]"#;
 
+/// [`LOCAL_GROUP_RULES`] under the local `GROUP_TAGS`: a window rule over a key it leaves
+/// out (its group keeps no rollups) is left out with it, rather than stopping `make run`.
+pub fn local_group_rules(
+    keys: &[tidemark_schema::TagKey],
+) -> Result<Vec<tidemark_schema::GroupRuleSpec>, String> {
+    let rules = tidemark_watchdog::config::group_rules(LOCAL_GROUP_RULES)?;
+    Ok(rules
+        .into_iter()
+        .filter(|r| {
+            !matches!(r.signal, tidemark_schema::GroupSignal::Window { .. })
+                || keys.contains(&r.group.key)
+        })
+        .collect())
+}
+
 /// A local stack signing in at an OpenID Connect issuer: the API function's configuration
 /// (the dashboard's sign-in, the scope names) and what the authorizer trusts.
 #[derive(Debug, Clone)]
@@ -311,21 +326,18 @@ impl PipelineConfig {
             Some("0") => None,
             _ => {
                 let group_keys = env.group_tags()?;
-                let group_rules = env
-                    .try_parse(
-                        &settings::GROUP_RULES,
-                        tidemark_watchdog::config::group_rules,
-                    )?
-                    .map_or_else(
-                        || tidemark_watchdog::config::group_rules(LOCAL_GROUP_RULES),
-                        Ok,
-                    )
-                    .and_then(|rules| {
+                let group_rules = match env.try_parse(
+                    &settings::GROUP_RULES,
+                    tidemark_watchdog::config::group_rules,
+                )? {
+                    Some(rules) => {
                         tidemark_watchdog::config::windows_kept(&rules, &group_keys).map(|()| rules)
-                    })
-                    .map_err(|e| {
-                        DevstackError::Config(format!("{}: {e}", settings::GROUP_RULES.name))
-                    })?;
+                    }
+                    None => local_group_rules(&group_keys),
+                }
+                .map_err(|e| {
+                    DevstackError::Config(format!("{}: {e}", settings::GROUP_RULES.name))
+                })?;
                 Some(WatchdogSchedule {
                     group_rules,
                     ..WatchdogSchedule::every(seconds("TIDEMARK_WATCHDOG_SECONDS", 60.0)?)
@@ -655,5 +667,25 @@ mod tests {
             let e = max_retry_attempts(Some(bad.into())).unwrap_err();
             assert!(e.to_string().contains("TIDEMARK_MAX_RETRY_ATTEMPTS"), "{e}");
         }
+    }
+
+    #[test]
+    fn make_runs_group_rules_leave_out_a_window_over_a_key_without_group_rollups() {
+        let key = |k: &str| tidemark_schema::TagKey::new(k).unwrap();
+        let kinds = |keys: &[tidemark_schema::TagKey]| -> Vec<String> {
+            local_group_rules(keys)
+                .unwrap()
+                .iter()
+                .map(|r| r.to_string())
+                .collect()
+        };
+        assert_eq!(
+            kinds(&[key("site")]),
+            [
+                "site:B offline fraction above 0.1",
+                "site:A temperature max over 5m above 40"
+            ]
+        );
+        assert_eq!(kinds(&[key("line")]), ["site:B offline fraction above 0.1"]);
     }
 }

@@ -78,10 +78,15 @@ pub trait State {
 /// Devices listed per GSI1 query page.
 const DEVICE_PAGE: i32 = 1000;
 
-fn device_of(item: &Item) -> Option<DeviceId> {
+/// The entity an item (or an index's copy of its keys) is, from its key.
+fn entity_of(item: &Item) -> Option<EntityKey> {
     let s = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
-    match EntityKey::parse(&s("pk")?, &s("sk")?) {
-        Ok(EntityKey::Device(d)) => Some(d),
+    EntityKey::parse(&s("pk")?, &s("sk")?).ok()
+}
+
+fn device_of(item: &Item) -> Option<DeviceId> {
+    match entity_of(item)? {
+        EntityKey::Device(d) => Some(d),
         _ => None,
     }
 }
@@ -122,9 +127,8 @@ const ACTIVE_PAGE: i32 = 1000;
 
 /// The device and bucket of an hourly rollup item's index entry.
 fn active_of(item: &Item) -> Option<(DeviceId, Bucket)> {
-    let s = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
-    match EntityKey::parse(&s("pk")?, &s("sk")?) {
-        Ok(EntityKey::Aggregate { device, bucket }) => Some((device, bucket)),
+    match entity_of(item)? {
+        EntityKey::Aggregate { device, bucket } => Some((device, bucket)),
         _ => None,
     }
 }
