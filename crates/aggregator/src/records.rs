@@ -466,16 +466,6 @@ pub struct Heartbeat {
     pub rollups_to_mark: bool,
 }
 
-impl Heartbeat {
-    /// Whether `role` has still to mark it.
-    pub fn to_mark(&self, role: crate::config::Role) -> bool {
-        match role {
-            crate::config::Role::Alerts => self.alerts_to_mark,
-            crate::config::Role::Rollups => self.rollups_to_mark,
-        }
-    }
-}
-
 /// An item deleted by TTL. Its image is not decoded (the roles never need it):
 /// [`Expiry::readings`] reads the readings it took from the table, for the admin's rebuild.
 #[derive(Debug, Clone, PartialEq)]

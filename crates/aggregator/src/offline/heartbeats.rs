@@ -3,6 +3,7 @@
 //! `passedAt`, which offline decisions wait for; the rollups role, after the batch's group
 //! partials, into `rollupsPassedAt`, which group window rules judge up to).
 
+use crate::config::Role;
 use crate::function::Aggregator;
 use crate::records::Decoded;
 use crate::report::Counters;
@@ -19,7 +20,11 @@ impl<S: Store> Aggregator<S> {
         failed: &mut Vec<usize>,
     ) {
         let role = self.config.role;
-        for h in crate::offline::arrivals::heartbeats(records).filter(|h| h.to_mark(role)) {
+        let to_mark = |h: &&crate::records::Heartbeat| match role {
+            Role::Alerts => h.alerts_to_mark,
+            Role::Rollups => h.rollups_to_mark,
+        };
+        for h in crate::offline::arrivals::heartbeats(records).filter(to_mark) {
             if failed.iter().any(|f| *f < h.index) {
                 return;
             }
