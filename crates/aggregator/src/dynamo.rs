@@ -762,12 +762,12 @@ impl HeartbeatStore for DynamoStore {
         &self,
         shard: &tidemark_schema::keys::ShardName,
         sent_at: Timestamp,
-        role: crate::config::Role,
+        role: crate::role::Role,
     ) -> Result<f64, StoreError> {
         let key = key_item(&EntityKey::Heartbeat(shard.clone()).key());
         let mark = match role {
-            crate::config::Role::Alerts => field::PASSED_AT,
-            crate::config::Role::Rollups => field::ROLLUPS_PASSED_AT,
+            crate::role::Role::Alerts => field::PASSED_AT,
+            crate::role::Role::Rollups => field::ROLLUPS_PASSED_AT,
         };
         let r = self
             .client

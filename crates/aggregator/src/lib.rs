@@ -64,6 +64,7 @@ pub mod notify;
 pub mod offline;
 pub mod records;
 pub mod report;
+pub mod role;
 pub mod rollups;
 pub mod setaside;
 pub mod store;

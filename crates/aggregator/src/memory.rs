@@ -58,7 +58,7 @@ pub struct MemoryStore {
     /// How long each aggregate write takes (a slow or throttled table).
     pub write_delay: Mutex<Option<std::time::Duration>>,
     /// Heartbeats marked passed: (shard, sentAt, the role that marked it).
-    pub passed: Mutex<Vec<(String, Timestamp, crate::config::Role)>>,
+    pub passed: Mutex<Vec<(String, Timestamp, crate::role::Role)>>,
     /// Every key `get_aggregates` was asked for, in order.
     pub aggregate_reads: Mutex<Vec<Key>>,
     /// Devices' layout histories (none: single items), what the DynamoDB store reads from
@@ -145,7 +145,7 @@ impl crate::store::HeartbeatStore for MemoryStore {
         &self,
         shard: &tidemark_schema::keys::ShardName,
         sent_at: Timestamp,
-        role: crate::config::Role,
+        role: crate::role::Role,
     ) -> Result<f64, StoreError> {
         let mut p = self.passed.lock().unwrap_or_else(|e| e.into_inner());
         p.push((shard.to_string(), sent_at, role));

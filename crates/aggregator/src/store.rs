@@ -172,7 +172,7 @@ pub trait HeartbeatStore {
         &self,
         shard: &tidemark_schema::keys::ShardName,
         sent_at: Timestamp,
-        role: crate::config::Role,
+        role: crate::role::Role,
     ) -> impl Future<Output = Result<f64, StoreError>> + Send;
 }
 
