@@ -187,6 +187,7 @@ mod tests {
             "exporter" => vec![
                 EntityKey::ExportCursor,
                 EntityKey::ExportDirty(at),
+                EntityKey::ExportJob(at),
                 EntityKey::GroupBucket {
                     tag: tag(),
                     metric: MetricName::new("temp").unwrap(),

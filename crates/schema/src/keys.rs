@@ -66,6 +66,8 @@ pub const REPAIR_PREFIX: &str = "REPAIR#";
 pub const EXPORT_PK: &str = "EXPORT";
 pub const EXPORT_CURSOR_SK: &str = "#CURSOR";
 pub const EXPORT_DIRTY_PREFIX: &str = "DIRTY#";
+/// `EXPORT` sort keys of the hours being exported in slices: `JOB#<hour>`.
+pub const EXPORT_JOB_PREFIX: &str = "JOB#";
 /// GSI2 partitions of devices watched for silence, `OFFLINE_WATCH#<n>`, sorted by the time
 /// their silence would need checking ([`watch_gsi2sk`]): the watchdog reads only those due.
 pub const OFFLINE_WATCH_PREFIX: &str = "OFFLINE_WATCH#";
@@ -221,6 +223,8 @@ pub enum EntityKey {
     ExportCursor,
     /// An hour (its start) to export again (see [`EXPORT_PK`]).
     ExportDirty(Timestamp),
+    /// An hour (its start) whose slices are being exported (see [`EXPORT_PK`]).
+    ExportJob(Timestamp),
     /// A device's tag history (see [`TAGS_PREFIX`]).
     TagHistory(DeviceId),
     /// A device in the index of one tag (see [`TAG_INDEX_PREFIX`]).
@@ -418,6 +422,9 @@ impl EntityKey {
             EntityKey::ExportDirty(hour) => {
                 Key::new(EXPORT_PK.to_owned(), format!("{EXPORT_DIRTY_PREFIX}{hour}"))
             }
+            EntityKey::ExportJob(hour) => {
+                Key::new(EXPORT_PK.to_owned(), format!("{EXPORT_JOB_PREFIX}{hour}"))
+            }
             EntityKey::TagHistory(d) => Key::new(CONFIG_PK.to_owned(), tag_history_sk(d)),
             EntityKey::TagIndex {
                 tag,
@@ -473,12 +480,17 @@ impl EntityKey {
             if sk == EXPORT_CURSOR_SK {
                 return Ok(EntityKey::ExportCursor);
             }
-            return sk
-                .strip_prefix(EXPORT_DIRTY_PREFIX)
-                .and_then(|t| Timestamp::parse_canonical(t).ok())
-                .filter(|t| t.hour_start() == *t)
+            let hour = |prefix: &str| {
+                sk.strip_prefix(prefix)
+                    .and_then(|t| Timestamp::parse_canonical(t).ok())
+                    .filter(|t| t.hour_start() == *t)
+            };
+            return hour(EXPORT_DIRTY_PREFIX)
                 .map(EntityKey::ExportDirty)
-                .ok_or_else(|| err("export sort key must be #CURSOR or DIRTY#<hour start>"));
+                .or_else(|| hour(EXPORT_JOB_PREFIX).map(EntityKey::ExportJob))
+                .ok_or_else(|| {
+                    err("export sort key must be #CURSOR, DIRTY#<hour start> or JOB#<hour start>")
+                });
         }
         if pk == PIPELINE_PK {
             if let Some(rest) = sk.strip_prefix(FAILURES_PREFIX) {
@@ -1007,7 +1019,16 @@ pub fn watch_gsi2sk(check_at: Timestamp) -> String {
 
 /// GSI2 partition key of `d`'s hourly rollup item for the hour `hour` ([`ACTIVE_PREFIX`]).
 pub fn active_gsi2pk(hour: Bucket, d: &DeviceId) -> String {
-    let n = status_partition_for(d, ACTIVE_PARTITIONS).unwrap_or(0);
+    active_gsi2pk_of(hour, active_partition_of(d))
+}
+
+/// The activity partition of `d`, below [`ACTIVE_PARTITIONS`] (the same in every hour).
+pub fn active_partition_of(d: &DeviceId) -> u16 {
+    status_partition_for(d, ACTIVE_PARTITIONS).unwrap_or(0)
+}
+
+/// GSI2 partition key of the hour's activity partition `n`.
+pub fn active_gsi2pk_of(hour: Bucket, n: u16) -> String {
     format!("{ACTIVE_PREFIX}{}#{n}", hour.label())
 }
 
@@ -1066,6 +1087,9 @@ mod tests {
         let k = round_trip(EntityKey::ExportDirty(hour));
         assert_eq!(k.sk, "DIRTY#2026-04-20T07:00:00.000000Z");
         assert!(EntityKey::parse("EXPORT", "DIRTY#2026-04-20T07:30:00.000000Z").is_err());
+        let k = round_trip(EntityKey::ExportJob(hour));
+        assert_eq!(k.sk, "JOB#2026-04-20T07:00:00.000000Z");
+        assert!(EntityKey::parse("EXPORT", "JOB#2026-04-20T07:30:00.000000Z").is_err());
         assert!(EntityKey::parse("EXPORT", "OTHER").is_err());
     }
 

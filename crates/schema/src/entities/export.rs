@@ -40,6 +40,46 @@ pub struct ExportDirtyItem {
     pub marks: u64,
 }
 
+/// `EXPORT` / `JOB#<hour>`: an hour being exported in slices (one per activity partition,
+/// [`crate::keys::ACTIVE_PARTITIONS`]), each by a worker of its own. `generation` names this
+/// export of the hour: a slice's summary counts only if it carries it, so a worker of an
+/// earlier export finishing late cannot stand in for this one. `marks` is the dirty mark's
+/// count it answers (0: the schedule's first export of the hour); `sent_at` when its
+/// missing slices were last sent; `slices` which slices have devices in the hour (bit `n`:
+/// slice `n`), the only ones sent and waited for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportJobItem {
+    pub pk: String,
+    pub sk: String,
+    pub hour: Timestamp,
+    pub generation: i64,
+    pub marks: u64,
+    pub sent_at: Timestamp,
+    pub slices: u64,
+}
+
+impl ExportJobItem {
+    pub fn new(
+        hour: Timestamp,
+        generation: i64,
+        marks: u64,
+        sent_at: Timestamp,
+        slices: u64,
+    ) -> Self {
+        let k = EntityKey::ExportJob(hour).key();
+        ExportJobItem {
+            pk: k.pk,
+            sk: k.sk,
+            hour,
+            generation,
+            marks,
+            sent_at,
+            slices,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

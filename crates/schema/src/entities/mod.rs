@@ -36,7 +36,7 @@ pub use devices::{
     METRIC_NAMES_KEEP_DAYS, MIN_OFFLINE_WINDOW, MetricNamesItem, OfflineState, RulePhase,
     RuleState, Threshold, fleet_offline_window,
 };
-pub use export::{ExportCursorItem, ExportDirtyItem};
+pub use export::{ExportCursorItem, ExportDirtyItem, ExportJobItem};
 pub use group_alerts::{GroupAlertItem, GroupMeasure, GroupRuleStateItem, fraction};
 pub use groups::{
     GROUP_PARTIAL_TTL_DAYS, GroupBatchItem, GroupBucketItem, GroupPartialItem, Minute, MinuteStats,
@@ -138,6 +138,8 @@ pub mod field {
     pub const ROLLUPS_PASSED_AT: &str = "rollupsPassedAt";
     /// The export's dirty hours ([`super::ExportDirtyItem`]; also `markedAt`, `marks`).
     pub const HOUR: &str = "hour";
+    /// An export job's generation ([`super::ExportJobItem`]).
+    pub const GENERATION: &str = "generation";
 }
 
 /// An optional [`Timestamp`] stored as epoch milliseconds (a number: smaller than the text on
