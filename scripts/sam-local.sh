@@ -273,7 +273,8 @@ path, endpoint, stream, kinesis, s3, bucket = sys.argv[1:]
 env = json.load(open(path))
 env["AlertFunction"] = {"EVENT_BUS_NAME": "tidemark-local", "TIDEMARK_EVENTBRIDGE_ENDPOINT": endpoint}
 env["WatchdogFunction"] = {"STREAM_NAME": stream, "TIDEMARK_KINESIS_ENDPOINT": kinesis}
-env["ExporterFunction"] = {"EXPORT_BUCKET": bucket, "TIDEMARK_S3_ENDPOINT": s3}
+# No queue: the invocation exports its slices itself (EXPORT_QUEUE_URL empty).
+env["ExporterFunction"] = {"EXPORT_BUCKET": bucket, "TIDEMARK_S3_ENDPOINT": s3, "EXPORT_QUEUE_URL": ""}
 json.dump(env, open(path, "w"))
 EOP
 # moto starts empty: the export's bucket is made here (deployed: the template's).

@@ -20,6 +20,9 @@ pub struct ExporterConfig {
     /// `GROUP_TAGS`: the tag keys whose groups keep rollups.
     pub group_tags: Vec<tidemark_schema::TagKey>,
     pub schedule: Schedule,
+    /// `EXPORT_QUEUE_URL`: the queue an hour's slices are sent to, each invoking the function
+    /// once; `None` (unset or empty): each run exports its slices itself.
+    pub queue_url: Option<String>,
 }
 
 impl ExporterConfig {
@@ -35,7 +38,9 @@ impl ExporterConfig {
                 grace: Duration::from_secs(const { settings::EXPORT_GRACE_SECONDS.default_u64() }),
                 max_hours: const { settings::EXPORT_MAX_HOURS.default_usize() },
                 settle: crate::schedule::MARK_SETTLE,
+                resend_after: crate::schedule::RESEND_AFTER,
             },
+            queue_url: None,
         }
     }
 
@@ -52,6 +57,7 @@ impl ExporterConfig {
         )?;
         let mut c = ExporterConfig::new(table, bucket);
         c.s3_endpoint = env.text(&settings::TIDEMARK_S3_ENDPOINT);
+        c.queue_url = env.text(&settings::EXPORT_QUEUE_URL);
         c.status_partitions = env.status_partitions()?.unwrap_or(c.status_partitions);
         c.group_tags = env.group_tags()?;
         if let Some(p) = env.parse_with(
@@ -112,6 +118,7 @@ mod tests {
             ("tidemark", Duration::from_secs(300), 24)
         );
         assert_eq!((c.status_partitions, c.s3_endpoint), (1, None));
+        assert_eq!(c.queue_url, None);
     }
 
     #[test]

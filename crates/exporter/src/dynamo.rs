@@ -5,15 +5,17 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tidemark_schema::{
-    Bucket, DeviceId, EntityKey, ExportCursorItem, ExportDirtyItem, GroupBucketItem, Key,
-    MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field,
+    Bucket, DeviceId, EntityKey, ExportCursorItem, ExportDirtyItem, ExportJobItem, GroupBucketItem,
+    Key, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field,
 };
 use tidemark_store::batch_get::key_item;
 use tidemark_store::read::Queries;
 
 use crate::ExportError;
+use crate::slice::Slice;
 use crate::store::{
-    ExportTable, State, list_active, list_devices, read_dirty, read_group_hours, walk_readings,
+    ExportTable, State, list_active, list_active_slices, list_devices, read_dirty,
+    read_group_hours, read_jobs, walk_readings,
 };
 
 /// Group items put at once (one `PutItem` each: the SDK retries a throttled one).
@@ -64,12 +66,24 @@ impl DynamoExportTable {
 }
 
 impl ExportTable for DynamoExportTable {
-    async fn active_devices(&self, hour: Bucket) -> Result<BTreeSet<DeviceId>, ExportError> {
-        let mut out = list_active(&self.queries, hour).await?;
+    async fn active_devices(
+        &self,
+        hour: Bucket,
+        slice: Slice,
+    ) -> Result<BTreeSet<DeviceId>, ExportError> {
+        let mut out = list_active(&self.queries, hour, slice).await?;
         if self.walk_registered {
-            out.extend(self.registered_devices().await?);
+            let registered = self.registered_devices().await?;
+            out.extend(registered.into_iter().filter(|d| Slice::of(d) == slice));
         }
         Ok(out)
+    }
+
+    async fn active_slices(&self, hour: Bucket) -> Result<BTreeSet<Slice>, ExportError> {
+        if self.walk_registered {
+            return Ok(Slice::all().collect());
+        }
+        list_active_slices(&self.queries, hour).await
     }
 
     async fn registered_devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
@@ -210,17 +224,17 @@ impl State for DynamoState {
         read_dirty(&self.queries).await
     }
 
-    async fn clear(&self, d: &ExportDirtyItem) -> Result<bool, ExportError> {
+    async fn clear(&self, hour: Timestamp, marks: u64) -> Result<bool, ExportError> {
         let r = self
             .client
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(key_item(&EntityKey::ExportDirty(d.hour).key())))
+            .set_key(Some(key_item(&EntityKey::ExportDirty(hour).key())))
             .condition_expression("#marks = :marks")
             .expression_attribute_names("#marks", field::MARKS)
             .expression_attribute_values(
                 ":marks",
-                aws_sdk_dynamodb::types::AttributeValue::N(d.marks.to_string()),
+                aws_sdk_dynamodb::types::AttributeValue::N(marks.to_string()),
             )
             .send()
             .await
@@ -231,4 +245,66 @@ impl State for DynamoState {
             Err(e) => Err(e.into()),
         }
     }
+
+    async fn jobs(&self) -> Result<Vec<ExportJobItem>, ExportError> {
+        read_jobs(&self.queries).await
+    }
+
+    async fn start(&self, job: &ExportJobItem) -> Result<bool, ExportError> {
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(tidemark_store::to_item(job)?))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("PutItem"));
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conditional_check_failed() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn resent(&self, job: &ExportJobItem) -> Result<(), ExportError> {
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(tidemark_store::to_item(job)?))
+            .condition_expression("#generation = :generation")
+            .expression_attribute_names("#generation", field::GENERATION)
+            .expression_attribute_values(":generation", generation(job))
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("PutItem"));
+        match r {
+            // A newer export of the hour (or none) stands there now: it sends its own.
+            Err(e) if !e.is_conditional_check_failed() => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn finish(&self, job: &ExportJobItem) -> Result<(), ExportError> {
+        let r = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&EntityKey::ExportJob(job.hour).key())))
+            .condition_expression("#generation = :generation")
+            .expression_attribute_names("#generation", field::GENERATION)
+            .expression_attribute_values(":generation", generation(job))
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("DeleteItem"));
+        match r {
+            Err(e) if !e.is_conditional_check_failed() => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn generation(job: &ExportJobItem) -> aws_sdk_dynamodb::types::AttributeValue {
+    aws_sdk_dynamodb::types::AttributeValue::N(job.generation.to_string())
 }

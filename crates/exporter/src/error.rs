@@ -21,6 +21,16 @@ pub enum ExportError {
     Store(#[from] tidemark_store::StoreError),
     #[error("writing a manifest: {0}")]
     Manifest(serde_json::Error),
+    #[error("hour {hour} cannot be sealed: slice {slice} has no summary of this export")]
+    Incomplete {
+        hour: tidemark_schema::Timestamp,
+        slice: u16,
+    },
+    #[error("SQS {operation} failed: {message}")]
+    Queue {
+        operation: &'static str,
+        message: String,
+    },
     #[error("S3 {operation} failed: {message}")]
     S3 {
         operation: &'static str,

@@ -4,7 +4,7 @@
 //! Rows are sorted (device, time, metric, then the rest), Zstd-compressed, in row groups of
 //! at most [`ROW_GROUP_ROWS`] rows; a file holds at most [`FILE_ROWS`] rows (a few MB to a
 //! few tens of MB: an hour of 10,000 devices sending four metrics a minute is 2.4 million
-//! rows, three files), and an hour with more is split into `part-00000`, `part-00001`, ….
+//! rows, three files), and more rows are split into files `00000`, `00001`, … of their slice (or day).
 
 use std::ops::Range;
 use std::sync::Arc;

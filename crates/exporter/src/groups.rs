@@ -109,6 +109,18 @@ impl GroupFold {
             .collect()
     }
 
+    /// Each pair's fold and member count: what a slice of an hour hands its seal.
+    pub fn sums(&self) -> Vec<crate::slice::GroupSum> {
+        self.folds
+            .iter()
+            .map(|(p, (s, members))| crate::slice::GroupSum {
+                pair: p.clone(),
+                stats: s.clone(),
+                members: members.len() as u64,
+            })
+            .collect()
+    }
+
     /// One item per pair with readings.
     pub fn items(&self, bucket: Bucket, computed_at: Timestamp) -> Vec<GroupBucketItem> {
         self.folds

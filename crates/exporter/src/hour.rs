@@ -9,14 +9,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use tidemark_schema::{
-    AggregateItem, Bucket, DeviceId, EntityKey, Key, Period, Reading, Stats, TagHistory, Timestamp,
+    AggregateItem, Bucket, DeviceId, EntityKey, GroupBucketItem, Key, Period, Reading, Stats,
+    TagHistory, Timestamp,
 };
 
 use crate::ExportError;
-use crate::file::{self, ReadingRow, ReadingsWriter, RollupRow};
+use crate::file::{self, RollupRow};
 use crate::groups::{GroupFold, GroupPair};
 use crate::paths;
 use crate::sink::Sink;
+use crate::slice::{Slice, SliceExport, SliceTask, export_slice};
 use crate::store::ExportTable;
 
 pub const MANIFEST: &str = "_manifest.json";
@@ -54,7 +56,7 @@ pub struct FileEntry {
 }
 
 impl BucketExport {
-    fn new(bucket: Bucket) -> Self {
+    pub(crate) fn new(bucket: Bucket) -> Self {
         BucketExport {
             period: bucket.period(),
             start: bucket.start().to_string(),
@@ -73,7 +75,7 @@ impl BucketExport {
     }
 
     /// Hands `visit` the device's readings of `bucket`, counting them in; whether there was one.
-    async fn read<S: ExportTable>(
+    pub(crate) async fn read<S: ExportTable>(
         &mut self,
         source: &S,
         device: &DeviceId,
@@ -101,7 +103,7 @@ fn name_of(key: &str) -> String {
 }
 
 /// Puts one Parquet file of `rows` rows under `key`, listing it in `report` and in `keep`.
-async fn put_file<K: Sink>(
+pub(crate) async fn put_file<K: Sink>(
     sink: &K,
     report: &mut BucketExport,
     keep: &mut Vec<String>,
@@ -157,7 +159,11 @@ async fn write<K: Sink>(
 }
 
 /// The rollup rows of one device's bucket, folded as readers and the rollups role fold it.
-fn rollup_rows(device: &DeviceId, bucket: Bucket, item: AggregateItem) -> Vec<RollupRow> {
+pub(crate) fn rollup_rows(
+    device: &DeviceId,
+    bucket: Bucket,
+    item: AggregateItem,
+) -> Vec<RollupRow> {
     item.metrics
         .into_iter()
         .map(|(metric, stats)| RollupRow {
@@ -169,77 +175,93 @@ fn rollup_rows(device: &DeviceId, bucket: Bucket, item: AggregateItem) -> Vec<Ro
         .collect()
 }
 
-/// Exports the hour starting at `hour` (closed: the caller's schedule sees to it): its
-/// readings partition and manifest, and its hourly rollups and theirs. Readings stream into
-/// the files ([`ReadingsWriter`]) and each finished file is put after its device's walk, so
-/// an hour is never held whole.
+/// Exports the hour starting at `hour` (closed: the caller's schedule sees to it) in one
+/// go: each slice ([`export_slice`], as generation 0), then the seal ([`seal_hour`]). The
+/// backfill and a schedule without a queue run this; the fanned-out schedule runs the same
+/// two steps apart.
 pub async fn export_hour<S: ExportTable, K: Sink>(
     source: &S,
     sink: &K,
     prefix: &str,
     hour: Timestamp,
 ) -> Result<BucketExport, ExportError> {
+    let slices = source.active_slices(Period::Hourly.bucket(hour)).await?;
+    for &slice in &slices {
+        let task = SliceTask {
+            hour,
+            slice,
+            generation: 0,
+        };
+        export_slice(source, sink, prefix, &task).await?;
+    }
+    seal_hour(source, sink, prefix, hour, 0, &slices).await
+}
+
+/// The slices of `hour` whose summary of the export `generation` is written.
+pub async fn slices_done<K: Sink>(
+    sink: &K,
+    prefix: &str,
+    hour: Timestamp,
+    generation: i64,
+) -> Result<BTreeSet<Slice>, ExportError> {
+    Ok(sink
+        .keys(&paths::slice_summaries(prefix, hour))
+        .await?
+        .iter()
+        .filter_map(|k| paths::parse_slice_summary(k))
+        .filter(|(_, g)| *g == generation)
+        .map(|(s, _)| s)
+        .collect())
+}
+
+/// Seals the hour's export `generation` once the summary of each of its `slices` (those with
+/// devices in the hour) is written: its readings
+/// manifest, the devices table, its rollups manifest and the hour's group items, each
+/// written after the files it counts, and then what no summary lists deleted (files of an
+/// earlier, larger export, summaries of other generations). Answers `Incomplete` while a
+/// slice's summary is missing.
+pub async fn seal_hour<S: ExportTable, K: Sink>(
+    source: &S,
+    sink: &K,
+    prefix: &str,
+    hour: Timestamp,
+    generation: i64,
+    of: &BTreeSet<Slice>,
+) -> Result<BucketExport, ExportError> {
     let bucket = Period::Hourly.bucket(hour);
     let start = bucket.start();
-    let mut report = BucketExport::new(bucket);
-    let mut writer = ReadingsWriter::default();
-    let mut keep = Vec::new();
-    let mut rollups = Vec::new();
-    // The hour's devices are those the rollups role recorded readings of, registered or not;
-    // the devices table lists every registered device too.
-    let devices = source.active_devices(bucket).await?;
-    let everyone: BTreeSet<DeviceId> = source
-        .registered_devices()
-        .await?
-        .union(&devices)
-        .cloned()
-        .collect();
-    let ids: Vec<DeviceId> = everyone.into_iter().collect();
-    let histories = source.tag_histories(&ids).await?;
-    let keys = source.group_tags();
-    let mut groups = GroupFold::default();
-    for device in devices {
-        let mut item = AggregateItem::empty(&AggregateItem::key_for(&device, bucket));
-        let name = device.to_string();
-        let history = histories.get(&device);
-        let mut failed = None;
-        let seen = report
-            .read(source, &device, bucket, |r| {
-                item.add_reading(r.timestamp, &r.metrics);
-                let of = crate::groups::groups_at(history, keys, r.timestamp);
-                groups.add_reading(&device, of, r.timestamp, &r.metrics);
-                let metadata = r.metadata.map(|m| serde_json::Value::Object(m).to_string());
-                for (metric, value) in r.metrics {
-                    let row = ReadingRow {
-                        device: name.clone(),
-                        time_us: r.timestamp.epoch_micros(),
-                        metric: metric.to_string(),
-                        value,
-                        metadata: metadata.clone(),
-                    };
-                    if let Err(e) = writer.push(row) {
-                        failed.get_or_insert(e);
-                    }
-                }
-            })
-            .await?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        for file in writer.take_done() {
-            let key = paths::readings_key(prefix, start, report.files.len());
-            put_file(sink, &mut report, &mut keep, key, file).await?;
-        }
-        if seen {
-            rollups.extend(rollup_rows(&device, bucket, item));
-        }
+    let mut slices = Vec::with_capacity(of.len());
+    for &slice in of {
+        let key = paths::slice_summary(prefix, start, slice, generation);
+        let body = sink.read(&key).await?.ok_or(ExportError::Incomplete {
+            hour,
+            slice: slice.get(),
+        })?;
+        let summary: SliceExport = serde_json::from_slice(&body).map_err(ExportError::Manifest)?;
+        slices.push((key, summary));
     }
-    for file in writer.finish()? {
-        let key = paths::readings_key(prefix, start, report.files.len());
-        put_file(sink, &mut report, &mut keep, key, file).await?;
+    let folder = paths::readings_partition(prefix, start);
+    let mut report = BucketExport::new(bucket);
+    let mut rollup_files = Vec::new();
+    let mut keep = Vec::new();
+    let mut rollup_keep = Vec::new();
+    let mut rollup_rows = 0;
+    for (key, s) in &slices {
+        report.devices += s.devices;
+        report.readings += s.readings;
+        report.unreadable += s.unreadable;
+        report.files.extend(s.files.iter().cloned());
+        keep.extend(s.files.iter().map(|f| format!("{folder}/{}", f.name)));
+        keep.push(key.clone());
+        rollup_files.extend(s.rollup_files.iter().cloned());
+        rollup_keep.extend(
+            s.rollup_files
+                .iter()
+                .map(|f| paths::rollups_file(prefix, bucket, &f.name)),
+        );
+        rollup_rows += s.rollup_rows;
     }
     report.rows = report.files.iter().map(|f| f.rows).sum();
-    let folder = paths::readings_partition(prefix, start);
     seal(
         sink,
         &report,
@@ -248,20 +270,30 @@ pub async fn export_hour<S: ExportTable, K: Sink>(
         &format!("{folder}/"),
     )
     .await?;
+    let everyone: Vec<DeviceId> = source.registered_devices().await?.into_iter().collect();
+    let histories = source.tag_histories(&everyone).await?;
     export_devices(sink, prefix, bucket, &histories).await?;
+    let summaries: Vec<SliceExport> = slices.into_iter().map(|(_, s)| s).collect();
+    let items = crate::slice::group_items(&summaries, bucket, Timestamp::now());
+    let pairs: BTreeSet<GroupPair> = items
+        .iter()
+        .map(|i| GroupPair {
+            tag: i.tag.clone(),
+            metric: i.metric.clone(),
+        })
+        .collect();
     let manifest = paths::rollups_manifest(prefix, bucket);
     let previous = exported_groups(sink, &manifest).await?;
     let mut rollup_report = BucketExport {
-        rows: rollups.len() as u64,
-        files: Vec::new(),
-        groups: listed(&groups, &previous),
+        rows: rollup_rows,
+        files: rollup_files,
+        groups: listed(&pairs, &previous),
         ..report.clone()
     };
-    write(
+    seal(
         sink,
-        file::rollup_files(rollups)?,
-        &mut rollup_report,
-        |i| paths::rollups_key(prefix, bucket, i),
+        &rollup_report,
+        rollup_keep,
         manifest.clone(),
         &paths::rollups_stem(prefix, bucket),
     )
@@ -270,7 +302,7 @@ pub async fn export_hour<S: ExportTable, K: Sink>(
         source,
         sink,
         bucket,
-        &groups,
+        (&items, &pairs),
         &previous,
         &mut rollup_report,
         &manifest,
@@ -291,8 +323,8 @@ async fn exported_groups<K: Sink>(sink: &K, key: &str) -> Result<Vec<GroupPair>,
 /// What a rollups manifest lists before the bucket's group items are written: the pairs
 /// written now and those an earlier export listed, so an export that stops before it deletes
 /// the stale ones leaves them listed for the next.
-fn listed(groups: &GroupFold, previous: &[GroupPair]) -> Vec<GroupPair> {
-    let mut all = groups.pairs();
+fn listed(pairs: &BTreeSet<GroupPair>, previous: &[GroupPair]) -> Vec<GroupPair> {
+    let mut all = pairs.clone();
     all.extend(previous.iter().cloned());
     all.into_iter().collect()
 }
@@ -304,14 +336,12 @@ async fn write_groups<S: ExportTable, K: Sink>(
     source: &S,
     sink: &K,
     bucket: Bucket,
-    groups: &GroupFold,
+    (items, now): (&[GroupBucketItem], &BTreeSet<GroupPair>),
     previous: &[GroupPair],
     report: &mut BucketExport,
     manifest: &str,
 ) -> Result<(), ExportError> {
-    let items = groups.items(bucket, Timestamp::now());
-    source.put_group_buckets(&items).await?;
-    let now = groups.pairs();
+    source.put_group_buckets(items).await?;
     let stale: Vec<Key> = previous
         .iter()
         .filter(|p| !now.contains(*p))
@@ -328,7 +358,7 @@ async fn write_groups<S: ExportTable, K: Sink>(
         return Ok(());
     }
     source.delete_group_buckets(&stale).await?;
-    report.groups = now.into_iter().collect();
+    report.groups = now.iter().cloned().collect();
     let body = serde_json::to_vec_pretty(report).map_err(ExportError::Manifest)?;
     sink.put(manifest, body, "application/json").await
 }
@@ -369,10 +399,9 @@ async fn exported_hour<K: Sink>(
     };
     let manifest: BucketExport = serde_json::from_slice(&body).map_err(ExportError::Manifest)?;
     let mut rows = Vec::new();
-    for (i, f) in manifest.files.iter().enumerate() {
-        let key = paths::rollups_key(prefix, hour, i);
-        let file = sink.read(&key).await?.filter(|_| name_of(&key) == f.name);
-        let Some(file) = file else {
+    for f in &manifest.files {
+        let key = paths::rollups_file(prefix, hour, &f.name);
+        let Some(file) = sink.read(&key).await? else {
             // A manifest listing what is not there (an export overtaken mid-way): the
             // hour's readings say it instead.
             return Ok(None);
@@ -428,7 +457,10 @@ pub async fn export_day<S: ExportTable, K: Sink>(
                 add(r.device, r.metric, &r.stats);
             }
         } else {
-            let devices = source.active_devices(hour).await?;
+            let mut devices = BTreeSet::new();
+            for slice in Slice::all() {
+                devices.extend(source.active_devices(hour, slice).await?);
+            }
             let new: Vec<DeviceId> = devices
                 .iter()
                 .filter(|d| asked.insert((*d).clone()))
@@ -484,7 +516,8 @@ pub async fn export_day<S: ExportTable, K: Sink>(
     }
     let manifest = paths::rollups_manifest(prefix, bucket);
     let previous = exported_groups(sink, &manifest).await?;
-    report.groups = listed(&groups, &previous);
+    let pairs = groups.pairs();
+    report.groups = listed(&pairs, &previous);
     let start_us = bucket.start().epoch_micros();
     let rollups: Vec<RollupRow> = days
         .into_iter()
@@ -505,11 +538,12 @@ pub async fn export_day<S: ExportTable, K: Sink>(
         &paths::rollups_stem(prefix, bucket),
     )
     .await?;
+    let items = groups.items(bucket, Timestamp::now());
     write_groups(
         source,
         sink,
         bucket,
-        &groups,
+        (&items, &pairs),
         &previous,
         &mut report,
         &manifest,

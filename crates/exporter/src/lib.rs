@@ -3,12 +3,14 @@
 //! (issue: export to Parquet on S3).
 //!
 //! Built so far: the tables' columns ([`columns`], one source for the files and the Glue
-//! table), deterministic Parquet files ([`file`]), the object keys ([`paths`]), one hour's
-//! export ([`hour`]) from the table to any object store ([`sink`], [`s3`]), and a day's daily
+//! table), deterministic Parquet files ([`file`]), the object keys ([`paths`]), an hour
+//! exported in slices ([`slice`], one per activity partition, each its own invocation) and
+//! sealed from them ([`hour`]) to any object store ([`sink`], [`s3`]), and a day's daily
 //! rollups, each group's closed hours and days in the table ([`groups`]) and the devices'
 //! tags over time (the `devices` table), and the schedule ([`schedule`]: closed hours once,
-//! hours the rollups role marked as changed after their close again), which the deployed
-//! function ([`function`], on EventBridge Scheduler) and `make run` run and
+//! hours the rollups role marked as changed after their close again, their slices sent to
+//! a queue, [`queue`], and the hour sealed once all are in), which the deployed function
+//! ([`function`], on EventBridge Scheduler and its SQS queue) and `make run` run and
 //! `tidemark-admin export` backfills with.
 //!
 //! The shape of every function crate: [`config`] (its settings), [`error`] ([`ExportError`]),
@@ -26,10 +28,12 @@ pub mod groups;
 pub mod hour;
 pub mod memory;
 pub mod paths;
+pub mod queue;
 pub mod report;
 pub mod s3;
 pub mod schedule;
 pub mod sink;
+pub mod slice;
 pub mod store;
 
 pub use dynamo::{DynamoExportTable, DynamoState};

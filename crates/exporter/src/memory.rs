@@ -10,16 +10,18 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tidemark_schema::{
-    Bucket, DeviceId, EntityKey, ExportCursorItem, ExportDirtyItem, GroupBucketItem, Key,
-    MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field,
+    Bucket, DeviceId, EntityKey, ExportCursorItem, ExportDirtyItem, ExportJobItem, GroupBucketItem,
+    Key, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, field,
 };
 use tidemark_store::layouts::LayoutBook;
 use tidemark_store::memory::MemTable;
 use tidemark_store::{StoreError, from_stored};
 
 use crate::ExportError;
+use crate::slice::Slice;
 use crate::store::{
-    ExportTable, State, list_active, list_devices, read_dirty, read_group_hours, walk_readings,
+    ExportTable, State, list_active, list_active_slices, list_devices, read_dirty,
+    read_group_hours, read_jobs, walk_readings,
 };
 
 /// The table in memory, and the settings the DynamoDB implementation is built with.
@@ -73,8 +75,16 @@ impl MemoryStore {
 }
 
 impl ExportTable for MemoryStore {
-    async fn active_devices(&self, hour: Bucket) -> Result<BTreeSet<DeviceId>, ExportError> {
-        list_active(&self.table, hour).await
+    async fn active_devices(
+        &self,
+        hour: Bucket,
+        slice: Slice,
+    ) -> Result<BTreeSet<DeviceId>, ExportError> {
+        list_active(&self.table, hour, slice).await
+    }
+
+    async fn active_slices(&self, hour: Bucket) -> Result<BTreeSet<Slice>, ExportError> {
+        list_active_slices(&self.table, hour).await
     }
 
     async fn registered_devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
@@ -165,8 +175,8 @@ impl State for MemoryStore {
         read_dirty(&self.table).await
     }
 
-    async fn clear(&self, d: &ExportDirtyItem) -> Result<bool, ExportError> {
-        let k = EntityKey::ExportDirty(d.hour).key();
+    async fn clear(&self, hour: Timestamp, marks: u64) -> Result<bool, ExportError> {
+        let k = EntityKey::ExportDirty(hour).key();
         let k = (k.pk, k.sk);
         let mut items = self.table.lock();
         // `marks = :marks`: a mark renewed since it was read (or gone) stays as it is.
@@ -174,10 +184,52 @@ impl State for MemoryStore {
             .get(&k)
             .and_then(|i| i.get(field::MARKS))
             .and_then(|v| v.as_n().ok())
-            .is_some_and(|n| *n == d.marks.to_string());
+            .is_some_and(|n| *n == marks.to_string());
         if same {
             items.remove(&k);
         }
         Ok(same)
     }
+
+    async fn jobs(&self) -> Result<Vec<ExportJobItem>, ExportError> {
+        read_jobs(&self.table).await
+    }
+
+    async fn start(&self, job: &ExportJobItem) -> Result<bool, ExportError> {
+        let mut items = self.table.lock();
+        // `attribute_not_exists(pk)`
+        if items.contains_key(&(job.pk.clone(), job.sk.clone())) {
+            return Ok(false);
+        }
+        MemTable::insert(&mut items, tidemark_store::to_item(job)?)?;
+        Ok(true)
+    }
+
+    async fn resent(&self, job: &ExportJobItem) -> Result<(), ExportError> {
+        let mut items = self.table.lock();
+        if same_generation(&items, job) {
+            MemTable::insert(&mut items, tidemark_store::to_item(job)?)?;
+        }
+        Ok(())
+    }
+
+    async fn finish(&self, job: &ExportJobItem) -> Result<(), ExportError> {
+        let mut items = self.table.lock();
+        if same_generation(&items, job) {
+            items.remove(&(job.pk.clone(), job.sk.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// `#generation = :generation` on `job`'s key.
+fn same_generation(
+    items: &std::collections::BTreeMap<(String, String), tidemark_store::Item>,
+    job: &ExportJobItem,
+) -> bool {
+    items
+        .get(&(job.pk.clone(), job.sk.clone()))
+        .and_then(|i| i.get(field::GENERATION))
+        .and_then(|v| v.as_n().ok())
+        .is_some_and(|n| *n == job.generation.to_string())
 }

@@ -1,5 +1,7 @@
-//! Object keys: `<prefix>/readings/dt=YYYY-MM-DD/hour=HH/part-NNNNN.parquet` for an hour of
-//! readings, `<prefix>/rollups/period=hourly/dt=YYYY-MM-DD/hour-HH-NNNNN.parquet` for an
+//! Object keys: `<prefix>/readings/dt=YYYY-MM-DD/hour=HH/slice-SS-NNNNN.parquet` for an hour
+//! of readings (file `NNNNN` of slice `SS`, [`crate::slice`]), with each slice's summary
+//! `_slice-SS-<generation>.json` beside them,
+//! `<prefix>/rollups/period=hourly/dt=YYYY-MM-DD/hour-HH-slice-SS-NNNNN.parquet` for an
 //! hour's rollups and `<prefix>/rollups/period=daily/dt=YYYY-MM-DD/part-NNNNN.parquet` for a
 //! day's, each partition with a manifest (`_manifest.json`; `_manifest-HH.json` per hour in
 //! an hourly rollups partition), and `<prefix>/devices/part-NNNNN.parquet` for the devices'
@@ -8,6 +10,8 @@
 //! again overwrites the same objects.
 
 use tidemark_schema::{Bucket, Timestamp};
+
+use crate::slice::Slice;
 
 fn day(t: Timestamp) -> String {
     t.to_string()[..10].to_owned()
@@ -31,12 +35,35 @@ pub fn readings_partition(prefix: &str, hour_start: Timestamp) -> String {
     )
 }
 
-/// File `part` of an hour of readings.
-pub fn readings_key(prefix: &str, hour_start: Timestamp, part: usize) -> String {
+/// File `part` of slice `slice` of an hour of readings.
+pub fn readings_key(prefix: &str, hour_start: Timestamp, slice: Slice, part: usize) -> String {
     format!(
-        "{}/part-{part:05}.parquet",
-        readings_partition(prefix, hour_start)
+        "{}/slice-{:02}-{part:05}.parquet",
+        readings_partition(prefix, hour_start),
+        slice.get()
     )
+}
+
+/// What every slice summary of an hour starts with.
+pub fn slice_summaries(prefix: &str, hour_start: Timestamp) -> String {
+    format!("{}/_slice-", readings_partition(prefix, hour_start))
+}
+
+/// The summary of slice `slice` of the hour's export `generation` (a leading `_` hides it
+/// from Athena and Hive).
+pub fn slice_summary(prefix: &str, hour_start: Timestamp, slice: Slice, generation: i64) -> String {
+    format!(
+        "{}{:02}-{generation}.json",
+        slice_summaries(prefix, hour_start),
+        slice.get()
+    )
+}
+
+/// The slice and generation a key [`slice_summary`] made names.
+pub fn parse_slice_summary(key: &str) -> Option<(Slice, i64)> {
+    let name = key.rsplit_once("/_slice-")?.1.strip_suffix(".json")?;
+    let (slice, generation) = name.split_once('-')?;
+    Some((Slice::new(slice.parse().ok()?)?, generation.parse().ok()?))
 }
 
 /// What every rollups file of `bucket` starts with (the rest is `NNNNN.parquet`): an export
@@ -49,9 +76,23 @@ pub fn rollups_stem(prefix: &str, bucket: Bucket) -> String {
     }
 }
 
-/// File `part` of a bucket's rollups.
+/// File `part` of a day's rollups.
 pub fn rollups_key(prefix: &str, bucket: Bucket, part: usize) -> String {
     format!("{}{part:05}.parquet", rollups_stem(prefix, bucket))
+}
+
+/// File `part` of slice `slice` of an hour's rollups.
+pub fn slice_rollups_key(prefix: &str, hour: Bucket, slice: Slice, part: usize) -> String {
+    format!(
+        "{}slice-{:02}-{part:05}.parquet",
+        rollups_stem(prefix, hour),
+        slice.get()
+    )
+}
+
+/// The object named `name` (as a manifest lists it) in the partition of `bucket`'s rollups.
+pub fn rollups_file(prefix: &str, bucket: Bucket, name: &str) -> String {
+    format!("{}/{name}", rollups_partition(prefix, bucket))
 }
 
 /// The manifest of a bucket's rollups: `_manifest.json` of a day's partition, and
@@ -94,13 +135,24 @@ mod tests {
     #[test]
     fn keys_are_hive_partitions_of_the_bucket() {
         let t = Timestamp::parse_rfc3339("2026-04-20T07:59:59.5Z").unwrap();
+        let slice = Slice::new(5).unwrap();
         assert_eq!(
-            readings_key("lake/tidemark/", Period::Hourly.bucket(t).start(), 3),
-            "lake/tidemark/readings/dt=2026-04-20/hour=07/part-00003.parquet"
+            readings_key("lake/tidemark/", Period::Hourly.bucket(t).start(), slice, 3),
+            "lake/tidemark/readings/dt=2026-04-20/hour=07/slice-05-00003.parquet"
         );
         assert_eq!(
-            rollups_key("lake", Period::Hourly.bucket(t), 0),
-            "lake/rollups/period=hourly/dt=2026-04-20/hour-07-00000.parquet"
+            slice_rollups_key("lake", Period::Hourly.bucket(t), slice, 0),
+            "lake/rollups/period=hourly/dt=2026-04-20/hour-07-slice-05-00000.parquet"
+        );
+        let summary = slice_summary("lake", Period::Hourly.bucket(t).start(), slice, 17);
+        assert_eq!(
+            summary,
+            "lake/readings/dt=2026-04-20/hour=07/_slice-05-17.json"
+        );
+        assert_eq!(parse_slice_summary(&summary), Some((slice, 17)));
+        assert_eq!(
+            parse_slice_summary("lake/readings/dt=2026-04-20/hour=07/_slice-64-1.json"),
+            None
         );
         assert_eq!(
             rollups_key("/lake", Period::Daily.bucket(t), 1),

@@ -19,9 +19,30 @@ pub struct Report {
     pub readings: u64,
     /// Due hours left for the next run (deadline or `max_hours`).
     pub behind: usize,
+    /// Slices sent to the queue (new hours' and missing ones sent again).
+    pub sent: usize,
+    /// Hours being exported in slices after the run (started, waiting on a slice, or on
+    /// an earlier hour).
+    pub working: usize,
 }
 
 impl Report {
+    /// This run followed by `later` at the same time (a run with no queue,
+    /// [`crate::schedule::run_inline`]): what both did, and where the later left things.
+    pub fn absorb(&mut self, later: Report) {
+        self.exported.extend(later.exported);
+        self.reexported.extend(later.reexported);
+        for d in later.days {
+            if !self.days.contains(&d) {
+                self.days.push(d);
+            }
+        }
+        self.readings += later.readings;
+        self.sent += later.sent;
+        self.behind = later.behind;
+        self.working = later.working;
+    }
+
     /// The run's EMF metrics.
     pub fn metrics(&self) -> Metrics {
         Metrics::new("exporter")
@@ -30,6 +51,8 @@ impl Report {
             .count("DaysExported", self.days.len() as u64)
             .count("Readings", self.readings)
             .count("HoursBehind", self.behind as u64)
+            .count("SlicesSent", self.sent as u64)
+            .count("HoursWorking", self.working as u64)
     }
 
     /// Logs the run (a line per partition written to `bucket` under `prefix`, its EMF
@@ -49,6 +72,8 @@ impl Report {
             "days": list(&self.days),
             "readings": self.readings,
             "behind": self.behind,
+            "sent": self.sent,
+            "working": self.working,
         })
     }
 }

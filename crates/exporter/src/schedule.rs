@@ -1,18 +1,31 @@
-//! The export schedule: each run exports the hours that have closed (plus a grace for late
-//! readings) since the last run's, oldest first, then again every hour the rollups role
-//! marked as changed after it closed; all within the invocation's deadline, the rest left
-//! to the next run. A day's daily rollups are exported with its last hour, and again after
-//! its re-exported hours once the day is complete (they are merged from its hours' files). Two runs at once export the same hours with the same bytes, and the
-//! cursor only moves forward.
+//! The export schedule (docs/decisions/0017-export-fans-out-over-sqs.md). Each run:
+//! - looks at the hours being exported in slices (their jobs, `EXPORT / JOB#<hour>`): an
+//!   hour whose every slice has written its summary is sealed ([`seal_hour`]); one whose
+//!   slices have not all come back after [`Schedule::resend_after`] has the missing ones
+//!   sent again (a worker that failed, timed out or whose message went to the dead-letter
+//!   queue);
+//! - starts the hours that have closed (plus a grace for late readings) since the cursor,
+//!   oldest first, at most [`Schedule::max_hours`] at a time, and again every hour the
+//!   rollups role marked as changed after it closed once its mark has settled: a job each,
+//!   its slices sent to the queue.
+//!
+//! The cursor moves over an hour only when it is sealed, and only in order, so it never
+//! passes an hour with a slice missing. A day's daily rollups are exported with its last
+//! hour, and again after its re-exported hours once the day is complete (they are merged
+//! from its hours' files). Two runs at once start each hour once (the job is written
+//! conditionally) and seal it with the same bytes; the cursor only moves forward.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tidemark_schema::{CLOSE_GRACE_SECONDS, Period, Timestamp};
+use tidemark_schema::{CLOSE_GRACE_SECONDS, ExportJobItem, Period, Timestamp};
 
 use crate::ExportError;
-use crate::hour::{ends_day, export_day, export_hour};
+use crate::hour::{ends_day, export_day, seal_hour, slices_done};
+use crate::queue::SliceQueue;
 use crate::report::Report;
 use crate::sink::Sink;
+use crate::slice::{Slice, SliceTask, from_bits, to_bits};
 use crate::store::{ExportTable, State};
 
 const HOUR_MS: i64 = 3_600_000;
@@ -21,12 +34,17 @@ const HOUR_MS: i64 = 3_600_000;
 /// ([`Schedule::settle`]).
 pub const MARK_SETTLE: Duration = Duration::from_secs(30);
 
+/// How long, by default, a job's slices have before the missing ones are sent again: a
+/// worker's timeout (900 s) and a minute.
+pub const RESEND_AFTER: Duration = Duration::from_secs(960);
+
 #[derive(Debug, Clone)]
 pub struct Schedule {
     pub prefix: String,
     /// How long after an hour closes it is exported: late readings until then are in it.
     pub grace: Duration,
-    /// Hours one run exports at most (a backlog is caught up over several runs).
+    /// Hours being exported for the first time at once, at most (a backlog is caught up
+    /// over several runs).
     pub max_hours: usize,
     /// How old a mark must be before a run exports its hour again: the export finds an
     /// hour's devices from an index (GSI2, eventually consistent), and the rollups role
@@ -34,6 +52,8 @@ pub struct Schedule {
     /// long to show it (DynamoDB propagates within a second in the normal case; DynamoDB
     /// Local at once). A younger mark waits for the next run.
     pub settle: Duration,
+    /// How long a job's slices have before the missing ones are sent again.
+    pub resend_after: Duration,
 }
 
 /// The newest hour exportable at `now`: closed ([`CLOSE_GRACE_SECONDS`] after its end) for
@@ -44,8 +64,32 @@ pub fn due_hour(now: Timestamp, grace: Duration) -> Option<Timestamp> {
     Period::Hourly.bucket(edge).start().minus_millis(HOUR_MS)
 }
 
-/// One scheduled run at `now`, ending its work by `deadline`.
-pub async fn run<T: State, S: ExportTable, K: Sink>(
+fn next_hour(h: Timestamp) -> Timestamp {
+    h.plus_millis(HOUR_MS).unwrap_or(Timestamp::MAX)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The tasks of `job`'s slices not in `done`.
+fn tasks(job: &ExportJobItem, done: &BTreeSet<Slice>) -> Vec<SliceTask> {
+    from_bits(job.slices)
+        .into_iter()
+        .filter(|s| !done.contains(s))
+        .map(|slice| SliceTask {
+            hour: job.hour,
+            slice,
+            generation: job.generation,
+        })
+        .collect()
+}
+
+/// A run with no queue: [`run`] into memory, the slices it sent exported here, one after
+/// another, and [`run`] again to seal them (and start what is due next), until a run sends
+/// nothing or the deadline passes. `make run` without a queue, `sam local invoke`
+/// and the unit tests run this; the deployed function hands its slices to SQS.
+pub async fn run_inline<T: State, S: ExportTable, K: Sink>(
     state: &T,
     source: &S,
     sink: &K,
@@ -53,60 +97,150 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
     now: Timestamp,
     deadline: tokio::time::Instant,
 ) -> Result<Report, ExportError> {
-    let mut report = Report::default();
-    let Some(due) = due_hour(now, schedule.grace) else {
-        return Ok(report);
-    };
-    // A first run exports the due hour; older ones are `tidemark-admin export`'s to backfill.
-    let mut next = match state.cursor().await? {
-        Some(c) => c.plus_millis(HOUR_MS).unwrap_or(Timestamp::MAX),
-        None => due,
-    };
-    while next <= due {
-        if report.exported.len() >= schedule.max_hours || tokio::time::Instant::now() >= deadline {
-            report.behind = ((due.epoch_millis() - next.epoch_millis()) / HOUR_MS + 1) as usize;
-            break;
+    let queue = crate::queue::MemoryQueue::default();
+    let mut report = run(state, source, sink, &queue, schedule, now, deadline).await?;
+    // Each run seals what the one before sent and may start the next hours.
+    loop {
+        let tasks = queue.take();
+        if tasks.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(report);
         }
-        let h = export_hour(source, sink, &schedule.prefix, next).await?;
-        report.readings += h.readings;
-        // Before the cursor passes the day's last hour: a run cut short redoes both.
-        if ends_day(next) {
-            export_day(source, sink, &schedule.prefix, next).await?;
-            report.days.push(Period::Daily.bucket(next).start());
+        for t in &tasks {
+            crate::slice::export_slice(source, sink, &schedule.prefix, t).await?;
         }
-        state.advance(next).await?;
-        report.exported.push(next);
-        next = next.plus_millis(HOUR_MS).unwrap_or(Timestamp::MAX);
+        report.absorb(run(state, source, sink, &queue, schedule, now, deadline).await?);
     }
-    let cursor = state.cursor().await?;
-    let mut redone = Vec::new();
+}
+
+/// One scheduled run at `now`, ending its work by `deadline`.
+pub async fn run<T: State, S: ExportTable, K: Sink, Q: SliceQueue>(
+    state: &T,
+    source: &S,
+    sink: &K,
+    queue: &Q,
+    schedule: &Schedule,
+    now: Timestamp,
+    deadline: tokio::time::Instant,
+) -> Result<Report, ExportError> {
+    let mut report = Report::default();
+    let mut jobs = state.jobs().await?;
+    let mut cursor = state.cursor().await?;
+    let prefix = schedule.prefix.as_str();
+    // Hours to start: those closed since the cursor (a first run starts the due hour; older
+    // ones are `tidemark-admin export`'s to backfill), then the settled marks.
+    let started: BTreeSet<Timestamp> = jobs.iter().map(|j| j.hour).collect();
+    let mut working = jobs
+        .iter()
+        .filter(|j| cursor.is_none_or(|c| j.hour > c))
+        .count();
+    let mut start = Vec::new();
+    if let Some(due) = due_hour(now, schedule.grace) {
+        let newest = started
+            .last()
+            .copied()
+            .filter(|n| cursor.is_none_or(|c| *n > c));
+        let mut next = match (newest, cursor) {
+            (Some(n), _) => next_hour(n),
+            (None, Some(c)) => next_hour(c),
+            (None, None) => due,
+        };
+        while next <= due {
+            if working >= schedule.max_hours {
+                report.behind +=
+                    ((due.epoch_millis() - next.epoch_millis()) / HOUR_MS + 1) as usize;
+                break;
+            }
+            start.push((next, 0));
+            working += 1;
+            next = next_hour(next);
+        }
+    }
     for d in state.dirty().await? {
         // An hour the schedule has not reached yet is exported when it is.
-        if cursor.is_none_or(|c| d.hour > c) {
+        if cursor.is_none_or(|c| d.hour > c) || started.contains(&d.hour) {
             continue;
         }
-        let settle = i64::try_from(schedule.settle.as_millis()).unwrap_or(i64::MAX);
-        if now.epoch_millis() - d.marked_at.epoch_millis() < settle {
+        if now.epoch_millis() - d.marked_at.epoch_millis() < millis(schedule.settle) {
             report.behind += 1;
             continue;
         }
+        start.push((d.hour, d.marks));
+    }
+    for (hour, marks) in start {
         if tokio::time::Instant::now() >= deadline {
             report.behind += 1;
             continue;
         }
-        let h = export_hour(source, sink, &schedule.prefix, d.hour).await?;
+        // Only the slices with devices in the hour are sent (and an hour without any is
+        // sealed below at once).
+        let slices = source.active_slices(Period::Hourly.bucket(hour)).await?;
+        let job = ExportJobItem::new(hour, now.epoch_millis(), marks, now, to_bits(&slices));
+        if state.start(&job).await? {
+            let all = tasks(&job, &BTreeSet::new());
+            queue.send(&all).await?;
+            report.sent += all.len();
+            jobs.push(job);
+        }
+    }
+    jobs.sort_by_key(|j| j.hour);
+    let mut redone = Vec::new();
+    for job in &jobs {
+        if tokio::time::Instant::now() >= deadline {
+            report.behind += 1;
+            continue;
+        }
+        let first = cursor.is_none_or(|c| job.hour > c);
+        let wanted = from_bits(job.slices);
+        let done = if wanted.is_empty() {
+            BTreeSet::new()
+        } else {
+            slices_done(sink, prefix, job.hour, job.generation).await?
+        };
+        if !wanted.is_subset(&done) {
+            if now.epoch_millis() - job.sent_at.epoch_millis() >= millis(schedule.resend_after) {
+                let missing = tasks(job, &done);
+                queue.send(&missing).await?;
+                report.sent += missing.len();
+                state
+                    .resent(&ExportJobItem {
+                        sent_at: now,
+                        ..job.clone()
+                    })
+                    .await?;
+            }
+            report.working += 1;
+            continue;
+        }
+        // The cursor passes hours in order: a later hour sealed first waits for it.
+        if first && cursor.is_some_and(|c| job.hour != next_hour(c)) {
+            report.working += 1;
+            continue;
+        }
+        let h = seal_hour(source, sink, prefix, job.hour, job.generation, &wanted).await?;
         report.readings += h.readings;
-        redone.push(d);
+        if first {
+            // Before the cursor passes the day's last hour: a run cut short redoes both.
+            if ends_day(job.hour) {
+                export_day(source, sink, prefix, job.hour).await?;
+                report.days.push(Period::Daily.bucket(job.hour).start());
+            }
+            state.advance(job.hour).await?;
+            cursor = Some(job.hour);
+            report.exported.push(job.hour);
+            state.finish(job).await?;
+        } else {
+            redone.push(job.clone());
+        }
     }
     // A day the cursor has passed was exported: it changed with its hours, and is merged
     // from them once they are all redone (even if this run exported it already, before).
     let mut days: Vec<Timestamp> = Vec::new();
-    for d in &redone {
-        let day = Period::Daily.bucket(d.hour);
+    for job in &redone {
+        let day = Period::Daily.bucket(job.hour);
         let complete =
             cursor.is_some_and(|c| c >= day.end_exclusive().minus_millis(HOUR_MS).unwrap_or(c));
         if complete && !days.contains(&day.start()) {
-            export_day(source, sink, &schedule.prefix, d.hour).await?;
+            export_day(source, sink, prefix, job.hour).await?;
             days.push(day.start());
         }
     }
@@ -115,10 +249,11 @@ pub async fn run<T: State, S: ExportTable, K: Sink>(
             report.days.push(day);
         }
     }
-    // Marks go last: a run cut short before its days leaves them for the next run.
-    for d in redone {
-        state.clear(&d).await?;
-        report.reexported.push(d.hour);
+    // Marks go last: a run cut short before its days leaves them (and the job) for the next.
+    for job in redone {
+        state.clear(job.hour, job.marks).await?;
+        state.finish(&job).await?;
+        report.reexported.push(job.hour);
     }
     Ok(report)
 }
@@ -128,7 +263,7 @@ mod tests {
     //! [`run`] over the in-memory store ([`crate::MemoryStore`]) and sink: the schedule's
     //! logic, as `crates/exporter/tests/it/local/schedule_local.rs` checks it on DynamoDB.
 
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use tidemark_schema::{
         DeviceId, DeviceItem, DeviceStatus, EntityKey, ExportDirtyItem, Layout, LayoutHistory,
@@ -138,6 +273,8 @@ mod tests {
 
     use super::*;
     use crate::MemoryStore;
+    use crate::paths;
+    use crate::queue::MemoryQueue;
     use crate::sink::MemorySink;
 
     fn ts(s: &str) -> Timestamp {
@@ -150,6 +287,7 @@ mod tests {
             grace: Duration::from_secs(300),
             max_hours: 24,
             settle: MARK_SETTLE,
+            resend_after: RESEND_AFTER,
         }
     }
 
@@ -212,10 +350,26 @@ mod tests {
         }
     }
 
-    /// One run at `at` over the store's state and readings, with a minute to spare.
+    /// One run at `at` over the store's state and readings, with a minute to spare, its
+    /// slices exported in the run ([`run_inline`]).
     async fn run_at(store: &MemoryStore, sink: &MemorySink, s: &Schedule, at: &str) -> Report {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        run(store, store, sink, s, ts(at), deadline).await.unwrap()
+        run_inline(store, store, sink, s, ts(at), deadline)
+            .await
+            .unwrap()
+    }
+
+    /// One run at `at` that sends its slices to `queue`.
+    async fn run_queued(
+        store: &MemoryStore,
+        sink: &MemorySink,
+        queue: &MemoryQueue,
+        at: &str,
+    ) -> Report {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        run(store, store, sink, queue, &schedule(), ts(at), deadline)
+            .await
+            .unwrap()
     }
 
     fn readings_in(sink: &MemorySink, hour: &str) -> u64 {
@@ -273,6 +427,189 @@ mod tests {
         assert_eq!((readings_in(&sink, "11"), readings_in(&sink, "12")), (1, 0));
     }
 
+    /// `n` devices with a reading each at `at`; the slices holding them.
+    fn fleet(store: &MemoryStore, n: usize, at: &str) -> BTreeSet<Slice> {
+        (0..n)
+            .map(|i| {
+                let d = format!("dev-{i}");
+                put_reading(store, &d, at, &[("t", i as f64)]);
+                Slice::of(&DeviceId::new(&d).unwrap())
+            })
+            .collect()
+    }
+
+    /// Exports `tasks` as the queue's workers would.
+    async fn work(store: &MemoryStore, sink: &MemorySink, tasks: &[SliceTask]) {
+        for t in tasks {
+            crate::slice::export_slice(store, sink, "p", t)
+                .await
+                .unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn an_hours_slices_go_to_the_queue_and_it_is_sealed_once_every_slice_is_in() {
+        // GIVEN 20 devices with readings in the 10:00 hour
+        let store = table_with("d1");
+        let slices = fleet(&store, 20, "2026-04-20T10:30:00Z");
+        let (sink, queue) = (MemorySink::default(), MemoryQueue::default());
+
+        // WHEN the first run comes at 11:20
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:20:00Z").await;
+
+        // THEN it sends the slices holding them, one export of the hour, and exports nothing
+        // itself
+        let tasks = queue.take();
+        assert_eq!((r.sent, r.working, r.exported.len()), (slices.len(), 1, 0));
+        assert_eq!(
+            tasks.iter().map(|t| t.slice).collect::<BTreeSet<_>>(),
+            slices
+        );
+        assert!(tasks.iter().all(|t| t.hour == ts("2026-04-20T10:00:00Z")));
+        assert_eq!(
+            tasks
+                .iter()
+                .map(|t| t.generation)
+                .collect::<BTreeSet<_>>()
+                .len(),
+            1
+        );
+        // AND with all but one slice written, the next run waits and the cursor stays
+        work(&store, &sink, &tasks[1..]).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:25:00Z").await;
+        assert_eq!((r.sent, r.working, r.exported.len()), (0, 1, 0));
+        assert_eq!(store.cursor().await.unwrap(), None);
+        assert!(
+            sink.get("p/readings/dt=2026-04-20/hour=10/_manifest.json")
+                .is_none()
+        );
+        // AND once the last is in, the run after seals the hour and moves the cursor
+        work(&store, &sink, &tasks[..1]).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:30:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+        assert_eq!((r.readings, readings_in(&sink, "10")), (20, 20));
+        assert_eq!(
+            store.cursor().await.unwrap(),
+            Some(ts("2026-04-20T10:00:00Z"))
+        );
+        assert!(store.jobs().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn slices_that_never_came_back_are_sent_again_and_only_they() {
+        // GIVEN an hour whose slices went out at 11:20, of which all but 3 were written
+        let store = table_with("d1");
+        fleet(&store, 20, "2026-04-20T10:30:00Z");
+        let (sink, queue) = (MemorySink::default(), MemoryQueue::default());
+        run_queued(&store, &sink, &queue, "2026-04-20T11:20:00Z").await;
+        let tasks = queue.take();
+        let kept = tasks.len() - 3;
+        work(&store, &sink, &tasks[..kept]).await;
+
+        // WHEN runs come before and after the slices' time is up
+        let before = run_queued(&store, &sink, &queue, "2026-04-20T11:35:00Z").await;
+        assert_eq!((before.sent, queue.take().len()), (0, 0));
+        let after = run_queued(&store, &sink, &queue, "2026-04-20T11:36:00Z").await;
+
+        // THEN the later sends the 3 missing slices again, of the same export
+        let again = queue.take();
+        assert_eq!(after.sent, 3);
+        assert_eq!(again, tasks[kept..]);
+        // AND not again at its next run, and the hour is sealed once they are in
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:40:00Z").await;
+        assert_eq!(r.sent, 0);
+        work(&store, &sink, &again).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:45:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+        assert_eq!(readings_in(&sink, "10"), 20);
+    }
+
+    #[tokio::test]
+    async fn a_slice_of_another_export_of_the_hour_does_not_stand_in_for_this_ones() {
+        // GIVEN an hour's slices sent, and every slice written by an earlier export of it
+        let store = table_with("d1");
+        put_reading(&store, "d1", "2026-04-20T10:30:00Z", &[("t", 1.0)]);
+        let (sink, queue) = (MemorySink::default(), MemoryQueue::default());
+        run_queued(&store, &sink, &queue, "2026-04-20T11:20:00Z").await;
+        let tasks = queue.take();
+        let earlier: Vec<SliceTask> = tasks
+            .iter()
+            .map(|t| SliceTask {
+                generation: t.generation - 1,
+                ..t.clone()
+            })
+            .collect();
+        work(&store, &sink, &earlier).await;
+        // WHEN a run comes, THEN the hour is not sealed
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:25:00Z").await;
+        assert_eq!((r.exported.len(), r.working), (0, 1));
+        // AND once this export's slices are in, it is, and the earlier summaries are gone
+        work(&store, &sink, &tasks).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:30:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+        let summaries = sink
+            .all()
+            .into_keys()
+            .filter(|k| k.contains("/_slice-"))
+            .filter_map(|k| paths::parse_slice_summary(&k))
+            .map(|(_, g)| g)
+            .collect::<BTreeSet<_>>();
+        assert_eq!(summaries, BTreeSet::from([tasks[0].generation]));
+    }
+
+    #[tokio::test]
+    async fn at_most_max_hours_are_in_flight_and_the_cursor_passes_them_in_order() {
+        // GIVEN the cursor at 10:00 and readings in 11:00 and 12:00
+        let store = table_with("d1");
+        for at in ["2026-04-20T11:30:00Z", "2026-04-20T12:30:00Z"] {
+            put_reading(&store, "d1", at, &[("t", 1.0)]);
+        }
+        store.advance(ts("2026-04-20T10:00:00Z")).await.unwrap();
+        let (sink, queue) = (MemorySink::default(), MemoryQueue::default());
+        // WHEN a run with two hours due comes (both go: up to 24 are in flight)
+        run_queued(&store, &sink, &queue, "2026-04-20T13:20:00Z").await;
+        let tasks = queue.take();
+        assert_eq!(tasks.len(), 2, "d1's slice of each hour");
+        // AND the later hour's slices are all in first
+        let (eleven, twelve): (Vec<_>, Vec<_>) = tasks
+            .into_iter()
+            .partition(|t| t.hour == ts("2026-04-20T11:00:00Z"));
+        work(&store, &sink, &twelve).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T13:25:00Z").await;
+        // THEN it waits for the earlier, the cursor where it was
+        assert_eq!((r.exported.len(), r.working), (0, 2));
+        // AND once the earlier is in, one run seals both, in order
+        work(&store, &sink, &eleven).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T13:30:00Z").await;
+        assert_eq!(
+            r.exported,
+            [ts("2026-04-20T11:00:00Z"), ts("2026-04-20T12:00:00Z")]
+        );
+        // AND with max_hours 1, a run three hours behind starts only the oldest
+        let store = table_with("d1");
+        store.advance(ts("2026-04-20T10:00:00Z")).await.unwrap();
+        let one = Schedule {
+            max_hours: 1,
+            ..schedule()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let r = run(
+            &store,
+            &store,
+            &sink,
+            &queue,
+            &one,
+            ts("2026-04-20T14:20:00Z"),
+            deadline,
+        )
+        .await
+        .unwrap();
+        // (an hour without readings has no slice to send: it is sealed at once)
+        assert_eq!((r.sent, r.behind), (0, 2));
+        assert_eq!(r.exported, [ts("2026-04-20T11:00:00Z")]);
+        assert!(store.jobs().await.unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn an_hour_exported_again_from_the_same_readings_has_the_same_bytes() {
         // GIVEN an hour exported by one run
@@ -286,10 +623,11 @@ mod tests {
         let r = run_at(&store, &second, &schedule(), "2026-04-20T11:30:00Z").await;
         // THEN the objects are the same, byte for byte
         assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+        // (the slices' summaries, named by their export's generation, aside)
         let hour = |s: &MemorySink| {
             s.all()
                 .into_iter()
-                .filter(|(k, _)| k.starts_with("p/readings/"))
+                .filter(|(k, _)| k.starts_with("p/readings/") && !k.contains("/_slice-"))
                 .collect::<BTreeMap<_, _>>()
         };
         assert!(!hour(&first).is_empty());
@@ -354,10 +692,10 @@ mod tests {
         store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
         let read = store.dirty().await.unwrap().remove(0);
         store.put_entity(&mark("2026-04-20T10:00:00Z", 2)).unwrap();
-        assert!(!store.clear(&read).await.unwrap());
+        assert!(!store.clear(read.hour, read.marks).await.unwrap());
         assert_eq!(store.dirty().await.unwrap().len(), 1);
         let renewed = store.dirty().await.unwrap().remove(0);
-        assert!(store.clear(&renewed).await.unwrap());
+        assert!(store.clear(renewed.hour, renewed.marks).await.unwrap());
         assert!(store.dirty().await.unwrap().is_empty());
     }
 

@@ -6,23 +6,30 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tidemark_schema::{
-    Bucket, DeviceId, DeviceStatus, EntityKey, ExportDirtyItem, GroupBucketItem, Key,
-    LayoutHistory, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, keys,
+    Bucket, DeviceId, DeviceStatus, EntityKey, ExportDirtyItem, ExportJobItem, GroupBucketItem,
+    Key, LayoutHistory, MetricName, Reading, Tag, TagHistory, TagKey, Timestamp, keys,
 };
 use tidemark_store::Item;
 use tidemark_store::read::{QuerySpec, QueryStore, SkRange, query_all, walk_whole_readings_while};
 
 use crate::ExportError;
+use crate::slice::Slice;
 
 /// What an export (an hour, a day, the groups' buckets) reads from the table and writes there.
 pub trait ExportTable {
-    /// The devices with readings in the hour `hour`, as the rollups role has recorded them:
-    /// their hourly rollup items' entries in the hour's activity partitions of GSI2
-    /// ([`list_active`]), registered or not.
+    /// The devices of `slice` with readings in the hour `hour`, as the rollups role has
+    /// recorded them: their hourly rollup items' entries in the hour's activity partition of
+    /// GSI2 ([`list_active`]), registered or not.
     fn active_devices(
         &self,
         hour: Bucket,
+        slice: Slice,
     ) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
+    /// The slices with devices in the hour `hour` ([`list_active_slices`]).
+    fn active_slices(
+        &self,
+        hour: Bucket,
+    ) -> impl Future<Output = Result<BTreeSet<Slice>, ExportError>> + Send;
     /// Every registered device (each status, each status partition): the devices table.
     fn registered_devices(
         &self,
@@ -71,8 +78,22 @@ pub trait State {
     fn advance(&self, hour: Timestamp) -> impl Future<Output = Result<(), ExportError>> + Send;
     /// The hours marked as changed after their close, with their mark counts.
     fn dirty(&self) -> impl Future<Output = Result<Vec<ExportDirtyItem>, ExportError>> + Send;
-    /// Removes the mark if no marking came after `d` was read; whether it did.
-    fn clear(&self, d: &ExportDirtyItem) -> impl Future<Output = Result<bool, ExportError>> + Send;
+    /// Removes the hour's mark if it still counts `marks` markings (none came after the one
+    /// the export answers); whether it did.
+    fn clear(
+        &self,
+        hour: Timestamp,
+        marks: u64,
+    ) -> impl Future<Output = Result<bool, ExportError>> + Send;
+    /// The hours being exported in slices, oldest first.
+    fn jobs(&self) -> impl Future<Output = Result<Vec<ExportJobItem>, ExportError>> + Send;
+    /// Records `job` unless its hour already has one; whether it did (a run at the same
+    /// time started the hour first otherwise, and its slices are the ones that count).
+    fn start(&self, job: &ExportJobItem) -> impl Future<Output = Result<bool, ExportError>> + Send;
+    /// Stores `job` (its new `sent_at`) if its hour's job is still of its generation.
+    fn resent(&self, job: &ExportJobItem) -> impl Future<Output = Result<(), ExportError>> + Send;
+    /// Removes `job` if its hour's job is still of its generation.
+    fn finish(&self, job: &ExportJobItem) -> impl Future<Output = Result<(), ExportError>> + Send;
 }
 
 /// Devices listed per GSI1 query page.
@@ -142,18 +163,41 @@ fn active_of(item: &Item) -> Option<(DeviceId, Bucket)> {
 pub async fn list_active<Q: QueryStore + Sync>(
     q: &Q,
     hour: Bucket,
+    slice: Slice,
 ) -> Result<BTreeSet<DeviceId>, ExportError> {
     let mut out = BTreeSet::new();
-    for pk in keys::active_gsi2pks(hour) {
-        let spec = QuerySpec::gsi2(pk, SkRange::All, true);
-        query_all(q, &spec, ACTIVE_PAGE, |item| {
-            if let Some((device, b)) = active_of(&item)
-                && b == hour
-            {
-                out.insert(device);
-            }
-        })
-        .await?;
+    let spec = QuerySpec::gsi2(
+        keys::active_gsi2pk_of(hour, slice.get()),
+        SkRange::All,
+        true,
+    );
+    query_all(q, &spec, ACTIVE_PAGE, |item| {
+        if let Some((device, b)) = active_of(&item)
+            && b == hour
+        {
+            out.insert(device);
+        }
+    })
+    .await?;
+    Ok(out)
+}
+
+/// The slices whose activity partition of the hour holds an entry: a query of one item for
+/// each (about 32 read units an hour, whatever the fleet).
+pub async fn list_active_slices<Q: QueryStore + Sync>(
+    q: &Q,
+    hour: Bucket,
+) -> Result<BTreeSet<Slice>, ExportError> {
+    let mut out = BTreeSet::new();
+    for slice in Slice::all() {
+        let spec = QuerySpec::gsi2(
+            keys::active_gsi2pk_of(hour, slice.get()),
+            SkRange::All,
+            true,
+        );
+        if !q.query(&spec, None, 1).await?.items.is_empty() {
+            out.insert(slice);
+        }
     }
     Ok(out)
 }
@@ -217,11 +261,26 @@ pub async fn read_group_hours<Q: QueryStore + Sync>(
 /// [`State::dirty`]: the `EXPORT` partition's marks, read consistent (an unreadable one is
 /// skipped and logged).
 pub async fn read_dirty<Q: QueryStore + Sync>(q: &Q) -> Result<Vec<ExportDirtyItem>, ExportError> {
+    read_state(q, keys::EXPORT_DIRTY_PREFIX, "export mark").await
+}
+
+/// The hours being exported in slices ([`State::jobs`]), read consistent, oldest first.
+pub async fn read_jobs<Q: QueryStore + Sync>(q: &Q) -> Result<Vec<ExportJobItem>, ExportError> {
+    read_state(q, keys::EXPORT_JOB_PREFIX, "export job").await
+}
+
+/// The `EXPORT` items whose sort key starts with `prefix`, read consistent; one that does not
+/// parse as `T` is logged and skipped.
+async fn read_state<Q: QueryStore + Sync, T: serde::de::DeserializeOwned>(
+    q: &Q,
+    prefix: &str,
+    what: &str,
+) -> Result<Vec<T>, ExportError> {
     let spec = QuerySpec {
         consistent: true,
         ..QuerySpec::table(
             keys::EXPORT_PK.to_owned(),
-            SkRange::BeginsWith(keys::EXPORT_DIRTY_PREFIX.to_owned()),
+            SkRange::BeginsWith(prefix.to_owned()),
             true,
         )
     };
@@ -229,9 +288,9 @@ pub async fn read_dirty<Q: QueryStore + Sync>(q: &Q) -> Result<Vec<ExportDirtyIt
     query_all(q, &spec, 1000, |i| items.push(i)).await?;
     let mut out = Vec::new();
     for i in items {
-        match tidemark_store::from_item::<ExportDirtyItem>(i) {
+        match tidemark_store::from_item::<T>(i) {
             Ok(d) => out.push(d),
-            Err(e) => tracing::warn!(error = %e, "unreadable export mark skipped"),
+            Err(e) => tracing::warn!(error = %e, "unreadable {what} skipped"),
         }
     }
     Ok(out)

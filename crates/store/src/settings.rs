@@ -393,7 +393,15 @@ pub const EXPORT_GRACE_SECONDS: Setting = s(
 pub const EXPORT_MAX_HOURS: Setting = s(
     "EXPORT_MAX_HOURS",
     "24",
-    "hours one export run writes at most (a backlog is caught up over several runs)",
+    "hours being exported for the first time at once, at most (a backlog is caught up over several runs)",
+    &[Exporter],
+);
+
+/// Where an hour's slices go (docs/decisions/0017-export-fans-out-over-sqs.md).
+pub const EXPORT_QUEUE_URL: Setting = s(
+    "EXPORT_QUEUE_URL",
+    "none",
+    "the SQS queue an hour's slices are sent to, each exported by an invocation of its own (none: each run exports them itself)",
     &[Exporter],
 );
 
@@ -570,6 +578,7 @@ pub const SETTINGS: &[Setting] = &[
     EXPORT_PREFIX,
     EXPORT_GRACE_SECONDS,
     EXPORT_MAX_HOURS,
+    EXPORT_QUEUE_URL,
     TIDEMARK_S3_ENDPOINT,
     EVENT_BUS_NAME,
     TIDEMARK_EVENTBRIDGE_ENDPOINT,

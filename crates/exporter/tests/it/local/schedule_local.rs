@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tidemark_exporter::dynamo::DynamoExportTable;
 use tidemark_exporter::dynamo::DynamoState;
-use tidemark_exporter::schedule::{Schedule, due_hour, run};
+use tidemark_exporter::schedule::{Schedule, due_hour, run_inline};
 use tidemark_exporter::sink::MemorySink;
 use tidemark_exporter::{Report, State};
 use tidemark_schema::{EntityKey, ExportDirtyItem};
@@ -20,6 +20,7 @@ fn schedule() -> Schedule {
         grace: Duration::from_secs(300),
         max_hours: 24,
         settle: tidemark_exporter::schedule::MARK_SETTLE,
+        resend_after: tidemark_exporter::schedule::RESEND_AFTER,
     }
 }
 
@@ -28,7 +29,7 @@ async fn run_at(t: &TestTable, sink: &MemorySink, schedule: &Schedule, at: &str)
     let state = DynamoState::new(t.client.clone(), &t.name);
     let source = DynamoExportTable::new(t.client.clone(), &t.name, 1);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    run(&state, &source, sink, schedule, ts(at), deadline)
+    run_inline(&state, &source, sink, schedule, ts(at), deadline)
         .await
         .unwrap()
 }
@@ -123,7 +124,7 @@ async fn runs_export_each_closed_hour_once_and_marked_hours_again() {
     t.put(&mark).await;
     let read = state.dirty().await.unwrap().remove(0);
     t.put(&ExportDirtyItem { marks: 2, ..mark }).await;
-    assert!(!state.clear(&read).await.unwrap());
+    assert!(!state.clear(read.hour, read.marks).await.unwrap());
     assert_eq!(state.dirty().await.unwrap().len(), 1);
 }
 
