@@ -46,6 +46,8 @@ pub enum DevstackError {
     Events(String),
     #[error("registering the simulated fleet: {0}")]
     Register(String),
+    #[error("the export queue: {0}")]
+    Queue(String),
 }
 
 /// The local stack reads some of the functions' settings itself, with their reader.

@@ -130,7 +130,7 @@ async fn run(cfg: LocalConfig) -> Result<(), DevstackError> {
     };
     let export = match (&pcfg.export, &functions) {
         (Some(e), Functions::InProcess) => format!(
-            "closed hours to s3://{}/{}/ on {} (moto), checked every {} s; an hour goes out {} s after it closes (15 min after its end)",
+            "closed hours to s3://{}/{}/ on {} (moto), checked every {} s, in slices through moto's SQS queue `tidemark-export`; an hour goes out {} s after it closes (15 min after its end) and is sealed by the run after",
             e.bucket,
             e.prefix,
             tidemark_streams::LocalEndpoints::from_env().s3,

@@ -546,8 +546,36 @@ impl Pipeline {
             config.schedule.grace = e.grace;
             // DynamoDB Local's indexes are written with their items: nothing to wait for.
             config.schedule.settle = std::time::Duration::ZERO;
-            let export = tidemark_exporter::function::Exporter::new(ddb.clone(), s3, config);
-            tasks.spawn(crate::schedule::export(export, e.period, rx.clone()));
+            // The slices go through a queue on moto (which serves SQS beside S3), as deployed.
+            let sqs = tidemark_exporter::queue::client(
+                &tidemark_store::ClientSettings::default(),
+                Some(&s3_endpoint),
+            )
+            .await;
+            let queue = sqs
+                .create_queue()
+                .queue_name(crate::schedule::EXPORT_QUEUE)
+                .send()
+                .await
+                .map_err(|e| {
+                    DevstackError::Queue(format!(
+                        "creating it on moto: {}",
+                        aws_sdk_sqs::error::DisplayErrorContext(e)
+                    ))
+                })?;
+            config.queue_url = queue.queue_url;
+            let export = std::sync::Arc::new(tidemark_exporter::function::Exporter::new(
+                ddb.clone(),
+                s3,
+                Some(sqs),
+                config,
+            ));
+            tasks.spawn(crate::schedule::export(
+                export.clone(),
+                e.period,
+                rx.clone(),
+            ));
+            tasks.spawn(crate::schedule::export_slices(export, rx.clone()));
         }
         match &cfg.sign_in {
             None => {

@@ -1,7 +1,8 @@
 //! The export end to end: a day of two devices' readings (one packed, one single) flows
 //! through the pipeline (Kinesis → ingest → table → stream → rollups role → API) as fleets
 //! send it: late, out of order, resent, corrected, and per-sensor records sharing a timestamp.
-//! The exporter function's run writes the day to moto's S3; DuckDB reads the downloaded
+//! The exporter function's runs write the day to moto's S3, its hours' slices through a
+//! queue on moto's SQS to `make run`'s poller of it; DuckDB reads the downloaded
 //! objects with Hive partitioning. Per device, metric and hour the export's count, sum, min
 //! and max are the API's hourly rollups, its daily rollups the API's daily ones, and every
 //! reading the API returns is in the export exactly once. Then a late reading and a
@@ -373,14 +374,54 @@ async fn an_exported_day_is_the_apis_day_and_a_late_reading_is_exported_once() {
     // DynamoDB Local writes an index with its item: a mark needs no time to settle (as in
     // `make run`; its own test is the schedule's).
     config.schedule.settle = std::time::Duration::ZERO;
-    let exporter = Exporter::new(table.client.clone(), s3.clone(), config);
+    // The hours' slices go through a queue on moto to `make run`'s poller of it, as Lambda's
+    // SQS trigger hands them to the function deployed.
+    let sqs = tidemark_exporter::queue::client(&Default::default(), Some(&s.s3_endpoint)).await;
+    let queue = sqs
+        .create_queue()
+        .queue_name(unique_name("export-flow"))
+        .send()
+        .await
+        .unwrap();
+    config.queue_url = queue.queue_url;
+    let exporter = std::sync::Arc::new(Exporter::new(
+        table.client.clone(),
+        s3.clone(),
+        Some(sqs),
+        config,
+    ));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let workers = tokio::spawn(tidemark_devstack::schedule::export_slices(
+        exporter.clone(),
+        stopped,
+    ));
     exporter
         .state
         .advance(day.minus_millis(HOUR_MS).unwrap())
         .await
         .unwrap();
-    let deadline = || tokio::time::Instant::now() + Duration::from_secs(600);
-    let r = exporter.run(Timestamp::now(), deadline()).await.unwrap();
+    // Scheduled runs until `done` holds of what they did together (each seals what the
+    // slices sent by the runs before wrote).
+    let runs = async |done: &dyn Fn(&tidemark_exporter::Report) -> bool| {
+        let mut all = tidemark_exporter::Report::default();
+        let until = tokio::time::Instant::now() + Duration::from_secs(600);
+        loop {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+            let r = Box::pin(exporter.run(Timestamp::now(), deadline))
+                .await
+                .unwrap();
+            all.absorb(r);
+            if done(&all) {
+                return all;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the export's runs did not finish: {all:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let r = runs(&|r| r.exported.contains(&day) && r.days.contains(&day)).await;
     assert_eq!(r.exported.first(), Some(&day));
     assert!(r.days.contains(&day), "{r:?}");
 
@@ -409,8 +450,10 @@ async fn an_exported_day_is_the_apis_day_and_a_late_reading_is_exported_once() {
         (marked(&d, 5) && marked(&d, 10)).then_some(())
     })
     .await;
-    let r = exporter.run(Timestamp::now(), deadline()).await.unwrap();
-    // THEN the next run exports those hours and the day again
+    let hours = [5, 10].map(|h| day.plus_millis(h * HOUR_MS).unwrap());
+    let r =
+        runs(&|r| hours.iter().all(|h| r.reexported.contains(h)) && r.days.contains(&day)).await;
+    // THEN the next runs export those hours and the day again
     for h in [5, 10] {
         assert!(
             r.reexported
@@ -429,5 +472,7 @@ async fn an_exported_day_is_the_apis_day_and_a_late_reading_is_exported_once() {
         .count();
     assert_eq!(late, 1);
     assert_export_is_the_apis(api, &got, day).await;
+    let _ = stop.send(true);
+    workers.await.unwrap();
     pipeline.stop().await;
 }
