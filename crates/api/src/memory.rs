@@ -174,6 +174,13 @@ impl TagWriter for MemoryStore {
             version: version + 1,
         })?;
         MemTable::insert(&mut items, item)?;
+        // The change's count moves in the same transaction, as on DynamoDB.
+        tidemark_store::write::tag_counts::add_in_memory(
+            &mut items,
+            &tidemark_schema::keys::tag_changes_of(device).key(),
+            field::CHANGES,
+            1,
+        )?;
         Ok(true)
     }
 

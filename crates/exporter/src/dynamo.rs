@@ -86,6 +86,10 @@ impl ExportTable for DynamoExportTable {
         list_active_slices(&self.queries, hour).await
     }
 
+    async fn tag_changes(&self) -> Result<u64, ExportError> {
+        Ok(tidemark_store::tags::tag_changes(&self.queries).await?)
+    }
+
     async fn registered_devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
         list_devices(&self.queries, self.status_partitions).await
     }

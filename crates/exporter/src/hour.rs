@@ -45,6 +45,9 @@ pub struct BucketExport {
     /// this export wrote, so the next export of the bucket deletes those left without readings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<GroupPair>,
+    /// The devices table's manifest: the table's count of tag changes it was made at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag_changes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,6 +69,7 @@ impl BucketExport {
             unreadable: 0,
             files: Vec::new(),
             groups: Vec::new(),
+            tag_changes: None,
         }
     }
 
@@ -270,9 +274,7 @@ pub async fn seal_hour<S: ExportTable, K: Sink>(
         &format!("{folder}/"),
     )
     .await?;
-    let everyone: Vec<DeviceId> = source.registered_devices().await?.into_iter().collect();
-    let histories = source.tag_histories(&everyone).await?;
-    export_devices(sink, prefix, bucket, &histories).await?;
+    export_devices(source, sink, prefix, bucket).await?;
     let summaries: Vec<SliceExport> = slices.into_iter().map(|(_, s)| s).collect();
     let items = crate::slice::group_items(&summaries, bucket, Timestamp::now());
     let pairs: BTreeSet<GroupPair> = items
@@ -364,24 +366,39 @@ async fn write_groups<S: ExportTable, K: Sink>(
 }
 
 /// Rewrites the devices table (every device's tag history, a row per epoch) whole, with its
-/// manifest; files an earlier, larger table had past these are deleted.
-async fn export_devices<K: Sink>(
+/// manifest, when a tag history changed since it was last written (the table's count of tag
+/// changes moved from the one its manifest holds, read before the histories so that a change
+/// during the walk is caught by the next); files an earlier, larger table had past these are
+/// deleted. So an hour costs one Query and one manifest read, and the walk of every
+/// registered device's history (a million reads at a million devices) only follows changes.
+async fn export_devices<S: ExportTable, K: Sink>(
+    source: &S,
     sink: &K,
     prefix: &str,
     bucket: Bucket,
-    histories: &HashMap<DeviceId, TagHistory>,
 ) -> Result<(), ExportError> {
-    let rows = crate::groups::device_rows(histories);
+    let changes = source.tag_changes().await?;
+    let folder = paths::devices_folder(prefix);
+    let manifest = format!("{folder}/{MANIFEST}");
+    if let Some(body) = sink.read(&manifest).await? {
+        let written: BucketExport = serde_json::from_slice(&body).map_err(ExportError::Manifest)?;
+        if written.tag_changes == Some(changes) {
+            return Ok(());
+        }
+    }
+    let everyone: Vec<DeviceId> = source.registered_devices().await?.into_iter().collect();
+    let histories = source.tag_histories(&everyone).await?;
+    let rows = crate::groups::device_rows(&histories);
     let mut report = BucketExport::new(bucket);
     report.devices = histories.len();
     report.rows = rows.len() as u64;
-    let folder = paths::devices_folder(prefix);
+    report.tag_changes = Some(changes);
     write(
         sink,
         file::device_files(rows)?,
         &mut report,
         |i| paths::devices_key(prefix, i),
-        format!("{folder}/{MANIFEST}"),
+        manifest,
         &format!("{folder}/part-"),
     )
     .await

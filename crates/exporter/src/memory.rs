@@ -87,6 +87,10 @@ impl ExportTable for MemoryStore {
         list_active_slices(&self.table, hour).await
     }
 
+    async fn tag_changes(&self) -> Result<u64, ExportError> {
+        Ok(tidemark_store::tags::tag_changes(&self.table).await?)
+    }
+
     async fn registered_devices(&self) -> Result<BTreeSet<DeviceId>, ExportError> {
         list_devices(&self.table, self.status_partitions).await
     }

@@ -754,6 +754,67 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_devices_table_is_remade_only_when_a_tag_change_was_counted() {
+        use tidemark_schema::{Tag, TagEpoch, TagHistory, TagHistoryItem, Tags};
+        // GIVEN d1 at site A, with readings in three hours
+        let store = table_with("d1");
+        let id = DeviceId::new("d1").unwrap();
+        let tagged = |site: &str, version: u64| {
+            let key = TagHistoryItem::key(&id);
+            let tag = Tag::parse(&format!("site:{site}")).unwrap();
+            store
+                .put_entity(&TagHistoryItem {
+                    pk: key.pk,
+                    sk: key.sk,
+                    epochs: TagHistory::from_epochs(vec![TagEpoch {
+                        from: ts("2026-04-20T00:00:00Z"),
+                        tags: Tags::new([(tag.key, tag.value)].into()).unwrap(),
+                    }]),
+                    version,
+                })
+                .unwrap();
+        };
+        let counted = || {
+            let mut items = store.table().lock();
+            tidemark_store::write::tag_counts::add_in_memory(
+                &mut items,
+                &keys::tag_changes_of(&id).key(),
+                tidemark_schema::field::CHANGES,
+                1,
+            )
+            .unwrap();
+        };
+        tagged("A", 1);
+        counted();
+        for at in [
+            "2026-04-20T10:30:00Z",
+            "2026-04-20T11:30:00Z",
+            "2026-04-20T12:30:00Z",
+        ] {
+            put_reading(&store, "d1", at, &[("t", 1.0)]);
+        }
+        let sink = MemorySink::default();
+        let table = |sink: &MemorySink| sink.get("p/devices/part-00000.parquet").unwrap();
+        run_at(&store, &sink, &schedule(), "2026-04-20T11:20:00Z").await;
+        let first = table(&sink);
+        // WHEN the history changes without its count moving, THEN the next hour leaves the
+        // table as it was (it reads no history)
+        tagged("B", 2);
+        run_at(&store, &sink, &schedule(), "2026-04-20T12:20:00Z").await;
+        assert_eq!(table(&sink), first);
+        // WHEN a change is counted, as every tag change is, THEN the next hour remakes it
+        counted();
+        run_at(&store, &sink, &schedule(), "2026-04-20T13:20:00Z").await;
+        assert_ne!(table(&sink), first);
+        let histories = store
+            .tag_histories(std::slice::from_ref(&id))
+            .await
+            .unwrap();
+        let expected = crate::file::device_files(crate::groups::device_rows(&histories)).unwrap();
+        assert_eq!(table(&sink), expected[0].0, "d1 at site B");
+    }
+
+    #[tokio::test]
     async fn group_hours_follow_their_members_readings_at_each_export() {
         use tidemark_schema::{Tag, TagEpoch, TagHistory, TagHistoryItem, Tags};
         // GIVEN d0 and d1 at site A, d2 at site B, one reading each in the 10:00 hour

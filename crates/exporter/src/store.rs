@@ -46,6 +46,9 @@ pub trait ExportTable {
     ) -> impl Future<Output = Result<u64, ExportError>> + Send;
     /// `GROUP_TAGS`: the tag keys whose groups keep rollups.
     fn group_tags(&self) -> &[TagKey];
+    /// How many tag history changes the table has seen
+    /// ([`tidemark_store::tags::tag_changes`]): the devices table is remade when it moved.
+    fn tag_changes(&self) -> impl Future<Output = Result<u64, ExportError>> + Send;
     /// The tag histories of `devices`, read consistent (a device without one is absent).
     fn tag_histories(
         &self,

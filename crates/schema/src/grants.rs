@@ -166,6 +166,7 @@ mod tests {
                 EntityKey::DeviceLayout(device()),
                 EntityKey::DefaultLayout,
                 EntityKey::TagHistory(device()),
+                EntityKey::TagChanges(3),
                 EntityKey::TagIndex {
                     tag: tag(),
                     partition: 15,

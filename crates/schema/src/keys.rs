@@ -93,6 +93,14 @@ pub const ACTIVE_PARTITIONS: u16 = 64;
 pub const QUARANTINE_PARTITIONS: u16 = 4;
 /// `CONFIG` / `TAGS#<id>`: a device's tag history ([`crate::tags::TagHistory`]).
 pub const TAGS_PREFIX: &str = "TAGS#";
+/// `CONFIG` sort keys of the counts of tag history changes, `#TAG_CHANGES#<n>` (n below
+/// [`TAG_CHANGE_COUNTS`], by a hash of the device): every change of a device's tag history
+/// adds one to its device's count in the same transaction, so the export rewrites its
+/// devices table only when their sum moved.
+pub const TAG_CHANGES_PREFIX: &str = "#TAG_CHANGES#";
+/// Count items the tag changes are spread over (a fleet tagged in bulk contends on 16 keys,
+/// not one).
+pub const TAG_CHANGE_COUNTS: u16 = 16;
 /// `TAG#<key>:<value>#<n>` / `DEVICE#<id>`: the devices holding a tag now (or announced to),
 /// for `GET /devices?tag=`; written only by `PUT /devices/{id}`.
 pub const TAG_INDEX_PREFIX: &str = "TAG#";
@@ -225,6 +233,8 @@ pub enum EntityKey {
     ExportDirty(Timestamp),
     /// An hour (its start) whose slices are being exported (see [`EXPORT_PK`]).
     ExportJob(Timestamp),
+    /// One of the counts of tag history changes (see [`TAG_CHANGES_PREFIX`]).
+    TagChanges(u16),
     /// A device's tag history (see [`TAGS_PREFIX`]).
     TagHistory(DeviceId),
     /// A device in the index of one tag (see [`TAG_INDEX_PREFIX`]).
@@ -426,6 +436,9 @@ impl EntityKey {
                 Key::new(EXPORT_PK.to_owned(), format!("{EXPORT_JOB_PREFIX}{hour}"))
             }
             EntityKey::TagHistory(d) => Key::new(CONFIG_PK.to_owned(), tag_history_sk(d)),
+            EntityKey::TagChanges(n) => {
+                Key::new(CONFIG_PK.to_owned(), format!("{TAG_CHANGES_PREFIX}{n}"))
+            }
             EntityKey::TagIndex {
                 tag,
                 partition,
@@ -463,6 +476,14 @@ impl EntityKey {
         if pk == CONFIG_PK {
             if sk == DEFAULT_LAYOUT_SK {
                 return Ok(EntityKey::DefaultLayout);
+            }
+            if let Some(n) = sk.strip_prefix(TAG_CHANGES_PREFIX) {
+                return n
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|n| *n < TAG_CHANGE_COUNTS)
+                    .map(EntityKey::TagChanges)
+                    .ok_or_else(|| err("a tag change count's number must be below 16"));
             }
             if let Some(id) = sk.strip_prefix(TAGS_PREFIX) {
                 return DeviceId::new(id)
@@ -1027,6 +1048,11 @@ pub fn active_partition_of(d: &DeviceId) -> u16 {
     status_partition_for(d, ACTIVE_PARTITIONS).unwrap_or(0)
 }
 
+/// The count of tag history changes `d`'s changes add to.
+pub fn tag_changes_of(d: &DeviceId) -> EntityKey {
+    EntityKey::TagChanges(status_partition_for(d, TAG_CHANGE_COUNTS).unwrap_or(0))
+}
+
 /// GSI2 partition key of the hour's activity partition `n`.
 pub fn active_gsi2pk_of(hour: Bucket, n: u16) -> String {
     format!("{ACTIVE_PREFIX}{}#{n}", hour.label())
@@ -1087,6 +1113,12 @@ mod tests {
         let k = round_trip(EntityKey::ExportDirty(hour));
         assert_eq!(k.sk, "DIRTY#2026-04-20T07:00:00.000000Z");
         assert!(EntityKey::parse("EXPORT", "DIRTY#2026-04-20T07:30:00.000000Z").is_err());
+        let k = round_trip(EntityKey::TagChanges(15));
+        assert_eq!(
+            (k.pk.as_str(), k.sk.as_str()),
+            ("CONFIG", "#TAG_CHANGES#15")
+        );
+        assert!(EntityKey::parse("CONFIG", "#TAG_CHANGES#16").is_err());
         let k = round_trip(EntityKey::ExportJob(hour));
         assert_eq!(k.sk, "JOB#2026-04-20T07:00:00.000000Z");
         assert!(EntityKey::parse("EXPORT", "JOB#2026-04-20T07:30:00.000000Z").is_err());

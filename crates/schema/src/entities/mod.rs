@@ -138,6 +138,8 @@ pub mod field {
     pub const ROLLUPS_PASSED_AT: &str = "rollupsPassedAt";
     /// The export's dirty hours ([`super::ExportDirtyItem`]; also `markedAt`, `marks`).
     pub const HOUR: &str = "hour";
+    /// A count of tag history changes (`CONFIG / #TAG_CHANGES#<n>`).
+    pub const CHANGES: &str = "changes";
     /// An export job's generation ([`super::ExportJobItem`]).
     pub const GENERATION: &str = "generation";
 }

@@ -20,7 +20,8 @@ pub async fn replace_history(
     replace_epochs(client, table, key, history, version).await
 }
 
-/// [`replace_history`] of any history stored as `epochs` and `version` (a tag history too).
+/// [`replace_history`] of any history stored as `epochs` and `version` (a tag history is
+/// replaced with its change counted, `write::tag_change::replace_history`).
 pub async fn replace_epochs<H: serde::Serialize + Sync>(
     client: &Client,
     table: &str,

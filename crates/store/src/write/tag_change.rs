@@ -3,7 +3,7 @@
 //! `PUT /devices/{id}` writes them; the readers' side is [`crate::tags`].
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use futures::StreamExt;
 use tidemark_schema::table::attr;
 use tidemark_schema::{DeviceId, EntityKey, Key, TagCountItem, TagHistory, TagIndexItem, field};
@@ -17,7 +17,9 @@ use crate::{Item, StoreError, to_item};
 const IN_FLIGHT: usize = 16;
 
 /// Sets `device`'s tag history to `history` if its version is still `version` (0: none
-/// stored). `Ok(false)`: another change landed first; read it again and decide anew.
+/// stored), and adds one to its count of tag changes ([`tidemark_schema::keys::tag_changes_of`])
+/// in the same transaction, so the export sees every change. `Ok(false)`: another change
+/// landed first; read it again and decide anew.
 pub async fn replace_history(
     client: &Client,
     table: &str,
@@ -26,7 +28,34 @@ pub async fn replace_history(
     version: u64,
 ) -> Result<bool, StoreError> {
     let key = crate::tags::history_key(device);
-    crate::write::layout_change::replace_epochs(client, table, &key, history, version).await
+    let mut replace = Update::builder()
+        .table_name(table)
+        .set_key(Some(key_item(&key)))
+        .update_expression("SET #e = :e, #v = :next")
+        .expression_attribute_names("#e", field::EPOCHS)
+        .expression_attribute_names("#v", field::VERSION)
+        .expression_attribute_values(":e", serde_dynamo::to_attribute_value(history)?)
+        .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()));
+    replace = if version == 0 {
+        replace.condition_expression("attribute_not_exists(#v)")
+    } else {
+        replace
+            .condition_expression("#v = :old")
+            .expression_attribute_values(":old", AttributeValue::N(version.to_string()))
+    };
+    let replace = replace.build().map_err(request)?;
+    let counted = count_update(
+        table,
+        &tidemark_schema::keys::tag_changes_of(device).key(),
+        field::CHANGES,
+        1,
+    )?;
+    counted_write(
+        client,
+        TransactWriteItem::builder().update(replace).build(),
+        counted,
+    )
+    .await
 }
 
 /// Puts `puts` and deletes the entries at `deletes`: a device's index entries brought to its

@@ -1,6 +1,7 @@
 //! Device tags against DynamoDB Local: a tag history replaced under a version check and read
 //! back one or many at a time (past one BatchGetItem's 100 keys), a container's TagBook
-//! reading only what it lacks, and a tag's index written and listed page by page.
+//! reading only what it lacks, and a tag's index written and listed page by page; every
+//! change of a history counted (what the export's devices table follows).
 
 use std::time::Duration;
 
@@ -77,6 +78,55 @@ async fn a_tag_history_is_replaced_only_from_the_version_it_was_read_at() {
             .has(&Tag::parse("site:A").unwrap())
     );
     assert!(got.at(ten).has(&Tag::parse("site:B").unwrap()));
+}
+
+#[tokio::test]
+async fn each_tag_history_change_is_counted_and_a_lost_race_is_not() {
+    // GIVEN a table where 20 devices get their tags, and one of them moves
+    let t = TestTable::new("tags-changes").await;
+    let q = Queries::new(t.client.clone(), t.name.clone());
+    assert_eq!(tidemark_store::tags::tag_changes(&q).await.unwrap(), 0);
+    let t0 = ts("2026-04-20T10:00:00Z");
+    for i in 0..20 {
+        assert!(
+            replace_history(&t.client, &t.name, &dev(i), &at_site("A", t0), 0)
+                .await
+                .unwrap()
+        );
+    }
+    let mut moved = at_site("A", t0);
+    let ten = ts("2026-04-20T11:00:00Z");
+    moved.change(ten, tags(&[("site", "B")]), ten).unwrap();
+    assert!(
+        replace_history(&t.client, &t.name, &dev(3), &moved, 1)
+            .await
+            .unwrap()
+    );
+    // AND a writer that read an old version loses
+    assert!(
+        !replace_history(&t.client, &t.name, &dev(3), &moved, 1)
+            .await
+            .unwrap()
+    );
+    // THEN the table counts 21 changes, over more than one count item
+    assert_eq!(tidemark_store::tags::tag_changes(&q).await.unwrap(), 21);
+    let counts = t
+        .client
+        .query()
+        .table_name(&t.name)
+        .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
+        .expression_attribute_values(
+            ":pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(keys::CONFIG_PK.into()),
+        )
+        .expression_attribute_values(
+            ":p",
+            aws_sdk_dynamodb::types::AttributeValue::S(keys::TAG_CHANGES_PREFIX.into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(counts.count() > 1, "{counts:?}");
 }
 
 #[tokio::test]
