@@ -14,7 +14,7 @@ use tidemark_store::read::Queries;
 use crate::ExportError;
 use crate::slice::Slice;
 use crate::store::{
-    ExportTable, State, list_active, list_active_slices, list_devices, read_dirty,
+    ExportTable, State, list_active, list_active_partitions, list_devices, read_dirty,
     read_group_hours, read_jobs, walk_readings,
 };
 
@@ -74,16 +74,20 @@ impl ExportTable for DynamoExportTable {
         let mut out = list_active(&self.queries, hour, slice).await?;
         if self.walk_registered {
             let registered = self.registered_devices().await?;
-            out.extend(registered.into_iter().filter(|d| Slice::of(d) == slice));
+            out.extend(
+                registered
+                    .into_iter()
+                    .filter(|d| Slice::of(d, slice.width()) == Some(slice)),
+            );
         }
         Ok(out)
     }
 
-    async fn active_slices(&self, hour: Bucket) -> Result<BTreeSet<Slice>, ExportError> {
+    async fn active_partitions(&self, hour: Bucket) -> Result<BTreeSet<u16>, ExportError> {
         if self.walk_registered {
-            return Ok(Slice::all().collect());
+            return Ok((0..tidemark_schema::keys::ACTIVE_PARTITIONS).collect());
         }
-        list_active_slices(&self.queries, hour).await
+        list_active_partitions(&self.queries, hour).await
     }
 
     async fn tag_changes(&self) -> Result<u64, ExportError> {
@@ -248,6 +252,22 @@ impl State for DynamoState {
             Err(e) if e.is_conditional_check_failed() => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    async fn job(&self, hour: Timestamp) -> Result<Option<ExportJobItem>, ExportError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_item(&EntityKey::ExportJob(hour).key())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(tidemark_store::StoreError::sdk("GetItem"))?;
+        Ok(out
+            .item
+            .map(tidemark_store::from_item::<ExportJobItem>)
+            .transpose()?)
     }
 
     async fn jobs(&self) -> Result<Vec<ExportJobItem>, ExportError> {

@@ -26,6 +26,13 @@ pub enum ExportError {
         hour: tidemark_schema::Timestamp,
         slice: u16,
     },
+    #[error(
+        "slice of hour {hour} of export {generation} superseded: its export is no longer the hour's"
+    )]
+    Superseded {
+        hour: tidemark_schema::Timestamp,
+        generation: i64,
+    },
     #[error("SQS {operation} failed: {message}")]
     Queue {
         operation: &'static str,

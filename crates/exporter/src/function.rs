@@ -13,6 +13,7 @@ use crate::queue::SqsQueue;
 use crate::report::Report;
 use crate::s3::S3Sink;
 use crate::schedule;
+use crate::sink::Guarded;
 use crate::slice::{SliceExport, SliceTask, export_slice};
 
 pub struct Exporter {
@@ -65,9 +66,14 @@ impl Exporter {
         }
     }
 
-    /// Exports one slice.
+    /// Exports one slice, as long as its export is still its hour's ([`Guarded`]).
     pub async fn work(&self, task: &SliceTask) -> Result<SliceExport, ExportError> {
-        export_slice(&self.source, &self.sink, &self.config.schedule.prefix, task).await
+        let sink = Guarded {
+            sink: &self.sink,
+            state: &self.state,
+            task,
+        };
+        export_slice(&self.source, &sink, &self.config.schedule.prefix, task).await
     }
 
     /// Exports each slice of a batch from the queue; those that failed (or did not parse:
@@ -105,6 +111,11 @@ impl Exporter {
                 }),
                 Err(e) => Err(ExportError::Manifest(e)),
             };
+            if let Err(e @ ExportError::Superseded { .. }) = &result {
+                // Done with: a newer export of the hour (or its seal) has it.
+                tracing::info!(message = %id, "export: {e}");
+                continue;
+            }
             if let Err(e) = result {
                 tracing::warn!(message = %id, error = %e, "export: slice failed");
                 failed.push(id);

@@ -180,7 +180,8 @@ pub(crate) fn rollup_rows(
 }
 
 /// Exports the hour starting at `hour` (closed: the caller's schedule sees to it) in one
-/// go: each slice ([`export_slice`], as generation 0), then the seal ([`seal_hour`]). The
+/// go: one slice of every partition ([`export_slice`], as generation 0), then the seal
+/// ([`seal_hour`]). The
 /// backfill and a schedule without a queue run this; the fanned-out schedule runs the same
 /// two steps apart.
 pub async fn export_hour<S: ExportTable, K: Sink>(
@@ -189,25 +190,37 @@ pub async fn export_hour<S: ExportTable, K: Sink>(
     prefix: &str,
     hour: Timestamp,
 ) -> Result<BucketExport, ExportError> {
-    let slices = source.active_slices(Period::Hourly.bucket(hour)).await?;
-    for &slice in &slices {
-        let task = SliceTask {
-            hour,
-            slice,
-            generation: 0,
-        };
-        export_slice(source, sink, prefix, &task).await?;
-    }
-    seal_hour(source, sink, prefix, hour, 0, &slices).await
+    let task = SliceTask {
+        hour,
+        slice: Slice::whole(),
+        generation: 0,
+    };
+    export_slice(source, sink, prefix, &task).await?;
+    seal_hour(source, sink, prefix, hour, 0, &BTreeSet::from([task.slice])).await
 }
 
-/// The slices of `hour` whose summary of the export `generation` is written.
+/// Devices the hour's readings partition counts as written (`None`: not exported): what a
+/// job sizes its slices by, from the hour itself or the one before.
+pub async fn exported_devices<K: Sink>(
+    sink: &K,
+    prefix: &str,
+    hour: Timestamp,
+) -> Result<Option<usize>, ExportError> {
+    let key = format!("{}/{MANIFEST}", paths::readings_partition(prefix, hour));
+    let Some(body) = sink.read(&key).await? else {
+        return Ok(None);
+    };
+    let manifest: BucketExport = serde_json::from_slice(&body).map_err(ExportError::Manifest)?;
+    Ok(Some(manifest.devices))
+}
+
+/// The slice indices of `hour` whose summary of the export `generation` is written.
 pub async fn slices_done<K: Sink>(
     sink: &K,
     prefix: &str,
     hour: Timestamp,
     generation: i64,
-) -> Result<BTreeSet<Slice>, ExportError> {
+) -> Result<BTreeSet<u16>, ExportError> {
     Ok(sink
         .keys(&paths::slice_summaries(prefix, hour))
         .await?
@@ -474,10 +487,7 @@ pub async fn export_day<S: ExportTable, K: Sink>(
                 add(r.device, r.metric, &r.stats);
             }
         } else {
-            let mut devices = BTreeSet::new();
-            for slice in Slice::all() {
-                devices.extend(source.active_devices(hour, slice).await?);
-            }
+            let devices = source.active_devices(hour, Slice::whole()).await?;
             let new: Vec<DeviceId> = devices
                 .iter()
                 .filter(|d| asked.insert((*d).clone()))

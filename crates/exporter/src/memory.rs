@@ -20,7 +20,7 @@ use tidemark_store::{StoreError, from_stored};
 use crate::ExportError;
 use crate::slice::Slice;
 use crate::store::{
-    ExportTable, State, list_active, list_active_slices, list_devices, read_dirty,
+    ExportTable, State, list_active, list_active_partitions, list_devices, read_dirty,
     read_group_hours, read_jobs, walk_readings,
 };
 
@@ -83,8 +83,8 @@ impl ExportTable for MemoryStore {
         list_active(&self.table, hour, slice).await
     }
 
-    async fn active_slices(&self, hour: Bucket) -> Result<BTreeSet<Slice>, ExportError> {
-        list_active_slices(&self.table, hour).await
+    async fn active_partitions(&self, hour: Bucket) -> Result<BTreeSet<u16>, ExportError> {
+        list_active_partitions(&self.table, hour).await
     }
 
     async fn tag_changes(&self) -> Result<u64, ExportError> {
@@ -193,6 +193,10 @@ impl State for MemoryStore {
             items.remove(&k);
         }
         Ok(same)
+    }
+
+    async fn job(&self, hour: Timestamp) -> Result<Option<ExportJobItem>, ExportError> {
+        Ok(self.entity(&EntityKey::ExportJob(hour).key())?)
     }
 
     async fn jobs(&self) -> Result<Vec<ExportJobItem>, ExportError> {

@@ -59,11 +59,12 @@ pub fn slice_summary(prefix: &str, hour_start: Timestamp, slice: Slice, generati
     )
 }
 
-/// The slice and generation a key [`slice_summary`] made names.
-pub fn parse_slice_summary(key: &str) -> Option<(Slice, i64)> {
+/// The slice index and generation a key [`slice_summary`] made names.
+pub fn parse_slice_summary(key: &str) -> Option<(u16, i64)> {
     let name = key.rsplit_once("/_slice-")?.1.strip_suffix(".json")?;
     let (slice, generation) = name.split_once('-')?;
-    Some((Slice::new(slice.parse().ok()?)?, generation.parse().ok()?))
+    let index: u16 = slice.parse().ok()?;
+    (index < crate::slice::PARTITIONS).then_some((index, generation.parse().ok()?))
 }
 
 /// What every rollups file of `bucket` starts with (the rest is `NNNNN.parquet`): an export
@@ -135,7 +136,7 @@ mod tests {
     #[test]
     fn keys_are_hive_partitions_of_the_bucket() {
         let t = Timestamp::parse_rfc3339("2026-04-20T07:59:59.5Z").unwrap();
-        let slice = Slice::new(5).unwrap();
+        let slice = Slice::new(5, 1).unwrap();
         assert_eq!(
             readings_key("lake/tidemark/", Period::Hourly.bucket(t).start(), slice, 3),
             "lake/tidemark/readings/dt=2026-04-20/hour=07/slice-05-00003.parquet"
@@ -149,7 +150,7 @@ mod tests {
             summary,
             "lake/readings/dt=2026-04-20/hour=07/_slice-05-17.json"
         );
-        assert_eq!(parse_slice_summary(&summary), Some((slice, 17)));
+        assert_eq!(parse_slice_summary(&summary), Some((5, 17)));
         assert_eq!(
             parse_slice_summary("lake/readings/dt=2026-04-20/hour=07/_slice-64-1.json"),
             None

@@ -21,11 +21,11 @@ use std::time::Duration;
 use tidemark_schema::{CLOSE_GRACE_SECONDS, ExportJobItem, Period, Timestamp};
 
 use crate::ExportError;
-use crate::hour::{ends_day, export_day, seal_hour, slices_done};
+use crate::hour::{ends_day, export_day, exported_devices, seal_hour, slices_done};
 use crate::queue::SliceQueue;
 use crate::report::Report;
 use crate::sink::Sink;
-use crate::slice::{Slice, SliceTask, from_bits, to_bits};
+use crate::slice::{Slice, SliceTask, from_bits, to_bits, width_for};
 use crate::store::{ExportTable, State};
 
 const HOUR_MS: i64 = 3_600_000;
@@ -72,11 +72,19 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The tasks of `job`'s slices not in `done`.
-fn tasks(job: &ExportJobItem, done: &BTreeSet<Slice>) -> Vec<SliceTask> {
+/// `job`'s slices (those with devices in its hour).
+fn slices_of(job: &ExportJobItem) -> BTreeSet<Slice> {
     from_bits(job.slices)
         .into_iter()
-        .filter(|s| !done.contains(s))
+        .filter_map(|i| Slice::new(i, job.width))
+        .collect()
+}
+
+/// The tasks of `job`'s slices whose index is not in `done`.
+fn tasks(job: &ExportJobItem, done: &BTreeSet<u16>) -> Vec<SliceTask> {
+    slices_of(job)
+        .into_iter()
+        .filter(|s| !done.contains(&s.get()))
         .map(|slice| SliceTask {
             hour: job.hour,
             slice,
@@ -89,7 +97,7 @@ fn tasks(job: &ExportJobItem, done: &BTreeSet<Slice>) -> Vec<SliceTask> {
 /// another, and [`run`] again to seal them (and start what is due next), until a run sends
 /// nothing or the deadline passes. `make run` without a queue, `sam local invoke`
 /// and the unit tests run this; the deployed function hands its slices to SQS.
-pub async fn run_inline<T: State, S: ExportTable, K: Sink>(
+pub async fn run_inline<T: State + Sync, S: ExportTable, K: Sink + Sync>(
     state: &T,
     source: &S,
     sink: &K,
@@ -106,7 +114,12 @@ pub async fn run_inline<T: State, S: ExportTable, K: Sink>(
             return Ok(report);
         }
         for t in &tasks {
-            crate::slice::export_slice(source, sink, &schedule.prefix, t).await?;
+            let guarded = crate::sink::Guarded {
+                sink,
+                state,
+                task: t,
+            };
+            crate::slice::export_slice(source, &guarded, &schedule.prefix, t).await?;
         }
         report.absorb(run(state, source, sink, &queue, schedule, now, deadline).await?);
     }
@@ -173,8 +186,25 @@ pub async fn run<T: State, S: ExportTable, K: Sink, Q: SliceQueue>(
         }
         // Only the slices with devices in the hour are sent (and an hour without any is
         // sealed below at once).
-        let slices = source.active_slices(Period::Hourly.bucket(hour)).await?;
-        let job = ExportJobItem::new(hour, now.epoch_millis(), marks, now, to_bits(&slices));
+        // Slices as wide as the hour's size (its own export, or the hour before) asks for.
+        let mut devices = exported_devices(sink, prefix, hour).await?;
+        if devices.is_none()
+            && let Some(before) = hour.minus_millis(HOUR_MS)
+        {
+            devices = exported_devices(sink, prefix, before).await?;
+        }
+        let width = width_for(devices);
+        let partitions = source
+            .active_partitions(Period::Hourly.bucket(hour))
+            .await?;
+        let indices: BTreeSet<u16> = partitions.iter().map(|p| p / width).collect();
+        let job = ExportJobItem::new(
+            hour,
+            now.epoch_millis(),
+            marks,
+            now,
+            (width, to_bits(&indices)),
+        );
         if state.start(&job).await? {
             let all = tasks(&job, &BTreeSet::new());
             queue.send(&all).await?;
@@ -216,7 +246,15 @@ pub async fn run<T: State, S: ExportTable, K: Sink, Q: SliceQueue>(
             report.working += 1;
             continue;
         }
-        let h = seal_hour(source, sink, prefix, job.hour, job.generation, &wanted).await?;
+        let h = seal_hour(
+            source,
+            sink,
+            prefix,
+            job.hour,
+            job.generation,
+            &slices_of(job),
+        )
+        .await?;
         report.readings += h.readings;
         if first {
             // Before the cursor passes the day's last hour: a run cut short redoes both.
@@ -433,9 +471,28 @@ mod tests {
             .map(|i| {
                 let d = format!("dev-{i}");
                 put_reading(store, &d, at, &[("t", i as f64)]);
-                Slice::of(&DeviceId::new(&d).unwrap())
+                Slice::of(&DeviceId::new(&d).unwrap(), 1).unwrap()
             })
             .collect()
+    }
+
+    /// Writes `id`'s tag history as at site `site` since the day's start (directly: no change
+    /// is counted), at `version`.
+    fn at_site(store: &MemoryStore, id: &DeviceId, site: &str, version: u64) {
+        use tidemark_schema::{Tag, TagEpoch, TagHistory, TagHistoryItem, Tags};
+        let key = TagHistoryItem::key(id);
+        let tag = Tag::parse(&format!("site:{site}")).unwrap();
+        store
+            .put_entity(&TagHistoryItem {
+                pk: key.pk,
+                sk: key.sk,
+                epochs: TagHistory::from_epochs(vec![TagEpoch {
+                    from: ts("2026-04-20T00:00:00Z"),
+                    tags: Tags::new([(tag.key, tag.value)].into()).unwrap(),
+                }]),
+                version,
+            })
+            .unwrap();
     }
 
     /// Exports `tasks` as the queue's workers would.
@@ -493,6 +550,62 @@ mod tests {
             Some(ts("2026-04-20T10:00:00Z"))
         );
         assert!(store.jobs().await.unwrap().is_empty());
+
+        // WHEN the next hour's readings come from the same 20 devices
+        fleet(&store, 20, "2026-04-20T11:30:00Z");
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T12:20:00Z").await;
+        // THEN its export is sized by the hour before: 20 devices are one slice of every
+        // partition, exported by one invocation into one file
+        let tasks = queue.take();
+        assert_eq!((r.sent, tasks.len()), (1, 1));
+        assert_eq!(tasks[0].slice, Slice::whole());
+        work(&store, &sink, &tasks).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T12:25:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T11:00:00Z")]);
+        let files: Vec<String> = sink
+            .all()
+            .into_keys()
+            .filter(|k| k.starts_with("p/readings/dt=2026-04-20/hour=11/slice-"))
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(readings_in(&sink, "11"), 20);
+    }
+
+    #[tokio::test]
+    async fn a_slice_delivered_again_after_its_hour_was_sealed_writes_nothing() {
+        // GIVEN an hour exported through the queue, by workers guarded by the job, and sealed
+        let store = table_with("d1");
+        fleet(&store, 20, "2026-04-20T10:30:00Z");
+        let (sink, queue) = (MemorySink::default(), MemoryQueue::default());
+        run_queued(&store, &sink, &queue, "2026-04-20T11:20:00Z").await;
+        let tasks = queue.take();
+        for t in &tasks {
+            let guarded = crate::sink::Guarded {
+                sink: &sink,
+                state: &store,
+                task: t,
+            };
+            crate::slice::export_slice(&store, &guarded, "p", t)
+                .await
+                .unwrap();
+        }
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:25:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+        let sealed = sink.all();
+        // WHEN a late reading lands and one of the old messages comes again
+        put_reading(&store, "dev-3", "2026-04-20T10:45:00Z", &[("t", 9.0)]);
+        let guarded = crate::sink::Guarded {
+            sink: &sink,
+            state: &store,
+            task: &tasks[0],
+        };
+        let again = crate::slice::export_slice(&store, &guarded, "p", &tasks[0]).await;
+        // THEN its worker stops as superseded, and the sealed hour is as it was
+        assert!(
+            matches!(again, Err(ExportError::Superseded { .. })),
+            "{again:?}"
+        );
+        assert_eq!(sink.all(), sealed);
     }
 
     #[tokio::test]
@@ -755,25 +868,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_devices_table_is_remade_only_when_a_tag_change_was_counted() {
-        use tidemark_schema::{Tag, TagEpoch, TagHistory, TagHistoryItem, Tags};
         // GIVEN d1 at site A, with readings in three hours
         let store = table_with("d1");
         let id = DeviceId::new("d1").unwrap();
-        let tagged = |site: &str, version: u64| {
-            let key = TagHistoryItem::key(&id);
-            let tag = Tag::parse(&format!("site:{site}")).unwrap();
-            store
-                .put_entity(&TagHistoryItem {
-                    pk: key.pk,
-                    sk: key.sk,
-                    epochs: TagHistory::from_epochs(vec![TagEpoch {
-                        from: ts("2026-04-20T00:00:00Z"),
-                        tags: Tags::new([(tag.key, tag.value)].into()).unwrap(),
-                    }]),
-                    version,
-                })
-                .unwrap();
-        };
+        let tagged = |site: &str, version: u64| at_site(&store, &id, site, version);
         let counted = || {
             let mut items = store.table().lock();
             tidemark_store::write::tag_counts::add_in_memory(
@@ -816,7 +914,7 @@ mod tests {
 
     #[tokio::test]
     async fn group_hours_follow_their_members_readings_at_each_export() {
-        use tidemark_schema::{Tag, TagEpoch, TagHistory, TagHistoryItem, Tags};
+        use tidemark_schema::Tag;
         // GIVEN d0 and d1 at site A, d2 at site B, one reading each in the 10:00 hour
         let store =
             MemoryStore::new().with_group_tags(vec![tidemark_schema::TagKey::new("site").unwrap()]);
@@ -829,19 +927,7 @@ mod tests {
                     ts("2026-04-01T00:00:00Z"),
                 ))
                 .unwrap();
-            let key = TagHistoryItem::key(&id);
-            let tag = Tag::parse(&format!("site:{site}")).unwrap();
-            store
-                .put_entity(&TagHistoryItem {
-                    pk: key.pk,
-                    sk: key.sk,
-                    epochs: TagHistory::from_epochs(vec![TagEpoch {
-                        from: ts("2026-04-20T00:00:00Z"),
-                        tags: Tags::new([(tag.key, tag.value)].into()).unwrap(),
-                    }]),
-                    version: 1,
-                })
-                .unwrap();
+            at_site(&store, &id, site, 1);
             put_reading(&store, d, "2026-04-20T10:30:00Z", &[("t", 1.0)]);
         }
         let sink = MemorySink::default();

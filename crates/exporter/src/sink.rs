@@ -66,3 +66,44 @@ impl Sink for MemorySink {
         Ok(self.get(key))
     }
 }
+
+/// A worker's sink: every put first checks that the worker's export of its hour is still the
+/// hour's job ([`crate::State::job`]), and refuses with [`ExportError::Superseded`] once it
+/// is not. A message delivered twice, or a worker slower than a newer export of its hour,
+/// so stops before it writes where the newer export's seal has already decided what the
+/// hour holds (a file it would put would stay behind, outside every manifest).
+pub struct Guarded<'a, K, T> {
+    pub sink: &'a K,
+    pub state: &'a T,
+    pub task: &'a crate::slice::SliceTask,
+}
+
+impl<K: Sink + Sync, T: crate::State + Sync> Sink for Guarded<'_, K, T> {
+    async fn put(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        content_type: &'static str,
+    ) -> Result<(), ExportError> {
+        let current = self.state.job(self.task.hour).await?;
+        if current.is_none_or(|j| j.generation != self.task.generation) {
+            return Err(ExportError::Superseded {
+                hour: self.task.hour,
+                generation: self.task.generation,
+            });
+        }
+        self.sink.put(key, body, content_type).await
+    }
+
+    async fn keys(&self, prefix: &str) -> Result<Vec<String>, ExportError> {
+        self.sink.keys(prefix).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), ExportError> {
+        self.sink.delete(key).await
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ExportError> {
+        self.sink.read(key).await
+    }
+}

@@ -25,11 +25,11 @@ pub trait ExportTable {
         hour: Bucket,
         slice: Slice,
     ) -> impl Future<Output = Result<BTreeSet<DeviceId>, ExportError>> + Send;
-    /// The slices with devices in the hour `hour` ([`list_active_slices`]).
-    fn active_slices(
+    /// The activity partitions with devices in the hour `hour` ([`list_active_partitions`]).
+    fn active_partitions(
         &self,
         hour: Bucket,
-    ) -> impl Future<Output = Result<BTreeSet<Slice>, ExportError>> + Send;
+    ) -> impl Future<Output = Result<BTreeSet<u16>, ExportError>> + Send;
     /// Every registered device (each status, each status partition): the devices table.
     fn registered_devices(
         &self,
@@ -88,6 +88,11 @@ pub trait State {
         hour: Timestamp,
         marks: u64,
     ) -> impl Future<Output = Result<bool, ExportError>> + Send;
+    /// The hour's job, read consistent (`None`: the hour is not being exported).
+    fn job(
+        &self,
+        hour: Timestamp,
+    ) -> impl Future<Output = Result<Option<ExportJobItem>, ExportError>> + Send;
     /// The hours being exported in slices, oldest first.
     fn jobs(&self) -> impl Future<Output = Result<Vec<ExportJobItem>, ExportError>> + Send;
     /// Records `job` unless its hour already has one; whether it did (a run at the same
@@ -169,37 +174,31 @@ pub async fn list_active<Q: QueryStore + Sync>(
     slice: Slice,
 ) -> Result<BTreeSet<DeviceId>, ExportError> {
     let mut out = BTreeSet::new();
-    let spec = QuerySpec::gsi2(
-        keys::active_gsi2pk_of(hour, slice.get()),
-        SkRange::All,
-        true,
-    );
-    query_all(q, &spec, ACTIVE_PAGE, |item| {
-        if let Some((device, b)) = active_of(&item)
-            && b == hour
-        {
-            out.insert(device);
-        }
-    })
-    .await?;
+    for partition in slice.partitions() {
+        let spec = QuerySpec::gsi2(keys::active_gsi2pk_of(hour, partition), SkRange::All, true);
+        query_all(q, &spec, ACTIVE_PAGE, |item| {
+            if let Some((device, b)) = active_of(&item)
+                && b == hour
+            {
+                out.insert(device);
+            }
+        })
+        .await?;
+    }
     Ok(out)
 }
 
-/// The slices whose activity partition of the hour holds an entry: a query of one item for
-/// each (about 32 read units an hour, whatever the fleet).
-pub async fn list_active_slices<Q: QueryStore + Sync>(
+/// The activity partitions of the hour holding an entry: a query of one item for each
+/// (about 32 read units an hour, whatever the fleet).
+pub async fn list_active_partitions<Q: QueryStore + Sync>(
     q: &Q,
     hour: Bucket,
-) -> Result<BTreeSet<Slice>, ExportError> {
+) -> Result<BTreeSet<u16>, ExportError> {
     let mut out = BTreeSet::new();
-    for slice in Slice::all() {
-        let spec = QuerySpec::gsi2(
-            keys::active_gsi2pk_of(hour, slice.get()),
-            SkRange::All,
-            true,
-        );
+    for partition in 0..keys::ACTIVE_PARTITIONS {
+        let spec = QuerySpec::gsi2(keys::active_gsi2pk_of(hour, partition), SkRange::All, true);
         if !q.query(&spec, None, 1).await?.items.is_empty() {
-            out.insert(slice);
+            out.insert(partition);
         }
     }
     Ok(out)

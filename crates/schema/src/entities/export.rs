@@ -45,8 +45,9 @@ pub struct ExportDirtyItem {
 /// export of the hour: a slice's summary counts only if it carries it, so a worker of an
 /// earlier export finishing late cannot stand in for this one. `marks` is the dirty mark's
 /// count it answers (0: the schedule's first export of the hour); `sent_at` when its
-/// missing slices were last sent; `slices` which slices have devices in the hour (bit `n`:
-/// slice `n`), the only ones sent and waited for.
+/// missing slices were last sent; `width` how many activity partitions each of its slices
+/// covers (1 to 64, from the fleet's size); `slices` which slices have devices in the hour
+/// (bit `n`: slice `n`), the only ones sent and waited for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExportJobItem {
@@ -56,6 +57,7 @@ pub struct ExportJobItem {
     pub generation: i64,
     pub marks: u64,
     pub sent_at: Timestamp,
+    pub width: u16,
     pub slices: u64,
 }
 
@@ -65,7 +67,7 @@ impl ExportJobItem {
         generation: i64,
         marks: u64,
         sent_at: Timestamp,
-        slices: u64,
+        (width, slices): (u16, u64),
     ) -> Self {
         let k = EntityKey::ExportJob(hour).key();
         ExportJobItem {
@@ -75,6 +77,7 @@ impl ExportJobItem {
             generation,
             marks,
             sent_at,
+            width,
             slices,
         }
     }

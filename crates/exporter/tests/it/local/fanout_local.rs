@@ -9,7 +9,7 @@ use tidemark_exporter::dynamo::{DynamoExportTable, DynamoState};
 use tidemark_exporter::queue::{SqsQueue, client as sqs_client};
 use tidemark_exporter::s3::{S3Sink, client as s3_client};
 use tidemark_exporter::schedule::{MARK_SETTLE, RESEND_AFTER, Schedule, run};
-use tidemark_exporter::sink::Sink;
+use tidemark_exporter::sink::{Guarded, Sink};
 use tidemark_exporter::slice::{SliceTask, export_slice};
 use tidemark_exporter::{ExportError, Report, State};
 use tidemark_store::ClientSettings;
@@ -185,4 +185,20 @@ async fn a_failed_slice_comes_back_from_the_queue_and_the_hour_waits_for_it_with
         .unwrap();
     assert_eq!(files.len(), m["files"].as_array().unwrap().len());
     assert!(state.jobs().await.unwrap().is_empty());
+
+    // AND a message delivered once more after the seal (SQS delivers at least once) stops
+    // at its first put, leaving the sealed hour as it is
+    let before = s3.keys("p/").await.unwrap();
+    let task = &messages[1].1;
+    let guarded = Guarded {
+        sink: &s3,
+        state: &state,
+        task,
+    };
+    let again = export_slice(&source, &guarded, "p", task).await;
+    assert!(
+        matches!(again, Err(ExportError::Superseded { .. })),
+        "{again:?}"
+    );
+    assert_eq!(s3.keys("p/").await.unwrap(), before);
 }
