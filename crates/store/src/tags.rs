@@ -320,6 +320,32 @@ pub async fn index_page<S: QueryStore + Sync>(
     }
 }
 
+/// The number of tag history changes ever made in the table: the sum of its counts
+/// (`CONFIG / #TAG_CHANGES#<n>`, one consistent Query), which only grows. Whoever keeps
+/// something made from every tag history (the export's devices table) remakes it when this
+/// moved.
+pub async fn tag_changes<Q: crate::read::QueryStore + Sync>(q: &Q) -> Result<u64, StoreError> {
+    use crate::read::{QuerySpec, SkRange, query_all};
+    let spec = QuerySpec {
+        consistent: true,
+        ..QuerySpec::table(
+            tidemark_schema::keys::CONFIG_PK.to_owned(),
+            SkRange::BeginsWith(tidemark_schema::keys::TAG_CHANGES_PREFIX.to_owned()),
+            true,
+        )
+    };
+    let mut sum = 0u64;
+    query_all(q, &spec, 100, |item| {
+        sum += item
+            .get(tidemark_schema::field::CHANGES)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    })
+    .await?;
+    Ok(sum)
+}
+
 #[cfg(test)]
 mod tests {
     use tidemark_schema::{DeviceStatus, TagKey, TagValue};
@@ -458,30 +484,4 @@ mod tests {
                 .is_err()
         );
     }
-}
-
-/// The number of tag history changes ever made in the table: the sum of its counts
-/// (`CONFIG / #TAG_CHANGES#<n>`, one consistent Query), which only grows. Whoever keeps
-/// something made from every tag history (the export's devices table) remakes it when this
-/// moved.
-pub async fn tag_changes<Q: crate::read::QueryStore + Sync>(q: &Q) -> Result<u64, StoreError> {
-    use crate::read::{QuerySpec, SkRange, query_all};
-    let spec = QuerySpec {
-        consistent: true,
-        ..QuerySpec::table(
-            tidemark_schema::keys::CONFIG_PK.to_owned(),
-            SkRange::BeginsWith(tidemark_schema::keys::TAG_CHANGES_PREFIX.to_owned()),
-            true,
-        )
-    };
-    let mut sum = 0u64;
-    query_all(q, &spec, 100, |item| {
-        sum += item
-            .get(tidemark_schema::field::CHANGES)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-    })
-    .await?;
-    Ok(sum)
 }
