@@ -11,8 +11,8 @@
 //! have written listed for the next. A day's items are merged from its 24 hour items (one Query per pair), the pairs
 //! listed by its hours' manifests; a day's members are its distinct members with a reading,
 //! from the hours' rollup rows (a device that moved inside an hour counts in the groups of
-//! both spans of that hour, the one approximation). The devices' tag histories, read once per
-//! export, also make the `devices` table ([`device_rows`]).
+//! both spans of that hour, the one approximation). The registered devices' tag histories,
+//! read when a tag changed, make the `devices` table ([`device_rows`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -1,9 +1,10 @@
-//! One closed hour exported: every device's readings of the hour as long rows, the hour's
-//! rollups computed from the same readings, a manifest each, and any object an earlier export
-//! of the hour left that this one no longer writes deleted; likewise a closed day's daily
-//! rollups. Objects are written before the manifest, which a reader takes as the partition's
-//! completeness record, and stale ones removed after it. The same walk recomputes the hour's
-//! group rollups in the table ([`crate::groups`]) and rewrites the devices table.
+//! One closed hour sealed from its slices ([`crate::slice`]): the readings' and the hourly
+//! rollups' manifests listing every slice's files, the hour's group rollups in the table
+//! summed from the slices' sums ([`crate::groups`]), the devices table remade when a tag
+//! changed, and any object an earlier export of the hour left that this one no longer
+//! writes deleted; likewise a closed day's daily rollups. Objects are written before the
+//! manifest, which a reader takes as the partition's completeness record, and stale ones
+//! removed after it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -4,7 +4,7 @@
 //!
 //! Built so far: the tables' columns ([`columns`], one source for the files and the Glue
 //! table), deterministic Parquet files ([`file`]), the object keys ([`paths`]), an hour
-//! exported in slices ([`slice`], one per activity partition, each its own invocation) and
+//! exported in slices ([`slice`], each a run of activity partitions and its own invocation) and
 //! sealed from them ([`hour`]) to any object store ([`sink`], [`s3`]), and a day's daily
 //! rollups, each group's closed hours and days in the table ([`groups`]) and the devices'
 //! tags over time (the `devices` table), and the schedule ([`schedule`]: closed hours once,
