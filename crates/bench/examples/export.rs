@@ -100,7 +100,7 @@ async fn median_of_three<K: Sink>(
     source: &DynamoExportTable,
     sink: &K,
     hour: Timestamp,
-) -> Result<(tidemark_exporter::hour::BucketExport, f64), BenchError> {
+) -> Result<(tidemark_exporter::objects::BucketExport, f64), BenchError> {
     let mut times = Vec::new();
     let mut last = None;
     for _ in 0..3 {

@@ -12,7 +12,7 @@ use tidemark_store::batch_get::key_item;
 use tidemark_store::read::Queries;
 
 use crate::ExportError;
-use crate::slice::Slice;
+use crate::slicing::Slice;
 use crate::store::{
     ExportTable, State, list_active, list_active_partitions, list_devices, read_dirty,
     read_group_hours, read_jobs, walk_readings,

@@ -14,7 +14,7 @@ use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::{SerializedColumnWriter, SerializedFileWriter};
 use parquet::schema::parser::parse_message_type;
-use tidemark_schema::Stats;
+use tidemark_schema::{AggregateItem, Bucket, DeviceId, Stats};
 
 use crate::ExportError;
 use crate::columns::{self, Column, Kind};
@@ -384,6 +384,23 @@ fn write_column(
         _ => return Err(ExportError::Mismatch(column.name)),
     }
     Ok(())
+}
+
+/// The rollup rows of one device's bucket, folded as readers and the rollups role fold it.
+pub(crate) fn rollup_rows(
+    device: &DeviceId,
+    bucket: Bucket,
+    item: AggregateItem,
+) -> Vec<RollupRow> {
+    item.metrics
+        .into_iter()
+        .map(|(metric, stats)| RollupRow {
+            device: device.to_string(),
+            bucket_start_us: bucket.start().epoch_micros(),
+            metric: metric.to_string(),
+            stats,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use crate::report::Report;
 use crate::s3::S3Sink;
 use crate::schedule;
 use crate::sink::Guarded;
-use crate::slice::{SliceExport, SliceTask, export_slice};
+use crate::slice::{SliceExport, export_slice};
+use crate::slicing::SliceTask;
 
 pub struct Exporter {
     pub state: DynamoState,

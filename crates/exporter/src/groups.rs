@@ -110,10 +110,10 @@ impl GroupFold {
     }
 
     /// Each pair's fold and member count: what a slice of an hour hands its seal.
-    pub fn sums(&self) -> Vec<crate::slice::GroupSum> {
+    pub fn sums(&self) -> Vec<GroupSum> {
         self.folds
             .iter()
-            .map(|(p, (s, members))| crate::slice::GroupSum {
+            .map(|(p, (s, members))| GroupSum {
                 pair: p.clone(),
                 stats: s.clone(),
                 members: members.len() as u64,
@@ -181,6 +181,16 @@ pub fn hours_of_day(day: Bucket) -> (Bucket, Bucket) {
     let first = Period::Hourly.bucket(day.start());
     let last = Period::Hourly.bucket(day.end_exclusive().minus_millis(1).unwrap_or(day.start()));
     (first, last)
+}
+
+/// A group's fold over a slice's members. Slices hold disjoint devices, so the hour's group
+/// is the sum of its slices' sums, members included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupSum {
+    #[serde(flatten)]
+    pub pair: GroupPair,
+    pub stats: Stats,
+    pub members: u64,
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod function;
 pub mod groups;
 pub mod hour;
 pub mod memory;
+pub mod objects;
 pub mod paths;
 pub mod queue;
 pub mod report;
@@ -34,6 +35,7 @@ pub mod s3;
 pub mod schedule;
 pub mod sink;
 pub mod slice;
+pub mod slicing;
 pub mod store;
 
 pub use dynamo::{DynamoExportTable, DynamoState};

@@ -18,7 +18,7 @@ use tidemark_store::memory::MemTable;
 use tidemark_store::{StoreError, from_stored};
 
 use crate::ExportError;
-use crate::slice::Slice;
+use crate::slicing::Slice;
 use crate::store::{
     ExportTable, State, list_active, list_active_partitions, list_devices, read_dirty,
     read_group_hours, read_jobs, walk_readings,

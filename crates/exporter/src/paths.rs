@@ -11,7 +11,7 @@
 
 use tidemark_schema::{Bucket, Timestamp};
 
-use crate::slice::Slice;
+use crate::slicing::Slice;
 
 fn day(t: Timestamp) -> String {
     t.to_string()[..10].to_owned()
@@ -64,7 +64,7 @@ pub fn parse_slice_summary(key: &str) -> Option<(u16, i64)> {
     let name = key.rsplit_once("/_slice-")?.1.strip_suffix(".json")?;
     let (slice, generation) = name.split_once('-')?;
     let index: u16 = slice.parse().ok()?;
-    (index < crate::slice::PARTITIONS).then_some((index, generation.parse().ok()?))
+    (index < crate::slicing::PARTITIONS).then_some((index, generation.parse().ok()?))
 }
 
 /// What every rollups file of `bucket` starts with (the rest is `NNNNN.parquet`): an export

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use crate::ExportError;
-use crate::slice::SliceTask;
+use crate::slicing::SliceTask;
 
 /// SQS's most messages in one `SendMessageBatch`.
 const SQS_BATCH: usize = 10;

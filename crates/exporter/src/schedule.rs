@@ -25,7 +25,7 @@ use crate::hour::{ends_day, export_day, exported_devices, seal_hour, slices_done
 use crate::queue::SliceQueue;
 use crate::report::Report;
 use crate::sink::Sink;
-use crate::slice::{Slice, SliceTask, from_bits, to_bits, width_for};
+use crate::slicing::{Slice, SliceTask, from_bits, to_bits, width_for};
 use crate::store::{ExportTable, State};
 
 const HOUR_MS: i64 = 3_600_000;

@@ -75,7 +75,7 @@ impl Sink for MemorySink {
 pub struct Guarded<'a, K, T> {
     pub sink: &'a K,
     pub state: &'a T,
-    pub task: &'a crate::slice::SliceTask,
+    pub task: &'a crate::slicing::SliceTask,
 }
 
 impl<K: Sink + Sync, T: crate::State + Sync> Sink for Guarded<'_, K, T> {

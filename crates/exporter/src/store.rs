@@ -13,7 +13,7 @@ use tidemark_store::Item;
 use tidemark_store::read::{QuerySpec, QueryStore, SkRange, query_all, walk_whole_readings_while};
 
 use crate::ExportError;
-use crate::slice::Slice;
+use crate::slicing::Slice;
 
 /// What an export (an hour, a day, the groups' buckets) reads from the table and writes there.
 pub trait ExportTable {

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
 use tidemark_exporter::dynamo::DynamoExportTable;
-use tidemark_exporter::hour::{MANIFEST, export_hour};
+use tidemark_exporter::hour::export_hour;
+use tidemark_exporter::objects::MANIFEST;
 use tidemark_exporter::sink::MemorySink;
 use tidemark_testkit::TestTable;
 
@@ -114,7 +115,7 @@ async fn an_hour_exports_each_reading_once_and_again_identically_or_with_a_late_
     assert_eq!((rep.readings, rep.rows, rep.devices), (61, 122, 2));
     // AND the hour's rollups are the fold of its readings
     // (one slice: a backfill exports an hour in one go)
-    let slice = tidemark_exporter::slice::Slice::whole();
+    let slice = tidemark_exporter::slicing::Slice::whole();
     let rollup = sink
         .get(&format!(
             "lake/tidemark/rollups/period=hourly/dt=2026-04-20/hour-10-slice-{:02}-00000.parquet",
@@ -203,7 +204,7 @@ async fn a_smaller_export_removes_the_parts_an_earlier_one_left() {
         .unwrap();
     // THEN the stale part is gone, the new part and manifest are there, other hours untouched
     assert_eq!(sink.get(stale), None);
-    let slice = tidemark_exporter::slice::Slice::whole();
+    let slice = tidemark_exporter::slicing::Slice::whole();
     assert!(
         sink.get(&format!(
             "p/readings/dt=2026-04-20/hour=10/slice-{:02}-00000.parquet",
