@@ -33,8 +33,9 @@ type Reading = (Timestamp, std::collections::BTreeMap<MetricName, f64>);
 
 #[derive(Default)]
 pub struct MemoryStore {
-    /// The table.
-    pub table: MemTable,
+    /// The table; a clone of the `Arc` shares it (a scale simulation runs the watchdog's
+    /// memory store over the same one).
+    pub table: std::sync::Arc<MemTable>,
     /// The next this many aggregate writes lose a race (another writer bumps the version).
     pub conflicts: AtomicU32,
     /// The most readings one `readings_page` call returned (bounded-memory checks).
@@ -191,7 +192,7 @@ impl crate::store::SetAsideStore for MemoryStore {
         ttl: i64,
     ) -> Result<u32, StoreError> {
         Ok(tidemark_store::failures::count_in_memory(
-            &self.table,
+            &*self.table,
             record,
             error,
             ttl,
@@ -207,11 +208,11 @@ impl crate::store::SetAsideStore for MemoryStore {
         role: &str,
         limit: usize,
     ) -> Result<Vec<tidemark_schema::RepairItem>, StoreError> {
-        crate::store::open_repairs(&self.table, role, limit).await
+        crate::store::open_repairs(&*self.table, role, limit).await
     }
 
     async fn delete_repair(&self, key: &Key) -> Result<(), StoreError> {
-        self.table.lock().remove(&(key.pk.clone(), key.sk.clone()));
+        MemTable::remove(&mut self.table.lock(), &(key.pk.clone(), key.sk.clone()));
         Ok(())
     }
 }
@@ -272,7 +273,7 @@ impl AggregateStore for MemoryStore {
         before: Bucket,
         n: usize,
     ) -> Result<Vec<AggregateItem>, StoreError> {
-        crate::store::hours_before(&self.table, device, before, n).await
+        crate::store::hours_before(&*self.table, device, before, n).await
     }
 
     /// Refuses an item over DynamoDB's 400 KB (sized as DynamoDB counts it, from the item
@@ -557,7 +558,7 @@ impl MemoryStore {
             .cloned()
             .unwrap_or(LayoutHistory::EMPTY);
         walk_readings(
-            &self.table,
+            &*self.table,
             device,
             &history,
             from,
@@ -661,7 +662,7 @@ impl MemoryStore {
             }
             applied.insert(id.clone(), seq);
             if c.new_image.is_empty() {
-                self.table.lock().remove(&id);
+                MemTable::remove(&mut self.table.lock(), &id);
             } else {
                 let item: tidemark_store::Item = c.new_image.clone().into();
                 self.table.put(item).expect("a stream image fits the table");

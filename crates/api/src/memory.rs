@@ -199,7 +199,7 @@ impl TagWriter for MemoryStore {
             MemTable::insert(&mut items, tidemark_store::to_item(p)?)?;
         }
         for k in deletes {
-            if items.remove(&(k.pk.clone(), k.sk.clone())).is_some() {
+            if MemTable::remove(&mut items, &(k.pk.clone(), k.sk.clone())).is_some() {
                 let count = tidemark_store::write::tag_change::count_key(&k.pk, &k.sk)?;
                 add_in_memory(&mut items, &count, field::MEMBERS, -1)?;
             }

@@ -136,7 +136,7 @@ impl ExportTable for MemoryStore {
     async fn delete_group_buckets(&self, keys: &[Key]) -> Result<(), ExportError> {
         let mut items = self.table.lock();
         for k in keys {
-            items.remove(&(k.pk.clone(), k.sk.clone()));
+            MemTable::remove(&mut items, &(k.pk.clone(), k.sk.clone()));
         }
         Ok(())
     }
@@ -190,7 +190,7 @@ impl State for MemoryStore {
             .and_then(|v| v.as_n().ok())
             .is_some_and(|n| *n == marks.to_string());
         if same {
-            items.remove(&k);
+            MemTable::remove(&mut items, &k);
         }
         Ok(same)
     }
@@ -224,7 +224,7 @@ impl State for MemoryStore {
     async fn finish(&self, job: &ExportJobItem) -> Result<(), ExportError> {
         let mut items = self.table.lock();
         if same_generation(&items, job) {
-            items.remove(&(job.pk.clone(), job.sk.clone()));
+            MemTable::remove(&mut items, &(job.pk.clone(), job.sk.clone()));
         }
         Ok(())
     }

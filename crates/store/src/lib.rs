@@ -18,6 +18,7 @@ pub mod settings;
 pub mod table;
 pub mod tags;
 pub mod write;
+pub mod write_log;
 
 pub use client::{ClientSettings, dynamodb_client, sdk_config};
 pub use error::StoreError;

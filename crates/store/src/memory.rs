@@ -23,10 +23,38 @@ use crate::limits::{
     MAX_ITEM_BYTES, MAX_PAGE_BYTES, item_size, item_too_large, number_out_of_range,
 };
 use crate::read::{Page, QuerySpec, QueryStore, SkRange};
+use crate::write_log::{KeyWrite, writes_of};
 use crate::{Item, StoreError};
 
-/// Items by table key.
-pub type Items = BTreeMap<(String, String), Item>;
+/// Items by table key, and, when the table keeps one, the log of its writes
+/// ([`crate::write_log`]). Reads go straight to the map; writes that should be logged go
+/// through [`MemTable::insert`] and [`MemTable::remove`].
+#[derive(Debug, Default)]
+pub struct Items {
+    map: BTreeMap<(String, String), Item>,
+    log: Option<Vec<KeyWrite>>,
+}
+
+impl std::ops::Deref for Items {
+    type Target = BTreeMap<(String, String), Item>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Items {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl Items {
+    fn logged(&mut self, old: Option<&Item>, new: Option<&Item>) {
+        if let Some(log) = &mut self.log {
+            log.extend(writes_of(old, new));
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct MemTable {
@@ -61,6 +89,21 @@ impl MemTable {
         self
     }
 
+    /// Logs every write from now on ([`MemTable::take_writes`]).
+    pub fn with_write_log(self) -> Self {
+        self.lock().log = Some(Vec::new());
+        self
+    }
+
+    /// The writes logged since the last call (none when the table keeps no log).
+    pub fn take_writes(&self) -> Vec<KeyWrite> {
+        self.lock()
+            .log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// Stores `item` under its key, replacing what was there; refuses, as DynamoDB does, an
     /// item over 400 KB or without its key.
     pub fn put(&self, item: Item) -> Result<(), StoreError> {
@@ -77,8 +120,19 @@ impl MemTable {
         if let Some(e) = number_out_of_range(&item) {
             return Err(e);
         }
-        items.insert(k, item);
+        if items.log.is_some() {
+            let old = items.map.get(&k).cloned();
+            items.logged(old.as_ref(), Some(&item));
+        }
+        items.map.insert(k, item);
         Ok(())
+    }
+
+    /// Deletes the item under `key` from items already locked, returning it.
+    pub fn remove(items: &mut Items, key: &(String, String)) -> Option<Item> {
+        let old = items.map.remove(key)?;
+        items.logged(Some(&old), None);
+        Some(old)
     }
 
     pub fn put_entity<T: serde::Serialize>(&self, v: &T) -> Result<(), StoreError> {

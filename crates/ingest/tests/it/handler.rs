@@ -64,7 +64,7 @@ async fn a_failed_shard_refresh_keeps_the_cached_counts_only_while_they_are_trus
     ingest.clock().set(now().plus_millis(40_000).unwrap());
     let (resp, _) = ingest.process(&e, soon()).await.unwrap();
     assert!(resp.batch_item_failures.is_empty());
-    assert_eq!(*store.items.lock(), first);
+    assert_eq!(**store.items.lock(), first);
     assert_eq!(store.layout_loads.load(Ordering::SeqCst), 2);
 
     // WHEN the cached counts are older than the TTL THEN the batch fails as a whole (a

@@ -128,7 +128,7 @@ impl<'a> World<'a> {
         ingest_config.retry.max_delay = Duration::from_millis(4);
         let ingest = Ingest::from_parts(
             ingest_config.clone(),
-            &store.table,
+            &*store.table,
             Lookups(&store.table),
             Lookups(&store.table),
             clock.clone(),
