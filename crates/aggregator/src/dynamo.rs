@@ -433,7 +433,7 @@ fn alert_reopen_expr(before: &AlertItem, after: &AlertItem) -> Result<Expr, Stor
         .value(":state", av(&after.state)?)
         .value(":was_state", av(&before.state)?)
         .value(":was_resolved", av(&before.resolved_at)?)
-        .value(":g1pk", s(keys::severity_gsi1pk(after.severity)))
+        .value(":g1pk", s(keys::severity_gsi1pk(after.severity, &after.pk)))
         .value(":g1sk", s(keys::alert_gsi1sk(&after.alert_id)));
     e.condition =
         "attribute_exists(#pk) AND #resolved = :was_resolved AND #state = :was_state".to_owned();

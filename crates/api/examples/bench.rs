@@ -270,7 +270,10 @@ fn fleet() -> Vec<Item> {
             AlertItem {
                 pk: keys::device_pk(&dev),
                 sk: keys::alert_sk(&id),
-                gsi1pk: Some(keys::severity_gsi1pk(Severity::Critical)),
+                gsi1pk: Some(keys::severity_gsi1pk(
+                    Severity::Critical,
+                    &keys::device_pk(&dev),
+                )),
                 gsi1sk: Some(keys::alert_gsi1sk(&id)),
                 device_id: dev,
                 alert_id: id,

@@ -434,9 +434,10 @@ impl<S: Store> App<S> {
         Ok(list(items, cursor))
     }
 
-    /// Offline devices by ID, from GSI2's offline partition (keys only: the device items are
-    /// read after, so each shows as `GET /devices/{id}` would); with `tags`, those of them
-    /// whose device item holds every tag (a filter after the limit: a page may be short).
+    /// Offline devices by ID, from GSI2's offline partitions merged in ID order (keys only:
+    /// the device items are read after, so each shows as `GET /devices/{id}` would); with
+    /// `tags`, those of them whose device item holds every tag (a filter after the limit: a
+    /// page may be short).
     async fn offline_devices(
         &self,
         p: &Params,
@@ -444,14 +445,18 @@ impl<S: Store> App<S> {
         tags: &[tidemark_schema::Tag],
     ) -> Result<Reply, ApiError> {
         let scope = &tagging::offline_scope(tags);
+        let partitions = keys::offline_gsi2pks();
         let start = match self.open(scope, p)? {
             Some(s) => Start::Resume(s),
-            None => Start::whole(),
+            None => Start::Fresh {
+                range: None,
+                labels: partitions.clone(),
+            },
         };
         let spec_for = |label: &str| {
-            (label == WHOLE).then(|| {
+            partitions.iter().any(|p| p == label).then(|| {
                 QuerySpec::gsi2(
-                    keys::OFFLINE_GSI2PK.to_owned(),
+                    label.to_owned(),
                     SkRange::BeginsWith(keys::DEVICE_PREFIX.to_owned()),
                     true,
                 )
@@ -584,16 +589,16 @@ impl<S: Store> App<S> {
                 labels: severity
                     .map_or(Severity::ALL.to_vec(), |s| vec![s])
                     .into_iter()
-                    .map(|s| s.as_str().to_owned())
+                    .flat_map(keys::severity_gsi1pks)
                     .collect(),
             },
         };
         let spec_for = |label: &str| {
-            let sev = Severity::parse(label).ok()?;
+            keys::parse_severity_gsi1pk(label)?;
             Some(QuerySpec {
                 filter_eq: state_str.map(|s| (tidemark_schema::field::STATE, s.to_owned())),
                 ..QuerySpec::gsi1(
-                    keys::severity_gsi1pk(sev),
+                    label.to_owned(),
                     SkRange::BeginsWith(keys::ALERT_PREFIX.to_owned()),
                     false,
                 )

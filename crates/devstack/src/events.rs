@@ -352,9 +352,9 @@ fn alert_opened_event(now: Timestamp) -> Result<Value, DevstackError> {
     }
     .key();
     let alert = AlertItem {
+        gsi1pk: Some(keys::severity_gsi1pk(Severity::Critical, &k.pk)),
         pk: k.pk,
         sk: k.sk,
-        gsi1pk: Some(keys::severity_gsi1pk(Severity::Critical)),
         gsi1sk: Some(keys::alert_gsi1sk(&alert_id)),
         device_id: device,
         alert_id,

@@ -64,7 +64,7 @@ pub fn parse_slice_summary(key: &str) -> Option<(u16, i64)> {
     let name = key.rsplit_once("/_slice-")?.1.strip_suffix(".json")?;
     let (slice, generation) = name.split_once('-')?;
     let index: u16 = slice.parse().ok()?;
-    (index < crate::slicing::PARTITIONS).then_some((index, generation.parse().ok()?))
+    (index < crate::slicing::MAX_SLICES).then_some((index, generation.parse().ok()?))
 }
 
 /// What every rollups file of `bucket` starts with (the rest is `NNNNN.parquet`): an export
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn keys_are_hive_partitions_of_the_bucket() {
         let t = Timestamp::parse_rfc3339("2026-04-20T07:59:59.5Z").unwrap();
-        let slice = Slice::new(5, 1).unwrap();
+        let slice = Slice::new(5, 4).unwrap();
         assert_eq!(
             readings_key("lake/tidemark/", Period::Hourly.bucket(t).start(), slice, 3),
             "lake/tidemark/readings/dt=2026-04-20/hour=07/slice-05-00003.parquet"

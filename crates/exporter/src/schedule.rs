@@ -471,7 +471,7 @@ mod tests {
             .map(|i| {
                 let d = format!("dev-{i}");
                 put_reading(store, &d, at, &[("t", i as f64)]);
-                Slice::of(&DeviceId::new(&d).unwrap(), 1).unwrap()
+                Slice::of(&DeviceId::new(&d).unwrap(), crate::slicing::MIN_WIDTH).unwrap()
             })
             .collect()
     }

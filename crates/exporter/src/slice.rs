@@ -162,7 +162,7 @@ mod tests {
         };
         let slice = |n: u16, v: f64, members: u64| SliceExport {
             hour: t.hour_start(),
-            slice: Slice::new(n, 1).unwrap(),
+            slice: Slice::new(n, 4).unwrap(),
             generation: 1,
             devices: 1,
             readings: 1,

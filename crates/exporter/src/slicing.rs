@@ -9,15 +9,28 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use tidemark_schema::{DeviceId, Timestamp, keys};
 
-/// Activity partitions an hour's devices are spread over: at most this many slices.
+/// Activity partitions an hour's devices are spread over.
 pub const PARTITIONS: u16 = keys::ACTIVE_PARTITIONS;
+
+/// The most slices an hour is cut into: a job keeps its slices as the bits of a number, and
+/// a slice's files are named by a two-digit index. So a slice covers at least
+/// [`PARTITIONS`] / `MAX_SLICES` partitions.
+pub const MAX_SLICES: u16 = 64;
+
+/// The narrowest slice: [`PARTITIONS`] / [`MAX_SLICES`] partitions.
+pub const MIN_WIDTH: u16 = PARTITIONS / MAX_SLICES;
+
+fn a_width(width: u16) -> bool {
+    width.is_power_of_two() && (MIN_WIDTH..=PARTITIONS).contains(&width)
+}
 
 /// Devices one slice is sized for: about 80 s of strongly consistent queries at ~5 ms each,
 /// well inside a worker's 900 s.
 pub const DEVICES_PER_SLICE: usize = 16_384;
 
 /// One slice of an hour: `width` consecutive activity partitions (a power of two dividing
-/// [`PARTITIONS`]), the `index`-th run of them. Cannot hold another shape.
+/// [`PARTITIONS`], at least [`MIN_WIDTH`]), the `index`-th run of them. Cannot hold another
+/// shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "SliceFields", into = "SliceFields")]
 pub struct Slice {
@@ -33,7 +46,7 @@ struct SliceFields {
 
 impl Slice {
     pub fn new(index: u16, width: u16) -> Option<Slice> {
-        let ok = width.is_power_of_two() && width <= PARTITIONS && index < PARTITIONS / width;
+        let ok = a_width(width) && index < PARTITIONS / width;
         ok.then_some(Slice { index, width })
     }
 
@@ -52,7 +65,7 @@ impl Slice {
 
     /// Every slice of `width` partitions, in order.
     pub fn all(width: u16) -> impl Iterator<Item = Slice> {
-        let n = if width.is_power_of_two() && width <= PARTITIONS {
+        let n = if a_width(width) {
             PARTITIONS / width
         } else {
             0
@@ -76,18 +89,18 @@ impl Slice {
 }
 
 /// How many partitions a slice should cover for an hour of about `devices` devices (`None`:
-/// not known, every partition a slice of its own): as few slices as keep each near
+/// not known, as many slices as there may be): as few slices as keep each near
 /// [`DEVICES_PER_SLICE`], so a small fleet's hour is one slice (two files and a summary, as
 /// before slicing) and a million devices' is 64.
 pub fn width_for(devices: Option<usize>) -> u16 {
     let Some(n) = devices else {
-        return 1;
+        return MIN_WIDTH;
     };
     let slices = n
         .div_ceil(DEVICES_PER_SLICE)
-        .clamp(1, usize::from(PARTITIONS));
-    let slices = u16::try_from(slices.next_power_of_two()).unwrap_or(PARTITIONS);
-    PARTITIONS / slices.min(PARTITIONS)
+        .clamp(1, usize::from(MAX_SLICES));
+    let slices = u16::try_from(slices.next_power_of_two()).unwrap_or(MAX_SLICES);
+    PARTITIONS / slices.min(MAX_SLICES)
 }
 
 impl TryFrom<SliceFields> for Slice {
@@ -141,23 +154,32 @@ mod tests {
 
     #[test]
     fn a_slice_is_a_run_of_partitions_and_every_device_is_in_one() {
-        assert!(Slice::new(63, 1).is_some());
-        assert!(Slice::new(64, 1).is_none());
-        assert!(Slice::new(1, 32).is_some());
-        assert!(Slice::new(2, 32).is_none());
-        assert!(Slice::new(0, 3).is_none());
-        assert!(serde_json::from_str::<Slice>(r#"{"index":64,"width":1}"#).is_err());
-        assert_eq!(Slice::all(1).count(), 64);
-        assert_eq!(Slice::all(16).count(), 4);
-        assert_eq!(Slice::new(2, 16).unwrap().partitions(), 32..48);
+        assert_eq!((PARTITIONS, MIN_WIDTH), (256, 4));
+        assert!(Slice::new(63, 4).is_some());
+        assert!(Slice::new(64, 4).is_none());
+        assert!(
+            Slice::new(0, 2).is_none(),
+            "narrower than 256 / 64 partitions"
+        );
+        assert!(Slice::new(1, 128).is_some());
+        assert!(Slice::new(2, 128).is_none());
+        assert!(Slice::new(0, 12).is_none());
+        assert!(serde_json::from_str::<Slice>(r#"{"index":64,"width":4}"#).is_err());
+        assert!(serde_json::from_str::<Slice>(r#"{"index":0,"width":1}"#).is_err());
+        assert_eq!(Slice::all(4).count(), 64);
+        assert_eq!(Slice::all(1).count(), 0);
+        assert_eq!(Slice::all(64).count(), 4);
+        assert_eq!(Slice::new(2, 64).unwrap().partitions(), 128..192);
         let d = DeviceId::new("sensor-7").unwrap();
         let hour = Period::Hourly.bucket(Timestamp::parse_rfc3339("2026-04-20T07:00:00Z").unwrap());
-        let p = Slice::of(&d, 1).unwrap().get();
+        let p = keys::active_partition_of(&d);
         assert_eq!(
             keys::active_gsi2pk(hour, &d),
             keys::active_gsi2pk_of(hour, p)
         );
-        assert!(Slice::of(&d, 8).unwrap().partitions().contains(&p));
+        for width in [4, 8, 256] {
+            assert!(Slice::of(&d, width).unwrap().partitions().contains(&p));
+        }
         let some: BTreeSet<u16> = [0, 5, 63].into();
         assert_eq!(from_bits(to_bits(&some)), some);
     }
@@ -166,15 +188,22 @@ mod tests {
     fn a_small_fleets_hour_is_one_slice_and_a_millions_is_64() {
         assert_eq!(
             width_for(None),
-            1,
-            "not known: every partition its own slice"
+            MIN_WIDTH,
+            "not known: as many slices as a job holds"
         );
-        assert_eq!(width_for(Some(0)), 64);
-        assert_eq!(width_for(Some(1_000)), 64);
-        assert_eq!(width_for(Some(16_384)), 64);
-        assert_eq!(width_for(Some(16_385)), 32);
-        assert_eq!(width_for(Some(100_000)), 8);
-        assert_eq!(width_for(Some(1_000_000)), 1);
-        assert_eq!(width_for(Some(10_000_000)), 1);
+        assert_eq!(width_for(Some(0)), 256);
+        assert_eq!(width_for(Some(1_000)), 256);
+        assert_eq!(width_for(Some(16_384)), 256);
+        assert_eq!(width_for(Some(16_385)), 128);
+        assert_eq!(width_for(Some(100_000)), 32);
+        assert_eq!(width_for(Some(1_000_000)), 4);
+        assert_eq!(width_for(Some(10_000_000)), 4);
+        for n in [None, Some(1), Some(1_000_000), Some(10_000_000)] {
+            assert_eq!(
+                Slice::all(width_for(n)).count(),
+                usize::from(PARTITIONS / width_for(n))
+            );
+            assert!(Slice::all(width_for(n)).count() <= usize::from(MAX_SLICES));
+        }
     }
 }

@@ -189,20 +189,27 @@ pub async fn list_active<Q: QueryStore + Sync>(
 }
 
 /// The activity partitions of the hour holding an entry: a query of one item for each
-/// (about 32 read units an hour, whatever the fleet).
+/// (about 128 read units an hour, whatever the fleet), [`PARTITION_QUERIES`] at a time.
 pub async fn list_active_partitions<Q: QueryStore + Sync>(
     q: &Q,
     hour: Bucket,
 ) -> Result<BTreeSet<u16>, ExportError> {
-    let mut out = BTreeSet::new();
-    for partition in 0..keys::ACTIVE_PARTITIONS {
-        let spec = QuerySpec::gsi2(keys::active_gsi2pk_of(hour, partition), SkRange::All, true);
-        if !q.query(&spec, None, 1).await?.items.is_empty() {
-            out.insert(partition);
-        }
-    }
-    Ok(out)
+    use futures::{StreamExt, TryStreamExt};
+    let found: Vec<Option<u16>> = futures::stream::iter(0..keys::ACTIVE_PARTITIONS)
+        .map(|partition| async move {
+            let spec = QuerySpec::gsi2(keys::active_gsi2pk_of(hour, partition), SkRange::All, true);
+            let page = q.query(&spec, None, 1).await?;
+            Ok::<_, ExportError>((!page.items.is_empty()).then_some(partition))
+        })
+        .buffer_unordered(PARTITION_QUERIES)
+        .try_collect()
+        .await?;
+    Ok(found.into_iter().flatten().collect())
 }
+
+/// Queries of the activity partitions in flight at once: 256 one after another would take
+/// a second and more of a run for every hour it starts.
+const PARTITION_QUERIES: usize = 32;
 
 /// [`ExportTable::readings`] of `device` under its layout `history`: the one reader of stored
 /// readings, strongly consistent, whole readings in time order.

@@ -71,12 +71,22 @@ pub const EXPORT_JOB_PREFIX: &str = "JOB#";
 /// GSI2 partitions of devices watched for silence, `OFFLINE_WATCH#<n>`, sorted by the time
 /// their silence would need checking ([`watch_gsi2sk`]): the watchdog reads only those due.
 pub const OFFLINE_WATCH_PREFIX: &str = "OFFLINE_WATCH#";
-/// Watched devices are spread over this many GSI2 partitions (a fleet's deadline updates
-/// would make one hot).
-pub const OFFLINE_WATCH_PARTITIONS: u16 = 16;
-/// The GSI2 partition of devices that are offline now (`GET /devices?connectivity=offline`),
-/// sorted by device.
+/// Watched devices are spread over this many GSI2 partitions: a watched device's check time
+/// moves about once per three quarters of its window, a delete and a put in its partition,
+/// so a million devices at a 300 s window make about 8,900 index writes a second, and more
+/// in the bursts of devices moving in step (`bench/SCALE.md`: about 1,000 a partition at the
+/// worst second). The watchdog queries each partition once a run.
+pub const OFFLINE_WATCH_PARTITIONS: u16 = 64;
+/// The GSI2 partitions of devices that are offline now (`GET /devices?connectivity=offline`),
+/// `CONNECTIVITY#offline#<n>` ([`offline_gsi2pk`]), sorted by device; this plain key alone
+/// held them before they were spread, and the listing still reads it.
 pub const OFFLINE_GSI2PK: &str = "CONNECTIVITY#offline";
+/// Fleet-wide listings whose key every member of a kind would otherwise share (offline
+/// devices, open alerts by severity) are spread over this many index partitions, by a hash
+/// of the member's partition key: a mass outage, its return or a threshold storm over a
+/// million devices moves thousands of members a second (`bench/SCALE.md`), and one key takes
+/// 1,000 writes a second. A listing queries every partition (and the plain key of before).
+pub const LISTING_PARTITIONS: u16 = 16;
 
 /// GSI2 partitions of the devices with readings in an hour, `ACTIVE#<hour>#<n>`, sorted by
 /// device ([`active_gsi2sk`]): every device's hourly rollup item (page 0) is in one while it
@@ -85,8 +95,11 @@ pub const OFFLINE_GSI2PK: &str = "CONNECTIVITY#offline";
 pub const ACTIVE_PREFIX: &str = "ACTIVE#";
 /// An hour's devices are spread over this many GSI2 partitions: at the top of an hour every
 /// sending device's first batch writes its new hour's item, 1,000,000 devices within a
-/// minute about 16,700 index writes a second, about 260 a partition (DynamoDB takes 1,000).
-pub const ACTIVE_PARTITIONS: u16 = 64;
+/// minute about 16,700 index writes a second on average, but each stream shard's rollups
+/// invocation writes its devices' new hours in a burst, at its write concurrency: with
+/// every shard's burst in the same second, about 2,100 a partition at 64 partitions, about
+/// 530 at 256 (`bench/SCALE.md`; DynamoDB takes 1,000).
+pub const ACTIVE_PARTITIONS: u16 = 256;
 
 /// Quarantined records of a day are spread over this many partitions, so a burst of bad
 /// records cannot make one partition hot; listing a day queries each of them.
@@ -977,12 +990,13 @@ pub const MAX_STATUS_PARTITIONS: u16 = 64;
 /// partitions (`DEVICE_STATUS#<status>#<n>`); `None` (the plain key) below two. Stable for a
 /// device, so a status change moves it between partitions of the same `n`.
 pub fn status_partition_for(d: &DeviceId, shards: u16) -> Option<u16> {
-    (shards > 1).then(|| {
-        // FNV-1a: stable across platforms and releases, unlike `DefaultHasher`.
-        let h = d.as_str().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        (h % u64::from(shards)) as u16
+    (shards > 1).then(|| (fnv1a(d.as_str()) % u64::from(shards)) as u16)
+}
+
+/// FNV-1a: stable across platforms and releases, unlike `DefaultHasher`.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
@@ -1007,8 +1021,22 @@ pub fn device_gsi1sk(d: &DeviceId) -> String {
     device_pk(d)
 }
 
-pub fn severity_gsi1pk(s: Severity) -> String {
-    format!("{ALERT_SEVERITY_PREFIX}{s}")
+/// GSI1 partition key of an open alert of severity `s` whose item's partition key is
+/// `owner_pk` (the device's or the group's): `ALERT_SEVERITY#<s>#<n>`.
+pub fn severity_gsi1pk(s: Severity, owner_pk: &str) -> String {
+    format!(
+        "{ALERT_SEVERITY_PREFIX}{s}#{}",
+        listing_partition_of(owner_pk)
+    )
+}
+
+/// Every GSI1 partition of open alerts of severity `s`, the plain key of before last (what
+/// a listing queries).
+pub fn severity_gsi1pks(s: Severity) -> Vec<String> {
+    (0..LISTING_PARTITIONS)
+        .map(|n| format!("{ALERT_SEVERITY_PREFIX}{s}#{n}"))
+        .chain([format!("{ALERT_SEVERITY_PREFIX}{s}")])
+        .collect()
 }
 
 pub fn alert_gsi1sk(a: &AlertId) -> String {
@@ -1070,6 +1098,25 @@ pub fn active_gsi2sk(d: &DeviceId) -> String {
     device_pk(d)
 }
 
+/// The listing partition of the item whose partition key is `pk` ([`LISTING_PARTITIONS`]).
+pub fn listing_partition_of(pk: &str) -> u16 {
+    (fnv1a(pk) % u64::from(LISTING_PARTITIONS)) as u16
+}
+
+/// GSI2 partition key of `d` while it is offline.
+pub fn offline_gsi2pk(d: &DeviceId) -> String {
+    format!("{OFFLINE_GSI2PK}#{}", listing_partition_of(&device_pk(d)))
+}
+
+/// Every GSI2 partition of offline devices, the plain key of before last (what the listing
+/// queries).
+pub fn offline_gsi2pks() -> Vec<String> {
+    (0..LISTING_PARTITIONS)
+        .map(|n| format!("{OFFLINE_GSI2PK}#{n}"))
+        .chain([OFFLINE_GSI2PK.to_owned()])
+        .collect()
+}
+
 /// GSI2 sort key of an offline device: its partition key (the listing's order and cursor).
 pub fn offline_gsi2sk(d: &DeviceId) -> String {
     device_pk(d)
@@ -1084,8 +1131,15 @@ pub fn parse_status_gsi1pk(s: &str) -> Option<(DeviceStatus, Option<u16>)> {
     }
 }
 
+/// The severity a GSI1 alert key lists (partitioned or the plain key of before).
 pub fn parse_severity_gsi1pk(s: &str) -> Option<Severity> {
-    Severity::parse(s.strip_prefix(ALERT_SEVERITY_PREFIX)?).ok()
+    let rest = s.strip_prefix(ALERT_SEVERITY_PREFIX)?;
+    let (sev, n) = match rest.split_once('#') {
+        Some((sev, n)) => (sev, Some(n)),
+        None => (rest, None),
+    };
+    let in_range = n.is_none_or(|n| n.parse::<u16>().is_ok_and(|n| n < LISTING_PARTITIONS));
+    in_range.then(|| Severity::parse(sev).ok()).flatten()
 }
 
 #[cfg(test)]
@@ -1312,10 +1366,27 @@ mod tests {
         });
         assert_eq!(k.pk, "DEVICE#sensor_01");
         assert_eq!(k.sk, "ALERT#20260420T140000000000Z-temperature-max");
+        let n = listing_partition_of("DEVICE#sensor_01");
         assert_eq!(
-            severity_gsi1pk(Severity::Critical),
-            "ALERT_SEVERITY#critical"
+            severity_gsi1pk(Severity::Critical, &k.pk),
+            format!("ALERT_SEVERITY#critical#{n}")
         );
+        assert!(
+            severity_gsi1pks(Severity::Critical)
+                .contains(&severity_gsi1pk(Severity::Critical, &k.pk))
+        );
+        assert_eq!(
+            severity_gsi1pks(Severity::Critical).len(),
+            usize::from(LISTING_PARTITIONS) + 1
+        );
+        for key in severity_gsi1pks(Severity::Critical) {
+            assert_eq!(
+                parse_severity_gsi1pk(&key),
+                Some(Severity::Critical),
+                "{key}"
+            );
+        }
+        assert_eq!(parse_severity_gsi1pk("ALERT_SEVERITY#critical#16"), None);
         assert_eq!(
             alert_gsi1sk(&id),
             "ALERT#20260420T140000000000Z-temperature-max"

@@ -378,9 +378,12 @@ pub fn open_alert(device: &str) -> tidemark_schema::AlertItem {
     }
     .key();
     AlertItem {
+        gsi1pk: Some(tidemark_schema::keys::severity_gsi1pk(
+            Severity::Critical,
+            &k.pk,
+        )),
         pk: k.pk,
         sk: k.sk,
-        gsi1pk: Some(tidemark_schema::keys::severity_gsi1pk(Severity::Critical)),
         gsi1sk: Some(tidemark_schema::keys::alert_gsi1sk(&id)),
         device_id: device,
         alert_id: id,

@@ -468,7 +468,7 @@ impl WatchStore for DynamoWatch {
             .expression_attribute_names("#arr", field::LAST_ARRIVAL_AT)
             .expression_attribute_names("#ver", field::VERSION)
             .expression_attribute_values(":off", av(&state)?)
-            .expression_attribute_values(":g2pk", s(keys::OFFLINE_GSI2PK))
+            .expression_attribute_values(":g2pk", s(keys::offline_gsi2pk(&dev.device_id)))
             .expression_attribute_values(":g2sk", s(keys::offline_gsi2sk(&dev.device_id)))
             .expression_attribute_values(":arr", av(&since)?)
             .expression_attribute_values(":next", AttributeValue::N(next.to_string()));

@@ -54,6 +54,11 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// Over a table another store writes too (the aggregator's, in a simulation of both).
+    pub fn over(table: Arc<MemTable>) -> Self {
+        MemoryStore { table }
+    }
+
     /// The engine, for storing what a test starts from (readings, slots, layout items).
     pub fn table(&self) -> &MemTable {
         &self.table
@@ -243,7 +248,7 @@ impl WatchStore for MemoryStore {
         };
         let set = vec![
             (field::OFFLINE, av(&state)?),
-            (attr::GSI2PK, s(keys::OFFLINE_GSI2PK)),
+            (attr::GSI2PK, s(keys::offline_gsi2pk(&dev.device_id))),
             (attr::GSI2SK, s(keys::offline_gsi2sk(&dev.device_id))),
             (field::LAST_ARRIVAL_AT, av(&since)?),
         ];

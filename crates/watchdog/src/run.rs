@@ -46,9 +46,9 @@ pub fn offline_alert(dev: &DeviceItem, window: u32, since: Timestamp) -> AlertIt
     }
     .key();
     AlertItem {
+        gsi1pk: Some(keys::severity_gsi1pk(severity, &key.pk)),
         pk: key.pk,
         sk: key.sk,
-        gsi1pk: Some(keys::severity_gsi1pk(severity)),
         gsi1sk: Some(keys::alert_gsi1sk(&id)),
         device_id: dev.device_id.clone(),
         alert_id: id,
@@ -448,7 +448,7 @@ mod tests {
         let state = d.offline.expect("offline");
         assert_eq!(state.alert.as_str(), "20260420T140500000000Z-offline");
         assert_eq!(state.since, ts("2026-04-20T14:00:00Z"));
-        assert_eq!(d.gsi2pk.as_deref(), Some(keys::OFFLINE_GSI2PK));
+        assert_eq!(d.gsi2pk, Some(keys::offline_gsi2pk(&d.device_id)));
         assert_eq!(d.version, Some(4));
         let alerts = w.store.alerts(&id("silent")).await.unwrap();
         assert_eq!(alerts.len(), 1);

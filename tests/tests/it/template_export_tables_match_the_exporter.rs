@@ -95,7 +95,7 @@ fn the_readings_table_has_the_exporters_columns_and_finds_its_objects() {
     assert_eq!(p["projection.hour.digits"].as_str(), Some("2"));
     // An object the exporter writes lies in the partition the projection computes.
     let hour = Timestamp::parse_rfc3339("2026-04-20T07:00:00Z").unwrap();
-    let slice = tidemark_exporter::slicing::Slice::new(3, 1).unwrap();
+    let slice = tidemark_exporter::slicing::Slice::new(3, 4).unwrap();
     let key = paths::readings_key("tidemark", hour, slice, 0);
     let folder = location(&input, &[("dt", "2026-04-20"), ("hour", "07")]);
     assert_eq!(folder_of(&key), folder);
@@ -121,7 +121,7 @@ fn the_rollups_table_has_the_exporters_columns_and_finds_its_objects() {
         let key = match period {
             Period::Daily => paths::rollups_key("tidemark", period.bucket(at), 0),
             Period::Hourly => {
-                let slice = tidemark_exporter::slicing::Slice::new(3, 1).unwrap();
+                let slice = tidemark_exporter::slicing::Slice::new(3, 4).unwrap();
                 paths::slice_rollups_key("tidemark", period.bucket(at), slice, 0)
             }
         };

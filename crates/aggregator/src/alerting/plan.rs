@@ -74,9 +74,9 @@ fn new_alert(device: &DeviceId, rule: &Rule, e: &Episode, id: &AlertId) -> Alert
         }
     };
     let mut a = AlertItem {
+        gsi1pk: Some(keys::severity_gsi1pk(rule.threshold.severity, &key.pk)),
         pk: key.pk,
         sk: key.sk,
-        gsi1pk: Some(keys::severity_gsi1pk(rule.threshold.severity)),
         gsi1sk: Some(keys::alert_gsi1sk(&id)),
         device_id: device.clone(),
         alert_id: id,
@@ -111,7 +111,7 @@ pub fn reopen(a: &mut AlertItem) {
         AlertState::Open
     };
     a.resolved_at = None;
-    a.gsi1pk = Some(keys::severity_gsi1pk(a.severity));
+    a.gsi1pk = Some(keys::severity_gsi1pk(a.severity, &a.pk));
     a.gsi1sk = Some(keys::alert_gsi1sk(&a.alert_id));
 }
 

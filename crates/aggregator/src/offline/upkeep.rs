@@ -243,7 +243,7 @@ mod tests {
             since: ts("2026-04-20T14:00:00Z"),
             counted: Vec::new(),
         });
-        d.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
+        d.gsi2pk = Some(keys::offline_gsi2pk(&id()));
         d.gsi2sk = Some(keys::offline_gsi2sk(&id()));
         let u = upkeep(
             &id(),

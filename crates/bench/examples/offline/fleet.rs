@@ -134,7 +134,7 @@ pub fn offline_items(i: u64, t0: Timestamp, window_s: u32) -> (DeviceItem, Alert
         since,
         counted: Vec::new(),
     });
-    d.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
+    d.gsi2pk = Some(keys::offline_gsi2pk(&d.device_id));
     d.gsi2sk = Some(keys::offline_gsi2sk(&id));
     (d, alert)
 }

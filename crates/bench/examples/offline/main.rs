@@ -22,7 +22,7 @@
 //!    watchdog runs whatever the fleet default is).
 //! 2. **Watchdog runs** over 100,000 devices of which 1 % are offline, seeded directly
 //!    (`BatchWriteItem`, 25 items a call, 8 calls in flight): 99,000 watched with check times
-//!    spread evenly over the next window, 1,000 offline (`CONNECTIVITY#offline`, with their
+//!    spread evenly over the next window, 1,000 offline (`CONNECTIVITY#offline#<n>`, with their
 //!    open alerts). The real [`Watchdog::run`] over [`DynamoWatch`], whose client goes through
 //!    the metering proxy; its heartbeats go to a stand-in ([`Heartbeats`]) that marks every
 //!    shard's heartbeat item passed at the moment it is sent (what ingest and the alerts role

@@ -227,7 +227,10 @@ pub async fn watchdog_part(
     } else {
         None
     };
-    let offline_after_runs = gsi2_count(&direct, table, keys::OFFLINE_GSI2PK).await?;
+    let mut offline_after_runs = 0;
+    for pk in keys::offline_gsi2pks() {
+        offline_after_runs += gsi2_count(&direct, table, &pk).await?;
+    }
     let _ = tidemark_store::delete_table(&direct, table).await;
     Ok(WatchPart {
         watched,

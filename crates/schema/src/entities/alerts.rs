@@ -16,8 +16,9 @@ pub enum AlertState {
 }
 
 /// `DEVICE#<id>` / `ALERT#<alertId>`; while not resolved also in GSI1 under
-/// `ALERT_SEVERITY#<severity>` / `ALERT#<alertId>` (AP6). Resolving removes the GSI1 keys, so
-/// the index holds only alerts someone may still need to act on.
+/// `ALERT_SEVERITY#<severity>#<n>` / `ALERT#<alertId>` (AP6; `n` a listing partition,
+/// [`crate::keys::severity_gsi1pk`]). Resolving removes the GSI1 keys, so the index holds
+/// only alerts someone may still need to act on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AlertItem {

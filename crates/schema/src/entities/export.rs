@@ -40,13 +40,13 @@ pub struct ExportDirtyItem {
     pub marks: u64,
 }
 
-/// `EXPORT` / `JOB#<hour>`: an hour being exported in slices (one per activity partition,
-/// [`crate::keys::ACTIVE_PARTITIONS`]), each by a worker of its own. `generation` names this
+/// `EXPORT` / `JOB#<hour>`: an hour being exported in slices (runs of its activity
+/// partitions, [`crate::keys::ACTIVE_PARTITIONS`]; at most 64), each by a worker of its own. `generation` names this
 /// export of the hour: a slice's summary counts only if it carries it, so a worker of an
 /// earlier export finishing late cannot stand in for this one. `marks` is the dirty mark's
 /// count it answers (0: the schedule's first export of the hour); `sent_at` when its
 /// missing slices were last sent; `width` how many activity partitions each of its slices
-/// covers (1 to 64, from the fleet's size); `slices` which slices have devices in the hour
+/// covers (4 to 256, from the fleet's size); `slices` which slices have devices in the hour
 /// (bit `n`: slice `n`), the only ones sent and waited for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

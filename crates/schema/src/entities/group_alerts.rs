@@ -11,7 +11,7 @@ use crate::tags::Tag;
 use crate::time::Timestamp;
 
 /// `GROUP#<tag>` / `ALERT#<opened at>-group.<rule tag>`; while not resolved also in GSI1
-/// under `ALERT_SEVERITY#<severity>` / `ALERT#<alertId>`, beside the devices' open alerts,
+/// under `ALERT_SEVERITY#<severity>#<n>` / `ALERT#<alertId>`, beside the devices' open alerts,
 /// so one listing shows both. Its attributes are named as a device alert's are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -83,7 +83,7 @@ impl GroupAlertItem {
         }
         .key();
         GroupAlertItem {
-            gsi1pk: Some(keys::severity_gsi1pk(rule.severity)),
+            gsi1pk: Some(keys::severity_gsi1pk(rule.severity, &key.pk)),
             gsi1sk: Some(key.sk.clone()),
             pk: key.pk,
             sk: key.sk,

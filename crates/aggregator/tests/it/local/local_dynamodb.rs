@@ -13,26 +13,29 @@ use tidemark_schema::{
 };
 use tidemark_testkit::TestTable;
 
-/// AP6: open alerts of a severity, one GSI1 Query.
+/// AP6: open alerts of a severity, one GSI1 Query per listing partition.
 async fn open_alert_ids(t: &TestTable, s: Severity) -> Vec<String> {
-    t.client
-        .query()
-        .table_name(&t.name)
-        .index_name(GSI1)
-        .key_condition_expression("#pk = :pk")
-        .expression_attribute_names("#pk", attr::GSI1PK)
-        .expression_attribute_values(":pk", AttributeValue::S(keys::severity_gsi1pk(s)))
-        .send()
-        .await
-        .unwrap()
-        .items
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|i| match i.get("alertId") {
+    let mut ids = Vec::new();
+    for pk in keys::severity_gsi1pks(s) {
+        let items = t
+            .client
+            .query()
+            .table_name(&t.name)
+            .index_name(GSI1)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", attr::GSI1PK)
+            .expression_attribute_values(":pk", AttributeValue::S(pk))
+            .send()
+            .await
+            .unwrap()
+            .items
+            .unwrap_or_default();
+        ids.extend(items.into_iter().filter_map(|i| match i.get("alertId") {
             Some(AttributeValue::S(s)) => Some(s.clone()),
             _ => None,
-        })
-        .collect()
+        }));
+    }
+    ids
 }
 
 async fn item_count(t: &TestTable) -> i32 {

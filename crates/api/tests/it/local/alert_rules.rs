@@ -206,7 +206,7 @@ fn window_alert() -> AlertItem {
         &spec.tag(),
     );
     a.sk = keys::alert_sk(&a.alert_id);
-    a.gsi1pk = Some(keys::severity_gsi1pk(Severity::Warning));
+    a.gsi1pk = Some(keys::severity_gsi1pk(Severity::Warning, &a.pk));
     a.gsi1sk = Some(keys::alert_gsi1sk(&a.alert_id));
     a.severity = Severity::Warning;
     a.rule = AlertRule::Window;

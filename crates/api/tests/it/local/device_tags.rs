@@ -338,7 +338,7 @@ fn offline_device(id: &str, site: &str) -> tidemark_schema::DeviceItem {
         since: at,
         counted: Vec::new(),
     });
-    d.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
+    d.gsi2pk = Some(keys::offline_gsi2pk(&d.device_id));
     d.gsi2sk = Some(keys::offline_gsi2sk(&d.device_id));
     d.tags = serde_json::from_value(json!({"site": site})).unwrap();
     d

@@ -988,7 +988,15 @@ async fn device_alerts_page_newest_first() {
         } else {
             Severity::Warning
         };
-        a.gsi1pk = Some(tidemark_schema::keys::severity_gsi1pk(a.severity));
+        // Spread over the severity's listing partitions, and a few under the plain key
+        // alerts were listed under before partitions.
+        let own = tidemark_schema::keys::severity_gsi1pk(a.severity, &a.pk);
+        let n = tidemark_schema::keys::listing_partition_of(&a.pk);
+        a.gsi1pk = Some(match i % 3 {
+            0 => format!("ALERT_SEVERITY#{}", a.severity),
+            1 => own,
+            _ => format!("ALERT_SEVERITY#{}#{}", a.severity, (n + 1) % 16),
+        });
         alerts.push(a);
     }
     put_all(&t, &alerts).await;
@@ -1001,7 +1009,7 @@ async fn device_alerts_page_newest_first() {
     let (got, pages) = walk(&app, "/devices/sensor_01/alerts?limit=4").await;
     let ids: Vec<&str> = got.iter().map(|a| a["alertId"].as_str().unwrap()).collect();
     assert_eq!((ids, pages), (want.iter().map(String::as_str).collect(), 7));
-    // Fleet-wide over both severities, merged newest first.
+    // Fleet-wide over both severities and every partition, merged newest first.
     let (got, _) = walk(&app, "/alerts?limit=3&state=open").await;
     let ids: Vec<&str> = got.iter().map(|a| a["alertId"].as_str().unwrap()).collect();
     assert_eq!(ids, want.iter().map(String::as_str).collect::<Vec<_>>());
@@ -1397,9 +1405,10 @@ async fn offline_settings_connectivity_and_the_offline_listing() {
             "{body}: {msg}"
         );
     }
-    // GIVEN three offline devices (as the watchdog leaves them) and one online
+    // GIVEN three offline devices (as the watchdog leaves them, each in its listing
+    // partition), one left offline under the one key of before partitions, and one online
     let at = ts("2026-04-20T14:00:00Z");
-    for id in ["dead_3", "dead_1", "dead_2", "live_1"] {
+    for id in ["dead_3", "dead_1", "dead_2", "dead_0", "live_1"] {
         let mut d = sample_device();
         d.device_id = dev(id);
         d.pk = tidemark_schema::keys::device_pk(&d.device_id);
@@ -1412,7 +1421,11 @@ async fn offline_settings_connectivity_and_the_offline_listing() {
                 since: at,
                 counted: Vec::new(),
             });
-            d.gsi2pk = Some(tidemark_schema::keys::OFFLINE_GSI2PK.into());
+            d.gsi2pk = Some(if id == "dead_0" {
+                tidemark_schema::keys::OFFLINE_GSI2PK.to_owned()
+            } else {
+                tidemark_schema::keys::offline_gsi2pk(&d.device_id)
+            });
             d.gsi2sk = Some(tidemark_schema::keys::offline_gsi2sk(&d.device_id));
         } else {
             d.gsi2pk = Some(tidemark_schema::keys::watch_gsi2pk(&d.device_id));
@@ -1422,7 +1435,8 @@ async fn offline_settings_connectivity_and_the_offline_listing() {
         }
         put(&t, &d).await;
     }
-    // THEN each shows its connectivity, and the listing pages through the offline ones
+    // THEN each shows its connectivity, and the listing pages through the offline ones in
+    // ID order, whichever partition holds them
     assert_eq!(
         get(&app, "/devices/dead_1").await.1["connectivity"],
         "offline"
@@ -1441,7 +1455,7 @@ async fn offline_settings_connectivity_and_the_offline_listing() {
             .map(|d| d["deviceId"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert_eq!(ids(&page), ["dead_1", "dead_2"]);
+    assert_eq!(ids(&page), ["dead_0", "dead_1"]);
     assert!(page["items"][0]["offline"]["since"].is_string());
     let cursor = page["cursor"].as_str().unwrap();
     let (_, rest) = get(
@@ -1449,8 +1463,17 @@ async fn offline_settings_connectivity_and_the_offline_listing() {
         &format!("/devices?connectivity=offline&limit=2&cursor={cursor}"),
     )
     .await;
-    assert_eq!(ids(&rest), ["dead_3"]);
-    assert!(rest["cursor"].is_null());
+    assert_eq!(ids(&rest), ["dead_2", "dead_3"]);
+    let cursor = rest["cursor"].as_str().unwrap_or_default();
+    if !cursor.is_empty() {
+        let (_, last) = get(
+            &app,
+            &format!("/devices?connectivity=offline&limit=2&cursor={cursor}"),
+        )
+        .await;
+        assert!(ids(&last).is_empty());
+        assert!(last["cursor"].is_null());
+    }
     for uri in [
         "/devices?connectivity=online",
         "/devices?connectivity=offline&status=active",

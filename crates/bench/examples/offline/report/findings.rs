@@ -89,7 +89,7 @@ pub(super) fn findings_md(rep: &Report) -> String {
             r.spent.wru_table / n,
             gsi("GSI1"),
             gsi("GSI2"),
-            keys::OFFLINE_GSI2PK
+            format!("{}#<n>", keys::OFFLINE_GSI2PK)
         ));
     }
     md

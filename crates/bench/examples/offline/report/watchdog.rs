@@ -27,7 +27,7 @@ pub(super) fn watchdog_md(w: &WatchPart) -> String {
         w.window_s,
         w.window_s,
         thousands(w.offline),
-        keys::OFFLINE_GSI2PK,
+        format!("{}#<n>", keys::OFFLINE_GSI2PK),
         w.shards
     ));
     md.push_str(
@@ -68,7 +68,7 @@ pub(super) fn watchdog_md(w: &WatchPart) -> String {
         "\nIn `{}` after the runs: {} devices (the {} seeded and those opened).\n\n\
          Calls by operation (calls / units as DynamoDB Local reported them):\n\n\
          | run | operations |\n|---|---|\n",
-        keys::OFFLINE_GSI2PK,
+        format!("{}#<n>", keys::OFFLINE_GSI2PK),
         thousands(w.offline_after_runs),
         thousands(w.offline)
     ));

@@ -247,7 +247,7 @@ async fn seed_offline(table: &TestTable, now: Timestamp) {
         since,
         counted: Vec::new(),
     });
-    dev.gsi2pk = Some(keys::OFFLINE_GSI2PK.into());
+    dev.gsi2pk = Some(keys::offline_gsi2pk(&id));
     dev.gsi2sk = Some(keys::offline_gsi2sk(&id));
     dev.version = Some(1);
     for item in [
@@ -405,9 +405,9 @@ fn open_alert(
     }
     .key();
     AlertItem {
+        gsi1pk: Some(keys::severity_gsi1pk(severity, &key.pk)),
         pk: key.pk,
         sk: key.sk,
-        gsi1pk: Some(keys::severity_gsi1pk(severity)),
         gsi1sk: Some(keys::alert_gsi1sk(&alert_id)),
         device_id: device.clone(),
         alert_id,

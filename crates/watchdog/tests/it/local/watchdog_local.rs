@@ -164,7 +164,7 @@ async fn a_silent_device_is_alerted_once_and_healthy_ones_are_never_read() {
     let d = device(&t, "silent").await;
     let state = d.offline.expect("offline");
     assert_eq!(state.alert.as_str(), "20260420T140500000000Z-offline");
-    assert_eq!(d.gsi2pk.as_deref(), Some(keys::OFFLINE_GSI2PK));
+    assert_eq!(d.gsi2pk, Some(keys::offline_gsi2pk(&d.device_id)));
     assert!(device(&t, "healthy").await.offline.is_none());
     // Offline devices leave the watch: the next run reads nothing.
     let second = run(&w).await;
