@@ -192,7 +192,7 @@ impl crate::store::SetAsideStore for MemoryStore {
         ttl: i64,
     ) -> Result<u32, StoreError> {
         Ok(tidemark_store::failures::count_in_memory(
-            &*self.table,
+            &self.table,
             record,
             error,
             ttl,

@@ -43,8 +43,8 @@ use tidemark_bench::meter::Meter;
 use tidemark_bench::run::Target;
 use tidemark_schema::keys::ShardName;
 use tidemark_schema::{
-    DeviceId, DeviceStatus, EntityKey, GroupPartialItem, GroupRuleSpec, HeartbeatItem, MetricName,
-    Tag, TagCountItem, TagIndexItem, Tags, Timestamp, field,
+    DeviceId, DeviceStatus, GroupPartialItem, GroupRuleSpec, HeartbeatItem, MetricName, Tag,
+    TagCountItem, TagIndexItem, Tags, Timestamp, field,
 };
 use tidemark_watchdog::{DynamoWatch, Heartbeats, Report, Watchdog, WatchdogConfig, WatchdogError};
 
@@ -145,15 +145,7 @@ impl Heartbeats for CaughtUp {
     async fn send(&self, at: Timestamp) -> Result<Vec<ShardName>, WatchdogError> {
         let shard = ShardName::new("shardId-000000000000")
             .ok_or_else(|| WatchdogError::Config("shard name".into()))?;
-        let key = EntityKey::Heartbeat(shard.clone()).key();
-        let beat = HeartbeatItem {
-            pk: key.pk,
-            sk: key.sk,
-            sent_at: at,
-            stored_at: Some(at),
-            passed_at: Some(at),
-            rollups_passed_at: Some(at),
-        };
+        let beat = HeartbeatItem::passed_at_once(&shard, at);
         let item =
             tidemark_store::to_item(&beat).map_err(|e| WatchdogError::Config(e.to_string()))?;
         self.0

@@ -322,6 +322,19 @@ fn mark(m: Option<bool>) -> &'static str {
 }
 
 /// `bench/REPORT.md`.
+/// 100000 as `100,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 pub fn markdown(r: &BenchReport) -> String {
     let mut s = String::new();
     let m = &r.machine;

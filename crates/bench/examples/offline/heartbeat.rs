@@ -9,7 +9,7 @@ use tidemark_bench::run::Target;
 use tidemark_bench::scenario::{KinesisRecord, kinesis_records};
 use tidemark_ingest::{Ingest, IngestConfig};
 use tidemark_schema::keys::ShardName;
-use tidemark_schema::{Clock, EntityKey, HeartbeatItem, Timestamp};
+use tidemark_schema::{Clock, HeartbeatItem, Timestamp};
 use tidemark_watchdog::{Heartbeats, WatchdogError};
 
 use crate::follower::Follower;
@@ -40,15 +40,7 @@ pub struct PassedAtOnce {
 impl Heartbeats for PassedAtOnce {
     async fn send(&self, at: Timestamp) -> Result<Vec<ShardName>, WatchdogError> {
         for s in &self.shards {
-            let key = EntityKey::Heartbeat(s.clone()).key();
-            let item = HeartbeatItem {
-                pk: key.pk,
-                sk: key.sk,
-                sent_at: at,
-                stored_at: Some(at),
-                passed_at: Some(at),
-                rollups_passed_at: Some(at),
-            };
+            let item = HeartbeatItem::passed_at_once(s, at);
             let item = tidemark_store::to_item(&item).map_err(WatchdogError::Store)?;
             self.client
                 .put_item()

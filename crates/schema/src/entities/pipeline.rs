@@ -29,6 +29,22 @@ pub struct HeartbeatItem {
     pub rollups_passed_at: Option<Timestamp>,
 }
 
+impl HeartbeatItem {
+    /// The heartbeat of `shard` sent at `at` as it is once ingest has stored it and both roles
+    /// have passed it, at once: what a stand-in for the pipeline writes (tests, benches).
+    pub fn passed_at_once(shard: &crate::keys::ShardName, at: Timestamp) -> Self {
+        let key = crate::EntityKey::Heartbeat(shard.clone()).key();
+        HeartbeatItem {
+            pk: key.pk,
+            sk: key.sk,
+            sent_at: at,
+            stored_at: Some(at),
+            passed_at: Some(at),
+            rollups_passed_at: Some(at),
+        }
+    }
+}
+
 /// `CONFIG` / `SHARDS#<id>`: a device's shard-count history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

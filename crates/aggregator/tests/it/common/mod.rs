@@ -504,15 +504,7 @@ impl tidemark_watchdog::Heartbeats for CaughtUp {
         at: Timestamp,
     ) -> Result<Vec<tidemark_schema::keys::ShardName>, tidemark_watchdog::WatchdogError> {
         let shard = tidemark_schema::keys::ShardName::new("shardId-000000000000").unwrap();
-        let key = EntityKey::Heartbeat(shard.clone()).key();
-        let beat = tidemark_schema::HeartbeatItem {
-            pk: key.pk,
-            sk: key.sk,
-            sent_at: at,
-            stored_at: Some(at),
-            passed_at: Some(at),
-            rollups_passed_at: Some(at),
-        };
+        let beat = tidemark_schema::HeartbeatItem::passed_at_once(&shard, at);
         self.0
             .put_item()
             .table_name(&self.1)

@@ -84,12 +84,12 @@ pub(super) fn findings_md(rep: &Report) -> String {
         md.push_str(&format!(
             "  An opened alert here: {:.1} WRU, of which table {:.1} (the alert item and the \
              device item, 2 each), GSI1 {:.1} (the alert's entry) and GSI2 {:.1} (the device \
-             leaving its watch partition for `{}`: a delete and a put).\n",
+             leaving its watch partition for `{}#<n>`: a delete and a put).\n",
             r.spent.wru / n,
             r.spent.wru_table / n,
             gsi("GSI1"),
             gsi("GSI2"),
-            format!("{}#<n>", keys::OFFLINE_GSI2PK)
+            keys::OFFLINE_GSI2PK
         ));
     }
     md

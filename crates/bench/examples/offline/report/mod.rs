@@ -37,18 +37,7 @@ fn usd_per_thousand(rru: f64, wru: f64) -> f64 {
     (rru * USD_PER_M_RRU + wru * USD_PER_M_WRU) * 1000.0 / 1e6
 }
 
-/// 100000 as `100,000`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+use tidemark_bench::report::thousands;
 
 /// The upkeep's extra write units per reading over the run with the window off.
 fn upkeep_extra(rep: &Report, r: &UpkeepRun) -> Option<f64> {

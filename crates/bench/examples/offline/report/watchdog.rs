@@ -12,7 +12,7 @@ pub(super) fn watchdog_md(w: &WatchPart) -> String {
         "{} devices, seeded directly with `BatchWriteItem` (25 items a call, 8 calls in flight; \
          {} items with the offline devices' open alerts, plus the last readings of the devices \
          that fall due, through ingest; {:.0} s): {} watched with a {} s window, check times \
-         spread evenly over the next {} s; {} offline (GSI2 `{}`, `offline` state set). The \
+         spread evenly over the next {} s; {} offline (GSI2 `{}#<n>`, `offline` state set). The \
          real `Watchdog::run` with `DynamoWatch`, its client behind the metering proxy. \
          Heartbeats: {} stream shards, sent to a stand-in for Kinesis (a `Heartbeats` \
          implementation) that marks each shard's heartbeat item passed the moment it is sent, \
@@ -27,7 +27,7 @@ pub(super) fn watchdog_md(w: &WatchPart) -> String {
         w.window_s,
         w.window_s,
         thousands(w.offline),
-        format!("{}#<n>", keys::OFFLINE_GSI2PK),
+        keys::OFFLINE_GSI2PK,
         w.shards
     ));
     md.push_str(
@@ -65,10 +65,10 @@ pub(super) fn watchdog_md(w: &WatchPart) -> String {
         ));
     }
     md.push_str(&format!(
-        "\nIn `{}` after the runs: {} devices (the {} seeded and those opened).\n\n\
+        "\nIn `{}#<n>` after the runs: {} devices (the {} seeded and those opened).\n\n\
          Calls by operation (calls / units as DynamoDB Local reported them):\n\n\
          | run | operations |\n|---|---|\n",
-        format!("{}#<n>", keys::OFFLINE_GSI2PK),
+        keys::OFFLINE_GSI2PK,
         thousands(w.offline_after_runs),
         thousands(w.offline)
     ));

@@ -37,15 +37,7 @@ impl Heartbeats for CaughtUp {
         at: Timestamp,
     ) -> Result<Vec<ShardName>, tidemark_watchdog::WatchdogError> {
         let shard = ShardName::new("shardId-000000000000").unwrap();
-        let key = EntityKey::Heartbeat(shard.clone()).key();
-        let beat = HeartbeatItem {
-            pk: key.pk,
-            sk: key.sk,
-            sent_at: at,
-            stored_at: Some(at),
-            passed_at: Some(at),
-            rollups_passed_at: Some(at),
-        };
+        let beat = HeartbeatItem::passed_at_once(&shard, at);
         put(&self.0, &self.1, &beat).await;
         Ok(vec![shard])
     }
