@@ -133,7 +133,9 @@ bench-quick:
 ## Parquet export reads per second and writes per reading into bench/EXPORT.md, what offline
 ## detection costs (the alerts role's deadline upkeep per reading, the watchdog's runs over
 ## 100,000 devices) into bench/OFFLINE.md, how soon a silent device's offline alert is
-## published and its return resolves it into bench/OFFLINE_LATENCY.md, then the dashboard's
+## published and its return resolves it into bench/OFFLINE_LATENCY.md, what a million devices
+## do to the keys the fleet shares (the busiest second of each, through an outage, a top of
+## the hour and a threshold storm, simulated) into bench/SCALE.md, then the dashboard's
 ## time to a drawn page and asset size into bench/DASHBOARD.md
 bench:
 	scripts/services.sh start
@@ -151,5 +153,6 @@ bench:
 	$(CARGO) run --release -p tidemark-bench --example offline_latency
 	$(CARGO) run --release -p tidemark-bench --example rule_cost
 	$(CARGO) run --release -p tidemark-bench --example group_rule_cost
+	$(CARGO) run --release -p tidemark-bench --example scale
 	scripts/browser.sh
 	$(CARGO) run --release -p tidemark-devstack --example dashboard_speed

@@ -74,8 +74,8 @@ pub const OFFLINE_WATCH_PREFIX: &str = "OFFLINE_WATCH#";
 /// Watched devices are spread over this many GSI2 partitions: a watched device's check time
 /// moves about once per three quarters of its window, a delete and a put in its partition,
 /// so a million devices at a 300 s window make about 8,900 index writes a second, and more
-/// in the bursts of devices moving in step (`bench/SCALE.md`: about 1,000 a partition at the
-/// worst second). The watchdog queries each partition once a run.
+/// in the bursts of devices moving in step (`bench/SCALE.md`: about 2,600 on the busiest of
+/// 16 partitions in the worst second, 680 of 64). The watchdog queries each once a run.
 pub const OFFLINE_WATCH_PARTITIONS: u16 = 64;
 /// The GSI2 partitions of devices that are offline now (`GET /devices?connectivity=offline`),
 /// `CONNECTIVITY#offline#<n>` ([`offline_gsi2pk`]), sorted by device; this plain key alone
@@ -97,8 +97,8 @@ pub const ACTIVE_PREFIX: &str = "ACTIVE#";
 /// sending device's first batch writes its new hour's item, 1,000,000 devices within a
 /// minute about 16,700 index writes a second on average, but each stream shard's rollups
 /// invocation writes its devices' new hours in a burst, at its write concurrency: with
-/// every shard's burst in the same second, about 2,100 a partition at 64 partitions, about
-/// 530 at 256 (`bench/SCALE.md`; DynamoDB takes 1,000).
+/// every shard's burst in the same second, about 1,450 on the busiest of 64 partitions,
+/// 390 of 256 (`bench/SCALE.md`; DynamoDB takes 1,000).
 pub const ACTIVE_PARTITIONS: u16 = 256;
 
 /// Quarantined records of a day are spread over this many partitions, so a burst of bad
