@@ -138,8 +138,8 @@ pub struct DeviceItem {
     /// The open offline alert, while the device is silent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offline: Option<OfflineState>,
-    /// GSI2: the device's watch partition while watched, [`keys::OFFLINE_GSI2PK`] while
-    /// offline, absent when not watched.
+    /// GSI2: the device's watch partition while watched, its offline listing partition
+    /// ([`keys::offline_gsi2pk`]) while offline, absent when not watched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gsi2pk: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
