@@ -43,19 +43,20 @@ pub async fn export_hour<S: ExportTable, K: Sink>(
     seal_hour(source, sink, prefix, hour, 0, &BTreeSet::from([task.slice])).await
 }
 
-/// Devices the hour's readings partition counts as written (`None`: not exported): what a
-/// job sizes its slices by, from the hour itself or the one before.
-pub async fn exported_devices<K: Sink>(
+/// The hour's readings manifest (`None`: not exported): what a job sizes its slices by, from
+/// the hour itself or the one before.
+pub async fn exported<K: Sink>(
     sink: &K,
     prefix: &str,
     hour: Timestamp,
-) -> Result<Option<usize>, ExportError> {
+) -> Result<Option<BucketExport>, ExportError> {
     let key = format!("{}/{MANIFEST}", paths::readings_partition(prefix, hour));
     let Some(body) = sink.read(&key).await? else {
         return Ok(None);
     };
-    let manifest: BucketExport = serde_json::from_slice(&body).map_err(ExportError::Manifest)?;
-    Ok(Some(manifest.devices))
+    Ok(Some(
+        serde_json::from_slice(&body).map_err(ExportError::Manifest)?,
+    ))
 }
 
 /// The slice indices of `hour` whose summary of the export `generation` is written.
@@ -103,6 +104,7 @@ pub async fn seal_hour<S: ExportTable, K: Sink>(
     }
     let folder = paths::readings_partition(prefix, start);
     let mut report = BucketExport::new(bucket);
+    report.width = of.first().map(|s| s.width());
     let mut rollup_files = Vec::new();
     let mut keep = Vec::new();
     let mut rollup_keep = Vec::new();

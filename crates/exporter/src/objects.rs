@@ -37,6 +37,11 @@ pub struct BucketExport {
     /// The devices table's manifest: the table's count of tag changes it was made at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag_changes: Option<u64>,
+    /// An hour's readings manifest: the activity partitions each of its slices covered, so
+    /// the hour's next export cuts it the same way and its files replace these under the
+    /// same names (others would stand beside them, each device's rows twice, until its seal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,6 +64,7 @@ impl BucketExport {
             files: Vec::new(),
             groups: Vec::new(),
             tag_changes: None,
+            width: None,
         }
     }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tidemark_schema::{CLOSE_GRACE_SECONDS, ExportJobItem, Period, Timestamp};
 
 use crate::ExportError;
-use crate::hour::{ends_day, export_day, exported_devices, seal_hour, slices_done};
+use crate::hour::{ends_day, export_day, exported, seal_hour, slices_done};
 use crate::queue::SliceQueue;
 use crate::report::Report;
 use crate::sink::Sink;
@@ -186,14 +186,20 @@ pub async fn run<T: State, S: ExportTable, K: Sink, Q: SliceQueue>(
         }
         // Only the slices with devices in the hour are sent (and an hour without any is
         // sealed below at once).
-        // Slices as wide as the hour's size (its own export, or the hour before) asks for.
-        let mut devices = exported_devices(sink, prefix, hour).await?;
+        // Slices as wide as the hour's size (its own export, or the hour before) asks for;
+        // an hour exported before keeps its cut where that is as fine, so the new files
+        // replace those readers see under the same names instead of standing beside them.
+        let own = exported(sink, prefix, hour).await?;
+        let mut devices = own.as_ref().map(|m| m.devices);
         if devices.is_none()
             && let Some(before) = hour.minus_millis(HOUR_MS)
         {
-            devices = exported_devices(sink, prefix, before).await?;
+            devices = exported(sink, prefix, before).await?.map(|m| m.devices);
         }
-        let width = width_for(devices);
+        let width = match own.and_then(|m| m.width) {
+            Some(w) if Slice::all(w).next().is_some() && w <= width_for(devices) => w,
+            _ => width_for(devices),
+        };
         let partitions = source
             .active_partitions(Period::Hourly.bucket(hour))
             .await?;
@@ -745,6 +751,48 @@ mod tests {
         };
         assert!(!hour(&first).is_empty());
         assert_eq!(hour(&second), hour(&first));
+    }
+
+    /// The data files of the 10:00 hour's readings partition.
+    fn files_of_ten(sink: &MemorySink) -> BTreeSet<String> {
+        sink.all()
+            .into_keys()
+            .filter(|k| k.starts_with("p/readings/dt=2026-04-20/hour=10/slice-"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn an_hour_exported_again_is_cut_as_before_so_its_files_replace_those_readers_see() {
+        // GIVEN 20 devices' 10:00 hour exported when nothing was known of the fleet's size:
+        // in the narrowest slices, a file for each slice holding a device
+        let store = table_with("d1");
+        let slices = fleet(&store, 20, "2026-04-20T10:30:00Z");
+        let (sink, queue) = (MemorySink::default(), MemoryQueue::default());
+        run_queued(&store, &sink, &queue, "2026-04-20T11:20:00Z").await;
+        work(&store, &sink, &queue.take()).await;
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:25:00Z").await;
+        assert_eq!(r.exported, [ts("2026-04-20T10:00:00Z")]);
+        let before = files_of_ten(&sink);
+        assert_eq!(before.len(), slices.len());
+
+        // WHEN a late reading marks the hour (20 devices alone would be one slice now)
+        put_reading(&store, "dev-3", "2026-04-20T10:45:00Z", &[("t", 9.0)]);
+        store.put_entity(&mark("2026-04-20T10:00:00Z", 1)).unwrap();
+        run_queued(&store, &sink, &queue, "2026-04-20T11:40:00Z").await;
+        let tasks = queue.take();
+
+        // THEN the export is cut as before, so while its slices are written the folder
+        // holds the same files, never a second copy of a device's rows beside the first
+        assert_eq!(
+            tasks.iter().map(|t| t.slice).collect::<BTreeSet<_>>(),
+            slices
+        );
+        work(&store, &sink, &tasks).await;
+        assert_eq!(files_of_ten(&sink), before);
+        // AND once sealed, the hour holds the late reading
+        let r = run_queued(&store, &sink, &queue, "2026-04-20T11:45:00Z").await;
+        assert_eq!(r.reexported, [ts("2026-04-20T10:00:00Z")]);
+        assert_eq!(readings_in(&sink, "10"), 21);
     }
 
     #[tokio::test]
