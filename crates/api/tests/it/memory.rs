@@ -178,3 +178,58 @@ async fn the_shards_routes_are_deprecated_and_link_the_layout_route_that_replace
     assert!(resp.headers().get("deprecation").is_none());
     assert!(resp.headers().get("link").is_none());
 }
+
+/// GIVEN open alerts of every severity on 1,000 devices, so every listing partition of every
+/// severity holds many
+/// WHEN the fleet-wide listing is walked at the smallest and the largest page
+/// THEN each alert comes once, and every cursor fits the request line API Gateway takes
+/// (what `MAX_CURSOR_LEN` holds it to), however many partitions it has to resume.
+#[tokio::test]
+async fn a_fleet_wide_alerts_cursor_over_every_listing_partition_stays_short() {
+    use tidemark_schema::{Severity, keys};
+    let store = MemoryStore::new();
+    let mut want = std::collections::BTreeSet::new();
+    for i in 0..1_000 {
+        let mut a = tidemark_testkit::open_alert(&format!("sensor_{i:04}"));
+        a.severity = Severity::ALL[i % Severity::ALL.len()];
+        a.gsi1pk = Some(keys::severity_gsi1pk(a.severity, &a.pk));
+        want.insert((a.pk.clone(), a.alert_id.to_string()));
+        store.put_entity(&a).unwrap();
+    }
+    let app = App::with_store(store, ApiConfig::new("memory").with_now(now()));
+    for limit in [1, 50, 1000] {
+        let mut got = std::collections::BTreeSet::new();
+        let mut cursor: Option<String> = None;
+        let mut longest = 0;
+        loop {
+            let uri = match &cursor {
+                None => format!("/alerts?limit={limit}"),
+                Some(c) => format!("/alerts?limit={limit}&cursor={c}"),
+            };
+            let (status, body) = get(&app, &uri).await;
+            assert_eq!(status, 200, "{body}");
+            for a in body["items"].as_array().unwrap() {
+                let pk = format!("DEVICE#{}", a["deviceId"].as_str().unwrap());
+                assert!(got.insert((pk, a["alertId"].as_str().unwrap().to_owned())));
+            }
+            match body["cursor"].as_str() {
+                Some(c) => {
+                    longest = longest.max(c.len());
+                    cursor = Some(c.to_owned());
+                }
+                None => break,
+            }
+            if limit == 1 && got.len() >= 100 {
+                break;
+            }
+        }
+        assert!(
+            longest <= tidemark_api::cursor::MAX_CURSOR_LEN,
+            "limit {limit}: a cursor of {longest} bytes"
+        );
+        if limit > 1 {
+            assert_eq!(got, want, "limit {limit}");
+        }
+        eprintln!("limit {limit}: longest cursor {longest} bytes");
+    }
+}
